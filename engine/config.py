@@ -1,0 +1,74 @@
+"""Engine configuration: every tunable of the HdRAG engine, with the spec's defaults."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+DEFAULT_SYSTEM_PROMPT = (
+    "As I consider the user's message, these vague recollections surface\n"
+    "from my own working memory that could inform my responses. My memory\n"
+    "is incomplete, so I will treat these recollections as notions rather\n"
+    "than facts. The memories may shape my responses, but I never discuss\n"
+    "them directly or refer to them.\n"
+)
+
+
+@dataclass(frozen=True)
+class Config:
+    """All engine parameters. Immutable: derive variants with `Config.replace(...)`."""
+
+    # HDC
+    hdc_dimensions: int = 10000
+    hdc_seed: int = 42
+    hdc_ngram: int = 5
+    # Retrieval
+    min_context: int = 6
+    max_context_tokens: int = 8192
+    # Chunking of plain-text datasets (tokens per window; overlap is chunk_size // 8)
+    chunk_size: int = 1024
+    # Generation / context budget: context = search + generation + system + history
+    llama_context_size: int = 16384
+    max_new_tokens: int = 4096
+    temperature: float = 0.7
+    top_p: float = 0.9
+    system_prompt: str = field(default=DEFAULT_SYSTEM_PROMPT)
+
+    def __post_init__(self) -> None:
+        if self.hdc_dimensions < 64:
+            raise ValueError(f"hdc_dimensions must be >= 64, got {self.hdc_dimensions}")
+        if not 1 <= self.hdc_ngram <= 16:
+            raise ValueError(f"hdc_ngram must be in 1..16, got {self.hdc_ngram}")
+        if self.min_context < 0:
+            raise ValueError(f"min_context must be >= 0, got {self.min_context}")
+        if self.max_context_tokens <= 0:
+            raise ValueError(f"max_context_tokens must be > 0, got {self.max_context_tokens}")
+        if self.chunk_size < 8:
+            raise ValueError(f"chunk_size must be >= 8, got {self.chunk_size}")
+
+    def replace(self, **changes: Any) -> Config:
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any]) -> Config:
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ValueError(f"unknown config keys: {', '.join(unknown)}")
+        return cls(**values)
+
+    @classmethod
+    def load(cls, path: str | Path) -> Config:
+        """Load from YAML. Unknown keys are an error, so a typo never silently uses a default."""
+        with open(path, encoding="utf-8") as handle:
+            values = yaml.safe_load(handle) or {}
+        if not isinstance(values, dict):
+            raise ValueError(f"{path}: expected a mapping at the top level")
+        return cls.from_dict(values)
