@@ -81,3 +81,131 @@ def bind_flat(ap, an, bp, bn, outp, outn):
         b_neg = bn[i]
         outp[i] = (a_pos & b_pos) | (a_neg & b_neg)
         outn[i] = (a_pos & b_neg) | (a_neg & b_pos)
+
+
+# ---------------------------------------------------------------- index kernels
+#
+# The index stores column chunks: chunk c is a block of shape (count, 2 * wc) whose row i
+# is [pos words of chunk c | neg words of chunk c]. `data` is the flat uint64 file body.
+
+
+@njit(inline="always", cache=True)
+def _chunk_score(block, i, wc, qp, qn):
+    agree = np.int64(0)
+    disagree = np.int64(0)
+    for j in range(wc):
+        p = block[i, j]
+        m = block[i, wc + j]
+        agree += popcount_word((p & qp[j]) | (m & qn[j]))
+        disagree += popcount_word((p & qn[j]) | (m & qp[j]))
+    return agree - disagree
+
+
+@njit(parallel=True, cache=True)
+def score_block_dense(block, wc, qp, qn, partial, mask, use_mask, hist, lo):
+    """partial[i] += chunk score of every (allowed) row; hist[t, v - lo] counts new values.
+
+    Each of the hist.shape[0] threads owns a contiguous row range and its own histogram
+    row, so the histogram used for top-k selection costs no extra pass over `partial`.
+    """
+    n = block.shape[0]
+    n_threads, n_bins = hist.shape
+    step = (n + n_threads - 1) // n_threads
+    for t in prange(n_threads):
+        stop = min(n, (t + 1) * step)
+        for i in range(t * step, stop):
+            if use_mask and not mask[i]:
+                continue
+            value = partial[i] + _chunk_score(block, i, wc, qp, qn)
+            partial[i] = value
+            b = value - lo
+            if b >= 0 and b < n_bins:
+                hist[t, b] += 1
+
+
+@njit(parallel=True, cache=True)
+def score_block_rows(block, wc, rows, qp, qn, partial):
+    """partial[j] += chunk score of row rows[j] (survivors only)."""
+    for j in prange(rows.shape[0]):
+        partial[j] += _chunk_score(block, rows[j], wc, qp, qn)
+
+
+@njit(parallel=True, cache=True)
+def score_rows_chunks(data, count, n_words, chunk_words, first_chunk, rows, qp, qn, out):
+    """out[j] = score of row rows[j] over the chunks first_chunk.. (all remaining words)."""
+    for j in prange(rows.shape[0]):
+        row = rows[j]
+        total = np.int64(0)
+        start = first_chunk * chunk_words
+        while start < n_words:
+            wc = min(chunk_words, n_words - start)
+            base = count * 2 * start + row * 2 * wc
+            for w in range(wc):
+                p = data[base + w]
+                m = data[base + wc + w]
+                a = qp[start + w]
+                b = qn[start + w]
+                total += popcount_word((p & a) | (m & b)) - popcount_word((p & b) | (m & a))
+            start += wc
+        out[j] = total
+
+
+@njit(parallel=True, cache=True)
+def gather_rows(data, count, n_words, chunk_words, rows, outp, outn):
+    """outp[j], outn[j] = the full (n_words,) bitmaps of row rows[j]."""
+    for j in prange(rows.shape[0]):
+        row = rows[j]
+        start = 0
+        while start < n_words:
+            wc = min(chunk_words, n_words - start)
+            base = count * 2 * start + row * 2 * wc
+            for w in range(wc):
+                outp[j, start + w] = data[base + w]
+                outn[j, start + w] = data[base + wc + w]
+            start += wc
+
+
+@njit(parallel=True, cache=True)
+def count_block_bits(block, wc):
+    """(set bits in the pos halves, set bits in the neg halves) of a chunk block."""
+    pos = np.int64(0)
+    neg = np.int64(0)
+    for i in prange(block.shape[0]):
+        row_pos = np.int64(0)
+        row_neg = np.int64(0)
+        for j in range(wc):
+            row_pos += popcount_word(block[i, j])
+            row_neg += popcount_word(block[i, wc + j])
+        pos += row_pos
+        neg += row_neg
+    return pos, neg
+
+
+@njit(parallel=True, cache=True)
+def block_bit_frequencies(block, out):
+    """out[t, j, b] += number of rows (in thread t's range) with bit b of column j set.
+
+    Byte-lane counters: `(x >> s) & 0x0101..` adds bits s, s+8, ..., s+56 of x into eight
+    8-bit lanes at once; lanes are flushed to int64 every 255 rows, before they overflow.
+    """
+    n, n_cols = block.shape
+    n_threads = out.shape[0]
+    step = (n + n_threads - 1) // n_threads
+    for t in prange(n_threads):
+        lanes = np.zeros((n_cols, 8), dtype=np.uint64)
+        start = t * step
+        stop = min(n, start + step)
+        while start < stop:
+            end = min(stop, start + 255)
+            for i in range(start, end):
+                for j in range(n_cols):
+                    x = block[i, j]
+                    for s in range(8):
+                        lanes[j, s] += (x >> np.uint64(s)) & _H01
+            for j in range(n_cols):
+                for s in range(8):
+                    packed = lanes[j, s]
+                    for byte in range(8):
+                        out[t, j, byte * 8 + s] += (packed >> np.uint64(8 * byte)) & np.uint64(0xFF)
+                    lanes[j, s] = 0
+            start = end
