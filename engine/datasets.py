@@ -33,6 +33,7 @@ FORMAT_BY_SUFFIX = {
     ".json": "json", ".jsonl": "jsonl", ".parquet": "parquet", ".txt": "text", ".md": "markdown",
     ".markdown": "markdown", ".html": "html", ".htm": "html", ".xml": "xml",
 }
+FORMATS = frozenset(FORMAT_BY_SUFFIX.values())
 CHUNKED_FORMATS = frozenset({"text", "markdown", "html", "xml"})
 # Keys under which a top-level JSON object commonly holds its list of records, in priority order.
 RECORD_LIST_KEYS = ("data", "records", "items", "rows", "examples", "instances", "documents", "train")
@@ -702,6 +703,10 @@ def iter_dataset(path: str | Path, tokenizer: Tokenizer | None = None, chunk_siz
     appended to `errors` as DatasetIssue; unreadable files raise DatasetError.
     """
     path = Path(path)
+    if format is not None and format not in FORMATS:
+        raise ValueError(f"format must be one of {', '.join(sorted(FORMATS))}, got {format!r}")
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     on_issue = errors.append if errors is not None else _ignore
     return _iter(path, tokenizer, chunk_size, on_issue, source, format, _Reader(path))
 

@@ -546,3 +546,10 @@ def test_jsonl_bad_first_line_is_an_issue_not_fatal(tmp_path):
     errors: list[DatasetIssue] = []
     assert [r["text"] for r in iter_dataset(path, errors=errors)] == ["b", "c"]
     assert [(e.kind, e.number) for e in errors] == [("line", 1)]
+
+
+def test_iter_dataset_rejects_bad_arguments(tmp_path):
+    with pytest.raises(ValueError, match="format must be one of"):
+        iter_dataset(tmp_path / "x.txt", format="csv")
+    with pytest.raises(ValueError, match="chunk_size must be >= 1"):
+        iter_dataset(tmp_path / "x.txt", chunk_size=0)
