@@ -1,0 +1,257 @@
+"""A real llama.cpp HTTP server (the `xllamacpp` wheel) on a GGUF, in process or as a child process.
+
+llama.cpp's own server provides `/health`, `/tokenize`, `/detokenize`, `/props` and the
+OpenAI-compatible `/v1/chat/completions` (with SSE streaming). Run it as its own process:
+
+    python -m engine.llama_server --gguf PATH --port 8080 --ctx-size 8192 --threads 2
+
+It shuts down cleanly on SIGTERM or SIGINT. Tests and the portal's dev mode use
+`LlamaServer`, which starts that command on a free port and waits for `/health`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+
+import requests
+
+DEFAULT_HOST = "127.0.0.1"
+# Gemma 3 270M on a 2-core machine: two compute threads, four slots sharing one unified
+# 8192-token KV cache, so several chats can run while each may use the whole context.
+DEFAULT_THREADS = 2
+DEFAULT_CTX_SIZE = 8192
+DEFAULT_PARALLEL = 4
+# The Gemma GGUF ships no chat template; llama.cpp's built-in "gemma" template is used.
+DEFAULT_CHAT_TEMPLATE = "gemma"
+
+
+class LlamaServerError(RuntimeError):
+    """The llama.cpp server could not be started or stopped."""
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    gguf_path: Path
+    host: str = DEFAULT_HOST
+    port: int = 0  # 0: pick a free port
+    ctx_size: int = DEFAULT_CTX_SIZE
+    threads: int = DEFAULT_THREADS
+    parallel: int = DEFAULT_PARALLEL
+    chat_template: str | None = DEFAULT_CHAT_TEMPLATE
+
+    def __post_init__(self) -> None:
+        if not Path(self.gguf_path).is_file():
+            raise LlamaServerError(f"GGUF model not found: {self.gguf_path}")
+        for name in ("ctx_size", "threads", "parallel"):
+            if getattr(self, name) < 1:
+                raise LlamaServerError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 <= self.port < 65536:
+            raise LlamaServerError(f"port must be in 0..65535, got {self.port}")
+
+
+def free_port(host: str = DEFAULT_HOST) -> int:
+    """A TCP port nobody listens on right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+def start_in_process(options: ServerOptions):  # noqa: ANN201 - xllamacpp.Server has no stubs
+    """Start llama.cpp's HTTP server in this process; it serves from its own threads.
+
+    Returns the `xllamacpp.Server`; dropping the last reference stops it.
+    """
+    import xllamacpp
+
+    params = xllamacpp.CommonParams()
+    params.model.path = str(options.gguf_path)
+    params.hostnames = [options.host]
+    params.port = options.port or free_port(options.host)
+    params.n_ctx = options.ctx_size
+    params.n_parallel = options.parallel
+    params.kv_unified = True
+    params.cpuparams.n_threads = options.threads
+    params.cpuparams_batch.n_threads = options.threads
+    params.n_gpu_layers = 0
+    if options.chat_template:
+        # A built-in template name ("gemma", "chatml", ...) only works with Jinja off;
+        # with Jinja on, llama.cpp would treat the name itself as the template text.
+        params.chat_template = options.chat_template
+        params.use_jinja = False
+    return xllamacpp.Server(params)
+
+
+def _health_ok(base_url: str) -> bool:
+    try:
+        response = requests.get(f"{base_url}/health", timeout=2)
+    except requests.RequestException:
+        return False
+    return response.status_code == 200 and response.json().get("status") == "ok"
+
+
+class LlamaServer:
+    """llama.cpp's server as a child process (`python -m engine.llama_server`) on a free port.
+
+    A child process keeps a crash in native code from taking the caller down.
+    Use as a context manager, or call `start()` / `stop()`.
+    """
+
+    def __init__(
+        self,
+        gguf_path: str | Path,
+        *,
+        host: str = DEFAULT_HOST,
+        port: int = 0,
+        ctx_size: int = DEFAULT_CTX_SIZE,
+        threads: int = DEFAULT_THREADS,
+        parallel: int = DEFAULT_PARALLEL,
+        chat_template: str | None = DEFAULT_CHAT_TEMPLATE,
+        startup_timeout: float = 120.0,
+    ) -> None:
+        self.options = ServerOptions(
+            gguf_path=Path(gguf_path),
+            host=host,
+            port=port,
+            ctx_size=ctx_size,
+            threads=threads,
+            parallel=parallel,
+            chat_template=chat_template,
+        )
+        self.startup_timeout = startup_timeout
+        self.port: int | None = None
+        self._process: subprocess.Popen | None = None
+        self._log: tempfile._TemporaryFileWrapper | None = None
+
+    @property
+    def base_url(self) -> str:
+        if self.port is None:
+            raise LlamaServerError("the llama.cpp server is not started")
+        return f"http://{self.options.host}:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        return self._process is not None and self._process.poll() is None
+
+    def command(self) -> list[str]:
+        options = self.options
+        command = [
+            sys.executable, "-m", "engine.llama_server",
+            "--gguf", str(options.gguf_path),
+            "--host", options.host,
+            "--port", str(self.port),
+            "--ctx-size", str(options.ctx_size),
+            "--threads", str(options.threads),
+            "--parallel", str(options.parallel),
+        ]
+        if options.chat_template:
+            command += ["--chat-template", options.chat_template]
+        return command
+
+    def start(self) -> LlamaServer:
+        """Start the child and wait until `/health` says ok; raise `LlamaServerError` otherwise."""
+        if self.running:
+            return self
+        self.port = self.options.port or free_port(self.options.host)
+        self._log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)
+        repo_root = Path(__file__).resolve().parent.parent
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")]))}
+        self._process = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT, env=env)
+        deadline = time.monotonic() + self.startup_timeout
+        while time.monotonic() < deadline:
+            if self._process.poll() is not None:
+                code = self._process.returncode
+                self._process = None
+                raise LlamaServerError(
+                    f"llama.cpp server for {self.options.gguf_path} exited with code {code} during startup; "
+                    f"log tail:\n{self.log_tail()}"
+                )
+            if _health_ok(self.base_url):
+                return self
+            time.sleep(0.2)
+        self.stop()
+        raise LlamaServerError(
+            f"llama.cpp server at {self.base_url} was not healthy within {self.startup_timeout:.0f}s; "
+            f"log tail:\n{self.log_tail()}"
+        )
+
+    def stop(self, timeout: float = 15.0) -> None:
+        """SIGTERM, wait, then SIGKILL if it does not exit in `timeout` seconds."""
+        process, self._process = self._process, None
+        if process is not None and process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        if self._log is not None:
+            self._log.close()
+
+    def log_tail(self, n_bytes: int = 4000) -> str:
+        if self._log is None:
+            return ""
+        try:
+            data = Path(self._log.name).read_bytes()
+        except OSError:
+            return ""
+        return data[-n_bytes:].decode("utf-8", errors="replace")
+
+    def __enter__(self) -> LlamaServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+
+def _parse_args(argv: list[str] | None) -> ServerOptions:
+    parser = argparse.ArgumentParser(description="Serve a GGUF with llama.cpp's HTTP server (xllamacpp).")
+    parser.add_argument("--gguf", required=True, type=Path, help="path to the GGUF model")
+    parser.add_argument("--host", default=DEFAULT_HOST)
+    parser.add_argument("--port", type=int, default=8080)
+    parser.add_argument("--ctx-size", type=int, default=DEFAULT_CTX_SIZE, help="total KV cache tokens")
+    parser.add_argument("--threads", type=int, default=DEFAULT_THREADS)
+    parser.add_argument("--parallel", type=int, default=DEFAULT_PARALLEL, help="concurrent request slots")
+    parser.add_argument("--chat-template", default=DEFAULT_CHAT_TEMPLATE,
+                        help="llama.cpp built-in template name; '' keeps the GGUF's own template")
+    args = parser.parse_args(argv)
+    try:
+        return ServerOptions(
+            gguf_path=args.gguf, host=args.host, port=args.port, ctx_size=args.ctx_size,
+            threads=args.threads, parallel=args.parallel, chat_template=args.chat_template or None,
+        )
+    except LlamaServerError as exc:
+        parser.error(str(exc))
+        raise  # unreachable: parser.error exits
+
+
+def main(argv: list[str] | None = None) -> int:
+    options = _parse_args(argv)
+    if options.port == 0:
+        options = dataclasses.replace(options, port=free_port(options.host))
+    # Block the stop signals before llama.cpp starts its threads (they inherit the mask),
+    # so SIGTERM/SIGINT reach only this thread's sigwait and shutdown runs here, in order.
+    stop_signals = {signal.SIGTERM, signal.SIGINT}
+    signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
+    server = start_in_process(options)
+    print(f"llama.cpp server ready on http://{options.host}:{options.port}", flush=True)
+    received = signal.sigwait(stop_signals)
+    print(f"received {signal.Signals(received).name}, shutting down", flush=True)
+    del server
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
