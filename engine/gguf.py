@@ -202,7 +202,7 @@ class _Cursor:
 @contextmanager
 def _mapped(path: Path) -> Iterator[mmap.mmap]:
     try:
-        handle = open(path, "rb")
+        handle = open(path, "rb")  # noqa: SIM115 - closed by the `with` below; opened apart to word the error
     except OSError as exc:
         raise GGUFError(f"{path}: cannot open GGUF file ({exc.strerror})") from None
     with handle:

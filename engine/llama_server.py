@@ -163,7 +163,8 @@ class LlamaServer:
         if self.running:
             return self
         self.port = self.options.port or free_port(self.options.host)
-        self._log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)
+        # Lives as long as the child and is closed in stop(): not a `with` block.
+        self._log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)  # noqa: SIM115
         repo_root = Path(__file__).resolve().parent.parent
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")]))}
         self._process = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT, env=env)

@@ -160,7 +160,7 @@ class GGUFTokenizer:
     def _build_pieces(self) -> list[bytes]:
         """Each token's bytes as llama.cpp's token_to_piece(special=True) renders it."""
         pieces = []
-        for text, kind in zip(self._tokens, self._types.tolist()):
+        for text, kind in zip(self._tokens, self._types.tolist(), strict=True):
             if kind == TYPE_NORMAL:
                 pieces.append(text.replace(SPACE, " ").encode("utf-8"))
             elif kind in (TYPE_CONTROL, TYPE_UNKNOWN, TYPE_USER_DEFINED):
