@@ -1,0 +1,139 @@
+"""The real llama.cpp server: health, tokenize, chat (plain and streamed), errors, shutdown."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from engine.llama_server import LlamaServer, LlamaServerError, ServerOptions, free_port
+from engine.tokenizer import LlamaCppTokenizer, LLMUnavailableError
+
+
+def test_health_reports_ok(llama_server):
+    response = requests.get(f"{llama_server.base_url}/health", timeout=10)
+    assert response.status_code == 200
+    assert response.json() == {"status": "ok"}
+
+
+def test_props_show_builtin_gemma_template_and_unified_context(llama_server):
+    props = requests.get(f"{llama_server.base_url}/props", timeout=10).json()
+    assert props["chat_template"] == "gemma"
+    assert props["total_slots"] == 4
+    # Unified KV cache: every slot may use the whole 8192-token context.
+    assert props["default_generation_settings"]["n_ctx"] == 8192
+
+
+def test_tokenize_and_detokenize_round_trip(llama_server):
+    base = llama_server.base_url
+    tokens = requests.post(f"{base}/tokenize", json={"content": "Hello world"}, timeout=10).json()["tokens"]
+    assert tokens == [9259, 1902]  # "Hello", "▁world" in Gemma 3's vocabulary
+    text = requests.post(f"{base}/detokenize", json={"tokens": tokens}, timeout=10).json()["content"]
+    assert text == "Hello world"
+
+
+def _chat_payload(**extra):
+    return {
+        "messages": [{"role": "user", "content": "Name three colours."}],
+        "max_tokens": 24,
+        "temperature": 0.0,
+        **extra,
+    }
+
+
+def test_chat_completion_returns_text_and_usage(llama_server):
+    response = requests.post(f"{llama_server.base_url}/v1/chat/completions", json=_chat_payload(), timeout=120)
+    assert response.status_code == 200
+    body = response.json()
+    assert body["choices"][0]["message"]["content"].strip()
+    usage = body["usage"]
+    # The gemma template wraps the message in turn markers: more prompt tokens than the text alone.
+    assert usage["prompt_tokens"] > 5
+    assert 0 < usage["completion_tokens"] <= 24
+
+
+def test_streamed_chat_arrives_as_several_sse_chunks(llama_server):
+    url = f"{llama_server.base_url}/v1/chat/completions"
+    deltas: list[str] = []
+    done = False
+    with requests.post(url, json=_chat_payload(stream=True), stream=True, timeout=120) as response:
+        assert response.status_code == 200
+        assert response.headers["Content-Type"].startswith("text/event-stream")
+        for line in response.iter_lines(decode_unicode=True):
+            if not line:
+                continue
+            assert line.startswith("data: ")
+            data = line[len("data: "):]
+            if data == "[DONE]":
+                done = True
+                break
+            chunk = json.loads(data)
+            for choice in chunk["choices"]:
+                content = choice.get("delta", {}).get("content")
+                if content:
+                    deltas.append(content)
+    assert done
+    assert len(deltas) >= 3
+    assert "".join(deltas).strip()
+    # Greedy decoding: the streamed text equals the non-streamed one.
+    plain = requests.post(url, json=_chat_payload(), timeout=120).json()["choices"][0]["message"]["content"]
+    assert "".join(deltas) == plain
+
+
+def test_client_error_for_closed_port_names_the_url():
+    port = free_port()
+    with pytest.raises(LLMUnavailableError, match=f"127.0.0.1:{port}"):
+        LlamaCppTokenizer(f"http://127.0.0.1:{port}", timeout=2)
+
+
+def test_missing_model_is_a_clear_error(tmp_path):
+    with pytest.raises(LlamaServerError, match="GGUF model not found"):
+        LlamaServer(tmp_path / "absent.gguf")
+
+
+def test_bad_options_are_rejected(gemma_gguf):
+    with pytest.raises(LlamaServerError, match="threads must be >= 1"):
+        ServerOptions(gguf_path=gemma_gguf, threads=0)
+
+
+def test_corrupt_model_fails_startup_with_log(tmp_path):
+    bogus = tmp_path / "bogus.gguf"
+    bogus.write_bytes(b"GGUF" + b"\x00" * 64)
+    server = LlamaServer(bogus, startup_timeout=60)
+    with pytest.raises(LlamaServerError, match="exited with code"):
+        server.start()
+    assert not server.running
+
+
+@pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
+def test_module_process_shuts_down_cleanly_on_signal(gemma_gguf, stop_signal):
+    port = free_port()
+    repo_root = Path(__file__).resolve().parents[2]
+    command = [sys.executable, "-m", "engine.llama_server", "--gguf", str(gemma_gguf),
+               "--port", str(port), "--ctx-size", "1024", "--parallel", "1"]
+    process = subprocess.Popen(command, cwd=repo_root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            assert process.poll() is None, process.stdout.read().decode(errors="replace")[-2000:]
+            try:
+                if requests.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
+                    break
+            except requests.RequestException:
+                time.sleep(0.2)
+        else:
+            pytest.fail("server did not become healthy")
+        process.send_signal(stop_signal)
+        assert process.wait(30) == 0
+        with pytest.raises(requests.ConnectionError):
+            requests.get(f"http://127.0.0.1:{port}/health", timeout=2)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
