@@ -1,0 +1,300 @@
+"""Index build: datasets -> vocabulary index + bitmap index + manifest in one new directory.
+
+`build_index` runs two passes:
+
+1. tokenize (`datasets.iter_dataset`, batched `bulk_tokenize`), drop duplicate documents (same
+   blake2b content id: indexed once, first occurrence wins), count document frequencies, and
+   spool token ids + records into `out_dir/.spool/`;
+   then extract `token_embd.weight` (`gguf.load_token_embeddings`), project the corpus
+   vocabulary into `vocab.idx` and release the embedding table;
+2. encode the spooled documents in batches, append bitmaps (with token counts and source ids)
+   to `corpus.idx`, hand memory records to `sink` (or `memories.sqlite`), finalize the index,
+   verify it (row count; a seeded sample of documents re-encoded must give the stored bitmaps;
+   files consistent with the vocabulary header), and write `manifest.json` LAST, atomically.
+
+`out_dir` must not exist or be empty; nothing outside it is written (except the optional
+embedding cache in `cache_dir`). A failure or `BuildCancelled` leaves it partial and without a
+manifest: the caller deletes it. `load_corpus` refuses a directory without a manifest.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine import gguf
+from engine.config import Config
+from engine.corpus import (
+    FORMAT_VERSION,
+    INDEX_FILE,
+    MANIFEST,
+    MEMORIES_DB,
+    VERIFY_FILE,
+    VOCAB_FILE,
+    SqliteMemoryStore,
+    load_corpus,
+    read_manifest,
+)
+from engine.datasets import DatasetIssue, iter_dataset
+from engine.encoder import HDCEncoder, compute_idf
+from engine.index import BitmapIndex
+from engine.tokenizer import Tokenizer
+from engine.vocab import VocabIndex, write_vocab_index
+
+BATCH_DOCS = 256
+VERIFY_SAMPLE = 64
+_SPOOL = ".spool"
+
+Sink = Callable[[list[dict]], None]
+Progress = Callable[[str, int, int], None]
+
+
+class BuildError(RuntimeError):
+    """The build cannot proceed (bad out_dir, model/tokenizer mismatch, no documents)."""
+
+
+class BuildCancelled(BuildError):
+    """`should_cancel()` returned True; out_dir is partial and has no manifest."""
+
+
+class BuildVerificationError(BuildError):
+    """A build directory whose files do not match what was built."""
+
+
+@dataclass
+class BuildResult:
+    out_dir: Path
+    documents: int
+    duplicates: int
+    vocab_size: int
+    manifest: dict[str, Any]
+    skipped: list[DatasetIssue] = field(default_factory=list)
+
+
+@dataclass
+class _Spool:
+    tokens_path: Path
+    records_path: Path
+    offsets: list[int] = field(default_factory=lambda: [0])
+
+
+def _check_out_dir(out_dir: Path) -> None:
+    if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
+        raise BuildError(f"{out_dir}: out_dir must be new or an empty directory")
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+
+def _batched(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    batch = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _file_digest(path: Path) -> dict[str, Any]:
+    digest = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return {"bytes": path.stat().st_size, "blake2b": digest.hexdigest()}
+
+
+def _index_files(out_dir: Path) -> list[Path]:
+    return sorted(p for p in out_dir.iterdir() if p.name.startswith((INDEX_FILE, VOCAB_FILE)) and p.is_file())
+
+
+def build_index(*, datasets: Iterable[tuple[int, str, str | Path]], out_dir: str | Path, gguf_path: str | Path,
+                tokenizer: Tokenizer, config: Config, sink: Sink | None = None, progress: Progress | None = None,
+                should_cancel: Callable[[], bool] | None = None, cache_dir: str | Path | None = None,
+                batch_docs: int = BATCH_DOCS) -> BuildResult:
+    """Build a complete, verified index in `out_dir` from `datasets` = [(source_id, name, path)].
+
+    `sink(records)` receives batches of {"id", "hdv_idx", "text", "source_id", "metadata",
+    "token_count"} in row order (without a sink they go to `out_dir/memories.sqlite`).
+    `progress(phase, done, total)` is called once per batch; phases: "tokenize" (documents,
+    total 0 = unknown), "embeddings", "vocabulary", "encode" and "verify" (documents of total).
+    `should_cancel()` is polled between batches and raises `BuildCancelled`.
+    """
+    out_dir = Path(out_dir)
+    datasets = [(int(source_id), str(name), Path(path)) for source_id, name, path in datasets]
+    if not datasets:
+        raise BuildError("no datasets given")
+    if len({d[0] for d in datasets}) != len(datasets):
+        raise BuildError(f"source ids must be unique, got {[d[0] for d in datasets]}")
+    _check_out_dir(out_dir)
+    report = progress or (lambda phase, done, total: None)
+
+    def checkpoint() -> None:
+        if should_cancel is not None and should_cancel():
+            raise BuildCancelled(f"build of {out_dir} cancelled")
+
+    timings: dict[str, float] = {}
+    spool_dir = out_dir / _SPOOL
+    spool_dir.mkdir()
+    spool = _Spool(spool_dir / "tokens.i32", spool_dir / "records.jsonl")
+    vocab_total = int(tokenizer.vocab_size)
+    document_frequency = np.zeros(vocab_total, dtype=np.int64)
+    special = np.zeros(vocab_total, dtype=bool)
+    special[[i for i in tokenizer.special_ids if 0 <= i < vocab_total]] = True
+    seen: set[str] = set()
+    skipped: list[DatasetIssue] = []
+    sources = []
+    started = time.perf_counter()
+    with open(spool.tokens_path, "wb") as tokens_out, open(spool.records_path, "w", encoding="utf-8") as records_out:
+        for source_id, name, path in datasets:
+            counts = {"source_id": source_id, "name": name, "path": str(path), "documents": 0, "duplicates": 0}
+            items = iter_dataset(path, tokenizer, config.chunk_size, errors=skipped, source=name)
+            for batch in _batched(items, batch_docs):
+                checkpoint()
+                fresh = []
+                for item in batch:
+                    if item["id"] in seen:
+                        counts["duplicates"] += 1
+                    else:
+                        seen.add(item["id"])
+                        fresh.append(item)
+                for item, tokens in zip(fresh, tokenizer.bulk_tokenize([i["text"] for i in fresh]), strict=True):
+                    ids = np.asarray(tokens, dtype=np.int64)
+                    if ids.size and (ids.min() < 0 or ids.max() >= vocab_total):
+                        raise BuildError(f"{path}: tokenizer returned ids outside [0, {vocab_total})")
+                    tokens_out.write(ids.astype("<i4").tobytes())
+                    spool.offsets.append(spool.offsets[-1] + ids.size)
+                    document_frequency += np.bincount(np.unique(ids), minlength=vocab_total)
+                    record = {"id": item["id"], "text": item["text"], "source_id": source_id,
+                              "metadata": {**item.get("metadata", {}), "source": name}, "token_count": int(ids.size)}
+                    records_out.write(json.dumps(record, ensure_ascii=False) + "\n")
+                counts["documents"] += len(fresh)
+                report("tokenize", len(spool.offsets) - 1, 0)
+            sources.append(counts)
+    n_docs = len(spool.offsets) - 1
+    if n_docs == 0:
+        raise BuildError(f"no documents found in {[str(d[2]) for d in datasets]}")
+    timings["tokenize"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    report("embeddings", 0, 1)
+    embeddings = gguf.load_token_embeddings(gguf_path, cache_dir)
+    if embeddings.shape[0] < vocab_total:
+        raise BuildError(f"{gguf_path}: embedding table has {embeddings.shape[0]} rows, tokenizer vocabulary {vocab_total}")
+    report("embeddings", 1, 1)
+    timings["embeddings"] = time.perf_counter() - started
+    checkpoint()
+
+    started = time.perf_counter()
+    vocabulary = np.flatnonzero((document_frequency > 0) & ~special)
+    idf = compute_idf(document_frequency[vocabulary], n_docs)
+    report("vocabulary", 0, int(vocabulary.size))
+    vocab = write_vocab_index(out_dir / VOCAB_FILE, token_ids=vocabulary, idf=idf, embeddings=embeddings,
+                              dims=config.hdc_dimensions, ngram=config.hdc_ngram, seed=config.hdc_seed)
+    del embeddings
+    report("vocabulary", int(vocabulary.size), int(vocabulary.size))
+    timings["vocabulary"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    encoder = HDCEncoder(vocab)
+    offsets = np.asarray(spool.offsets, dtype=np.int64)
+    tokens = np.fromfile(spool.tokens_path, dtype="<i4") if offsets[-1] else np.zeros(0, np.int32)
+    store = None if sink is not None else SqliteMemoryStore(out_dir / MEMORIES_DB)
+    index = BitmapIndex.create(out_dir / INDEX_FILE, config.hdc_dimensions)
+    with open(spool.records_path, encoding="utf-8") as records_in:
+        for start in range(0, n_docs, batch_docs):
+            checkpoint()
+            stop = min(start + batch_docs, n_docs)
+            lo, hi = offsets[start], offsets[stop]
+            pos, neg = encoder.encode_flat(tokens[lo:hi].astype(np.int64), offsets[start:stop + 1] - lo)
+            records = [json.loads(next(records_in)) for _ in range(start, stop)]
+            for row, record in enumerate(records, start):
+                record["hdv_idx"] = row
+            index.append(pos, neg, token_counts=[r["token_count"] for r in records],
+                         source_ids=[r["source_id"] for r in records])
+            if sink is not None:
+                sink(records)
+            else:
+                store.insert(records)
+            report("encode", stop, n_docs)
+    index.finalize()
+    timings["encode"] = time.perf_counter() - started
+
+    started = time.perf_counter()
+    rng = np.random.default_rng(config.hdc_seed)
+    sample = np.sort(rng.choice(n_docs, size=min(VERIFY_SAMPLE, n_docs), replace=False))
+    sample_tokens = [tokens[offsets[r]:offsets[r + 1]] for r in sample]
+    sample_offsets = np.concatenate([[0], np.cumsum([len(t) for t in sample_tokens])]).astype(np.int64)
+    np.savez(out_dir / VERIFY_FILE, rows=sample, tokens=np.concatenate(sample_tokens).astype(np.int32),
+             offsets=sample_offsets)
+    del tokens
+    shutil.rmtree(spool_dir)
+    manifest = {
+        "format_version": FORMAT_VERSION,
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "dims": config.hdc_dimensions, "seed": config.hdc_seed, "ngram": config.hdc_ngram,
+        "chunk_size": config.chunk_size,
+        "model": {"path": str(gguf_path), "fingerprint": gguf.model_fingerprint(gguf_path)},
+        "documents": n_docs, "duplicates": sum(s["duplicates"] for s in sources), "skipped_records": len(skipped),
+        "vocab_size": int(vocabulary.size), "median_doc_length": float(np.median(np.diff(offsets))),
+        "encoder": {k: vocab.header[k] for k in ("emb_dim", "tau", "density", "ngram_density", "m_cap", "c_min",
+                                                 "capacity_target")},
+        "sources": sources,
+        "memories": "sink" if sink is not None else MEMORIES_DB,
+    }
+    manifest["files"] = {p.name: _file_digest(p) for p in _index_files(out_dir)}
+    _verify(out_dir, manifest, check_hashes=False)
+    report("verify", n_docs, n_docs)
+    timings["verify"] = time.perf_counter() - started
+    manifest["timings"] = {k: round(v, 3) for k, v in timings.items()}
+    tmp = out_dir / (MANIFEST + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        json.dump(manifest, handle, indent=2, sort_keys=True)
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, out_dir / MANIFEST)
+    return BuildResult(out_dir=out_dir, documents=n_docs, duplicates=manifest["duplicates"],
+                       vocab_size=int(vocabulary.size), manifest=manifest, skipped=skipped)
+
+
+def _verify(build_dir: Path, manifest: dict[str, Any], *, check_hashes: bool) -> None:
+    encoder = HDCEncoder(VocabIndex.open(build_dir / VOCAB_FILE))
+    index = BitmapIndex.open(build_dir / INDEX_FILE)
+    if index.count != manifest["documents"]:
+        raise BuildVerificationError(f"{build_dir}: index holds {index.count} rows, manifest {manifest['documents']}")
+    header = (encoder.dims, encoder.ngram, encoder.seed, encoder.vocab.size)
+    if header != (manifest["dims"], manifest["ngram"], manifest["seed"], manifest["vocab_size"]) or index.dims != encoder.dims:
+        raise BuildVerificationError(f"{build_dir}: vocabulary index (dims, ngram, seed, vocab) = {header} "
+                                     f"disagrees with the manifest")
+    if sum(s["documents"] for s in manifest["sources"]) != index.count:
+        raise BuildVerificationError(f"{build_dir}: per-source counts do not add up to {index.count}")
+    if check_hashes:
+        for name, expected in manifest["files"].items():
+            path = build_dir / name
+            if not path.exists() or _file_digest(path) != expected:
+                raise BuildVerificationError(f"{path}: content differs from the manifest (corrupted or replaced)")
+    with np.load(build_dir / VERIFY_FILE) as sample:
+        rows, flat, offsets = sample["rows"], sample["tokens"].astype(np.int64), sample["offsets"]
+    pos, neg = encoder.encode_flat(flat, offsets)
+    stored_pos, stored_neg = index.get_bitmaps(rows)
+    bad = np.flatnonzero(np.any(pos != stored_pos, axis=1) | np.any(neg != stored_neg, axis=1))
+    if bad.size:
+        raise BuildVerificationError(f"{build_dir}: re-encoded rows {rows[bad][:10].tolist()} differ from the stored bitmaps")
+
+
+def verify_build(build_dir: str | Path, *, check_hashes: bool = True) -> dict[str, Any]:
+    """Re-check a finished build (manifest, file digests, sample re-encoding); returns the manifest."""
+    build_dir = Path(build_dir)
+    manifest = read_manifest(build_dir)
+    _verify(build_dir, manifest, check_hashes=check_hashes)
+    load_corpus(build_dir)
+    return manifest

@@ -1,0 +1,175 @@
+"""A loaded, searchable build: bitmap index + vocabulary index + manifest, and the memory stores.
+
+Build directory layout (written by `engine.build.build_index`):
+
+    manifest.json          written last; its presence means the build completed and verified
+    vocab.idx              vocabulary index (`engine.vocab`)
+    corpus.idx             bitmap index (`engine.index`), plus corpus.idx.token_counts / .source_ids
+    verify.npz             a seeded sample of rows and their token ids, re-encoded by `verify_build`
+    memories.sqlite        memory text (only when the build ran without a caller's sink)
+
+Loading memory-maps the two index files; nothing is read into RAM up front, so a process can
+hold many corpora (see `cached_corpus`).
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, runtime_checkable
+
+from engine.encoder import HDCEncoder
+from engine.index import BitmapIndex
+from engine.vocab import VocabIndex
+
+MANIFEST = "manifest.json"
+VOCAB_FILE = "vocab.idx"
+INDEX_FILE = "corpus.idx"
+VERIFY_FILE = "verify.npz"
+MEMORIES_DB = "memories.sqlite"
+FORMAT_VERSION = 1
+
+
+class CorpusError(ValueError):
+    """A build directory that cannot be loaded: missing manifest, mismatching files."""
+
+
+@runtime_checkable
+class MemoryStore(Protocol):
+    """Where memory text lives. Rows are bitmap rows (`hdv_idx`) of one build.
+
+    `get_memories(rows)` returns {row: {"id", "text", "hdv_idx", "metadata", "token_count"}} for the
+    rows it knows; unknown rows are simply absent.
+    """
+
+    def get_memories(self, rows: list[int]) -> dict[int, dict]: ...
+
+
+class SqliteMemoryStore:
+    """The CLI's store: `memories.sqlite` in the build directory (table `memories`)."""
+
+    SCHEMA = ("CREATE TABLE IF NOT EXISTS memories (hdv_idx INTEGER PRIMARY KEY, id TEXT NOT NULL, "
+              "text TEXT NOT NULL, source_id INTEGER NOT NULL, metadata TEXT NOT NULL, token_count INTEGER NOT NULL)")
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+
+    def insert(self, records: Iterable[dict]) -> None:
+        with sqlite3.connect(self.path) as db:
+            db.execute(self.SCHEMA)
+            db.executemany("INSERT INTO memories VALUES (?, ?, ?, ?, ?, ?)",
+                           [(r["hdv_idx"], r["id"], r["text"], r["source_id"], json.dumps(r["metadata"]),
+                             r["token_count"]) for r in records])
+        db.close()
+
+    def get_memories(self, rows: list[int]) -> dict[int, dict]:
+        if not rows:
+            return {}
+        if not self.path.exists():
+            raise CorpusError(f"{self.path}: memory store missing")
+        db = sqlite3.connect(f"file:{self.path}?mode=ro", uri=True)
+        try:
+            found = {}
+            wanted = sorted({int(r) for r in rows})
+            for start in range(0, len(wanted), 500):
+                part = wanted[start:start + 500]
+                marks = ",".join("?" * len(part))
+                for hdv_idx, mem_id, text, _, metadata, token_count in db.execute(
+                        f"SELECT * FROM memories WHERE hdv_idx IN ({marks})", part):
+                    found[hdv_idx] = {"id": mem_id, "text": text, "hdv_idx": hdv_idx,
+                                      "metadata": json.loads(metadata), "token_count": token_count}
+            return found
+        finally:
+            db.close()
+
+
+@dataclass
+class LoadedCorpus:
+    """A searchable build: `encoder` (vocabulary index) and `index` (bitmaps), both memory-mapped.
+
+    `store` is the build's own SQLite store when it has one; the portal passes its own store
+    to the retriever instead. `source_names` maps source ids to dataset names.
+    """
+
+    encoder: HDCEncoder
+    index: BitmapIndex
+    manifest: dict[str, Any] = field(default_factory=dict)
+    build_dir: Path | None = None
+    store: MemoryStore | None = None
+
+    @property
+    def dims(self) -> int:
+        return self.encoder.dims
+
+    @property
+    def count(self) -> int:
+        return self.index.count
+
+    @property
+    def source_names(self) -> dict[int, str]:
+        return {int(s["source_id"]): s["name"] for s in self.manifest.get("sources", [])}
+
+    def source_counts(self) -> dict[str, int]:
+        return {s["name"]: int(s["documents"]) for s in self.manifest.get("sources", [])}
+
+    @property
+    def key(self) -> str:
+        """Identity of the build for caches (queries encoded for one build are not valid for another)."""
+        return str(self.build_dir) if self.build_dir else f"memory:{id(self)}"
+
+
+def read_manifest(build_dir: str | Path) -> dict[str, Any]:
+    path = Path(build_dir) / MANIFEST
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise CorpusError(f"{path}: no manifest (build incomplete, failed or cancelled)") from exc
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CorpusError(f"{path}: unreadable manifest: {exc}") from exc
+    if manifest.get("format_version") != FORMAT_VERSION:
+        raise CorpusError(f"{path}: format_version {manifest.get('format_version')!r}, expected {FORMAT_VERSION}")
+    return manifest
+
+
+def load_corpus(build_dir: str | Path) -> LoadedCorpus:
+    """Open a completed build. Raises CorpusError when the manifest and the files disagree."""
+    build_dir = Path(build_dir).resolve()
+    manifest = read_manifest(build_dir)
+    encoder = HDCEncoder(VocabIndex.open(build_dir / VOCAB_FILE))
+    index = BitmapIndex.open(build_dir / INDEX_FILE)
+    expected = (manifest["dims"], manifest["ngram"], manifest["seed"], manifest["documents"])
+    found = (encoder.dims, encoder.ngram, encoder.seed, index.count)
+    if expected != found or index.dims != encoder.dims:
+        raise CorpusError(f"{build_dir}: manifest (dims, ngram, seed, documents) = {expected}, files hold {found}")
+    store_path = build_dir / MEMORIES_DB
+    store = SqliteMemoryStore(store_path) if store_path.exists() else None
+    return LoadedCorpus(encoder=encoder, index=index, manifest=manifest, build_dir=build_dir, store=store)
+
+
+_cache: dict[tuple[str, int], LoadedCorpus] = {}
+_cache_lock = threading.Lock()
+
+
+def cached_corpus(build_dir: str | Path) -> LoadedCorpus:
+    """`load_corpus` once per process and build (keyed by path and manifest mtime)."""
+    build_dir = Path(build_dir).resolve()
+    try:
+        key = (str(build_dir), (build_dir / MANIFEST).stat().st_mtime_ns)
+    except FileNotFoundError as exc:
+        raise CorpusError(f"{build_dir / MANIFEST}: no manifest (build incomplete, failed or cancelled)") from exc
+    with _cache_lock:
+        if key not in _cache:
+            _cache[key] = load_corpus(build_dir)
+        return _cache[key]
+
+
+def forget_corpus(build_dir: str | Path) -> None:
+    """Drop a build from `cached_corpus` (before deleting its directory)."""
+    build_dir = str(Path(build_dir).resolve())
+    with _cache_lock:
+        for key in [k for k in _cache if k[0] == build_dir]:
+            del _cache[key]

@@ -1,0 +1,296 @@
+"""Retriever: encode -> blend -> prune -> threshold -> dedup -> HDC-MMR -> token budget.
+
+Multi-user by construction: the conversation's blend history is a `BlendState` the caller owns
+(one per conversation, JSON-serialisable), never state of the Retriever or of this module. The
+Retriever holds only configuration, the tokenizer and a bounded cache of text encodings (a pure
+function of (build, text), so sharing it between conversations leaks nothing).
+
+Choices the spec leaves open:
+
+* Blend. Responses are kept as text (newest last, at most `BlendState.max_turns`) and encoded
+  with the searched corpus's encoder on use, so a state stays valid across rebuilds and corpora.
+  Vote: s = w_q * q + sum_i w_i * r_i over ternary vectors, w_q = min(0.5, content/(2*ngram))
+  (content = query tokens the encoder uses), response i (0 = newest) weighs 0.5^i, the response
+  weights normalised to sum to 1 - w_q. The blended vector is sign(s) (0 where s = 0). With no
+  history the query is used as is.
+* Candidates: the index's exact top-`candidates` (default 500) by ternary score, after the
+  dataset filter (applied inside the index, before any scoring). Several corpora of the same dims
+  are searched one by one and their candidates merged before everything below.
+* Threshold: `bits.adaptive_threshold` over the merged candidate scores; kept: score >= it and
+  score > 0, topped up from the ranking (score > 0) to `min_context` documents.
+* Dedup: a candidate whose lower-cased word set (regex \\w+) is a subset of a better-ranked kept
+  candidate's is dropped; a kept candidate whose word set is a strict subset of a new one is
+  replaced by it (the fuller text wins, in the better rank). Empty texts are dropped.
+* HDC-MMR: coverage C is a ternary vector, starting at 0. novelty(x) = share of x's nonzero dims
+  where C = 0; null_novelty = 1 - density(C) (a random vector's expected novelty);
+  marginal = score * novelty / null_novelty. Greedy: take the best marginal that fits the
+  remaining token budget; stop when nothing fits, or when the best marginal is <= 0 and
+  `min_context` documents are already chosen. C absorbs a choice: C = x where C = 0, C stays
+  where x agrees or is 0, and C = 0 where they collide (opposite signs).
+* Budget: `token_budget` (default `config.max_context_tokens`) is never exceeded, not even to
+  reach `min_context`. `top_document=True` returns only the best-scoring candidate.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from engine import bits
+from engine.config import Config
+from engine.corpus import LoadedCorpus, MemoryStore
+from engine.tokenizer import Tokenizer
+
+CONTEXT_DELIMITER = "\n\n---\n\n"
+_WORDS = re.compile(r"\w+")
+
+
+class BlendState:
+    """One conversation's model responses, newest last. JSON round trip with to_dict/from_dict.
+
+    Responses beyond `max_turns` are dropped: their weight would be below 0.5^8 = 0.4 %.
+    """
+
+    VERSION = 1
+
+    def __init__(self, responses: Iterable[str] = (), max_turns: int = 8) -> None:
+        if max_turns < 1:
+            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
+        self.max_turns = max_turns
+        self._responses: list[str] = []
+        for text in responses:
+            self.add_turn(text)
+
+    @property
+    def responses(self) -> tuple[str, ...]:
+        return tuple(self._responses)
+
+    def add_turn(self, text: str) -> None:
+        """Record a model response (only responses are tracked, never user queries)."""
+        if not isinstance(text, str):
+            raise ValueError(f"response text must be str, got {type(text).__name__}")
+        if text.strip():
+            self._responses.append(text)
+            del self._responses[:-self.max_turns]
+
+    def clear(self) -> None:
+        self._responses.clear()
+
+    def __len__(self) -> int:
+        return len(self._responses)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"version": self.VERSION, "max_turns": self.max_turns, "responses": list(self._responses)}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any] | None) -> BlendState:
+        if not data:
+            return cls()
+        if data.get("version") != cls.VERSION or not isinstance(data.get("responses"), list):
+            raise ValueError(f"blend state: expected version {cls.VERSION} with a 'responses' list, got {data!r:.200}")
+        return cls(data["responses"], max_turns=int(data.get("max_turns", 8)))
+
+
+def blend_vectors(query: tuple[np.ndarray, np.ndarray], content_count: int,
+                  history: Sequence[tuple[np.ndarray, np.ndarray]], ngram: int, dims: int
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Weighted majority vote of the query and the responses (history: newest FIRST).
+
+    Shapes: every (pos, neg) is (words,) uint64 -> blended (pos, neg) (words,) uint64.
+    """
+    if not history:
+        return query
+    query_weight = min(0.5, content_count / (ngram * 2))
+    decay = 0.5 ** np.arange(len(history))
+    weights = decay / decay.sum() * (1.0 - query_weight)
+    total = query_weight * bits.unpack_ternary(*query, dims).astype(np.float64)
+    for weight, vector in zip(weights, history, strict=True):
+        total += weight * bits.unpack_ternary(*vector, dims)
+    return bits.pack_ternary(np.sign(total).astype(np.int8))
+
+
+@dataclass(frozen=True)
+class SearchTarget:
+    """One corpus to search: its loaded build, where its texts live, and its dataset filter."""
+
+    corpus: LoadedCorpus
+    store: MemoryStore
+    name: str = ""
+    enabled_sources: frozenset[int] | None = None
+
+
+@dataclass
+class _Candidate:
+    target: int
+    row: int
+    score: int
+    memory: dict | None = None
+    words: frozenset[str] = frozenset()
+
+
+def _dedup(candidates: list[_Candidate]) -> list[_Candidate]:
+    kept: list[_Candidate] = []
+    for candidate in candidates:
+        if not candidate.words or any(candidate.words <= other.words for other in kept):
+            continue
+        subsumed = [i for i, other in enumerate(kept) if other.words < candidate.words]
+        if not subsumed:
+            kept.append(candidate)
+            continue
+        kept[subsumed[0]] = candidate
+        kept = [other for i, other in enumerate(kept) if i not in subsumed[1:]]
+    return kept
+
+
+def hdc_mmr(pos: np.ndarray, neg: np.ndarray, scores: np.ndarray, token_counts: np.ndarray, dims: int,
+            token_budget: int, min_context: int) -> list[int]:
+    """Coverage-aware greedy selection (see module docstring); returns chosen indices in order.
+
+    Shapes: pos, neg (m, words) uint64; scores (m,) float; token_counts (m,) int.
+    """
+    m = scores.shape[0]
+    nonzero = np.bitwise_count(pos | neg).sum(axis=1, dtype=np.int64)
+    cover_pos = np.zeros(pos.shape[1], dtype=np.uint64)
+    cover_neg = np.zeros_like(cover_pos)
+    remaining = np.ones(m, dtype=bool)
+    chosen: list[int] = []
+    budget = int(token_budget)
+    while True:
+        fits = remaining & (token_counts <= budget)
+        if not fits.any():
+            return chosen
+        covered = cover_pos | cover_neg
+        density = int(np.bitwise_count(covered).sum()) / dims
+        null_novelty = max(1.0 - density, 1.0 / dims)
+        fresh = np.bitwise_count((pos | neg) & ~covered).sum(axis=1, dtype=np.int64)
+        novelty = np.divide(fresh, nonzero, out=np.zeros(m), where=nonzero > 0)
+        marginal = np.where(fits, scores * novelty / null_novelty, -np.inf)
+        best = int(np.argmax(marginal))
+        if marginal[best] <= 0 and len(chosen) >= min_context:
+            return chosen
+        chosen.append(best)
+        remaining[best] = False
+        budget -= int(token_counts[best])
+        x_pos, x_neg = pos[best], neg[best]
+        empty = ~covered
+        cover_pos, cover_neg = (cover_pos & ~x_neg) | (x_pos & empty), (cover_neg & ~x_pos) | (x_neg & empty)
+
+
+class Retriever:
+    """Search over one or several loaded corpora. Stateless apart from a bounded encoding cache."""
+
+    def __init__(self, tokenizer: Tokenizer, config: Config, *, candidates: int = 500, cache_size: int = 512) -> None:
+        if candidates < 1:
+            raise ValueError(f"candidates must be >= 1, got {candidates}")
+        self.tokenizer = tokenizer
+        self.config = config
+        self.candidates = candidates
+        self._cache: OrderedDict[tuple[str, str], tuple[np.ndarray, np.ndarray, int]] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+
+    def encode_text(self, corpus: LoadedCorpus, text: str) -> tuple[np.ndarray, np.ndarray, int]:
+        """(pos, neg, content_count) of `text` under `corpus`'s encoder; cached per (build, text)."""
+        key = (corpus.key, text)
+        with self._lock:
+            if key in self._cache:
+                self._cache.move_to_end(key)
+                return self._cache[key]
+        tokens = self.tokenizer.tokenize(text)
+        pos, neg = corpus.encoder.encode([tokens])
+        value = (pos[0], neg[0], corpus.encoder.content_count(tokens))
+        with self._lock:
+            self._cache[key] = value
+            while len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return value
+
+    def query_vector(self, corpus: LoadedCorpus, query: str, blend: BlendState | None = None
+                     ) -> tuple[np.ndarray, np.ndarray]:
+        """The blended query bitmaps (pos, neg) (words,) uint64 for one corpus."""
+        q_pos, q_neg, content = self.encode_text(corpus, query)
+        history = [self.encode_text(corpus, text)[:2] for text in reversed(blend.responses)] if blend else []
+        return blend_vectors((q_pos, q_neg), content, history, corpus.encoder.ngram, corpus.dims)
+
+    def search(self, query: str, targets: Sequence[SearchTarget], *, blend: BlendState | None = None,
+               token_budget: int | None = None, top_document: bool = False) -> list[dict]:
+        """Ranked memories: [{"memory": {id, text, hdv_idx, metadata, token_count}, "hdc_score", "corpus"}]."""
+        if not targets:
+            return []
+        dims = {t.corpus.dims for t in targets}
+        if len(dims) != 1:
+            raise ValueError(f"corpora searched together must share hdc dimensions, got {sorted(dims)}")
+        budget = self.config.max_context_tokens if token_budget is None else int(token_budget)
+        candidates: list[_Candidate] = []
+        for number, target in enumerate(targets):
+            q_pos, q_neg = self.query_vector(target.corpus, query, blend)
+            if not (q_pos.any() or q_neg.any()):
+                continue
+            rows, scores = target.corpus.index.search(
+                q_pos, q_neg, min(self.candidates, target.corpus.count), allowed_sources=target.enabled_sources)
+            candidates.extend(_Candidate(number, int(r), int(s)) for r, s in zip(rows, scores, strict=True))
+        candidates.sort(key=lambda c: (-c.score, c.target, c.row))
+        if top_document:
+            return self._results(targets, self._with_memories(targets, candidates[:1]))
+        kept = self._threshold(candidates)
+        kept = _dedup(self._with_memories(targets, kept))
+        if not kept:
+            return []
+        chosen = self._mmr(targets, kept, budget, dims.pop())
+        return self._results(targets, [kept[i] for i in chosen])
+
+    def get_context(self, query: str, targets: Sequence[SearchTarget], *, blend: BlendState | None = None,
+                    token_budget: int | None = None, top_document: bool = False, compress: bool = False) -> str:
+        """The retrieved texts joined by "\\n\\n---\\n\\n" (each compressed when `compress`)."""
+        results = self.search(query, targets, blend=blend, token_budget=token_budget, top_document=top_document)
+        texts = [r["memory"]["text"] for r in results]
+        return CONTEXT_DELIMITER.join(bits.compress_context(t) if compress else t for t in texts)
+
+    def _threshold(self, ranked: list[_Candidate]) -> list[_Candidate]:
+        if not ranked:
+            return []
+        cut = bits.adaptive_threshold(np.array([c.score for c in ranked], dtype=np.float64))
+        kept = [c for c in ranked if c.score >= cut and c.score > 0]
+        if len(kept) < self.config.min_context:
+            kept = [c for c in ranked if c.score > 0][: max(self.config.min_context, len(kept))]
+        return kept
+
+    def _with_memories(self, targets: Sequence[SearchTarget], candidates: list[_Candidate]) -> list[_Candidate]:
+        by_target: dict[int, list[int]] = {}
+        for c in candidates:
+            by_target.setdefault(c.target, []).append(c.row)
+        found = {number: targets[number].store.get_memories(rows) for number, rows in by_target.items()}
+        out = []
+        for c in candidates:
+            memory = found[c.target].get(c.row)
+            if memory is None:
+                continue  # a row the store no longer holds (e.g. deleted) cannot be shown
+            c.memory = {**memory, "hdv_idx": c.row}
+            c.words = frozenset(_WORDS.findall(memory["text"].lower()))
+            out.append(c)
+        return out
+
+    def _mmr(self, targets: Sequence[SearchTarget], kept: list[_Candidate], budget: int, dims: int) -> list[int]:
+        words = bits.words(dims)
+        pos = np.empty((len(kept), words), dtype=np.uint64)
+        neg = np.empty_like(pos)
+        by_target: dict[int, list[int]] = {}
+        for i, c in enumerate(kept):
+            by_target.setdefault(c.target, []).append(i)
+        for number, positions in by_target.items():
+            p, n = targets[number].corpus.index.get_bitmaps(np.array([kept[i].row for i in positions]))
+            pos[positions], neg[positions] = p, n
+        scores = np.array([c.score for c in kept], dtype=np.float64)
+        tokens = np.array([int(c.memory["token_count"]) for c in kept], dtype=np.int64)
+        return hdc_mmr(pos, neg, scores, tokens, dims, budget, self.config.min_context)
+
+    @staticmethod
+    def _results(targets: Sequence[SearchTarget], chosen: list[_Candidate]) -> list[dict]:
+        return [{"memory": c.memory, "hdc_score": float(c.score), "corpus": targets[c.target].name}
+                for c in chosen]
