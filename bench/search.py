@@ -1,0 +1,207 @@
+"""Benchmark of the bitmap index search against the machine's memory read bandwidth.
+
+Builds (or reuses) a synthetic ternary corpus of --docs x --dims in --dir, with 10
+planted near-duplicates per query (the query with --flip of its dimensions sign-flipped),
+then prints in one run: hardware, measured read bandwidth of the page-cached index body,
+the exact full scan (numba) and a plain numpy `np.bitwise_count` scan as fractions of that
+bandwidth, pruned search latency (p50/p95), recall@10 of pruned vs exact, and the peak
+anonymous memory used by pruned search beyond the memory map.
+
+    .venv/bin/python -m bench.search --docs 1000000 --dims 10000 --queries 20 --dir /tmp/hdrag-bench
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numba
+import numpy as np
+from numba import njit, prange
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from bench._hw import print_hardware  # noqa: E402
+from engine import bits  # noqa: E402
+from engine.index import BitmapIndex, IndexFileError  # noqa: E402
+
+PLANTED_PER_QUERY = 10
+BUILD_BATCH = 20000
+
+
+@njit(parallel=True, cache=True)
+def _sum_words(flat):
+    acc = np.uint64(0)
+    for i in prange(flat.shape[0]):
+        acc += flat[i]
+    return acc
+
+
+def random_bitmaps(rng: np.random.Generator, n: int, dims: int) -> tuple[np.ndarray, np.ndarray]:
+    """(pos, neg) uint64 (n, words): each dimension +1 / -1 with probability 1/4, else 0."""
+    mask = bits.mask64_for_dims(dims, bits.bstride(dims))
+    shape = (n, bits.words(dims))
+    a = rng.integers(0, 2**64, size=shape, dtype=np.uint64, endpoint=False)
+    b = rng.integers(0, 2**64, size=shape, dtype=np.uint64, endpoint=False)
+    return a & b & mask, a & ~b & mask
+
+
+def flipped(rng: np.random.Generator, qp: np.ndarray, qn: np.ndarray, dims: int, rate: float):
+    """Copy of the query with each dimension's sign flipped with probability `rate`."""
+    flips = bits.pack_ternary((rng.random(dims) < rate).astype(np.int8))[0]
+    return (qp & ~flips) | (qn & flips), (qn & ~flips) | (qp & flips)
+
+
+def build_corpus(directory: Path, docs: int, dims: int, queries: int, flip: float, seed: int):
+    """Write the corpus index and its queries; reuse them when the same parameters exist."""
+    path = directory / f"bench_{docs}x{dims}_q{queries}_f{flip}_s{seed}.idx"
+    query_file = path.with_suffix(".queries.npz")
+    if path.exists() and query_file.exists():
+        try:
+            index = BitmapIndex.open(path)
+            if index.finalized and index.count == docs:
+                saved = np.load(query_file)
+                print(f"reusing {path}")
+                return index, saved["qp"], saved["qn"], saved["planted"]
+        except IndexFileError as error:
+            print(f"rebuilding: {error}")
+        path.unlink()
+    for stale in directory.glob(path.name + "*"):
+        stale.unlink()
+    rng = np.random.default_rng(seed)
+    qp, qn = random_bitmaps(rng, queries, dims)
+    planted = rng.choice(docs, size=(queries, PLANTED_PER_QUERY), replace=False)
+    owner = {int(row): q for q in range(queries) for row in planted[q]}
+    started = time.perf_counter()
+    index = BitmapIndex.create(path, dims)
+    for first in range(0, docs, BUILD_BATCH):
+        n = min(BUILD_BATCH, docs - first)
+        pos, neg = random_bitmaps(rng, n, dims)
+        for row in [r for r in owner if first <= r < first + n]:
+            pos[row - first], neg[row - first] = flipped(rng, qp[owner[row]], qn[owner[row]], dims, flip)
+        index.append(pos, neg, source_ids=np.arange(first, first + n) % 4)
+    appended = time.perf_counter()
+    index.finalize()
+    print(f"built {path}: append {appended - started:.1f} s, finalize {time.perf_counter() - appended:.1f} s")
+    np.savez(query_file, qp=qp, qn=qn, planted=planted)
+    return BitmapIndex.open(path), qp, qn, planted
+
+
+def read_bandwidth(flat: np.ndarray, repeats: int = 3) -> float:
+    """Best-of GB/s of a parallel (wrapping) uint64 sum over `flat` (read once per repeat)."""
+    _sum_words(flat[:1024])
+    best = float("inf")
+    for _ in range(repeats):
+        started = time.perf_counter()
+        _sum_words(flat)
+        best = min(best, time.perf_counter() - started)
+    return flat.nbytes / best / 1e9
+
+
+def numpy_scan(index: BitmapIndex, qp: np.ndarray, qn: np.ndarray) -> np.ndarray:
+    """Baseline: the same chunked full scan with plain numpy `np.bitwise_count`."""
+    scores = np.zeros(index.count, dtype=np.int32)
+    for start, width in index._chunks():
+        block = index._block(start, width)
+        pos, neg = block[:, :width], block[:, width:]
+        a, b = qp[start : start + width], qn[start : start + width]
+        scores += np.bitwise_count((pos & a) | (neg & b)).sum(axis=1, dtype=np.int32)
+        scores -= np.bitwise_count((pos & b) | (neg & a)).sum(axis=1, dtype=np.int32)
+    return scores
+
+
+def proc_status_kib(field: str) -> int:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"/proc/self/status has no {field}")
+
+
+def reset_peak_rss() -> bool:
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        return True
+    except OSError:
+        return False
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--docs", type=int, default=1_000_000)
+    parser.add_argument("--dims", type=int, default=10_000)
+    parser.add_argument("--queries", type=int, default=20)
+    parser.add_argument("--flip", type=float, default=0.03, help="fraction of sign-flipped dims per planted doc")
+    parser.add_argument("--exact-queries", type=int, default=5, help="queries timed with the exact scan")
+    parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "hdrag-bench")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+
+    print_hardware()
+    print(f"numba threads  : {numba.get_num_threads()}")
+    args.dir.mkdir(parents=True, exist_ok=True)
+    index, qp, qn, planted = build_corpus(args.dir, args.docs, args.dims, args.queries, args.flip, args.seed)
+    body = index._body()
+    gbytes = body.nbytes / 1e9
+    print(f"\n== corpus == {index.count} docs x {index.dims} dims, body {gbytes:.2f} GB, chunk_words {index.chunk_words}")
+    print(f"sparsity       : { {k: round(v, 4) for k, v in index.sparsity().items()} }")
+
+    bandwidth = read_bandwidth(body)
+    print("\n== baseline: memory read bandwidth (parallel uint64 sum of the page-cached body) ==")
+    print(f"read bandwidth : {bandwidth:.1f} GB/s")
+
+    index.search_exact(qp[0], qn[0], 10)
+    exact_times, exact_results = [], []
+    for q in range(min(args.exact_queries, args.queries)):
+        started = time.perf_counter()
+        exact_results.append(index.search_exact(qp[q], qn[q], 10))
+        exact_times.append(time.perf_counter() - started)
+    exact_s = float(np.median(exact_times))
+    print("\n== exact full scan (numba) ==")
+    print(f"time           : {exact_s * 1e3:.1f} ms/query (median of {len(exact_times)})")
+    print(f"throughput     : {gbytes / exact_s:.1f} GB/s = {gbytes / exact_s / bandwidth:.0%} of read bandwidth")
+
+    started = time.perf_counter()
+    baseline_scores = numpy_scan(index, qp[0], qn[0])
+    numpy_s = time.perf_counter() - started
+    exact_rows, exact_scores = exact_results[0]
+    assert np.array_equal(np.sort(baseline_scores)[::-1][:10], exact_scores), "numpy baseline disagrees"
+    print("\n== baseline: plain numpy np.bitwise_count full scan ==")
+    print(f"time           : {numpy_s * 1e3:.1f} ms/query")
+    print(f"throughput     : {gbytes / numpy_s:.1f} GB/s = {gbytes / numpy_s / bandwidth:.0%} of read bandwidth")
+    print(f"numba speed-up : {numpy_s / exact_s:.1f}x")
+
+    index.search(qp[0], qn[0], 10)
+    rss_before = proc_status_kib("RssAnon")
+    peak_reset = reset_peak_rss()
+    pruned_times, recalls, planted_found = [], [], []
+    for q in range(args.queries):
+        started = time.perf_counter()
+        rows, _ = index.search(qp[q], qn[q], 10)
+        pruned_times.append(time.perf_counter() - started)
+        planted_found.append(len(set(rows.tolist()) & set(planted[q].tolist())) / PLANTED_PER_QUERY)
+        if q < len(exact_results):
+            recalls.append(len(set(rows.tolist()) & set(exact_results[q][0].tolist())) / 10)
+    peak_anon_mb = peak_extra_mb = None
+    if peak_reset:
+        # VmHWM counts the mapped file pages too; what is left after removing them is anonymous memory.
+        peak_anon_kib = proc_status_kib("VmHWM") - proc_status_kib("RssFile") - proc_status_kib("RssShmem")
+        peak_anon_mb, peak_extra_mb = peak_anon_kib / 1024, (peak_anon_kib - rss_before) / 1024
+    times_ms = np.array(pruned_times) * 1e3
+    print("\n== pruned search (exact progressive pruning, k = 10) ==")
+    print(f"latency        : p50 {np.percentile(times_ms, 50):.1f} ms, p95 {np.percentile(times_ms, 95):.1f} ms "
+          f"over {args.queries} queries")
+    print(f"vs exact scan  : {exact_s * 1e3 / np.percentile(times_ms, 50):.1f}x faster at p50")
+    print(f"recall@10      : {np.mean(recalls):.3f} vs exact ({len(recalls)} queries); "
+          f"planted found {np.mean(planted_found):.3f}")
+    if peak_extra_mb is None:
+        print("peak RSS       : unavailable (/proc/self/clear_refs not writable)")
+    else:
+        print(f"peak RSS       : {peak_anon_mb:.0f} MB anonymous (whole process, memmap excluded) during pruned "
+              f"search, {peak_extra_mb:+.0f} MB over before it; search work arrays ~{index.count * 5 / 1e6:.0f} MB")
+
+
+if __name__ == "__main__":
+    main()
