@@ -320,14 +320,10 @@ class GGUFTokenizer:
 
     def detokenize(self, tokens: list[int]) -> str:
         """Concatenated pieces, as llama.cpp's `/detokenize` (control tokens rendered as text)."""
-        pieces = self._pieces
-        try:
-            raw = b"".join(pieces[token_id] for token_id in tokens)
-        except IndexError:
+        if tokens and not 0 <= min(tokens) <= max(tokens) < self.vocab_size:
             bad = next(t for t in tokens if not 0 <= t < self.vocab_size)
-            raise ValueError(f"token id {bad} is outside the vocabulary (0..{self.vocab_size - 1})") from None
-        if any(t < 0 for t in tokens):
-            raise ValueError(f"negative token id in {tokens[:20]}")
+            raise ValueError(f"token id {bad} is outside the vocabulary (0..{self.vocab_size - 1})")
+        raw = b"".join([self._pieces[token_id] for token_id in tokens])
         return raw.decode("utf-8", errors="replace")
 
     def token_text(self, token_id: int) -> str:
