@@ -11,7 +11,7 @@ Choices the spec leaves open:
   with the searched corpus's encoder on use, so a state stays valid across rebuilds and corpora.
   Vote: s = w_q * q + sum_i w_i * r_i over ternary vectors, w_q = min(0.5, content/(2*ngram))
   (content = query tokens the encoder uses), response i (0 = newest) weighs 0.5^i, the response
-  weights normalised to sum to 1 - w_q. The blended vector is sign(s) (0 where s = 0). With no
+  weights normalised to sum to 1 - w_q. The blended vector is sign(s); an exact tie (|s| < 1e-9) is 0. With no
   history the query is used as is.
 * Candidates: the index's exact top-`candidates` (default 500) by ternary score, after the
   dataset filter (applied inside the index, before any scoring). Several corpora of the same dims
@@ -112,6 +112,8 @@ def blend_vectors(query: tuple[np.ndarray, np.ndarray], content_count: int,
     total = query_weight * bits.unpack_ternary(*query, dims).astype(np.float64)
     for weight, vector in zip(weights, history, strict=True):
         total += weight * bits.unpack_ternary(*vector, dims)
+    # Ties (e.g. a 0.5 query against the whole history) abstain; rounding must not break them.
+    total[np.abs(total) < 1e-9] = 0.0
     return bits.pack_ternary(np.sign(total).astype(np.int8))
 
 
@@ -221,6 +223,14 @@ class Retriever:
     def search(self, query: str, targets: Sequence[SearchTarget], *, blend: BlendState | None = None,
                token_budget: int | None = None, top_document: bool = False) -> list[dict]:
         """Ranked memories: [{"memory": {id, text, hdv_idx, metadata, token_count}, "hdc_score", "corpus"}]."""
+        vectors = [self.query_vector(target.corpus, query, blend) for target in targets]
+        return self.search_vectors(vectors, targets, token_budget=token_budget, top_document=top_document)
+
+    def search_vectors(self, vectors: Sequence[tuple[np.ndarray, np.ndarray]], targets: Sequence[SearchTarget], *,
+                       token_budget: int | None = None, top_document: bool = False) -> list[dict]:
+        """`search` from already blended query bitmaps, one (pos, neg) (words,) uint64 per target."""
+        if len(vectors) != len(targets):
+            raise ValueError(f"one query vector per target expected, got {len(vectors)} for {len(targets)}")
         if not targets:
             return []
         dims = {t.corpus.dims for t in targets}
@@ -228,9 +238,8 @@ class Retriever:
             raise ValueError(f"corpora searched together must share hdc dimensions, got {sorted(dims)}")
         budget = self.config.max_context_tokens if token_budget is None else int(token_budget)
         candidates: list[_Candidate] = []
-        for number, target in enumerate(targets):
-            q_pos, q_neg = self.query_vector(target.corpus, query, blend)
-            if not (q_pos.any() or q_neg.any()):
+        for number, (target, (q_pos, q_neg)) in enumerate(zip(targets, vectors, strict=True)):
+            if target.corpus.count == 0 or not (q_pos.any() or q_neg.any()):
                 continue
             rows, scores = target.corpus.index.search(
                 q_pos, q_neg, min(self.candidates, target.corpus.count), allowed_sources=target.enabled_sources)
@@ -238,8 +247,7 @@ class Retriever:
         candidates.sort(key=lambda c: (-c.score, c.target, c.row))
         if top_document:
             return self._results(targets, self._with_memories(targets, candidates[:1]))
-        kept = self._threshold(candidates)
-        kept = _dedup(self._with_memories(targets, kept))
+        kept = _dedup(self._with_memories(targets, self._threshold(candidates)))
         if not kept:
             return []
         chosen = self._mmr(targets, kept, budget, dims.pop())

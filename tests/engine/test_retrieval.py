@@ -1,0 +1,247 @@
+"""Retriever: blend, BlendState isolation, threshold, dedup, HDC-MMR, budget, filters, several corpora."""
+
+from __future__ import annotations
+
+import json
+import zlib
+
+import numpy as np
+import pytest
+
+from engine.bits import adaptive_threshold, pack_ternary, unpack_ternary
+from engine.config import Config
+from engine.corpus import LoadedCorpus
+from engine.index import BitmapIndex
+from engine.retrieval import (
+    CONTEXT_DELIMITER,
+    BlendState,
+    Retriever,
+    SearchTarget,
+    _Candidate,
+    blend_vectors,
+    hdc_mmr,
+)
+from tests.engine.test_encoder import make_encoder
+
+DIMS = 512
+
+
+class WordTokenizer:
+    """Tiny deterministic tokenizer: each whitespace word -> 3 + crc32(word) % 340; ids 0-2 special."""
+
+    vocab_size = 400
+    special_ids = {0, 1, 2}
+
+    def tokenize(self, text: str) -> list[int]:
+        return [1] + [3 + zlib.crc32(w.encode()) % 340 for w in text.lower().split()]
+
+    def bulk_tokenize(self, texts: list[str]) -> list[list[int]]:
+        return [self.tokenize(t) for t in texts]
+
+    def count_tokens(self, text: str) -> int:
+        return len(self.tokenize(text))
+
+    def detokenize(self, tokens: list[int]) -> str:
+        raise NotImplementedError("not needed by the retriever")
+
+
+class DictStore:
+    def __init__(self, texts: list[str], token_counts: list[int] | None = None):
+        self.texts = texts
+        self.token_counts = token_counts or [len(t.split()) for t in texts]
+        self.calls: list[list[int]] = []
+
+    def get_memories(self, rows: list[int]) -> dict[int, dict]:
+        self.calls.append(list(rows))
+        return {r: {"id": f"m{r}", "text": self.texts[r], "hdv_idx": r, "metadata": {"source": "s"},
+                    "token_count": self.token_counts[r]} for r in rows}
+
+
+def ternary(rng: np.random.Generator, n: int, density: float = 0.3) -> np.ndarray:
+    return (rng.choice([-1, 1], size=(n, DIMS)) * (rng.random((n, DIMS)) < density)).astype(np.int8)
+
+
+def make_corpus(tmp_path, name: str, vectors: np.ndarray, source_ids=None) -> LoadedCorpus:
+    index = BitmapIndex.create(tmp_path / f"{name}.idx", DIMS)
+    pos, neg = pack_ternary(vectors)
+    index.append(pos, neg, token_counts=np.full(len(vectors), 10),
+                 source_ids=np.zeros(len(vectors), np.int32) if source_ids is None else source_ids)
+    index.finalize()
+    encoder = make_encoder(tmp_path, dims=DIMS, ngram=3, name=f"{name}.vocab")
+    return LoadedCorpus(encoder=encoder, index=BitmapIndex.open(tmp_path / f"{name}.idx"), build_dir=tmp_path / name)
+
+
+def packed(vector: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    return pack_ternary(vector[None, :].astype(np.int8))[0][0], pack_ternary(vector[None, :].astype(np.int8))[1][0]
+
+
+def test_blend_weights_and_decay_on_constructed_vectors():
+    dims = 64
+    query = np.zeros(dims, np.int8)
+    newest = np.zeros(dims, np.int8)
+    older = np.zeros(dims, np.int8)
+    query[:4] = 1
+    newest[0], older[0] = -1, -1   # 0.2 - 0.533 - 0.267 < 0
+    older[1] = -1                  # 0.2 - 0.267 < 0: two query tokens lean on history
+    newest[2] = -1                 # 0.2 - 0.533 < 0
+    newest[5], older[5] = 1, -1    # 0.533 - 0.267 > 0: the newest response outweighs the older
+    older[6] = 1                   # history only
+    blended = blend_vectors(packed(query), 2, [packed(newest), packed(older)], ngram=5, dims=dims)
+    dense = unpack_ternary(*blended, dims)
+    expected = np.zeros(dims, np.int8)
+    expected[[0, 1, 2]] = -1
+    expected[[3, 5, 6]] = 1
+    np.testing.assert_array_equal(dense, expected)
+    # A substantive query (>= 2 * ngram content tokens) weighs 0.5: it beats any proper part of
+    # the history and ties (abstains) against all of it.
+    dense = unpack_ternary(*blend_vectors(packed(query), 10, [packed(newest), packed(older)], 5, dims), dims)
+    assert dense[1] == 1 and dense[2] == 1 and dense[0] == 0
+    # No history: the query itself.
+    same = blend_vectors(packed(query), 1, [], 5, dims)
+    np.testing.assert_array_equal(unpack_ternary(*same, dims), query)
+
+
+def test_blend_states_are_independent_and_round_trip(tmp_path):
+    corpus = make_corpus(tmp_path, "c", ternary(np.random.default_rng(0), 4))
+    retriever = Retriever(WordTokenizer(), Config())
+    first, second = BlendState(), BlendState()
+    first.add_turn("zeta eta theta iota kappa lambda mu nu xi omicron")
+    alone = retriever.query_vector(corpus, "what about it", None)
+    np.testing.assert_array_equal(retriever.query_vector(corpus, "what about it", second)[0], alone[0])
+    assert not np.array_equal(retriever.query_vector(corpus, "what about it", first)[0], alone[0])
+    assert len(second) == 0
+    restored = BlendState.from_dict(json.loads(json.dumps(first.to_dict())))
+    assert restored.responses == first.responses
+    for a, b in zip(retriever.query_vector(corpus, "what about it", restored),
+                    retriever.query_vector(corpus, "what about it", first), strict=True):
+        np.testing.assert_array_equal(a, b)
+    for i in range(12):
+        first.add_turn(f"response {i}")
+    assert len(first) == 8 and first.responses[-1] == "response 11"
+    first.add_turn("   ")
+    assert len(first) == 8
+    first.clear()
+    assert first.to_dict()["responses"] == []
+    with pytest.raises(ValueError, match="blend state"):
+        BlendState.from_dict({"version": 99, "responses": []})
+
+
+def constructed_case(tmp_path, min_context=2):
+    """Query = two disjoint halves Q1 | Q2 (h dims each). Rows: 0 = Q1 + 10 dims of Q2 (best),
+    1 = exact duplicate text of 0, 2 = text contained in 0, 3 = row 0 less 15 dims (a near copy with
+    its own text), 4 = h - 10 dims of Q2 (another aspect, scoring below 3), then 300 sparse noise rows."""
+    rng = np.random.default_rng(42)
+    query = ternary(rng, 1, 0.4)[0]
+    support = np.flatnonzero(query)
+    h = len(support) // 2
+    half1, half2 = support[:h], support[h:]
+    rows = np.concatenate([np.zeros((5, DIMS), np.int8), ternary(rng, 300, 0.05)])
+    rows[0, half1] = query[half1]
+    rows[0, half2[:10]] = query[half2[:10]]
+    rows[1] = rows[2] = rows[3] = rows[0]
+    rows[3, half2[:10]] = 0
+    rows[3, half1[:5]] = 0
+    rows[4, half2[: h - 10]] = query[half2[: h - 10]]
+    texts = ["alpha beta gamma delta", "Alpha, beta gamma delta!", "beta gamma", "epsilon zeta eta",
+             "theta iota kappa"] + [f"noise {i} w{i}" for i in range(300)]
+    corpus = make_corpus(tmp_path, "case", rows)
+    store = DictStore(texts)
+    retriever = Retriever(WordTokenizer(), Config(min_context=min_context), candidates=100)
+    return retriever, [SearchTarget(corpus, store, "case")], packed(query), rows, query
+
+
+def test_threshold_dedup_and_mmr_on_constructed_case(tmp_path):
+    retriever, targets, q, rows, query = constructed_case(tmp_path)
+    scores = rows @ query.astype(np.int64)
+    assert scores[0] > scores[3] > scores[4] > scores[5:].max()
+    results = retriever.search_vectors([q], targets)
+    picked = [r["memory"]["hdv_idx"] for r in results]
+    assert 1 not in picked and 2 not in picked        # exact duplicate and contained text removed
+    assert picked[:2] == [0, 4]                       # the other aspect before the near copy,
+    # The near copy adds no coverage after row 0: it only comes back once later choices have
+    # collided with row 0's dims (collision zeroing), behind far lower-scoring novel rows.
+    assert 3 not in picked or picked.index(3) > 5
+    top = np.sort(scores)[::-1][:100]
+    cut = adaptive_threshold(top.astype(np.float64))
+    assert all(r["hdc_score"] >= cut for r in results)
+    assert sum(1 for s in top if s >= cut) < 100      # the threshold did cut candidates
+    assert results[0]["hdc_score"] == float(scores[0]) and results[0]["corpus"] == "case"
+    assert set(results[0]["memory"]) >= {"id", "text", "hdv_idx", "metadata", "token_count"}
+
+
+def test_threshold_tops_up_to_min_context():
+    retriever = Retriever(WordTokenizer(), Config(min_context=6))
+    ranked = [_Candidate(0, row, score) for row, score in enumerate([100, 99, 5, 4, 3, 2, 1, 0, -1, -2])]
+    assert len([c for c in ranked if c.score >= adaptive_threshold([c.score for c in ranked])]) < 6
+    assert [c.row for c in retriever._threshold(ranked)] == [0, 1, 2, 3, 4, 5]
+    retriever = Retriever(WordTokenizer(), Config(min_context=9))
+    assert [c.row for c in retriever._threshold(ranked)] == [0, 1, 2, 3, 4, 5, 6]  # never a score <= 0
+
+
+def test_top_document_and_context(tmp_path):
+    retriever, targets, q, _, _ = constructed_case(tmp_path)
+    top = retriever.search_vectors([q], targets, top_document=True)
+    assert [r["memory"]["hdv_idx"] for r in top] == [0]
+    retriever.query_vector = lambda corpus, query, blend=None: q  # the query text is irrelevant here
+    context = retriever.get_context("anything", targets)
+    parts = context.split(CONTEXT_DELIMITER)
+    assert parts[0] == "alpha beta gamma delta" and "theta iota kappa" in parts
+    compressed = retriever.get_context("anything", targets, compress=True)
+    assert compressed.count(CONTEXT_DELIMITER) == context.count(CONTEXT_DELIMITER)
+
+
+def test_token_budget_is_never_exceeded(tmp_path):
+    retriever, targets, q, _, _ = constructed_case(tmp_path, min_context=6)
+    assert len(retriever.search_vectors([q], targets)) >= 6
+    small = retriever.search_vectors([q], targets, token_budget=9)
+    assert sum(r["memory"]["token_count"] for r in small) <= 9
+    assert [r["memory"]["hdv_idx"] for r in small] == [0, 4]  # 4 + 3 tokens, then nothing fits
+    assert retriever.search_vectors([q], targets, token_budget=1) == []
+
+
+def test_hdc_mmr_prefers_novel_items_and_respects_budget():
+    rng = np.random.default_rng(3)
+    base = ternary(rng, 1, 0.3)[0]
+    other = ternary(rng, 1, 0.3)[0]
+    other[base != 0] = 0  # no collisions, so the copy of `base` stays fully covered
+    vectors = np.stack([base, base, other])
+    pos, neg = pack_ternary(vectors)
+    chosen = hdc_mmr(pos, neg, np.array([100.0, 99.0, 90.0]), np.array([1, 1, 1]), DIMS, 10, 0)
+    assert chosen[:2] == [0, 2]
+    assert chosen == [0, 2]  # the exact copy has zero novelty: marginal 0, stops there
+    assert hdc_mmr(pos, neg, np.array([100.0, 99.0, 90.0]), np.array([1, 1, 1]), DIMS, 10, 3) == [0, 2, 1]
+    assert hdc_mmr(pos, neg, np.array([100.0, 99.0, 90.0]), np.array([5, 1, 5]), DIMS, 6, 3) == [0, 1]
+
+
+def test_filter_applies_before_pruning(tmp_path):
+    rng = np.random.default_rng(9)
+    query = ternary(rng, 1, 0.4)[0]
+    rows = ternary(rng, 40, 0.3)
+    rows[:30] = query          # 30 perfect matches in source 1
+    rows[30:33, : DIMS // 2] = query[: DIMS // 2]  # weaker matches in source 2
+    sources = np.array([1] * 30 + [2] * 10)
+    corpus = make_corpus(tmp_path, "f", rows, sources)
+    store = DictStore([f"text {i} {i}x" for i in range(40)])
+    retriever = Retriever(WordTokenizer(), Config(min_context=0), candidates=20)
+    target = SearchTarget(corpus, store, "f", enabled_sources=frozenset({2}))
+    picked = {r["memory"]["hdv_idx"] for r in retriever.search_vectors([packed(query)], [target])}
+    assert picked and picked <= set(range(30, 40)) and {30, 31, 32} <= picked
+
+
+def test_several_corpora_merge_and_require_equal_dims(tmp_path):
+    rng = np.random.default_rng(5)
+    query = ternary(rng, 1, 0.4)[0]
+    a_rows, b_rows = ternary(rng, 50, 0.3), ternary(rng, 50, 0.3)
+    support = np.flatnonzero(query)
+    a_rows[7] = b_rows[3] = 0
+    a_rows[7, support[:100]] = query[support[:100]]
+    b_rows[3, support[100:190]] = query[support[100:190]]
+    a = make_corpus(tmp_path, "a", a_rows)
+    b = make_corpus(tmp_path, "b", b_rows)
+    targets = [SearchTarget(a, DictStore([f"a{i} text" for i in range(50)]), "a"),
+               SearchTarget(b, DictStore([f"b{i} words" for i in range(50)]), "b")]
+    results = Retriever(WordTokenizer(), Config(min_context=0)).search_vectors([packed(query)] * 2, targets)
+    assert [(r["corpus"], r["memory"]["hdv_idx"]) for r in results[:2]] == [("a", 7), ("b", 3)]
+    odd = LoadedCorpus(encoder=make_encoder(tmp_path, dims=256, name="odd.vocab"), index=a.index)
+    with pytest.raises(ValueError, match="dimensions"):
+        Retriever(WordTokenizer(), Config()).search("q", [targets[0], SearchTarget(odd, targets[0].store)])
