@@ -561,20 +561,22 @@ def window_bounds(n_units: int, chunk_size: int) -> list[tuple[int, int]]:
 
 def _token_offsets(text: str, tokens: list[int], marks: list[int], tokenizer: Tokenizer) -> list[int] | None:
     """Character offset in `text` of each token index in `marks` (sorted), or None when the
-    tokenizer does not round-trip `text` exactly. Walks detokenized spans between marks (one pass
-    over the tokens); where a span does not line up (a tokenizer that drops a leading space when
-    detokenizing a fragment), the whole prefix is detokenized instead."""
-    offsets, char, token = [], 0, 0
+    tokenizer does not reproduce `text`.
+
+    Offsets grow by detokenizing the tokens from the last clean mark (one pass over the tokens).
+    A mark that splits a character's byte-fallback tokens detokenizes to a trailing U+FFFD; it
+    maps to the start of that character, so the chunks on both sides keep it whole, and the next
+    span is detokenized from the last clean mark again so it never starts inside a character.
+    """
+    offsets, anchor_token, anchor_char = [], 0, 0
     for mark in marks:
-        piece = tokenizer.detokenize(tokens[token:mark]) if mark > token else ""
-        if not text.startswith(piece, char):
-            piece = tokenizer.detokenize(tokens[:mark])
-            if not text.startswith(piece):
-                return None
-            char = 0
-        char += len(piece)
-        token = max(token, mark)
-        offsets.append(char)
+        piece = tokenizer.detokenize(tokens[anchor_token:mark]) if mark > anchor_token else ""
+        whole = piece.rstrip("\ufffd")
+        if not text.startswith(whole, anchor_char):
+            return None
+        offsets.append(anchor_char + len(whole))
+        if whole == piece:
+            anchor_token, anchor_char = mark, anchor_char + len(whole)
     return offsets
 
 

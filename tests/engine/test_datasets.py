@@ -553,3 +553,52 @@ def test_iter_dataset_rejects_bad_arguments(tmp_path):
         iter_dataset(tmp_path / "x.txt", format="csv")
     with pytest.raises(ValueError, match="chunk_size must be >= 1"):
         iter_dataset(tmp_path / "x.txt", chunk_size=0)
+
+
+# ----------------------------------------------------------------------------- the real tokenizer
+
+@pytest.fixture(scope="module")
+def gemma_tokenizer(gemma_gguf):
+    from engine.tokenizer import GGUFTokenizer
+
+    return GGUFTokenizer.from_gguf(gemma_gguf)
+
+
+@pytest.mark.parametrize("chunk_size", [8, 64, 512])
+def test_chunk_spans_gemma_tokenizer(gemma_tokenizer, chunk_size):
+    """Real text with emoji and rare characters whose byte-fallback tokens windows may split."""
+    import pydoc_data.topics
+
+    rng = random.Random(chunk_size)
+    words = pydoc_data.topics.topics["assignment"].split(" ")
+    text = " ".join(word + rng.choice(["", "", "", " 🙂", "𓀀", " naïve", "日本語"]) for word in words[:1500])
+    tokens = gemma_tokenizer.tokenize(text)
+    bounds = window_bounds(len(tokens), chunk_size)
+    spans = chunk_spans(text, gemma_tokenizer, chunk_size)
+    assert [n for _, _, n in spans] == [end - start for start, end in bounds]
+    assert spans[0][0] == 0 and spans[-1][1] == len(text)
+    split_chars = 0
+    for (start, end, _), (token_start, token_end) in zip(spans, bounds, strict=True):
+        decoded = gemma_tokenizer.detokenize(tokens[token_start:token_end])
+        chunk = text[start:end]
+        if chunk != decoded:
+            # Only a character cut between byte tokens at either edge may differ, and it is kept whole.
+            split_chars += 1
+            assert decoded.strip("\ufffd") in chunk and len(chunk) - len(decoded.strip("\ufffd")) <= 2
+    assert "\ufffd" not in text
+    if chunk_size == 8:
+        assert split_chars > 0  # the case above was really exercised
+
+
+def test_text_file_with_gemma_tokenizer(tmp_path, gemma_tokenizer):
+    import pydoc_data.topics
+
+    text = "\n\n".join(pydoc_data.topics.topics[name] for name in ("assignment", "if", "while", "for"))
+    path = tmp_path / "topics.md"
+    path.write_text(text, encoding="utf-8")
+    records = list(iter_dataset(path, gemma_tokenizer, chunk_size=256))
+    assert len(records) == len(window_bounds(len(gemma_tokenizer.tokenize(text)), 256))
+    for record in records:
+        meta = record["metadata"]
+        assert text[meta["char_start"]:meta["char_end"]] == record["text"]
+        assert gemma_tokenizer.count_tokens(record["text"]) <= 256 + 2
