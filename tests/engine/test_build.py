@@ -1,0 +1,129 @@
+"""build_index on the real Gemma model and tokenizer, at small dims: counts, sink, cancel, verify."""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from engine.build import BuildCancelled, BuildError, BuildVerificationError, build_index, verify_build
+from engine.config import Config
+from engine.corpus import CorpusError, load_corpus
+from engine.spm import GGUFTokenizer
+
+CONFIG = Config(hdc_dimensions=256, hdc_ngram=3)
+PARAGRAPHS = [
+    "The quick brown fox jumps over the lazy dog near the river bank.",
+    "Photosynthesis converts light energy into chemical energy stored in glucose.",
+    "A binary search halves the remaining interval at every comparison step.",
+    "The French revolution began in 1789 with the storming of the Bastille.",
+    "Mitochondria are the membrane-bound organelles that produce most of the cell's ATP.",
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(gemma_gguf) -> GGUFTokenizer:
+    return GGUFTokenizer.from_gguf(gemma_gguf)
+
+
+@pytest.fixture(scope="module")
+def embedding_cache(gemma_gguf) -> Path:
+    return Path(gemma_gguf).parent.parent / "embeddings"
+
+
+def write_jsonl(path: Path, texts: list[str]) -> Path:
+    path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    return path
+
+
+def build(tmp_path, gemma_gguf, tokenizer, embedding_cache, **options):
+    first = write_jsonl(tmp_path / "first.jsonl", PARAGRAPHS + PARAGRAPHS[:2])       # 2 duplicates inside
+    second = write_jsonl(tmp_path / "second.jsonl", [PARAGRAPHS[3], "Only here: tides follow the moon."])
+    datasets = [(4, "first", first), (9, "second", second)]
+    return build_index(datasets=datasets, out_dir=tmp_path / "out", gguf_path=gemma_gguf, tokenizer=tokenizer,
+                       config=CONFIG, cache_dir=embedding_cache, batch_docs=2, **options)
+
+
+def test_build_counts_duplicates_once_and_writes_manifest_last(tmp_path, gemma_gguf, tokenizer, embedding_cache):
+    out = tmp_path / "out"
+    phases = []
+
+    def progress(phase, done, total):
+        assert not (out / "manifest.json").exists()
+        phases.append(phase)
+
+    result = build(tmp_path, gemma_gguf, tokenizer, embedding_cache, progress=progress)
+    assert result.documents == 6 and result.duplicates == 3
+    assert {"tokenize", "embeddings", "vocabulary", "encode", "verify"} <= set(phases)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert [(s["name"], s["documents"], s["duplicates"]) for s in manifest["sources"]] == \
+        [("first", 5, 2), ("second", 1, 1)]
+    assert manifest["dims"] == 256 and manifest["ngram"] == 3 and manifest["seed"] == 42
+    assert set(manifest["timings"]) == {"tokenize", "embeddings", "vocabulary", "encode", "verify"}
+    assert len(manifest["model"]["fingerprint"]) > 8
+    newest_other = max(p.stat().st_mtime_ns for p in out.iterdir() if p.name != "manifest.json")
+    assert (out / "manifest.json").stat().st_mtime_ns >= newest_other
+    assert not (out / ".spool").exists()
+    corpus = load_corpus(out)
+    assert corpus.count == 6 and corpus.source_counts() == {"first": 5, "second": 1}
+    np.testing.assert_array_equal(corpus.index.source_ids, [4, 4, 4, 4, 4, 9])
+    memories = corpus.store.get_memories([0, 5])
+    assert memories[5]["text"] == "Only here: tides follow the moon."
+    assert memories[0]["metadata"]["source"] == "first"
+    assert memories[0]["token_count"] == len(tokenizer.tokenize(PARAGRAPHS[0])) == corpus.index.token_counts[0]
+    assert verify_build(out)["documents"] == 6
+
+
+def test_sink_receives_records_instead_of_sqlite(tmp_path, gemma_gguf, tokenizer, embedding_cache):
+    batches = []
+    build(tmp_path, gemma_gguf, tokenizer, embedding_cache, sink=batches.append)
+    records = [r for batch in batches for r in batch]
+    assert [r["hdv_idx"] for r in records] == list(range(6))
+    assert all(set(r) == {"id", "hdv_idx", "text", "source_id", "metadata", "token_count"} for r in records)
+    assert len({r["id"] for r in records}) == 6 and len(records[0]["id"]) == 32
+    assert not (tmp_path / "out" / "memories.sqlite").exists()
+
+
+def test_cancel_raises_and_leaves_no_manifest(tmp_path, gemma_gguf, tokenizer, embedding_cache):
+    calls = []
+
+    def should_cancel():
+        calls.append(1)
+        return len(calls) > 2
+
+    with pytest.raises(BuildCancelled, match="cancelled"):
+        build(tmp_path, gemma_gguf, tokenizer, embedding_cache, should_cancel=should_cancel)
+    assert not (tmp_path / "out" / "manifest.json").exists()
+    with pytest.raises(CorpusError, match="no manifest"):
+        load_corpus(tmp_path / "out")
+
+
+def test_out_dir_must_be_new_or_empty(tmp_path, gemma_gguf, tokenizer, embedding_cache):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "keep.txt").write_text("someone else's file")
+    with pytest.raises(BuildError, match="must be new or an empty directory"):
+        build(tmp_path, gemma_gguf, tokenizer, embedding_cache)
+    assert (tmp_path / "out" / "keep.txt").read_text() == "someone else's file"
+
+
+def test_verify_catches_a_corrupted_bitmap_file(tmp_path, gemma_gguf, tokenizer, embedding_cache):
+    build(tmp_path, gemma_gguf, tokenizer, embedding_cache)
+    index_file = tmp_path / "out" / "corpus.idx"
+    raw = bytearray(index_file.read_bytes())
+    for i in range(4096, len(raw)):
+        raw[i] ^= 0x5A
+    index_file.write_bytes(bytes(raw))
+    with pytest.raises(BuildVerificationError, match="differs from the manifest"):
+        verify_build(tmp_path / "out")
+    with pytest.raises(BuildVerificationError, match="re-encoded rows"):
+        verify_build(tmp_path / "out", check_hashes=False)
+
+
+def test_sqlite_store_holds_every_row(tmp_path, gemma_gguf, tokenizer, embedding_cache):
+    build(tmp_path, gemma_gguf, tokenizer, embedding_cache)
+    with sqlite3.connect(tmp_path / "out" / "memories.sqlite") as db:
+        rows = db.execute("SELECT hdv_idx, source_id FROM memories ORDER BY hdv_idx").fetchall()
+    assert rows == [(0, 4), (1, 4), (2, 4), (3, 4), (4, 4), (5, 9)]
