@@ -207,7 +207,8 @@ def build_index(*, datasets: Iterable[tuple[int, str, str | Path]], out_dir: str
     started = time.perf_counter()
     encoder = HDCEncoder(vocab)
     offsets = np.asarray(spool.offsets, dtype=np.int64)
-    tokens = np.fromfile(spool.tokens_path, dtype="<i4") if offsets[-1] else np.zeros(0, np.int32)
+    # Memory-mapped: a large corpus's token ids never need to fit in RAM at once.
+    tokens = np.memmap(spool.tokens_path, dtype="<i4", mode="r") if offsets[-1] else np.zeros(0, np.int32)
     store = None if sink is not None else SqliteMemoryStore(out_dir / MEMORIES_DB)
     index = BitmapIndex.create(out_dir / INDEX_FILE, config.hdc_dimensions)
     with open(spool.records_path, encoding="utf-8") as records_in:
@@ -232,11 +233,11 @@ def build_index(*, datasets: Iterable[tuple[int, str, str | Path]], out_dir: str
     started = time.perf_counter()
     rng = np.random.default_rng(config.hdc_seed)
     sample = np.sort(rng.choice(n_docs, size=min(VERIFY_SAMPLE, n_docs), replace=False))
-    sample_tokens = [tokens[offsets[r]:offsets[r + 1]] for r in sample]
+    sample_tokens = [np.array(tokens[offsets[r]:offsets[r + 1]]) for r in sample]
     sample_offsets = np.concatenate([[0], np.cumsum([len(t) for t in sample_tokens])]).astype(np.int64)
     np.savez(out_dir / VERIFY_FILE, rows=sample, tokens=np.concatenate(sample_tokens).astype(np.int32),
              offsets=sample_offsets)
-    del tokens
+    del tokens, sample_tokens
     shutil.rmtree(spool_dir)
     manifest = {
         "format_version": FORMAT_VERSION,
