@@ -28,7 +28,8 @@ from typing import Protocol
 import numpy as np
 
 if __package__ in (None, ""):
-    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+    # Run as a script, bench/ would lead sys.path and bench/tokenize.py would shadow the stdlib's.
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from bench.data.wordnet import WordNetMissing, build_known_item_set, read_synsets  # noqa: E402
 
