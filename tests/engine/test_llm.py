@@ -1,0 +1,272 @@
+"""engine.llm against the real llama.cpp server on the real Gemma model, and prompt assembly
+with the real Gemma tokenizer (token counts checked against the server's own usage)."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+
+import httpx
+import pytest
+
+from engine.config import Config
+from engine.llama_server import free_port
+from engine.llm import (
+    MESSAGE_TOKENS,
+    TEMPLATE_TOKENS,
+    ContextBudget,
+    GenerationSettings,
+    LLMClient,
+    LLMConnectionError,
+    LLMHTTPError,
+    LLMProtocolError,
+    LLMTimeoutError,
+    PromptTooLongError,
+    assemble_prompt,
+    system_prompt_with_memories,
+)
+from engine.spm import GGUFTokenizer
+
+GREEDY = GenerationSettings(temperature=0.0, top_p=1.0, max_tokens=24)
+QUESTION = [{"role": "user", "content": "Name three colours."}]
+WORDS = ["memory", "river", "lantern", "orbit", "quiet", "granite", "velvet", "signal", "harbor", "meadow"]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(gemma_gguf) -> GGUFTokenizer:
+    return GGUFTokenizer.from_gguf(gemma_gguf)
+
+
+async def _collect(client: LLMClient, messages, settings=GREEDY):
+    return [chunk async for chunk in client.stream_chat(messages, settings)]
+
+
+async def test_stream_yields_several_deltas_then_usage(llama_server):
+    client = LLMClient(llama_server.base_url)
+    chunks = await _collect(client, QUESTION)
+    deltas = [c.delta for c in chunks if c.delta]
+    assert len(deltas) >= 3
+    final = chunks[-1]
+    assert final.delta == "" and final.finish_reason in {"stop", "length"}
+    assert final.usage is not None and 0 < final.usage.completion_tokens <= GREEDY.max_tokens
+    assert final.usage.prompt_tokens > 5
+    # Each streamed delta is one generated token (or a few merged bytes of one character).
+    assert len(deltas) <= final.usage.completion_tokens
+    text, again = await client.complete(QUESTION, GREEDY)
+    assert text.strip() and again.usage.prompt_tokens == final.usage.prompt_tokens
+
+
+async def test_max_tokens_and_sampling_settings_are_sent_and_honoured(llama_server):
+    client = LLMClient(llama_server.base_url)
+    settings = GenerationSettings(temperature=0.0, top_p=0.5, max_tokens=3)
+    payload = client.payload(QUESTION, settings)
+    assert (payload["temperature"], payload["top_p"], payload["max_tokens"], payload["stream"]) == (0.0, 0.5, 3, True)
+    chunks = await _collect(client, [{"role": "user", "content": "Write a long story about a dragon."}], settings)
+    assert chunks[-1].finish_reason == "length"
+    assert chunks[-1].usage.completion_tokens == 3
+
+
+def test_settings_from_config_and_validation():
+    config = Config(temperature=0.2, top_p=0.8, max_new_tokens=77)
+    assert GenerationSettings.from_config(config) == GenerationSettings(0.2, 0.8, 77)
+    with pytest.raises(ValueError, match="top_p"):
+        GenerationSettings(top_p=0.0)
+    with pytest.raises(ValueError, match="max_tokens"):
+        GenerationSettings(max_tokens=0)
+    with pytest.raises(ValueError, match="http"):
+        LLMClient("localhost:8080")
+
+
+async def test_closed_port_is_a_connection_error_naming_the_url():
+    url = f"http://127.0.0.1:{free_port()}"
+    with pytest.raises(LLMConnectionError, match="127.0.0.1"):
+        await _collect(LLMClient(url, connect_timeout=2), QUESTION)
+
+
+async def test_http_error_carries_status_and_server_message(llama_server):
+    client = LLMClient(llama_server.base_url)
+    too_long = [{"role": "user", "content": "hello " * 9000}]
+    with pytest.raises(LLMHTTPError, match="exceeds the available context size") as caught:
+        await _collect(client, too_long)
+    assert caught.value.status == 400
+
+
+async def _silent_server(reply: bytes | None):
+    """A TCP server that reads the request and then answers `reply` (or nothing, forever)."""
+    async def handle(reader, writer):
+        await reader.readuntil(b"\r\n\r\n")
+        if reply is None:
+            await asyncio.sleep(3600)
+        writer.write(reply)
+        await writer.drain()
+        writer.close()
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+
+
+async def test_stalled_server_is_a_timeout_error():
+    server, url = await _silent_server(None)
+    async with server:
+        started = time.monotonic()
+        with pytest.raises(LLMTimeoutError, match="timed out"):
+            await _collect(LLMClient(url, timeout=0.5), QUESTION)
+        assert time.monotonic() - started < 10
+
+
+async def test_non_sse_stream_is_a_protocol_error():
+    body = b"<html>proxy error</html>\n"
+    reply = b"HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+    server, url = await _silent_server(reply)
+    async with server:
+        with pytest.raises(LLMProtocolError, match="non-SSE"):
+            await _collect(LLMClient(url), QUESTION)
+
+
+async def _processing_slots(base_url: str) -> int:
+    async with httpx.AsyncClient() as http:
+        return sum(slot["is_processing"] for slot in (await http.get(f"{base_url}/slots")).json())
+
+
+async def test_closing_the_stream_stops_generation_on_the_server(llama_server):
+    client = LLMClient(llama_server.base_url)
+    long_run = GenerationSettings(temperature=0.0, top_p=1.0, max_tokens=2000)
+    stream = client.stream_chat([{"role": "user", "content": "Write a very long story about a dragon."}], long_run)
+    received = []
+    async for chunk in stream:
+        received.append(chunk.delta)
+        if len(received) == 3:
+            break
+    await stream.aclose()
+    # 2000 tokens take tens of seconds here; a server that kept generating would still be busy.
+    deadline = time.monotonic() + 3
+    while await _processing_slots(llama_server.base_url) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert await _processing_slots(llama_server.base_url) == 0
+
+
+async def test_cancelling_the_task_stops_generation_on_the_server(llama_server):
+    client = LLMClient(llama_server.base_url)
+    long_run = GenerationSettings(temperature=0.0, top_p=1.0, max_tokens=2000)
+    first = asyncio.Event()
+
+    async def consume():
+        async for _ in client.stream_chat([{"role": "user", "content": "Tell a very long tale."}], long_run):
+            first.set()
+
+    task = asyncio.create_task(consume())
+    await asyncio.wait_for(first.wait(), 60)
+    assert await _processing_slots(llama_server.base_url) == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    deadline = time.monotonic() + 3
+    while await _processing_slots(llama_server.base_url) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert await _processing_slots(llama_server.base_url) == 0
+
+
+# ---------------------------------------------------------------- prompt assembly
+
+
+def _history(rng: random.Random, turns: int) -> list[tuple[str, str]]:
+    history = []
+    for number in range(turns):
+        role = "user" if number % 2 == 0 else "assistant"
+        history.append((role, " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 60)))))
+    return history
+
+
+def _reference_start(history, costs, room):
+    """Smallest start whose suffix fits `room` and begins with a user turn (or is empty)."""
+    for start in range(len(history) + 1):
+        if sum(costs[start:]) <= room and (start == len(history) or history[start][0] == "user"):
+            return start
+    raise AssertionError("the empty history always fits")
+
+
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("context_size", [300, 700, 4096])
+def test_history_truncation_matches_reference_and_budget(tokenizer, seed, context_size):
+    rng = random.Random(seed)
+    history = _history(rng, rng.randint(0, 24))
+    system = system_prompt_with_memories(Config().system_prompt, ["a granite lantern", "the quiet river"])
+    budget = ContextBudget(context_size=context_size, generation=64)
+    plan = assemble_prompt(system_prompt=system, history=history, user_message="and the orbit?",
+                           tokenizer=tokenizer, budget=budget)
+    costs = [tokenizer.count_tokens(text) + MESSAGE_TOKENS for _, text in history]
+    system_tokens = tokenizer.count_tokens(system) + MESSAGE_TOKENS
+    user_tokens = tokenizer.count_tokens("and the orbit?") + MESSAGE_TOKENS
+    room = context_size - 64 - TEMPLATE_TOKENS - system_tokens - user_tokens
+    start = _reference_start(history, costs, room)
+    assert plan.dropped_messages == start
+    assert plan.messages[0] == {"role": "system", "content": system}
+    assert plan.messages[1:-1] == [{"role": r, "content": t} for r, t in history[start:]]
+    assert plan.messages[-1] == {"role": "user", "content": "and the orbit?"}
+    assert (plan.system_tokens, plan.user_tokens, plan.history_tokens) == (system_tokens, user_tokens, sum(costs[start:]))
+    assert plan.prompt_tokens + budget.generation <= context_size
+
+
+def test_oldest_messages_go_first(tokenizer):
+    history = [("user", "first question"), ("assistant", "first answer"),
+               ("user", "second question"), ("assistant", "second answer " * 5)]
+    costs = [tokenizer.count_tokens(t) + MESSAGE_TOKENS for _, t in history]
+    user = tokenizer.count_tokens("third") + MESSAGE_TOKENS
+    # Room for exactly the last exchange: the first exchange is dropped, never the last.
+    context = TEMPLATE_TOKENS + user + costs[2] + costs[3] + 10
+    plan = assemble_prompt(system_prompt="", history=history, user_message="third", tokenizer=tokenizer,
+                           budget=ContextBudget(context_size=context, generation=10))
+    assert [m["content"] for m in plan.messages] == ["second question", "second answer " * 5, "third"]
+    # One token less: the last exchange no longer fits whole; its answer alone would start with
+    # the model's turn, so it goes too.
+    plan = assemble_prompt(system_prompt="", history=history, user_message="third", tokenizer=tokenizer,
+                           budget=ContextBudget(context_size=context - 1, generation=10))
+    assert [m["content"] for m in plan.messages] == ["third"]
+    assert plan.dropped_messages == 4
+
+
+def test_prompt_too_long_and_bad_roles(tokenizer):
+    with pytest.raises(PromptTooLongError, match="exceed the prompt budget of 36 tokens"):
+        assemble_prompt(system_prompt="", history=[], user_message="word " * 100, tokenizer=tokenizer,
+                        budget=ContextBudget(context_size=100, generation=64))
+    with pytest.raises(ValueError, match=r"history\[1\]: role"):
+        assemble_prompt(system_prompt="", history=[("user", "a"), ("system", "b")], user_message="c",
+                        tokenizer=tokenizer, budget=ContextBudget(context_size=100, generation=10))
+    with pytest.raises(ValueError, match="no room"):
+        ContextBudget(context_size=64, generation=64)
+
+
+def test_search_budget_leaves_room_for_framing_and_turn(tokenizer):
+    framing = Config().system_prompt
+    budget = ContextBudget(context_size=512, generation=128)
+    cap = budget.search_budget(framing=framing, user_message="hello there", tokenizer=tokenizer, requested=10_000)
+    assert 0 < cap < 512 - 128
+    assert budget.search_budget(framing=framing, user_message="hello there", tokenizer=tokenizer, requested=50) == 50
+    # Memories filling exactly the cap still fit with the new turn (history may be empty).
+    memory = " ".join(["river"] * 400)
+    ids = tokenizer.tokenize(memory)[: cap - 10]
+    system = system_prompt_with_memories(framing, [tokenizer.detokenize(ids)])
+    plan = assemble_prompt(system_prompt=system, history=[], user_message="hello there", tokenizer=tokenizer,
+                           budget=budget)
+    assert plan.prompt_tokens <= budget.prompt
+
+
+def test_system_prompt_frames_memories():
+    assert system_prompt_with_memories("Frame.\n", []) == "Frame."
+    prompt = system_prompt_with_memories("Frame.", ["one ", "", "two"])
+    assert prompt == "Frame.\n\nMemories:\none\n\n---\n\ntwo"
+
+
+async def test_estimate_bounds_the_servers_prompt_tokens(llama_server, tokenizer):
+    rng = random.Random(7)
+    system = system_prompt_with_memories(Config().system_prompt, ["The lantern by the granite harbor.",
+                                                                 "Signals cross the quiet meadow at night."])
+    budget = ContextBudget(context_size=600, generation=1)
+    plan = assemble_prompt(system_prompt=system, history=_history(rng, 30), user_message="What about the river?",
+                           tokenizer=tokenizer, budget=budget)
+    assert plan.dropped_messages > 0
+    _, final = await LLMClient(llama_server.base_url).complete(plan.messages, GenerationSettings(0.0, 1.0, 1))
+    actual = final.usage.prompt_tokens
+    assert actual <= plan.prompt_tokens <= budget.prompt
+    # An upper bound, but a tight one: a few tokens per message at most.
+    assert plan.prompt_tokens - actual <= 2 * len(plan.messages) + TEMPLATE_TOKENS
