@@ -1,0 +1,142 @@
+"""Corpus management for staff. Writes go through the same services as the portal pages."""
+
+from __future__ import annotations
+
+from django import forms
+from django.contrib import admin, messages
+from django.db.models import QuerySet
+from django.http import HttpRequest
+from django.utils.html import format_html
+
+from corpus.models import Corpus, Dataset, IndexBuild
+from corpus.services.builds import build_cancel, build_start
+from corpus.services.corpora import dataset_set_enabled, dataset_upload
+from hdrag_site.errors import ApplicationError
+
+
+@admin.register(Corpus)
+class CorpusAdmin(admin.ModelAdmin):
+    list_display = ["name", "owner", "visibility", "active_build", "hdc_dimensions", "updated"]
+    list_filter = ["visibility"]
+    search_fields = ["name", "description", "owner__username"]
+    filter_horizontal = ["readable_groups", "writable_groups"]
+    raw_id_fields = ["owner"]
+    readonly_fields = ["active_build", "created", "updated"]
+    actions = ["start_builds"]
+
+    @admin.action(description="Start an index build")
+    def start_builds(self, request: HttpRequest, queryset: QuerySet[Corpus]) -> None:
+        for corpus in queryset:
+            try:
+                build = build_start(corpus=corpus, user=request.user)
+            except ApplicationError as error:
+                self.message_user(request, f"{corpus}: {error.message}", messages.ERROR)
+            else:
+                self.message_user(request, f"{corpus}: build {build.pk} queued.", messages.SUCCESS)
+
+
+class DatasetAddForm(forms.ModelForm):
+    """Upload through `dataset_upload`: the same content validation as the portal page."""
+
+    upload = forms.FileField()
+
+    class Meta:
+        model = Dataset
+        fields = ["corpus", "enabled"]
+
+    def __init__(self, *args, request: HttpRequest | None = None, **kwargs) -> None:  # noqa: ANN002, ANN003
+        super().__init__(*args, **kwargs)
+        self.request = request
+        self.created: Dataset | None = None
+
+    def clean(self) -> dict:
+        cleaned = super().clean()
+        errors = getattr(self.request, "upload_errors", {})
+        if "upload" in errors:
+            raise forms.ValidationError(errors["upload"])
+        corpus, upload = cleaned.get("corpus"), cleaned.get("upload")
+        if corpus is not None and upload is not None:
+            try:
+                self.created = dataset_upload(corpus=corpus, user=self.request.user, uploaded_file=upload)
+            except ApplicationError as error:
+                raise forms.ValidationError(error.message) from None
+            if not cleaned.get("enabled", True):
+                dataset_set_enabled(dataset=self.created, enabled=False)
+        return cleaned
+
+
+@admin.register(Dataset)
+class DatasetAdmin(admin.ModelAdmin):
+    list_display = ["name", "corpus", "format", "size", "record_count", "enabled", "uploaded_by", "uploaded_at"]
+    list_filter = ["enabled", "format"]
+    search_fields = ["name", "sha256", "corpus__name"]
+    readonly_fields = ["corpus", "name", "file", "size", "sha256", "format", "record_count", "record_count_exact",
+                       "uploaded_by", "uploaded_at"]
+    actions = ["enable", "disable"]
+
+    def get_form(self, request, obj=None, change=False, **kwargs):  # noqa: ANN001, ANN201, ANN003
+        if obj is None:
+            form = super().get_form(request, obj, change=change, form=DatasetAddForm, fields=["corpus", "enabled"],
+                                    **kwargs)
+
+            class BoundAddForm(form):
+                def __init__(self, *args, **inner) -> None:  # noqa: ANN002, ANN003
+                    super().__init__(*args, request=request, **inner)
+
+            return BoundAddForm
+        return super().get_form(request, obj, change=change, **kwargs)
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Dataset | None = None) -> list[str]:
+        return self.readonly_fields if obj is not None else []
+
+    def save_form(self, request, form, change):  # noqa: ANN001, ANN201
+        if not change:
+            return form.created
+        return super().save_form(request, form, change)
+
+    def save_model(self, request, obj, form, change) -> None:  # noqa: ANN001
+        if change:
+            super().save_model(request, obj, form, change)
+
+    @admin.action(description="Enable for search")
+    def enable(self, request: HttpRequest, queryset: QuerySet[Dataset]) -> None:
+        for dataset in queryset:
+            dataset_set_enabled(dataset=dataset, enabled=True)
+        self.message_user(request, f"{queryset.count()} datasets enabled.", messages.SUCCESS)
+
+    @admin.action(description="Disable for search")
+    def disable(self, request: HttpRequest, queryset: QuerySet[Dataset]) -> None:
+        for dataset in queryset:
+            dataset_set_enabled(dataset=dataset, enabled=False)
+        self.message_user(request, f"{queryset.count()} datasets disabled.", messages.SUCCESS)
+
+
+@admin.register(IndexBuild)
+class IndexBuildAdmin(admin.ModelAdmin):
+    list_display = ["id", "corpus", "status", "phase", "progress", "documents", "created_by", "created", "finished",
+                    "short_error"]
+    list_filter = ["status"]
+    search_fields = ["corpus__name", "error"]
+    readonly_fields = [f.name for f in IndexBuild._meta.fields]
+    actions = ["cancel"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    @admin.display(description="progress")
+    def progress(self, build: IndexBuild) -> str:
+        return format_html('<progress max="100" value="{}"></progress> {}%', build.percent, build.percent)
+
+    @admin.display(description="error")
+    def short_error(self, build: IndexBuild) -> str:
+        return build.error[:120]
+
+    @admin.action(description="Cancel build")
+    def cancel(self, request: HttpRequest, queryset: QuerySet[IndexBuild]) -> None:
+        for build in queryset:
+            try:
+                build_cancel(build=build)
+            except ApplicationError as error:
+                self.message_user(request, error.message, messages.WARNING)
+            else:
+                self.message_user(request, f"Build {build.pk}: cancellation requested.", messages.SUCCESS)

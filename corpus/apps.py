@@ -1,0 +1,23 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from django.apps import AppConfig
+
+
+class CorpusConfig(AppConfig):
+    default_auto_field = "django.db.models.BigAutoField"
+    name = "corpus"
+    verbose_name = "Corpora"
+
+    def ready(self) -> None:
+        from django.conf import settings
+
+        # DATA_DIR holds the SQLite file, uploads (spooled here so accepting one is a rename),
+        # the local broker's queue and the builds; create what a fresh DATA_DIR lacks.
+        for directory in (settings.DATA_DIR, Path(settings.FILE_UPLOAD_TEMP_DIR)):
+            Path(directory).mkdir(parents=True, exist_ok=True)
+        transport = settings.CELERY_BROKER_TRANSPORT_OPTIONS
+        for key in ("data_folder_in", "processed_folder"):
+            if key in transport:
+                Path(transport[key]).mkdir(parents=True, exist_ok=True)

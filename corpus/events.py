@@ -1,0 +1,37 @@
+"""Realtime events: plain dicts with `type` and `op`, all sent through `send_event`.
+
+Build progress goes to the group of its corpus; the websocket consumer forwards it to pages.
+With the in-memory channel layer a separate worker process cannot reach the web process, so
+pages also poll (`corpus:build_status`); a lost event therefore costs only latency.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from asgiref.sync import async_to_sync
+from channels.layers import get_channel_layer
+
+logger = logging.getLogger(__name__)
+
+
+def corpus_group(corpus_id: int) -> str:
+    return f"corpus-{corpus_id}"
+
+
+def send_event(group: str, *, op: str, **payload: object) -> None:
+    """Send {"type": "portal.event", "op": op, **payload} to a channel-layer group; never raises,
+    since a missing listener or a busy layer must not fail the work that reports progress."""
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(group, {"type": "portal.event", "op": op, **payload})
+    except Exception:  # noqa: BLE001 - events are best effort; the row holds the truth
+        logger.warning("could not send %s event to %s", op, group, exc_info=True)
+
+
+def send_build_event(build, *, op: str = "progress") -> None:  # noqa: ANN001 - corpus.models.IndexBuild
+    from corpus.selectors import build_state
+
+    send_event(corpus_group(build.corpus_id), op=op, build=build_state(build))

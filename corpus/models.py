@@ -1,0 +1,129 @@
+"""Corpora, their uploaded datasets, and the index builds that make them searchable."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.contrib.auth.models import Group
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.db.models import Q
+
+from corpus.storage import data_storage
+from engine.config import Config
+
+_DEFAULTS = Config()
+
+
+class Corpus(models.Model):
+    class Visibility(models.TextChoices):
+        PRIVATE = "private", "Private (owner only)"
+        GROUPS = "groups", "Groups (readable/writable groups)"
+        EVERYONE = "everyone", "Everyone with an account"
+
+    name = models.CharField(max_length=200)
+    description = models.TextField(blank=True)
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="corpora")
+    visibility = models.CharField(max_length=16, choices=Visibility.choices, default=Visibility.PRIVATE)
+    readable_groups = models.ManyToManyField(Group, blank=True, related_name="readable_corpora",
+                                             help_text="May search and view (visibility 'groups').")
+    writable_groups = models.ManyToManyField(Group, blank=True, related_name="writable_corpora",
+                                             help_text="May also upload datasets and start builds.")
+    hdc_dimensions = models.PositiveIntegerField(
+        default=_DEFAULTS.hdc_dimensions, validators=[MinValueValidator(64), MaxValueValidator(65536)])
+    hdc_seed = models.PositiveIntegerField(default=_DEFAULTS.hdc_seed)
+    hdc_ngram = models.PositiveSmallIntegerField(
+        default=_DEFAULTS.hdc_ngram, validators=[MinValueValidator(1), MaxValueValidator(16)])
+    chunk_size = models.PositiveIntegerField(
+        default=_DEFAULTS.chunk_size, validators=[MinValueValidator(8), MaxValueValidator(32768)],
+        help_text="Tokens per window when plain-text datasets are cut into memories.")
+    gguf_path = models.CharField(max_length=500, blank=True,
+                                 help_text="GGUF model whose token embeddings seed the index; blank: the default model.")
+    active_build = models.ForeignKey("IndexBuild", null=True, blank=True, on_delete=models.SET_NULL,
+                                     related_name="+", help_text="The build searches use; switched atomically.")
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name", "id"]
+        verbose_name_plural = "corpora"
+        constraints = [models.UniqueConstraint(fields=["owner", "name"], name="corpus_unique_name_per_owner")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Dataset(models.Model):
+    corpus = models.ForeignKey(Corpus, on_delete=models.CASCADE, related_name="datasets")
+    name = models.CharField(max_length=255)
+    file = models.FileField(storage=data_storage, max_length=500)
+    size = models.BigIntegerField()
+    sha256 = models.CharField(max_length=64)
+    format = models.CharField(max_length=16)
+    record_count = models.PositiveIntegerField(default=0)
+    record_count_exact = models.BooleanField(default=False,
+                                             help_text="False: estimated at upload; exact after a build.")
+    enabled = models.BooleanField(default=True, help_text="Disabled datasets are left out of searches.")
+    uploaded_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                    related_name="+")
+    uploaded_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["corpus", "name", "id"]
+        constraints = [models.UniqueConstraint(fields=["corpus", "sha256"], name="dataset_unique_content_per_corpus")]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class IndexBuild(models.Model):
+    class Status(models.TextChoices):
+        QUEUED = "queued", "Queued"
+        RUNNING = "running", "Running"
+        SUCCEEDED = "succeeded", "Succeeded"
+        FAILED = "failed", "Failed"
+        CANCELLED = "cancelled", "Cancelled"
+
+    ACTIVE_STATUSES = (Status.QUEUED, Status.RUNNING)
+
+    corpus = models.ForeignKey(Corpus, on_delete=models.CASCADE, related_name="builds")
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
+    phase = models.CharField(max_length=32, blank=True)
+    done = models.BigIntegerField(default=0)
+    total = models.BigIntegerField(default=0)
+    rate = models.FloatField(default=0.0, help_text="Items per second in the current phase.")
+    error = models.TextField(blank=True)
+    cancel_requested = models.BooleanField(default=False)
+    heartbeat = models.DateTimeField(null=True, blank=True,
+                                     help_text="Last sign of life of the worker running this build.")
+    parameters = models.JSONField(default=dict, blank=True, help_text="HDC settings and model the build used.")
+    timings = models.JSONField(default=dict, blank=True)
+    build_dir = models.CharField(max_length=500, blank=True)
+    documents = models.PositiveIntegerField(null=True, blank=True)
+    duplicates = models.PositiveIntegerField(null=True, blank=True)
+    vocab_size = models.PositiveIntegerField(null=True, blank=True)
+    created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="+")
+    created = models.DateTimeField(auto_now_add=True)
+    started = models.DateTimeField(null=True, blank=True)
+    finished = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+        constraints = [
+            # The database, not only the service, refuses a second concurrent build of a corpus.
+            models.UniqueConstraint(fields=["corpus"], condition=Q(status__in=["queued", "running"]),
+                                    name="indexbuild_one_active_per_corpus"),
+        ]
+
+    def __str__(self) -> str:
+        return f"build {self.pk} of {self.corpus_id} ({self.status})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.status in self.ACTIVE_STATUSES
+
+    @property
+    def percent(self) -> int:
+        if self.status == self.Status.SUCCEEDED:
+            return 100
+        return int(100 * self.done / self.total) if self.total else 0

@@ -1,0 +1,117 @@
+"""Reads of corpora, datasets and builds. Every lookup a user makes goes through access rules here.
+
+Rules: a superuser reads and writes everything. Otherwise a corpus is readable by its owner, by
+every user when its visibility is "everyone", and by members of its readable or writable groups
+when its visibility is "groups"; it is writable by its owner and, unless private, by members of
+its writable groups. A private corpus is the owner's alone whatever groups it lists.
+"""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.core.exceptions import PermissionDenied
+from django.db.models import Count, Q, QuerySet
+from django.http import Http404
+
+from corpus.models import Corpus, Dataset, IndexBuild
+
+User = AbstractBaseUser | AnonymousUser
+
+
+def _readable(user: User) -> Q:
+    groups = user.groups.all()
+    return (Q(owner=user) | Q(visibility=Corpus.Visibility.EVERYONE)
+            | Q(visibility=Corpus.Visibility.GROUPS, readable_groups__in=groups)
+            | Q(visibility=Corpus.Visibility.GROUPS, writable_groups__in=groups))
+
+
+def _writable(user: User) -> Q:
+    return Q(owner=user) | (~Q(visibility=Corpus.Visibility.PRIVATE) & Q(writable_groups__in=user.groups.all()))
+
+
+def _restricted(user: User, rule) -> QuerySet[Corpus]:  # noqa: ANN001 - one of the Q builders above
+    if not user.is_authenticated or not user.is_active:
+        return Corpus.objects.none()
+    if user.is_superuser:
+        return Corpus.objects.all()
+    # The group joins can match a corpus several times; filter ids first so callers can annotate.
+    return Corpus.objects.filter(pk__in=Corpus.objects.filter(rule(user)).values("pk"))
+
+
+def corpora_visible_to(user: User) -> QuerySet[Corpus]:
+    return _restricted(user, _readable)
+
+
+def corpora_writable_by(user: User) -> QuerySet[Corpus]:
+    return _restricted(user, _writable)
+
+
+def corpus_can_write(*, user: User, corpus: Corpus) -> bool:
+    return corpora_writable_by(user).filter(pk=corpus.pk).exists()
+
+
+def corpus_can_manage(*, user: User, corpus: Corpus) -> bool:
+    """Settings, sharing and deletion: the owner (and superusers) only."""
+    return user.is_authenticated and (user.is_superuser or corpus.owner_id == user.pk)
+
+
+def get_corpus_for_user(user: User, pk: int, *, write: bool = False) -> Corpus:
+    """The corpus, or Http404 when `user` may not read it (outsiders learn nothing about it),
+    or PermissionDenied (403) when `write` is asked of a reader who may not write."""
+    corpus = corpora_visible_to(user).select_related("owner", "active_build").filter(pk=pk).first()
+    if corpus is None:
+        raise Http404("No such corpus.")
+    if write and not corpus_can_write(user=user, corpus=corpus):
+        raise PermissionDenied("You may read this corpus but not change it.")
+    return corpus
+
+
+def get_dataset_for_user(user: User, pk: int, *, write: bool = False) -> Dataset:
+    dataset = Dataset.objects.filter(pk=pk, corpus__in=corpora_visible_to(user)).select_related("corpus").first()
+    if dataset is None:
+        raise Http404("No such dataset.")
+    if write and not corpus_can_write(user=user, corpus=dataset.corpus):
+        raise PermissionDenied("You may read this corpus but not change it.")
+    return dataset
+
+
+def get_build_for_user(user: User, pk: int, *, write: bool = False) -> IndexBuild:
+    build = IndexBuild.objects.filter(pk=pk, corpus__in=corpora_visible_to(user)).select_related("corpus").first()
+    if build is None:
+        raise Http404("No such build.")
+    if write and not corpus_can_write(user=user, corpus=build.corpus):
+        raise PermissionDenied("You may read this corpus but not change it.")
+    return build
+
+
+def corpus_list_for_user(user: User) -> QuerySet[Corpus]:
+    return (corpora_visible_to(user).select_related("owner", "active_build")
+            .annotate(dataset_count=Count("datasets", distinct=True)).order_by("name", "id"))
+
+
+def corpus_datasets(*, corpus: Corpus) -> list[Dataset]:
+    """Datasets with `memory_count`: memories of the active build that came from each."""
+    datasets = list(corpus.datasets.select_related("uploaded_by").order_by("name", "id"))
+    counts: dict[int, int] = {}
+    if corpus.active_build_id:
+        from memory.selectors import memory_counts_by_dataset
+
+        counts = memory_counts_by_dataset(build_id=corpus.active_build_id)
+    for dataset in datasets:
+        dataset.memory_count = counts.get(dataset.pk, 0)
+    return datasets
+
+
+def corpus_builds(*, corpus: Corpus, limit: int = 20) -> list[IndexBuild]:
+    return list(corpus.builds.select_related("created_by").order_by("-created", "-id")[:limit])
+
+
+def build_state(build: IndexBuild) -> dict:
+    """The JSON-safe view of a build's progress shared by events, polling and templates."""
+    return {
+        "id": build.pk, "corpus": build.corpus_id, "status": build.status, "phase": build.phase,
+        "done": build.done, "total": build.total, "rate": round(build.rate, 1), "percent": build.percent,
+        "error": build.error, "cancel_requested": build.cancel_requested, "documents": build.documents,
+        "started": build.started.isoformat() if build.started else None,
+        "finished": build.finished.isoformat() if build.finished else None,
+    }

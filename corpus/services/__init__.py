@@ -1,0 +1,1 @@
+"""Writes: corpora and datasets (`corpora`), index builds (`builds`)."""

@@ -1,0 +1,286 @@
+"""Index builds: start, run (the Celery task's body), cancel, recover stale ones, clean up old ones.
+
+Lifecycle: queued -> running -> succeeded | failed | cancelled. Invariants:
+
+* At most one queued/running build per corpus (a partial unique index in the database).
+* A build runs once: the task claims its row with a conditional UPDATE queued -> running, so a
+  redelivered or duplicated task message finds nothing to claim and does nothing.
+* A build is visible to searches only after it completed, its memory rows are in and it verified:
+  then one UPDATE of `corpus.active_build`, in the same transaction as the status change.
+  A failure, cancellation or dead worker never touches `active_build`; the failed build's files
+  and memory rows are removed and its error stays on the row.
+* A running build writes a heartbeat every BUILD_HEARTBEAT_SECONDS from a side thread. One whose
+  heartbeat is older than BUILD_STALE_SECONDS lost its worker (killed, machine gone); the sweep
+  (`builds_sweep_stale`: on worker start, before each new build, `manage.py builds_sweep`) marks
+  it failed and cleans it, which also frees the corpus for a new build.
+"""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+import time
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import IntegrityError, connection, transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from corpus.events import send_build_event, send_event
+from corpus.models import Corpus, Dataset, IndexBuild
+from corpus.storage import build_dir
+from engine.build import BuildCancelled, build_index, verify_build
+from engine.corpus import forget_corpus
+from hdrag_site.errors import ApplicationError
+from hdrag_site.runtime import default_gguf, engine_config, tokenizer_for
+
+logger = logging.getLogger(__name__)
+Status = IndexBuild.Status
+
+
+class BuildAlreadyActive(ApplicationError):
+    pass
+
+
+def _snapshot(corpus: Corpus) -> dict[str, Any]:
+    return {"hdc_dimensions": corpus.hdc_dimensions, "hdc_seed": corpus.hdc_seed, "hdc_ngram": corpus.hdc_ngram,
+            "chunk_size": corpus.chunk_size, "gguf_path": str(Path(corpus.gguf_path) if corpus.gguf_path
+                                                               else default_gguf())}
+
+
+def build_start(*, corpus: Corpus, user: AbstractBaseUser | None) -> IndexBuild:
+    """Create a queued build and queue its task once the row is committed."""
+    from corpus.tasks import run_build
+
+    builds_sweep_stale(corpus_id=corpus.pk)
+    if not corpus.datasets.exists():
+        raise ApplicationError("Upload at least one dataset before building the index.")
+    try:
+        with transaction.atomic():
+            build = IndexBuild.objects.create(corpus=corpus, created_by=user, parameters=_snapshot(corpus))
+            transaction.on_commit(lambda: run_build.delay(build.pk))
+    except IntegrityError:
+        raise BuildAlreadyActive("A build of this corpus is already queued or running; "
+                                 "wait for it to finish or cancel it first.") from None
+    send_build_event(build, op="queued")
+    return build
+
+
+def build_cancel(*, build: IndexBuild) -> IndexBuild:
+    """A queued build is cancelled at once (its task will find nothing to claim); a running one
+    is flagged and stops at the engine's next batch boundary."""
+    now = timezone.now()
+    if IndexBuild.objects.filter(pk=build.pk, status=Status.QUEUED).update(
+            status=Status.CANCELLED, cancel_requested=True, finished=now, error="Cancelled before it started."):
+        build.refresh_from_db()
+        send_build_event(build, op="finished")
+        return build
+    if not IndexBuild.objects.filter(pk=build.pk, status=Status.RUNNING).update(cancel_requested=True):
+        raise ApplicationError(f"Build {build.pk} is {build.status}; only queued or running builds can be cancelled.")
+    build.refresh_from_db()
+    send_build_event(build, op="progress")
+    return build
+
+
+class _Heartbeat(threading.Thread):
+    """Touches the build's heartbeat while the build runs; dies with the worker, which is the point."""
+
+    def __init__(self, build_id: int) -> None:
+        super().__init__(name=f"build-{build_id}-heartbeat", daemon=True)
+        self.build_id = build_id
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self.stopped.wait(settings.BUILD_HEARTBEAT_SECONDS):
+                try:
+                    IndexBuild.objects.filter(pk=self.build_id, status=Status.RUNNING).update(heartbeat=timezone.now())
+                except Exception:  # noqa: BLE001 - a missed beat is retried; the build must go on
+                    logger.warning("heartbeat of build %s failed", self.build_id, exc_info=True)
+        finally:
+            connection.close()
+
+
+class _Reporter:
+    """Progress and cancellation for one running build, throttled to BUILD_PROGRESS_INTERVAL."""
+
+    def __init__(self, build: IndexBuild) -> None:
+        self.build = build
+        self.phase = ""
+        self.phase_started = time.monotonic()
+        self.last_write = 0.0
+        self.last_cancel_check = 0.0
+        self.cancelled = False
+        self.timings: dict[str, float] = {}
+
+    def progress(self, phase: str, done: int, total: int) -> None:
+        now = time.monotonic()
+        changed = phase != self.phase
+        if changed:
+            if self.phase:
+                self.timings[self.phase] = round(now - self.phase_started, 3)
+            self.phase, self.phase_started = phase, now
+        finished = bool(total) and done >= total
+        if not (changed or finished or now - self.last_write >= settings.BUILD_PROGRESS_INTERVAL):
+            return
+        self.last_write = now
+        elapsed = now - self.phase_started
+        rate = done / elapsed if elapsed > 0 else 0.0
+        build = self.build
+        build.phase, build.done, build.total, build.rate = phase, int(done), int(total), rate
+        IndexBuild.objects.filter(pk=build.pk, status=Status.RUNNING).update(
+            phase=phase, done=int(done), total=int(total), rate=rate, heartbeat=timezone.now())
+        send_build_event(build, op="progress")
+
+    def should_cancel(self) -> bool:
+        now = time.monotonic()
+        if not self.cancelled and now - self.last_cancel_check >= 0.5:
+            self.last_cancel_check = now
+            # Not running any more means the sweep gave this build up: stop as if cancelled.
+            self.cancelled = not IndexBuild.objects.filter(
+                pk=self.build.pk, status=Status.RUNNING, cancel_requested=False).exists()
+        return self.cancelled
+
+    def close_phase(self) -> None:
+        if self.phase:
+            self.timings[self.phase] = round(time.monotonic() - self.phase_started, 3)
+
+
+def _discard(build: IndexBuild, *, status: str, error: str) -> None:
+    """End a build that will never serve: store the error, then drop its memory rows and files."""
+    from memory.services import memories_delete_for_build
+
+    IndexBuild.objects.filter(pk=build.pk, status=Status.RUNNING).update(
+        status=status, error=error[:10000], finished=timezone.now())
+    memories_delete_for_build(build_id=build.pk)
+    directory = build_dir(build.corpus_id, build.pk)
+    forget_corpus(directory)
+    shutil.rmtree(directory, ignore_errors=True)
+    build.refresh_from_db()
+    send_build_event(build, op="finished")
+
+
+def build_run(*, build_id: int) -> IndexBuild | None:
+    """Run a queued build to the end. Returns None when there was nothing to claim (already
+    claimed by another delivery, cancelled while queued, or deleted). Never raises for a failing
+    build: the error is stored on the row."""
+    from memory.services import MemoryWriter
+
+    now = timezone.now()
+    claimed = IndexBuild.objects.filter(pk=build_id, status=Status.QUEUED).update(
+        status=Status.RUNNING, started=now, heartbeat=now, phase="starting")
+    if not claimed:
+        logger.info("build %s: nothing to claim (already claimed, cancelled or deleted)", build_id)
+        return None
+    build = IndexBuild.objects.select_related("corpus").get(pk=build_id)
+    send_build_event(build, op="started")
+    heartbeat = _Heartbeat(build.pk)
+    heartbeat.start()
+    reporter = _Reporter(build)
+    try:
+        _execute(build, reporter, MemoryWriter)
+    except BuildCancelled:
+        _discard(build, status=Status.CANCELLED, error="Cancelled.")
+    except Exception as error:
+        logger.exception("build %s of corpus %s failed", build.pk, build.corpus_id)
+        _discard(build, status=Status.FAILED, error=f"{type(error).__name__}: {error}")
+    finally:
+        heartbeat.stopped.set()
+        heartbeat.join()
+    build.refresh_from_db()
+    return build
+
+
+def _execute(build: IndexBuild, reporter: _Reporter, writer_class: type) -> None:
+    corpus = build.corpus
+    datasets = list(corpus.datasets.order_by("pk"))
+    if not datasets:
+        raise ApplicationError("the corpus has no datasets")
+    for dataset in datasets:
+        if not Path(dataset.file.path).is_file():
+            raise ApplicationError(f"dataset {dataset.name!r}: its file {dataset.file.path} is missing")
+    values = build.parameters or _snapshot(corpus)
+    config = engine_config().replace(hdc_dimensions=values["hdc_dimensions"], hdc_seed=values["hdc_seed"],
+                                     hdc_ngram=values["hdc_ngram"], chunk_size=values["chunk_size"])
+    gguf_path = Path(values["gguf_path"])
+    out_dir = build_dir(corpus.pk, build.pk)
+    IndexBuild.objects.filter(pk=build.pk).update(build_dir=str(out_dir), parameters=values)
+    reporter.progress("tokenizer", 0, 1)
+    tokenizer = tokenizer_for(gguf_path)
+    writer = writer_class(build=build, dataset_ids=[d.pk for d in datasets])
+    result = build_index(
+        datasets=[(d.pk, d.name, d.file.path) for d in datasets], out_dir=out_dir, gguf_path=gguf_path,
+        tokenizer=tokenizer, config=config, sink=writer.add, progress=reporter.progress,
+        should_cancel=reporter.should_cancel, cache_dir=settings.EMBEDDING_CACHE_DIR)
+    writer.flush()
+    reporter.progress("activate", 0, 1)
+    stored = build.memories.count()
+    if stored != result.documents:
+        raise ApplicationError(f"memory rows: {stored} stored, the index holds {result.documents}")
+    verify_build(out_dir)
+    if reporter.should_cancel():
+        raise BuildCancelled(f"build {build.pk} cancelled")
+    reporter.close_phase()
+    timings = {**result.manifest.get("timings", {}), **{f"portal_{k}": v for k, v in reporter.timings.items()},
+               "memory_insert": round(writer.seconds, 3), "memory_rows_per_second": round(writer.rows_per_second)}
+    counts = {s["source_id"]: s["documents"] for s in result.manifest["sources"]}
+    with transaction.atomic():
+        # Locked, so a cancel or sweep racing with activation either lands before (we stop) or
+        # finds the build succeeded (and leaves it alone).
+        row = IndexBuild.objects.select_for_update().get(pk=build.pk)
+        if row.status != Status.RUNNING or row.cancel_requested:
+            raise BuildCancelled(f"build {build.pk} cancelled before activation")
+        IndexBuild.objects.filter(pk=build.pk).update(
+            status=Status.SUCCEEDED, finished=timezone.now(), phase="done", done=result.documents,
+            total=result.documents, documents=result.documents, duplicates=result.duplicates,
+            vocab_size=result.vocab_size, timings=timings, heartbeat=timezone.now())
+        Corpus.objects.filter(pk=corpus.pk).update(active_build_id=build.pk)
+        for dataset_id, documents in counts.items():
+            Dataset.objects.filter(pk=dataset_id).update(record_count=documents, record_count_exact=True)
+    build.refresh_from_db()
+    send_build_event(build, op="finished")
+    send_event(f"corpus-{corpus.pk}", op="activated", build_id=build.pk)
+
+
+def builds_sweep_stale(*, corpus_id: int | None = None) -> list[int]:
+    """Fail running builds whose worker stopped sending heartbeats; returns their ids."""
+    cutoff = timezone.now() - timedelta(seconds=settings.BUILD_STALE_SECONDS)
+    stale = IndexBuild.objects.filter(status=Status.RUNNING).filter(
+        Q(heartbeat__lt=cutoff) | Q(heartbeat__isnull=True, started__lt=cutoff))
+    if corpus_id is not None:
+        stale = stale.filter(corpus_id=corpus_id)
+    swept = []
+    for build in stale:
+        seen = build.heartbeat or build.started
+        message = (f"The worker running this build stopped responding (last heartbeat {seen:%Y-%m-%d %H:%M:%S} UTC); "
+                   f"the previous index stays active. Start a new build.")
+        _discard(build, status=Status.FAILED, error=message)
+        swept.append(build.pk)
+        logger.warning("build %s: no heartbeat since %s, marked failed", build.pk, seen)
+    return swept
+
+
+def builds_cleanup(*, keep: int = 2, corpus_id: int | None = None) -> list[int]:
+    """Delete finished builds beyond the `keep` newest of each corpus (never the active one,
+    never a queued or running one): rows, memory rows, then files. Returns the deleted ids."""
+    from memory.services import memories_delete_for_build
+
+    deleted = []
+    corpora = Corpus.objects.all() if corpus_id is None else Corpus.objects.filter(pk=corpus_id)
+    for corpus in corpora:
+        finished = corpus.builds.exclude(status__in=IndexBuild.ACTIVE_STATUSES).order_by("-created", "-id")
+        for build in finished[keep:]:
+            if build.pk == corpus.active_build_id:
+                continue
+            directory = build_dir(corpus.pk, build.pk)
+            memories_delete_for_build(build_id=build.pk)
+            build.delete()
+            forget_corpus(directory)
+            shutil.rmtree(directory, ignore_errors=True)
+            deleted.append(build.pk)
+    return deleted

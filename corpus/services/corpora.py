@@ -1,0 +1,160 @@
+"""Corpus and dataset writes: create/update corpora, accept uploads, enable/disable datasets."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser, Group
+from django.core.files.uploadedfile import UploadedFile
+from django.db import IntegrityError, transaction
+
+from corpus.models import Corpus, Dataset
+from corpus.storage import staging_dir
+from corpus.uploads import upload_limit_message
+from engine.datasets import FORMAT_BY_SUFFIX, DatasetError, validate_dataset
+from hdrag_site.errors import ApplicationError
+
+CORPUS_SETTINGS = ("description", "visibility", "hdc_dimensions", "hdc_seed", "hdc_ngram", "chunk_size", "gguf_path")
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+class DatasetRejected(ApplicationError):
+    """An upload that was not stored; the message says why and names the file."""
+
+
+def corpus_create(*, owner: AbstractBaseUser, name: str, readable_groups: Iterable[Group] = (),
+                  writable_groups: Iterable[Group] = (), **options: Any) -> Corpus:
+    """A new corpus owned by `owner`; `options` are any of CORPUS_SETTINGS."""
+    unknown = sorted(set(options) - set(CORPUS_SETTINGS))
+    if unknown:
+        raise ValueError(f"unknown corpus settings: {', '.join(unknown)}")
+    name = name.strip()
+    if not name:
+        raise ApplicationError("A corpus needs a name.")
+    corpus = Corpus(owner=owner, name=name, **options)
+    corpus.full_clean(exclude=["owner", "active_build"], validate_unique=False)
+    try:
+        with transaction.atomic():
+            corpus.save()
+            corpus.readable_groups.set(readable_groups)
+            corpus.writable_groups.set(writable_groups)
+    except IntegrityError:
+        raise ApplicationError(f"You already have a corpus named {name!r}.") from None
+    return corpus
+
+
+def dataset_set_enabled(*, dataset: Dataset, enabled: bool) -> Dataset:
+    """Searches skip disabled datasets at once; no rebuild needed (the index filters by source)."""
+    Dataset.objects.filter(pk=dataset.pk).update(enabled=enabled)
+    dataset.enabled = enabled
+    return dataset
+
+
+def dataset_delete(*, dataset: Dataset) -> None:
+    """Drop the dataset and its file. Memories of an already built index stay until the next build,
+    but searches no longer return them (their source is gone from the enabled set)."""
+    path = Path(dataset.file.path)
+    dataset.delete()
+    transaction.on_commit(lambda: path.unlink(missing_ok=True))
+
+
+def _clean_name(name: str) -> str:
+    base = Path(name.replace("\\", "/")).name.strip()
+    if not base or base in (".", ".."):
+        raise DatasetRejected("The uploaded file has no name.")
+    return base[-255:]
+
+
+def _stage(uploaded: UploadedFile, staged: Path, limit: int) -> tuple[str, int]:
+    """Put the upload at `staged` (same filesystem as the datasets) and return (sha256, size).
+
+    A file our upload handler already spooled and hashed is hard-linked (no copy); anything else
+    (tests' in-memory files, other handlers) is streamed across with hashing and the size limit.
+    """
+    temporary = getattr(uploaded, "temporary_file_path", None)
+    digest = getattr(uploaded, "sha256", None)
+    if temporary is not None and digest:
+        try:
+            os.link(temporary(), staged)
+            return digest, staged.stat().st_size
+        except OSError:
+            pass
+    hasher = hashlib.sha256()
+    size = 0
+    with open(staged, "wb") as out:
+        for chunk in uploaded.chunks():
+            size += len(chunk)
+            if size > limit:
+                raise DatasetRejected(f"{uploaded.name}: {upload_limit_message(limit)}")
+            hasher.update(chunk)
+            out.write(chunk)
+    return hasher.hexdigest(), size
+
+
+def dataset_upload(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded_file: UploadedFile,
+                   name: str | None = None) -> Dataset:
+    """Validate an uploaded file by content and store it in `corpus`, all or nothing.
+
+    Steps: size limit -> staged copy with sha256 -> duplicate check -> `validate_dataset` (format
+    sniffed from the content, UTF-8, readable records) -> row insert and atomic rename into
+    DATA_DIR/corpora/<corpus>/datasets/ in one transaction. Raises DatasetRejected (nothing stored).
+    """
+    name = _clean_name(name or uploaded_file.name or "")
+    limit = settings.UPLOAD_MAX_BYTES
+    if uploaded_file.size is not None and uploaded_file.size > limit:
+        raise DatasetRejected(f"{name}: {upload_limit_message(limit)}")
+    suffix = Path(name).suffix.lower()
+    if suffix not in FORMAT_BY_SUFFIX:
+        raise DatasetRejected(f"{name}: unsupported file type {suffix or '(no extension)'!r}; "
+                              f"supported: {', '.join(sorted(FORMAT_BY_SUFFIX))}")
+    staging = staging_dir()
+    staging.mkdir(parents=True, exist_ok=True)
+    staged = staging / f"{uuid.uuid4().hex}{suffix}"
+    try:
+        sha256, size = _stage(uploaded_file, staged, limit)
+        duplicate = corpus.datasets.filter(sha256=sha256).first()
+        if duplicate is not None:
+            raise DatasetRejected(f"{name}: the same content is already in this corpus as {duplicate.name!r}.")
+        try:
+            report = validate_dataset(staged)
+        except DatasetError as error:
+            raise DatasetRejected(str(error).replace(str(staged), name)) from None
+        relative = f"corpora/{corpus.pk}/datasets/{sha256[:16]}-{_UNSAFE.sub('_', name)}"
+        final = Path(settings.DATA_DIR) / relative
+        final.parent.mkdir(parents=True, exist_ok=True)
+        moved = False
+        try:
+            with transaction.atomic():
+                dataset = Dataset.objects.create(
+                    corpus=corpus, name=name, file=relative, size=size, sha256=sha256, format=report["format"],
+                    record_count=report["record_estimate"], record_count_exact=report["complete"],
+                    uploaded_by=user)
+                os.replace(staged, final)
+                moved = True
+        except IntegrityError:
+            raise DatasetRejected(f"{name}: the same content is already in this corpus.") from None
+        except BaseException:
+            if moved:
+                final.unlink(missing_ok=True)
+            raise
+    finally:
+        staged.unlink(missing_ok=True)
+    dataset.validation = report
+    return dataset
+
+
+def corpus_delete(*, corpus: Corpus) -> None:
+    """Delete a corpus, its rows and, once committed, its files."""
+    from corpus.storage import corpus_dir
+
+    directory = corpus_dir(corpus.pk)
+    corpus.delete()
+    transaction.on_commit(lambda: shutil.rmtree(directory, ignore_errors=True))

@@ -1,0 +1,26 @@
+"""Celery tasks: take ids, call services. Queued with transaction.on_commit by the services."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import shared_task
+from celery.signals import worker_ready
+
+from corpus.services.builds import build_run, builds_sweep_stale
+
+logger = logging.getLogger(__name__)
+
+
+@shared_task(name="corpus.run_build")
+def run_build(build_id: int) -> str:
+    build = build_run(build_id=build_id)
+    return build.status if build is not None else "not-claimed"
+
+
+@worker_ready.connect
+def sweep_on_worker_start(**kwargs: object) -> None:
+    """A worker that starts after a crash finds the builds the crash left "running"."""
+    swept = builds_sweep_stale()
+    if swept:
+        logger.warning("marked stale builds failed: %s", swept)

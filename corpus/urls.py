@@ -1,0 +1,21 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from corpus import views
+
+app_name = "corpus"
+
+urlpatterns = [
+    path("", views.corpus_list, name="list"),
+    path("new/", views.corpus_new, name="new"),
+    path("<int:pk>/", views.corpus_detail, name="detail"),
+    path("<int:pk>/edit/", views.corpus_edit, name="edit"),
+    path("<int:pk>/delete/", views.corpus_remove, name="delete"),
+    path("<int:pk>/datasets/", views.dataset_add, name="dataset_add"),
+    path("<int:pk>/builds/", views.build_new, name="build_start"),
+    path("<int:pk>/builds/status.json", views.build_status, name="build_status"),
+    path("datasets/<int:pk>/toggle/", views.dataset_toggle, name="dataset_toggle"),
+    path("datasets/<int:pk>/delete/", views.dataset_remove, name="dataset_delete"),
+    path("builds/<int:pk>/cancel/", views.build_stop, name="build_cancel"),
+]

@@ -1,0 +1,162 @@
+"""Corpus pages. Views validate input and delegate to selectors and services."""
+
+from __future__ import annotations
+
+from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.shortcuts import redirect, render
+from django.views.decorators.http import require_GET, require_POST
+
+from corpus.forms import CorpusForm, DatasetUploadForm
+from corpus.selectors import (
+    build_state,
+    corpus_builds,
+    corpus_can_manage,
+    corpus_can_write,
+    corpus_datasets,
+    corpus_list_for_user,
+    get_build_for_user,
+    get_corpus_for_user,
+    get_dataset_for_user,
+)
+from corpus.services.builds import build_cancel, build_start, builds_sweep_stale
+from corpus.services.corpora import (
+    corpus_create,
+    corpus_delete,
+    dataset_delete,
+    dataset_set_enabled,
+    dataset_upload,
+)
+from hdrag_site.errors import ApplicationError
+
+PAGE_SIZE = 20
+
+
+@require_GET
+def corpus_list(request: HttpRequest) -> HttpResponse:
+    page = Paginator(corpus_list_for_user(request.user), PAGE_SIZE).get_page(request.GET.get("page"))
+    return render(request, "corpus/list.html", {"page": page})
+
+
+def corpus_new(request: HttpRequest) -> HttpResponse:
+    form = CorpusForm(request.POST or None, user=request.user)
+    if request.method == "POST" and form.is_valid():
+        data = dict(form.cleaned_data)
+        readable, writable = data.pop("readable_groups"), data.pop("writable_groups")
+        try:
+            corpus = corpus_create(owner=request.user, readable_groups=readable, writable_groups=writable, **data)
+        except ApplicationError as error:
+            form.add_error(None, error.message)
+        else:
+            messages.success(request, f"Corpus {corpus.name!r} created. Upload a dataset, then build its index.")
+            return redirect("corpus:detail", pk=corpus.pk)
+    return render(request, "corpus/form.html", {"form": form, "corpus": None})
+
+
+def corpus_edit(request: HttpRequest, pk: int) -> HttpResponse:
+    corpus = get_corpus_for_user(request.user, pk, write=True)
+    if not corpus_can_manage(user=request.user, corpus=corpus):
+        raise PermissionDenied("Only the owner can change a corpus's settings.")
+    form = CorpusForm(request.POST or None, instance=corpus, user=request.user)
+    if request.method == "POST" and form.is_valid():
+        form.save()
+        messages.success(request, "Settings saved. They apply to the next build.")
+        return redirect("corpus:detail", pk=corpus.pk)
+    return render(request, "corpus/form.html", {"form": form, "corpus": corpus})
+
+
+@require_POST
+def corpus_remove(request: HttpRequest, pk: int) -> HttpResponse:
+    corpus = get_corpus_for_user(request.user, pk, write=True)
+    if not corpus_can_manage(user=request.user, corpus=corpus):
+        raise PermissionDenied("Only the owner can delete a corpus.")
+    corpus_delete(corpus=corpus)
+    messages.success(request, f"Corpus {corpus.name!r} deleted.")
+    return redirect("corpus:list")
+
+
+@require_GET
+def corpus_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    corpus = get_corpus_for_user(request.user, pk)
+    builds_sweep_stale(corpus_id=corpus.pk)
+    return _detail(request, corpus, DatasetUploadForm())
+
+
+def _detail(request: HttpRequest, corpus, upload_form: DatasetUploadForm, status: int = 200) -> HttpResponse:  # noqa: ANN001
+    builds = corpus_builds(corpus=corpus)
+    context = {
+        "corpus": corpus, "datasets": corpus_datasets(corpus=corpus), "builds": builds,
+        "can_write": corpus_can_write(user=request.user, corpus=corpus),
+        "can_manage": corpus_can_manage(user=request.user, corpus=corpus),
+        "upload_form": upload_form, "active_build_running": any(b.is_active for b in builds),
+    }
+    return render(request, "corpus/detail.html", context, status=status)
+
+
+@require_POST
+def dataset_add(request: HttpRequest, pk: int) -> HttpResponse:
+    corpus = get_corpus_for_user(request.user, pk, write=True)
+    form = DatasetUploadForm(request.POST, request.FILES, upload_errors=getattr(request, "upload_errors", {}))
+    if form.is_valid():
+        try:
+            dataset = dataset_upload(corpus=corpus, user=request.user, uploaded_file=form.cleaned_data["file"])
+        except ApplicationError as error:
+            form.add_error("file", error.message)
+        else:
+            checked = dataset.validation
+            note = f" ({checked['issue_count']} unreadable records will be skipped)" if checked["issue_count"] else ""
+            messages.success(request, f"Uploaded {dataset.name}: {dataset.format}, about {dataset.record_count} "
+                                      f"records{note}. Build the index to make it searchable.")
+            return redirect("corpus:detail", pk=corpus.pk)
+    return _detail(request, corpus, form, status=400)
+
+
+@require_POST
+def dataset_toggle(request: HttpRequest, pk: int) -> HttpResponse:
+    dataset = get_dataset_for_user(request.user, pk, write=True)
+    dataset_set_enabled(dataset=dataset, enabled=request.POST.get("enabled") == "1")
+    state = "enabled" if dataset.enabled else "disabled"
+    messages.success(request, f"{dataset.name} {state} for search.")
+    return redirect("corpus:detail", pk=dataset.corpus_id)
+
+
+@require_POST
+def dataset_remove(request: HttpRequest, pk: int) -> HttpResponse:
+    dataset = get_dataset_for_user(request.user, pk, write=True)
+    dataset_delete(dataset=dataset)
+    messages.success(request, f"{dataset.name} deleted; rebuild the index to drop its memories for good.")
+    return redirect("corpus:detail", pk=dataset.corpus_id)
+
+
+@require_POST
+def build_new(request: HttpRequest, pk: int) -> HttpResponse:
+    corpus = get_corpus_for_user(request.user, pk, write=True)
+    try:
+        build = build_start(corpus=corpus, user=request.user)
+    except ApplicationError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, f"Build {build.pk} queued.")
+    return redirect("corpus:detail", pk=corpus.pk)
+
+
+@require_POST
+def build_stop(request: HttpRequest, pk: int) -> HttpResponse:
+    build = get_build_for_user(request.user, pk, write=True)
+    try:
+        build_cancel(build=build)
+    except ApplicationError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, f"Cancellation of build {build.pk} requested.")
+    return redirect("corpus:detail", pk=build.corpus_id)
+
+
+@require_GET
+def build_status(request: HttpRequest, pk: int) -> JsonResponse:
+    """Polling fallback for the live progress bar (and for the embedded mode's separate worker)."""
+    corpus = get_corpus_for_user(request.user, pk)
+    return JsonResponse({"active_build": corpus.active_build_id,
+                         "builds": [build_state(b) for b in corpus_builds(corpus=corpus, limit=10)]})

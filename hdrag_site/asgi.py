@@ -1,0 +1,25 @@
+"""ASGI entry point: HTTP through Django, websockets through Channels (chat, build progress)."""
+
+from __future__ import annotations
+
+import os
+
+from django.core.asgi import get_asgi_application
+
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hdrag_site.settings")
+# Django must be set up before the routing modules import models.
+django_asgi_app = get_asgi_application()
+
+from channels.auth import AuthMiddlewareStack  # noqa: E402
+from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
+from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
+
+import chat.routing  # noqa: E402
+import corpus.routing  # noqa: E402
+
+application = ProtocolTypeRouter({
+    "http": django_asgi_app,
+    "websocket": AllowedHostsOriginValidator(
+        AuthMiddlewareStack(URLRouter(chat.routing.websocket_urlpatterns + corpus.routing.websocket_urlpatterns))
+    ),
+})

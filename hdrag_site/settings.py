@@ -1,0 +1,213 @@
+"""HdRAG Portal settings: one module, driven by environment variables (see README, "Deployment").
+
+Two modes, chosen by `HDRAG_ENV`:
+
+* `development` (default, the embedded mode): SQLite in `DATA_DIR`, Celery on kombu's filesystem
+  broker in `DATA_DIR/broker` (no Redis), in-memory channel layer, embedded Chroma, local llama.cpp.
+  Each service switches to its production form as soon as its variable is set (`DATABASE_URL`,
+  `REDIS_URL`, `CHROMA_URL`, `LLM_BASE_URL`), so tests and CI can use PostgreSQL and Redis too.
+* `production`: the same, but start-up is refused unless DEBUG is off, `SECRET_KEY` is set to a
+  real secret, and `DATABASE_URL` and `REDIS_URL` are set (several processes on several machines
+  cannot share SQLite, a filesystem broker or an in-memory channel layer).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+from hdrag_site.env import envbool, envint, envlist, envstr
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+HDRAG_ENV = envstr("HDRAG_ENV", "development")
+if HDRAG_ENV not in ("development", "production"):
+    raise ImproperlyConfigured(f"HDRAG_ENV={HDRAG_ENV!r}: expected 'development' or 'production'")
+PRODUCTION = HDRAG_ENV == "production"
+
+DEFAULT_SECRET_KEY = "hdrag-development-secret-key-never-use-in-production"
+SECRET_KEY = envstr("SECRET_KEY", DEFAULT_SECRET_KEY)
+DEBUG = envbool("DEBUG", not PRODUCTION)
+DATA_DIR = Path(envstr("DATA_DIR", str(BASE_DIR / "var"))).resolve()
+DATABASE_URL = envstr("DATABASE_URL", "")
+REDIS_URL = envstr("REDIS_URL", "")
+
+if PRODUCTION:
+    problems = []
+    if DEBUG:
+        problems.append("DEBUG is on (set DEBUG=0)")
+    if SECRET_KEY == DEFAULT_SECRET_KEY or len(SECRET_KEY) < 32:
+        problems.append("SECRET_KEY is the development default or shorter than 32 characters")
+    if not DATABASE_URL:
+        problems.append("DATABASE_URL is not set (PostgreSQL is required)")
+    if not REDIS_URL:
+        problems.append("REDIS_URL is not set (Redis is required for Celery, channels and the cache)")
+    if problems:
+        raise ImproperlyConfigured("refusing to start with HDRAG_ENV=production: " + "; ".join(problems))
+
+ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", [] if PRODUCTION else ["localhost", "127.0.0.1", "[::1]", "testserver"])
+CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
+SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = envbool("SECURE_COOKIES", PRODUCTION)
+if envbool("BEHIND_TLS_PROXY", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+INSTALLED_APPS = [
+    "daphne",
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "channels",
+    "corpus",
+    "memory",
+    "chat",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # Every page needs a login unless its view is marked @login_not_required (login, health).
+    "django.contrib.auth.middleware.LoginRequiredMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "hdrag_site.urls"
+WSGI_APPLICATION = "hdrag_site.wsgi.application"
+ASGI_APPLICATION = "hdrag_site.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+if DATABASE_URL:
+    DATABASES = {"default": dj_database_url.parse(DATABASE_URL, conn_max_age=envint("DB_CONN_MAX_AGE", 60),
+                                                  conn_health_checks=True)}
+else:
+    DATABASES = {
+        "default": {
+            "ENGINE": "django.db.backends.sqlite3",
+            "NAME": DATA_DIR / "portal.sqlite3",
+            # The web process and the worker write the same file: WAL lets readers go on while a
+            # build inserts memories, IMMEDIATE avoids the deadlock of two readers upgrading.
+            "OPTIONS": {
+                "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;",
+                "transaction_mode": "IMMEDIATE",
+                "timeout": 30,
+            },
+        }
+    }
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+if REDIS_URL:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
+                                  "CONFIG": {"hosts": [REDIS_URL]}}}
+else:
+    CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
+    # Single process only: events from a separate worker never reach it, so pages also poll.
+    CHANNEL_LAYERS = {"default": {"BACKEND": "channels.layers.InMemoryChannelLayer"}}
+
+# Celery (namespace CELERY_). State lives on the rows, so task results are not kept.
+CELERY_BROKER_URL = REDIS_URL or "filesystem://"
+if REDIS_URL:
+    # A build may run for hours; with late acks Redis would redeliver it after the visibility
+    # timeout. Redelivery is harmless (the task claims its row), but pointless work.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": envint("CELERY_VISIBILITY_TIMEOUT", 6 * 3600)}
+else:
+    _BROKER_DIR = DATA_DIR / "broker"
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_BROKER_DIR / "queue"),
+        "data_folder_out": str(_BROKER_DIR / "queue"),
+        "processed_folder": str(_BROKER_DIR / "processed"),
+        "store_processed": False,
+    }
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_DEFAULT_QUEUE = envstr("CELERY_QUEUE", "hdrag")
+CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)
+CELERY_TASK_EAGER_PROPAGATES = True
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+
+# Engine and services
+GGUF_PATH = envstr("GGUF_PATH", "")  # blank: the packaged Gemma 3 270M (engine.models.default_gguf_path)
+HDRAG_CONFIG_FILE = envstr("HDRAG_CONFIG_FILE", "")  # optional YAML of engine.config.Config values
+EMBEDDING_CACHE_DIR = Path(envstr("EMBEDDING_CACHE_DIR", str(BASE_DIR / ".cache" / "embeddings")))
+LLAMA_PORT = envint("LLAMA_PORT", 8081, minimum=1)
+LLM_BASE_URL = envstr("LLM_BASE_URL", f"http://127.0.0.1:{LLAMA_PORT}")
+LLM_TIMEOUT_SECONDS = envint("LLM_TIMEOUT_SECONDS", 120, minimum=1)
+CHROMA_URL = envstr("CHROMA_URL", "")
+CHROMA_PATH = DATA_DIR / "chroma"
+
+# Builds: a running build writes a heartbeat at least this often; one silent for
+# BUILD_STALE_SECONDS lost its worker and is marked failed by the sweep (see corpus.services.builds).
+BUILD_HEARTBEAT_SECONDS = envint("BUILD_HEARTBEAT_SECONDS", 10, minimum=1)
+BUILD_STALE_SECONDS = envint("BUILD_STALE_SECONDS", 300, minimum=10)
+BUILD_PROGRESS_INTERVAL = 0.5  # seconds between progress writes/events while a build runs
+MEMORY_INSERT_BATCH = envint("MEMORY_INSERT_BATCH", 5000, minimum=1)
+
+# Uploads: every file goes through corpus.uploads (size limit enforced while streaming, sha256
+# computed on the way) into a temporary file inside DATA_DIR, so accepting it is a rename.
+UPLOAD_MAX_BYTES = envint("UPLOAD_MAX_BYTES", 512 * 1024 * 1024, minimum=1)
+FILE_UPLOAD_HANDLERS = ["corpus.uploads.LimitedHashingUploadHandler"]
+FILE_UPLOAD_TEMP_DIR = str(DATA_DIR / "tmp")
+FILE_UPLOAD_PERMISSIONS = 0o640
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+]
+LOGIN_URL = "login"
+LOGIN_REDIRECT_URL = "/"
+LOGOUT_REDIRECT_URL = "login"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = BASE_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage",
+                "OPTIONS": {"location": str(DATA_DIR / "media")}},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage" if PRODUCTION
+                    else "django.contrib.staticfiles.storage.StaticFilesStorage"},
+}
+# Development serves straight from the source folders; production from collectstatic's output.
+WHITENOISE_USE_FINDERS = not PRODUCTION
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": envstr("LOG_LEVEL", "INFO")},
+}

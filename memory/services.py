@@ -1,0 +1,149 @@
+"""Memory writes (bulk insert during a build, deletion of a build's rows) and search.
+
+Search applies access control before retrieval: only corpora the user may read, with an active
+build, are loaded and searched, and only their enabled datasets pass the index's source filter.
+Loaded builds (memory-mapped index files) are cached per process by `engine.corpus.cached_corpus`.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+
+from corpus.models import Corpus, IndexBuild
+from corpus.selectors import corpora_visible_to
+from engine.corpus import cached_corpus
+from engine.retrieval import BlendState, Retriever, SearchTarget
+from hdrag_site.errors import ApplicationError
+from hdrag_site.runtime import engine_config, tokenizer_for
+from memory.models import Memory
+
+
+class MemoryWriter:
+    """The build's sink: buffers engine records and bulk-inserts them as Memory rows.
+
+    Records arrive in small batches (the engine's encode batch); inserting a few thousand rows per
+    statement is what makes the insert rate independent of that batch size.
+    """
+
+    def __init__(self, *, build: IndexBuild, dataset_ids: Iterable[int], batch_size: int | None = None) -> None:
+        self.build_id = build.pk
+        self.corpus_id = build.corpus_id
+        self.dataset_ids = frozenset(dataset_ids)
+        self.batch_size = batch_size or settings.MEMORY_INSERT_BATCH
+        self.pending: list[Memory] = []
+        self.inserted = 0
+        self.seconds = 0.0
+
+    def add(self, records: list[dict]) -> None:
+        for record in records:
+            source = int(record["source_id"])
+            self.pending.append(Memory(
+                corpus_id=self.corpus_id, build_id=self.build_id, hdv_idx=int(record["hdv_idx"]),
+                content_hash=record["id"],
+                # PostgreSQL text cannot hold NUL; the index was built from the text with it.
+                text=record["text"].replace("\x00", "\ufffd"),
+                dataset_id=source if source in self.dataset_ids else None,
+                metadata=record.get("metadata") or {}, token_count=int(record["token_count"])))
+        if len(self.pending) >= self.batch_size:
+            self.flush()
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        started = time.perf_counter()
+        Memory.objects.bulk_create(self.pending, batch_size=self.batch_size)
+        self.seconds += time.perf_counter() - started
+        self.inserted += len(self.pending)
+        self.pending = []
+
+    @property
+    def rows_per_second(self) -> float:
+        return self.inserted / self.seconds if self.seconds else 0.0
+
+
+def memories_delete_for_build(*, build_id: int, chunk: int = 10000) -> int:
+    """Delete a build's memories in chunks (deferred fields: the texts are never loaded)."""
+    deleted = 0
+    while True:
+        ids = list(Memory.objects.filter(build_id=build_id).order_by().values_list("pk", flat=True)[:chunk])
+        if not ids:
+            return deleted
+        Memory.objects.filter(pk__in=ids).only("pk").delete()
+        deleted += len(ids)
+
+
+@dataclass(frozen=True)
+class BuildMemoryStore:
+    """engine.corpus.MemoryStore over the Memory rows of one build."""
+
+    build_id: int
+
+    def get_memories(self, rows: list[int]) -> dict[int, dict]:
+        found: dict[int, dict] = {}
+        wanted = sorted({int(r) for r in rows})
+        for start in range(0, len(wanted), 1000):
+            for row in (Memory.objects.filter(build_id=self.build_id, hdv_idx__in=wanted[start:start + 1000])
+                        .values("pk", "hdv_idx", "content_hash", "text", "metadata", "token_count", "dataset_id")):
+                found[row["hdv_idx"]] = {
+                    "id": row["content_hash"], "pk": row["pk"], "text": row["text"], "hdv_idx": row["hdv_idx"],
+                    "metadata": row["metadata"], "token_count": row["token_count"], "dataset_id": row["dataset_id"]}
+        return found
+
+
+_retrievers: dict[str, Retriever] = {}
+_retrievers_lock = threading.Lock()
+
+
+def _retriever(gguf_path: str) -> Retriever:
+    with _retrievers_lock:
+        if gguf_path not in _retrievers:
+            _retrievers[gguf_path] = Retriever(tokenizer_for(gguf_path), engine_config())
+        return _retrievers[gguf_path]
+
+
+def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Iterable[int], query: str,
+                    blend: BlendState | None = None, token_budget: int | None = None,
+                    top_document: bool = False) -> list[dict[str, Any]]:
+    """Retrieve memories for `query` from the corpora in `corpus_ids` that `user` may read.
+
+    Ids the user may not read, or of corpora without an active build, are ignored (an outsider
+    cannot tell them from missing ones). Returns, best first:
+    [{"memory": {"id", "pk", "text", "hdv_idx", "metadata", "token_count", "dataset_id"},
+      "hdc_score": float, "corpus_id": int, "corpus": name, "dataset": dataset name or ""}].
+    Raises ApplicationError when the chosen corpora cannot be searched together (different model
+    or HDC dimensions).
+    """
+    if not query.strip():
+        return []
+    ids = {int(i) for i in corpus_ids}
+    corpora = list(corpora_visible_to(user).filter(pk__in=ids, active_build__isnull=False)
+                   .select_related("active_build").prefetch_related("datasets").order_by("pk"))
+    if not corpora:
+        return []
+    models = {c.active_build.parameters.get("gguf_path", "") for c in corpora}
+    dims = {c.active_build.parameters.get("hdc_dimensions") for c in corpora}
+    if len(models) != 1 or len(dims) != 1:
+        names = ", ".join(f"{c.name} ({c.active_build.parameters.get('hdc_dimensions')} dims, "
+                          f"{Path(c.active_build.parameters.get('gguf_path', '')).name})" for c in corpora)
+        raise ApplicationError(f"These corpora use different models or HDC dimensions and cannot be searched "
+                               f"together: {names}.", {"corpus_ids": sorted(c.pk for c in corpora)})
+    targets = []
+    for corpus in corpora:
+        enabled = frozenset(d.pk for d in corpus.datasets.all() if d.enabled)
+        targets.append(SearchTarget(corpus=cached_corpus(corpus.active_build.build_dir),
+                                    store=BuildMemoryStore(corpus.active_build_id), name=str(corpus.pk),
+                                    enabled_sources=enabled))
+    results = _retriever(models.pop()).search(query, targets, blend=blend, token_budget=token_budget,
+                                               top_document=top_document)
+    by_id: dict[int, Corpus] = {c.pk: c for c in corpora}
+    dataset_names = {d.pk: d.name for c in corpora for d in c.datasets.all()}
+    return [{**result, "corpus_id": int(result["corpus"]), "corpus": by_id[int(result["corpus"])].name,
+             "dataset": dataset_names.get(result["memory"].get("dataset_id"), "")} for result in results]

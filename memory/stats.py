@@ -1,0 +1,82 @@
+"""Statistics of a corpus's active build, drawn as SVG: what the hypervectors look like.
+
+Computed from a seeded sample of rows (never the whole index), so the page stays fast on big
+corpora: per-memory density (share of non-zero dimensions), the distribution of cosine
+similarities between sampled pairs (should be narrow around 0 for a healthy random-projection
+code), per-dimension activation (no dead or saturated dimensions), memory sizes and sources.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from corpus.models import Corpus
+from engine import bits
+from engine.corpus import cached_corpus
+from memory.selectors import memory_counts_by_dataset
+from memory.svg import bar_chart
+
+SAMPLE_ROWS = 400
+DIMENSION_BUCKETS = 100
+
+
+def _histogram(values: np.ndarray, bins: int, value_range: tuple[float, float]) -> tuple[list[int], list[str]]:
+    counts, edges = np.histogram(values, bins=bins, range=value_range)
+    return counts.tolist(), [f"{edge:.2f}" for edge in edges[:-1]]
+
+
+def corpus_stats(*, corpus: Corpus, sample_rows: int = SAMPLE_ROWS, seed: int = 0) -> dict[str, Any]:
+    """Numbers and SVG charts for `corpus.active_build`; {"empty": True} when there is none."""
+    build = corpus.active_build
+    if build is None:
+        return {"empty": True}
+    loaded = cached_corpus(build.build_dir)
+    count, dims = loaded.count, loaded.dims
+    rng = np.random.default_rng(seed)
+    rows = np.sort(rng.choice(count, size=min(sample_rows, count), replace=False))
+    pos, neg = loaded.index.get_bitmaps(rows)
+    ternary = bits.unpack_ternary(pos, neg, dims).astype(np.int8)  # (sample, dims) in {-1, 0, 1}
+    nonzero = (ternary != 0).sum(axis=1)
+    density = nonzero / dims
+
+    dense = ternary.astype(np.float32)
+    norms = np.sqrt(np.maximum(nonzero, 1)).astype(np.float32)
+    cosine = (dense @ dense.T) / np.outer(norms, norms)
+    pairs = cosine[np.triu_indices(len(rows), k=1)]
+
+    active_pos = (ternary > 0).mean(axis=0)
+    active_neg = (ternary < 0).mean(axis=0)
+    buckets = np.array_split(np.arange(dims), min(DIMENSION_BUCKETS, dims))
+    activation = [float((active_pos[b] + active_neg[b]).mean()) for b in buckets]
+    token_counts = np.asarray(loaded.index.token_counts)
+
+    density_counts, density_labels = _histogram(density, 20, (0.0, max(float(density.max(initial=0)), 1e-6)))
+    cosine_counts, cosine_labels = _histogram(pairs, 40, (-1.0, 1.0)) if pairs.size else ([], [])
+    tokens_counts, tokens_labels = _histogram(token_counts, 24, (0, max(int(token_counts.max(initial=1)), 1)))
+    by_dataset = memory_counts_by_dataset(build_id=build.pk)
+    datasets = {d.pk: d.name for d in corpus.datasets.all()}
+    source_names = [datasets.get(pk, f"#{pk}") for pk in sorted(by_dataset)]
+    source_counts = [by_dataset[pk] for pk in sorted(by_dataset)]
+    return {
+        "empty": False, "build": build, "count": count, "dims": dims, "sampled": len(rows),
+        "vocab_size": build.vocab_size, "duplicates": build.duplicates,
+        "mean_density": float(density.mean()) if len(rows) else 0.0,
+        "mean_abs_cosine": float(np.abs(pairs).mean()) if pairs.size else 0.0,
+        "dead_dimensions": int(((active_pos + active_neg) == 0).sum()),
+        "charts": [
+            bar_chart(density_counts, labels=density_labels, title="Density: share of non-zero dimensions per memory",
+                      x_label="density", color="#3867d6"),
+            bar_chart(cosine_counts, labels=cosine_labels,
+                      title=f"Cosine similarity of {len(pairs):,} sampled pairs", x_label="cosine", color="#8854d0",
+                      tick_every=5),
+            bar_chart(activation, labels=[str(b[0]) for b in buckets],
+                      title=f"Activation per dimension (share of memories non-zero, {len(buckets)} buckets)",
+                      x_label="dimension", color="#20bf6b", tick_every=10),
+            bar_chart(tokens_counts, labels=tokens_labels, title="Memory size in tokens", x_label="tokens",
+                      color="#fa8231"),
+            bar_chart(source_counts, labels=source_names, title="Memories per dataset", color="#0fb9b1",
+                      tick_every=1),
+        ],
+    }

@@ -1,0 +1,12 @@
+from __future__ import annotations
+
+from django.urls import path
+
+from memory import views
+
+app_name = "memory"
+
+urlpatterns = [
+    path("search/", views.search, name="search"),
+    path("corpora/<int:pk>/stats/", views.stats, name="stats"),
+]
