@@ -1,9 +1,142 @@
+"""Chat pages and exports. Views validate and delegate; every lookup is scoped to the owner."""
+
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
+from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils.text import slugify
+from django.views.decorators.http import require_GET, require_POST
+
+from chat.exports import conversation_export_jsonl, conversation_export_markdown
+from chat.models import DEFAULT_TITLE, MAX_TOKEN_BUDGET
+from chat.selectors import conversation_get_for_user, conversation_messages, conversations_for_user
+from chat.serializers import conversation_json, message_json
+from chat.services import (
+    conversation_clear_blend,
+    conversation_create,
+    conversation_delete,
+    conversation_update,
+)
+from corpus.selectors import corpora_visible_to
+from hdrag_site.errors import ApplicationError
 
 
-@login_required
+def _page(request: HttpRequest, conversation=None) -> HttpResponse:  # noqa: ANN001 - Conversation | None
+    corpora = list(corpora_visible_to(request.user).select_related("active_build").order_by("name", "pk"))
+    context = {
+        "conversations": conversations_for_user(user=request.user),
+        "conversation": conversation,
+        "corpora": corpora,
+        "searchable_corpora": [c for c in corpora if c.active_build_id],
+        "max_token_budget": MAX_TOKEN_BUDGET,
+    }
+    if conversation is not None:
+        context["chosen_corpora"] = {c.pk for c in conversation.corpora.all()}
+        context["bootstrap"] = {
+            "conversation": conversation_json(conversation),
+            "messages": [message_json(m) for m in conversation_messages(conversation=conversation)],
+            "socket_path": f"/ws/chat/{conversation.pk}/",
+        }
+    return render(request, "chat/chat.html", context)
+
+
+@require_GET
 def chat_index(request: HttpRequest) -> HttpResponse:
-    return HttpResponse("Chat is being set up.")
+    latest = conversations_for_user(user=request.user).first()
+    if latest is not None:
+        return redirect("chat:detail", pk=latest.pk)
+    return _page(request)
+
+
+@require_GET
+def conversation_detail(request: HttpRequest, pk: int) -> HttpResponse:
+    return _page(request, conversation_get_for_user(user=request.user, pk=pk))
+
+
+def _checked(request: HttpRequest, name: str) -> bool:
+    return request.POST.get(name) in ("on", "1", "true")
+
+
+def _int_field(value: str, name: str) -> int:
+    try:
+        return int(value)
+    except ValueError:
+        raise ApplicationError(f"{name} must be a whole number, got {value!r}.", {name: value}) from None
+
+
+@require_POST
+def conversation_new(request: HttpRequest) -> HttpResponse:
+    previous = conversations_for_user(user=request.user).first()
+    readable = corpora_visible_to(request.user)
+    # A new conversation starts with the last one's corpora and toggles, but an empty blend;
+    # the very first one with every searchable corpus the user may read.
+    if previous is None:
+        options = {"corpus_ids": readable.filter(active_build__isnull=False).values_list("pk", flat=True)}
+    else:
+        options = {"corpus_ids": readable.filter(pk__in=previous.corpora.values("pk")).values_list("pk", flat=True),
+                   "use_memory": previous.use_memory, "top_document": previous.top_document,
+                   "compress_context": previous.compress_context, "token_budget": previous.token_budget}
+    conversation = conversation_create(user=request.user, title=DEFAULT_TITLE, **options)
+    return redirect("chat:detail", pk=conversation.pk)
+
+
+@require_POST
+def conversation_settings(request: HttpRequest, pk: int) -> HttpResponse:
+    conversation = conversation_get_for_user(user=request.user, pk=pk)
+    try:
+        conversation_update(
+            conversation=conversation,
+            corpus_ids=[_int_field(value, "corpus id") for value in request.POST.getlist("corpora")],
+            use_memory=_checked(request, "use_memory"), top_document=_checked(request, "top_document"),
+            compress_context=_checked(request, "compress_context"),
+            token_budget=_int_field(request.POST.get("token_budget") or str(conversation.token_budget), "token budget"))
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+    else:
+        messages.success(request, "Memory settings saved.")
+    return redirect("chat:detail", pk=pk)
+
+
+@require_POST
+def conversation_rename(request: HttpRequest, pk: int) -> HttpResponse:
+    conversation = conversation_get_for_user(user=request.user, pk=pk)
+    try:
+        conversation_update(conversation=conversation, title=request.POST.get("title", ""))
+    except ApplicationError as exc:
+        messages.error(request, exc.message)
+    return redirect("chat:detail", pk=pk)
+
+
+@require_POST
+def conversation_reset_blend(request: HttpRequest, pk: int) -> HttpResponse:
+    conversation = conversation_get_for_user(user=request.user, pk=pk)
+    conversation_clear_blend(conversation_id=conversation.pk)
+    messages.success(request, "Memory blend reset: the next answer is primed by your message alone.")
+    return redirect("chat:detail", pk=pk)
+
+
+@require_POST
+def conversation_remove(request: HttpRequest, pk: int) -> HttpResponse:
+    conversation = conversation_get_for_user(user=request.user, pk=pk)
+    title = conversation.title
+    conversation_delete(conversation=conversation)
+    messages.success(request, f"Deleted “{title}”.")
+    return redirect("chat:index")
+
+
+def _download(content: str, filename: str, content_type: str) -> HttpResponse:
+    response = HttpResponse(content, content_type=content_type)
+    response["Content-Disposition"] = f'attachment; filename="{filename}"'
+    return response
+
+
+@require_GET
+def conversation_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
+    conversation = conversation_get_for_user(user=request.user, pk=pk)
+    stem = f"conversation-{conversation.pk}-{slugify(conversation.title)[:40] or 'chat'}"
+    if fmt == "jsonl":
+        return _download(conversation_export_jsonl(conversation=conversation), f"{stem}.jsonl",
+                         "application/x-ndjson; charset=utf-8")
+    return _download(conversation_export_markdown(conversation=conversation), f"{stem}.md",
+                     "text/markdown; charset=utf-8")

@@ -1,0 +1,96 @@
+"""The chat websocket: `/ws/chat/<conversation_id>/`.
+
+Only the conversation's owner may connect (close codes: 4401 not logged in, 4404 not theirs or
+missing, so an outsider learns nothing). Protocol (JSON objects with a `type`):
+
+    client -> server   {"type": "chat.send", "content": str}
+                       {"type": "chat.stop"}
+    server -> client   chat.ready on connect ({"conversation": id, "blend_turns": int}), then per
+                       turn the events of `chat.turns.run_turn`; chat.error with code "busy",
+                       "invalid" or "unknown_type" for a message the server refuses.
+
+One turn at a time per connection. Everything lives on the consumer instance (one per
+connection); the blend history is read from and written to the conversation row.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import Any
+
+from channels.db import database_sync_to_async
+from channels.generic.websocket import AsyncJsonWebsocketConsumer
+
+from chat.selectors import conversation_find_for_user
+from chat.turns import run_turn
+from hdrag_site.errors import ApplicationError
+
+CLOSE_UNAUTHENTICATED = 4401
+CLOSE_NOT_FOUND = 4404
+
+
+class ChatConsumer(AsyncJsonWebsocketConsumer):
+    conversation_id: int
+    _turn: asyncio.Task | None = None
+    _connected: bool = False
+
+    async def connect(self) -> None:
+        user = self.scope.get("user")
+        if user is None or not user.is_authenticated:
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        conversation = await database_sync_to_async(conversation_find_for_user)(
+            user=user, pk=int(self.scope["url_route"]["kwargs"]["conversation_id"]))
+        if conversation is None:
+            await self.close(code=CLOSE_NOT_FOUND)
+            return
+        self.conversation_id = conversation.pk
+        self._connected = True
+        await self.accept()
+        await self.send_json({"type": "chat.ready", "conversation": conversation.pk,
+                              "blend_turns": len((conversation.blend_state or {}).get("responses", []))})
+
+    async def disconnect(self, code: int) -> None:
+        self._connected = False
+        turn, self._turn = self._turn, None
+        if turn is not None and not turn.done():
+            # The partial answer is stored as "stopped" by the turn's own cancellation path.
+            turn.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await turn
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        kind = content.get("type") if isinstance(content, dict) else None
+        if kind == "chat.send":
+            await self._start_turn(content.get("content"))
+        elif kind == "chat.stop":
+            if self._turn is not None and not self._turn.done():
+                self._turn.cancel()
+        else:
+            await self._emit({"type": "chat.error", "code": "unknown_type",
+                              "error": f"unknown message type {kind!r}; expected chat.send or chat.stop"})
+
+    async def _start_turn(self, text: Any) -> None:
+        if self._turn is not None and not self._turn.done():
+            await self._emit({"type": "chat.error", "code": "busy",
+                              "error": "an answer is still being generated; stop it or wait"})
+            return
+        if not isinstance(text, str) or not text.strip():
+            await self._emit({"type": "chat.error", "code": "invalid", "error": "content must be a non-empty string"})
+            return
+        self._turn = asyncio.create_task(self._run(text))
+
+    async def _run(self, text: str) -> None:
+        try:
+            await run_turn(conversation_id=self.conversation_id, content=text, emit=self._emit)
+        except ApplicationError as exc:
+            await self._emit({"type": "chat.error", "code": "invalid", "error": exc.message})
+        except asyncio.CancelledError:
+            # A stop from this client: run_turn stored the partial answer and reported it.
+            return
+
+    async def _emit(self, event: dict[str, Any]) -> None:
+        # After a disconnect the turn still stores its result; there is just no one to tell.
+        if self._connected:
+            await self.send_json(event)

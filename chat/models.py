@@ -1,0 +1,93 @@
+"""Conversations, their messages, and the memories that primed each answer."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+
+DEFAULT_TITLE = "New conversation"
+MAX_TOKEN_BUDGET = 131072
+
+
+class Conversation(models.Model):
+    """One user's chat: its corpora, memory toggles and blend history.
+
+    `blend_state` is the engine's `BlendState.to_dict()`: the model responses that steer this
+    conversation's retrieval. It lives on the row, so it survives reconnects and restarts and is
+    never shared with another conversation.
+    """
+
+    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations")
+    title = models.CharField(max_length=200, default=DEFAULT_TITLE)
+    corpora = models.ManyToManyField("corpus.Corpus", blank=True, related_name="+")
+    use_memory = models.BooleanField(default=True)
+    top_document = models.BooleanField(default=False)
+    compress_context = models.BooleanField(default=False)
+    token_budget = models.PositiveIntegerField(
+        default=2048, validators=[MinValueValidator(1), MaxValueValidator(MAX_TOKEN_BUDGET)],
+        help_text="Most tokens of retrieved memories per answer (capped by the model's context).")
+    blend_state = models.JSONField(default=dict, blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["-updated", "-id"]
+        indexes = [models.Index(fields=["owner", "-updated"])]
+
+    def __str__(self) -> str:
+        return self.title
+
+
+class Message(models.Model):
+    class Role(models.TextChoices):
+        USER = "user", "User"
+        ASSISTANT = "assistant", "Assistant"
+
+    class Status(models.TextChoices):
+        COMPLETE = "complete", "Complete"
+        STOPPED = "stopped", "Stopped"
+        ERROR = "error", "Error"
+
+    conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="messages")
+    role = models.CharField(max_length=16, choices=Role.choices)
+    content = models.TextField(blank=True)
+    created = models.DateTimeField(auto_now_add=True)
+    status = models.CharField(max_length=16, choices=Status.choices, default=Status.COMPLETE)
+    error = models.TextField(blank=True)
+    prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
+    completion_tokens = models.PositiveIntegerField(null=True, blank=True)
+    finish_reason = models.CharField(max_length=32, blank=True)
+
+    class Meta:
+        ordering = ["created", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.role}: {self.content[:60]}"
+
+
+class MessageMemory(models.Model):
+    """A memory that primed an answer, with a snapshot that outlives rebuilds of its corpus.
+
+    `memory` points at the memory row while it exists; `memory_key` (the engine's content hash),
+    `corpus_name`, `source`, `excerpt` and `score` keep what the user saw after it is gone.
+    """
+
+    EXCERPT_CHARS = 2000
+
+    message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="memories")
+    rank = models.PositiveIntegerField()
+    memory = models.ForeignKey("memory.Memory", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    memory_key = models.CharField(max_length=64, blank=True)
+    corpus_name = models.CharField(max_length=200, blank=True)
+    source = models.CharField(max_length=500, blank=True)
+    score = models.FloatField()
+    token_count = models.PositiveIntegerField(default=0)
+    excerpt = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["message", "rank"]
+        constraints = [models.UniqueConstraint(fields=["message", "rank"], name="chat_messagememory_unique_rank")]
+
+    def __str__(self) -> str:
+        return f"{self.memory_key or '?'} ({self.score:g})"

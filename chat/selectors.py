@@ -1,0 +1,44 @@
+"""Reads of conversations and messages. Every lookup is scoped to its owner."""
+
+from __future__ import annotations
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import QuerySet
+from django.http import Http404
+
+from chat.models import Conversation, Message
+
+
+def conversations_for_user(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Conversation]:
+    if not user.is_authenticated:
+        return Conversation.objects.none()
+    return Conversation.objects.filter(owner=user)
+
+
+def conversation_find_for_user(*, user: AbstractBaseUser | AnonymousUser, pk: int) -> Conversation | None:
+    """The conversation if `user` owns it; None for outsiders and missing ids alike."""
+    return conversations_for_user(user=user).filter(pk=pk).first()
+
+
+def conversation_get_for_user(*, user: AbstractBaseUser | AnonymousUser, pk: int) -> Conversation:
+    """Like `conversation_find_for_user`, raising Http404 (outsiders learn nothing)."""
+    conversation = conversation_find_for_user(user=user, pk=pk)
+    if conversation is None:
+        raise Http404("No such conversation.")
+    return conversation
+
+
+def conversation_messages(*, conversation: Conversation) -> QuerySet[Message]:
+    return conversation.messages.prefetch_related("memories").order_by("created", "id")
+
+
+def conversation_history(*, conversation_id: int, before_id: int | None = None) -> list[tuple[str, str]]:
+    """(role, text) of the turns the model should see, oldest first.
+
+    Answers that failed without text are left out (the model never said them); stopped answers
+    keep their partial text, which the user saw.
+    """
+    messages = Message.objects.filter(conversation_id=conversation_id).order_by("created", "id")
+    if before_id is not None:
+        messages = messages.filter(id__lt=before_id)
+    return [(role, content) for role, content in messages.values_list("role", "content") if content.strip()]

@@ -1,0 +1,48 @@
+"""Plain-dict views of chat rows, shared by the websocket events, the page and the exports."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chat.models import Conversation, Message, MessageMemory
+
+EXCERPT_PREVIEW_CHARS = 600
+
+
+def memory_json(memory: MessageMemory) -> dict[str, Any]:
+    return {"rank": memory.rank, "memory_id": memory.memory_id, "key": memory.memory_key,
+            "corpus": memory.corpus_name, "source": memory.source, "score": memory.score,
+            "token_count": memory.token_count, "excerpt": memory.excerpt}
+
+
+def memory_source(result: dict[str, Any]) -> str:
+    """Where a retrieved memory came from: its dataset's name, else its metadata's "source"."""
+    return str(result.get("dataset") or (result["memory"].get("metadata") or {}).get("source") or "")
+
+
+def memory_result_json(result: dict[str, Any]) -> dict[str, Any]:
+    """A retrieval result (engine format) as the chat page shows it, before it is stored."""
+    memory = result["memory"]
+    return {"rank": None, "memory_id": memory.get("pk"), "key": str(memory.get("id", "")),
+            "corpus": str(result.get("corpus", "")), "source": memory_source(result),
+            "score": float(result["hdc_score"]), "token_count": int(memory.get("token_count") or 0),
+            "excerpt": str(memory.get("text", ""))[:MessageMemory.EXCERPT_CHARS]}
+
+
+def message_json(message: Message) -> dict[str, Any]:
+    return {
+        "id": message.pk, "role": message.role, "content": message.content, "status": message.status,
+        "error": message.error, "created": message.created.isoformat(), "prompt_tokens": message.prompt_tokens,
+        "completion_tokens": message.completion_tokens, "finish_reason": message.finish_reason,
+        "memories": [memory_json(m) for m in message.memories.all()] if message.role == Message.Role.ASSISTANT else [],
+    }
+
+
+def conversation_json(conversation: Conversation) -> dict[str, Any]:
+    return {
+        "id": conversation.pk, "title": conversation.title, "use_memory": conversation.use_memory,
+        "top_document": conversation.top_document, "compress_context": conversation.compress_context,
+        "token_budget": conversation.token_budget, "corpora": sorted(c.pk for c in conversation.corpora.all()),
+        "blend_turns": len((conversation.blend_state or {}).get("responses", [])),
+        "updated": conversation.updated.isoformat(),
+    }

@@ -1,0 +1,146 @@
+"""Writes on conversations and messages (HackSoft style: keyword-only, `<entity>_<action>`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+
+from chat.models import DEFAULT_TITLE, MAX_TOKEN_BUDGET, Conversation, Message, MessageMemory
+from chat.serializers import memory_source
+from corpus.selectors import corpora_visible_to
+from engine.llm import Usage
+from engine.retrieval import BlendState
+from hdrag_site.errors import ApplicationError
+
+TITLE_CHARS = 60
+MAX_MESSAGE_CHARS = 32_000
+
+
+def _visible_corpus_ids(*, user: AbstractBaseUser, corpus_ids: Iterable[int]) -> list[int]:
+    wanted = sorted({int(pk) for pk in corpus_ids})
+    visible = set(corpora_visible_to(user).filter(pk__in=wanted).values_list("pk", flat=True))
+    missing = [pk for pk in wanted if pk not in visible]
+    if missing:
+        raise ApplicationError(f"Unknown or unreadable corpora: {missing}.", {"corpora": missing})
+    return wanted
+
+
+def _check_budget(token_budget: int) -> int:
+    if not 1 <= int(token_budget) <= MAX_TOKEN_BUDGET:
+        raise ApplicationError(f"The token budget must be between 1 and {MAX_TOKEN_BUDGET}, got {token_budget}.",
+                               {"token_budget": token_budget})
+    return int(token_budget)
+
+
+@transaction.atomic
+def conversation_create(*, user: AbstractBaseUser, title: str = "", corpus_ids: Iterable[int] = (),
+                        use_memory: bool = True, top_document: bool = False, compress_context: bool = False,
+                        token_budget: int = 2048) -> Conversation:
+    conversation = Conversation.objects.create(
+        owner=user, title=(title.strip() or DEFAULT_TITLE)[:200], use_memory=use_memory, top_document=top_document,
+        compress_context=compress_context, token_budget=_check_budget(token_budget))
+    conversation.corpora.set(_visible_corpus_ids(user=user, corpus_ids=corpus_ids))
+    return conversation
+
+
+@transaction.atomic
+def conversation_update(*, conversation: Conversation, title: str | None = None,
+                        corpus_ids: Iterable[int] | None = None, use_memory: bool | None = None,
+                        top_document: bool | None = None, compress_context: bool | None = None,
+                        token_budget: int | None = None) -> Conversation:
+    """Change what is given; the blend history is left alone (see `conversation_clear_blend`)."""
+    fields = ["updated"]
+    if title is not None:
+        if not title.strip():
+            raise ApplicationError("The title must not be empty.", {"title": title})
+        conversation.title = title.strip()[:200]
+        fields.append("title")
+    for name, value in (("use_memory", use_memory), ("top_document", top_document),
+                        ("compress_context", compress_context)):
+        if value is not None:
+            setattr(conversation, name, bool(value))
+            fields.append(name)
+    if token_budget is not None:
+        conversation.token_budget = _check_budget(token_budget)
+        fields.append("token_budget")
+    conversation.save(update_fields=fields)
+    if corpus_ids is not None:
+        conversation.corpora.set(_visible_corpus_ids(user=conversation.owner, corpus_ids=corpus_ids))
+    return conversation
+
+
+def conversation_delete(*, conversation: Conversation) -> None:
+    conversation.delete()
+
+
+def conversation_clear_blend(*, conversation_id: int) -> None:
+    Conversation.objects.filter(pk=conversation_id).update(blend_state=BlendState().to_dict())
+
+
+@transaction.atomic
+def conversation_add_response(*, conversation_id: int, text: str) -> dict:
+    """Add a model response to the conversation's blend history; returns the new state.
+
+    Read-modify-write under a row lock, so two connections on one conversation (two tabs)
+    cannot lose each other's turn.
+    """
+    conversation = Conversation.objects.select_for_update().only("blend_state").get(pk=conversation_id)
+    blend = BlendState.from_dict(conversation.blend_state)
+    blend.add_turn(text)
+    conversation.blend_state = blend.to_dict()
+    conversation.save(update_fields=["blend_state", "updated"])
+    return conversation.blend_state
+
+
+@transaction.atomic
+def message_create_user(*, conversation_id: int, content: str) -> Message:
+    """Store the user's turn (before any LLM call, so a failing LLM loses nothing).
+
+    A conversation still under its default title takes it from its first message.
+    """
+    content = content.strip()
+    if not content:
+        raise ApplicationError("The message must not be empty.", {"content": content})
+    if len(content) > MAX_MESSAGE_CHARS:
+        raise ApplicationError(f"The message must be at most {MAX_MESSAGE_CHARS} characters, got {len(content)}.",
+                               {"content_length": len(content)})
+    message = Message.objects.create(conversation_id=conversation_id, role=Message.Role.USER, content=content)
+    conversation = Conversation.objects.select_for_update().get(pk=conversation_id)
+    if conversation.title == DEFAULT_TITLE:
+        first_line = content.splitlines()[0]
+        conversation.title = first_line[:TITLE_CHARS] + ("…" if len(first_line) > TITLE_CHARS else "")
+    conversation.save(update_fields=["title", "updated"])
+    return message
+
+
+def _memory_rows(results: Sequence[dict], message: Message) -> list[MessageMemory]:
+    rows = []
+    for rank, result in enumerate(results):
+        memory = result["memory"]
+        rows.append(MessageMemory(
+            message=message, rank=rank, memory_id=memory.get("pk"), memory_key=str(memory.get("id", ""))[:64],
+            corpus_name=str(result.get("corpus", ""))[:200], source=memory_source(result)[:500],
+            score=float(result["hdc_score"]), token_count=int(memory.get("token_count") or 0),
+            excerpt=str(memory.get("text", ""))[:MessageMemory.EXCERPT_CHARS]))
+    return rows
+
+
+@transaction.atomic
+def message_create_assistant(*, conversation_id: int, content: str, status: str, memories: Sequence[dict] = (),
+                             usage: Usage | None = None, finish_reason: str = "", error: str = "") -> Message:
+    """Store an answer (complete, stopped or failed) with the memories that primed it.
+
+    `memories` are `memory.services.memories_search` results (the engine's format, with "corpus"
+    and "dataset" names and the memory row's "pk").
+    """
+    if status not in Message.Status.values:
+        raise ValueError(f"status must be one of {Message.Status.values}, got {status!r}")
+    message = Message.objects.create(
+        conversation_id=conversation_id, role=Message.Role.ASSISTANT, content=content, status=status, error=error,
+        finish_reason=finish_reason or "", prompt_tokens=usage.prompt_tokens if usage else None,
+        completion_tokens=usage.completion_tokens if usage else None)
+    MessageMemory.objects.bulk_create(_memory_rows(memories, message))
+    Conversation.objects.filter(pk=conversation_id).update(updated=message.created)
+    return message

@@ -1,0 +1,188 @@
+"""One chat turn, end to end: save the user turn, retrieve, assemble, stream, save the answer.
+
+Transport-agnostic: the websocket consumer (and the bench) pass `emit`, an async callable that
+receives plain event dicts with a `type`:
+
+    chat.accepted  {"message": {...}}                         the user turn is stored
+    chat.memories  {"memories": [...], "retrieval_ms": float}  what primes the answer
+    chat.delta     {"delta": str}                              streamed text, in order
+    chat.done      {"message": {...}, "status", "usage", "blend_turns"}
+    chat.error     {"error": str, "code": str, "message": {...}}   the failed answer, as stored
+
+All state is local to one call: nothing here is shared between conversations or connections.
+Cancelling the task running `run_turn` closes the LLM stream (llama.cpp stops) and stores the
+partial answer as "stopped".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from channels.db import database_sync_to_async
+
+from chat import runtime
+from chat.models import Conversation, Message
+from chat.retrieval import memories_for_turn
+from chat.selectors import conversation_history
+from chat.serializers import memory_result_json, message_json
+from chat.services import conversation_add_response, message_create_assistant, message_create_user
+from engine.llm import (
+    LLMConnectionError,
+    LLMError,
+    LLMHTTPError,
+    LLMProtocolError,
+    LLMTimeoutError,
+    PromptPlan,
+    PromptTooLongError,
+    Usage,
+    assemble_prompt,
+    system_prompt_with_memories,
+)
+from hdrag_site.errors import ApplicationError
+
+logger = logging.getLogger(__name__)
+
+ERROR_CODES: dict[type[LLMError], str] = {
+    LLMConnectionError: "llm_unreachable",
+    LLMTimeoutError: "llm_timeout",
+    LLMHTTPError: "llm_http_error",
+    LLMProtocolError: "llm_protocol_error",
+    PromptTooLongError: "prompt_too_long",
+}
+
+Emit = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+@dataclass
+class TurnTimings:
+    """Seconds from the start of the turn (monotonic clock)."""
+
+    retrieval: float = 0.0
+    first_token: float | None = None
+    total: float = 0.0
+
+
+@dataclass
+class TurnResult:
+    status: str
+    user_message_id: int
+    assistant_message_id: int | None = None
+    content: str = ""
+    usage: Usage | None = None
+    timings: TurnTimings = field(default_factory=TurnTimings)
+
+
+def _db(func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+    # Not thread-sensitive: turns of different conversations run their SQL and retrieval
+    # side by side instead of queueing on the one shared sync thread.
+    return database_sync_to_async(func, thread_sensitive=False)
+
+
+def _prepare(conversation_id: int, user_message_id: int, content: str) -> tuple[list[dict], PromptPlan, float]:
+    """Retrieve with the conversation's own blend (fresh from its row) and assemble the prompt."""
+    conversation = Conversation.objects.get(pk=conversation_id)
+    config = runtime.engine_config()
+    budget = runtime.context_budget()
+    tokenizer = runtime.token_counter()
+    started = time.perf_counter()
+    results: list[dict] = []
+    if conversation.use_memory:
+        search_budget = budget.search_budget(framing=config.system_prompt, user_message=content,
+                                             tokenizer=tokenizer, requested=conversation.token_budget)
+        if search_budget > 0:
+            results = memories_for_turn(conversation=conversation, query=content, token_budget=search_budget)
+    retrieval = time.perf_counter() - started
+    texts = [r["memory"]["text"] for r in results]
+    if conversation.compress_context:
+        from engine.bits import compress_context
+
+        texts = [compress_context(text) for text in texts]
+    system = system_prompt_with_memories(config.system_prompt, texts)
+    history = conversation_history(conversation_id=conversation_id, before_id=user_message_id)
+    plan = assemble_prompt(system_prompt=system, history=history, user_message=content, tokenizer=tokenizer,
+                           budget=budget)
+    return results, plan, retrieval
+
+
+async def run_turn(*, conversation_id: int, content: str, emit: Emit) -> TurnResult:
+    """Run one turn; every outcome is stored and reported through `emit` (never raised),
+    except cancellation, which is stored as "stopped" and then re-raised.
+
+    Raises `ApplicationError` (before anything is stored) for an empty or oversized message.
+    """
+    started = time.perf_counter()
+    user_message = await _db(message_create_user)(conversation_id=conversation_id, content=content)
+    result = TurnResult(status=Message.Status.ERROR, user_message_id=user_message.pk)
+    await emit({"type": "chat.accepted", "message": message_json(user_message)})
+    memories: list[dict] = []
+    parts: list[str] = []
+    final_usage: Usage | None = None
+    finish_reason = ""
+    try:
+        memories, plan, retrieval = await _db(_prepare)(conversation_id, user_message.pk, user_message.content)
+        result.timings.retrieval = retrieval
+        await emit({"type": "chat.memories", "memories": [memory_result_json(r) for r in memories],
+                    "retrieval_ms": round(retrieval * 1000, 3), "prompt_tokens_estimate": plan.prompt_tokens,
+                    "history_dropped": plan.dropped_messages})
+        async for chunk in runtime.llm_client().stream_chat(plan.messages, runtime.generation_settings()):
+            if chunk.delta:
+                if result.timings.first_token is None:
+                    result.timings.first_token = time.perf_counter() - started
+                parts.append(chunk.delta)
+                await emit({"type": "chat.delta", "delta": chunk.delta})
+            final_usage = chunk.usage or final_usage
+            finish_reason = chunk.finish_reason or finish_reason
+    except asyncio.CancelledError:
+        # Shielded: the stop must be recorded even though this task is being cancelled.
+        await asyncio.shield(_finish(result, conversation_id, "".join(parts), Message.Status.STOPPED, memories,
+                                     None, "", "", emit, started))
+        raise
+    except LLMError as exc:
+        await _finish(result, conversation_id, "".join(parts), Message.Status.ERROR, memories, None, "",
+                      str(exc), emit, started, ERROR_CODES.get(type(exc), "llm_error"))
+        return result
+    except ApplicationError as exc:
+        await _finish(result, conversation_id, "".join(parts), Message.Status.ERROR, memories, None, "",
+                      exc.message, emit, started, "retrieval")
+        return result
+    except Exception as exc:
+        # Retrieval or storage failed (e.g. a corpus build removed under us): the user turn is
+        # kept and the user gets a message; the details go to the log.
+        logger.exception("chat turn failed in conversation %s", conversation_id)
+        await _finish(result, conversation_id, "".join(parts), Message.Status.ERROR, memories, None, "",
+                      f"The answer could not be prepared ({type(exc).__name__}: {exc}).", emit, started, "internal")
+        return result
+    await _finish(result, conversation_id, "".join(parts), Message.Status.COMPLETE, memories, final_usage,
+                  finish_reason, "", emit, started)
+    return result
+
+
+async def _finish(result: TurnResult, conversation_id: int, content: str, status: str, memories: list[dict],
+                  usage: Usage | None, finish_reason: str, error: str, emit: Emit, started: float,
+                  error_code: str = "") -> None:
+    message = await _db(message_create_assistant)(
+        conversation_id=conversation_id, content=content, status=status, memories=memories, usage=usage,
+        finish_reason=finish_reason, error=error)
+    result.status, result.assistant_message_id, result.content, result.usage = status, message.pk, content, usage
+    blend_turns = None
+    # Stopped answers enter the blend too: the user saw them, they are where the talk went.
+    if status != Message.Status.ERROR and content.strip():
+        blend_turns = len((await _db(conversation_add_response)(conversation_id=conversation_id,
+                                                                 text=content))["responses"])
+    result.timings.total = time.perf_counter() - started
+    stored = await _db(_reload)(message.pk)
+    if status == Message.Status.ERROR:
+        await emit({"type": "chat.error", "code": error_code, "error": error, "message": stored})
+    else:
+        await emit({"type": "chat.done", "status": status, "message": stored, "blend_turns": blend_turns,
+                    "usage": {"prompt_tokens": usage.prompt_tokens,
+                              "completion_tokens": usage.completion_tokens} if usage else None})
+
+
+def _reload(message_id: int) -> dict:
+    return message_json(Message.objects.prefetch_related("memories").get(pk=message_id))

@@ -1,0 +1,252 @@
+// Chat page: websocket streaming, markdown rendering (marked + DOMPurify), memories panels,
+// stop button and reconnection with backoff. Protocol: see chat/consumers.py.
+(function () {
+  "use strict";
+
+  const boot = JSON.parse(document.getElementById("chat-bootstrap").textContent);
+  const list = document.getElementById("chat-messages");
+  const emptyThread = document.getElementById("chat-empty-thread");
+  const banner = document.getElementById("chat-banner");
+  const composer = document.getElementById("chat-composer");
+  const input = document.getElementById("chat-input");
+  const sendButton = document.getElementById("chat-send");
+  const stopButton = document.getElementById("chat-stop");
+  const connection = document.getElementById("chat-connection");
+  const blendNote = document.getElementById("chat-blend");
+
+  // Close codes after which retrying cannot help (see chat/consumers.py).
+  const FINAL_CLOSE_CODES = { 4401: "You are logged out. Log in again to chat.", 4404: "This conversation does not exist or is not yours." };
+  const BACKOFF_MIN_MS = 500;
+  const BACKOFF_MAX_MS = 30000;
+
+  let socket = null;
+  let attempts = 0;
+  let generating = false;
+  let pending = null; // {item, body, memories, text}
+  let renderQueued = false;
+
+  marked.setOptions({ gfm: true, breaks: true });
+
+  function renderMarkdown(element, text) {
+    element.innerHTML = DOMPurify.sanitize(marked.parse(text || ""));
+  }
+
+  function showBanner(text, kind) {
+    banner.textContent = text;
+    banner.dataset.kind = kind || "info";
+    banner.hidden = !text;
+  }
+
+  function setConnection(state, text) {
+    connection.dataset.state = state;
+    connection.textContent = text;
+    sendButton.disabled = state !== "open" || generating;
+  }
+
+  function setGenerating(value) {
+    generating = value;
+    stopButton.hidden = !value;
+    sendButton.disabled = value || !socket || socket.readyState !== WebSocket.OPEN;
+  }
+
+  function formatScore(score) {
+    return Number.isInteger(score) ? String(score) : score.toFixed(3);
+  }
+
+  function memoriesPanel(memories) {
+    const details = document.createElement("details");
+    details.className = "chat-memories";
+    const summary = document.createElement("summary");
+    summary.textContent = memories.length ? `Memories (${memories.length})` : "No memories primed this answer";
+    details.appendChild(summary);
+    const items = document.createElement("ol");
+    for (const memory of memories) {
+      const item = document.createElement("li");
+      const head = document.createElement("div");
+      head.className = "chat-memory-head";
+      const where = [memory.corpus, memory.source].filter(Boolean).join(" / ") || "unknown source";
+      head.textContent = `${where} · score ${formatScore(memory.score)} · ${memory.token_count} tokens`;
+      const excerpt = document.createElement("blockquote");
+      excerpt.textContent = memory.excerpt;
+      item.append(head, excerpt);
+      items.appendChild(item);
+    }
+    details.appendChild(items);
+    return details;
+  }
+
+  function messageItem(message) {
+    const item = document.createElement("li");
+    item.className = `chat-message chat-${message.role}`;
+    item.dataset.id = message.id || "";
+    item.dataset.status = message.status || "complete";
+    const who = document.createElement("div");
+    who.className = "chat-who";
+    who.textContent = message.role === "user" ? "You" : "Assistant";
+    const body = document.createElement("div");
+    body.className = "chat-body";
+    if (message.role === "user") {
+      body.textContent = message.content;
+    } else {
+      renderMarkdown(body, message.content);
+    }
+    item.append(who, body);
+    if (message.role === "assistant") {
+      decorateAnswer(item, message);
+    }
+    return item;
+  }
+
+  function decorateAnswer(item, message) {
+    item.querySelectorAll(".chat-note, .chat-memories").forEach((el) => el.remove());
+    item.dataset.status = message.status;
+    if (message.status === "stopped") {
+      item.appendChild(note("Stopped — the partial answer was kept."));
+    } else if (message.status === "error") {
+      item.appendChild(note(message.error || "The answer failed.", "error"));
+    }
+    const usage = message.completion_tokens != null
+      ? `${message.prompt_tokens} prompt + ${message.completion_tokens} completion tokens` : "";
+    if (usage) item.appendChild(note(usage, "meta"));
+    item.appendChild(memoriesPanel(message.memories || []));
+  }
+
+  function note(text, kind) {
+    const element = document.createElement("div");
+    element.className = `chat-note${kind ? " chat-note-" + kind : ""}`;
+    element.textContent = text;
+    return element;
+  }
+
+  function append(item) {
+    list.appendChild(item);
+    emptyThread.hidden = true;
+    item.scrollIntoView({ block: "end" });
+  }
+
+  function startAnswer(memories) {
+    const item = messageItem({ role: "assistant", content: "", status: "streaming", memories: [] });
+    item.querySelector(".chat-memories").replaceWith(memoriesPanel(memories));
+    item.classList.add("chat-streaming");
+    append(item);
+    pending = { item, body: item.querySelector(".chat-body"), text: "" };
+  }
+
+  function queueRender() {
+    // One markdown render per animation frame, however many deltas arrive in it.
+    if (renderQueued) return;
+    renderQueued = true;
+    window.requestAnimationFrame(() => {
+      renderQueued = false;
+      if (pending) {
+        renderMarkdown(pending.body, pending.text);
+        pending.item.scrollIntoView({ block: "end" });
+      }
+    });
+  }
+
+  function finishAnswer(message) {
+    if (!pending) startAnswer(message.memories || []);
+    const { item, body } = pending;
+    pending = null;
+    item.classList.remove("chat-streaming");
+    item.dataset.id = message.id;
+    renderMarkdown(body, message.content);
+    decorateAnswer(item, message);
+    setGenerating(false);
+  }
+
+  const handlers = {
+    "chat.ready"(event) {
+      if (blendNote) blendNote.textContent = `Blend holds ${event.blend_turns} answer${event.blend_turns === 1 ? "" : "s"}.`;
+    },
+    "chat.accepted"(event) {
+      append(messageItem(event.message));
+    },
+    "chat.memories"(event) {
+      startAnswer(event.memories);
+    },
+    "chat.delta"(event) {
+      if (!pending) startAnswer([]);
+      pending.text += event.delta;
+      queueRender();
+    },
+    "chat.done"(event) {
+      finishAnswer(event.message);
+      if (blendNote && event.blend_turns != null) {
+        blendNote.textContent = `Blend holds ${event.blend_turns} answer${event.blend_turns === 1 ? "" : "s"}.`;
+      }
+    },
+    "chat.error"(event) {
+      if (event.message) {
+        finishAnswer(event.message);
+      } else {
+        setGenerating(false);
+      }
+      showBanner(event.error, "error");
+    },
+  };
+
+  function connect() {
+    const scheme = window.location.protocol === "https:" ? "wss" : "ws";
+    socket = new WebSocket(`${scheme}://${window.location.host}${boot.socket_path}`);
+    setConnection("connecting", attempts ? `Reconnecting (attempt ${attempts + 1})…` : "Connecting…");
+    socket.addEventListener("open", () => {
+      attempts = 0;
+      setConnection("open", "Connected");
+      if (banner.dataset.kind === "connection") showBanner("");
+    });
+    socket.addEventListener("message", (message) => {
+      const event = JSON.parse(message.data);
+      const handler = handlers[event.type];
+      if (handler) handler(event);
+    });
+    socket.addEventListener("close", (event) => {
+      if (pending) {
+        // The server keeps what was generated so far as a stopped answer.
+        pending.item.classList.remove("chat-streaming");
+        pending.item.appendChild(note("Connection lost — the partial answer was kept.", "error"));
+        pending = null;
+      }
+      setGenerating(false);
+      if (FINAL_CLOSE_CODES[event.code]) {
+        setConnection("closed", "Disconnected");
+        showBanner(FINAL_CLOSE_CODES[event.code], "error");
+        return;
+      }
+      const delay = Math.min(BACKOFF_MAX_MS, BACKOFF_MIN_MS * 2 ** attempts) * (0.5 + Math.random() / 2);
+      attempts += 1;
+      setConnection("closed", `Disconnected — retrying in ${Math.ceil(delay / 1000)} s`);
+      showBanner("Connection to the server lost; reconnecting…", "connection");
+      window.setTimeout(connect, delay);
+    });
+  }
+
+  function send() {
+    const content = input.value.trim();
+    if (!content || generating || !socket || socket.readyState !== WebSocket.OPEN) return;
+    showBanner("");
+    socket.send(JSON.stringify({ type: "chat.send", content }));
+    input.value = "";
+    setGenerating(true);
+  }
+
+  composer.addEventListener("submit", (event) => {
+    event.preventDefault();
+    send();
+  });
+  input.addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      send();
+    }
+  });
+  stopButton.addEventListener("click", () => {
+    if (socket && socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify({ type: "chat.stop" }));
+  });
+
+  for (const message of boot.messages) list.appendChild(messageItem(message));
+  emptyThread.hidden = boot.messages.length > 0;
+  if (list.lastElementChild) list.lastElementChild.scrollIntoView({ block: "end" });
+  connect();
+})();
