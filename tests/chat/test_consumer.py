@@ -1,0 +1,316 @@
+"""The chat websocket end to end: real ASGI app, real llama.cpp server, real Gemma, real corpus."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import httpx
+import pytest
+from channels.db import database_sync_to_async
+
+from chat.models import Conversation, Message, MessageMemory
+from chat.services import conversation_create, message_create_assistant, message_create_user
+from engine.llama_server import free_port
+from engine.spm import GGUFTokenizer
+from memory.models import Memory
+from tests.chat.conftest import (
+    CONTEXT_SIZE,
+    MAX_NEW_TOKENS,
+    TOKEN_BUDGET,
+    events_until,
+    make_corpus,
+    open_socket,
+    set_engine_config,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+db = database_sync_to_async
+
+QUESTION = "How does a generator function pause at yield and resume where it left off?"
+
+
+def _conversation(user, corpora=(), **options) -> Conversation:
+    return conversation_create(user=user, corpus_ids=[c.pk for c in corpora], token_budget=TOKEN_BUDGET, **options)
+
+
+def _types(events: list[dict]) -> list[str]:
+    return [e["type"] for e in events]
+
+
+def _deltas(events: list[dict]) -> str:
+    return "".join(e["delta"] for e in events if e["type"] == "chat.delta")
+
+
+def _messages(conversation_id: int) -> list[Message]:
+    return list(Message.objects.filter(conversation_id=conversation_id).order_by("id"))
+
+
+def _blend(conversation_id: int) -> list[str]:
+    return Conversation.objects.get(pk=conversation_id).blend_state.get("responses", [])
+
+
+async def test_full_exchange_streams_and_stores_the_answer_with_its_memories(chat_settings, users, pydoc_build):
+    owner, _, _ = users
+    corpus = await db(make_corpus)(owner, pydoc_build)
+    conversation = await db(_conversation)(owner, [corpus])
+    socket, connected, _ = await open_socket(owner, conversation.pk)
+    assert connected
+    assert await socket.receive_json_from() == {"type": "chat.ready", "conversation": conversation.pk,
+                                                "blend_turns": 0}
+
+    await socket.send_json_to({"type": "chat.send", "content": QUESTION})
+    events = await events_until(socket, "chat.done", "chat.error")
+    await socket.disconnect()
+
+    types = _types(events)
+    assert types[:2] == ["chat.accepted", "chat.memories"] and types[-1] == "chat.done"
+    assert types.count("chat.delta") >= 3 and set(types[2:-1]) == {"chat.delta"}
+    memories = events[1]["memories"]
+    assert memories, "the question is about a topic of the corpus; retrieval must find memories"
+    assert sum(m["token_count"] for m in memories) <= TOKEN_BUDGET
+    assert [m["score"] for m in memories][0] == max(m["score"] for m in memories)
+
+    user_message, answer = await db(_messages)(conversation.pk)
+    assert (user_message.role, user_message.content) == ("user", QUESTION)
+    assert events[0]["message"]["id"] == user_message.pk
+    assert answer.role == "assistant" and answer.status == "complete"
+    assert answer.content == _deltas(events) and answer.content.strip()
+    assert 0 < answer.completion_tokens <= MAX_NEW_TOKENS
+    # The server's count of the prompt stays within our upper-bound estimate and the context budget.
+    assert answer.prompt_tokens <= events[1]["prompt_tokens_estimate"] <= CONTEXT_SIZE - MAX_NEW_TOKENS
+    assert events[-1]["message"]["id"] == answer.pk and events[-1]["status"] == "complete"
+
+    stored = await db(lambda: list(MessageMemory.objects.filter(message=answer).order_by("rank")))()
+    assert [m.memory_id for m in stored] == [m["memory_id"] for m in memories]
+    assert [m.score for m in stored] == [m["score"] for m in memories]
+    rows = await db(lambda: {m.pk: m for m in Memory.objects.filter(pk__in=[s.memory_id for s in stored])})()
+    for snapshot in stored:
+        row = rows[snapshot.memory_id]
+        assert snapshot.excerpt == row.text[:MessageMemory.EXCERPT_CHARS]
+        assert (snapshot.memory_key, snapshot.corpus_name, snapshot.source) == (
+            row.content_hash, "pydoc", "pydoc-topics.jsonl")
+    # The answer joined the conversation's blend, on the row.
+    assert await db(_blend)(conversation.pk) == [answer.content]
+    assert events[-1]["blend_turns"] == 1
+
+
+async def test_memory_snapshot_survives_the_memory_rows(chat_settings, users, pydoc_build):
+    owner, _, _ = users
+    corpus = await db(make_corpus)(owner, pydoc_build)
+    conversation = await db(_conversation)(owner, [corpus])
+    socket, _, _ = await open_socket(owner, conversation.pk)
+    await socket.receive_json_from()
+    await socket.send_json_to({"type": "chat.send", "content": QUESTION})
+    events = await events_until(socket, "chat.done", "chat.error")
+    await socket.disconnect()
+    excerpts = [m["excerpt"] for m in events[-1]["message"]["memories"]]
+    assert excerpts
+    # A rebuild deletes the old build's memory rows; what primed the answer stays readable.
+    await db(lambda: Memory.objects.all().delete())()
+    kept = await db(lambda: list(MessageMemory.objects.order_by("rank").values_list("memory_id", "excerpt")))()
+    assert kept == [(None, text) for text in excerpts]
+
+
+async def _processing_slots(base_url: str) -> int:
+    async with httpx.AsyncClient() as http:
+        return sum(slot["is_processing"] for slot in (await http.get(f"{base_url}/slots")).json())
+
+
+async def test_stop_mid_stream_keeps_the_partial_answer(chat_settings, users, pydoc_build, llama_server, tmp_path):
+    owner, _, _ = users
+    set_engine_config(chat_settings, tmp_path, max_new_tokens=1500)
+    conversation = await db(_conversation)(owner, use_memory=False)
+    socket, _, _ = await open_socket(owner, conversation.pk)
+    await socket.receive_json_from()
+    await socket.send_json_to({"type": "chat.send", "content": "Write a very long story about a dragon and a city."})
+    received = []
+
+    async def stop_after_three(event):
+        received.append(event)
+        if sum(e["type"] == "chat.delta" for e in received) == 3:
+            await socket.send_json_to({"type": "chat.stop"})
+
+    events = await events_until(socket, "chat.done", "chat.error", on_event=stop_after_three)
+    assert events[-1]["type"] == "chat.done" and events[-1]["status"] == "stopped"
+    deltas = _deltas(events)
+    _, answer = await db(_messages)(conversation.pk)
+    assert answer.status == "stopped" and answer.content == deltas
+    assert 3 <= sum(e["type"] == "chat.delta" for e in events) < 1500
+    assert answer.completion_tokens is None
+    # Stopping closed the HTTP stream: llama.cpp is no longer generating for it.
+    deadline = time.monotonic() + 3
+    while await _processing_slots(llama_server.base_url) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert await _processing_slots(llama_server.base_url) == 0
+    # The user saw the partial answer: it steers retrieval like a complete one.
+    assert await db(_blend)(conversation.pk) == [deltas]
+    # The connection is still usable after a stop.
+    await socket.send_json_to({"type": "chat.send", "content": "Thanks."})
+    set_engine_config(chat_settings, tmp_path, max_new_tokens=8)
+    again = await events_until(socket, "chat.done", "chat.error")
+    assert again[-1]["type"] == "chat.done" and again[-1]["status"] == "complete"
+    await socket.disconnect()
+
+
+async def test_disconnect_mid_stream_stores_the_partial_answer(chat_settings, users, llama_server, tmp_path):
+    owner, _, _ = users
+    set_engine_config(chat_settings, tmp_path, max_new_tokens=1500)
+    conversation = await db(_conversation)(owner, use_memory=False)
+    socket, _, _ = await open_socket(owner, conversation.pk)
+    await socket.receive_json_from()
+    await socket.send_json_to({"type": "chat.send", "content": "Tell me a very long tale about the sea."})
+    await events_until(socket, "chat.delta")
+    await socket.disconnect()
+    _, answer = await db(_messages)(conversation.pk)
+    assert answer.status == "stopped" and answer.content
+    deadline = time.monotonic() + 3
+    while await _processing_slots(llama_server.base_url) and time.monotonic() < deadline:
+        await asyncio.sleep(0.1)
+    assert await _processing_slots(llama_server.base_url) == 0
+
+
+async def test_llm_down_gives_a_clear_error_and_keeps_the_user_turn(chat_settings, users, pydoc_build):
+    owner, _, _ = users
+    port = free_port()
+    chat_settings.LLM_BASE_URL = f"http://127.0.0.1:{port}"
+    corpus = await db(make_corpus)(owner, pydoc_build)
+    conversation = await db(_conversation)(owner, [corpus])
+    socket, _, _ = await open_socket(owner, conversation.pk)
+    await socket.receive_json_from()
+    await socket.send_json_to({"type": "chat.send", "content": QUESTION})
+    events = await events_until(socket, "chat.done", "chat.error")
+
+    assert _types(events) == ["chat.accepted", "chat.memories", "chat.error"]
+    error = events[-1]
+    assert error["code"] == "llm_unreachable"
+    assert f"127.0.0.1:{port}" in error["error"] and "unreachable" in error["error"]
+    user_message, failed = await db(_messages)(conversation.pk)
+    assert (user_message.role, user_message.content) == ("user", QUESTION)
+    assert failed.status == "error" and failed.error == error["error"] and failed.content == ""
+    assert error["message"]["id"] == failed.pk
+    assert await db(_blend)(conversation.pk) == []
+    # The connection survives; a retry once the server is back works on the same socket.
+    chat_settings.LLM_BASE_URL = chat_settings.LLM_BASE_URL.replace(str(port), str(free_port()))
+    await socket.send_json_to({"type": "chat.send", "content": "Again?"})
+    assert (await events_until(socket, "chat.error"))[-1]["code"] == "llm_unreachable"
+    await socket.disconnect()
+    # Failed answers without text are not part of the history the model sees.
+    from chat.selectors import conversation_history
+
+    history = await db(conversation_history)(conversation_id=conversation.pk)
+    assert history == [("user", QUESTION), ("user", "Again?")]
+
+
+async def test_outsiders_and_anonymous_users_cannot_connect(chat_settings, users):
+    owner, other, _ = users
+    conversation = await db(_conversation)(owner)
+    _, connected, code = await open_socket(other, conversation.pk)
+    assert (connected, code) == (False, 4404)
+    _, connected, code = await open_socket(None, conversation.pk)
+    assert (connected, code) == (False, 4401)
+    _, connected, code = await open_socket(owner, conversation.pk + 1000)
+    assert (connected, code) == (False, 4404)
+    socket, connected, _ = await open_socket(owner, conversation.pk)
+    assert connected
+    await socket.disconnect()
+    assert await db(lambda: Message.objects.count())() == 0
+
+
+async def test_two_users_chatting_at_once_keep_separate_streams_and_blends(chat_settings, users, pydoc_build):
+    owner, other, _ = users
+    corpus = await db(make_corpus)(owner, pydoc_build, visibility="everyone")
+    first = await db(_conversation)(owner, [corpus])
+    second = await db(_conversation)(other, [corpus])
+    socket_a, _, _ = await open_socket(owner, first.pk)
+    socket_b, _, _ = await open_socket(other, second.pk)
+    await socket_a.receive_json_from()
+    await socket_b.receive_json_from()
+
+    async def turn(socket, content):
+        await socket.send_json_to({"type": "chat.send", "content": content})
+        return await events_until(socket, "chat.done", "chat.error")
+
+    events_a, events_b = await asyncio.gather(
+        turn(socket_a, QUESTION),
+        turn(socket_b, "Explain how string formatting with braces, width and precision works."))
+    assert events_a[-1]["type"] == events_b[-1]["type"] == "chat.done"
+    answer_a = (await db(_messages)(first.pk))[-1].content
+    answer_b = (await db(_messages)(second.pk))[-1].content
+    # Each socket carried exactly its own conversation's stream.
+    assert _deltas(events_a) == answer_a and _deltas(events_b) == answer_b
+    assert answer_a != answer_b
+    assert await db(_blend)(first.pk) == [answer_a]
+    assert await db(_blend)(second.pk) == [answer_b]
+
+    # A second turn in one conversation shifts only its own blend.
+    events_a2 = await turn(socket_a, "And then?")
+    answer_a2 = (await db(_messages)(first.pk))[-1].content
+    assert events_a2[-1]["blend_turns"] == 2
+    assert await db(_blend)(first.pk) == [answer_a, answer_a2]
+    assert await db(_blend)(second.pk) == [answer_b]
+    await socket_a.disconnect()
+    await socket_b.disconnect()
+
+    # The blend is on the row: a new connection (a reconnect, or a restarted server) sees it.
+    socket_a, connected, _ = await open_socket(owner, first.pk)
+    assert connected and (await socket_a.receive_json_from())["blend_turns"] == 2
+    await socket_a.disconnect()
+
+
+async def test_long_history_is_truncated_oldest_first_within_the_budget(chat_settings, users, tmp_path,
+                                                                       pydoc_build):
+    owner, _, _ = users
+    context_size, generation = 700, 16
+    set_engine_config(chat_settings, tmp_path, llama_context_size=context_size, max_new_tokens=generation)
+    conversation = await db(_conversation)(owner, use_memory=False)
+
+    def seed_history():
+        for number in range(12):
+            message_create_user(conversation_id=conversation.pk, content=f"Question {number}: " + "tell me more " * 15)
+            message_create_assistant(conversation_id=conversation.pk, content=f"Answer {number}: " + "the river " * 20,
+                                     status="complete")
+
+    await db(seed_history)()
+    socket, _, _ = await open_socket(owner, conversation.pk)
+    await socket.receive_json_from()
+    await socket.send_json_to({"type": "chat.send", "content": "What was the first question?"})
+    events = await events_until(socket, "chat.done", "chat.error")
+    await socket.disconnect()
+    assert events[-1]["type"] == "chat.done", events[-1]
+    memories_event = events[1]
+    dropped, estimate = memories_event["history_dropped"], memories_event["prompt_tokens_estimate"]
+    assert 0 < dropped < 24 and dropped % 2 == 0  # whole exchanges, oldest first
+    assert estimate <= context_size - generation
+    answer = (await db(_messages)(conversation.pk))[-1]
+    # The real server's own count of the prompt it received, plus the generation reserve, fits.
+    assert answer.prompt_tokens <= estimate
+    assert answer.prompt_tokens + generation <= context_size
+    # What was kept is the most recent history: it must not fit with one more exchange.
+    tokenizer = GGUFTokenizer.from_gguf(pydoc_build.gguf_path)
+    oldest_kept = dropped // 2
+    extra = sum(tokenizer.count_tokens(text) + 6 for text in (
+        f"Question {oldest_kept - 1}: " + "tell me more " * 15, f"Answer {oldest_kept - 1}: " + "the river " * 20))
+    assert estimate + extra > context_size - generation
+
+
+async def test_protocol_errors_are_reported_not_fatal(chat_settings, users, tmp_path):
+    owner, _, _ = users
+    set_engine_config(chat_settings, tmp_path, max_new_tokens=400)
+    conversation = await db(_conversation)(owner, use_memory=False)
+    socket, _, _ = await open_socket(owner, conversation.pk)
+    await socket.receive_json_from()
+    await socket.send_json_to({"type": "chat.dance"})
+    assert (await socket.receive_json_from())["code"] == "unknown_type"
+    await socket.send_json_to({"type": "chat.send", "content": "   "})
+    assert (await socket.receive_json_from())["code"] == "invalid"
+    await socket.send_json_to({"type": "chat.send", "content": "Write a long poem about rain."})
+    await events_until(socket, "chat.delta")
+    await socket.send_json_to({"type": "chat.send", "content": "Another one while busy"})
+    events = await events_until(socket, "chat.error")
+    assert events[-1]["code"] == "busy"
+    await socket.send_json_to({"type": "chat.stop"})
+    await events_until(socket, "chat.done")
+    await socket.disconnect()
+    contents = await db(lambda: list(Message.objects.filter(role="user").values_list("content", flat=True)))()
+    assert contents == ["Write a long poem about rain."]
