@@ -8,8 +8,20 @@ from django.conf import settings
 from django.core.files.storage import FileSystemStorage
 
 
+class DataDirStorage(FileSystemStorage):
+    """FileSystemStorage rooted at the *current* DATA_DIR (read on each use, not at import)."""
+
+    @property
+    def base_location(self) -> str:
+        return str(settings.DATA_DIR)
+
+    @property
+    def location(self) -> str:
+        return str(Path(settings.DATA_DIR).resolve())
+
+
 def data_storage() -> FileSystemStorage:
-    return FileSystemStorage(location=settings.DATA_DIR)
+    return DataDirStorage()
 
 
 def corpus_dir(corpus_id: int) -> Path:

@@ -277,10 +277,10 @@ def builds_cleanup(*, keep: int = 2, corpus_id: int | None = None) -> list[int]:
         for build in finished[keep:]:
             if build.pk == corpus.active_build_id:
                 continue
-            directory = build_dir(corpus.pk, build.pk)
-            memories_delete_for_build(build_id=build.pk)
+            build_id, directory = build.pk, build_dir(corpus.pk, build.pk)
+            memories_delete_for_build(build_id=build_id)
             build.delete()
             forget_corpus(directory)
             shutil.rmtree(directory, ignore_errors=True)
-            deleted.append(build.pk)
+            deleted.append(build_id)
     return deleted

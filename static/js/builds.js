@@ -1,0 +1,49 @@
+// Live build progress on the corpus page: websocket events when the channel layer reaches the
+// worker (Redis), and polling of the status endpoint while a build is queued or running (always
+// works, also with the embedded mode's separate worker process).
+(function () {
+  "use strict";
+  var table = document.getElementById("builds");
+  if (!table) { return; }
+  var statusUrl = table.dataset.statusUrl;
+  var pollTimer = null;
+
+  function render(build) {
+    var row = table.querySelector('tr[data-build="' + build.id + '"]');
+    if (!row) { if (build.status === "queued" || build.status === "running") { location.reload(); } return; }
+    var status = row.querySelector('[data-field="status"]');
+    var wasLive = row.classList.contains("live");
+    status.textContent = build.status.charAt(0).toUpperCase() + build.status.slice(1);
+    status.className = "status " + build.status;
+    row.querySelector('[data-field="fill"]').style.width = build.percent + "%";
+    var rate = build.rate ? " · " + Math.round(build.rate) + "/s" : "";
+    row.querySelector('[data-field="phase"]').textContent =
+      build.phase + (build.total ? " " + build.done + "/" + build.total : "") + rate;
+    var live = build.status === "queued" || build.status === "running";
+    row.classList.toggle("live", live);
+    if (wasLive && !live) { setTimeout(function () { location.reload(); }, 600); }
+  }
+
+  function anyLive() { return table.querySelector("tr.live") !== null; }
+
+  function poll() {
+    fetch(statusUrl, { headers: { Accept: "application/json" }, credentials: "same-origin" })
+      .then(function (response) { return response.ok ? response.json() : null; })
+      .then(function (data) { if (data) { data.builds.forEach(render); } })
+      .finally(function () { pollTimer = anyLive() ? setTimeout(poll, 1500) : null; });
+  }
+
+  function connect() {
+    var scheme = location.protocol === "https:" ? "wss://" : "ws://";
+    var socket = new WebSocket(scheme + location.host + "/ws/corpora/" + table.dataset.corpus + "/builds/");
+    socket.onmessage = function (message) {
+      var event = JSON.parse(message.data);
+      if (event.build) { render(event.build); }
+      if (event.op === "queued" && !pollTimer) { pollTimer = setTimeout(poll, 500); }
+    };
+    socket.onclose = function () { setTimeout(connect, 5000); };
+  }
+
+  if (anyLive()) { poll(); }
+  if ("WebSocket" in window) { connect(); }
+})();

@@ -1,0 +1,168 @@
+"""Index builds through the services and the (inline) Celery task, on the real Gemma model."""
+
+from __future__ import annotations
+
+import shutil
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from corpus.models import Corpus, IndexBuild
+from corpus.services.builds import (
+    BuildAlreadyActive,
+    build_cancel,
+    build_run,
+    build_start,
+    builds_cleanup,
+    builds_sweep_stale,
+)
+from corpus.storage import build_dir
+from corpus.tasks import run_build
+from engine.corpus import load_corpus
+from hdrag_site.errors import ApplicationError
+from memory.models import Memory
+from memory.services import memories_search
+from tests.portal.conftest import TEXTS, upload
+
+Status = IndexBuild.Status
+
+
+def build_now(corpus: Corpus, user, capture) -> IndexBuild:  # noqa: ANN001
+    with capture(execute=True):
+        build = build_start(corpus=corpus, user=user)
+    build.refresh_from_db()
+    corpus.refresh_from_db()
+    return build
+
+
+def test_build_succeeds_activates_and_inserts_memories(corpus, owner, dataset, django_capture_on_commit_callbacks):
+    build = build_now(corpus, owner, django_capture_on_commit_callbacks)
+    assert build.status == Status.SUCCEEDED, build.error
+    assert corpus.active_build_id == build.pk
+    assert build.documents == len(TEXTS) and build.phase == "done" and build.percent == 100
+    assert build.parameters["hdc_dimensions"] == 1024 and Path(build.parameters["gguf_path"]).is_file()
+    memories = list(Memory.objects.filter(build=build).order_by("hdv_idx"))
+    assert [m.hdv_idx for m in memories] == list(range(len(TEXTS)))
+    assert [m.text for m in memories] == TEXTS
+    assert all(m.dataset_id == dataset.pk and m.corpus_id == corpus.pk and m.token_count > 5 for m in memories)
+    loaded = load_corpus(build.build_dir)
+    assert loaded.count == len(TEXTS) and loaded.dims == 1024
+    assert list(loaded.index.token_counts) == [m.token_count for m in memories]
+    dataset.refresh_from_db()
+    assert dataset.record_count == len(TEXTS) and dataset.record_count_exact
+    assert {"tokenize", "encode", "verify", "memory_insert"} <= set(build.timings)
+
+
+def test_search_returns_the_matching_memory_and_respects_enabled_datasets(
+        corpus, owner, member, outsider, dataset, django_capture_on_commit_callbacks):
+    build_now(corpus, owner, django_capture_on_commit_callbacks)
+    results = memories_search(user=member, corpus_ids=[corpus.pk], query="storming of the Bastille in Paris")
+    assert results and results[0]["memory"]["text"] == TEXTS[3]
+    assert results[0]["corpus_id"] == corpus.pk and results[0]["dataset"] == dataset.name
+    assert results[0]["hdc_score"] > 0
+    assert memories_search(user=outsider, corpus_ids=[corpus.pk], query="storming of the Bastille") == []
+    dataset.enabled = False
+    dataset.save()
+    assert memories_search(user=owner, corpus_ids=[corpus.pk], query="storming of the Bastille") == []
+
+
+def test_failed_build_keeps_previous_build_active(corpus, owner, dataset, django_capture_on_commit_callbacks):
+    first = build_now(corpus, owner, django_capture_on_commit_callbacks)
+    upload(corpus, owner, ["A second dataset about tides and the moon's gravity pulling the oceans."], "more.jsonl")
+    Path(dataset.file.path).unlink()
+    second = build_now(corpus, owner, django_capture_on_commit_callbacks)
+    assert second.status == Status.FAILED
+    assert "notes.jsonl" in second.error and "missing" in second.error
+    assert corpus.active_build_id == first.pk
+    assert not build_dir(corpus.pk, second.pk).exists()
+    assert not Memory.objects.filter(build=second).exists()
+    assert Memory.objects.filter(build=first).count() == len(TEXTS)
+    results = memories_search(user=owner, corpus_ids=[corpus.pk], query="binary search interval comparison")
+    assert results[0]["memory"]["text"] == TEXTS[2]
+
+
+def test_corrupt_model_fails_with_error_on_row(corpus, owner, dataset, tmp_path, django_capture_on_commit_callbacks):
+    bad_model = tmp_path / "broken.gguf"
+    bad_model.write_bytes(b"GGUF" + b"\x00" * 64)
+    Corpus.objects.filter(pk=corpus.pk).update(gguf_path=str(bad_model))
+    corpus.refresh_from_db()
+    build = build_now(corpus, owner, django_capture_on_commit_callbacks)
+    assert build.status == Status.FAILED and "broken.gguf" in build.error
+    assert corpus.active_build_id is None and not build_dir(corpus.pk, build.pk).exists()
+
+
+def test_redelivered_task_is_a_no_op(corpus, owner, dataset, django_capture_on_commit_callbacks):
+    build = build_now(corpus, owner, django_capture_on_commit_callbacks)
+    finished = build.finished
+    assert run_build.delay(build.pk).get() == "not-claimed"
+    assert build_run(build_id=build.pk) is None
+    build.refresh_from_db()
+    assert build.status == Status.SUCCEEDED and build.finished == finished
+    assert Memory.objects.filter(build=build).count() == len(TEXTS)
+
+
+def test_second_concurrent_build_is_refused(corpus, owner, dataset):
+    with transaction.atomic():
+        first = build_start(corpus=corpus, user=owner)  # queued; its task waits for the commit
+    with pytest.raises(BuildAlreadyActive, match="already queued or running"):
+        build_start(corpus=corpus, user=owner)
+    # The database refuses it too, whatever the service does.
+    with pytest.raises(IntegrityError), transaction.atomic():
+        IndexBuild.objects.create(corpus=corpus, status=Status.RUNNING)
+    assert list(corpus.builds.values_list("pk", flat=True)) == [first.pk]
+
+
+def test_cancel_queued_build_then_task_does_nothing(corpus, owner, dataset):
+    build = build_start(corpus=corpus, user=owner)
+    build_cancel(build=build)
+    assert build.status == Status.CANCELLED
+    assert build_run(build_id=build.pk) is None
+    with pytest.raises(ApplicationError, match="only queued or running"):
+        build_cancel(build=build)
+
+
+def test_cancel_flag_stops_running_build_and_keeps_previous(corpus, owner, dataset, django_capture_on_commit_callbacks):
+    first = build_now(corpus, owner, django_capture_on_commit_callbacks)
+    second = IndexBuild.objects.create(corpus=corpus, created_by=owner, cancel_requested=True)
+    result = build_run(build_id=second.pk)
+    assert result.status == Status.CANCELLED and result.finished is not None
+    corpus.refresh_from_db()
+    assert corpus.active_build_id == first.pk
+    assert not build_dir(corpus.pk, second.pk).exists() and not Memory.objects.filter(build=second).exists()
+
+
+def test_stale_running_build_is_swept_and_frees_the_corpus(corpus, owner, dataset, settings):
+    old = timezone.now() - timedelta(seconds=settings.BUILD_STALE_SECONDS + 5)
+    stale = IndexBuild.objects.create(corpus=corpus, status=Status.RUNNING, started=old, heartbeat=old)
+    fresh_dir = build_dir(corpus.pk, stale.pk)
+    fresh_dir.mkdir(parents=True)
+    alive = IndexBuild.objects.create(corpus=upload_other_corpus(owner), status=Status.RUNNING,
+                                      started=timezone.now(), heartbeat=timezone.now())
+    assert builds_sweep_stale() == [stale.pk]
+    stale.refresh_from_db()
+    alive.refresh_from_db()
+    assert stale.status == Status.FAILED and "stopped responding" in stale.error
+    assert alive.status == Status.RUNNING and not fresh_dir.exists()
+    assert build_start(corpus=corpus, user=owner).status == Status.QUEUED
+
+
+def upload_other_corpus(owner) -> Corpus:  # noqa: ANN001
+    from corpus.services.corpora import corpus_create
+
+    return corpus_create(owner=owner, name="Other", hdc_dimensions=1024)
+
+
+def test_cleanup_deletes_old_builds_but_never_the_active_one(corpus, owner, dataset, django_capture_on_commit_callbacks):
+    builds = [build_now(corpus, owner, django_capture_on_commit_callbacks) for _ in range(3)]
+    assert corpus.active_build_id == builds[-1].pk
+    assert builds_cleanup(keep=1) == [builds[1].pk, builds[0].pk]
+    assert not Path(builds[0].build_dir).exists() and Path(builds[2].build_dir).exists()
+    assert not Memory.objects.filter(build_id__in=[builds[0].pk, builds[1].pk]).exists()
+    Corpus.objects.filter(pk=corpus.pk).update(active_build=None)
+    shutil.rmtree(builds[2].build_dir)
+    call_command("builds_cleanup", "--keep", "0")
+    assert not IndexBuild.objects.filter(corpus=corpus).exists()
