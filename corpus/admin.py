@@ -76,8 +76,8 @@ class DatasetAdmin(admin.ModelAdmin):
 
     def get_form(self, request, obj=None, change=False, **kwargs):  # noqa: ANN001, ANN201, ANN003
         if obj is None:
-            form = super().get_form(request, obj, change=change, form=DatasetAddForm, fields=["corpus", "enabled"],
-                                    **kwargs)
+            kwargs.update(form=DatasetAddForm, fields=["corpus", "upload", "enabled"])
+            form = super().get_form(request, obj, change=change, **kwargs)
 
             class BoundAddForm(form):
                 def __init__(self, *args, **inner) -> None:  # noqa: ANN002, ANN003
@@ -97,6 +97,10 @@ class DatasetAdmin(admin.ModelAdmin):
     def save_model(self, request, obj, form, change) -> None:  # noqa: ANN001
         if change:
             super().save_model(request, obj, form, change)
+
+    def save_related(self, request, form, formsets, change) -> None:  # noqa: ANN001
+        if change:
+            super().save_related(request, form, formsets, change)
 
     @admin.action(description="Enable for search")
     def enable(self, request: HttpRequest, queryset: QuerySet[Dataset]) -> None:

@@ -16,7 +16,8 @@ from django.core.files.uploadhandler import SkipFile, TemporaryFileUploadHandler
 
 
 def upload_limit_message(limit: int) -> str:
-    return f"The file is larger than the upload limit of {limit / 1024 ** 2:.0f} MiB."
+    size = f"{limit / 1024 ** 2:g} MiB" if limit >= 1024 ** 2 else f"{limit / 1024:g} KiB"
+    return f"The file is larger than the upload limit of {size}."
 
 
 class LimitedHashingUploadHandler(TemporaryFileUploadHandler):
