@@ -1,0 +1,39 @@
+"""Build progress over websockets: readers of the corpus receive events, outsiders cannot connect."""
+
+from __future__ import annotations
+
+import pytest
+from asgiref.sync import sync_to_async
+from channels.testing import WebsocketCommunicator
+
+from corpus.events import send_build_event
+from corpus.models import IndexBuild
+from hdrag_site.asgi import application
+
+
+async def _connect(client, corpus_id: int) -> tuple[WebsocketCommunicator, bool]:  # noqa: ANN001
+    cookie = client.cookies["sessionid"].value
+    communicator = WebsocketCommunicator(application, f"/ws/corpora/{corpus_id}/builds/",
+                                         headers=[(b"cookie", f"sessionid={cookie}".encode()),
+                                                  (b"origin", b"http://localhost")])
+    connected, _ = await communicator.connect()
+    return communicator, connected
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_member_receives_progress_and_outsider_is_refused(corpus, member, outsider, client_for):
+    member_client = await sync_to_async(client_for)(member)
+    outsider_client = await sync_to_async(client_for)(outsider)
+    watcher, connected = await _connect(member_client, corpus.pk)
+    assert connected
+    intruder, intruder_connected = await _connect(outsider_client, corpus.pk)
+    assert not intruder_connected
+    build = await IndexBuild.objects.acreate(corpus=corpus, status=IndexBuild.Status.RUNNING, phase="encode",
+                                             done=30, total=120)
+    await sync_to_async(send_build_event)(build, op="progress")
+    event = await watcher.receive_json_from(timeout=5)
+    assert event["op"] == "progress" and "type" not in event
+    assert event["build"] == {**event["build"], "id": build.pk, "status": "running", "phase": "encode", "done": 30,
+                              "total": 120, "percent": 25}
+    await watcher.disconnect()
+    await intruder.disconnect()

@@ -1,0 +1,84 @@
+"""End to end with the production components: a real Celery worker process on real Redis, with
+PostgreSQL. DATABASE_URL / REDIS_URL come from the environment (default: the local services).
+Unreachable services fail this test; they never skip it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import psycopg
+import pytest
+import redis
+
+from tests.portal.conftest import TEXTS
+
+ROOT = Path(__file__).resolve().parents[2]
+PG_URL = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/postgres"
+REDIS_URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+
+pytestmark = pytest.mark.service
+
+
+def _with_database(url: str, name: str) -> str:
+    base, _, _ = url.rpartition("/")
+    return f"{base}/{name}"
+
+
+@pytest.fixture
+def e2e_database():
+    """A fresh PostgreSQL database on the server of DATABASE_URL, dropped afterwards."""
+    name = f"hdrag_e2e_{uuid.uuid4().hex[:10]}"
+    admin_url = _with_database(PG_URL, "postgres")
+    try:
+        with psycopg.connect(admin_url, autocommit=True, connect_timeout=5) as connection:
+            connection.execute(f'CREATE DATABASE "{name}"')
+    except psycopg.OperationalError as error:
+        pytest.fail(f"PostgreSQL at {admin_url} is unreachable: {error}", pytrace=False)
+    yield _with_database(PG_URL, name)
+    with psycopg.connect(admin_url, autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def redis_url() -> str:
+    try:
+        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=5).ping()
+    except redis.exceptions.ConnectionError as error:
+        pytest.fail(f"Redis at {REDIS_URL} is unreachable: {error}", pytrace=False)
+    return REDIS_URL
+
+
+def test_real_worker_builds_on_redis_and_postgres(e2e_database, redis_url, tmp_path):
+    queue = f"e2e-{uuid.uuid4().hex[:8]}"
+    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "hdrag_site.settings", "HDRAG_ENV": "development",
+           "DATABASE_URL": e2e_database, "REDIS_URL": redis_url, "CELERY_QUEUE": queue,
+           "CELERY_TASK_ALWAYS_EAGER": "0", "DATA_DIR": str(tmp_path / "data"), "PYTHONPATH": str(ROOT)}
+    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True,
+                   timeout=300)
+    worker_log = tmp_path / "worker.log"
+    with open(worker_log, "wb") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "hdrag_site", "worker", "-Q", queue, "--pool=solo",
+             "--without-gossip", "--without-mingle", "-l", "info"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        driver = subprocess.run([sys.executable, str(ROOT / "tests/portal/e2e_worker_script.py"), json.dumps(TEXTS),
+                                 "storming of the Bastille in Paris"],
+                                cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        worker.wait(timeout=60)
+    log_tail = worker_log.read_text(errors="replace")[-3000:]
+    assert driver.returncode == 0, driver.stderr[-3000:] + log_tail
+    outcome = json.loads(driver.stdout.strip().splitlines()[-1])
+    assert outcome["vendor"] == "postgresql"
+    assert outcome["status"] == "succeeded", (outcome, log_tail)
+    assert outcome["active"] == outcome["build"] and outcome["documents"] == outcome["memories"] == len(TEXTS)
+    assert outcome["first"] == TEXTS[3] and outcome["outsider"] == 0
+    assert "corpus.run_build" in log_tail and "succeeded" in log_tail
