@@ -10,16 +10,18 @@ import importlib
 import inspect
 import json
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-STDLIB_MODULES = (
-    "abc argparse array asyncio base64 bisect bz2 calendar cmath collections contextlib copy csv dataclasses datetime "
-    "decimal difflib enum fractions functools gzip hashlib heapq hmac html http.client inspect io ipaddress "
-    "itertools json logging math mimetypes operator os pathlib pickle pprint queue random re secrets shlex shutil "
-    "socket sqlite3 statistics string struct subprocess tarfile tempfile textwrap threading time timeit tokenize "
-    "typing unicodedata unittest urllib.parse uuid warnings weakref zipfile zlib"
-).split()
+STDLIB_MODULES = [
+    "abc", "argparse", "array", "asyncio", "base64", "bisect", "bz2", "calendar", "cmath", "collections",
+    "contextlib", "copy", "csv", "dataclasses", "datetime", "decimal", "difflib", "enum", "fractions",
+    "functools", "gzip", "hashlib", "heapq", "hmac", "html", "http.client", "inspect", "io", "ipaddress",
+    "itertools", "json", "logging", "math", "mimetypes", "operator", "os", "pathlib", "pickle", "pprint",
+    "queue", "random", "re", "secrets", "shlex", "shutil", "socket", "sqlite3", "statistics", "string",
+    "struct", "subprocess", "tarfile", "tempfile", "textwrap", "threading", "time", "timeit", "tokenize",
+    "typing", "unicodedata", "unittest", "urllib.parse", "uuid", "warnings", "weakref", "zipfile", "zlib",
+]
 
 
 MAX_CHARS = 2000
@@ -48,7 +50,7 @@ def pydoc_topics() -> Iterator[dict]:
                 yield {"title": f"Python language reference: {name} ({number + 1})", "text": text}
 
 
-def stdlib_docstrings(modules: tuple[str, ...] = STDLIB_MODULES, min_chars: int = 80) -> Iterator[dict]:
+def stdlib_docstrings(modules: Sequence[str] = tuple(STDLIB_MODULES), min_chars: int = 80) -> Iterator[dict]:
     for module_name in modules:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
