@@ -7,6 +7,7 @@ Loaded builds (memory-mapped index files) are cached per process by `engine.corp
 
 from __future__ import annotations
 
+import json
 import threading
 import time
 from collections.abc import Iterable
@@ -16,6 +17,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db import connection
 
 from corpus.models import Corpus, IndexBuild
 from corpus.selectors import corpora_visible_to
@@ -25,12 +27,32 @@ from hdrag_site.errors import ApplicationError
 from hdrag_site.runtime import engine_config, tokenizer_for
 from memory.models import Memory
 
+_COLUMNS = ("corpus_id", "build_id", "hdv_idx", "content_hash", "text", "dataset_id", "metadata", "token_count")
+
+
+def _without_nul(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("\x00", "\ufffd")
+    if isinstance(value, dict):
+        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_without_nul(v) for v in value]
+    return value
+
+
+def _json_without_nul(value: Any) -> str:
+    """JSON for a jsonb column, which (like text) cannot hold NUL characters."""
+    dumped = json.dumps(value, ensure_ascii=False)
+    return json.dumps(_without_nul(value), ensure_ascii=False) if "\\u0000" in dumped else dumped
+
 
 class MemoryWriter:
-    """The build's sink: buffers engine records and bulk-inserts them as Memory rows.
+    """The build's sink: buffers engine records and inserts them as Memory rows in large batches.
 
-    Records arrive in small batches (the engine's encode batch); inserting a few thousand rows per
-    statement is what makes the insert rate independent of that batch size.
+    On PostgreSQL the batches go through COPY (about 3x the rows/s of a multi-row INSERT, which
+    spends its time building statements and model instances); elsewhere through bulk_create.
+    Records arrive in the engine's small encode batches; buffering makes the insert rate
+    independent of that batch size.
     """
 
     def __init__(self, *, build: IndexBuild, dataset_ids: Iterable[int], batch_size: int | None = None) -> None:
@@ -38,20 +60,19 @@ class MemoryWriter:
         self.corpus_id = build.corpus_id
         self.dataset_ids = frozenset(dataset_ids)
         self.batch_size = batch_size or settings.MEMORY_INSERT_BATCH
-        self.pending: list[Memory] = []
+        self.pending: list[tuple] = []
         self.inserted = 0
         self.seconds = 0.0
 
     def add(self, records: list[dict]) -> None:
         for record in records:
             source = int(record["source_id"])
-            self.pending.append(Memory(
-                corpus_id=self.corpus_id, build_id=self.build_id, hdv_idx=int(record["hdv_idx"]),
-                content_hash=record["id"],
+            self.pending.append((
+                self.corpus_id, self.build_id, int(record["hdv_idx"]), record["id"],
                 # PostgreSQL text cannot hold NUL; the index was built from the text with it.
-                text=record["text"].replace("\x00", "\ufffd"),
-                dataset_id=source if source in self.dataset_ids else None,
-                metadata=record.get("metadata") or {}, token_count=int(record["token_count"])))
+                record["text"].replace("\x00", "\ufffd"),
+                source if source in self.dataset_ids else None,
+                record.get("metadata") or {}, int(record["token_count"])))
         if len(self.pending) >= self.batch_size:
             self.flush()
 
@@ -59,10 +80,22 @@ class MemoryWriter:
         if not self.pending:
             return
         started = time.perf_counter()
-        Memory.objects.bulk_create(self.pending, batch_size=self.batch_size)
+        if connection.vendor == "postgresql":
+            self._copy(self.pending)
+        else:
+            Memory.objects.bulk_create([Memory(**dict(zip(_COLUMNS, row, strict=True))) for row in self.pending],
+                                       batch_size=self.batch_size)
         self.seconds += time.perf_counter() - started
         self.inserted += len(self.pending)
         self.pending = []
+
+    @staticmethod
+    def _copy(rows: list[tuple]) -> None:
+        columns = ", ".join(connection.ops.quote_name(c) for c in _COLUMNS)
+        table = connection.ops.quote_name(Memory._meta.db_table)
+        with connection.cursor() as cursor, cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row((*row[:6], _json_without_nul(row[6]), row[7]))
 
     @property
     def rows_per_second(self) -> float:

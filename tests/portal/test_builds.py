@@ -166,3 +166,12 @@ def test_cleanup_deletes_old_builds_but_never_the_active_one(corpus, owner, data
     shutil.rmtree(builds[2].build_dir)
     call_command("builds_cleanup", "--keep", "0")
     assert not IndexBuild.objects.filter(corpus=corpus).exists()
+
+
+def test_nul_characters_survive_the_memory_insert(corpus, owner, django_capture_on_commit_callbacks):
+    texts = ["A record with a NUL \u0000 inside its text, about lighthouses and ships.", *TEXTS[:3]]
+    upload(corpus, owner, texts, "nul.jsonl")
+    build = build_now(corpus, owner, django_capture_on_commit_callbacks)
+    assert build.status == Status.SUCCEEDED, build.error
+    stored = Memory.objects.get(build=build, hdv_idx=0)
+    assert stored.text == texts[0].replace("\x00", "\ufffd")

@@ -1,0 +1,135 @@
+"""Full index build through the portal's Celery task, on PostgreSQL, split by phase.
+
+    .venv/bin/python bench/build.py --docs 50000            # the issue's size
+    .venv/bin/python bench/build.py --docs 5000 --dims 10000
+
+Creates a scratch PostgreSQL database on the server of $DATABASE_URL (default: the local one),
+uploads a synthetic corpus of `--docs` unique documents made of sentences from the Python docs
+shipped with the interpreter, and runs `corpus.run_build` (inline, as a worker would run it:
+claim, engine build, Memory bulk insert, verify, activate). Prints the hardware, wall time and
+docs/s, the engine's phase timings, and Memory rows inserted per second (target >= 20,000).
+Baseline, measured in the same run: the engine alone (`build_index` writing its own SQLite store)
+on the same file and settings; the ratio is the portal's overhead.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path[0] = str(Path(__file__).resolve().parent.parent)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import os  # noqa: E402
+import re  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+import uuid  # noqa: E402
+
+import numpy as np  # noqa: E402
+import psycopg  # noqa: E402
+
+from bench._hw import print_hardware  # noqa: E402
+
+TARGET_ROWS_PER_SECOND = 20_000
+
+
+def synthetic_docs(count: int, seed: int = 0) -> list[str]:
+    """`count` unique documents of 2-5 sentences drawn from pydoc topics and stdlib docstrings."""
+    from corpus.demo import pydoc_topics, stdlib_docstrings
+
+    text = " ".join(r["text"] for r in [*pydoc_topics(), *stdlib_docstrings()])
+    sentences = [s.strip() for s in re.split(r"(?<=[.!?])\s+", text) if 20 <= len(s.strip()) <= 400]
+    rng = np.random.default_rng(seed)
+    picks = rng.integers(0, len(sentences), size=(count, 5))
+    lengths = rng.integers(2, 6, size=count)
+    return [f"[{i}] " + " ".join(sentences[j] for j in picks[i, :lengths[i]]) for i in range(count)]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--docs", type=int, default=50_000)
+    parser.add_argument("--dims", type=int, default=10_000)
+    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL")
+                        or "postgres://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--no-baseline", action="store_true", help="skip the engine-only build")
+    args = parser.parse_args()
+
+    server, _, _ = args.database_url.rpartition("/")
+    name = f"hdrag_bench_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(f"{server}/postgres", autocommit=True) as connection:
+        connection.execute(f'CREATE DATABASE "{name}"')
+    scratch = tempfile.TemporaryDirectory(prefix="hdrag-bench-")
+    os.environ.update(DJANGO_SETTINGS_MODULE="hdrag_site.settings", DATABASE_URL=f"{server}/{name}",
+                      DATA_DIR=scratch.name, CELERY_TASK_ALWAYS_EAGER="1", HDRAG_ENV="development")
+    os.environ.pop("REDIS_URL", None)
+    try:
+        run(args, Path(scratch.name))
+    finally:
+        from django.db import connections
+
+        connections.close_all()
+        with psycopg.connect(f"{server}/postgres", autocommit=True) as connection:
+            connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        scratch.cleanup()
+
+
+def run(args: argparse.Namespace, scratch: Path) -> None:
+    import django
+
+    django.setup()
+    from django.conf import settings
+    from django.contrib.auth.models import User
+    from django.core.files import File
+    from django.core.management import call_command
+
+    from corpus.services.builds import build_start
+    from corpus.services.corpora import corpus_create, dataset_upload
+
+    call_command("migrate", verbosity=0)
+    print_hardware()
+    print(f"PostgreSQL: {django.db.connection.cursor().connection.info.server_version}; docs {args.docs:,}; "
+          f"dims {args.dims}")
+    docs = synthetic_docs(args.docs)
+    path = scratch / "bench.jsonl"
+    path.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
+    owner = User.objects.create_user("bench")
+    corpus = corpus_create(owner=owner, name="bench", hdc_dimensions=args.dims)
+    with open(path, "rb") as handle:
+        dataset_upload(corpus=corpus, user=owner, uploaded_file=File(handle, name="bench.jsonl"))
+
+    started = time.perf_counter()
+    build = build_start(corpus=corpus, user=owner)  # autocommit: on_commit runs the (eager) task now
+    wall = time.perf_counter() - started
+    build.refresh_from_db()
+    if build.status != "succeeded":
+        raise SystemExit(f"build {build.status}: {build.error}")
+    timings = build.timings
+    print(f"\nportal build through corpus.run_build: {wall:.1f} s wall, {build.documents / wall:,.0f} docs/s")
+    for phase in ("tokenize", "embeddings", "vocabulary", "encode", "verify"):
+        print(f"  engine {phase:<11} {timings.get(phase, 0):8.2f} s")
+    print(f"  (encode includes the Memory inserts: {timings['memory_insert']:.2f} s)")
+    print(f"  portal activate   {timings.get('portal_activate', 0):8.2f} s (count check, verify_build, switch)")
+    rate = timings["memory_rows_per_second"]
+    print(f"Memory rows inserted: {build.documents:,} at {rate:,.0f} rows/s "
+          f"(target {TARGET_ROWS_PER_SECOND:,}: {rate / TARGET_ROWS_PER_SECOND:.2f}x)")
+
+    if not args.no_baseline:
+        from engine.build import build_index
+        from hdrag_site.runtime import default_gguf, engine_config, tokenizer_for
+
+        gguf = default_gguf()
+        config = engine_config().replace(hdc_dimensions=args.dims)
+        started = time.perf_counter()
+        result = build_index(datasets=[(1, "bench", path)], out_dir=scratch / "baseline", gguf_path=gguf,
+                             tokenizer=tokenizer_for(gguf), config=config, cache_dir=settings.EMBEDDING_CACHE_DIR)
+        baseline = time.perf_counter() - started
+        print(f"\nbaseline engine-only build (SQLite memory store): {baseline:.1f} s, "
+              f"{result.documents / baseline:,.0f} docs/s")
+        print(f"portal / engine wall time: {wall / baseline:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
