@@ -1,7 +1,10 @@
 """The chat websocket: `/ws/chat/<conversation_id>/`.
 
-Only the conversation's owner may connect (close codes: 4401 not logged in, 4404 not theirs or
-missing, so an outsider learns nothing). Protocol (JSON objects with a `type`):
+Only the conversation's owner may connect: anyone else is closed at once with 4401 (not logged
+in) or 4404 (not theirs, or missing: an outsider learns nothing). The handshake is accepted
+before that close, because a browser only sees the close code of an accepted socket (a refused
+handshake is a bare 1006), and the page must know not to reconnect.
+Protocol (JSON objects with a `type`):
 
     client -> server   {"type": "chat.send", "content": str}
                        {"type": "chat.stop"}
@@ -37,17 +40,17 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def connect(self) -> None:
         user = self.scope.get("user")
-        if user is None or not user.is_authenticated:
-            await self.close(code=CLOSE_UNAUTHENTICATED)
-            return
-        conversation = await database_sync_to_async(conversation_find_for_user)(
-            user=user, pk=int(self.scope["url_route"]["kwargs"]["conversation_id"]))
+        conversation = None
+        if user is not None and user.is_authenticated:
+            conversation = await database_sync_to_async(conversation_find_for_user)(
+                user=user, pk=int(self.scope["url_route"]["kwargs"]["conversation_id"]))
+        await self.accept()
         if conversation is None:
-            await self.close(code=CLOSE_NOT_FOUND)
+            unauthenticated = user is None or not user.is_authenticated
+            await self.close(code=CLOSE_UNAUTHENTICATED if unauthenticated else CLOSE_NOT_FOUND)
             return
         self.conversation_id = conversation.pk
         self._connected = True
-        await self.accept()
         await self.send_json({"type": "chat.ready", "conversation": conversation.pk,
                               "blend_turns": len((conversation.blend_state or {}).get("responses", []))})
 
@@ -61,6 +64,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                 await turn
 
     async def receive_json(self, content: Any, **kwargs: Any) -> None:
+        if not self._connected:
+            return  # a refused client's frames that raced the close
         kind = content.get("type") if isinstance(content, dict) else None
         if kind == "chat.send":
             await self._start_turn(content.get("content"))

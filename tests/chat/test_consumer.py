@@ -202,17 +202,23 @@ async def test_llm_down_gives_a_clear_error_and_keeps_the_user_turn(chat_setting
     assert history == [("user", QUESTION), ("user", "Again?")]
 
 
+async def _closed_with(user, conversation_id: int) -> dict:
+    """The first thing the server sends: for a refused client, the close (no event before it)."""
+    socket, connected, _ = await open_socket(user, conversation_id)
+    assert connected  # accepted only to deliver the close code a browser can read
+    first = await socket.receive_output(timeout=10)
+    await socket.wait()
+    return first
+
+
 async def test_outsiders_and_anonymous_users_cannot_connect(chat_settings, users):
     owner, other, _ = users
     conversation = await db(_conversation)(owner)
-    _, connected, code = await open_socket(other, conversation.pk)
-    assert (connected, code) == (False, 4404)
-    _, connected, code = await open_socket(None, conversation.pk)
-    assert (connected, code) == (False, 4401)
-    _, connected, code = await open_socket(owner, conversation.pk + 1000)
-    assert (connected, code) == (False, 4404)
+    assert await _closed_with(other, conversation.pk) == {"type": "websocket.close", "code": 4404}
+    assert await _closed_with(None, conversation.pk) == {"type": "websocket.close", "code": 4401}
+    assert await _closed_with(owner, conversation.pk + 1000) == {"type": "websocket.close", "code": 4404}
     socket, connected, _ = await open_socket(owner, conversation.pk)
-    assert connected
+    assert connected and (await socket.receive_json_from())["type"] == "chat.ready"
     await socket.disconnect()
     assert await db(lambda: Message.objects.count())() == 0
 
