@@ -3,7 +3,7 @@
 Transport-agnostic: the websocket consumer (and the bench) pass `emit`, an async callable that
 receives plain event dicts with a `type`:
 
-    chat.accepted  {"message": {...}}                         the user turn is stored
+    chat.accepted  {"message": {...}, "title": str}           the user turn is stored
     chat.memories  {"memories": [...], "retrieval_ms": float}  what primes the answer
     chat.delta     {"delta": str}                              streamed text, in order
     chat.done      {"message": {...}, "status", "usage", "blend_turns"}
@@ -118,7 +118,8 @@ async def run_turn(*, conversation_id: int, content: str, emit: Emit) -> TurnRes
     started = time.perf_counter()
     user_message = await _db(message_create_user)(conversation_id=conversation_id, content=content)
     result = TurnResult(status=Message.Status.ERROR, user_message_id=user_message.pk)
-    await emit({"type": "chat.accepted", "message": message_json(user_message)})
+    title = await _db(lambda: Conversation.objects.values_list("title", flat=True).get(pk=conversation_id))()
+    await emit({"type": "chat.accepted", "message": message_json(user_message), "title": title})
     memories: list[dict] = []
     parts: list[str] = []
     final_usage: Usage | None = None

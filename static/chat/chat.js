@@ -156,12 +156,22 @@
     setGenerating(false);
   }
 
+  function showTitle(title) {
+    // The first message names a new conversation: reflect it without a reload.
+    const field = document.getElementById("chat-title");
+    if (field && document.activeElement !== field) field.value = title;
+    const link = document.querySelector(".chat-list li.active a");
+    if (link) link.textContent = title;
+    document.title = document.title.replace(/^.*? · Chat/, `${title} · Chat`);
+  }
+
   const handlers = {
     "chat.ready"(event) {
       if (blendNote) blendNote.textContent = `Blend holds ${event.blend_turns} answer${event.blend_turns === 1 ? "" : "s"}.`;
     },
     "chat.accepted"(event) {
       append(messageItem(event.message));
+      if (event.title) showTitle(event.title);
     },
     "chat.memories"(event) {
       startAnswer(event.memories);
