@@ -320,3 +320,60 @@ async def test_protocol_errors_are_reported_not_fatal(chat_settings, users, tmp_
     await socket.disconnect()
     contents = await db(lambda: list(Message.objects.filter(role="user").values_list("content", flat=True)))()
     assert contents == ["Write a long poem about rain."]
+
+
+async def test_a_broken_corpus_is_reported_and_the_turn_kept(chat_settings, users, pydoc_build, tmp_path):
+    owner, _, _ = users
+    corpus = await db(make_corpus)(owner, pydoc_build)
+    # The active build's files are gone (a disk cleaned by hand): retrieval cannot load it.
+    from corpus.models import IndexBuild
+
+    await db(lambda: IndexBuild.objects.filter(pk=corpus.active_build_id).update(
+        build_dir=str(tmp_path / "vanished")))()
+    conversation = await db(_conversation)(owner, [corpus])
+    socket, _, _ = await open_socket(owner, conversation.pk)
+    await socket.receive_json_from()
+    await socket.send_json_to({"type": "chat.send", "content": QUESTION})
+    events = await events_until(socket, "chat.done", "chat.error")
+    await socket.disconnect()
+    assert _types(events) == ["chat.accepted", "chat.error"]
+    assert events[-1]["code"] == "internal" and "CorpusError" in events[-1]["error"]
+    user_message, failed = await db(_messages)(conversation.pk)
+    assert user_message.content == QUESTION and failed.status == "error"
+
+
+def _turn_memories(conversation_id: int, query: str) -> list[int]:
+    from chat.retrieval import memories_for_turn
+
+    conversation = Conversation.objects.get(pk=conversation_id)
+    return [r["memory"]["hdv_idx"] for r in memories_for_turn(conversation=conversation, query=query,
+                                                               token_budget=TOKEN_BUDGET)]
+
+
+async def test_retrieval_uses_the_conversations_own_blend(chat_settings, users, pydoc_build):
+    owner, _, _ = users
+    corpus = await db(make_corpus)(owner, pydoc_build)
+    steered = await db(_conversation)(owner, [corpus])
+    fresh = await db(_conversation)(owner, [corpus])
+    from chat.services import conversation_add_response
+
+    response = "Generators pause at each yield and resume where they left off when next() is called."
+    await db(conversation_add_response)(conversation_id=steered.pk, text=response)
+    follow_up = "and then?"
+
+    def reference(blend) -> list[int]:  # noqa: ANN001 - BlendState | None
+        from memory.services import memories_search
+
+        results = memories_search(user=owner, corpus_ids=[corpus.pk], query=follow_up, blend=blend,
+                                  token_budget=TOKEN_BUDGET)
+        return [r["memory"]["hdv_idx"] for r in results]
+
+    from engine.retrieval import BlendState
+
+    with_blend = await db(_turn_memories)(steered.pk, follow_up)
+    without = await db(_turn_memories)(fresh.pk, follow_up)
+    # Each conversation searched with exactly its own stored blend, and the blend mattered.
+    assert with_blend == await db(reference)(BlendState([response]))
+    assert without == await db(reference)(None)
+    assert with_blend != without
+    assert await db(_blend)(fresh.pk) == []
