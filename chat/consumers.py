@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from typing import Any
 
 from channels.db import database_sync_to_async
@@ -29,11 +30,16 @@ from chat.selectors import conversation_find_for_user
 from chat.turns import run_turn
 from hdrag_site.errors import ApplicationError
 
+logger = logging.getLogger(__name__)
+
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):
+    # Every event goes to this one socket, so the consumer joins no channel layer (an alias
+    # that is not configured gives none): a chat neither waits on nor holds a Redis connection.
+    channel_layer_alias = None
     conversation_id: int
     _turn: asyncio.Task | None = None
     _connected: bool = False
@@ -94,6 +100,11 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         except asyncio.CancelledError:
             # A stop from this client: run_turn stored the partial answer and reported it.
             return
+        except Exception:
+            # Storing failed (e.g. the conversation was deleted in another tab meanwhile).
+            logger.exception("chat turn crashed in conversation %s", self.conversation_id)
+            await self._emit({"type": "chat.error", "code": "internal",
+                              "error": "The answer could not be stored; reload the page."})
 
     async def _emit(self, event: dict[str, Any]) -> None:
         # After a disconnect the turn still stores its result; there is just no one to tell.

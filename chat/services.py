@@ -13,6 +13,7 @@ from corpus.selectors import corpora_visible_to
 from engine.llm import Usage
 from engine.retrieval import BlendState
 from hdrag_site.errors import ApplicationError
+from memory.models import Memory
 
 TITLE_CHARS = 60
 MAX_MESSAGE_CHARS = 32_000
@@ -116,11 +117,14 @@ def message_create_user(*, conversation_id: int, content: str) -> Message:
 
 
 def _memory_rows(results: Sequence[dict], message: Message) -> list[MessageMemory]:
+    # A rebuild may have deleted a row since it was retrieved; the snapshot is kept without the link.
+    wanted = [r["memory"].get("pk") for r in results if r["memory"].get("pk") is not None]
+    existing = set(Memory.objects.filter(pk__in=wanted).values_list("pk", flat=True))
     rows = []
     for rank, result in enumerate(results):
         memory = result["memory"]
         rows.append(MessageMemory(
-            message=message, rank=rank, memory_id=memory.get("pk"), memory_key=str(memory.get("id", ""))[:64],
+            message=message, rank=rank, memory_id=memory.get("pk") if memory.get("pk") in existing else None, memory_key=str(memory.get("id", ""))[:64],
             corpus_name=str(result.get("corpus", ""))[:200], source=memory_source(result)[:500],
             score=float(result["hdc_score"]), token_count=int(memory.get("token_count") or 0),
             excerpt=str(memory.get("text", ""))[:MessageMemory.EXCERPT_CHARS]))

@@ -23,7 +23,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from asgiref.sync import sync_to_async
 from channels.db import database_sync_to_async
+from django.db import connection
 
 from chat import runtime
 from chat.models import Conversation, Message
@@ -78,9 +80,22 @@ class TurnResult:
 
 
 def _db(func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
-    # Not thread-sensitive: turns of different conversations run their SQL and retrieval
-    # side by side instead of queueing on the one shared sync thread.
-    return database_sync_to_async(func, thread_sensitive=False)
+    """Short SQL work: on Django's one sync thread, whose connection lives as usual."""
+    return database_sync_to_async(func)
+
+
+def _in_worker(func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+    """Retrieval (CPU-heavy): on a worker thread, so concurrent turns search side by side
+    instead of queueing behind each other on the sync thread. The worker's connection is closed
+    afterwards: pool threads are never cleaned up by Django, and an idle connection left in one
+    would outlive the request (and block dropping a test database)."""
+    def run_and_close(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return func(*args, **kwargs)
+        finally:
+            connection.close()
+
+    return sync_to_async(run_and_close, thread_sensitive=False)
 
 
 def _prepare(conversation_id: int, user_message_id: int, content: str) -> tuple[list[dict], PromptPlan, float]:
@@ -124,8 +139,13 @@ async def run_turn(*, conversation_id: int, content: str, emit: Emit) -> TurnRes
     parts: list[str] = []
     final_usage: Usage | None = None
     finish_reason = ""
+    # `memories` is filled in place, so every outcome below stores what primed the answer so far.
+    common: dict[str, Any] = {"conversation_id": conversation_id, "memories": memories, "emit": emit,
+                              "started": started}
     try:
-        memories, plan, retrieval = await _db(_prepare)(conversation_id, user_message.pk, user_message.content)
+        found, plan, retrieval = await _in_worker(_prepare)(conversation_id, user_message.pk,
+                                                             user_message.content)
+        memories.extend(found)
         result.timings.retrieval = retrieval
         await emit({"type": "chat.memories", "memories": [memory_result_json(r) for r in memories],
                     "retrieval_ms": round(retrieval * 1000, 3), "prompt_tokens_estimate": plan.prompt_tokens,
@@ -140,32 +160,32 @@ async def run_turn(*, conversation_id: int, content: str, emit: Emit) -> TurnRes
             finish_reason = chunk.finish_reason or finish_reason
     except asyncio.CancelledError:
         # Shielded: the stop must be recorded even though this task is being cancelled.
-        await asyncio.shield(_finish(result, conversation_id, "".join(parts), Message.Status.STOPPED, memories,
-                                     None, "", "", emit, started))
+        await asyncio.shield(_finish(result, status=Message.Status.STOPPED, content="".join(parts), **common))
         raise
     except LLMError as exc:
-        await _finish(result, conversation_id, "".join(parts), Message.Status.ERROR, memories, None, "",
-                      str(exc), emit, started, ERROR_CODES.get(type(exc), "llm_error"))
+        await _finish(result, status=Message.Status.ERROR, content="".join(parts), error=str(exc),
+                      error_code=ERROR_CODES.get(type(exc), "llm_error"), **common)
         return result
     except ApplicationError as exc:
-        await _finish(result, conversation_id, "".join(parts), Message.Status.ERROR, memories, None, "",
-                      exc.message, emit, started, "retrieval")
+        await _finish(result, status=Message.Status.ERROR, content="".join(parts), error=exc.message,
+                      error_code="retrieval", **common)
         return result
     except Exception as exc:
-        # Retrieval or storage failed (e.g. a corpus build removed under us): the user turn is
-        # kept and the user gets a message; the details go to the log.
+        # Retrieval failed in an unforeseen way (e.g. a build's files removed under us): the user
+        # turn is kept and the user gets a message; the details go to the log.
         logger.exception("chat turn failed in conversation %s", conversation_id)
-        await _finish(result, conversation_id, "".join(parts), Message.Status.ERROR, memories, None, "",
-                      f"The answer could not be prepared ({type(exc).__name__}: {exc}).", emit, started, "internal")
+        await _finish(result, status=Message.Status.ERROR, content="".join(parts), error_code="internal",
+                      error=f"The answer could not be prepared ({type(exc).__name__}: {exc}).", **common)
         return result
-    await _finish(result, conversation_id, "".join(parts), Message.Status.COMPLETE, memories, final_usage,
-                  finish_reason, "", emit, started)
+    await _finish(result, status=Message.Status.COMPLETE, content="".join(parts), usage=final_usage,
+                  finish_reason=finish_reason, **common)
     return result
 
 
-async def _finish(result: TurnResult, conversation_id: int, content: str, status: str, memories: list[dict],
-                  usage: Usage | None, finish_reason: str, error: str, emit: Emit, started: float,
-                  error_code: str = "") -> None:
+async def _finish(result: TurnResult, *, conversation_id: int, content: str, status: str, memories: list[dict],
+                  emit: Emit, started: float, usage: Usage | None = None, finish_reason: str = "",
+                  error: str = "", error_code: str = "") -> None:
+    """Store the answer in whatever state it ended, update the blend, and report it."""
     message = await _db(message_create_assistant)(
         conversation_id=conversation_id, content=content, status=status, memories=memories, usage=usage,
         finish_reason=finish_reason, error=error)

@@ -8,6 +8,7 @@ import time
 import httpx
 import pytest
 from channels.db import database_sync_to_async
+from django.db import connections
 
 from chat.models import Conversation, Message, MessageMemory
 from chat.services import conversation_create, message_create_assistant, message_create_user
@@ -26,6 +27,14 @@ from tests.chat.conftest import (
 
 pytestmark = pytest.mark.django_db(transaction=True)
 db = database_sync_to_async
+
+
+@pytest.fixture(autouse=True)
+async def close_sync_thread_connections():
+    """The consumer's SQL runs on asgiref's one sync thread, whose connection would otherwise
+    stay open past the test (PostgreSQL then refuses to drop the test database)."""
+    yield
+    await db(connections.close_all)()
 
 QUESTION = "How does a generator function pause at yield and resume where it left off?"
 
