@@ -53,8 +53,13 @@ DEFAULT_DIM = 768
 _ID_SUFFIX = re.compile(r"-(?:page\d{3,}|chunk\d{4,})$")
 _PAGE_SIZE = 5000
 _STATS_SAMPLE = 256
-_SETTINGS = Settings(anonymized_telemetry=False)
 _INDEX_FIELD = {"visual": "page", "text": "chunk_id"}
+
+
+def _settings() -> Settings:
+    # A fresh object per client: chromadb.HttpClient writes its host and API class into
+    # the Settings it is given, so a shared one would turn later embedded clients remote.
+    return Settings(anonymized_telemetry=False)
 
 
 def doc_id_of(embedding_id: str) -> str:
@@ -104,14 +109,14 @@ class ChromaClient:
         elif path is not None:
             self.location = f"embedded store {Path(path)}"
             self._client = self._connect(
-                lambda: chromadb.PersistentClient(path=str(path), settings=_SETTINGS)
+                lambda: chromadb.PersistentClient(path=str(path), settings=_settings())
             )
         else:
             if url is not None:
                 host, port, ssl = _parse_url(url)
             self.location = f"{'https' if ssl else 'http'}://{host}:{port}"
             self._client = self._connect(
-                lambda: chromadb.HttpClient(host=host, port=port, ssl=ssl, settings=_SETTINGS)
+                lambda: chromadb.HttpClient(host=host, port=port, ssl=ssl, settings=_settings())
             )
         self._collections = {kind: self._open_collection(kind) for kind in KINDS}
 
