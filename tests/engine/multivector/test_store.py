@@ -43,6 +43,16 @@ def test_existing_collection_with_other_dim_or_space_is_refused(make_store):
         ChromaClient(client=store._client, visual_collection="visual-l2", text_collection="text-l2")
 
 
+def test_existing_default_collection_is_tuned_to_persist_often(make_store):
+    store = make_store()
+    store._client.create_collection(
+        "visual-plain", configuration={"hnsw": {"space": "cosine"}}, embedding_function=None
+    )
+    assert store._client.get_collection("visual-plain").configuration["hnsw"]["sync_threshold"] == 1000
+    ChromaClient(client=store._client, visual_collection="visual-plain", text_collection="text-plain")
+    assert store._client.get_collection("visual-plain").configuration["hnsw"]["sync_threshold"] == 10
+
+
 def test_constructor_arguments_are_checked(tmp_path):
     with pytest.raises(ValueError, match="at most one"):
         ChromaClient(path=tmp_path, url="http://127.0.0.1:1")
