@@ -133,8 +133,9 @@ class ChromaClient:
         return chroma
 
     @contextmanager
-    def _call(self, action: str) -> Iterator[None]:
-        """Map Chroma and transport failures onto the contract's exceptions."""
+    def guarded(self, action: str) -> Iterator[None]:
+        """Context for Chroma calls: transport failures → ChromaDBConnectionError, Chroma errors →
+        ChromaDBError, both naming `action` and the store's location."""
         try:
             yield
         except StorageError:
@@ -146,20 +147,19 @@ class ChromaClient:
 
     def _open_collection(self, kind: str) -> Any:
         name = self.collection_names[kind]
-        with self._call(f"open collection {name!r}"):
+        with self.guarded(f"open collection {name!r}"):
             collection = self._client.get_or_create_collection(
                 name=name,
                 configuration={"hnsw": {"space": "cosine", **_HNSW_SYNC}},
                 metadata={"multivector_kind": kind, "multivector_dim": self.dim},
                 embedding_function=None,
             )
-        space = (collection.configuration or {}).get("hnsw", {}).get("space")
+        hnsw = (collection.configuration or {}).get("hnsw") or {}
+        space = hnsw.get("space")
         if space is not None and space != "cosine":
             raise StorageError(f"collection {name!r} at {self.location} uses {space!r} distance, not cosine")
-        if (collection.configuration or {}).get("hnsw", {}).get("sync_threshold", 0) > _HNSW_SYNC[
-            "sync_threshold"
-        ]:
-            with self._call(f"tune collection {name!r}"):
+        if hnsw.get("sync_threshold", 0) > _HNSW_SYNC["sync_threshold"]:
+            with self.guarded(f"tune collection {name!r}"):
                 collection.modify(configuration={"hnsw": dict(_HNSW_SYNC)})
         found_dim = (collection.metadata or {}).get("multivector_dim", self.dim)
         if found_dim != self.dim:
@@ -233,7 +233,7 @@ class ChromaClient:
         ids = [record[0] for record in records]
         if len(set(ids)) != len(ids):
             raise MetadataValidationError(f"duplicate {_INDEX_FIELD[kind]}s in batch: {sorted(indices)}")
-        with self._call(f"add {len(ids)} {kind} records"):
+        with self.guarded(f"add {len(ids)} {kind} records"):
             self._collections[kind].upsert(
                 ids=ids,
                 embeddings=np.stack([record[1] for record in records]),
@@ -249,7 +249,7 @@ class ChromaClient:
         check_doc_id(doc_id)
         counts = []
         for kind in KINDS:
-            with self._call(f"delete {kind} records of {doc_id!r}"):
+            with self.guarded(f"delete {kind} records of {doc_id!r}"):
                 ids = self._collections[kind].get(where={"doc_id": doc_id}, include=[])["ids"]
                 if ids:
                     self._collections[kind].delete(ids=ids)
@@ -282,7 +282,7 @@ class ChromaClient:
         if isinstance(n_results, bool) or not isinstance(n_results, int) or n_results < 1:
             raise MetadataValidationError(f"n_results must be an int >= 1, got {n_results!r}")
         where = filters_to_where(filters)
-        with self._call(f"search {kind}"):
+        with self.guarded(f"search {kind}"):
             found = self._collections[kind].query(
                 query_embeddings=query.reshape(1, -1),
                 n_results=n_results,
@@ -362,7 +362,7 @@ class ChromaClient:
         (a MetadataCompressionError) for a corrupt payload.
         """
         kind = check_kind(collection)
-        with self._call(f"get {kind} record {embedding_id!r}"):
+        with self.guarded(f"get {kind} record {embedding_id!r}"):
             found = self._collections[kind].get(ids=[embedding_id], include=["metadatas"])
         if not found["ids"]:
             raise DocumentNotFoundError(
@@ -374,7 +374,7 @@ class ChromaClient:
         """Every record of `doc_id` in one collection as {"id", "metadata"}, in page/chunk order."""
         kind = check_kind(collection)
         check_doc_id(doc_id)
-        with self._call(f"get {kind} records of {doc_id!r}"):
+        with self.guarded(f"get {kind} records of {doc_id!r}"):
             found = self._collections[kind].get(where={"doc_id": doc_id}, include=["metadatas"])
         records = [{"id": i, "metadata": m} for i, m in zip(found["ids"], found["metadatas"], strict=True)]
         return sorted(records, key=lambda record: record["metadata"][_INDEX_FIELD[kind]])
@@ -384,7 +384,7 @@ class ChromaClient:
         collection = self.chroma_collection(kind)
         offset = 0
         while True:
-            with self._call(f"list {kind} ids"):
+            with self.guarded(f"list {kind} ids"):
                 ids = collection.get(include=[], limit=page_size, offset=offset)["ids"]
             if not ids:
                 return
@@ -411,7 +411,7 @@ class ChromaClient:
                 sample = [
                     ids[i] for i in np.linspace(0, len(ids) - 1, min(len(ids), _STATS_SAMPLE)).astype(int)
                 ]
-                with self._call(f"sample {kind} records"):
+                with self.guarded(f"sample {kind} records"):
                     metadatas = self._collections[kind].get(ids=sample, include=["metadatas"])["metadatas"]
                 mean = float(np.mean([_record_bytes(metadata, self.dim) for metadata in metadatas]))
                 size_bytes += mean * len(ids)

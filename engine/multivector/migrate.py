@@ -75,7 +75,7 @@ def migrate_store(
         ids = [embedding_id for page in client.iter_ids(kind) for embedding_id in page]
         converted = unchanged = 0
         for start in range(0, len(ids), batch_size):
-            with client._call(f"read {kind} batch for migration"):
+            with client.guarded(f"read {kind} batch for migration"):
                 found = collection.get(ids=ids[start : start + batch_size], include=["metadatas"])
             new_ids, new_fields = [], []
             for embedding_id, metadata in zip(found["ids"], found["metadatas"], strict=True):
@@ -90,7 +90,7 @@ def migrate_store(
                     }
                 )
             if new_ids:
-                with client._call(f"write {kind} batch for migration"):
+                with client.guarded(f"write {kind} batch for migration"):
                     collection.update(ids=new_ids, metadatas=new_fields)
                 converted += len(new_ids)
         counts[kind] = {"converted": converted, "unchanged": unchanged}
