@@ -18,6 +18,6 @@ class CorpusConfig(AppConfig):
         for directory in (settings.DATA_DIR, Path(settings.FILE_UPLOAD_TEMP_DIR)):
             Path(directory).mkdir(parents=True, exist_ok=True)
         transport = settings.CELERY_BROKER_TRANSPORT_OPTIONS
-        for key in ("data_folder_in", "processed_folder"):
+        for key in ("data_folder_in", "processed_folder", "control_folder"):
             if key in transport:
                 Path(transport[key]).mkdir(parents=True, exist_ok=True)

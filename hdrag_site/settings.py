@@ -122,7 +122,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 if REDIS_URL:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.redis.RedisCache", "LOCATION": REDIS_URL}}
     CHANNEL_LAYERS = {"default": {"BACKEND": "channels_redis.core.RedisChannelLayer",
-                                  "CONFIG": {"hosts": [REDIS_URL]}}}
+                                  "CONFIG": {"hosts": [{"address": REDIS_URL, "socket_timeout": None}]}}}
 else:
     CACHES = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
     # Single process only: events from a separate worker never reach it, so pages also poll.
@@ -140,6 +140,7 @@ else:
         "data_folder_in": str(_BROKER_DIR / "queue"),
         "data_folder_out": str(_BROKER_DIR / "queue"),
         "processed_folder": str(_BROKER_DIR / "processed"),
+        "control_folder": str(_BROKER_DIR / "control"),  # kombu's default is ./control
         "store_processed": False,
     }
 CELERY_TASK_IGNORE_RESULT = True
@@ -162,6 +163,10 @@ LLM_BASE_URL = envstr("LLM_BASE_URL", f"http://127.0.0.1:{LLAMA_PORT}")
 LLM_TIMEOUT_SECONDS = envint("LLM_TIMEOUT_SECONDS", 120, minimum=1)
 CHROMA_URL = envstr("CHROMA_URL", "")
 CHROMA_PATH = DATA_DIR / "chroma"
+# Each corpus's multi-vector store (corpus.stores): embedding width and write format
+# ("1.0" the contract's gzip(float32), "1.1" float16; both are always read).
+MULTIVECTOR_DIM = envint("MULTIVECTOR_DIM", 768, minimum=1)
+MULTIVECTOR_STORAGE_VERSION = envstr("MULTIVECTOR_STORAGE_VERSION", "1.1")
 
 # Builds: a running build writes a heartbeat at least this often; one silent for
 # BUILD_STALE_SECONDS lost its worker and is marked failed by the sweep (see corpus.services.builds).

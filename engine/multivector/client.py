@@ -256,6 +256,13 @@ class ChromaClient:
             counts.append(len(ids))
         return counts[0], counts[1]
 
+    def drop_collections(self) -> None:
+        """Delete both collections with every record in them; this client is unusable after."""
+        for kind, name in self.collection_names.items():
+            with self.guarded(f"delete the {kind} collection {name!r}"):
+                self._client.delete_collection(name)
+        self._collections = {}
+
     # --- reads ----------------------------------------------------------------------
 
     def search_visual(
