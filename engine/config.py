@@ -65,10 +65,11 @@ class Config:
         return cls(**values)
 
     @classmethod
-    def load(cls, path: str | Path) -> Config:
-        """Load from YAML. Unknown keys are an error, so a typo never silently uses a default."""
+    def load(cls, path: str | Path, base: dict[str, Any] | None = None) -> Config:
+        """Load from YAML over `base` (default: the built-in defaults). Unknown keys are an
+        error, so a typo never silently uses a default."""
         with open(path, encoding="utf-8") as handle:
             values = yaml.safe_load(handle) or {}
         if not isinstance(values, dict):
             raise ValueError(f"{path}: expected a mapping at the top level")
-        return cls.from_dict(values)
+        return cls.from_dict({**(base or {}), **values})

@@ -20,10 +20,12 @@ _tokenizers: dict[str, object] = {}
 
 @functools.cache
 def engine_config() -> Config:
-    """The engine defaults, overridden by `HDRAG_CONFIG_FILE` (YAML) when set."""
+    """The engine defaults with the portal's generation settings (`LLM_CONTEXT_SIZE`, the llama.cpp
+    server's context, and `LLM_MAX_NEW_TOKENS`), then `HDRAG_CONFIG_FILE` (YAML) when set."""
+    values = {"llama_context_size": settings.LLM_CONTEXT_SIZE, "max_new_tokens": settings.LLM_MAX_NEW_TOKENS}
     if settings.HDRAG_CONFIG_FILE:
-        return Config.load(settings.HDRAG_CONFIG_FILE)
-    return Config()
+        return Config.load(settings.HDRAG_CONFIG_FILE, base=values)
+    return Config.from_dict(values)
 
 
 def default_gguf() -> Path:

@@ -161,6 +161,10 @@ EMBEDDING_CACHE_DIR = Path(envstr("EMBEDDING_CACHE_DIR", str(BASE_DIR / ".cache"
 LLAMA_PORT = envint("LLAMA_PORT", 8081, minimum=1)
 LLM_BASE_URL = envstr("LLM_BASE_URL", f"http://127.0.0.1:{LLAMA_PORT}")
 LLM_TIMEOUT_SECONDS = envint("LLM_TIMEOUT_SECONDS", 120, minimum=1)
+# The chat's token budget (search + generation + system + history) must fit the server's context:
+# `./portal run` starts llama.cpp with this context. Gemma 270M rambles, so answers are capped.
+LLM_CONTEXT_SIZE = envint("LLM_CONTEXT_SIZE", 8192, minimum=512)
+LLM_MAX_NEW_TOKENS = envint("LLM_MAX_NEW_TOKENS", 1024, minimum=1)
 CHROMA_URL = envstr("CHROMA_URL", "")
 CHROMA_PATH = DATA_DIR / "chroma"
 # Each corpus's multi-vector store (corpus.stores): embedding width and write format

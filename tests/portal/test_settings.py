@@ -88,3 +88,26 @@ def test_migrations_are_complete():
     out = StringIO()
     call_command("makemigrations", "--check", "--dry-run", stdout=out)
     assert "No changes detected" in out.getvalue()
+
+
+def test_engine_config_layers_portal_settings_under_the_yaml_file(settings, tmp_path):
+    from hdrag_site import runtime
+
+    settings.LLM_CONTEXT_SIZE, settings.LLM_MAX_NEW_TOKENS, settings.HDRAG_CONFIG_FILE = 4096, 300, ""
+    runtime.engine_config.cache_clear()
+    try:
+        config = runtime.engine_config()
+        assert (config.llama_context_size, config.max_new_tokens) == (4096, 300)
+        overrides = tmp_path / "engine.yaml"
+        overrides.write_text("max_new_tokens: 77\ntemperature: 0.1\n")
+        settings.HDRAG_CONFIG_FILE = str(overrides)
+        runtime.engine_config.cache_clear()
+        config = runtime.engine_config()
+        # The file wins where it speaks; the portal's settings stay where it is silent.
+        assert (config.llama_context_size, config.max_new_tokens, config.temperature) == (4096, 77, 0.1)
+        overrides.write_text("max_new_token: 77\n")
+        runtime.engine_config.cache_clear()
+        with pytest.raises(ValueError, match="unknown config keys: max_new_token"):
+            runtime.engine_config()
+    finally:
+        runtime.engine_config.cache_clear()
