@@ -11,6 +11,7 @@ from django.utils.html import format_html
 from corpus.models import Corpus, Dataset, IndexBuild
 from corpus.services.builds import build_cancel, build_start
 from corpus.services.corpora import dataset_set_enabled, dataset_upload
+from corpus.services.store import StoreUnavailable, store_collection_stats
 from hdrag_site.errors import ApplicationError
 
 
@@ -23,6 +24,21 @@ class CorpusAdmin(admin.ModelAdmin):
     raw_id_fields = ["owner"]
     readonly_fields = ["active_build", "created", "updated"]
     actions = ["start_builds"]
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Corpus | None = None) -> list[str]:
+        # Deleting (single or bulk) drops the store too: see corpus.signals.
+        return [*self.readonly_fields, "multivector_store"] if obj is not None else self.readonly_fields
+
+    @admin.display(description="multi-vector store")
+    def multivector_store(self, corpus: Corpus) -> str:
+        try:
+            stats = store_collection_stats(corpus_id=corpus.pk)
+        except StoreUnavailable as error:
+            return error.message
+        if stats.empty:
+            return "No embeddings yet."
+        return (f"{stats.total_documents} documents: {stats.visual_count} visual records (pages), "
+                f"{stats.text_count} text records (chunks), about {stats.storage_size_mb:.1f} MB")
 
     @admin.action(description="Start an index build")
     def start_builds(self, request: HttpRequest, queryset: QuerySet[Corpus]) -> None:

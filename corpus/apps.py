@@ -13,6 +13,8 @@ class CorpusConfig(AppConfig):
     def ready(self) -> None:
         from django.conf import settings
 
+        from corpus import signals  # noqa: F401 - connects the receivers
+
         # DATA_DIR holds the SQLite file, uploads (spooled here so accepting one is a rename),
         # the local broker's queue and the builds; create what a fresh DATA_DIR lacks.
         for directory in (settings.DATA_DIR, Path(settings.FILE_UPLOAD_TEMP_DIR)):

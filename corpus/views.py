@@ -7,6 +7,7 @@ from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from corpus.forms import CorpusForm, DatasetUploadForm
@@ -29,9 +30,11 @@ from corpus.services.corpora import (
     dataset_set_enabled,
     dataset_upload,
 )
+from corpus.services.store import StoreUnavailable, store_document_delete, store_documents, store_stats
 from hdrag_site.errors import ApplicationError
 
 PAGE_SIZE = 20
+STORE_PAGE_SIZE = 50
 
 
 @require_GET
@@ -91,8 +94,41 @@ def _detail(request: HttpRequest, corpus, upload_form: DatasetUploadForm, status
         "can_write": corpus_can_write(user=request.user, corpus=corpus),
         "can_manage": corpus_can_manage(user=request.user, corpus=corpus),
         "upload_form": upload_form, "active_build_running": any(b.is_active for b in builds),
+        "store": None, "store_error": "",
     }
+    try:
+        context["store"] = store_stats(user=request.user, corpus_id=corpus.pk)
+    except StoreUnavailable as error:
+        context["store_error"] = error.message
     return render(request, "corpus/detail.html", context, status=status)
+
+
+@require_GET
+def store_document_list(request: HttpRequest, pk: int) -> HttpResponse:
+    corpus = get_corpus_for_user(request.user, pk)
+    context = {"corpus": corpus, "can_write": corpus_can_write(user=request.user, corpus=corpus),
+               "page": None, "store_error": ""}
+    try:
+        documents = store_documents(user=request.user, corpus_id=corpus.pk)
+    except StoreUnavailable as error:
+        context["store_error"] = error.message
+        return render(request, "corpus/store.html", context, status=503)
+    context["page"] = Paginator(documents, STORE_PAGE_SIZE).get_page(request.GET.get("page"))
+    return render(request, "corpus/store.html", context)
+
+
+@require_POST
+def store_document_remove(request: HttpRequest, pk: int) -> HttpResponse:
+    doc_id = request.POST.get("doc_id", "")
+    try:
+        pages, chunks = store_document_delete(user=request.user, corpus_id=pk, doc_id=doc_id)
+    except ApplicationError as error:
+        messages.error(request, error.message)
+    else:
+        messages.success(request, f"Deleted {doc_id!r}: {pages} page and {chunks} chunk embeddings.")
+    target = reverse("corpus:store_documents", args=[pk])
+    page = request.POST.get("page", "")
+    return redirect(f"{target}?page={page}" if page.isdigit() else target)
 
 
 @require_POST
