@@ -15,3 +15,20 @@ def gemma_gguf() -> Path:
     from engine.models import default_gguf_path
 
     return default_gguf_path()
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(django_db_setup, django_db_blocker):
+    """The test database, with every other session to it ended before it is dropped.
+
+    Threads that ran ORM code for async consumers (asgiref's executor, chat retrieval)
+    keep their own connections, which PostgreSQL counts as users of the database and then
+    refuses to drop it. This teardown runs before pytest-django's, which drops it.
+    """
+    yield
+    from django.db import connection
+
+    if connection.vendor == "postgresql":
+        with django_db_blocker.unblock(), connection.cursor() as cursor:
+            cursor.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
+                           " WHERE datname = current_database() AND pid <> pg_backend_pid()")
