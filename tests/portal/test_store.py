@@ -13,6 +13,7 @@ import chromadb
 import numpy as np
 import pytest
 from chromadb.config import Settings
+from django.db import transaction
 from django.urls import reverse
 
 from corpus.models import Corpus
@@ -182,6 +183,25 @@ def test_admin_bulk_delete_drops_every_deleted_corpus_store(corpus, other, owner
     assert response.status_code == 302 and list(Corpus.objects.all()) == [kept]
     kept_visual, kept_text = collection_names(kept.pk)
     assert collections(settings) == {kept_visual: 1, kept_text: 2}
+
+
+def test_admin_single_delete_drops_the_store(corpus, other, staff, settings, django_capture_on_commit_callbacks):
+    add_document(corpus, "team-doc", pages=1, chunks=1)
+    add_document(other, "other-doc", pages=2, chunks=1, seed=1)
+    with django_capture_on_commit_callbacks(execute=True):
+        response = login(staff).post(reverse("admin:corpus_corpus_delete", args=[corpus.pk]), {"post": "yes"})
+    assert response.status_code == 302 and not Corpus.objects.filter(pk=corpus.pk).exists()
+    other_visual, other_text = collection_names(other.pk)
+    assert collections(settings) == {other_visual: 2, other_text: 1}
+
+
+def test_a_rolled_back_corpus_deletion_keeps_the_store(corpus, settings, django_capture_on_commit_callbacks):
+    add_document(corpus, "team-doc", pages=1, chunks=2)
+    with django_capture_on_commit_callbacks(execute=True), pytest.raises(RuntimeError), transaction.atomic():
+        Corpus.objects.get(pk=corpus.pk).delete()
+        raise RuntimeError("the deletion is rolled back")
+    assert Corpus.objects.filter(pk=corpus.pk).exists()
+    assert doc_counts(corpus) == {"team-doc": (1, 2)}
 
 
 def test_unreachable_chroma_is_shown_inline(corpus, owner, settings, caplog,
