@@ -176,6 +176,7 @@ def test_admin_bulk_delete_drops_every_deleted_corpus_store(corpus, other, owner
     client = login(staff)
     change = client.get(reverse("admin:corpus_corpus_change", args=[kept.pk])).content.decode()
     assert "1 documents: 1 visual records (pages), 2 text records (chunks)" in change
+    assert "multi-vector store" not in client.get(reverse("admin:corpus_corpus_add")).content.decode().lower()
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post(reverse("admin:corpus_corpus_changelist"),
                                {"action": "delete_selected", "_selected_action": [corpus.pk, other.pk],
