@@ -3,7 +3,8 @@
 Formats: ``json`` (a top-level list of records, or an object holding one), ``jsonl`` (one record
 per line), ``parquet``, ``text``, ``markdown``, ``html``, ``xml``. Structured records become one
 document each through `extract_text`; plain text, markdown, and the readable text of HTML/XML is
-cut into overlapping windows of ``chunk_size`` tokens (``chunk_size // 8`` overlap).
+cut into overlapping windows of ``chunk_size`` tokens (``chunk_size // 8`` overlap); `engine.markup`
+reduces HTML/XML to that text.
 
 Errors come in two sizes. A malformed record (a bad JSON line, a record that is not an object, a
 record without text) is a `DatasetIssue`: logged, appended to the caller's ``errors`` list, and
@@ -20,11 +21,10 @@ import logging
 import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from html.parser import HTMLParser
 from pathlib import Path
 from typing import IO, Any
-from xml.parsers import expat
 
+from engine.markup import MarkupError, html_text, xml_text
 from engine.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -282,6 +282,12 @@ class _Reader:
             if not block:
                 return
 
+    def raw_blocks(self, handle: IO[bytes]) -> Iterator[bytes]:
+        """The file's bytes as they are (for parsers that decode themselves)."""
+        while block := handle.read(_BLOCK_BYTES):
+            self.bytes_read += len(block)
+            yield block
+
 
 def _iter_json_array(reader: _Reader, handle: IO[bytes]) -> Iterator[tuple[int, Any]]:
     """Stream the items of a top-level JSON array without holding the whole file.
@@ -427,119 +433,6 @@ def _parquet_records(reader: _Reader, batch_rows: int = 1024) -> Iterator[tuple[
         raise DatasetError(f"{reader.path}: corrupt parquet data near row {row}: {error}") from None
 
 
-# ----------------------------------------------------------------------------- readable markup
-
-_HTML_BLOCKS = frozenset({
-    "address", "article", "aside", "blockquote", "br", "caption", "dd", "details", "div", "dl", "dt", "fieldset",
-    "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr", "li", "main",
-    "nav", "ol", "p", "pre", "section", "summary", "table", "td", "th", "title", "tr", "ul"})
-_HTML_DROPPED = frozenset({"script", "style", "template", "svg"})
-
-
-class _TextCollector:
-    """Collects character data into lines: whitespace runs collapse, block boundaries end a line."""
-
-    def __init__(self) -> None:
-        self.pending: list[str] = []
-        self.lines: list[str] = []
-
-    def data(self, text: str) -> None:
-        self.pending.append(text)
-
-    def boundary(self) -> None:
-        line = " ".join("".join(self.pending).split())
-        self.pending.clear()
-        if line:
-            self.lines.append(line)
-
-    def take(self) -> str:
-        """The completed lines since the last call, each ending in "\\n"."""
-        text = "".join(line + "\n" for line in self.lines)
-        self.lines.clear()
-        return text
-
-
-class _HTMLText(HTMLParser):
-    def __init__(self, collector: _TextCollector) -> None:
-        super().__init__(convert_charrefs=True)
-        self.collector = collector
-        self.dropped_depth = 0
-
-    def handle_starttag(self, tag: str, attrs: list) -> None:
-        if tag in _HTML_DROPPED:
-            self.dropped_depth += 1
-        elif tag in _HTML_BLOCKS:
-            self.collector.boundary()
-
-    def handle_startendtag(self, tag: str, attrs: list) -> None:
-        if tag in _HTML_BLOCKS:
-            self.collector.boundary()
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in _HTML_DROPPED:
-            self.dropped_depth = max(0, self.dropped_depth - 1)
-        elif tag in _HTML_BLOCKS:
-            self.collector.boundary()
-
-    def handle_data(self, data: str) -> None:
-        if not self.dropped_depth:
-            self.collector.data(data)
-
-
-def _html_text(reader: _Reader, handle: IO[bytes]) -> Iterator[str]:
-    collector = _TextCollector()
-    parser = _HTMLText(collector)
-    for block in reader.blocks(handle):
-        parser.feed(block)
-        yield collector.take()
-    parser.close()
-    collector.boundary()
-    yield collector.take()
-
-
-def _xml_text(reader: _Reader, handle: IO[bytes]) -> Iterator[str]:
-    """Readable text of an XML document. An element ends a line unless it sits inside mixed
-    content (its parent has text of its own), so ``<p>a <em>b</em> c</p>`` stays one line."""
-    collector = _TextCollector()
-    parser = expat.ParserCreate()
-    mixed: list[bool] = []
-
-    def start(name: str, attrs: dict) -> None:
-        collector.data(" ")
-        mixed.append(False)
-
-    def end(name: str) -> None:
-        mixed.pop()
-        if mixed and mixed[-1]:
-            collector.data(" ")
-        else:
-            collector.boundary()
-
-    def data(text: str) -> None:
-        if mixed and text.strip():
-            mixed[-1] = True
-        collector.data(text)
-
-    def no_entities(*args: Any) -> None:
-        # Entity declarations enable expansion bombs and external fetches; datasets do not need them.
-        raise DatasetError(f"{reader.path}: XML entity declarations are not allowed")
-
-    parser.StartElementHandler, parser.EndElementHandler, parser.CharacterDataHandler = start, end, data
-    parser.EntityDeclHandler = no_entities
-    parser.SetParamEntityParsing(expat.XML_PARAM_ENTITY_PARSING_NEVER)
-    try:
-        while block := handle.read(_BLOCK_BYTES):
-            parser.Parse(block, False)
-            reader.bytes_read += len(block)
-            yield collector.take()
-        parser.Parse(b"", True)
-    except expat.ExpatError as error:
-        raise DatasetError(f"{reader.path}: invalid XML at line {error.lineno} column {error.offset} "
-                           f"(byte offset {parser.ErrorByteIndex}): {expat.ErrorString(error.code)}") from None
-    collector.boundary()
-    yield collector.take()
-
-
 # ----------------------------------------------------------------------------- chunking
 
 def window_bounds(n_units: int, chunk_size: int) -> list[tuple[int, int]]:
@@ -657,12 +550,15 @@ def _records(path: Path, fmt: str, reader: _Reader, report: Callable[[str, int, 
 
 def _markup_text(path: Path, fmt: str, reader: _Reader) -> Iterator[str]:
     with open(path, "rb") as handle:
-        if fmt == "html":
-            yield from _html_text(reader, handle)
-        elif fmt == "xml":
-            yield from _xml_text(reader, handle)
-        else:
-            yield from reader.blocks(handle)
+        try:
+            if fmt == "html":
+                yield from html_text(reader.blocks(handle))
+            elif fmt == "xml":
+                yield from xml_text(reader.raw_blocks(handle))
+            else:
+                yield from reader.blocks(handle)
+        except MarkupError as error:
+            raise DatasetError(f"{path}: {error}") from None
 
 
 def _iter(path: Path, tokenizer: Tokenizer | None, chunk_size: int, on_issue: Callable[[DatasetIssue], None],
