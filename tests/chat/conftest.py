@@ -65,6 +65,7 @@ def chat_settings(settings, llama_server, tmp_path) -> Iterator:
     settings.LLM_TIMEOUT_SECONDS = 120
     settings.HDRAG_CONFIG_FILE = str(config_file)
     settings.DATA_DIR = tmp_path / "data"
+    settings.CHROMA_PATH, settings.CHROMA_URL = settings.DATA_DIR / "chroma", ""
     runtime.engine_config.cache_clear()
     yield settings
     runtime.engine_config.cache_clear()

@@ -37,6 +37,7 @@ TEXTS = [
 @pytest.fixture(autouse=True)
 def data_dir(settings, tmp_path) -> Path:
     settings.DATA_DIR = tmp_path / "data"
+    settings.CHROMA_PATH, settings.CHROMA_URL = settings.DATA_DIR / "chroma", ""  # corpus pages open the store
     settings.FILE_UPLOAD_TEMP_DIR = str(tmp_path / "data" / "tmp")
     Path(settings.FILE_UPLOAD_TEMP_DIR).mkdir(parents=True)
     return settings.DATA_DIR
