@@ -56,7 +56,7 @@ _PAGE_SIZE = 5000
 # write, payload included; at its default (1000) a 200 KB-per-record store pays ~0.4 ms per
 # unpersisted record on every add (hundreds of ms). Persisting every 10 adds bounds that.
 _HNSW_SYNC = {"sync_threshold": 10, "batch_size": 10}
-_STATS_SAMPLE = 256
+_STATS_SAMPLE = 32  # records read per collection for the size estimate (each carries its payload)
 _INDEX_FIELD = {"visual": "page", "text": "chunk_id"}
 
 
@@ -404,7 +404,7 @@ class ChromaClient:
         total_documents counts unique doc_ids across both collections (read from the
         ids, so no payload is fetched). storage_size_mb estimates the stored bytes
         (metadata strings and numbers plus the float32 representative vector) from up to
-        256 evenly spaced records per collection, exact for smaller collections; Chroma's
+        `_STATS_SAMPLE` evenly spaced records per collection, exact for smaller ones; Chroma's
         own overhead (SQLite indexes, HNSW graph, log) is not included.
         """
         stats: dict[str, Any] = {}
