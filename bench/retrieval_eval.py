@@ -6,11 +6,15 @@ document is in the top 10) and MRR@10 (mean of 1/rank, 0 past rank 10), with the
 document counts and the time each ranker took to index and to answer.
 
 The HDC column is the index's exact search on the encoded query: no blend, threshold, dedup or
-MMR, so it measures the encoding alone. Rankers are registered in `RANKERS`; a third column (the
-multi-vector late-interaction store) is one more entry there.
+MMR, so it measures the encoding alone. The late-interaction column scores every document by exact
+MaxSim of `engine.multivector.token_vectors` sequences (the GGUF's token embeddings projected to
+the store's 768 dims; the store's two-stage search re-ranks its stage-1 candidates with the same
+scores). "RRF(HDC, LI)" fuses those two rankings' top 100 by reciprocal rank fusion (k = 60),
+as the retriever does when a corpus has both. Rankers are registered in `RANKERS`.
 
     .venv/bin/python -m bench.retrieval_eval --docs 5000 --queries 300       # quick, < 2 min
     .venv/bin/python -m bench.retrieval_eval --docs 40000 --queries 2000     # moderate
+    .venv/bin/python -m bench.retrieval_eval --rankers li --li-weighting idf  # one LI variant
 """
 
 from __future__ import annotations
@@ -44,6 +48,8 @@ except ImportError:  # pragma: no cover - the shared helper is optional for this
 
 
 K = 10
+# Depth of each ranking kept for fusion (RRF sees each ranker's top DEPTH, scores use the top K).
+DEPTH = 100
 
 
 class Ranker(Protocol):
@@ -128,11 +134,109 @@ class HDCRanker:
         return ranked
 
 
-# A ranker is one more column: the multi-vector late-interaction store registers here.
+class LateInteractionRanker:
+    """Exact MaxSim over every document's token-vector sequence (`TokenVectorEncoder.encode`).
+
+    Every row of every sequence comes from one table (the weighted projected vector of a token
+    id), except row 0 (each text's summary). So a query's similarities to the corpus vocabulary
+    are computed once, gathered per document token and max-reduced per document, instead of a
+    matmul against a million materialised rows; the summaries are one (docs, dim) matrix. The
+    first queries are checked against `maxsim_many` on explicitly encoded sequences.
+    """
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.weighting, self.min_idf = args.li_weighting, args.li_min_idf
+        self.name = f"late interaction ({self.weighting}" + (f", idf>={self.min_idf:g})" if self.min_idf else ")")
+
+    def index(self, documents: list[str]) -> None:
+        from engine import gguf
+        from engine.encoder import compute_idf
+        from engine.models import default_gguf_path
+        from engine.multivector.token_vectors import TokenVectorEncoder, idf_table
+        from engine.spm import GGUFTokenizer
+
+        gguf_path = default_gguf_path()
+        self.tokenizer = GGUFTokenizer.from_gguf(gguf_path)
+        embeddings = gguf.load_token_embeddings(gguf_path, Path(gguf_path).parent.parent / "embeddings")
+        tokens = self.tokenizer.bulk_tokenize(documents)
+        vocab_size = embeddings.shape[0]
+        df = np.zeros(vocab_size, dtype=np.int64)
+        for ids in tokens:
+            df[np.unique(np.asarray(ids, dtype=np.int64))] += 1
+        seen = np.flatnonzero(df)
+        idf = idf_table(vocab_size, seen, compute_idf(df[seen], len(documents)), len(documents))
+        self.encoder = TokenVectorEncoder(embeddings, idf=idf, special_ids=self.tokenizer.special_ids,
+                                          weighting=self.weighting, min_idf=self.min_idf)
+        self.documents, self.doc_tokens = documents, tokens
+        content = [self.encoder.content_ids(ids) for ids in tokens]
+        lengths = np.array([ids.size for ids in content], dtype=np.int64)
+        self.searchable = lengths > 0  # a text without content tokens has no sequence
+        flat = np.concatenate(content) if content else np.zeros(0, np.int64)
+        self.offsets = np.concatenate([[0], np.cumsum(lengths)])
+        self.vocabulary, self.local = np.unique(flat, return_inverse=True)
+        self.rows = self.encoder.token_rows(self.vocabulary)  # (v, dim), row i = token vocabulary[i]
+        summaries = np.zeros((len(documents), self.encoder.dim), dtype=np.float32)
+        for start in range(0, len(documents), 2048):
+            stop = min(start + 2048, len(documents))
+            lo, hi = self.offsets[start], self.offsets[stop]
+            part = np.zeros((stop - start, self.encoder.dim), dtype=np.float32)
+            np.add.at(part, np.repeat(np.arange(stop - start), lengths[start:stop]), self.rows[self.local[lo:hi]])
+            summaries[start:stop] = part
+        norms = np.linalg.norm(summaries, axis=1, keepdims=True)
+        self.summaries = np.divide(summaries, norms, out=summaries, where=norms > 0)
+        self.starts = self.offsets[:-1]
+
+    def scores(self, query: str) -> np.ndarray | None:
+        """MaxSim of the query against every document (docs,) float32; None for an empty query."""
+        from engine.multivector.token_vectors import EmptySequenceError
+
+        try:
+            query_rows = self.encoder.encode(self.tokenizer.tokenize(query))
+        except EmptySequenceError:
+            return None
+        # One -inf column past the end, so an empty last segment still has a valid start index.
+        by_token = np.full((query_rows.shape[0], self.local.size + 1), -np.inf, dtype=np.float32)
+        by_token[:, :-1] = (query_rows @ self.rows.T)[:, self.local]
+        best = np.maximum.reduceat(by_token, self.starts, axis=1)
+        best = np.maximum(best, query_rows @ self.summaries.T)
+        total = best.sum(axis=0)
+        return np.where(self.searchable, total, -np.inf)
+
+    def check_against_reference(self, queries: list[str], sample: int = 200) -> None:
+        from engine.multivector.late_interaction import maxsim_many
+
+        rng = np.random.default_rng(0)
+        docs = rng.choice(np.flatnonzero(self.searchable), size=min(sample, int(self.searchable.sum())), replace=False)
+        sequences = [self.encoder.encode(self.doc_tokens[d]) for d in docs]
+        for query in queries:
+            fast = self.scores(query)
+            if fast is None:
+                continue
+            reference = maxsim_many(self.encoder.encode(self.tokenizer.tokenize(query)), sequences)
+            np.testing.assert_allclose(fast[docs], reference, rtol=1e-4, atol=1e-4)
+
+    def rank(self, queries: list[str], k: int) -> np.ndarray:
+        self.check_against_reference(queries[:5])
+        ranked = np.full((len(queries), k), -1, dtype=np.int64)
+        for position, query in enumerate(queries):
+            scores = self.scores(query)
+            if scores is None:
+                continue
+            top = np.argpartition(-scores, min(k, scores.size - 1))[:k]
+            top = top[np.lexsort((top, -scores[top]))]
+            top = top[np.isfinite(scores[top])]
+            ranked[position, : top.size] = top
+        return ranked
+
+
+# A ranker is one more column. "rrf" is not indexed: it fuses the hdc and li columns' rankings.
 RANKERS: dict[str, Callable[[argparse.Namespace], Ranker]] = {
     "bm25": lambda args: BM25Ranker(),
     "hdc": HDCRanker,
+    "li": LateInteractionRanker,
 }
+FUSED = {"rrf": ("hdc", "li")}
+FUSED_LABELS = {"rrf": "RRF(HDC, LI)"}
 
 
 @dataclass
@@ -142,6 +246,7 @@ class Result:
     mrr: float
     index_s: float
     query_s: float
+    ranked: np.ndarray  # (queries, DEPTH) document indices, -1 padded
 
 
 def score(ranked: np.ndarray, relevant: np.ndarray) -> tuple[float, float]:
@@ -156,12 +261,29 @@ def evaluate(ranker: Ranker, documents: list[str], queries: list[str], relevant:
     start = time.perf_counter()
     ranker.index(documents)
     indexed = time.perf_counter()
-    ranked = ranker.rank(queries, K)
+    ranked = ranker.rank(queries, DEPTH)
     answered = time.perf_counter()
-    if ranked.shape != (len(queries), K):
-        raise ValueError(f"{ranker.name}: rank() returned shape {ranked.shape}, expected {(len(queries), K)}")
-    recall, mrr = score(ranked, relevant)
-    return Result(ranker.name, recall, mrr, indexed - start, answered - indexed)
+    if ranked.shape != (len(queries), DEPTH):
+        raise ValueError(f"{ranker.name}: rank() returned shape {ranked.shape}, expected {(len(queries), DEPTH)}")
+    recall, mrr = score(ranked[:, :K], relevant)
+    return Result(ranker.name, recall, mrr, indexed - start, answered - indexed, ranked)
+
+
+def fuse(label: str, parts: list[Result], relevant: np.ndarray, rrf_k: int, weights: list[float]) -> Result:
+    """RRF of the parts' rankings per query (each part's top DEPTH) → a Result of the top DEPTH."""
+    from engine.fusion import reciprocal_rank_fusion
+
+    start = time.perf_counter()
+    ranked = np.full_like(parts[0].ranked, -1)
+    for query in range(ranked.shape[0]):
+        rankings = [[int(d) for d in part.ranked[query] if d >= 0] for part in parts]
+        fused = [key for key, _ in reciprocal_rank_fusion(rankings, k=rrf_k, weights=weights)][:DEPTH]
+        ranked[query, : len(fused)] = fused
+    fused_s = time.perf_counter() - start
+    recall, mrr = score(ranked[:, :K], relevant)
+    shown = "" if set(weights) == {1.0} else f" w={','.join(f'{w:g}' for w in weights)}"
+    return Result(f"{label} k={rrf_k}{shown}", recall, mrr, sum(p.index_s for p in parts),
+                  sum(p.query_s for p in parts) + fused_s, ranked)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -174,14 +296,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ngram", type=int, default=5, help="HDC n-gram length")
     parser.add_argument("--hdc-seed", type=int, default=42)
     parser.add_argument("--threads", type=int, default=2, help="numba / torch threads")
-    parser.add_argument("--rankers", default=",".join(RANKERS), help=f"comma-separated, from: {', '.join(RANKERS)}")
+    parser.add_argument("--li-weighting", default="sqrt_idf", help="token row weights: none, idf, sqrt_idf")
+    parser.add_argument("--li-min-idf", type=float, default=0.0, help="drop tokens with a lower IDF (0: keep all)")
+    parser.add_argument("--rrf-k", type=int, default=60)
+    parser.add_argument("--rrf-weights", default="1,1", help="RRF weight of each fused ranking (HDC, LI)")
+    known = [*RANKERS, *FUSED]
+    parser.add_argument("--rankers", default=",".join(known), help=f"comma-separated, from: {', '.join(known)}")
     parser.add_argument("--work-dir", type=Path, default=None, help="where indexes are built (default: a temp dir)")
     parser.add_argument("--wordnet-dir", type=Path, default=Path("/usr/share/wordnet"))
     args = parser.parse_args(argv)
     names = [name.strip() for name in args.rankers.split(",") if name.strip()]
-    unknown = [name for name in names if name not in RANKERS]
+    unknown = [name for name in names if name not in known]
     if unknown:
-        parser.error(f"unknown rankers: {', '.join(unknown)} (known: {', '.join(RANKERS)})")
+        parser.error(f"unknown rankers: {', '.join(unknown)} (known: {', '.join(known)})")
+    for name in names:
+        missing = [part for part in FUSED.get(name, ()) if part not in names]
+        if missing:
+            parser.error(f"{name} fuses {', '.join(FUSED[name])}: add {', '.join(missing)} to --rankers")
 
     os.environ.setdefault("NUMBA_NUM_THREADS", str(args.threads))
     import torch
@@ -204,15 +335,35 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="hdrag-eval-") as scratch:
         args.work_dir = args.work_dir or Path(scratch)
-        results = [evaluate(RANKERS[name](args), data.documents, data.queries, relevant) for name in names]
+        by_name: dict[str, Result] = {}
+        for name in names:
+            if name in RANKERS:
+                by_name[name] = evaluate(RANKERS[name](args), data.documents, data.queries, relevant)
+        for name in names:
+            if name in FUSED:
+                by_name[name] = fuse(FUSED_LABELS[name], [by_name[part] for part in FUSED[name]], relevant,
+                                     args.rrf_k, [float(w) for w in args.rrf_weights.split(",")])
+        results = [by_name[name] for name in names]
 
     print(f"\n{'ranker':<34} {'recall@10':>10} {'MRR@10':>8} {'index s':>9} {'query s':>9}")
     for result in results:
         print(f"{result.name:<34} {result.recall:>10.4f} {result.mrr:>8.4f} {result.index_s:>9.2f} {result.query_s:>9.2f}")
+    if "hdc" in by_name and "li" in by_name:
+        # Informative only: picking the best cell here would tune on the test queries.
+        parts = [by_name["hdc"], by_name["li"]]
+        print("\nRRF(HDC, LI) sweep, MRR@10 (recall@10) by k and LI weight (HDC weight 1):")
+        for rrf_k in (10, 60, 200):
+            cells = [fuse("", parts, relevant, rrf_k, [1.0, weight]) for weight in (0.5, 1.0, 2.0, 4.0)]
+            print(f"  k={rrf_k:<4}" + "".join(f"  w={weight:g}: {cell.mrr:.4f} ({cell.recall:.4f})"
+                                         for weight, cell in zip((0.5, 1.0, 2.0, 4.0), cells, strict=True)))
     if len(results) >= 2:
-        base, other = results[0], results[1]
-        print(f"\n{other.name} vs {base.name}: recall@10 {other.recall - base.recall:+.4f}, "
-              f"MRR@10 {other.mrr - base.mrr:+.4f} (ratio {other.mrr / base.mrr if base.mrr else float('nan'):.3f})")
+        # The baseline is HDC alone when it ran (fusion is measured against it), else the first column.
+        base = by_name.get("hdc", results[0])
+        print()
+        for other in results:
+            if other is not base:
+                print(f"{other.name} vs {base.name}: recall@10 {other.recall - base.recall:+.4f}, MRR@10 "
+                      f"{other.mrr - base.mrr:+.4f} (ratio {other.mrr / base.mrr if base.mrr else float('nan'):.3f})")
     return 0
 
 
