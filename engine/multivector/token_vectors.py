@@ -25,12 +25,14 @@ best one there.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from engine.multivector.records import MAX_PAYLOAD_BYTES
+
+if TYPE_CHECKING:
+    from engine.corpus import LoadedCorpus
 
 DEFAULT_SEED = 20240611
 DEFAULT_MAX_ROWS = 256
@@ -109,14 +111,11 @@ class TokenVectorEncoder:
         self.projection = (rng.standard_normal((emb_dim, dim)) / np.sqrt(dim)).astype(np.float32)
 
     @classmethod
-    def for_build(cls, build_dir: str | Path, embeddings: np.ndarray, *, special_ids: Iterable[int] = (),
-                  **options: Any) -> TokenVectorEncoder:
+    def for_corpus(cls, corpus: LoadedCorpus, embeddings: np.ndarray, *, special_ids: Iterable[int] = (),
+                   **options: Any) -> TokenVectorEncoder:
         """The encoder of a finished HDC build: IDF from its vocabulary index (`vocab.idx`)."""
-        from engine.corpus import load_corpus
-
-        corpus = load_corpus(build_dir)
         vocab = corpus.encoder.vocab
-        idf = idf_table(embeddings.shape[0], vocab.token_ids, vocab.idf, int(corpus.manifest["documents"]))
+        idf = idf_table(embeddings.shape[0], vocab.token_ids, vocab.idf, max(1, int(corpus.manifest["documents"])))
         return cls(embeddings, idf=idf, special_ids=special_ids, **options)
 
     @property
