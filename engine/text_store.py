@@ -1,0 +1,213 @@
+"""A finished HDC build's chunks in the multi-vector store's text collection, and their search.
+
+`text_store_fill` encodes every memory row of a build with a `TokenVectorEncoder` (the GGUF's
+token embeddings) and upserts it into a `ChromaClient`'s text collection, so the corpus can be
+searched by late interaction beside HDC; `text_store_rank` returns that search's ranking of the
+build's memory rows, ready to be fused with the HDC ranking by `engine.fusion`.
+
+Records (storage contract ids and fields, plus ours):
+
+    id          "build{build_id}-source{source_id}-chunk{n:04d}"; n counts the source's rows
+                in this build from 0 (the contract's chunk_id)
+    doc_id      "build{build_id}-source{source_id}": one document per (build, dataset), so
+                `ChromaClient.delete_document` removes one dataset of one build
+    row         the HDC memory row (`hdv_idx`) of the build: the key that maps a record back
+    index_build str(build_id); origin "hdc_build"; source_id; memory_id; token_count;
+                vector_encoder (`TokenVectorEncoder.signature`)
+    filename / source_path   the dataset's name / path from the build manifest
+    text        the chunk (the store keeps text_preview and word_count)
+
+Ids carry the build, so filling a new build never touches the records of the build that is
+serving: search filters on `index_build`, and once the new build is active,
+`text_store_prune(keep_build_ids=[new])` removes the older builds' records. A failed or
+cancelled fill deletes what it wrote before re-raising. Records of another origin (written
+through the store's own API) are never pruned.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine import gguf
+from engine.build import BuildCancelled
+from engine.corpus import LoadedCorpus, MemoryStore
+from engine.multivector import ChromaClient
+from engine.multivector.token_vectors import EmptySequenceError, TokenVectorEncoder
+from engine.tokenizer import Tokenizer
+
+ORIGIN = "hdc_build"
+PHASE = "text_store"
+BATCH_ROWS = 64
+_BUILD_ID = re.compile(r"^[A-Za-z0-9_.]+$")
+
+Progress = Callable[[str, int, int], None]
+
+
+class TextStoreError(RuntimeError):
+    """The build and its memory store disagree (rows missing), or a build id is unusable."""
+
+
+@dataclass
+class TextStoreResult:
+    records: int
+    skipped_rows: list[int] = field(default_factory=list)  # rows with no content token: no record
+    doc_ids: list[str] = field(default_factory=list)
+
+
+def _check_build_id(build_id: str | int) -> str:
+    text = str(build_id)
+    if not _BUILD_ID.match(text):
+        raise TextStoreError(f"build_id must be letters, digits, '_' or '.', got {build_id!r}")
+    return text
+
+
+def text_doc_id(build_id: str | int, source_id: int) -> str:
+    """The store doc_id of one dataset's chunks in one build: "build{build_id}-source{source_id}"."""
+    return f"build{_check_build_id(build_id)}-source{int(source_id)}"
+
+
+def text_encoder_for(corpus: LoadedCorpus, *, gguf_path: str | Path, tokenizer: Tokenizer,
+                     cache_dir: str | Path | None = None, dim: int = 768, **options: Any) -> TokenVectorEncoder:
+    """The `TokenVectorEncoder` of a build: its GGUF's token embeddings (memory-mapped from
+    `cache_dir` when given), IDF from the build's vocabulary, the tokenizer's special ids dropped.
+
+    Fill and search must use encoders made the same way; `dim` is the store's width.
+    """
+    embeddings = gguf.load_token_embeddings(gguf_path, cache_dir)
+    special = getattr(tokenizer, "special_ids", ())
+    return TokenVectorEncoder.for_corpus(corpus, embeddings, special_ids=special, dim=dim, **options)
+
+
+def text_store_fill(*, store: ChromaClient, corpus: LoadedCorpus, encoder: TokenVectorEncoder, tokenizer: Tokenizer,
+                    build_id: str | int, memories: MemoryStore | None = None, progress: Progress | None = None,
+                    should_cancel: Callable[[], bool] | None = None, batch_rows: int = BATCH_ROWS
+                    ) -> TextStoreResult:
+    """Upsert one text record per memory row of `corpus` (a finished build) into `store`.
+
+    Texts come from `memories` (default: the build's own `corpus.store`), rows in order.
+    `progress(PHASE, done_rows, total_rows)` after each batch; `should_cancel()` is polled
+    between batches and raises `BuildCancelled`. On any error this build's records are deleted
+    (best effort) and the error re-raised. Re-running a fill of the same build is idempotent.
+    """
+    build = _check_build_id(build_id)
+    if encoder.dim != store.dim:
+        raise TextStoreError(f"encoder dim {encoder.dim} differs from the store's {store.dim}")
+    if batch_rows < 1:
+        raise ValueError(f"batch_rows must be >= 1, got {batch_rows}")
+    memories = memories if memories is not None else corpus.store
+    if memories is None:
+        raise TextStoreError(f"{corpus.build_dir}: the build has no memory store of its own; pass memories=")
+    report = progress or (lambda phase, done, total: None)
+    sources = {int(s["source_id"]): s for s in corpus.manifest.get("sources", [])}
+    source_ids = np.asarray(corpus.index.source_ids)
+    ordinals: dict[int, int] = {}
+    result = TextStoreResult(records=0)
+    total = corpus.count
+    try:
+        report(PHASE, 0, total)
+        for start in range(0, total, batch_rows):
+            if should_cancel is not None and should_cancel():
+                raise BuildCancelled(f"filling the text store from {corpus.build_dir} cancelled")
+            rows = list(range(start, min(start + batch_rows, total)))
+            found = memories.get_memories(rows)
+            missing = [row for row in rows if row not in found]
+            if missing:
+                raise TextStoreError(f"the memory store lacks rows {missing[:10]} of build {build}")
+            texts = [found[row]["text"] for row in rows]
+            by_doc: dict[str, tuple[list[int], list[np.ndarray], list[dict]]] = {}
+            for row, text, tokens in zip(rows, texts, tokenizer.bulk_tokenize(texts), strict=True):
+                try:
+                    sequence = encoder.encode(tokens)
+                except EmptySequenceError:
+                    result.skipped_rows.append(row)
+                    continue
+                source_id = int(source_ids[row])
+                source = sources.get(source_id, {})
+                chunk_id = ordinals.get(source_id, 0)
+                ordinals[source_id] = chunk_id + 1
+                memory = found[row]
+                metadata = {
+                    "filename": str(source.get("name") or f"source {source_id}"),
+                    "source_path": str(source.get("path", "")),
+                    "text": text, "row": row, "source_id": source_id, "index_build": build, "origin": ORIGIN,
+                    "memory_id": str(memory.get("id", "")), "token_count": int(memory.get("token_count", len(tokens))),
+                    "vector_encoder": encoder.signature,
+                }
+                chunk_ids, sequences, fields = by_doc.setdefault(text_doc_id(build, source_id), ([], [], []))
+                chunk_ids.append(chunk_id)
+                sequences.append(sequence)
+                fields.append(metadata)
+            for doc_id, (chunk_ids, sequences, fields) in by_doc.items():
+                store.add_batch_text(doc_id, chunk_ids, sequences, fields)
+                result.records += len(chunk_ids)
+                if doc_id not in result.doc_ids:
+                    result.doc_ids.append(doc_id)
+            report(PHASE, rows[-1] + 1, total)
+    except BaseException as error:
+        try:
+            text_store_delete_build(store=store, build_id=build)
+        except Exception as cleanup:  # the original error matters more; keep both visible
+            error.add_note(f"deleting the partial records of build {build} failed too: {cleanup}")
+        raise
+    return result
+
+
+def _delete_where(store: ChromaClient, where: dict[str, Any], what: str) -> int:
+    collection = store.chroma_collection("text")
+    with store.guarded(f"delete text records of {what}"):
+        ids = collection.get(where=where, include=[])["ids"]
+        for start in range(0, len(ids), 5000):
+            collection.delete(ids=ids[start:start + 5000])
+    return len(ids)
+
+
+def text_store_delete_build(*, store: ChromaClient, build_id: str | int) -> int:
+    """Delete every record a fill of `build_id` wrote → how many were deleted."""
+    build = _check_build_id(build_id)
+    return _delete_where(store, {"$and": [{"origin": ORIGIN}, {"index_build": build}]}, f"build {build}")
+
+
+def text_store_prune(*, store: ChromaClient, keep_build_ids: Iterable[str | int]) -> int:
+    """Delete the records of every build not in `keep_build_ids` (after a switch) → count."""
+    keep = sorted({_check_build_id(b) for b in keep_build_ids})
+    where: dict[str, Any] = {"origin": ORIGIN}
+    if keep:
+        where = {"$and": [where, {"index_build": {"$nin": keep}}]}
+    return _delete_where(store, where, f"builds other than {keep}")
+
+
+def text_store_delete_source(*, store: ChromaClient, source_id: int) -> int:
+    """Delete one dataset's records in every build (the dataset was deleted) → count."""
+    where = {"$and": [{"origin": ORIGIN}, {"source_id": int(source_id)}]}
+    return _delete_where(store, where, f"source {int(source_id)}")
+
+
+def text_store_rank(*, store: ChromaClient, encoder: TokenVectorEncoder, tokenizer: Tokenizer, query: str,
+                    build_id: str | int, n_candidates: int = 100, n_results: int = 50,
+                    allowed_sources: Iterable[int] | None = None) -> list[tuple[int, float]]:
+    """Late-interaction ranking of one build's memory rows for `query` → [(row, MaxSim score)], best first.
+
+    Two-stage search on the store (stage 1: `n_candidates` by summary cosine; stage 2: MaxSim),
+    restricted to the build's records and, when given, to `allowed_sources` (dataset ids).
+    A query without content tokens, or an empty `allowed_sources`, gives [].
+    """
+    build = _check_build_id(build_id)
+    filters: dict[str, Any] = {"origin": ORIGIN, "index_build": build}
+    if allowed_sources is not None:
+        allowed = sorted({int(s) for s in allowed_sources})
+        if not allowed:
+            return []
+        filters["source_id"] = {"$in": allowed}
+    try:
+        query_rows = encoder.encode(tokenizer.tokenize(query))
+    except EmptySequenceError:
+        return []
+    hits = store.search_text_multivector(query_rows, n_candidates=max(n_candidates, n_results),
+                                         n_results=n_results, filters=filters)
+    return [(int(hit["metadata"]["row"]), float(hit["late_interaction_score"])) for hit in hits]
