@@ -199,7 +199,8 @@ def build_index(*, datasets: Iterable[tuple[int, str, str | Path]], out_dir: str
     idf = compute_idf(document_frequency[vocabulary], n_docs)
     report("vocabulary", 0, int(vocabulary.size))
     vocab = write_vocab_index(out_dir / VOCAB_FILE, token_ids=vocabulary, idf=idf, embeddings=embeddings,
-                              dims=config.hdc_dimensions, ngram=config.hdc_ngram, seed=config.hdc_seed)
+                              dims=config.hdc_dimensions, ngram=config.hdc_ngram, seed=config.hdc_seed,
+                              drop_components=config.hdc_drop_components)
     del embeddings
     report("vocabulary", int(vocabulary.size), int(vocabulary.size))
     timings["vocabulary"] = time.perf_counter() - started
@@ -243,7 +244,7 @@ def build_index(*, datasets: Iterable[tuple[int, str, str | Path]], out_dir: str
         "format_version": FORMAT_VERSION,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "dims": config.hdc_dimensions, "seed": config.hdc_seed, "ngram": config.hdc_ngram,
-        "chunk_size": config.chunk_size,
+        "drop_components": config.hdc_drop_components, "chunk_size": config.chunk_size,
         "model": {"path": str(gguf_path), "fingerprint": gguf.model_fingerprint(gguf_path)},
         "documents": n_docs, "duplicates": sum(s["duplicates"] for s in sources), "skipped_records": len(skipped),
         "vocab_size": int(vocabulary.size), "median_doc_length": float(np.median(np.diff(offsets))),

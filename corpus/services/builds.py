@@ -49,7 +49,7 @@ class BuildAlreadyActive(ApplicationError):
 
 def _snapshot(corpus: Corpus) -> dict[str, Any]:
     return {"hdc_dimensions": corpus.hdc_dimensions, "hdc_seed": corpus.hdc_seed, "hdc_ngram": corpus.hdc_ngram,
-            "chunk_size": corpus.chunk_size, "gguf_path": str(Path(corpus.gguf_path) if corpus.gguf_path
+            "hdc_drop_components": engine_config().hdc_drop_components, "chunk_size": corpus.chunk_size, "gguf_path": str(Path(corpus.gguf_path) if corpus.gguf_path
                                                                else default_gguf())}
 
 
@@ -206,7 +206,9 @@ def _execute(build: IndexBuild, reporter: _Reporter, writer_class: type) -> None
             raise ApplicationError(f"dataset {dataset.name!r}: its file {dataset.file.path} is missing")
     values = build.parameters or _snapshot(corpus)
     config = engine_config().replace(hdc_dimensions=values["hdc_dimensions"], hdc_seed=values["hdc_seed"],
-                                     hdc_ngram=values["hdc_ngram"], chunk_size=values["chunk_size"])
+                                     hdc_ngram=values["hdc_ngram"], chunk_size=values["chunk_size"],
+                                     hdc_drop_components=values.get("hdc_drop_components",
+                                                                    engine_config().hdc_drop_components))
     gguf_path = Path(values["gguf_path"])
     out_dir = build_dir(corpus.pk, build.pk)
     IndexBuild.objects.filter(pk=build.pk).update(build_dir=str(out_dir), parameters=values)

@@ -10,7 +10,7 @@ import pytest
 from engine.bits import permute_bits, quantize_ternary, unpack_ternary
 from engine.encoder import HDCEncoder, compute_idf, flatten
 from engine.ngram import ngram_agreement
-from engine.vocab import VocabIndex, VocabIndexError, capacity, write_vocab_index
+from engine.vocab import VocabIndex, VocabIndexError, capacity, isotropy_correction, write_vocab_index
 
 EMB_DIM = 48
 TOTAL_VOCAB = 400
@@ -202,3 +202,35 @@ def test_bad_input_raises_clear_errors(tmp_path):
     with pytest.raises(ValueError, match="sorted"):
         write_vocab_index(tmp_path / "x.idx", token_ids=np.array([5, 3]), idf=np.ones(2),
                           embeddings=np.zeros((10, 4), np.float32), dims=64, ngram=2, seed=0)
+
+
+def test_isotropy_correction_removes_the_shared_direction(tmp_path) -> None:
+    rng = np.random.default_rng(99)
+    shared = rng.standard_normal(EMB_DIM).astype(np.float32) * 3
+    spread = rng.standard_normal((8, EMB_DIM)).astype(np.float32) * 1.5  # a few dominant directions
+    embeddings = (rng.standard_normal((TOTAL_VOCAB, EMB_DIM)) + shared
+                  + rng.standard_normal((TOTAL_VOCAB, 8)) @ spread).astype(np.float32)
+    token_ids = np.arange(len(SPECIALS), TOTAL_VOCAB, dtype=np.int64)
+    idf = np.ones(token_ids.size, dtype=np.float32)
+
+    def mean_cosine(drop: int, name: str) -> float:
+        vocab = write_vocab_index(tmp_path / name, token_ids=token_ids, idf=idf, embeddings=embeddings,
+                                  dims=512, ngram=2, seed=3, drop_components=drop)
+        assert vocab.header["drop_components"] == drop
+        unit = np.asarray(vocab.unigram, dtype=np.float64)
+        unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+        cosines = unit @ unit.T
+        return float((cosines.sum() - len(unit)) / (len(unit) ** 2 - len(unit)))
+
+    plain, corrected = mean_cosine(0, "plain.idx"), mean_cosine(8, "corrected.idx")
+    assert plain > 0.25  # the shared vector is in every token (Gemma 3: 0.21)
+    assert abs(corrected) < 0.02
+    mean, directions = isotropy_correction(token_ids, embeddings, 8)
+    assert directions.shape == (8, EMB_DIM)
+    np.testing.assert_allclose(directions @ directions.T, np.eye(8), atol=1e-5)
+    unit = embeddings[token_ids] / np.linalg.norm(embeddings[token_ids], axis=1, keepdims=True)
+    np.testing.assert_allclose(mean, unit.mean(axis=0), atol=1e-5)
+    # Deterministic: the same corpus vocabulary gives the same file contents.
+    again = write_vocab_index(tmp_path / "again.idx", token_ids=token_ids, idf=idf, embeddings=embeddings,
+                              dims=512, ngram=2, seed=3, drop_components=8)
+    np.testing.assert_array_equal(np.asarray(again.unigram), np.asarray(VocabIndex.open(tmp_path / "corrected.idx").unigram))
