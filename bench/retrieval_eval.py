@@ -145,15 +145,17 @@ class LateInteractionRanker:
     """
 
     def __init__(self, args: argparse.Namespace) -> None:
-        self.weighting, self.min_idf = args.li_weighting, args.li_min_idf
-        self.name = f"late interaction ({self.weighting}" + (f", idf>={self.min_idf:g})" if self.min_idf else ")")
+        self.weighting, self.min_idf, self.drop = args.li_weighting, args.li_min_idf, args.li_drop_components
+        self.name = (f"late interaction ({self.weighting}, drop {self.drop}"
+                     + (f", idf>={self.min_idf:g})" if self.min_idf else ")"))
 
     def index(self, documents: list[str]) -> None:
         from engine import gguf
         from engine.encoder import compute_idf
         from engine.models import default_gguf_path
-        from engine.multivector.token_vectors import TokenVectorEncoder, idf_table
+        from engine.multivector.token_vectors import MIN_TOKENS_PER_COMPONENT, TokenVectorEncoder, idf_table
         from engine.spm import GGUFTokenizer
+        from engine.vocab import isotropy_correction
 
         gguf_path = default_gguf_path()
         self.tokenizer = GGUFTokenizer.from_gguf(gguf_path)
@@ -165,8 +167,11 @@ class LateInteractionRanker:
             df[np.unique(np.asarray(ids, dtype=np.int64))] += 1
         seen = np.flatnonzero(df)
         idf = idf_table(vocab_size, seen, compute_idf(df[seen], len(documents)), len(documents))
+        vocabulary = seen[~np.isin(seen, list(self.tokenizer.special_ids))]  # as the HDC build's vocab.idx
+        components = min(self.drop, vocabulary.size // MIN_TOKENS_PER_COMPONENT)  # as for_corpus
+        isotropy = isotropy_correction(vocabulary, embeddings, components) if self.drop else None
         self.encoder = TokenVectorEncoder(embeddings, idf=idf, special_ids=self.tokenizer.special_ids,
-                                          weighting=self.weighting, min_idf=self.min_idf)
+                                          weighting=self.weighting, min_idf=self.min_idf, isotropy=isotropy)
         self.documents, self.doc_tokens = documents, tokens
         content = [self.encoder.content_ids(ids) for ids in tokens]
         lengths = np.array([ids.size for ids in content], dtype=np.int64)
@@ -229,11 +234,60 @@ class LateInteractionRanker:
         return ranked
 
 
+class StoreLateInteractionRanker(LateInteractionRanker):
+    """The same sequences in a real embedded Chroma store (`ChromaClient`, storage version 1.1 as
+    the portal writes), ranked by its two-stage search: stage 1 takes `--store-candidates` by the
+    summary row's cosine, stage 2 re-ranks them by MaxSim. Shows what stage 1 loses; slow to fill."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        super().__init__(args)
+        self.candidates = args.store_candidates
+        self.store_dir = args.work_dir / "chroma"
+        self.name = f"LI via store ({self.candidates} cand., drop {self.drop})"
+
+    def index(self, documents: list[str]) -> None:
+        from engine.multivector import ChromaClient
+        from engine.multivector.token_vectors import EmptySequenceError
+
+        super().index(documents)
+        self.store = ChromaClient(path=self.store_dir, visual_collection="eval_visual", text_collection="eval_text",
+                                  storage_version="1.1")
+        batch: tuple[list[int], list[np.ndarray], list[dict]] = ([], [], [])
+        for number, (text, tokens) in enumerate(zip(documents, self.doc_tokens, strict=True)):
+            try:
+                sequence = self.encoder.encode(tokens)
+            except EmptySequenceError:
+                continue
+            batch[0].append(number)
+            batch[1].append(sequence)
+            batch[2].append({"filename": "wordnet", "source_path": "", "text": text})
+            if len(batch[0]) == 256:
+                self.store.add_batch_text("wordnet", *batch)
+                batch = ([], [], [])
+        if batch[0]:
+            self.store.add_batch_text("wordnet", *batch)
+
+    def rank(self, queries: list[str], k: int) -> np.ndarray:
+        from engine.multivector.token_vectors import EmptySequenceError
+
+        ranked = np.full((len(queries), k), -1, dtype=np.int64)
+        for position, query in enumerate(queries):
+            try:
+                rows = self.encoder.encode(self.tokenizer.tokenize(query))
+            except EmptySequenceError:
+                continue
+            hits = self.store.search_text_multivector(rows, n_candidates=max(self.candidates, k), n_results=k)
+            found = [int(hit["metadata"]["chunk_id"]) for hit in hits]
+            ranked[position, : len(found)] = found
+        return ranked
+
+
 # A ranker is one more column. "rrf" is not indexed: it fuses the hdc and li columns' rankings.
 RANKERS: dict[str, Callable[[argparse.Namespace], Ranker]] = {
     "bm25": lambda args: BM25Ranker(),
     "hdc": HDCRanker,
     "li": LateInteractionRanker,
+    "li-store": StoreLateInteractionRanker,
 }
 FUSED = {"rrf": ("hdc", "li")}
 FUSED_LABELS = {"rrf": "RRF(HDC, LI)"}
@@ -297,11 +351,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hdc-seed", type=int, default=42)
     parser.add_argument("--threads", type=int, default=2, help="numba / torch threads")
     parser.add_argument("--li-weighting", default="sqrt_idf", help="token row weights: none, idf, sqrt_idf")
+    parser.add_argument("--li-drop-components", type=int, default=16,
+                        help="isotropy correction: mean and this many principal directions removed (0: none)")
     parser.add_argument("--li-min-idf", type=float, default=0.0, help="drop tokens with a lower IDF (0: keep all)")
+    parser.add_argument("--store-candidates", type=int, default=100, help="li-store: stage-1 candidates")
     parser.add_argument("--rrf-k", type=int, default=60)
     parser.add_argument("--rrf-weights", default="1,1", help="RRF weight of each fused ranking (HDC, LI)")
     known = [*RANKERS, *FUSED]
-    parser.add_argument("--rankers", default=",".join(known), help=f"comma-separated, from: {', '.join(known)}")
+    default = [name for name in known if name != "li-store"]  # li-store: ask for it, on a small --docs
+    parser.add_argument("--rankers", default=",".join(default), help=f"comma-separated, from: {', '.join(known)}")
     parser.add_argument("--work-dir", type=Path, default=None, help="where indexes are built (default: a temp dir)")
     parser.add_argument("--wordnet-dir", type=Path, default=Path("/usr/share/wordnet"))
     args = parser.parse_args(argv)

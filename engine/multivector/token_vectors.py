@@ -9,6 +9,10 @@ A text's sequence for the store (multivector_storage_contract.md, text collectio
 
 E is the model's `token_embd.weight` table (vocab, emb_dim), P a seeded Gaussian projection
 (emb_dim, dim) to the store's width, so the same seed gives the same vectors on every machine.
+With an `isotropy` correction (mean, directions) — `engine.vocab.isotropy_correction` of the
+corpus vocabulary, as the HDC build uses — each unit row of E loses the shared mean and the top
+principal directions before projection: Gemma's raw rows have a mean cosine of ~0.2, which
+makes every summary vector alike and adds a constant to every MaxSim term.
 Content tokens are the text's token ids minus the tokenizer's special tokens and, when
 `min_idf` > 0, the corpus's most frequent tokens (IDF below it). Repeated ids keep one row:
 on the document side that loses nothing for MaxSim (identical rows have identical maxima).
@@ -38,6 +42,8 @@ DEFAULT_SEED = 20240611
 DEFAULT_MAX_ROWS = 256
 DEFAULT_WEIGHTING = "sqrt_idf"
 DEFAULT_MIN_IDF = 0.0
+DEFAULT_DROP_COMPONENTS = 16
+MIN_TOKENS_PER_COMPONENT = 32
 WEIGHTINGS = ("none", "idf", "sqrt_idf")
 # Worst-case encoded bytes of one float32 row: base64 (4/3) of 4 bytes per value, plus gzip's
 # few bytes of growth on incompressible data (< 0.1 %, bounded by 1 % here).
@@ -77,7 +83,7 @@ class TokenVectorEncoder:
     def __init__(self, embeddings: np.ndarray, *, dim: int = 768, seed: int = DEFAULT_SEED,
                  idf: np.ndarray | None = None, special_ids: Iterable[int] = (),
                  weighting: str = DEFAULT_WEIGHTING, min_idf: float = DEFAULT_MIN_IDF,
-                 max_rows: int = DEFAULT_MAX_ROWS) -> None:
+                 max_rows: int = DEFAULT_MAX_ROWS, isotropy: tuple[np.ndarray, np.ndarray] | None = None) -> None:
         if not isinstance(embeddings, np.ndarray) or embeddings.ndim != 2 or 0 in embeddings.shape:
             raise ValueError(f"embeddings must be a non-empty 2-D array (vocab, emb_dim), got "
                              f"{getattr(embeddings, 'shape', type(embeddings).__name__)}")
@@ -104,6 +110,13 @@ class TokenVectorEncoder:
             if idf.shape != (vocab_size,) or not np.isfinite(idf).all() or (idf < 0).any():
                 raise ValueError(f"idf must be ({vocab_size},) finite and >= 0, got shape {idf.shape}")
         self.idf = idf
+        if isotropy is not None:
+            mean, directions = (np.asarray(part, dtype=np.float32) for part in isotropy)
+            if mean.shape != (emb_dim,) or directions.ndim != 2 or directions.shape[1] != emb_dim:
+                raise ValueError(f"isotropy must be (mean ({emb_dim},), directions (c, {emb_dim})), got "
+                                 f"{mean.shape} and {directions.shape}")
+            isotropy = (mean, directions)
+        self.isotropy = isotropy
         self._special = np.zeros(vocab_size, dtype=bool)
         special = np.fromiter((int(i) for i in special_ids), dtype=np.int64)
         self._special[special[(special >= 0) & (special < vocab_size)]] = True
@@ -112,17 +125,27 @@ class TokenVectorEncoder:
 
     @classmethod
     def for_corpus(cls, corpus: LoadedCorpus, embeddings: np.ndarray, *, special_ids: Iterable[int] = (),
-                   **options: Any) -> TokenVectorEncoder:
-        """The encoder of a finished HDC build: IDF from its vocabulary index (`vocab.idx`)."""
+                   drop_components: int = DEFAULT_DROP_COMPONENTS, **options: Any) -> TokenVectorEncoder:
+        """The encoder of a finished HDC build: IDF from its vocabulary index (`vocab.idx`), the
+        isotropy correction (mean and `drop_components` directions; 0: none) of that vocabulary,
+        one direction at most per MIN_TOKENS_PER_COMPONENT vocabulary tokens."""
+        from engine.vocab import isotropy_correction
+
         vocab = corpus.encoder.vocab
-        idf = idf_table(embeddings.shape[0], vocab.token_ids, vocab.idf, max(1, int(corpus.manifest["documents"])))
-        return cls(embeddings, idf=idf, special_ids=special_ids, **options)
+        token_ids = np.asarray(vocab.token_ids, dtype=np.int64)
+        idf = idf_table(embeddings.shape[0], token_ids, vocab.idf, max(1, int(corpus.manifest["documents"])))
+        # Directions estimated from a small vocabulary are its own content words, not a shared
+        # bias: removing 16 of a 100-token corpus's directions erases what tells its texts apart.
+        components = min(drop_components, token_ids.size // MIN_TOKENS_PER_COMPONENT)
+        isotropy = isotropy_correction(token_ids, embeddings, components) if drop_components else None
+        return cls(embeddings, idf=idf, special_ids=special_ids, isotropy=isotropy, **options)
 
     @property
     def signature(self) -> str:
         """What a stored sequence depends on besides the model and corpus IDF (kept in metadata)."""
+        drop = "none" if self.isotropy is None else len(self.isotropy[1])
         return (f"tokvec-1 dim={self.dim} seed={self.seed} weighting={self.weighting} "
-                f"min_idf={self.min_idf:g} max_rows={self.max_rows}")
+                f"min_idf={self.min_idf:g} max_rows={self.max_rows} isotropy={drop}")
 
     def _check_ids(self, token_ids: Any) -> np.ndarray:
         ids = np.asarray(token_ids)
@@ -163,7 +186,13 @@ class TokenVectorEncoder:
     def token_rows(self, token_ids: Any) -> np.ndarray:
         """Weighted unit token vectors of the given ids, no filtering: (n,) → (n, dim) float32."""
         ids = self._check_ids(token_ids)
-        vectors = np.asarray(self.embeddings[ids], dtype=np.float32) @ self.projection
+        vectors = np.asarray(self.embeddings[ids], dtype=np.float32)
+        if self.isotropy is not None:
+            mean, directions = self.isotropy
+            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+            vectors = np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0) - mean
+            vectors = vectors - (vectors @ directions.T) @ directions
+        vectors = vectors @ self.projection
         norms = np.linalg.norm(vectors, axis=1, keepdims=True)
         vectors = np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
         return vectors * self.weights(ids)[:, None]

@@ -177,3 +177,17 @@ def test_real_gemma_table_identical_words_match_and_others_do_not(gemma_gguf):
     assert near > far
     q = enc.encode(tokenizer.tokenize("Mitochondria"))
     assert float(np.max(q[1:] @ document[1:].T)) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_isotropy_correction_removes_the_shared_direction():
+    shared = np.random.default_rng(5).standard_normal(EMB_DIM).astype(np.float32) * 3
+    emb = table() + shared  # every token leans the same way
+    mean = (emb / np.linalg.norm(emb, axis=1, keepdims=True)).mean(axis=0)
+    plain = TokenVectorEncoder(emb, dim=256).token_rows(np.arange(100))
+    corrected = TokenVectorEncoder(emb, dim=256, isotropy=(mean, np.zeros((0, EMB_DIM)))).token_rows(np.arange(100))
+    off_diagonal = ~np.eye(100, dtype=bool)
+    assert (plain @ plain.T)[off_diagonal].mean() > 0.5
+    assert abs((corrected @ corrected.T)[off_diagonal].mean()) < 0.05
+    np.testing.assert_allclose(np.linalg.norm(corrected, axis=1), 1.0, rtol=1e-5)
+    with pytest.raises(ValueError, match="isotropy must be"):
+        TokenVectorEncoder(emb, isotropy=(mean[:-1], np.zeros((0, EMB_DIM))))
