@@ -9,12 +9,16 @@ The HDC column is the index's exact search on the encoded query: no blend, thres
 MMR, so it measures the encoding alone. The late-interaction column scores every document by exact
 MaxSim of `engine.multivector.token_vectors` sequences (the GGUF's token embeddings projected to
 the store's 768 dims; the store's two-stage search re-ranks its stage-1 candidates with the same
-scores). "RRF(HDC, LI)" fuses those two rankings' top 100 by reciprocal rank fusion (k = 60),
-as the retriever does when a corpus has both. Rankers are registered in `RANKERS`.
+scores). "LI via store" (not run by default: filling Chroma is slow) is that two-stage search on
+a real embedded store. "RRF(HDC, LI)" fuses the HDC and exact-LI rankings' top 100 by reciprocal
+rank fusion (k = 60), as the retriever does when a corpus has both; a sweep over k and the LI
+weight follows, for information only (choosing its best cell would tune on the test queries).
+Rankers are registered in `RANKERS`.
 
     .venv/bin/python -m bench.retrieval_eval --docs 5000 --queries 300       # quick, < 2 min
     .venv/bin/python -m bench.retrieval_eval --docs 40000 --queries 2000     # moderate
     .venv/bin/python -m bench.retrieval_eval --rankers li --li-weighting idf  # one LI variant
+    .venv/bin/python -m bench.retrieval_eval --docs 5000 --queries 500 --rankers hdc,li,li-store,rrf
 """
 
 from __future__ import annotations
