@@ -407,9 +407,9 @@ def main(argv: list[str] | None = None) -> int:
                                      args.rrf_k, [float(w) for w in args.rrf_weights.split(",")])
         results = [by_name[name] for name in names]
 
-    print(f"\n{'ranker':<34} {'recall@10':>10} {'MRR@10':>8} {'index s':>9} {'query s':>9}")
+    print(f"\n{'ranker':<40} {'recall@10':>10} {'MRR@10':>8} {'index s':>9} {'query s':>9}")
     for result in results:
-        print(f"{result.name:<34} {result.recall:>10.4f} {result.mrr:>8.4f} {result.index_s:>9.2f} {result.query_s:>9.2f}")
+        print(f"{result.name:<40} {result.recall:>10.4f} {result.mrr:>8.4f} {result.index_s:>9.2f} {result.query_s:>9.2f}")
     if "hdc" in by_name and "li" in by_name:
         # Informative only: picking the best cell here would tune on the test queries.
         parts = [by_name["hdc"], by_name["li"]]
