@@ -157,7 +157,7 @@ class LateInteractionRanker:
         from engine import gguf
         from engine.encoder import compute_idf
         from engine.models import default_gguf_path
-        from engine.multivector.token_vectors import MIN_TOKENS_PER_COMPONENT, TokenVectorEncoder, idf_table
+        from engine.multivector.token_vectors import TokenVectorEncoder, idf_table
         from engine.spm import GGUFTokenizer
         from engine.vocab import isotropy_correction
 
@@ -172,8 +172,7 @@ class LateInteractionRanker:
         seen = np.flatnonzero(df)
         idf = idf_table(vocab_size, seen, compute_idf(df[seen], len(documents)), len(documents))
         vocabulary = seen[~np.isin(seen, list(self.tokenizer.special_ids))]  # as the HDC build's vocab.idx
-        components = min(self.drop, vocabulary.size // MIN_TOKENS_PER_COMPONENT)  # as for_corpus
-        isotropy = isotropy_correction(vocabulary, embeddings, components) if self.drop else None
+        isotropy = isotropy_correction(vocabulary, embeddings, self.drop) if self.drop else None  # as for_corpus
         self.encoder = TokenVectorEncoder(embeddings, idf=idf, special_ids=self.tokenizer.special_ids,
                                           weighting=self.weighting, min_idf=self.min_idf, isotropy=isotropy)
         self.documents, self.doc_tokens = documents, tokens

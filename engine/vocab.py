@@ -34,6 +34,8 @@ HEADER_BYTES = 4096
 _ALIGN = 64
 # Fraction of dimensions a document's selected n-grams should cover at least once; sets m_cap.
 CAPACITY_TARGET = 0.5
+# Vocabulary tokens per principal direction `isotropy_correction` may remove.
+MIN_TOKENS_PER_COMPONENT = 32
 
 
 class VocabIndexError(ValueError):
@@ -129,14 +131,17 @@ def isotropy_correction(token_ids: np.ndarray, embeddings: np.ndarray, component
     mean and the top principal directions of the corpus vocabulary ("all-but-the-top", Mu &
     Viswanath 2018) before projection leaves the parts that tell tokens apart. The directions
     come from an evenly strided sample of at most `sample_rows` vocabulary rows, so the result
-    depends on the corpus vocabulary alone.
+    depends on the corpus vocabulary alone. At most one direction per
+    `MIN_TOKENS_PER_COMPONENT` vocabulary tokens is removed: the top directions of a small
+    vocabulary are its own content words, not a shared bias (16 of an 80-token corpus's
+    directions erase what tells its texts apart).
     """
     emb_dim = int(embeddings.shape[1])
     mean = np.zeros(emb_dim, dtype=np.float64)
     for start in range(0, token_ids.size, chunk_rows):
         mean += _unit_rows(embeddings[token_ids[start:start + chunk_rows]]).sum(axis=0)
     mean = (mean / max(token_ids.size, 1)).astype(np.float32)
-    components = min(components, emb_dim, token_ids.size)
+    components = min(components, emb_dim, token_ids.size // MIN_TOKENS_PER_COMPONENT)
     if components <= 0:
         return mean, np.zeros((0, emb_dim), dtype=np.float32)
     sample = _unit_rows(embeddings[token_ids[:: max(1, token_ids.size // sample_rows)]]) - mean

@@ -43,7 +43,6 @@ DEFAULT_MAX_ROWS = 256
 DEFAULT_WEIGHTING = "sqrt_idf"
 DEFAULT_MIN_IDF = 0.0
 DEFAULT_DROP_COMPONENTS = 16
-MIN_TOKENS_PER_COMPONENT = 32
 WEIGHTINGS = ("none", "idf", "sqrt_idf")
 # Worst-case encoded bytes of one float32 row: base64 (4/3) of 4 bytes per value, plus gzip's
 # few bytes of growth on incompressible data (< 0.1 %, bounded by 1 % here).
@@ -128,16 +127,13 @@ class TokenVectorEncoder:
                    drop_components: int = DEFAULT_DROP_COMPONENTS, **options: Any) -> TokenVectorEncoder:
         """The encoder of a finished HDC build: IDF from its vocabulary index (`vocab.idx`), the
         isotropy correction (mean and `drop_components` directions; 0: none) of that vocabulary,
-        one direction at most per MIN_TOKENS_PER_COMPONENT vocabulary tokens."""
+        one direction at most per `engine.vocab.MIN_TOKENS_PER_COMPONENT` vocabulary tokens."""
         from engine.vocab import isotropy_correction
 
         vocab = corpus.encoder.vocab
         token_ids = np.asarray(vocab.token_ids, dtype=np.int64)
         idf = idf_table(embeddings.shape[0], token_ids, vocab.idf, max(1, int(corpus.manifest["documents"])))
-        # Directions estimated from a small vocabulary are its own content words, not a shared
-        # bias: removing 16 of a 100-token corpus's directions erases what tells its texts apart.
-        components = min(drop_components, token_ids.size // MIN_TOKENS_PER_COMPONENT)
-        isotropy = isotropy_correction(token_ids, embeddings, components) if drop_components else None
+        isotropy = isotropy_correction(token_ids, embeddings, drop_components) if drop_components else None
         return cls(embeddings, idf=idf, special_ids=special_ids, isotropy=isotropy, **options)
 
     @property
