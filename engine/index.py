@@ -368,6 +368,14 @@ class BitmapIndex:
             return self._exact(qp, qn, k, mask)
         return self._prune(qp, qn, k, candidates, mask, n_allowed)
 
+    def score_rows(self, rows: np.ndarray | Iterable[int], q_pos: np.ndarray, q_neg: np.ndarray) -> np.ndarray:
+        """Exact ternary scores int64 (m,) of the given rows (row indices (m,)) for the query."""
+        rows = self._check_rows(rows)
+        qp, qn, _, _ = self._check_query(q_pos, q_neg, 0, None, None)
+        if rows.shape[0] == 0:
+            return np.zeros(0, dtype=np.int64)
+        return self._exact_scores(rows, qp, qn)
+
     def search_exact(
         self,
         q_pos: np.ndarray,

@@ -29,6 +29,13 @@ Choices the spec leaves open:
   where x agrees or is 0, and C = 0 where they collide (opposite signs).
 * Budget: `token_budget` (default `config.max_context_tokens`) is never exceeded, not even to
   reach `min_context`. `top_document=True` returns only the best-scoring candidate.
+* Fusion (a target with a `late` ranker, e.g. late interaction over the corpus's multi-vector
+  store): each such target's HDC candidates and its late ranking (top `FUSION_DEPTH` of each) are
+  fused by reciprocal rank fusion; rows only the late ranker found join the candidates with their
+  exact HDC score. The adaptive threshold still decides *how many* candidates are kept (at least
+  `min_context`), the fused ranking decides *which*; dedup is unchanged and HDC-MMR weighs
+  novelty against the fused score. Targets without a late ranking take part with the RRF score
+  of their HDC ranking alone. With no late rankings at all, nothing above changes.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from __future__ import annotations
 import re
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,9 +52,12 @@ import numpy as np
 from engine import bits
 from engine.config import Config
 from engine.corpus import LoadedCorpus, MemoryStore
+from engine.fusion import reciprocal_rank_fusion
 from engine.tokenizer import Tokenizer
 
 CONTEXT_DELIMITER = "\n\n---\n\n"
+# Depth of the HDC and late rankings that reciprocal rank fusion sees.
+FUSION_DEPTH = 100
 _WORDS = re.compile(r"\w+")
 
 
@@ -119,12 +129,17 @@ def blend_vectors(query: tuple[np.ndarray, np.ndarray], content_count: int,
 
 @dataclass(frozen=True)
 class SearchTarget:
-    """One corpus to search: its loaded build, where its texts live, and its dataset filter."""
+    """One corpus to search: its loaded build, where its texts live, and its dataset filter.
+
+    `late`, when set, ranks the build's rows for a query text by another method: [(row, score)],
+    best first, or None when it cannot answer now (the search then uses HDC alone).
+    """
 
     corpus: LoadedCorpus
     store: MemoryStore
     name: str = ""
     enabled_sources: frozenset[int] | None = None
+    late: Callable[[str], Sequence[tuple[int, float]] | None] | None = None
 
 
 @dataclass
@@ -134,6 +149,8 @@ class _Candidate:
     score: int
     memory: dict | None = None
     words: frozenset[str] = frozenset()
+    late: float | None = None  # the late ranker's score, when it ranked this row
+    fused: float = 0.0  # RRF score, when the search fuses rankings
 
 
 def _dedup(candidates: list[_Candidate]) -> list[_Candidate]:
@@ -224,11 +241,15 @@ class Retriever:
                token_budget: int | None = None, top_document: bool = False) -> list[dict]:
         """Ranked memories: [{"memory": {id, text, hdv_idx, metadata, token_count}, "hdc_score", "corpus"}]."""
         vectors = [self.query_vector(target.corpus, query, blend) for target in targets]
-        return self.search_vectors(vectors, targets, token_budget=token_budget, top_document=top_document)
+        late = [target.late(query) if target.late is not None else None for target in targets]
+        return self.search_vectors(vectors, targets, token_budget=token_budget, top_document=top_document,
+                                   late=late)
 
     def search_vectors(self, vectors: Sequence[tuple[np.ndarray, np.ndarray]], targets: Sequence[SearchTarget], *,
-                       token_budget: int | None = None, top_document: bool = False) -> list[dict]:
-        """`search` from already blended query bitmaps, one (pos, neg) (words,) uint64 per target."""
+                       token_budget: int | None = None, top_document: bool = False,
+                       late: Sequence[Sequence[tuple[int, float]] | None] | None = None) -> list[dict]:
+        """`search` from already blended query bitmaps, one (pos, neg) (words,) uint64 per target,
+        and optionally one late ranking ([(row, score)], best first, or None) per target."""
         if len(vectors) != len(targets):
             raise ValueError(f"one query vector per target expected, got {len(vectors)} for {len(targets)}")
         if not targets:
@@ -245,13 +266,64 @@ class Retriever:
                 q_pos, q_neg, min(self.candidates, target.corpus.count), allowed_sources=target.enabled_sources)
             candidates.extend(_Candidate(number, int(r), int(s)) for r, s in zip(rows, scores, strict=True))
         candidates.sort(key=lambda c: (-c.score, c.target, c.row))
+        fused = late is not None and any(ranking for ranking in late)
+        if fused:
+            if len(late) != len(targets):
+                raise ValueError(f"one late ranking per target expected, got {len(late)} for {len(targets)}")
+            count = len(self._threshold(candidates))
+            candidates = self._fuse(targets, vectors, late, candidates)
+            kept = candidates[:max(count, min(self.config.min_context, len(candidates)))]
+        else:
+            kept = self._threshold(candidates)
         if top_document:
-            return self._results(targets, self._with_memories(targets, candidates[:1]))
-        kept = _dedup(self._with_memories(targets, self._threshold(candidates)))
+            return self._results(targets, self._with_memories(targets, candidates[:1]), fused)
+        kept = _dedup(self._with_memories(targets, kept))
         if not kept:
             return []
-        chosen = self._mmr(targets, kept, budget, dims.pop())
-        return self._results(targets, [kept[i] for i in chosen])
+        chosen = self._mmr(targets, kept, budget, dims.pop(), fused)
+        return self._results(targets, [kept[i] for i in chosen], fused)
+
+    def _fuse(self, targets: Sequence[SearchTarget], vectors: Sequence[tuple[np.ndarray, np.ndarray]],
+              late: Sequence[Sequence[tuple[int, float]] | None], candidates: list[_Candidate]) -> list[_Candidate]:
+        """The candidates (HDC order in, fused order out), with the late rankers' rows added."""
+        by_target: dict[int, list[_Candidate]] = {}
+        for c in candidates:
+            by_target.setdefault(c.target, []).append(c)
+        out: list[_Candidate] = []
+        for number, target in enumerate(targets):
+            own = by_target.get(number, [])
+            hdc_rows = [c.row for c in own[:FUSION_DEPTH]]
+            ranking = self._late_rows(target, late[number] or ())
+            known = {c.row: c for c in own}
+            extra = np.array([row for row in ranking if row not in known], dtype=np.int64)
+            if extra.size:
+                scores = target.corpus.index.score_rows(extra, *vectors[number])
+                for row, score in zip(extra.tolist(), scores.tolist(), strict=True):
+                    known[row] = _Candidate(number, row, int(score))
+                    own.append(known[row])
+            for row, score in ranking.items():
+                known[row].late = score
+            lists = [hdc_rows, list(ranking)[:FUSION_DEPTH]]
+            for row, score in reciprocal_rank_fusion([ranking for ranking in lists if ranking]):
+                known[row].fused = score
+            out.extend(own)
+        out.sort(key=lambda c: (-c.fused, -c.score, c.target, c.row))
+        return out
+
+    @staticmethod
+    def _late_rows(target: SearchTarget, ranking: Iterable[tuple[int, float]]) -> dict[int, float]:
+        """{row: score} of a late ranking, best first, keeping rows of this build that the dataset
+        filter allows (a late ranker's store may lag behind or hold more than the index)."""
+        index = target.corpus.index
+        rows: dict[int, float] = {}
+        for row, score in ranking:
+            row = int(row)
+            if not 0 <= row < index.count or row in rows:
+                continue
+            if target.enabled_sources is not None and int(index.source_ids[row]) not in target.enabled_sources:
+                continue
+            rows[row] = float(score)
+        return rows
 
     def get_context(self, query: str, targets: Sequence[SearchTarget], *, blend: BlendState | None = None,
                     token_budget: int | None = None, top_document: bool = False, compress: bool = False) -> str:
@@ -284,7 +356,8 @@ class Retriever:
             out.append(c)
         return out
 
-    def _mmr(self, targets: Sequence[SearchTarget], kept: list[_Candidate], budget: int, dims: int) -> list[int]:
+    def _mmr(self, targets: Sequence[SearchTarget], kept: list[_Candidate], budget: int, dims: int,
+             fused: bool = False) -> list[int]:
         words = bits.words(dims)
         pos = np.empty((len(kept), words), dtype=np.uint64)
         neg = np.empty_like(pos)
@@ -294,11 +367,11 @@ class Retriever:
         for number, positions in by_target.items():
             p, n = targets[number].corpus.index.get_bitmaps(np.array([kept[i].row for i in positions]))
             pos[positions], neg[positions] = p, n
-        scores = np.array([c.score for c in kept], dtype=np.float64)
+        scores = np.array([c.fused if fused else c.score for c in kept], dtype=np.float64)
         tokens = np.array([int(c.memory["token_count"]) for c in kept], dtype=np.int64)
         return hdc_mmr(pos, neg, scores, tokens, dims, budget, self.config.min_context)
 
     @staticmethod
-    def _results(targets: Sequence[SearchTarget], chosen: list[_Candidate]) -> list[dict]:
-        return [{"memory": c.memory, "hdc_score": float(c.score), "corpus": targets[c.target].name}
-                for c in chosen]
+    def _results(targets: Sequence[SearchTarget], chosen: list[_Candidate], fused: bool = False) -> list[dict]:
+        return [{"memory": c.memory, "hdc_score": float(c.score), "corpus": targets[c.target].name,
+                 "late_score": c.late, "fused_score": c.fused if fused else None} for c in chosen]

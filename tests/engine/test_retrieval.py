@@ -245,3 +245,39 @@ def test_several_corpora_merge_and_require_equal_dims(tmp_path):
     odd = LoadedCorpus(encoder=make_encoder(tmp_path, dims=256, name="odd.vocab"), index=a.index)
     with pytest.raises(ValueError, match="dimensions"):
         Retriever(WordTokenizer(), Config()).search("q", [targets[0], SearchTarget(odd, targets[0].store)])
+
+
+def test_fusion_adds_late_rows_reorders_and_keeps_hdc_only_searches_unchanged(tmp_path):
+    retriever, targets, q, rows, query = constructed_case(tmp_path, min_context=3)
+    scores = rows @ query.astype(np.int64)
+    plain = retriever.search_vectors([q], targets)
+    assert retriever.search_vectors([q], targets, late=[None]) == plain
+    assert all(r["late_score"] is None and r["fused_score"] is None for r in plain)
+    # A late ranker that puts the lowest-scoring noise row (outside the top-100 HDC candidates)
+    # first, then row 4.
+    outsider = int(np.lexsort((np.arange(len(scores)), scores))[0])
+    assert scores[outsider] < np.sort(scores)[::-1][99]
+    late = [[(outsider, 9.0), (4, 8.0), (10_000, 7.0), (outsider, 1.0)]]  # unknown and repeated rows ignored
+    fused = retriever.search_vectors([q], targets, late=late)
+    by_row = {r["memory"]["hdv_idx"]: r for r in fused}
+    assert outsider in by_row  # found by the late ranker alone, scored exactly by the index
+    assert scores[outsider] < 0
+    assert by_row[outsider]["hdc_score"] == float(scores[outsider]) and by_row[outsider]["late_score"] == 9.0
+    assert by_row[4]["late_score"] == 8.0 and by_row[0]["late_score"] is None
+    # RRF with k = 60: row 4 is HDC rank 3 (after rows 0 and 3; 1 and 2 share row 0's vector,
+    # so ranks follow the index order 0, 1, 2, 3, 4) and late rank 2.
+    hdc_rank = [int(r) for r in np.lexsort((np.arange(len(scores)), -scores))].index(4) + 1
+    assert by_row[4]["fused_score"] == pytest.approx(1 / (60 + hdc_rank) + 1 / (60 + 2))
+    assert by_row[outsider]["fused_score"] == pytest.approx(1 / (60 + 1))
+    assert [r["memory"]["hdv_idx"] for r in fused][0] == 4  # in both rankings: fused first
+    # The dataset filter holds for late rows too.
+    filtered = SearchTarget(targets[0].corpus, targets[0].store, "case", enabled_sources=frozenset({1}))
+    assert retriever.search_vectors([q], [filtered], late=late) == []
+    # Through `search`, the target's own late ranker is called with the query text.
+    asked: list[str] = []
+    ranker = SearchTarget(targets[0].corpus, targets[0].store, "case",
+                          late=lambda text: asked.append(text) or late[0])
+    retriever.query_vector = lambda corpus, query, blend=None: q
+    assert [r["memory"]["hdv_idx"] for r in retriever.search("the question", [ranker])] == \
+        [r["memory"]["hdv_idx"] for r in fused]
+    assert asked == ["the question"]
