@@ -18,6 +18,20 @@ def gemma_gguf() -> Path:
 
 
 @pytest.fixture(scope="session")
+def tokenizer(gemma_gguf):  # noqa: ANN201 - engine.spm.GGUFTokenizer
+    """The default model's in-process tokenizer (exact llama.cpp ids), loaded once."""
+    from engine.spm import GGUFTokenizer
+
+    return GGUFTokenizer.from_gguf(gemma_gguf)
+
+
+@pytest.fixture(scope="session")
+def embedding_cache(gemma_gguf) -> Path:
+    """Where the default model's dequantised token embeddings are cached (beside the model)."""
+    return Path(gemma_gguf).parent.parent / "embeddings"
+
+
+@pytest.fixture(scope="session")
 def django_db_setup(django_db_setup, django_db_blocker):
     """The test database, with every other session to it ended before it is dropped.
 

@@ -12,7 +12,6 @@ import pytest
 from engine.build import BuildCancelled, BuildError, BuildVerificationError, build_index, verify_build
 from engine.config import Config
 from engine.corpus import CorpusError, load_corpus
-from engine.spm import GGUFTokenizer
 
 CONFIG = Config(hdc_dimensions=256, hdc_ngram=3)
 PARAGRAPHS = [
@@ -22,16 +21,6 @@ PARAGRAPHS = [
     "The French revolution began in 1789 with the storming of the Bastille.",
     "Mitochondria are the membrane-bound organelles that produce most of the cell's ATP.",
 ]
-
-
-@pytest.fixture(scope="module")
-def tokenizer(gemma_gguf) -> GGUFTokenizer:
-    return GGUFTokenizer.from_gguf(gemma_gguf)
-
-
-@pytest.fixture(scope="module")
-def embedding_cache(gemma_gguf) -> Path:
-    return Path(gemma_gguf).parent.parent / "embeddings"
 
 
 def write_jsonl(path: Path, texts: list[str]) -> Path:

@@ -26,16 +26,10 @@ from engine.llm import (
     assemble_prompt,
     system_prompt_with_memories,
 )
-from engine.spm import GGUFTokenizer
 
 GREEDY = GenerationSettings(temperature=0.0, top_p=1.0, max_tokens=24)
 QUESTION = [{"role": "user", "content": "Name three colours."}]
 WORDS = ["memory", "river", "lantern", "orbit", "quiet", "granite", "velvet", "signal", "harbor", "meadow"]
-
-
-@pytest.fixture(scope="module")
-def tokenizer(gemma_gguf) -> GGUFTokenizer:
-    return GGUFTokenizer.from_gguf(gemma_gguf)
 
 
 async def _collect(client: LLMClient, messages, settings=GREEDY):

@@ -14,7 +14,6 @@ from engine.config import Config
 from engine.corpus import load_corpus
 from engine.fusion import reciprocal_rank_fusion
 from engine.multivector import ChromaClient
-from engine.spm import GGUFTokenizer
 from engine.text_store import (
     PHASE,
     TextStoreError,
@@ -42,34 +41,24 @@ SECOND = [
 ]
 
 
-@pytest.fixture(scope="module")
-def tokenizer(gemma_gguf) -> GGUFTokenizer:
-    return GGUFTokenizer.from_gguf(gemma_gguf)
-
-
-@pytest.fixture(scope="module")
-def cache_dir(gemma_gguf) -> Path:
-    return Path(gemma_gguf).parent.parent / "embeddings"
-
-
 def write_jsonl(path: Path, texts: list[str]) -> Path:
     path.write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
     return path
 
 
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory, gemma_gguf, tokenizer, cache_dir):
+def corpus(tmp_path_factory, gemma_gguf, tokenizer, embedding_cache):
     work = tmp_path_factory.mktemp("text-store-build")
     datasets = [(4, "first", write_jsonl(work / "first.jsonl", FIRST)),
                 (9, "second", write_jsonl(work / "second.jsonl", SECOND))]
     build_index(datasets=datasets, out_dir=work / "out", gguf_path=gemma_gguf, tokenizer=tokenizer, config=CONFIG,
-                cache_dir=cache_dir)
+                cache_dir=embedding_cache)
     return load_corpus(work / "out")
 
 
 @pytest.fixture(scope="module")
-def encoder(corpus, gemma_gguf, tokenizer, cache_dir):
-    return text_encoder_for(corpus, gguf_path=gemma_gguf, tokenizer=tokenizer, cache_dir=cache_dir)
+def encoder(corpus, gemma_gguf, tokenizer, embedding_cache):
+    return text_encoder_for(corpus, gguf_path=gemma_gguf, tokenizer=tokenizer, cache_dir=embedding_cache)
 
 
 @pytest.fixture
