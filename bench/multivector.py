@@ -259,8 +259,14 @@ def main() -> None:
                 )
             results[version] = measure(store, args)
             if not url:
-                size = directory_mb(workdir / f"embedded-{version}")
-                print(f"v{version}: on disk {size:.0f} MB ({size * 1000 / args.records:.0f} KB per page)")
+                store_dir = workdir / f"embedded-{version}"
+                size = directory_mb(store_dir)
+                # A store made before ChromaClient created new ones in WAL mode keeps its journal.
+                journal = "WAL" if (store_dir / "chroma.sqlite3-wal").exists() else "rollback journal"
+                print(
+                    f"v{version}: on disk {size:.0f} MB ({size * 1000 / args.records:.0f} KB per page), "
+                    f"SQLite {journal}"
+                )
     finally:
         if server is not None:
             server.terminate()

@@ -66,8 +66,9 @@ def test_v11_rejects_values_float16_cannot_hold():
         lambda text: "!!" + text[2:],
         lambda text: base64.b64encode(b"not gzip, not floats").decode(),
         lambda text: "",
+        lambda text: "é" + text[1:],
     ],
-    ids=["truncated", "not-base64", "garbage", "empty"],
+    ids=["truncated", "not-base64", "garbage", "empty", "non-ascii"],
 )
 def test_corrupt_payload_raises_decompression_error(version, corrupt):
     encoded = encode_embeddings(sequence(np.random.default_rng(2), 4, 16), version)

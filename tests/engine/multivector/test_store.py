@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 
+import chromadb
 import numpy as np
 import pytest
+from chromadb.config import Settings
 
 from engine.multivector import (
     MAX_PAYLOAD_BYTES,
@@ -51,6 +54,34 @@ def test_existing_default_collection_is_tuned_to_persist_often(make_store):
     assert store._client.get_collection("visual-plain").configuration["hnsw"]["sync_threshold"] == 1000
     ChromaClient(client=store._client, visual_collection="visual-plain", text_collection="text-plain")
     assert store._client.get_collection("visual-plain").configuration["hnsw"]["sync_threshold"] == 10
+
+
+def has_wal(store_dir: Path) -> bool:
+    # Only looks for the file: a second SQLite library opening the database in this process
+    # would drop Chroma's POSIX locks (and delete its WAL) when it closed its handle.
+    return (store_dir / "chroma.sqlite3-wal").exists()
+
+
+def test_new_embedded_stores_write_through_the_sqlite_wal(tmp_path):
+    fresh = ChromaClient(path=tmp_path / "fresh", dim=8)
+    assert has_wal(tmp_path / "fresh")
+    fresh.add_visual_embedding("doc", 1, np.eye(8, dtype=np.float32), visual_meta())
+    again = ChromaClient(path=tmp_path / "fresh", dim=8)
+    assert again.get_full_embeddings("doc-page001").shape == (8, 8)
+    # A store Chroma made (rollback journal) and still has open is used as it is: switching it
+    # under Chroma's open connections would lock its writers out.
+    plain = chromadb.PersistentClient(
+        path=str(tmp_path / "plain"), settings=Settings(anonymized_telemetry=False)
+    )
+    plain.create_collection(
+        "visual-plain", configuration={"hnsw": {"space": "cosine"}}, embedding_function=None
+    )
+    store = ChromaClient(
+        path=tmp_path / "plain", visual_collection="visual-plain", text_collection="text-plain", dim=8
+    )
+    store.add_visual_embedding("doc", 1, np.eye(8, dtype=np.float32), visual_meta())
+    assert not has_wal(tmp_path / "plain")
+    assert plain.get_collection("visual-plain").get(ids=["doc-page001"])["ids"] == ["doc-page001"]
 
 
 def test_constructor_arguments_are_checked(tmp_path):
