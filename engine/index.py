@@ -56,6 +56,10 @@ _SIDE_ARRAYS = ("token_counts", "source_ids")
 # Below this fraction of allowed or surviving rows, gathering survivors beats streaming all rows.
 _SPARSE_FRACTION = 0.25
 _FINISH_SURVIVORS = 256
+# After this many pruned searches in a row gave up, `search` scans exactly, trying pruning again
+# every _PROBE_EVERY searches (the answer is the same either way; only the time differs).
+_GIVE_UP_STREAK = 4
+_PROBE_EVERY = 16
 _FINALIZE_BATCH_ROWS = 16384
 
 
@@ -85,6 +89,9 @@ class BitmapIndex:
         self.writable = writable
         self._data: np.ndarray | None = None
         self._sides: dict[str, np.ndarray] = {}
+        # Exact pruned searches in a row that gave up (see `search`), and searches since a probe.
+        self._gave_up = 0
+        self._since_probe = 0
 
     # ------------------------------------------------------------ files
 
@@ -366,6 +373,12 @@ class BitmapIndex:
             return _empty_result()
         if n_allowed <= k:
             return self._exact(qp, qn, k, mask)
+        if candidates is None and self._gave_up >= _GIVE_UP_STREAK:
+            # Pruning has not paid off on this index lately (real text: vectors share many dims,
+            # so the bound rarely closes in); scan, and probe pruning again now and then.
+            self._since_probe += 1
+            if self._since_probe % _PROBE_EVERY:
+                return self._exact(qp, qn, k, mask)
         return self._prune(qp, qn, k, candidates, mask, n_allowed)
 
     def score_rows(self, rows: np.ndarray | Iterable[int], q_pos: np.ndarray, q_neg: np.ndarray) -> np.ndarray:
@@ -496,11 +509,13 @@ class BitmapIndex:
                     # An eighth of the query scored and most rows still in reach: the bound is not
                     # closing in (typical of real text, whose vectors share many dims). Finish as
                     # the exact scan does, without more bound work.
+                    self._gave_up += 1
                     for (rest, rest_width), nnz in zip(chunks[index + 1 :], chunk_nnz[index + 1 :], strict=True):
                         done += nnz
                         hist = self._dense_chunk(rest, rest_width, qp, qn, partial, mask, -done)
                     return _top_k_dense(partial, hist, -done, k)
                 if survivors <= _SPARSE_FRACTION * self.count:
+                    self._gave_up = 0
                     rows = np.flatnonzero(partial >= cut)
                     if candidates is not None and rows.shape[0] > candidates:
                         rows = _best(rows, partial[rows], candidates)

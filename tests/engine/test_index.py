@@ -233,3 +233,23 @@ def test_corrupt_and_truncated_files_name_the_file(tmp_path: Path) -> None:
         BitmapIndex.open(path)
     with pytest.raises(IndexFileError, match=r"missing\.idx"):
         BitmapIndex.open(tmp_path / "missing.idx")
+
+
+def test_search_falls_back_to_the_exact_scan_where_pruning_gives_up_and_probes_again(tmp_path: Path) -> None:
+    rng = np.random.default_rng(5)
+    values = random_ternary(rng, 2000, 1024)  # random rows: the bound never closes in
+    index = build(tmp_path / "r.idx", values)
+    queries = [random_ternary(rng, 1, 1024)[0] for _ in range(40)]
+    for query in queries:  # same answers whichever way each search went
+        qp, qn = bits.pack_ternary(query)
+        assert_same(index.search(qp, qn, 10), reference_top_k(values, query, 10))
+    # The strategy itself is internal; these counters are how it is observable.
+    assert index._gave_up >= 4 and index._since_probe >= 36
+    # An index where pruning works keeps pruning: planted near-duplicates reset the streak.
+    planted_values, query, _ = planted(rng, 3000, 2000)
+    planted_index = build(tmp_path / "p.idx", planted_values)
+    planted_index._gave_up = 4
+    qp, qn = bits.pack_ternary(query)
+    for _ in range(16):
+        assert_same(planted_index.search(qp, qn, 10), reference_top_k(planted_values, query, 10))
+    assert planted_index._gave_up == 0
