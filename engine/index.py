@@ -89,7 +89,7 @@ class BitmapIndex:
         self.writable = writable
         self._data: np.ndarray | None = None
         self._sides: dict[str, np.ndarray] = {}
-        # Exact pruned searches in a row that gave up (see `search`), and searches since a probe.
+        # Pruned searches in a row that gave up (see `search`), and exact scans since the last probe.
         self._gave_up = 0
         self._since_probe = 0
 

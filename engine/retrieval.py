@@ -303,8 +303,8 @@ class Retriever:
                     own.append(known[row])
             for row, score in ranking.items():
                 known[row].late = score
-            lists = [hdc_rows, list(ranking)[:FUSION_DEPTH]]
-            for row, score in reciprocal_rank_fusion([ranking for ranking in lists if ranking]):
+            lists = [rows for rows in (hdc_rows, list(ranking)[:FUSION_DEPTH]) if rows]
+            for row, score in reciprocal_rank_fusion(lists):
                 known[row].fused = score
             out.extend(own)
         out.sort(key=lambda c: (-c.fused, -c.score, c.target, c.row))
