@@ -38,6 +38,10 @@ class Corpus(models.Model):
         help_text="Tokens per window when plain-text datasets are cut into memories.")
     gguf_path = models.CharField(max_length=500, blank=True,
                                  help_text="GGUF model whose token embeddings seed the index; blank: the default model.")
+    late_interaction = models.BooleanField(
+        default=False,
+        help_text="Also fill the corpus's text collection with each memory's token multi-vector at build time, "
+                  "so searches fuse HDC with late interaction. Costs up to ~0.5 MB per memory in Chroma.")
     active_build = models.ForeignKey("IndexBuild", null=True, blank=True, on_delete=models.SET_NULL,
                                      related_name="+", help_text="The build searches use; switched atomically.")
     created = models.DateTimeField(auto_now_add=True)

@@ -8,9 +8,11 @@ Loaded builds (memory-mapped index files) are cached per process by `engine.corp
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections import OrderedDict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,12 +23,17 @@ from django.db import connection
 
 from corpus.models import Corpus, IndexBuild
 from corpus.selectors import corpora_visible_to
-from engine.corpus import cached_corpus
+from corpus.stores import store_for
+from engine.corpus import LoadedCorpus, cached_corpus
+from engine.multivector import StorageError
+from engine.multivector.token_vectors import TokenVectorEncoder
 from engine.retrieval import BlendState, Retriever, SearchTarget
+from engine.text_store import text_encoder_for, text_store_rank
 from hdrag_site.errors import ApplicationError
 from hdrag_site.runtime import engine_config, tokenizer_for
 from memory.models import Memory
 
+logger = logging.getLogger(__name__)
 _COLUMNS = ("corpus_id", "build_id", "hdv_idx", "content_hash", "text", "dataset_id", "metadata", "token_count")
 
 
@@ -142,6 +149,47 @@ def _retriever(gguf_path: str) -> Retriever:
         return _retrievers[gguf_path]
 
 
+# Token-vector encoders of late-interaction builds, one per (build directory, model). Making one
+# costs the isotropy correction of the build's vocabulary (an SVD); each holds ~4 MB (IDF table,
+# projection) beside the memory-mapped embeddings, so only the most recently used few are kept.
+TEXT_ENCODER_CACHE_SIZE = 8
+_text_encoders: OrderedDict[tuple[str, str], TokenVectorEncoder] = OrderedDict()
+_text_encoders_lock = threading.Lock()
+
+
+def _text_encoder(corpus: LoadedCorpus, gguf_path: str) -> TokenVectorEncoder:
+    """The encoder a late-interaction build was filled with (made the same way as in the build)."""
+    key = (str(corpus.build_dir), gguf_path)
+    # One lock for lookups and construction: two searches of a new build make its encoder once.
+    with _text_encoders_lock:
+        encoder = _text_encoders.get(key)
+        if encoder is None:
+            encoder = text_encoder_for(corpus, gguf_path=gguf_path, tokenizer=tokenizer_for(gguf_path),
+                                       cache_dir=settings.EMBEDDING_CACHE_DIR, dim=settings.MULTIVECTOR_DIM)
+            _text_encoders[key] = encoder
+            while len(_text_encoders) > TEXT_ENCODER_CACHE_SIZE:
+                _text_encoders.popitem(last=False)
+        _text_encoders.move_to_end(key)
+        return encoder
+
+
+def _late_ranker(*, corpus_id: int, build_id: int, corpus: LoadedCorpus, gguf_path: str,
+                 enabled: frozenset[int]) -> Callable[[str], list[tuple[int, float]] | None]:
+    """SearchTarget.late of a late-interaction build: its rows ranked through the corpus's store,
+    or None while the store is unavailable (the search then runs on HDC alone)."""
+
+    def rank(query: str) -> list[tuple[int, float]] | None:
+        try:
+            return text_store_rank(store=store_for(corpus_id), encoder=_text_encoder(corpus, gguf_path),
+                                   tokenizer=tokenizer_for(gguf_path), query=query, build_id=build_id,
+                                   allowed_sources=enabled)
+        except StorageError as error:
+            logger.warning("corpus %s: late-interaction search unavailable, HDC alone: %s", corpus_id, error)
+            return None
+
+    return rank
+
+
 def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Iterable[int], query: str,
                     blend: BlendState | None = None, token_budget: int | None = None,
                     top_document: bool = False) -> list[dict[str, Any]]:
@@ -150,7 +198,10 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
     Ids the user may not read, or of corpora without an active build, are ignored (an outsider
     cannot tell them from missing ones). Returns, best first:
     [{"memory": {"id", "pk", "text", "hdv_idx", "metadata", "token_count", "dataset_id"},
-      "hdc_score": float, "corpus_id": int, "corpus": name, "dataset": dataset name or ""}].
+      "hdc_score": float, "late_score": float or None, "fused_score": float or None, "corpus_id": int,
+      "corpus": name, "dataset": dataset name or ""}].
+    Corpora whose active build used late interaction are also ranked through their multi-vector
+    store and fused with HDC; while that store is down they are searched by HDC alone.
     Raises ApplicationError when the chosen corpora cannot be searched together (different model
     or HDC dimensions).
     """
@@ -168,13 +219,18 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
                           f"{Path(c.active_build.parameters.get('gguf_path', '')).name})" for c in corpora)
         raise ApplicationError(f"These corpora use different models or HDC dimensions and cannot be searched "
                                f"together: {names}.", {"corpus_ids": sorted(c.pk for c in corpora)})
+    gguf_path = models.pop()
     targets = []
     for corpus in corpora:
         enabled = frozenset(d.pk for d in corpus.datasets.all() if d.enabled)
-        targets.append(SearchTarget(corpus=cached_corpus(corpus.active_build.build_dir),
-                                    store=BuildMemoryStore(corpus.active_build_id), name=str(corpus.pk),
-                                    enabled_sources=enabled))
-    results = _retriever(models.pop()).search(query, targets, blend=blend, token_budget=token_budget,
+        loaded = cached_corpus(corpus.active_build.build_dir)
+        late = None
+        if corpus.active_build.parameters.get("late_interaction"):
+            late = _late_ranker(corpus_id=corpus.pk, build_id=corpus.active_build_id, corpus=loaded,
+                                gguf_path=gguf_path, enabled=enabled)
+        targets.append(SearchTarget(corpus=loaded, store=BuildMemoryStore(corpus.active_build_id),
+                                    name=str(corpus.pk), enabled_sources=enabled, late=late))
+    results = _retriever(gguf_path).search(query, targets, blend=blend, token_budget=token_budget,
                                                top_document=top_document)
     by_id: dict[int, Corpus] = {c.pk: c for c in corpora}
     dataset_names = {d.pk: d.name for c in corpora for d in c.datasets.all()}

@@ -34,8 +34,10 @@ from django.utils import timezone
 from corpus.events import send_build_event, send_event
 from corpus.models import Corpus, Dataset, IndexBuild
 from corpus.storage import build_dir
+from corpus.stores import store_for
 from engine.build import BuildCancelled, build_index, verify_build
-from engine.corpus import forget_corpus
+from engine.corpus import forget_corpus, load_corpus
+from engine.text_store import text_encoder_for, text_store_delete_build, text_store_fill, text_store_prune
 from hdrag_site.errors import ApplicationError
 from hdrag_site.runtime import default_gguf, engine_config, tokenizer_for
 
@@ -49,8 +51,9 @@ class BuildAlreadyActive(ApplicationError):
 
 def _snapshot(corpus: Corpus) -> dict[str, Any]:
     return {"hdc_dimensions": corpus.hdc_dimensions, "hdc_seed": corpus.hdc_seed, "hdc_ngram": corpus.hdc_ngram,
-            "hdc_drop_components": engine_config().hdc_drop_components, "chunk_size": corpus.chunk_size, "gguf_path": str(Path(corpus.gguf_path) if corpus.gguf_path
-                                                               else default_gguf())}
+            "hdc_drop_components": engine_config().hdc_drop_components, "chunk_size": corpus.chunk_size,
+            "gguf_path": str(Path(corpus.gguf_path) if corpus.gguf_path else default_gguf()),
+            "late_interaction": corpus.late_interaction}
 
 
 def build_start(*, corpus: Corpus, user: AbstractBaseUser | None) -> IndexBuild:
@@ -158,11 +161,23 @@ def _discard(build: IndexBuild, *, status: str, error: str) -> None:
     IndexBuild.objects.filter(pk=build.pk, status=Status.RUNNING).update(
         status=status, error=error[:10000], finished=timezone.now())
     memories_delete_for_build(build_id=build.pk)
+    if (build.parameters or {}).get("late_interaction"):
+        _delete_text_records(build)
     directory = build_dir(build.corpus_id, build.pk)
     forget_corpus(directory)
     shutil.rmtree(directory, ignore_errors=True)
     build.refresh_from_db()
     send_build_event(build, op="finished")
+
+
+def _delete_text_records(build: IndexBuild) -> None:
+    """Best effort: a fill removes its own records when it fails, but a build can also fail after
+    its fill (cancelled at activation) or die in it (swept). Records left here are never searched
+    (searches filter on the active build) and the next activation's prune removes them."""
+    try:
+        text_store_delete_build(store=store_for(build.corpus_id), build_id=build.pk)
+    except Exception:  # noqa: BLE001 - the build's error on its row matters more than this cleanup
+        logger.warning("build %s: deleting its text records failed", build.pk, exc_info=True)
 
 
 def build_run(*, build_id: int) -> IndexBuild | None:
@@ -197,6 +212,8 @@ def build_run(*, build_id: int) -> IndexBuild | None:
 
 
 def _execute(build: IndexBuild, reporter: _Reporter, writer_class: type) -> None:
+    from memory.services import BuildMemoryStore
+
     corpus = build.corpus
     datasets = list(corpus.datasets.order_by("pk"))
     if not datasets:
@@ -225,6 +242,16 @@ def _execute(build: IndexBuild, reporter: _Reporter, writer_class: type) -> None
     if stored != result.documents:
         raise ApplicationError(f"memory rows: {stored} stored, the index holds {result.documents}")
     verify_build(out_dir)
+    if values.get("late_interaction"):
+        # Before activation: the serving build keeps its own records (ids carry the build) until
+        # the switch; a failure here fails this build, which `_discard` cleans up.
+        loaded = load_corpus(out_dir)
+        encoder = text_encoder_for(loaded, gguf_path=gguf_path, tokenizer=tokenizer,
+                                   cache_dir=settings.EMBEDDING_CACHE_DIR, dim=settings.MULTIVECTOR_DIM)
+        filled = text_store_fill(store=store_for(corpus.pk), corpus=loaded, encoder=encoder, tokenizer=tokenizer,
+                                 build_id=build.pk, memories=BuildMemoryStore(build.pk),
+                                 progress=reporter.progress, should_cancel=reporter.should_cancel)
+        values = {**values, "text_records": filled.records, "text_rows_skipped": len(filled.skipped_rows)}
     if reporter.should_cancel():
         raise BuildCancelled(f"build {build.pk} cancelled")
     reporter.close_phase()
@@ -237,16 +264,31 @@ def _execute(build: IndexBuild, reporter: _Reporter, writer_class: type) -> None
         row = IndexBuild.objects.select_for_update().get(pk=build.pk)
         if row.status != Status.RUNNING or row.cancel_requested:
             raise BuildCancelled(f"build {build.pk} cancelled before activation")
+        previous = Corpus.objects.filter(pk=corpus.pk).values_list("active_build__parameters", flat=True).first() or {}
         IndexBuild.objects.filter(pk=build.pk).update(
             status=Status.SUCCEEDED, finished=timezone.now(), phase="done", done=result.documents,
             total=result.documents, documents=result.documents, duplicates=result.duplicates,
-            vocab_size=result.vocab_size, timings=timings, heartbeat=timezone.now())
+            vocab_size=result.vocab_size, timings=timings, parameters=values, heartbeat=timezone.now())
         Corpus.objects.filter(pk=corpus.pk).update(active_build_id=build.pk)
         for dataset_id, documents in counts.items():
             Dataset.objects.filter(pk=dataset_id).update(record_count=documents, record_count_exact=True)
     build.refresh_from_db()
     send_build_event(build, op="finished")
     send_event(f"corpus-{corpus.pk}", op="activated", build_id=build.pk)
+    if values.get("late_interaction") or previous.get("late_interaction"):
+        _prune_text_records(corpus_id=corpus.pk, keep_build_id=build.pk)
+
+
+def _prune_text_records(*, corpus_id: int, keep_build_id: int) -> None:
+    """Drop older builds' text records once `keep_build_id` serves. Only logged on failure: no
+    search reads them (searches filter on the active build), and the next switch prunes again."""
+    try:
+        pruned = text_store_prune(store=store_for(corpus_id), keep_build_ids=[keep_build_id])
+    except Exception:  # noqa: BLE001 - the new build is active and correct; leftovers only cost space
+        logger.warning("corpus %s: pruning text records of builds other than %s failed", corpus_id, keep_build_id,
+                       exc_info=True)
+    else:
+        logger.info("corpus %s: pruned %d text records of builds other than %s", corpus_id, pruned, keep_build_id)
 
 
 def builds_sweep_stale(*, corpus_id: int | None = None) -> list[int]:

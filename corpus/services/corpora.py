@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import logging
 import os
 import re
 import shutil
@@ -18,11 +19,15 @@ from django.db import IntegrityError, transaction
 
 from corpus.models import Corpus, Dataset
 from corpus.storage import staging_dir
+from corpus.stores import store_for
 from corpus.uploads import upload_limit_message
 from engine.datasets import FORMAT_BY_SUFFIX, DatasetError, validate_dataset
+from engine.text_store import text_store_delete_source
 from hdrag_site.errors import ApplicationError
 
-CORPUS_SETTINGS = ("description", "visibility", "hdc_dimensions", "hdc_seed", "hdc_ngram", "chunk_size", "gguf_path")
+CORPUS_SETTINGS = ("description", "visibility", "hdc_dimensions", "hdc_seed", "hdc_ngram", "chunk_size", "gguf_path",
+                   "late_interaction")
+logger = logging.getLogger(__name__)
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
@@ -58,12 +63,32 @@ def dataset_set_enabled(*, dataset: Dataset, enabled: bool) -> Dataset:
     return dataset
 
 
+def _text_records_delete(*, corpus_id: int, source_id: int) -> None:
+    try:
+        deleted = text_store_delete_source(store=store_for(corpus_id), source_id=source_id)
+    except Exception:  # noqa: BLE001 - leftovers are never searched (see dataset_delete) and the next build prunes them
+        logger.warning("corpus %s: deleting the text records of dataset %s failed", corpus_id, source_id, exc_info=True)
+    else:
+        logger.info("corpus %s: deleted %d text records of dataset %s", corpus_id, deleted, source_id)
+
+
 def dataset_delete(*, dataset: Dataset) -> None:
     """Drop the dataset and its file. Memories of an already built index stay until the next build,
-    but searches no longer return them (their source is gone from the enabled set)."""
+    but searches no longer return them (their source is gone from the enabled set).
+
+    When the serving build used late interaction, the dataset's text records leave the corpus's
+    store too. That happens on commit: before it, a rollback would bring the dataset back without
+    its records. A failure there is only logged: the records left behind cannot be returned (a
+    late-interaction search filters on the enabled datasets, as HDC does) and the next build's
+    prune deletes them.
+    """
     path = Path(dataset.file.path)
+    corpus_id, source_id = dataset.corpus_id, dataset.pk
+    active = Corpus.objects.filter(pk=corpus_id).values_list("active_build__parameters", flat=True).first()
     dataset.delete()
     transaction.on_commit(lambda: path.unlink(missing_ok=True))
+    if (active or {}).get("late_interaction"):
+        transaction.on_commit(lambda: _text_records_delete(corpus_id=corpus_id, source_id=source_id))
 
 
 def _clean_name(name: str) -> str:
