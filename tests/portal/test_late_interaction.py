@@ -11,7 +11,7 @@ from django.urls import reverse
 
 from corpus.models import Corpus, IndexBuild
 from corpus.services import builds as build_services
-from corpus.services.builds import build_start
+from corpus.services.builds import build_cancel, build_start
 from corpus.services.corpora import dataset_delete
 from corpus.stores import store_for
 from memory.models import Memory
@@ -113,6 +113,24 @@ def test_chroma_unreachable_during_the_fill_fails_the_build(late_corpus, owner, 
     assert not Memory.objects.filter(build=second).exists()
     assert not Path(second.build_dir).exists() and Path(first.build_dir).is_dir()
     settings.CHROMA_URL = ""
+    assert {r["index_build"] for r in text_records(late_corpus.pk)} == {str(first.pk)}
+
+
+def test_build_cancelled_after_its_fill_leaves_no_records(late_corpus, owner, dataset, monkeypatch,
+                                                          django_capture_on_commit_callbacks):
+    first = build_now(late_corpus, owner, django_capture_on_commit_callbacks)
+    real_fill = build_services.text_store_fill
+
+    def fill_then_cancel(**kwargs):  # noqa: ANN003, ANN202 - the real fill, then the user cancels
+        result = real_fill(**kwargs)
+        assert {r["index_build"] for r in text_records(late_corpus.pk)} == {str(first.pk), str(kwargs["build_id"])}
+        build_cancel(build=IndexBuild.objects.get(pk=kwargs["build_id"]))
+        return result
+
+    monkeypatch.setattr(build_services, "text_store_fill", fill_then_cancel)
+    second = build_now(late_corpus, owner, django_capture_on_commit_callbacks)
+    assert second.status == Status.CANCELLED
+    assert late_corpus.active_build_id == first.pk
     assert {r["index_build"] for r in text_records(late_corpus.pk)} == {str(first.pk)}
 
 
