@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from django.test import Client
 from django.urls import reverse
 
 from corpus.models import Corpus, IndexBuild
@@ -143,6 +144,10 @@ def test_search_fuses_late_interaction_and_hides_it_from_outsiders(
     assert own["late_score"] is not None and own["late_score"] > 0 and own["fused_score"] is not None
     assert own["hdc_score"] > 0 and own["corpus_id"] == late_corpus.pk
     assert memories_search(user=outsider, corpus_ids=[late_corpus.pk], query=TEXTS[3]) == []
+    page = Client()
+    page.force_login(member)
+    html = page.get(reverse("memory:search"), {"q": TEXTS[3], "corpora": [late_corpus.pk]}).content.decode()
+    assert html.count('title="Late-interaction (MaxSim) score') >= 1 and '>LI ' in html
     dataset.enabled = False
     dataset.save()
     assert memories_search(user=owner, corpus_ids=[late_corpus.pk], query=TEXTS[3]) == []
