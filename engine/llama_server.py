@@ -23,6 +23,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
+from typing import NoReturn
 
 import requests
 
@@ -238,7 +239,7 @@ def _parse_args(argv: list[str] | None) -> ServerOptions:
         raise  # unreachable: parser.error exits
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> NoReturn:
     options = _parse_args(argv)
     if options.port == 0:
         options = dataclasses.replace(options, port=free_port(options.host))
@@ -246,13 +247,18 @@ def main(argv: list[str] | None = None) -> int:
     # so SIGTERM/SIGINT reach only this thread's sigwait and shutdown runs here, in order.
     stop_signals = {signal.SIGTERM, signal.SIGINT}
     signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
-    server = start_in_process(options)
+    server = start_in_process(options)  # serves until the process ends
     print(f"llama.cpp server ready on http://{options.host}:{options.port}", flush=True)
     received = signal.sigwait(stop_signals)
-    print(f"received {signal.Signals(received).name}, shutting down", flush=True)
-    del server
-    return 0
+    print(f"received {signal.Signals(received).name}, shutting down (server {server.listening_address})",
+          flush=True)
+    # Exit without running xllamacpp's Server destructor: it joins llama.cpp's main loop with the
+    # GIL held and sometimes waits forever when the stop comes soon after startup (about one time
+    # in three with SIGTERM right after /health answers). llama.cpp keeps nothing on disk; the
+    # kernel closes its socket and frees its memory as the process ends.
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

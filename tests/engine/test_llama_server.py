@@ -112,16 +112,20 @@ def test_corrupt_model_fails_startup_with_log(tmp_path):
 
 
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
-def test_module_process_shuts_down_cleanly_on_signal(gemma_gguf, stop_signal):
+def test_module_process_shuts_down_cleanly_on_signal(gemma_gguf, stop_signal, tmp_path):
     port = free_port()
     repo_root = Path(__file__).resolve().parents[2]
     command = [sys.executable, "-m", "engine.llama_server", "--gguf", str(gemma_gguf),
                "--port", str(port), "--ctx-size", "1024", "--parallel", "1"]
-    process = subprocess.Popen(command, cwd=repo_root, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    # Into a file, not a pipe: llama.cpp logs tens of KB, and a pipe nobody reads fills up and
+    # blocks the server's logging (and so its shutdown).
+    log = tmp_path / "llama.log"
+    with open(log, "wb") as output:
+        process = subprocess.Popen(command, cwd=repo_root, stdout=output, stderr=subprocess.STDOUT)
     try:
         deadline = time.monotonic() + 90
         while time.monotonic() < deadline:
-            assert process.poll() is None, process.stdout.read().decode(errors="replace")[-2000:]
+            assert process.poll() is None, log.read_text(errors="replace")[-2000:]
             try:
                 if requests.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
                     break
@@ -130,7 +134,7 @@ def test_module_process_shuts_down_cleanly_on_signal(gemma_gguf, stop_signal):
         else:
             pytest.fail("server did not become healthy")
         process.send_signal(stop_signal)
-        assert process.wait(30) == 0
+        assert process.wait(30) == 0, log.read_text(errors="replace")[-2000:]
         with pytest.raises(requests.ConnectionError):
             requests.get(f"http://127.0.0.1:{port}/health", timeout=2)
     finally:
