@@ -17,7 +17,8 @@ from django.contrib.auth.models import Group, User
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 
-from corpus.models import Corpus, Dataset
+from corpus.models import Corpus, Dataset, IndexBuild
+from corpus.services.builds import build_start
 from corpus.services.corpora import corpus_create, dataset_upload
 
 PASSWORD = "correct-horse-battery-staple"
@@ -130,3 +131,12 @@ def as_file(name: str, content: bytes) -> io.BytesIO:
     handle = io.BytesIO(content)
     handle.name = name
     return handle
+
+
+def build_now(corpus: Corpus, user, capture) -> IndexBuild:  # noqa: ANN001
+    """Start a build and run it inline (its task is queued on commit), then refresh the rows."""
+    with capture(execute=True):
+        build = build_start(corpus=corpus, user=user)
+    build.refresh_from_db()
+    corpus.refresh_from_db()
+    return build

@@ -26,17 +26,9 @@ from engine.corpus import load_corpus
 from hdrag_site.errors import ApplicationError
 from memory.models import Memory
 from memory.services import memories_search
-from tests.portal.conftest import TEXTS, upload
+from tests.portal.conftest import TEXTS, build_now, upload
 
 Status = IndexBuild.Status
-
-
-def build_now(corpus: Corpus, user, capture) -> IndexBuild:  # noqa: ANN001
-    with capture(execute=True):
-        build = build_start(corpus=corpus, user=user)
-    build.refresh_from_db()
-    corpus.refresh_from_db()
-    return build
 
 
 def test_build_succeeds_activates_and_inserts_memories(corpus, owner, dataset, django_capture_on_commit_callbacks):

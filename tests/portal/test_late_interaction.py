@@ -12,13 +12,13 @@ from django.urls import reverse
 
 from corpus.models import Corpus, IndexBuild
 from corpus.services import builds as build_services
-from corpus.services.builds import build_cancel, build_start
+from corpus.services.builds import build_cancel
 from corpus.services.corpora import dataset_delete
 from corpus.stores import store_for
 from memory.models import Memory
 from memory.services import memories_search
 from tests.engine.multivector.conftest import free_port
-from tests.portal.conftest import TEXTS, upload
+from tests.portal.conftest import TEXTS, build_now, upload
 
 Status = IndexBuild.Status
 MORE = ["Tides follow the moon because its gravity pulls on the oceans twice a day.",
@@ -30,14 +30,6 @@ def late_corpus(corpus) -> Corpus:
     Corpus.objects.filter(pk=corpus.pk).update(late_interaction=True)
     corpus.refresh_from_db()
     return corpus
-
-
-def build_now(corpus: Corpus, user, capture) -> IndexBuild:  # noqa: ANN001
-    with capture(execute=True):
-        build = build_start(corpus=corpus, user=user)
-    build.refresh_from_db()
-    corpus.refresh_from_db()
-    return build
 
 
 def text_records(corpus_id: int) -> list[dict]:
