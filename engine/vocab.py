@@ -114,11 +114,19 @@ def capacity(ngram_density: float, target: float = CAPACITY_TARGET) -> int:
     return max(1, math.ceil(math.log(1.0 - target) / math.log(1.0 - ngram_density)))
 
 
-def _unit_rows(rows: np.ndarray) -> np.ndarray:
+def unit_rows(rows: np.ndarray) -> np.ndarray:
     """float32 rows scaled to unit L2 norm (an all-zero row stays zero)."""
     rows = np.asarray(rows, dtype=np.float32)
     norms = np.linalg.norm(rows, axis=1, keepdims=True)
     return np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0)
+
+
+def corrected_rows(rows: np.ndarray, correction: tuple[np.ndarray, np.ndarray]) -> np.ndarray:
+    """Embedding rows (n, emb_dim) as unit rows less the `isotropy_correction` (mean, directions);
+    not normalised again."""
+    mean, directions = correction
+    rows = unit_rows(rows) - mean
+    return rows - (rows @ directions.T) @ directions
 
 
 def isotropy_correction(token_ids: np.ndarray, embeddings: np.ndarray, components: int,
@@ -139,12 +147,12 @@ def isotropy_correction(token_ids: np.ndarray, embeddings: np.ndarray, component
     emb_dim = int(embeddings.shape[1])
     mean = np.zeros(emb_dim, dtype=np.float64)
     for start in range(0, token_ids.size, chunk_rows):
-        mean += _unit_rows(embeddings[token_ids[start:start + chunk_rows]]).sum(axis=0)
+        mean += unit_rows(embeddings[token_ids[start:start + chunk_rows]]).sum(axis=0)
     mean = (mean / max(token_ids.size, 1)).astype(np.float32)
     components = min(components, emb_dim, token_ids.size // MIN_TOKENS_PER_COMPONENT)
     if components <= 0:
         return mean, np.zeros((0, emb_dim), dtype=np.float32)
-    sample = _unit_rows(embeddings[token_ids[:: max(1, token_ids.size // sample_rows)]]) - mean
+    sample = unit_rows(embeddings[token_ids[:: max(1, token_ids.size // sample_rows)]]) - mean
     directions = np.linalg.svd(sample, full_matrices=False)[2][:components]
     return mean, np.ascontiguousarray(directions, dtype=np.float32)
 
@@ -197,11 +205,8 @@ def write_vocab_index(path: str | Path, *, token_ids: np.ndarray, idf: np.ndarra
         projection = projection_matrix(emb_dim, dims, seed)
         correction = isotropy_correction(token_ids, embeddings, drop_components, chunk_rows) if drop_components else None
         for start in range(0, vocab_size, chunk_rows):
-            rows = _unit_rows(embeddings[token_ids[start:start + chunk_rows]])
-            if correction is not None:
-                mean, directions = correction
-                rows = rows - mean
-                rows = _unit_rows(rows - (rows @ directions.T) @ directions)
+            rows = embeddings[token_ids[start:start + chunk_rows]]
+            rows = unit_rows(rows if correction is None else corrected_rows(rows, correction))
             projected = rows @ projection
             unigram[start:start + len(rows)] = projected
             for j in range(ngram):

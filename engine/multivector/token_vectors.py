@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from engine.multivector.records import MAX_PAYLOAD_BYTES
+from engine.vocab import corrected_rows, isotropy_correction, unit_rows
 
 if TYPE_CHECKING:
     from engine.corpus import LoadedCorpus
@@ -128,8 +129,6 @@ class TokenVectorEncoder:
         """The encoder of a finished HDC build: IDF from its vocabulary index (`vocab.idx`), the
         isotropy correction (mean and `drop_components` directions; 0: none) of that vocabulary,
         one direction at most per `engine.vocab.MIN_TOKENS_PER_COMPONENT` vocabulary tokens."""
-        from engine.vocab import isotropy_correction
-
         vocab = corpus.encoder.vocab
         token_ids = np.asarray(vocab.token_ids, dtype=np.int64)
         idf = idf_table(embeddings.shape[0], token_ids, vocab.idf, max(1, int(corpus.manifest["documents"])))
@@ -184,14 +183,8 @@ class TokenVectorEncoder:
         ids = self._check_ids(token_ids)
         vectors = np.asarray(self.embeddings[ids], dtype=np.float32)
         if self.isotropy is not None:
-            mean, directions = self.isotropy
-            norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-            vectors = np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0) - mean
-            vectors = vectors - (vectors @ directions.T) @ directions
-        vectors = vectors @ self.projection
-        norms = np.linalg.norm(vectors, axis=1, keepdims=True)
-        vectors = np.divide(vectors, norms, out=np.zeros_like(vectors), where=norms > 0)
-        return vectors * self.weights(ids)[:, None]
+            vectors = corrected_rows(vectors, self.isotropy)
+        return unit_rows(vectors @ self.projection) * self.weights(ids)[:, None]
 
     def encode(self, token_ids: Any) -> np.ndarray:
         """A text's sequence: token ids (t,) → (1 + k, dim) float32, row 0 the summary.
