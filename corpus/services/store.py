@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
+from corpus.models import Corpus
 from corpus.selectors import get_corpus_for_user
-from corpus.stores import collection_names, drop_store, store_for
+from corpus.stores import collection_names, drop_store, store_exists, store_for, stored_corpus_ids
 from engine.multivector import StorageError, doc_id_of
 from hdrag_site.errors import ApplicationError
 
@@ -59,8 +60,11 @@ def _chroma(action: str) -> Iterator[None]:
 
 
 def store_collection_stats(*, corpus_id: int) -> StoreStats:
-    """Stats of a corpus's store; the caller has checked access (the admin does, by permission)."""
+    """Stats of a corpus's store; the caller has checked access (the admin does, by permission).
+    A corpus without a store yet has empty stats: reading creates no collections."""
     with _chroma("reading its stats"):
+        if not store_exists(corpus_id):
+            return StoreStats(visual_count=0, text_count=0, total_documents=0, storage_size_mb=0.0)
         stats = store_for(corpus_id).get_collection_stats()
     return StoreStats(visual_count=stats["visual_count"], text_count=stats["text_count"],
                       total_documents=stats["total_documents"], storage_size_mb=stats["storage_size_mb"])
@@ -80,6 +84,8 @@ def store_documents(*, user: User, corpus_id: int) -> list[StoreDocument]:
     corpus = get_corpus_for_user(user, corpus_id)
     counts: dict[str, Counter[str]] = {kind: Counter() for kind in KINDS}
     with _chroma("listing its documents"):
+        if not store_exists(corpus.pk):
+            return []
         store = store_for(corpus.pk)
         for kind in KINDS:
             for ids in store.iter_ids(kind):
@@ -113,7 +119,7 @@ def store_drop(*, corpus_id: int) -> bool:
     refused per corpus, so raising would only turn a finished deletion into an error page.
     Collection names come from the corpus id, which is never reused (PostgreSQL sequences,
     SQLite AUTOINCREMENT), so orphans never show up in another corpus; the log names them for
-    removal by hand (`chromadb` client `delete_collection`).
+    removal (`manage.py chroma_orphans --drop`).
     """
     try:
         drop_store(corpus_id)
@@ -123,3 +129,19 @@ def store_drop(*, corpus_id: int) -> bool:
                      "%r and %r remain (%s)", corpus_id, visual, text, error)
         return False
     return True
+
+
+def store_orphans() -> dict[int, list[str]]:
+    """{corpus id: collection names} of stores whose corpus no longer exists."""
+    stored = stored_corpus_ids()
+    existing = set(Corpus.objects.filter(pk__in=stored).values_list("pk", flat=True))
+    return {corpus_id: names for corpus_id, names in stored.items() if corpus_id not in existing}
+
+
+def store_orphans_drop(*, corpus_ids: list[int]) -> None:
+    """Drop the stores of deleted corpora; ids of corpora that exist are refused."""
+    alive = sorted(Corpus.objects.filter(pk__in=corpus_ids).values_list("pk", flat=True))
+    if alive:
+        raise ApplicationError(f"Corpora {alive} exist: their stores are not orphans.", details={"corpus_ids": alive})
+    for corpus_id in corpus_ids:
+        drop_store(corpus_id)
