@@ -14,7 +14,6 @@ from pathlib import Path
 from django.conf import settings
 from django.core.files.uploadhandler import SkipFile, TemporaryFileUploadHandler
 
-
 MAX_SUFFIX_BYTES = 32
 
 
