@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -86,19 +87,21 @@ def test_a_signal_to_portal_leaves_no_process_behind(tmp_path, signum):
 
 def test_portal_run_supervises_its_procfile_with_debug_off(tmp_path):
     """The real `./portal run` path (migrate, collectstatic, bootstrap, supervise) with stand-ins for
-    the worker and the web server: the web stand-in reports the settings it runs with and exits,
-    which stops the worker stand-in."""
+    the worker and the web server: the web stand-in reports the settings it runs with (debug off,
+    the machine's own host names when served to the LAN) and exits, which stops the worker stand-in."""
     report = ("exec \"$PY\" -c \"import django; django.setup(); from django.conf import settings; "
-              "print('debug', settings.DEBUG, 'at', settings.LLM_BASE_URL)\"")
+              "print('debug', settings.DEBUG, 'at', settings.LLM_BASE_URL, 'hosts', settings.ALLOWED_HOSTS)\"")
     procfile = _procfile(tmp_path, worker=f"echo $$ > {tmp_path}/worker.pid; exec sleep 300", web=f"sleep 1; {report}",
                          llama="echo llama must not start when LLM_BASE_URL is set")
     # SQLite, the filesystem broker and the default DEBUG: what a fresh checkout runs with.
     environment = {key: value for key, value in os.environ.items() if key not in ("DEBUG", "DATABASE_URL", "REDIS_URL")}
     environment.update(VENV=str(VENV), PROCFILE=str(procfile), DATA_DIR=str(tmp_path / "data"),
-                       LLM_BASE_URL="http://127.0.0.1:9", HDRAG_ADMIN_PASSWORD="a-test-password-123")
+                       LLM_BASE_URL="http://127.0.0.1:9", HDRAG_ADMIN_PASSWORD="a-test-password-123",
+                       HOST="0.0.0.0")  # served to the LAN: the machine's own names become allowed hosts
     portal = subprocess.Popen([str(PORTAL), "run"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                               text=True, env=environment)
     output, _ = portal.communicate(timeout=300)
     assert "debug False at http://127.0.0.1:9" in output, output
+    assert f"'{socket.gethostname()}'" in output.split("hosts", 1)[1].splitlines()[0]
     assert "web.1 stopped (rc=0)" in output and "llama must not start" not in output
     assert not _alive(int((tmp_path / "worker.pid").read_text()))
