@@ -24,6 +24,7 @@ from django.contrib.auth import get_user
 from django.contrib.auth.signals import user_logged_out
 from django.dispatch import receiver
 from django.http.request import split_domain_port, validate_host
+from django.utils.module_loading import import_string
 
 logger = logging.getLogger(__name__)
 _DEFAULT_PORTS = {"http": 80, "https": 443}
@@ -94,7 +95,7 @@ def session_user_is_current(*, scope: dict[str, Any]) -> bool:
     session = scope.get("session")
     if user is None or not user.is_authenticated or session is None or not session.session_key:
         return False
-    fresh = session.__class__(session_key=session.session_key)
+    fresh = import_string(settings.SESSION_ENGINE).SessionStore(session_key=session.session_key)
     return get_user(SimpleNamespace(session=fresh)).pk == user.pk
 
 
