@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from typing import Any
 
@@ -30,11 +31,13 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from chat.selectors import conversation_find_for_user
 from chat.turns import run_turn
 from hdrag_site.errors import ApplicationError
+from hdrag_site.sockets import session_user_is_current
 
 logger = logging.getLogger(__name__)
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
+_BINARY, _INVALID = object(), object()
 
 
 class ChatConsumer(AsyncJsonWebsocketConsumer):
@@ -70,9 +73,32 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             with contextlib.suppress(asyncio.CancelledError):
                 await turn
 
-    async def receive_json(self, content: Any, **kwargs: Any) -> None:
+    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
+        """Every frame is a JSON text frame; anything else is answered, never a crash (which would
+        close the socket with 1011 and make the page reconnect in a loop)."""
         if not self._connected:
             return  # a refused client's frames that raced the close
+        if not await self._still_logged_in():
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            return
+        try:
+            content = json.loads(text_data) if text_data is not None else _BINARY
+        except (ValueError, RecursionError):  # JSONDecodeError is a ValueError; RecursionError: nesting
+            content = _INVALID
+        if content is _BINARY or content is _INVALID:
+            what = "binary frames are not accepted" if content is _BINARY else "the message is not valid JSON"
+            await self._emit({"type": "chat.error", "code": "invalid",
+                              "error": f"{what}; send a JSON object with a type (chat.send or chat.stop)"})
+            return
+        await self.receive_json(content, **kwargs)
+
+    async def _still_logged_in(self) -> bool:
+        """The session this socket opened with still logs in its user. A logout (or a password
+        change) ends the session in the database; the socket then closes at its next frame.
+        Checked per frame rather than pushed through the channel layer, which the chat avoids."""
+        return await database_sync_to_async(session_user_is_current)(scope=self.scope)
+
+    async def receive_json(self, content: Any, **kwargs: Any) -> None:
         kind = content.get("type") if isinstance(content, dict) else None
         if kind == "chat.send":
             await self._start_turn(content.get("content"))

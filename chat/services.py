@@ -32,7 +32,9 @@ UNCHANGED: Any = object()  # conversation_update: leave this field as it is
 
 def _visible_corpus_ids(*, user: AbstractBaseUser, corpus_ids: Iterable[int]) -> list[int]:
     wanted = sorted({int(pk) for pk in corpus_ids})
-    visible = set(corpora_visible_to(user).filter(pk__in=wanted).values_list("pk", flat=True))
+    # An id outside the database's 64-bit keys cannot exist, and PostgreSQL/SQLite refuse it in IN (...).
+    in_range = [pk for pk in wanted if 0 < pk < 2 ** 63]
+    visible = set(corpora_visible_to(user).filter(pk__in=in_range).values_list("pk", flat=True))
     missing = [pk for pk in wanted if pk not in visible]
     if missing:
         raise ApplicationError(f"Unknown or unreadable corpora: {missing}.", {"corpora": missing})

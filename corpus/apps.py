@@ -14,6 +14,7 @@ class CorpusConfig(AppConfig):
         from django.conf import settings
 
         from corpus import signals  # noqa: F401 - connects the receivers
+        from hdrag_site import sockets  # noqa: F401 - closes a session's sockets at logout
 
         # DATA_DIR holds the SQLite file, uploads (spooled here so accepting one is a rename),
         # the local broker's queue and the builds; create what a fresh DATA_DIR lacks.

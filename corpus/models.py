@@ -99,6 +99,8 @@ class IndexBuild(models.Model):
     cancel_requested = models.BooleanField(default=False)
     heartbeat = models.DateTimeField(null=True, blank=True,
                                      help_text="Last sign of life of the worker running this build.")
+    worker = models.CharField(max_length=300, blank=True,
+                              help_text="The process running this build: host:pid:start time (see builds.owner_alive).")
     parameters = models.JSONField(default=dict, blank=True, help_text="HDC settings and model the build used.")
     timings = models.JSONField(default=dict, blank=True)
     build_dir = models.CharField(max_length=500, blank=True)

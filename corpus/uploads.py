@@ -14,6 +14,8 @@ from pathlib import Path
 from django.conf import settings
 from django.core.files.uploadhandler import SkipFile, TemporaryFileUploadHandler
 
+MAX_SUFFIX_BYTES = 32
+
 
 def upload_limit_message(limit: int) -> str:
     size = f"{limit / 1024 ** 2:g} MiB" if limit >= 1024 ** 2 else f"{limit / 1024:g} KiB"
@@ -29,11 +31,17 @@ class LimitedHashingUploadHandler(TemporaryFileUploadHandler):
         if request is not None and not hasattr(request, "upload_errors"):
             request.upload_errors = {}
 
-    def new_file(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003 - Django's signature
+    def new_file(self, field_name: str, file_name: str, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
         Path(settings.FILE_UPLOAD_TEMP_DIR).mkdir(parents=True, exist_ok=True)
+        if len(Path(file_name).suffix.encode()) > MAX_SUFFIX_BYTES:
+            # Django names the spool file "<random>.upload<suffix>": a suffix this long would pass
+            # the file system's 255-byte limit (OSError, a 500), and no supported format has one.
+            if self.request is not None:
+                self.request.upload_errors[field_name] = f"{file_name[:80]}…: unsupported file type."
+            raise SkipFile
         self.received = 0
         self.digest = hashlib.sha256()
-        super().new_file(*args, **kwargs)
+        super().new_file(field_name, file_name, *args, **kwargs)
 
     def receive_data_chunk(self, raw_data: bytes, start: int) -> None:
         self.received += len(raw_data)

@@ -130,10 +130,16 @@ def _decode_head(head: bytes, label: str, complete: bool) -> str:
         raise DatasetError(f"{label}: invalid UTF-8 at byte offset {error.start}") from None
 
 
+def _too_deep() -> json.JSONDecodeError:
+    """Python's parser gives up on nesting deeper than the interpreter's recursion limit with a
+    RecursionError; to a dataset that is just one more kind of invalid JSON."""
+    return json.JSONDecodeError("nested too deeply", "", 0)
+
+
 def _is_json_container(line: str) -> bool:
     try:
         return isinstance(json.loads(line), (dict, list))
-    except json.JSONDecodeError:
+    except (json.JSONDecodeError, RecursionError):
         return False
 
 
@@ -152,6 +158,8 @@ def _sniff_json(text: str, complete: bool, suffix_format: str | None, label: str
             return "jsonl" if one_line and suffix_format == "jsonl" else "json"
         except json.JSONDecodeError as error:
             whole_error = error
+        except RecursionError:
+            whole_error = _too_deep()
     lines = [line for line in text.splitlines() if line.strip()]
     if not complete and len(lines) > 1:
         lines.pop()  # the last line of a cut head may itself be cut
@@ -342,6 +350,8 @@ def _iter_json_array(reader: _Reader, handle: IO[bytes]) -> Iterator[tuple[int, 
                 except json.JSONDecodeError as error:
                     if eof:
                         raise fail(error.msg, error.pos) from None
+                except RecursionError:
+                    raise fail(_too_deep().msg, pos) from None
                 want = max(want, 2 * (len(buffer) - pos))
                 fill(want)
             pos = end
@@ -375,6 +385,8 @@ def _json_records(reader: _Reader, handle: IO[bytes]) -> Iterator[tuple[int, Any
         document = json.loads(text)
     except json.JSONDecodeError as error:
         raise DatasetError(f"{reader.path}: invalid JSON at line {error.lineno} column {error.colno}: {error.msg}") from None
+    except RecursionError:
+        raise DatasetError(f"{reader.path}: invalid JSON: {_too_deep().msg}") from None
     if not isinstance(document, dict):
         raise DatasetError(f"{reader.path}: top-level JSON must be a list of records or an object, got {type(document).__name__}")
     if extract_text(document):
@@ -402,9 +414,13 @@ def _jsonl_records(reader: _Reader, handle: IO[bytes], errors: Callable[[int, st
         if not line.strip():
             continue
         try:
-            yield number, json.loads(line)
+            record = json.loads(line)
         except json.JSONDecodeError as error:
             errors(number, f"invalid JSON: {error.msg} at column {error.colno}")
+        except RecursionError:
+            errors(number, f"invalid JSON: {_too_deep().msg}")
+        else:
+            yield number, record
 
 
 def _parquet_records(reader: _Reader, batch_rows: int = 1024) -> Iterator[tuple[int, Any]]:
@@ -581,7 +597,11 @@ def _iter(path: Path, tokenizer: Tokenizer | None, chunk_size: int, on_issue: Ca
         if not isinstance(record, dict):
             report(kind, number, f"record is a {type(record).__name__}, expected an object")
             continue
-        text = extract_text(record)
+        try:
+            text = extract_text(record)
+        except RecursionError:  # content parts nested nearly as deep as the parser allows
+            report(kind, number, "record nested too deeply")
+            continue
         if not text:
             report(kind, number, f"no text found (keys: {', '.join(list(record)[:12]) or 'none'})")
             continue

@@ -1,4 +1,5 @@
-"""ASGI entry point: HTTP through Django, websockets through Channels (chat, build progress)."""
+"""ASGI entry point: HTTP through the body limit into Django, websockets through the same-origin check
+into Channels (chat, build progress)."""
 
 from __future__ import annotations
 
@@ -12,14 +13,15 @@ django_asgi_app = get_asgi_application()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
-from channels.security.websocket import AllowedHostsOriginValidator  # noqa: E402
 
 import chat.routing  # noqa: E402
 import corpus.routing  # noqa: E402
+from hdrag_site.bodylimit import BodyLimitMiddleware  # noqa: E402
+from hdrag_site.sockets import SameOriginValidator  # noqa: E402
 
 application = ProtocolTypeRouter({
-    "http": django_asgi_app,
-    "websocket": AllowedHostsOriginValidator(
+    "http": BodyLimitMiddleware(django_asgi_app),
+    "websocket": SameOriginValidator(
         AuthMiddlewareStack(URLRouter(chat.routing.websocket_urlpatterns + corpus.routing.websocket_urlpatterns))
     ),
 })

@@ -13,12 +13,14 @@ Two modes, chosen by `HDRAG_ENV`:
 
 from __future__ import annotations
 
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 from hdrag_site.env import envbool, envint, envlist, envstr
+from hdrag_site.security import DEFAULT_POLICY
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -54,7 +56,6 @@ if envbool("BEHIND_TLS_PROXY", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 INSTALLED_APPS = [
-    "daphne",
     "django.contrib.admin",
     "django.contrib.auth",
     "django.contrib.contenttypes",
@@ -63,6 +64,7 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "channels",
+    "axes",
     "corpus",
     "memory",
     "chat",
@@ -79,7 +81,11 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "hdrag_site.security.ContentSecurityPolicyMiddleware",
+    # Last: it sees the credentials a login view passes to authenticate() and refuses locked-out ones.
+    "axes.middleware.AxesMiddleware",
 ]
+CONTENT_SECURITY_POLICY = envstr("CONTENT_SECURITY_POLICY", DEFAULT_POLICY)
 
 ROOT_URLCONF = "hdrag_site.urls"
 WSGI_APPLICATION = "hdrag_site.wsgi.application"
@@ -185,6 +191,10 @@ MEMORY_INSERT_BATCH = envint("MEMORY_INSERT_BATCH", 5000, minimum=1)
 # Uploads: every file goes through corpus.uploads (size limit enforced while streaming, sha256
 # computed on the way) into a temporary file inside DATA_DIR, so accepting it is a rename.
 UPLOAD_MAX_BYTES = envint("UPLOAD_MAX_BYTES", 512 * 1024 * 1024, minimum=1)
+# Every request body is bounded in front of Django (hdrag_site.bodylimit): REQUEST_MAX_BYTES, or
+# UPLOAD_MAX_BYTES on these paths for a logged-in request that declares its Content-Length.
+REQUEST_MAX_BYTES = envint("REQUEST_MAX_BYTES", 2_621_440, minimum=1024)
+UPLOAD_PATH_PATTERN = r"/corpora/\d+/datasets/"
 FILE_UPLOAD_HANDLERS = ["corpus.uploads.LimitedHashingUploadHandler"]
 FILE_UPLOAD_TEMP_DIR = str(DATA_DIR / "tmp")
 FILE_UPLOAD_PERMISSIONS = 0o640
@@ -195,6 +205,18 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
+# Login throttling (django-axes): after LOGIN_FAILURE_LIMIT wrong passwords for one account, or from
+# one client address, logins from there are refused for LOGIN_LOCKOUT_MINUTES (429, a page that says
+# so). Staff unlock at once by deleting the "access attempts" in the admin, or with
+# `manage.py axes_reset_username NAME` / `axes_reset_ip ADDRESS`. A right password resets the count.
+AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_FAILURE_LIMIT = envint("LOGIN_FAILURE_LIMIT", 10, minimum=1)
+AXES_COOLOFF_TIME = timedelta(minutes=envint("LOGIN_LOCKOUT_MINUTES", 15, minimum=1))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each on its own: the account, and the address
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_VERBOSE = False
+
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "login"

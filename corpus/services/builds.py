@@ -12,13 +12,17 @@ Lifecycle: queued -> running -> succeeded | failed | cancelled. Invariants:
 * A running build writes a heartbeat every BUILD_HEARTBEAT_SECONDS from a side thread. One whose
   heartbeat is older than BUILD_STALE_SECONDS lost its worker (killed, machine gone); the sweep
   (`builds_sweep_stale`: on worker start, before each new build, `manage.py builds_sweep`) marks
-  it failed and cleans it, which also frees the corpus for a new build.
+  it failed and cleans it, which also frees the corpus for a new build. A build also records the
+  process running it (`worker`); when that process is on the same host and gone, the sweep and a
+  redelivery of its task fail it at once, without waiting for BUILD_STALE_SECONDS.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import socket
 import threading
 import time
 from datetime import timedelta
@@ -28,7 +32,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from corpus.events import send_build_event, send_event
@@ -188,8 +192,12 @@ def build_run(*, build_id: int) -> IndexBuild | None:
 
     now = timezone.now()
     claimed = IndexBuild.objects.filter(pk=build_id, status=Status.QUEUED).update(
-        status=Status.RUNNING, started=now, heartbeat=now, phase="starting")
+        status=Status.RUNNING, started=now, heartbeat=now, phase="starting", worker=process_identity())
     if not claimed:
+        # A redelivery after the pool child running it was killed (acks late, rejected on worker
+        # loss) finds its build "running": fail it now rather than after BUILD_STALE_SECONDS.
+        if _sweep_dead_owners(IndexBuild.objects.filter(pk=build_id)):
+            return IndexBuild.objects.get(pk=build_id)
         logger.info("build %s: nothing to claim (already claimed, cancelled or deleted)", build_id)
         return None
     build = IndexBuild.objects.select_related("corpus").get(pk=build_id)
@@ -291,14 +299,53 @@ def _prune_text_records(*, corpus_id: int, keep_build_id: int) -> None:
         logger.info("corpus %s: pruned %d text records of builds other than %s", corpus_id, pruned, keep_build_id)
 
 
+def _proc_start_time(pid: int) -> str:
+    """The process's start time in clock ticks since boot (/proc/<pid>/stat field 22), which tells a
+    live process from a later one that reuses its pid; "" when there is no such process."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat.rsplit(")", 1)[1].split()[19]
+
+
+def process_identity() -> str:
+    """`host:pid:start time` of this process, stored on the build it runs."""
+    return f"{socket.gethostname()}:{os.getpid()}:{_proc_start_time(os.getpid())}"
+
+
+def owner_alive(worker: str) -> bool | None:
+    """Whether the process named by `process_identity()` still runs: None when it is not on this
+    host (or unknown), so only heartbeats can tell."""
+    host, _, rest = worker.partition(":")
+    pid, _, started = rest.partition(":")
+    if host != socket.gethostname() or not pid.isdigit() or not Path("/proc/self/stat").exists():
+        return None
+    return bool(started) and _proc_start_time(int(pid)) == started
+
+
+def _sweep_dead_owners(builds: QuerySet[IndexBuild]) -> list[int]:
+    swept = []
+    for build in builds.filter(status=Status.RUNNING).exclude(worker=""):
+        if owner_alive(build.worker) is False:
+            _discard(build, status=Status.FAILED,
+                     error="The worker process running this build died (killed, or out of memory); "
+                           "the previous index stays active. Start a new build.")
+            swept.append(build.pk)
+            logger.warning("build %s: its worker %s is gone, marked failed", build.pk, build.worker)
+    return swept
+
+
 def builds_sweep_stale(*, corpus_id: int | None = None) -> list[int]:
-    """Fail running builds whose worker stopped sending heartbeats; returns their ids."""
+    """Fail running builds whose worker is gone: a process on this host that no longer runs, or
+    one anywhere that stopped sending heartbeats. Returns their ids."""
+    running = IndexBuild.objects.all() if corpus_id is None else IndexBuild.objects.filter(corpus_id=corpus_id)
+    swept = _sweep_dead_owners(running)
     cutoff = timezone.now() - timedelta(seconds=settings.BUILD_STALE_SECONDS)
     stale = IndexBuild.objects.filter(status=Status.RUNNING).filter(
         Q(heartbeat__lt=cutoff) | Q(heartbeat__isnull=True, started__lt=cutoff))
     if corpus_id is not None:
         stale = stale.filter(corpus_id=corpus_id)
-    swept = []
     for build in stale:
         seen = build.heartbeat or build.started
         message = (f"The worker running this build stopped responding (last heartbeat {seen:%Y-%m-%d %H:%M:%S} UTC); "

@@ -98,6 +98,15 @@ def _clean_name(name: str) -> str:
     return base[-255:]
 
 
+def _disk_name(name: str, sha256: str) -> str:
+    """`<sha256[:16]>-<name made safe>`, at most 255 bytes (the usual file-name limit): a long name
+    loses the end of its stem, never its suffix, which tells the format."""
+    safe = _UNSAFE.sub("_", name)
+    suffix = Path(safe).suffix
+    room = 255 - 17 - len(suffix)
+    return f"{sha256[:16]}-{safe[:-len(suffix) or None][:room]}{suffix}"
+
+
 def _stage(uploaded: UploadedFile, staged: Path, limit: int) -> tuple[str, int]:
     """Put the upload at `staged` (same filesystem as the datasets) and return (sha256, size).
 
@@ -152,7 +161,7 @@ def dataset_upload(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded_fi
             report = validate_dataset(staged)
         except DatasetError as error:
             raise DatasetRejected(str(error).replace(str(staged), name)) from None
-        relative = f"corpora/{corpus.pk}/datasets/{sha256[:16]}-{_UNSAFE.sub('_', name)}"
+        relative = f"corpora/{corpus.pk}/datasets/{_disk_name(name, sha256)}"
         final = Path(settings.DATA_DIR) / relative
         final.parent.mkdir(parents=True, exist_ok=True)
         moved = False

@@ -24,6 +24,11 @@
     if (wasLive && !live) { setTimeout(function () { location.reload(); }, 600); }
   }
 
+  // Widths come from data-percent, not a style attribute, which the Content-Security-Policy forbids.
+  table.querySelectorAll('[data-field="fill"][data-percent]').forEach(function (fill) {
+    fill.style.width = fill.dataset.percent + "%";
+  });
+
   function anyLive() { return table.querySelector("tr.live") !== null; }
 
   function poll() {
@@ -41,7 +46,8 @@
       if (event.build) { render(event.build); }
       if (event.op === "queued" && !pollTimer) { pollTimer = setTimeout(poll, 500); }
     };
-    socket.onclose = function () { setTimeout(connect, 5000); };
+    // 4401 (logged out) and 4404 (not readable) are final: reconnecting would only repeat them.
+    socket.onclose = function (event) { if (event.code !== 4401 && event.code !== 4404) { setTimeout(connect, 5000); } };
   }
 
   if (anyLive()) { poll(); }

@@ -15,7 +15,7 @@ async def _connect(client, corpus_id: int) -> tuple[WebsocketCommunicator, bool]
     cookie = client.cookies["sessionid"].value
     communicator = WebsocketCommunicator(application, f"/ws/corpora/{corpus_id}/builds/",
                                          headers=[(b"cookie", f"sessionid={cookie}".encode()),
-                                                  (b"origin", b"http://localhost")])
+                                                  (b"origin", b"http://localhost"), (b"host", b"localhost")])
     connected, _ = await communicator.connect()
     return communicator, connected
 
@@ -27,7 +27,8 @@ async def test_member_receives_progress_and_outsider_is_refused(corpus, member, 
     watcher, connected = await _connect(member_client, corpus.pk)
     assert connected
     intruder, intruder_connected = await _connect(outsider_client, corpus.pk)
-    assert not intruder_connected
+    assert intruder_connected  # like the chat: accepted, so the page can read the close code
+    assert await intruder.receive_output(timeout=5) == {"type": "websocket.close", "code": 4404}
     build = await IndexBuild.objects.acreate(corpus=corpus, status=IndexBuild.Status.RUNNING, phase="encode",
                                              done=30, total=120)
     await sync_to_async(send_build_event)(build, op="progress")

@@ -1,0 +1,113 @@
+"""ASGI middleware in front of Django that bounds every HTTP request body.
+
+Django's ASGI handler reads the whole body (spooling it to a temporary file) before any view,
+upload handler or login check runs, so a limit there comes too late: memory or disk has already
+paid for the body. This middleware answers 413 at once when `Content-Length` is over the limit, and
+otherwise counts the bytes as they stream in and cuts the request off at the limit (a chunked body
+has no length to check). With a server that streams bodies (Uvicorn), nothing more than one
+chunk of an oversized body is ever held.
+
+Limits:
+* `REQUEST_MAX_BYTES` (default 2.5 MiB, like Django's form limit) for every request;
+* `UPLOAD_MAX_BYTES` (+ 1 MiB for the multipart envelope) on the upload paths
+  (`UPLOAD_PATH_PATTERN`), only for a request that declares its length and whose session logs
+  in a user. An anonymous client cannot make the server store more than `REQUEST_MAX_BYTES`.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from functools import cache
+from types import SimpleNamespace
+from typing import Any
+
+from channels.db import database_sync_to_async
+from django.conf import settings
+from django.contrib.auth import get_user
+from django.http.cookie import parse_cookie
+from django.utils.module_loading import import_string
+
+logger = logging.getLogger(__name__)
+MULTIPART_ENVELOPE_BYTES = 1024 * 1024
+
+
+@cache
+def _upload_paths(pattern: str) -> re.Pattern[str]:
+    return re.compile(pattern)
+
+
+def _session_logs_in(cookie_header: str) -> bool:
+    session_key = parse_cookie(cookie_header).get(settings.SESSION_COOKIE_NAME)
+    if not session_key:
+        return False
+    store = import_string(settings.SESSION_ENGINE).SessionStore(session_key=session_key)
+    return get_user(SimpleNamespace(session=store)).is_authenticated
+
+
+def _size(limit: int) -> str:
+    return f"{limit / 1024 ** 2:g} MiB" if limit >= 1024 ** 2 else f"{limit / 1024:g} KiB"
+
+
+class BodyLimitMiddleware:
+    def __init__(self, application: Any) -> None:
+        self.application = application
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> Any:
+        if scope["type"] != "http":
+            return await self.application(scope, receive, send)
+        headers = {name.lower(): value for name, value in scope.get("headers", [])}
+        try:
+            declared = int(headers[b"content-length"]) if b"content-length" in headers else None
+        except ValueError:
+            return await _answer(send, 400, "The Content-Length header is not a number.")
+        limit = settings.REQUEST_MAX_BYTES
+        if (declared is not None and declared > limit
+                and _upload_paths(settings.UPLOAD_PATH_PATTERN).fullmatch(scope.get("path", ""))
+                and await database_sync_to_async(_session_logs_in)(headers.get(b"cookie", b"").decode("latin1"))):
+            limit = settings.UPLOAD_MAX_BYTES + MULTIPART_ENVELOPE_BYTES
+        if declared is not None and declared > limit:
+            return await _too_large(scope, send, limit)
+
+        received = 0
+        exceeded = started = False
+
+        async def limited_receive() -> dict[str, Any]:
+            nonlocal received, exceeded
+            if exceeded:
+                return {"type": "http.disconnect"}
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > limit:
+                    # Django reads a disconnect as an aborted request and answers nothing; the
+                    # 413 is sent below, and the server drops the rest of the body.
+                    exceeded = True
+                    return {"type": "http.disconnect"}
+            return message
+
+        async def tracked_send(message: dict[str, Any]) -> None:
+            nonlocal started
+            if exceeded and not started:
+                return
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        await self.application(scope, limited_receive, tracked_send)
+        if exceeded and not started:
+            await _too_large(scope, send, limit)
+
+
+async def _too_large(scope: dict[str, Any], send: Any, limit: int) -> None:
+    logger.warning("413 for %s %s from %s: body over %d bytes", scope.get("method"), scope.get("path"),
+                   (scope.get("client") or ("?",))[0], limit)
+    await _answer(send, 413, f"The request body is larger than the limit of {_size(limit)}.")
+
+
+async def _answer(send: Any, status: int, message: str) -> None:
+    body = message.encode()
+    # Connection: close tells the server not to wait for (or read) the rest of the body.
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"text/plain; charset=utf-8"),
+                            (b"content-length", str(len(body)).encode()), (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": body})
