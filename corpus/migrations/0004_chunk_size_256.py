@@ -7,7 +7,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('corpus', '0002_corpus_late_interaction'),
+        ('corpus', '0003_indexbuild_worker'),
     ]
 
     operations = [
