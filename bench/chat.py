@@ -122,9 +122,9 @@ def portal_setup(args: argparse.Namespace, data_dir: Path, base_url: str) -> Non
 
 def corpus_rows(build_dir: Path, records_file: Path, dataset: Path, gguf_path: Path, users: list) -> int:
     """The corpus, its dataset (source id 1) and its memory rows, as a finished build would leave them."""
+    from corpus.memories import MemoryWriter
     from corpus.models import Dataset, IndexBuild
     from corpus.services.corpora import corpus_create
-    from memory.services import MemoryWriter
 
     corpus = corpus_create(owner=users[0], name="synthetic", visibility="everyone")
     Dataset.objects.create(pk=1, corpus=corpus, name="synthetic-pydoc.jsonl", file=str(dataset),
@@ -218,10 +218,11 @@ def _median_ms(func, items) -> float:  # noqa: ANN001 - any callable of one item
 def retrieval_breakdown(args: argparse.Namespace, user, corpus_id: int) -> None:  # noqa: ANN001 - Django user
     """Where retrieval time goes: the index scan (pruned vs the exact full scan, the baseline),
     the engine's whole pipeline, and the portal's memory search (access control, SQL rows)."""
+    from corpus.memories import BuildMemoryStore
     from corpus.models import Corpus
     from engine.retrieval import Retriever, SearchTarget
     from hdrag_site.runtime import default_gguf, engine_config, loaded_build, tokenizer_for
-    from memory.services import BuildMemoryStore, memories_search
+    from memory.services import memories_search
 
     corpus = Corpus.objects.select_related("active_build").get(pk=corpus_id)
     loaded = loaded_build(corpus.active_build.build_dir)

@@ -85,7 +85,7 @@ class MessageMemory(models.Model):
 
     message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="memories")
     rank = models.PositiveIntegerField()
-    memory = models.ForeignKey("memory.Memory", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    memory = models.ForeignKey("corpus.Memory", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     memory_key = models.CharField(max_length=64, blank=True)
     corpus_name = models.CharField(max_length=200, blank=True)
     source = models.CharField(max_length=500, blank=True)

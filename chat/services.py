@@ -19,11 +19,11 @@ from chat.models import (
     MessageMemory,
 )
 from chat.serializers import memory_source
+from corpus.models import Memory
 from corpus.selectors import corpora_visible_to
 from engine.llm import Usage
 from engine.retrieval import BlendState
 from hdrag_site.errors import ApplicationError
-from memory.models import Memory
 
 TITLE_CHARS = 60
 MAX_MESSAGE_CHARS = 32_000

@@ -39,6 +39,7 @@ from chat.services import (
     message_create_user,
     message_prepare_regenerate,
 )
+from engine.bits import compress_context
 from engine.llm import (
     GenerationSettings,
     LLMConnectionError,
@@ -135,8 +136,6 @@ def _prepare(conversation_id: int, user_message_id: int, content: str) -> _Prepa
     retrieval = time.perf_counter() - started
     texts = [r["memory"]["text"] for r in results]
     if conversation.compress_context:
-        from engine.bits import compress_context
-
         texts = [compress_context(text) for text in texts]
     history = conversation_history(conversation_id=conversation_id, before_id=user_message_id)
     plan = assemble_prompt(system_prompt=config.system_prompt, history=history, user_message=content,

@@ -12,6 +12,8 @@ import logging
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
 
+from corpus.selectors import build_state
+
 logger = logging.getLogger(__name__)
 
 
@@ -32,6 +34,4 @@ def send_event(group: str, *, op: str, **payload: object) -> None:
 
 
 def send_build_event(build, *, op: str = "progress") -> None:  # noqa: ANN001 - corpus.models.IndexBuild
-    from corpus.selectors import build_state
-
     send_event(corpus_group(build.corpus_id), op=op, build=build_state(build))

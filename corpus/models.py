@@ -133,3 +133,30 @@ class IndexBuild(models.Model):
         if self.status == self.Status.SUCCEEDED:
             return 100
         return int(100 * self.done / self.total) if self.total else 0
+
+
+class Memory(models.Model):
+    """One row of a build's bitmap index (`hdv_idx`), with its text and where it came from: a build
+    artefact, written by the build (`corpus.memories.MemoryWriter`), searched by the memory app."""
+
+    corpus = models.ForeignKey(Corpus, on_delete=models.CASCADE, related_name="memories")
+    build = models.ForeignKey(IndexBuild, on_delete=models.CASCADE, related_name="memories")
+    hdv_idx = models.PositiveIntegerField(help_text="Row in the build's bitmap index.")
+    content_hash = models.CharField(max_length=32, help_text="blake2b-128 of the text (engine content id).")
+    text = models.TextField()
+    dataset = models.ForeignKey(Dataset, null=True, blank=True, on_delete=models.SET_NULL,
+                                related_name="memories")
+    metadata = models.JSONField(default=dict, blank=True)
+    token_count = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        # The table and index names it was created with in the memory app (memory/migrations/0001).
+        db_table = "memory_memory"
+        ordering = ["build", "hdv_idx"]
+        constraints = [models.UniqueConstraint(fields=["build", "hdv_idx"], name="memory_unique_row_per_build")]
+        indexes = [models.Index(fields=["build", "dataset"], name="memory_memo_build_i_40bd39_idx"),
+                   models.Index(fields=["content_hash"], name="memory_memo_content_d5ab42_idx")]
+        verbose_name_plural = "memories"
+
+    def __str__(self) -> str:
+        return f"{self.content_hash[:8]}: {self.text[:60]}"

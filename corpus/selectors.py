@@ -13,6 +13,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q, QuerySet
 from django.http import Http404
 
+from corpus.memories import memory_counts_by_dataset
 from corpus.models import Corpus, Dataset, IndexBuild
 
 User = AbstractBaseUser | AnonymousUser
@@ -94,8 +95,6 @@ def corpus_datasets(*, corpus: Corpus) -> list[Dataset]:
     datasets = list(corpus.datasets.select_related("uploaded_by").order_by("name", "id"))
     counts: dict[int, int] = {}
     if corpus.active_build_id:
-        from memory.selectors import memory_counts_by_dataset
-
         counts = memory_counts_by_dataset(build_id=corpus.active_build_id)
     for dataset in datasets:
         dataset.memory_count = counts.get(dataset.pk, 0)

@@ -9,11 +9,11 @@ from django.db.models.signals import post_delete
 from django.dispatch import receiver
 
 from corpus.models import Corpus
+from corpus.services.store import store_drop
 
 
 def _drop_store(corpus_id: int) -> None:
     # Imported here: chromadb is heavy, and only processes that delete corpora need it.
-    from corpus.services.store import store_drop
 
     store_drop(corpus_id=corpus_id)
 

@@ -7,12 +7,12 @@ import logging
 from celery import shared_task
 from celery.signals import worker_ready
 
-from corpus.services.builds import build_run, builds_sweep_stale
+from corpus.services.builds import RUN_BUILD_TASK, build_run, builds_sweep_stale
 
 logger = logging.getLogger(__name__)
 
 
-@shared_task(name="corpus.run_build")
+@shared_task(name=RUN_BUILD_TASK)
 def run_build(build_id: int) -> str:
     build = build_run(build_id=build_id)
     return build.status if build is not None else "not-claimed"

@@ -3,7 +3,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.http import HttpRequest
 
-from memory.models import Memory
+from corpus.models import Memory
 
 
 @admin.register(Memory)

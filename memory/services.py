@@ -1,4 +1,4 @@
-"""Memory writes (bulk insert during a build, deletion of a build's rows) and search.
+"""Memory search: the read side of the memory rows that builds write (`corpus.memories`).
 
 Search applies access control before retrieval: only corpora the user may read, with an active
 build, are loaded and searched, and only their enabled datasets pass the index's source filter.
@@ -7,19 +7,15 @@ Loaded builds, retrievers and late-interaction encoders are the process's, in `h
 
 from __future__ import annotations
 
-import json
 import logging
-import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
-from django.db import connection
 
-from corpus.models import Corpus, IndexBuild
+from corpus.memories import BuildMemoryStore
+from corpus.models import Corpus
 from corpus.selectors import corpora_visible_to
 from corpus.stores import store_for
 from engine.corpus import LoadedCorpus
@@ -28,112 +24,8 @@ from engine.retrieval import BlendState, SearchTarget
 from engine.text_store import text_store_rank
 from hdrag_site import runtime
 from hdrag_site.errors import ApplicationError
-from memory.models import Memory
 
 logger = logging.getLogger(__name__)
-_COLUMNS = ("corpus_id", "build_id", "hdv_idx", "content_hash", "text", "dataset_id", "metadata", "token_count")
-
-
-def _without_nul(value: Any) -> Any:
-    if isinstance(value, str):
-        return value.replace("\x00", "\ufffd")
-    if isinstance(value, dict):
-        return {_without_nul(k): _without_nul(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_without_nul(v) for v in value]
-    return value
-
-
-def _json_without_nul(value: Any) -> str:
-    """JSON for a jsonb column, which (like text) cannot hold NUL characters."""
-    dumped = json.dumps(value, ensure_ascii=False)
-    return json.dumps(_without_nul(value), ensure_ascii=False) if "\\u0000" in dumped else dumped
-
-
-class MemoryWriter:
-    """The build's sink: buffers engine records and inserts them as Memory rows in large batches.
-
-    On PostgreSQL the batches go through COPY (about 3x the rows/s of a multi-row INSERT, which
-    spends its time building statements and model instances); elsewhere through bulk_create.
-    Records arrive in the engine's small encode batches; buffering makes the insert rate
-    independent of that batch size.
-    """
-
-    def __init__(self, *, build: IndexBuild, dataset_ids: Iterable[int], batch_size: int | None = None) -> None:
-        self.build_id = build.pk
-        self.corpus_id = build.corpus_id
-        self.dataset_ids = frozenset(dataset_ids)
-        self.batch_size = batch_size or settings.MEMORY_INSERT_BATCH
-        self.pending: list[tuple] = []
-        self.inserted = 0
-        self.seconds = 0.0
-
-    def add(self, records: list[dict]) -> None:
-        for record in records:
-            source = int(record["source_id"])
-            self.pending.append((
-                self.corpus_id, self.build_id, int(record["hdv_idx"]), record["id"],
-                # PostgreSQL text cannot hold NUL; the index was built from the text with it.
-                record["text"].replace("\x00", "\ufffd"),
-                source if source in self.dataset_ids else None,
-                record.get("metadata") or {}, int(record["token_count"])))
-        if len(self.pending) >= self.batch_size:
-            self.flush()
-
-    def flush(self) -> None:
-        if not self.pending:
-            return
-        started = time.perf_counter()
-        if connection.vendor == "postgresql":
-            self._copy(self.pending)
-        else:
-            Memory.objects.bulk_create([Memory(**dict(zip(_COLUMNS, row, strict=True))) for row in self.pending],
-                                       batch_size=self.batch_size)
-        self.seconds += time.perf_counter() - started
-        self.inserted += len(self.pending)
-        self.pending = []
-
-    @staticmethod
-    def _copy(rows: list[tuple]) -> None:
-        columns = ", ".join(connection.ops.quote_name(c) for c in _COLUMNS)
-        table = connection.ops.quote_name(Memory._meta.db_table)
-        with connection.cursor() as cursor, cursor.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
-            for row in rows:
-                copy.write_row((*row[:6], _json_without_nul(row[6]), row[7]))
-
-    @property
-    def rows_per_second(self) -> float:
-        return self.inserted / self.seconds if self.seconds else 0.0
-
-
-def memories_delete_for_build(*, build_id: int, chunk: int = 10000) -> int:
-    """Delete a build's memories in chunks (deferred fields: the texts are never loaded)."""
-    deleted = 0
-    while True:
-        ids = list(Memory.objects.filter(build_id=build_id).order_by().values_list("pk", flat=True)[:chunk])
-        if not ids:
-            return deleted
-        Memory.objects.filter(pk__in=ids).only("pk").delete()
-        deleted += len(ids)
-
-
-@dataclass(frozen=True)
-class BuildMemoryStore:
-    """engine.corpus.MemoryStore over the Memory rows of one build."""
-
-    build_id: int
-
-    def get_memories(self, rows: list[int]) -> dict[int, dict]:
-        found: dict[int, dict] = {}
-        wanted = sorted({int(r) for r in rows})
-        for start in range(0, len(wanted), 1000):
-            for row in (Memory.objects.filter(build_id=self.build_id, hdv_idx__in=wanted[start:start + 1000])
-                        .values("pk", "hdv_idx", "content_hash", "text", "metadata", "token_count", "dataset_id")):
-                found[row["hdv_idx"]] = {
-                    "id": row["content_hash"], "pk": row["pk"], "text": row["text"], "hdv_idx": row["hdv_idx"],
-                    "metadata": row["metadata"], "token_count": row["token_count"], "dataset_id": row["dataset_id"]}
-        return found
-
 
 
 def _late_ranker(*, corpus_id: int, build_id: int, corpus: LoadedCorpus, gguf_path: str,

@@ -12,10 +12,10 @@ from typing import Any
 
 import numpy as np
 
+from corpus.memories import memory_counts_by_dataset
 from corpus.models import Corpus
 from engine import bits
 from hdrag_site import runtime
-from memory.selectors import memory_counts_by_dataset
 from memory.svg import bar_chart
 
 SAMPLE_ROWS = 400

@@ -29,6 +29,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
@@ -36,6 +37,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from corpus.events import send_build_event, send_event
+from corpus.memories import BuildMemoryStore, MemoryWriter, memories_delete_for_build
 from corpus.models import Corpus, Dataset, IndexBuild
 from corpus.storage import build_dir
 from corpus.stores import store_for
@@ -46,6 +48,7 @@ from hdrag_site.errors import ApplicationError
 from hdrag_site.runtime import default_gguf, engine_config, forget_build, tokenizer_for
 
 logger = logging.getLogger(__name__)
+RUN_BUILD_TASK = "corpus.run_build"  # corpus.tasks.run_build
 Status = IndexBuild.Status
 
 
@@ -62,15 +65,14 @@ def _snapshot(corpus: Corpus) -> dict[str, Any]:
 
 def build_start(*, corpus: Corpus, user: AbstractBaseUser | None) -> IndexBuild:
     """Create a queued build and queue its task once the row is committed."""
-    from corpus.tasks import run_build
-
     builds_sweep_stale(corpus_id=corpus.pk)
     if not corpus.datasets.exists():
         raise ApplicationError("Upload at least one dataset before building the index.")
     try:
         with transaction.atomic():
             build = IndexBuild.objects.create(corpus=corpus, created_by=user, parameters=_snapshot(corpus))
-            transaction.on_commit(lambda: run_build.delay(build.pk))
+            # By name: the task module imports this one (tasks call services), not the other way.
+            transaction.on_commit(lambda: current_app.signature(RUN_BUILD_TASK, args=(build.pk,)).delay())
     except IntegrityError:
         raise BuildAlreadyActive("A build of this corpus is already queued or running; "
                                  "wait for it to finish or cancel it first.") from None
@@ -160,8 +162,6 @@ class _Reporter:
 
 def _discard(build: IndexBuild, *, status: str, error: str) -> None:
     """End a build that will never serve: store the error, then drop its memory rows and files."""
-    from memory.services import memories_delete_for_build
-
     IndexBuild.objects.filter(pk=build.pk, status=Status.RUNNING).update(
         status=status, error=error[:10000], finished=timezone.now())
     memories_delete_for_build(build_id=build.pk)
@@ -188,8 +188,6 @@ def build_run(*, build_id: int) -> IndexBuild | None:
     """Run a queued build to the end. Returns None when there was nothing to claim (already
     claimed by another delivery, cancelled while queued, or deleted). Never raises for a failing
     build: the error is stored on the row."""
-    from memory.services import MemoryWriter
-
     now = timezone.now()
     claimed = IndexBuild.objects.filter(pk=build_id, status=Status.QUEUED).update(
         status=Status.RUNNING, started=now, heartbeat=now, phase="starting", worker=process_identity())
@@ -206,7 +204,7 @@ def build_run(*, build_id: int) -> IndexBuild | None:
     heartbeat.start()
     reporter = _Reporter(build)
     try:
-        _execute(build, reporter, MemoryWriter)
+        _execute(build, reporter)
     except BuildCancelled:
         _discard(build, status=Status.CANCELLED, error="Cancelled.")
     except Exception as error:
@@ -219,9 +217,7 @@ def build_run(*, build_id: int) -> IndexBuild | None:
     return build
 
 
-def _execute(build: IndexBuild, reporter: _Reporter, writer_class: type) -> None:
-    from memory.services import BuildMemoryStore
-
+def _execute(build: IndexBuild, reporter: _Reporter) -> None:
     corpus = build.corpus
     datasets = list(corpus.datasets.order_by("pk"))
     if not datasets:
@@ -239,7 +235,7 @@ def _execute(build: IndexBuild, reporter: _Reporter, writer_class: type) -> None
     IndexBuild.objects.filter(pk=build.pk).update(build_dir=str(out_dir), parameters=values)
     reporter.progress("tokenizer", 0, 1)
     tokenizer = tokenizer_for(gguf_path)
-    writer = writer_class(build=build, dataset_ids=[d.pk for d in datasets])
+    writer = MemoryWriter(build=build, dataset_ids=[d.pk for d in datasets])
     result = build_index(
         datasets=[(d.pk, d.name, d.file.path) for d in datasets], out_dir=out_dir, gguf_path=gguf_path,
         tokenizer=tokenizer, config=config, sink=writer.add, progress=reporter.progress,
@@ -359,8 +355,6 @@ def builds_sweep_stale(*, corpus_id: int | None = None) -> list[int]:
 def builds_cleanup(*, keep: int = 2, corpus_id: int | None = None) -> list[int]:
     """Delete finished builds beyond the `keep` newest of each corpus (never the active one,
     never a queued or running one): rows, memory rows, then files. Returns the deleted ids."""
-    from memory.services import memories_delete_for_build
-
     deleted = []
     corpora = Corpus.objects.all() if corpus_id is None else Corpus.objects.filter(pk=corpus_id)
     for corpus in corpora:

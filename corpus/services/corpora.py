@@ -18,7 +18,7 @@ from django.core.files.uploadedfile import UploadedFile
 from django.db import IntegrityError, transaction
 
 from corpus.models import Corpus, Dataset
-from corpus.storage import staging_dir
+from corpus.storage import corpus_dir, staging_dir
 from corpus.stores import store_for
 from corpus.uploads import upload_limit_message
 from engine.datasets import FORMAT_BY_SUFFIX, DatasetError, validate_dataset
@@ -187,8 +187,6 @@ def dataset_upload(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded_fi
 
 def corpus_delete(*, corpus: Corpus) -> None:
     """Delete a corpus, its rows and, once committed, its files."""
-    from corpus.storage import corpus_dir
-
     directory = corpus_dir(corpus.pk)
     corpus.delete()
     transaction.on_commit(lambda: shutil.rmtree(directory, ignore_errors=True))

@@ -12,9 +12,9 @@ from django.db import connections
 
 from chat.models import Conversation, Message, MessageMemory
 from chat.services import conversation_create, message_create_assistant, message_create_user
+from corpus.models import Memory
 from engine.llama_server import free_port
 from engine.spm import GGUFTokenizer
-from memory.models import Memory
 from tests.chat.conftest import (
     CONTEXT_SIZE,
     MAX_NEW_TOKENS,

@@ -6,11 +6,10 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
-from corpus.models import Corpus, IndexBuild
+from corpus.models import Corpus, IndexBuild, Memory
 from corpus.selectors import corpora_visible_to, corpora_writable_by, get_corpus_for_user
 from corpus.services.builds import build_start
 from corpus.services.corpora import corpus_create
-from memory.models import Memory
 from tests.portal.conftest import PASSWORD, TEXTS, jsonl_bytes, login
 
 

@@ -11,7 +11,7 @@ from django.core.management import call_command
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from corpus.models import Corpus, IndexBuild
+from corpus.models import Corpus, IndexBuild, Memory
 from corpus.services.builds import (
     BuildAlreadyActive,
     build_cancel,
@@ -24,7 +24,6 @@ from corpus.storage import build_dir
 from corpus.tasks import run_build
 from engine.corpus import load_corpus
 from hdrag_site.errors import ApplicationError
-from memory.models import Memory
 from memory.services import memories_search
 from tests.portal.conftest import TEXTS, build_now, upload
 
