@@ -4,7 +4,8 @@ from django.contrib import admin
 from django.contrib.auth.decorators import login_not_required
 from django.http import HttpRequest, HttpResponse
 from django.urls import include, path
-from django.views.generic import RedirectView
+
+from hdrag_site.dashboard import dashboard
 
 
 @login_not_required
@@ -13,10 +14,11 @@ def healthz(request: HttpRequest) -> HttpResponse:
 
 
 urlpatterns = [
-    path("", RedirectView.as_view(pattern_name="chat:index", permanent=False), name="home"),
+    path("", dashboard, name="home"),
     path("accounts/", include("django.contrib.auth.urls")),
     path("admin/", admin.site.urls),
     path("corpora/", include("corpus.urls")),
+    path("groups/", include("corpus.group_urls")),
     path("memory/", include("memory.urls")),
     path("chat/", include("chat.urls")),
     path("healthz", healthz, name="healthz"),
