@@ -133,7 +133,7 @@ class IndexBuild(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"build {self.pk} of {self.corpus_id} ({self.status})"
+        return f"Build #{self.pk} of {self.corpus} ({self.get_status_display().lower()})"
 
     @property
     def is_active(self) -> bool:
