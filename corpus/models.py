@@ -12,6 +12,9 @@ from corpus.storage import data_storage
 from engine.config import Config
 
 _DEFAULTS = Config()
+# How pages name a dataset's format (engine.datasets.FORMATS).
+FORMAT_LABELS = {"pdf": "PDF", "docx": "Word", "markdown": "Markdown", "text": "text", "html": "HTML", "xml": "XML",
+                 "json": "JSON", "jsonl": "JSONL", "parquet": "Parquet"}
 
 
 class Corpus(models.Model):
@@ -90,6 +93,10 @@ class Dataset(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def format_label(self) -> str:
+        return FORMAT_LABELS.get(self.format, self.format)
 
 
 class IndexBuild(models.Model):

@@ -56,7 +56,7 @@ def upload_summary(dataset: Dataset) -> str:
     report = getattr(dataset, "validation", {}) or {}
     skipped = report.get("issue_count", 0)
     note = f" ({skipped:,} unreadable {'record' if skipped == 1 else 'records'} will be skipped)" if skipped else ""
-    return f"{dataset.name}: {dataset.format.upper()}, {records_phrase(dataset.record_count, dataset.record_count_exact)}{note}"
+    return f"{dataset.name}: {dataset.format_label}, {records_phrase(dataset.record_count, dataset.record_count_exact)}{note}"
 
 
 def _is_zip(uploaded: UploadedFile) -> bool:

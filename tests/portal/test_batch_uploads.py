@@ -31,7 +31,7 @@ def test_several_files_in_one_form_post_each_get_a_message(corpus, owner):
     ]}, follow=True)
     page = response.content.decode()
     assert sorted(corpus.datasets.values_list("name", flat=True)) == ["a.jsonl", "b.md"]
-    assert "Uploaded a.jsonl: JSONL, 3 records." in page and "Uploaded b.md: MARKDOWN, 1 record." in page
+    assert "Uploaded a.jsonl: JSONL, 3 records." in page and "Uploaded b.md: Markdown, 1 record." in page
     assert "bad.json: content is not JSON" in page
 
 

@@ -116,7 +116,7 @@ def test_labels_are_human(built, owner, staff):
     listing = client.get(reverse("corpus:list")).content.decode()
     assert f"{len(TEXTS)} memories" in listing
     dataset = Dataset.objects.get(corpus=built)
-    assert "JSONL" in client.get(reverse("corpus:detail", args=[built.pk])).content.decode()
+    assert "<td>JSONL</td>" in client.get(reverse("corpus:detail", args=[built.pk])).content.decode()
     admin = login(staff)
     builds = admin.get("/admin/corpus/indexbuild/").content.decode()
     assert "Build #" not in builds or "of Team notes" in builds
