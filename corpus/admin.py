@@ -7,6 +7,7 @@ from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
 from django.template.defaultfilters import filesizeformat
+from django.utils import timezone
 from django.utils.html import format_html
 
 from corpus.models import Corpus, Dataset, IndexBuild
@@ -144,7 +145,7 @@ class DatasetAdmin(admin.ModelAdmin):
 @admin.register(IndexBuild)
 class IndexBuildAdmin(admin.ModelAdmin):
     # Few, short columns: the list must fit 1280 px beside the admin's sidebar.
-    list_display = ["id", "corpus", "status", "progress", "memories", "created", "took", "short_error"]
+    list_display = ["id", "corpus", "status", "progress", "memories", "queued", "took", "short_error"]
     list_select_related = ["corpus"]
     list_filter = ["status"]
     search_fields = ["corpus__name", "error"]
@@ -163,6 +164,10 @@ class IndexBuildAdmin(admin.ModelAdmin):
     @admin.display(description="memories", ordering="documents")
     def memories(self, build: IndexBuild) -> str:
         return num(build.documents)
+
+    @admin.display(description="queued", ordering="created")
+    def queued(self, build: IndexBuild) -> str:
+        return timezone.localtime(build.created).strftime("%Y-%m-%d %H:%M")
 
     @admin.display(description="took")
     def took(self, build: IndexBuild) -> str:

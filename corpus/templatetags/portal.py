@@ -62,3 +62,14 @@ def seconds(value) -> str:  # noqa: ANN001
 @register.filter
 def phase(value: str) -> str:
     return (value or "").replace("_", " ")
+
+
+@register.filter
+def ago(value) -> str:  # noqa: ANN001 - a datetime
+    """"just now", "5 minutes ago", "2 days ago": Django's timesince, without "0 minutes ago"."""
+    from django.utils.timesince import timesince
+
+    if not value:
+        return ""
+    since = timesince(value, depth=1)
+    return "just now" if since.startswith("0\xa0") else f"{since} ago"

@@ -34,6 +34,7 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
                  "--disable-dev-shm-usage"]
 PASSWORD = "browser-test-password-1"
 USERS = ("alice", "bob")
+STAFF = "carol"
 # Screenshots of every page the tests visit; CI keeps them as artifacts, the README uses some.
 SCREENSHOT_DIR = Path(os.environ.get("BROWSER_SCREENSHOTS", ROOT / "var" / "test" / "screenshots"))
 
@@ -81,7 +82,8 @@ def live_portal(llama_server, embedding_cache) -> Iterator[LivePortal]:
     })
     python = sys.executable
     subprocess.run([python, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True, timeout=300)
-    users = "; ".join(f"User.objects.create_user({name!r}, password={PASSWORD!r})" for name in USERS)
+    users = "; ".join([*(f"User.objects.create_user({name!r}, password={PASSWORD!r})" for name in USERS),
+                       f"User.objects.create_superuser({STAFF!r}, password={PASSWORD!r})"])
     subprocess.run([python, "manage.py", "shell", "-c", f"from django.contrib.auth.models import User; {users}"],
                    cwd=ROOT, env=env, check=True, timeout=120)
     port = free_port()
@@ -155,3 +157,12 @@ def log_in(browser, portal: LivePortal, username: str, *, dark: bool = False):  
     page.get_by_role("button", name="Log in").click()
     page.wait_for_url(f"{portal.url}/")
     return page
+
+
+def assert_labelled(page) -> None:  # noqa: ANN001 - playwright Page
+    """Every visible form control has a label (or an aria-label): usable with a screen reader."""
+    unlabelled = page.evaluate("""() => Array.from(document.querySelectorAll("input, select, textarea"))
+      .filter((el) => el.type !== "hidden" && !el.closest("[hidden]"))
+      .filter((el) => !(el.labels && el.labels.length) && !el.getAttribute("aria-label"))
+      .map((el) => el.outerHTML.slice(0, 120))""")
+    assert unlabelled == [], (page.url, unlabelled)

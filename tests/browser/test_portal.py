@@ -11,7 +11,7 @@ import re
 import time
 import zipfile
 
-from tests.browser.conftest import log_in
+from tests.browser.conftest import STAFF, assert_labelled, log_in
 from tests.documents import docx_bytes, pdf_bytes
 
 HISTORY = [["The storming of the Bastille took place in Paris on 14 July 1789.",
@@ -52,16 +52,6 @@ DROP = """([zone, files]) => {
     zone.dispatchEvent(new DragEvent(type, { dataTransfer: transfer, bubbles: true, cancelable: true }));
   }
 }"""
-
-UNLABELLED = """() => Array.from(document.querySelectorAll("input, select, textarea"))
-  .filter((el) => el.type !== "hidden" && !el.closest("[hidden]"))
-  .filter((el) => !(el.labels && el.labels.length) && !el.getAttribute("aria-label"))
-  .map((el) => el.outerHTML.slice(0, 120))"""
-
-
-def assert_labelled(page) -> None:  # noqa: ANN001
-    assert page.evaluate(UNLABELLED) == [], page.url
-
 
 def test_team_workflow(browser, live_portal, screenshot):
     page = log_in(browser, live_portal, "alice")
@@ -117,6 +107,7 @@ def test_team_workflow(browser, live_portal, screenshot):
     page.get_by_role("link", name="Search", exact=True).first.click()
     page.get_by_label("Query").fill("storming of the Bastille in Paris")
     page.get_by_role("button", name="Search").click()
+    assert_labelled(page)
     scores = [int(s.replace(",", "")) for s in page.locator(".result .score").all_inner_texts() if s[0].isdigit()]
     assert len(scores) >= 2 and scores == sorted(scores, reverse=True)
     assert page.locator(".result").first.locator("mark", has_text="Bastille").count() == 1
@@ -161,7 +152,28 @@ def test_team_workflow(browser, live_portal, screenshot):
 
     page.goto(f"{live_portal.url}/")
     screenshot(page, "11-dashboard")
+    page.goto(f"{live_portal.url}/groups/")
+    page.get_by_label("Name").fill("Historians")
+    page.get_by_role("button", name="Create group").click()
+    page.get_by_label("Add a member").fill("bob")
+    page.get_by_role("button", name="Add").click()
+    assert page.locator("#members").get_by_text("bob").is_visible()
+    assert_labelled(page)
+    screenshot(page, "13-group")
     page.context.close()
+
+    # The admin's lists of what was just made fit 1280 px, with human numbers.
+    staff = log_in(browser, live_portal, STAFF)
+    for path, name in (("/admin/corpus/indexbuild/", "14-admin-builds"), ("/admin/corpus/dataset/", "15-admin-datasets"),
+                       ("/admin/corpus/corpus/", "16-admin-corpora")):
+        staff.goto(f"{live_portal.url}{path}")
+        assert staff.evaluate("document.documentElement.scrollWidth") <= 1280, path
+        # The list itself fits its box: no column hidden behind a horizontal scroll bar.
+        assert staff.evaluate("(() => { const t = document.querySelector('#result_list');"
+                              " return t.scrollWidth <= t.parentElement.clientWidth; })()"), path
+        assert not re.search(r"\d\.\d{5,}", staff.locator("#content").inner_text()), path
+        screenshot(staff, name)
+    staff.context.close()
 
 
 def test_chat_streams_and_stops(browser, live_portal, screenshot):

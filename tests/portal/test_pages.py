@@ -137,3 +137,39 @@ def test_settings_message_says_when_changes_apply(corpus, owner):
     assert "Settings saved. They apply at once." in page
     page = client.post(url, {**data, "hdc_ngram": 4}, follow=True).content.decode()
     assert "Index settings apply to the next build" in page
+
+
+def test_chat_settings_count_corpora_in_plain_english(owner, corpus):
+    from chat.services import conversation_create
+    from corpus.services.corpora import corpus_create
+
+    other = corpus_create(owner=owner, name="Second")
+    conversation = conversation_create(user=owner, corpus_ids=[corpus.pk, other.pk])
+    page = login(owner).get(reverse("chat:detail", args=[conversation.pk])).content.decode()
+    assert "2 corpora" in page and "corpuses" not in page
+
+
+@pytest.mark.parametrize(("filter_name", "value", "arg", "expected"), [
+    ("num", 1234567, None, "1,234,567"), ("num", 0.45678, 2, "0.46"), ("num", None, None, ""),
+    ("counted", 2, "corpus,corpora", "2 corpora"), ("counted", 1, "record", "1 record"),
+    ("counted", 1200, "record", "1,200 records"),
+    ("rate", 1168.1643569416988, None, "1,168/s"), ("rate", 2.345, None, "2.3/s"),
+    ("seconds", 0.217, None, "217 ms"), ("seconds", 93.5, None, "1 min 34 s"), ("seconds", 7300, None, "2 h 1 min"),
+    ("phase", "text_store", None, "text store"),
+])
+def test_human_number_filters(filter_name, value, arg, expected):
+    from corpus.templatetags import portal
+
+    function = getattr(portal, filter_name)
+    assert (function(value) if arg is None else function(value, arg)) == expected
+
+
+def test_ago_never_says_zero_minutes():
+    import datetime
+
+    from django.utils import timezone
+
+    from corpus.templatetags.portal import ago
+
+    assert ago(timezone.now()) == "just now"
+    assert ago(timezone.now() - datetime.timedelta(days=2, hours=3)) == "2 days ago"
