@@ -172,4 +172,4 @@ def test_ago_never_says_zero_minutes():
     from corpus.templatetags.portal import ago
 
     assert ago(timezone.now()) == "just now"
-    assert ago(timezone.now() - datetime.timedelta(days=2, hours=3)) == "2 days ago"
+    assert ago(timezone.now() - datetime.timedelta(days=2, hours=3)) == "2\xa0days ago"
