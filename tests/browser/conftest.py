@@ -117,8 +117,10 @@ def live_portal(llama_server, embedding_cache) -> Iterator[LivePortal]:
         shutil.rmtree(root, ignore_errors=True)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator:
+    """Module-scoped on purpose: while the sync Playwright runs, the main thread counts as inside
+    an event loop, so asyncio.run() in later test modules would fail. It must stop before them."""
     if not Path(CHROMIUM).exists():
         pytest.fail(f"no Chromium at {CHROMIUM}: `./portal test` installs Debian's chromium (apt-get install "
                     "chromium), or set CHROMIUM_PATH", pytrace=False)
