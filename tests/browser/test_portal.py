@@ -83,6 +83,13 @@ def test_team_workflow(browser, live_portal, screenshot):
     assert "unsupported file type '.exe'" in items["tool.exe"]
     assert page.locator("#upload-list progress").evaluate_all("bars => bars.every((b) => b.value === 100)")
     screenshot(page, "03-corpus-uploaded")
+    # Keyboard: Tab reaches the (visually hidden) file input, and its "Choose files" label shows the focus.
+    for _ in range(60):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.id") == "id_file":
+            break
+    assert page.evaluate("document.activeElement.id") == "id_file"
+    assert page.evaluate("getComputedStyle(document.querySelector('label[for=id_file]')).outlineStyle") == "solid"
     page.get_by_role("link", name="Show the new datasets").click()
     assert page.locator("#datasets tbody tr").count() == 6
 
