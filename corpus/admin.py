@@ -6,12 +6,15 @@ from django import forms
 from django.contrib import admin, messages
 from django.db.models import QuerySet
 from django.http import HttpRequest
+from django.template.defaultfilters import filesizeformat
+from django.utils import timezone
 from django.utils.html import format_html
 
-from corpus.models import Corpus, Dataset, IndexBuild
+from corpus.models import Corpus, Dataset, GroupManager, IndexBuild
 from corpus.services.builds import build_cancel, build_start
 from corpus.services.corpora import dataset_set_enabled, dataset_upload
 from corpus.services.store import StoreUnavailable, store_collection_stats
+from corpus.templatetags.portal import num, rate, seconds
 from hdrag_site.errors import ApplicationError
 
 
@@ -20,7 +23,7 @@ class CorpusAdmin(admin.ModelAdmin):
     list_display = ["name", "owner", "visibility", "active_build", "hdc_dimensions", "updated"]
     list_filter = ["visibility"]
     search_fields = ["name", "description", "owner__username"]
-    filter_horizontal = ["readable_groups", "writable_groups"]
+    filter_horizontal = ["readable_groups", "writable_groups", "readable_users", "writable_users"]
     raw_id_fields = ["owner"]
     readonly_fields = ["active_build", "created", "updated"]
     actions = ["start_builds"]
@@ -37,8 +40,8 @@ class CorpusAdmin(admin.ModelAdmin):
             return error.message
         if stats.empty:
             return "No embeddings yet."
-        return (f"{stats.total_documents} documents: {stats.visual_count} visual records (pages), "
-                f"{stats.text_count} text records (chunks), about {stats.storage_size_mb:.1f} MB")
+        return (f"{stats.total_documents:,} documents: {stats.visual_count:,} visual records (pages), "
+                f"{stats.text_count:,} text records (chunks), about {stats.storage_size_mb:,.1f} MB")
 
     @admin.action(description="Start an index build")
     def start_builds(self, request: HttpRequest, queryset: QuerySet[Corpus]) -> None:
@@ -83,12 +86,20 @@ class DatasetAddForm(forms.ModelForm):
 
 @admin.register(Dataset)
 class DatasetAdmin(admin.ModelAdmin):
-    list_display = ["name", "corpus", "format", "size", "record_count", "enabled", "uploaded_by", "uploaded_at"]
+    list_display = ["name", "corpus", "format", "file_size", "records", "enabled", "uploaded_by", "uploaded_at"]
     list_filter = ["enabled", "format"]
     search_fields = ["name", "sha256", "corpus__name"]
     readonly_fields = ["corpus", "name", "file", "size", "sha256", "format", "record_count", "record_count_exact",
                        "uploaded_by", "uploaded_at"]
     actions = ["enable", "disable"]
+
+    @admin.display(description="size", ordering="size")
+    def file_size(self, dataset: Dataset) -> str:
+        return filesizeformat(dataset.size)
+
+    @admin.display(description="records", ordering="record_count")
+    def records(self, dataset: Dataset) -> str:
+        return num(dataset.record_count) if dataset.record_count_exact else f"≈ {num(dataset.record_count)}"
 
     def get_form(self, request, obj=None, change=False, **kwargs):  # noqa: ANN001, ANN201, ANN003
         if obj is None:
@@ -133,11 +144,13 @@ class DatasetAdmin(admin.ModelAdmin):
 
 @admin.register(IndexBuild)
 class IndexBuildAdmin(admin.ModelAdmin):
-    list_display = ["id", "corpus", "status", "phase", "progress", "documents", "created_by", "created", "finished",
-                    "short_error"]
+    # Few, short columns: the list must fit 1280 px beside the admin's sidebar.
+    list_display = ["id", "corpus", "status", "progress", "memories", "queued", "took", "short_error"]
+    list_select_related = ["corpus"]
     list_filter = ["status"]
     search_fields = ["corpus__name", "error"]
-    readonly_fields = [f.name for f in IndexBuild._meta.fields]
+    exclude = ["rate"]
+    readonly_fields = [f.name for f in IndexBuild._meta.fields if f.name != "rate"] + ["speed"]
     actions = ["cancel"]
 
     def has_add_permission(self, request: HttpRequest) -> bool:
@@ -145,11 +158,28 @@ class IndexBuildAdmin(admin.ModelAdmin):
 
     @admin.display(description="progress")
     def progress(self, build: IndexBuild) -> str:
-        return format_html('<progress max="100" value="{}"></progress> {}%', build.percent, build.percent)
+        phase = f" {build.phase.replace('_', ' ')}" if build.is_active and build.phase else ""
+        return format_html('<progress max="100" value="{}"></progress> {} %{}', build.percent, build.percent, phase)
+
+    @admin.display(description="memories", ordering="documents")
+    def memories(self, build: IndexBuild) -> str:
+        return num(build.documents)
+
+    @admin.display(description="queued", ordering="created")
+    def queued(self, build: IndexBuild) -> str:
+        return timezone.localtime(build.created).strftime("%Y-%m-%d %H:%M")
+
+    @admin.display(description="took")
+    def took(self, build: IndexBuild) -> str:
+        return seconds((build.finished - build.started).total_seconds()) if build.finished and build.started else ""
+
+    @admin.display(description="rate")
+    def speed(self, build: IndexBuild) -> str:
+        return f"{rate(build.rate)} ({build.phase.replace('_', ' ')})" if build.rate else ""
 
     @admin.display(description="error")
     def short_error(self, build: IndexBuild) -> str:
-        return build.error[:120]
+        return build.error if len(build.error) <= 60 else build.error[:59] + "…"
 
     @admin.action(description="Cancel build")
     def cancel(self, request: HttpRequest, queryset: QuerySet[IndexBuild]) -> None:
@@ -160,3 +190,13 @@ class IndexBuildAdmin(admin.ModelAdmin):
                 self.message_user(request, error.message, messages.WARNING)
             else:
                 self.message_user(request, f"Build {build.pk}: cancellation requested.", messages.SUCCESS)
+
+
+@admin.register(GroupManager)
+class GroupManagerAdmin(admin.ModelAdmin):
+    """Who may run a group's membership from the portal's Groups page (its creator, or whom staff name)."""
+
+    list_display = ["group", "user"]
+    list_select_related = ["group", "user"]
+    search_fields = ["group__name", "user__username"]
+    raw_id_fields = ["user"]

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
 from django import forms
-from django.contrib.auth.models import Group
+from django.core.validators import MaxValueValidator, MinValueValidator
 
 from corpus.models import Corpus
+from corpus.services.sharing import groups_shareable_by
 from engine.gguf import GGUFError, read_metadata
+
+NUMBER_FIELDS = ("hdc_dimensions", "hdc_seed", "hdc_ngram", "chunk_size")
 
 
 class CorpusForm(forms.ModelForm):
@@ -19,9 +22,19 @@ class CorpusForm(forms.ModelForm):
 
     def __init__(self, *args, user, **kwargs) -> None:  # noqa: ANN001, ANN002, ANN003
         super().__init__(*args, **kwargs)
-        groups = Group.objects.all() if user.is_superuser else user.groups.all()
+        groups = groups_shareable_by(user)
         self.fields["readable_groups"].queryset = groups
         self.fields["writable_groups"].queryset = groups
+        self.fields["readable_groups"].help_text = "May search and view when shared. Share with people on the corpus page."
+        # The browser refuses what the model's validators would (0 dimensions, a 0-gram) before a round trip.
+        for name, field in self.fields.items():
+            for validator in Corpus._meta.get_field(name).validators if name in NUMBER_FIELDS else ():
+                if isinstance(validator, MinValueValidator):
+                    field.min_value = validator.limit_value
+                    field.widget.attrs["min"] = validator.limit_value
+                elif isinstance(validator, MaxValueValidator):
+                    field.max_value = validator.limit_value
+                    field.widget.attrs["max"] = validator.limit_value
         if not user.is_staff:
             del self.fields["gguf_path"]
 
@@ -41,8 +54,28 @@ class CorpusForm(forms.ModelForm):
         return path
 
 
+class MultipleFileInput(forms.ClearableFileInput):
+    allow_multiple_selected = True
+
+
+class MultipleFileField(forms.FileField):
+    """Several files in one field (Django's documented pattern); cleans to a list."""
+
+    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+        kwargs.setdefault("widget", MultipleFileInput(attrs={"multiple": True, "class": "visually-hidden"}))
+        super().__init__(*args, **kwargs)
+
+    def clean(self, data, initial=None) -> list:  # noqa: ANN001
+        single = super().clean
+        if isinstance(data, (list, tuple)) and data:
+            return [single(item, initial) for item in data]
+        return [single(data or None, initial)]
+
+
 class DatasetUploadForm(forms.Form):
-    file = forms.FileField(help_text="JSON, JSONL, Parquet, text, Markdown, HTML or XML; UTF-8.")
+    file = MultipleFileField(
+        label="Files", help_text="PDF, Word (DOCX), Markdown, text, HTML, XML, JSON, JSONL or Parquet (UTF-8 text), "
+                                 "or a ZIP of such files. Several at once; drop a folder to upload all its files.")
 
     def __init__(self, *args, upload_errors: dict | None = None, **kwargs) -> None:  # noqa: ANN002, ANN003
         super().__init__(*args, **kwargs)

@@ -12,13 +12,16 @@ from corpus.storage import data_storage
 from engine.config import Config
 
 _DEFAULTS = Config()
+# How pages name a dataset's format (engine.datasets.FORMATS).
+FORMAT_LABELS = {"pdf": "PDF", "docx": "Word", "markdown": "Markdown", "text": "text", "html": "HTML", "xml": "XML",
+                 "json": "JSON", "jsonl": "JSONL", "parquet": "Parquet"}
 
 
 class Corpus(models.Model):
     class Visibility(models.TextChoices):
-        PRIVATE = "private", "Private (owner only)"
-        GROUPS = "groups", "Groups (readable/writable groups)"
-        EVERYONE = "everyone", "Everyone with an account"
+        PRIVATE = "private", "Private: only the owner"
+        GROUPS = "groups", "Shared: the people and groups it is shared with"
+        EVERYONE = "everyone", "Everyone with an account may read"
 
     name = models.CharField(max_length=200)
     description = models.TextField(blank=True)
@@ -28,18 +31,26 @@ class Corpus(models.Model):
                                              help_text="May search and view (visibility 'groups').")
     writable_groups = models.ManyToManyField(Group, blank=True, related_name="writable_corpora",
                                              help_text="May also upload datasets and start builds.")
+    readable_users = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="readable_corpora",
+                                            help_text="People who may search and view (visibility 'shared').")
+    writable_users = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="writable_corpora",
+                                            help_text="People who may also upload datasets and start builds.")
     hdc_dimensions = models.PositiveIntegerField(
-        default=_DEFAULTS.hdc_dimensions, validators=[MinValueValidator(64), MaxValueValidator(65536)])
-    hdc_seed = models.PositiveIntegerField(default=_DEFAULTS.hdc_seed)
+        "HDC dimensions", default=_DEFAULTS.hdc_dimensions, validators=[MinValueValidator(64), MaxValueValidator(65536)],
+        help_text="Length of each memory's hypervector (64 to 65,536); more separates memories better.")
+    hdc_seed = models.PositiveIntegerField(
+        "Random seed", default=_DEFAULTS.hdc_seed, validators=[MinValueValidator(1), MaxValueValidator(2 ** 31 - 1)],
+        help_text="Seeds the random projection; the same seed gives the same index.")
     hdc_ngram = models.PositiveSmallIntegerField(
-        default=_DEFAULTS.hdc_ngram, validators=[MinValueValidator(1), MaxValueValidator(16)])
+        "N-gram length", default=_DEFAULTS.hdc_ngram, validators=[MinValueValidator(1), MaxValueValidator(16)],
+        help_text="Neighbouring tokens bound together (1 to 16).")
     chunk_size = models.PositiveIntegerField(
-        default=_DEFAULTS.chunk_size, validators=[MinValueValidator(8), MaxValueValidator(32768)],
+        "Chunk size (tokens)", default=_DEFAULTS.chunk_size, validators=[MinValueValidator(8), MaxValueValidator(32768)],
         help_text="Tokens per window when plain-text datasets are cut into memories.")
-    gguf_path = models.CharField(max_length=500, blank=True,
+    gguf_path = models.CharField("GGUF model path", max_length=500, blank=True,
                                  help_text="GGUF model whose token embeddings seed the index; blank: the default model.")
     late_interaction = models.BooleanField(
-        default=False,
+        "Late interaction", default=False,
         help_text="Also fill the corpus's text collection with each memory's token multi-vector at build time, "
                   "so searches fuse HDC with late interaction. Costs up to ~0.5 MB per memory in Chroma.")
     active_build = models.ForeignKey("IndexBuild", null=True, blank=True, on_delete=models.SET_NULL,
@@ -54,6 +65,11 @@ class Corpus(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def get_absolute_url(self) -> str:
+        from django.urls import reverse
+
+        return reverse("corpus:detail", args=[self.pk])
 
 
 class Dataset(models.Model):
@@ -77,6 +93,10 @@ class Dataset(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    @property
+    def format_label(self) -> str:
+        return FORMAT_LABELS.get(self.format, self.format)
 
 
 class IndexBuild(models.Model):
@@ -122,7 +142,7 @@ class IndexBuild(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"build {self.pk} of {self.corpus_id} ({self.status})"
+        return f"Build #{self.pk} of {self.corpus} ({self.get_status_display().lower()})"
 
     @property
     def is_active(self) -> bool:
@@ -160,3 +180,18 @@ class Memory(models.Model):
 
     def __str__(self) -> str:
         return f"{self.content_hash[:8]}: {self.text[:60]}"
+
+
+class GroupManager(models.Model):
+    """A user who may add and remove the members of a group (its creator, or one the admin named).
+
+    Groups are Django's own; this row is what lets people other than staff run them."""
+
+    group = models.ForeignKey(Group, on_delete=models.CASCADE, related_name="managers")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="managed_groups")
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["group", "user"], name="groupmanager_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.user} manages {self.group}"

@@ -1,9 +1,11 @@
 """Reads of corpora, datasets and builds. Every lookup a user makes goes through access rules here.
 
 Rules: a superuser reads and writes everything. Otherwise a corpus is readable by its owner, by
-every user when its visibility is "everyone", and by members of its readable or writable groups
-when its visibility is "groups"; it is writable by its owner and, unless private, by members of
-its writable groups. A private corpus is the owner's alone whatever groups it lists.
+every user when its visibility is "everyone", and by the people it is shared with when its
+visibility is "groups" (shown as "shared"): its readable and writable users, and the members of its
+readable and writable groups. It is writable by its owner and, unless private, by its writable
+users and the members of its writable groups. A private corpus is the owner's alone whatever
+shares it lists.
 """
 
 from __future__ import annotations
@@ -21,13 +23,14 @@ User = AbstractBaseUser | AnonymousUser
 
 def _readable(user: User) -> Q:
     groups = user.groups.all()
-    return (Q(owner=user) | Q(visibility=Corpus.Visibility.EVERYONE)
-            | Q(visibility=Corpus.Visibility.GROUPS, readable_groups__in=groups)
-            | Q(visibility=Corpus.Visibility.GROUPS, writable_groups__in=groups))
+    shared = (Q(readable_groups__in=groups) | Q(writable_groups__in=groups)
+              | Q(readable_users=user) | Q(writable_users=user))
+    return Q(owner=user) | Q(visibility=Corpus.Visibility.EVERYONE) | (Q(visibility=Corpus.Visibility.GROUPS) & shared)
 
 
 def _writable(user: User) -> Q:
-    return Q(owner=user) | (~Q(visibility=Corpus.Visibility.PRIVATE) & Q(writable_groups__in=user.groups.all()))
+    shared = Q(writable_groups__in=user.groups.all()) | Q(writable_users=user)
+    return Q(owner=user) | (~Q(visibility=Corpus.Visibility.PRIVATE) & shared)
 
 
 def _restricted(user: User, rule) -> QuerySet[Corpus]:  # noqa: ANN001 - one of the Q builders above

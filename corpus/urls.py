@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from corpus import views
+from corpus import sharing_views, views
 
 app_name = "corpus"
 
@@ -12,6 +12,9 @@ urlpatterns = [
     path("<int:pk>/", views.corpus_detail, name="detail"),
     path("<int:pk>/edit/", views.corpus_edit, name="edit"),
     path("<int:pk>/delete/", views.corpus_remove, name="delete"),
+    path("<int:pk>/share/", sharing_views.share_add, name="share_add"),
+    path("<int:pk>/share/remove/", sharing_views.share_remove, name="share_remove"),
+    path("<int:pk>/visibility/", sharing_views.visibility_set, name="visibility"),
     path("<int:pk>/datasets/", views.dataset_add, name="dataset_add"),
     path("<int:pk>/builds/", views.build_new, name="build_start"),
     path("<int:pk>/builds/status.json", views.build_status, name="build_status"),

@@ -11,6 +11,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from corpus.forms import CorpusForm, DatasetUploadForm
+from corpus.models import Corpus
 from corpus.selectors import (
     build_state,
     corpus_builds,
@@ -22,14 +23,15 @@ from corpus.selectors import (
     get_corpus_for_user,
     get_dataset_for_user,
 )
+from corpus.services.batch_uploads import datasets_upload, upload_summary
 from corpus.services.builds import build_cancel, build_start, builds_sweep_stale
 from corpus.services.corpora import (
     corpus_create,
     corpus_delete,
     dataset_delete,
     dataset_set_enabled,
-    dataset_upload,
 )
+from corpus.services.sharing import corpus_access_list, groups_shareable_by
 from corpus.services.store import StoreUnavailable, store_document_delete, store_documents, store_stats
 from hdrag_site.errors import ApplicationError
 
@@ -65,7 +67,13 @@ def corpus_edit(request: HttpRequest, pk: int) -> HttpResponse:
     form = CorpusForm(request.POST or None, instance=corpus, user=request.user)
     if request.method == "POST" and form.is_valid():
         form.save()
-        messages.success(request, "Settings saved. They apply to the next build.")
+        index_fields = {"hdc_dimensions", "hdc_seed", "hdc_ngram", "chunk_size", "gguf_path", "late_interaction"}
+        if not form.changed_data:
+            messages.info(request, "Nothing changed.")
+        elif index_fields & set(form.changed_data):
+            messages.success(request, "Settings saved. Index settings apply to the next build; the rest at once.")
+        else:
+            messages.success(request, "Settings saved. They apply at once.")
         return redirect("corpus:detail", pk=corpus.pk)
     return render(request, "corpus/form.html", {"form": form, "corpus": corpus})
 
@@ -95,6 +103,8 @@ def _detail(request: HttpRequest, corpus, upload_form: DatasetUploadForm, status
         "can_manage": corpus_can_manage(user=request.user, corpus=corpus),
         "upload_form": upload_form, "active_build_running": any(b.is_active for b in builds),
         "store": None, "store_error": "",
+        "access": corpus_access_list(corpus=corpus), "visibility_choices": Corpus.Visibility.choices,
+        "share_groups": groups_shareable_by(request.user) if corpus_can_manage(user=request.user, corpus=corpus) else [],
     }
     try:
         context["store"] = store_stats(user=request.user, corpus_id=corpus.pk)
@@ -131,22 +141,37 @@ def store_document_remove(request: HttpRequest, pk: int) -> HttpResponse:
     return redirect(f"{target}?page={page}" if page.isdigit() else target)
 
 
+def _wants_json(request: HttpRequest) -> bool:
+    return "application/json" in request.headers.get("Accept", "")
+
+
 @require_POST
 def dataset_add(request: HttpRequest, pk: int) -> HttpResponse:
+    """One or more files (or ZIPs of files), each stored or refused on its own. The page's script
+    sends one file per request (for per-file progress) and asks for JSON; the plain form gets
+    one message per file."""
     corpus = get_corpus_for_user(request.user, pk, write=True)
-    form = DatasetUploadForm(request.POST, request.FILES, upload_errors=getattr(request, "upload_errors", {}))
+    files = request.FILES  # parses the body; the upload handler records refused files on the request
+    form = DatasetUploadForm(request.POST, files, upload_errors=getattr(request, "upload_errors", {}))
+    outcomes = []
     if form.is_valid():
-        try:
-            dataset = dataset_upload(corpus=corpus, user=request.user, uploaded_file=form.cleaned_data["file"])
-        except ApplicationError as error:
-            form.add_error("file", error.message)
-        else:
-            checked = dataset.validation
-            note = f" ({checked['issue_count']} unreadable records will be skipped)" if checked["issue_count"] else ""
-            messages.success(request, f"Uploaded {dataset.name}: {dataset.format}, about {dataset.record_count} "
-                                      f"records{note}. Build the index to make it searchable.")
-            return redirect("corpus:detail", pk=corpus.pk)
-    return _detail(request, corpus, form, status=400)
+        outcomes = datasets_upload(corpus=corpus, user=request.user, files=form.cleaned_data["file"])
+    refused = [o.error for o in outcomes if o.dataset is None] + form.errors.get("file", []) \
+        + form.non_field_errors()
+    stored = [o for o in outcomes if o.dataset is not None]
+    if _wants_json(request):
+        results = [o.as_json() for o in outcomes] or [{"ok": False, "error": e} for e in refused]
+        return JsonResponse({"results": results}, status=200 if stored else 400)
+    if not stored:
+        for outcome in outcomes:
+            form.add_error("file", outcome.error)
+        return _detail(request, corpus, form, status=400)
+    for outcome in stored:
+        messages.success(request, f"Uploaded {upload_summary(outcome.dataset)}.")
+    for error in refused:
+        messages.error(request, error)
+    messages.info(request, "Build the index to make the new datasets searchable.")
+    return redirect("corpus:detail", pk=corpus.pk)
 
 
 @require_POST

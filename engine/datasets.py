@@ -24,6 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
+from engine.documents import (
+    DOCUMENT_FORMAT_BY_SUFFIX,
+    DOCUMENT_FORMATS,
+    DocumentError,
+    document_records,
+    sniff_document,
+)
 from engine.markup import MarkupError, html_text, xml_text
 from engine.tokenizer import Tokenizer
 
@@ -31,7 +38,7 @@ logger = logging.getLogger(__name__)
 
 FORMAT_BY_SUFFIX = {
     ".json": "json", ".jsonl": "jsonl", ".parquet": "parquet", ".txt": "text", ".md": "markdown",
-    ".markdown": "markdown", ".html": "html", ".htm": "html", ".xml": "xml",
+    ".markdown": "markdown", ".html": "html", ".htm": "html", ".xml": "xml", **DOCUMENT_FORMAT_BY_SUFFIX,
 }
 FORMATS = frozenset(FORMAT_BY_SUFFIX.values())
 CHUNKED_FORMATS = frozenset({"text", "markdown", "html", "xml"})
@@ -208,6 +215,12 @@ def sniff_format(source: str | Path | bytes, filename: str | None = None) -> str
     suffix_format = FORMAT_BY_SUFFIX.get(suffix)
     if suffix and suffix_format is None:
         raise DatasetError(f"{label}: unsupported file type {suffix!r}; supported: {', '.join(sorted(FORMAT_BY_SUFFIX))}")
+    try:
+        document = sniff_document(head, suffix)
+    except DocumentError as error:
+        raise DatasetError(f"{label}: {error}") from None
+    if document:
+        return document
     if head.startswith(b"PAR1"):
         if tail != b"PAR1" or (complete and len(head) < 8):
             raise DatasetError(f"{label}: truncated parquet file (footer magic PAR1 missing)")
@@ -587,6 +600,9 @@ def _iter(path: Path, tokenizer: Tokenizer | None, chunk_size: int, on_issue: Ca
         logger.warning("skipped record: %s", issue)
         on_issue(issue)
 
+    if fmt in DOCUMENT_FORMATS:
+        yield from document_records(path, fmt, reader, tokenizer, chunk_size, source)
+        return
     if fmt in CHUNKED_FORMATS:
         for char_start, text, n_tokens, index in _chunk_stream(_markup_text(path, fmt, reader), tokenizer, chunk_size):
             metadata = {"source": source, "format": fmt, "record": index, "char_start": char_start,
@@ -637,12 +653,14 @@ class _EnoughChecked(Exception):
     pass
 
 
-def validate_dataset(path: str | Path, max_records_to_check: int = 1000) -> dict:
+def validate_dataset(path: str | Path, max_records_to_check: int = 1000, *, tokenizer: Tokenizer | None = None,
+                     chunk_size: int = 1024) -> dict:
     """Check an uploaded file by reading up to `max_records_to_check` documents.
 
     Returns ``{"path", "format", "size", "records_checked", "records_valid", "record_estimate",
     "complete" (the whole file was read), "issues": first 20 issue strings, "issue_count"}``.
-    Text formats count chunks of the default size without a tokenizer. Raises DatasetError when
+    Text formats count chunks of `chunk_size` tokens of `tokenizer` (the build's, for an estimate
+    that matches the build; without one, whitespace words stand in). Raises DatasetError when
     the file is unreadable or none of the checked records has text.
     """
     path = Path(path)
@@ -656,7 +674,7 @@ def validate_dataset(path: str | Path, max_records_to_check: int = 1000) -> dict
         if valid + len(errors) >= max_records_to_check:
             raise _EnoughChecked
 
-    records = _iter(path, None, 1024, on_issue, None, fmt, reader)
+    records = _iter(path, tokenizer, chunk_size, on_issue, None, fmt, reader)
     complete = False
     try:
         for _ in records:

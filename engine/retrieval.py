@@ -238,16 +238,20 @@ class Retriever:
         return blend_vectors((q_pos, q_neg), content, history, corpus.encoder.ngram, corpus.dims)
 
     def search(self, query: str, targets: Sequence[SearchTarget], *, blend: BlendState | None = None,
-               token_budget: int | None = None, top_document: bool = False) -> list[dict]:
-        """Ranked memories: [{"memory": {id, text, hdv_idx, metadata, token_count}, "hdc_score", "corpus"}]."""
+               token_budget: int | None = None, top_document: bool = False, trace: dict | None = None) -> list[dict]:
+        """Ranked memories: [{"memory": {id, text, hdv_idx, metadata, token_count}, "hdc_score", "corpus"}].
+
+        `trace`, when given, receives how many candidates each stage kept: {"candidates",
+        "threshold", "dedup", "selected"} and the threshold's score cut "cut" (None when fused)."""
         vectors = [self.query_vector(target.corpus, query, blend) for target in targets]
         late = [target.late(query) if target.late is not None else None for target in targets]
         return self.search_vectors(vectors, targets, token_budget=token_budget, top_document=top_document,
-                                   late=late)
+                                   late=late, trace=trace)
 
     def search_vectors(self, vectors: Sequence[tuple[np.ndarray, np.ndarray]], targets: Sequence[SearchTarget], *,
                        token_budget: int | None = None, top_document: bool = False,
-                       late: Sequence[Sequence[tuple[int, float]] | None] | None = None) -> list[dict]:
+                       late: Sequence[Sequence[tuple[int, float]] | None] | None = None,
+                       trace: dict | None = None) -> list[dict]:
         """`search` from already blended query bitmaps, one (pos, neg) (words,) uint64 per target,
         and optionally one late ranking ([(row, score)], best first, or None) per target."""
         if len(vectors) != len(targets):
@@ -266,6 +270,8 @@ class Retriever:
                 q_pos, q_neg, min(self.candidates, target.corpus.count), allowed_sources=target.enabled_sources)
             candidates.extend(_Candidate(number, int(r), int(s)) for r, s in zip(rows, scores, strict=True))
         candidates.sort(key=lambda c: (-c.score, c.target, c.row))
+        trace = {} if trace is None else trace
+        trace.update(candidates=len(candidates), threshold=0, dedup=0, selected=0, cut=None)
         fused = late is not None and any(ranking for ranking in late)
         if fused:
             if len(late) != len(targets):
@@ -275,12 +281,17 @@ class Retriever:
             kept = candidates[:max(count, min(self.config.min_context, len(candidates)))]
         else:
             kept = self._threshold(candidates)
+            trace["cut"] = min((c.score for c in kept), default=None)
+        trace["threshold"] = len(kept)
         if top_document:
+            trace["dedup"] = trace["selected"] = min(1, len(candidates))
             return self._results(targets, self._with_memories(targets, candidates[:1]), fused)
         kept = _dedup(self._with_memories(targets, kept))
+        trace["dedup"] = len(kept)
         if not kept:
             return []
         chosen = self._mmr(targets, kept, budget, dims.pop(), fused)
+        trace["selected"] = len(chosen)
         return self._results(targets, [kept[i] for i in chosen], fused)
 
     def _fuse(self, targets: Sequence[SearchTarget], vectors: Sequence[tuple[np.ndarray, np.ndarray]],

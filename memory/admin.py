@@ -17,7 +17,7 @@ class MemoryAdmin(admin.ModelAdmin):
     show_full_result_count = False
 
     def excerpt(self, memory: Memory) -> str:
-        return memory.text[:100]
+        return memory.text if len(memory.text) <= 80 else memory.text[:79] + "…"
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

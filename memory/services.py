@@ -47,7 +47,7 @@ def _late_ranker(*, corpus_id: int, build_id: int, corpus: LoadedCorpus, gguf_pa
 
 def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Iterable[int], query: str,
                     blend: BlendState | None = None, token_budget: int | None = None,
-                    top_document: bool = False) -> list[dict[str, Any]]:
+                    top_document: bool = False, trace: dict | None = None) -> list[dict[str, Any]]:
     """Retrieve memories for `query` from the corpora in `corpus_ids` that `user` may read.
 
     Ids the user may not read, or of corpora without an active build, are ignored (an outsider
@@ -58,7 +58,7 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
     Corpora whose active build used late interaction are also ranked through their multi-vector
     store and fused with HDC; while that store is down they are searched by HDC alone.
     Raises ApplicationError when the chosen corpora cannot be searched together (different model
-    or HDC dimensions).
+    or HDC dimensions). `trace` receives the count each ranking stage kept (`Retriever.search`).
     """
     if not query.strip():
         return []
@@ -86,7 +86,7 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
         targets.append(SearchTarget(corpus=loaded, store=BuildMemoryStore(corpus.active_build_id),
                                     name=str(corpus.pk), enabled_sources=enabled, late=late))
     results = runtime.retriever_for(gguf_path).search(query, targets, blend=blend, token_budget=token_budget,
-                                               top_document=top_document)
+                                                      top_document=top_document, trace=trace)
     by_id: dict[int, Corpus] = {c.pk: c for c in corpora}
     dataset_names = {d.pk: d.name for c in corpora for d in c.datasets.all()}
     return [{**result, "corpus_id": int(result["corpus"]), "corpus": by_id[int(result["corpus"])].name,

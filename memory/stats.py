@@ -8,6 +8,7 @@ code), per-dimension activation (no dead or saturated dimensions), memory sizes 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,15 +17,40 @@ from corpus.memories import memory_counts_by_dataset
 from corpus.models import Corpus
 from engine import bits
 from hdrag_site import runtime
-from memory.svg import bar_chart
+from memory.svg import bar_chart, hbar_chart
 
 SAMPLE_ROWS = 400
 DIMENSION_BUCKETS = 100
+TOP_DATASETS = 15
 
 
 def _histogram(values: np.ndarray, bins: int, value_range: tuple[float, float]) -> tuple[list[int], list[str]]:
     counts, edges = np.histogram(values, bins=bins, range=value_range)
     return counts.tolist(), [f"{edge:.2f}" for edge in edges[:-1]]
+
+
+def _token_histogram(token_counts: np.ndarray, bins: int = 24) -> tuple[list[int], list[str]]:
+    """Memory sizes in whole-token bins: a bin is ceil(max / bins) tokens wide, labelled by its start."""
+    peak = max(int(token_counts.max(initial=1)), 1)
+    width = max(1, -(-peak // bins))
+    edges = np.arange(0, width * (bins + 1), width)
+    counts, _ = np.histogram(token_counts, bins=edges)
+    return counts.tolist(), [f"{int(edge):,}" for edge in edges[:-1]]
+
+
+def top_and_others(counts: dict[str, int], top: int = TOP_DATASETS) -> list[tuple[str, int]]:
+    """The `top` largest (name, count) pairs, largest first, then one "N others" row for the rest."""
+    ranked = sorted(counts.items(), key=lambda item: (-item[1], item[0]))
+    rest = ranked[top:]
+    if len(rest) > 1:
+        return ranked[:top] + [(f"{len(rest):,} other datasets", sum(count for _, count in rest))]
+    return ranked
+
+
+def directory_bytes(path: str) -> int:
+    """Bytes of the files under `path` (the build's index on disk); 0 when it is gone."""
+    root = Path(path)
+    return sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) if root.is_dir() else 0
 
 
 def corpus_stats(*, corpus: Corpus, sample_rows: int = SAMPLE_ROWS, seed: int = 0) -> dict[str, Any]:
@@ -54,29 +80,32 @@ def corpus_stats(*, corpus: Corpus, sample_rows: int = SAMPLE_ROWS, seed: int = 
 
     density_counts, density_labels = _histogram(density, 20, (0.0, max(float(density.max(initial=0)), 1e-6)))
     cosine_counts, cosine_labels = _histogram(pairs, 40, (-1.0, 1.0)) if pairs.size else ([], [])
-    tokens_counts, tokens_labels = _histogram(token_counts, 24, (0, max(int(token_counts.max(initial=1)), 1)))
+    tokens_counts, tokens_labels = _token_histogram(token_counts)
     by_dataset = memory_counts_by_dataset(build_id=build.pk)
     datasets = {d.pk: d.name for d in corpus.datasets.all()}
-    source_names = [datasets.get(pk, f"#{pk}") for pk in sorted(by_dataset)]
-    source_counts = [by_dataset[pk] for pk in sorted(by_dataset)]
+    per_dataset = top_and_others({datasets.get(pk, f"dataset #{pk}"): n for pk, n in by_dataset.items()})
+    timings = {phase: seconds for phase, seconds in (build.timings or {}).items()
+               if isinstance(seconds, int | float) and not phase.startswith("portal_") and "per_second" not in phase}
     return {
         "empty": False, "build": build, "count": count, "dims": dims, "sampled": len(rows),
         "vocab_size": build.vocab_size, "duplicates": build.duplicates,
         "mean_density": float(density.mean()) if len(rows) else 0.0,
         "mean_abs_cosine": float(np.abs(pairs).mean()) if pairs.size else 0.0,
         "dead_dimensions": int(((active_pos + active_neg) == 0).sum()),
+        "disk_bytes": directory_bytes(build.build_dir), "timings": timings,
+        "total_seconds": (build.finished - build.started).total_seconds() if build.finished and build.started else None,
+        "dataset_count": len(by_dataset),
         "charts": [
             bar_chart(density_counts, labels=density_labels, title="Density: share of non-zero dimensions per memory",
                       x_label="density", color="#3867d6"),
             bar_chart(cosine_counts, labels=cosine_labels,
                       title=f"Cosine similarity of {len(pairs):,} sampled pairs", x_label="cosine", color="#8854d0",
                       tick_every=5),
-            bar_chart(activation, labels=[str(b[0]) for b in buckets],
+            bar_chart(activation, labels=[f"{b[0]:,}" for b in buckets],
                       title=f"Activation per dimension (share of memories non-zero, {len(buckets)} buckets)",
-                      x_label="dimension", color="#20bf6b", tick_every=10),
+                      x_label="dimension", color="#20bf6b", tick_every=10, integer=False),
             bar_chart(tokens_counts, labels=tokens_labels, title="Memory size in tokens", x_label="tokens",
                       color="#fa8231"),
-            bar_chart(source_counts, labels=source_names, title="Memories per dataset", color="#0fb9b1",
-                      tick_every=1),
+            hbar_chart(per_dataset, title=f"Memories per dataset ({len(by_dataset):,} datasets)", color="#0fb9b1"),
         ],
     }

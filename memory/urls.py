@@ -8,5 +8,6 @@ app_name = "memory"
 
 urlpatterns = [
     path("search/", views.search, name="search"),
+    path("<int:pk>/", views.memory_detail, name="detail"),
     path("corpora/<int:pk>/stats/", views.stats, name="stats"),
 ]

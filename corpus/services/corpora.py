@@ -24,6 +24,7 @@ from corpus.uploads import upload_limit_message
 from engine.datasets import FORMAT_BY_SUFFIX, DatasetError, validate_dataset
 from engine.text_store import text_store_delete_source
 from hdrag_site.errors import ApplicationError
+from hdrag_site.runtime import default_gguf, tokenizer_for
 
 CORPUS_SETTINGS = ("description", "visibility", "hdc_dimensions", "hdc_seed", "hdc_ngram", "chunk_size", "gguf_path",
                    "late_interaction")
@@ -133,6 +134,12 @@ def _stage(uploaded: UploadedFile, staged: Path, limit: int) -> tuple[str, int]:
     return hasher.hexdigest(), size
 
 
+def _corpus_tokenizer(corpus: Corpus):  # noqa: ANN202 - engine.spm.GGUFTokenizer
+    """The tokenizer the corpus's next build will cut texts with, so the record estimate of a text
+    upload counts the chunks the build will make (words instead of tokens undercounted by ~2x)."""
+    return tokenizer_for(corpus.gguf_path or default_gguf())
+
+
 def dataset_upload(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded_file: UploadedFile,
                    name: str | None = None) -> Dataset:
     """Validate an uploaded file by content and store it in `corpus`, all or nothing.
@@ -158,7 +165,7 @@ def dataset_upload(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded_fi
         if duplicate is not None:
             raise DatasetRejected(f"{name}: the same content is already in this corpus as {duplicate.name!r}.")
         try:
-            report = validate_dataset(staged)
+            report = validate_dataset(staged, tokenizer=_corpus_tokenizer(corpus), chunk_size=corpus.chunk_size)
         except DatasetError as error:
             raise DatasetRejected(str(error).replace(str(staged), name)) from None
         relative = f"corpora/{corpus.pk}/datasets/{_disk_name(name, sha256)}"

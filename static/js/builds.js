@@ -15,19 +15,23 @@
     var wasLive = row.classList.contains("live");
     status.textContent = build.status.charAt(0).toUpperCase() + build.status.slice(1);
     status.className = "status " + build.status;
-    row.querySelector('[data-field="fill"]').style.width = build.percent + "%";
-    var rate = build.rate ? " · " + Math.round(build.rate) + "/s" : "";
-    row.querySelector('[data-field="phase"]').textContent =
-      build.phase + (build.total ? " " + build.done + "/" + build.total : "") + rate;
+    row.querySelector('[data-field="bar"]').value = build.percent;
     var live = build.status === "queued" || build.status === "running";
+    var detail = "";
+    if (live) {
+      detail = " · " + (build.phase || "").replace(/_/g, " ");
+      if (build.total) { detail += " " + build.done.toLocaleString("en-US") + " of " + build.total.toLocaleString("en-US"); }
+      if (build.rate) { detail += " · " + (build.rate >= 10 ? Math.round(build.rate).toLocaleString("en-US") : build.rate.toFixed(1)) + "/s"; }
+    }
+    var phase = row.querySelector('[data-field="phase"]');
+    phase.textContent = detail;
+    var percent = document.createElement("span");
+    percent.dataset.field = "percent";
+    percent.textContent = build.percent + " %";
+    phase.prepend(percent);
     row.classList.toggle("live", live);
     if (wasLive && !live) { setTimeout(function () { location.reload(); }, 600); }
   }
-
-  // Widths come from data-percent, not a style attribute, which the Content-Security-Policy forbids.
-  table.querySelectorAll('[data-field="fill"][data-percent]').forEach(function (fill) {
-    fill.style.width = fill.dataset.percent + "%";
-  });
 
   function anyLive() { return table.querySelector("tr.live") !== null; }
 

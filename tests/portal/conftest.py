@@ -127,6 +127,11 @@ def dataset(corpus, owner) -> Dataset:
     return upload(corpus, owner)
 
 
+def unmarked(response) -> str:  # noqa: ANN001 - a test client response
+    """The page's HTML without the search page's <mark> highlights, to find a memory's plain text."""
+    return response.content.decode().replace("<mark>", "").replace("</mark>", "")
+
+
 def as_file(name: str, content: bytes) -> io.BytesIO:
     handle = io.BytesIO(content)
     handle.name = name

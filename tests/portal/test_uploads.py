@@ -72,7 +72,7 @@ def test_good_upload_stored_with_size_hash_format_and_estimate(corpus, owner, da
     client = login(owner)
     response = client.post(reverse("corpus:dataset_add", args=[corpus.pk]),
                            {"file": SimpleUploadedFile("records.txt.json", content)}, follow=True)
-    assert "Uploaded records.txt.json: json" in response.content.decode()
+    assert f"Uploaded records.txt.json: JSON, {len(TEXTS)} records." in response.content.decode()
     dataset = corpus.datasets.get()
     import hashlib
 

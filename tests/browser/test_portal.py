@@ -1,0 +1,205 @@
+"""A team's day in the portal, in a real browser: log in, create a corpus, drop several files
+(PDF, DOCX, Markdown, HTML, a ZIP, one bad file), watch the build reach 100 %, search and open a
+memory, read the stats, share with a colleague who then sees it, chat and stop a streamed answer.
+Each page is saved as a screenshot (SCREENSHOT_DIR)."""
+
+from __future__ import annotations
+
+import base64
+import io
+import re
+import time
+import zipfile
+
+from tests.browser.conftest import STAFF, assert_labelled, log_in
+from tests.documents import docx_bytes, pdf_bytes
+
+HISTORY = [["The storming of the Bastille took place in Paris on 14 July 1789.",
+            "Crowds seized the fortress and its gunpowder."],
+           ["The Declaration of the Rights of Man and of the Citizen was adopted in August 1789."]]
+BIOLOGY = ["Mitochondria are the membrane-bound organelles that produce most of the cell's ATP.",
+           "Photosynthesis converts light energy into chemical energy stored in glucose."]
+GUIDE = ("# Volcanoes\n\nVolcanoes erupt when magma from the mantle rises through cracks in the crust.\n\n"
+         "## Lava\n\nBasaltic lava flows far; rhyolitic lava is thick and explosive.\n")
+PAGE = "<html><body><h1>Search</h1><p>A binary search halves the remaining interval at every step.</p></body></html>"
+
+
+def _zip(members: dict[str, str]) -> bytes:
+    out = io.BytesIO()
+    with zipfile.ZipFile(out, "w") as archive:
+        for name, text in members.items():
+            archive.writestr(name, text)
+    return out.getvalue()
+
+
+FILES = {
+    "history.pdf": pdf_bytes(HISTORY),
+    "biology.docx": docx_bytes(BIOLOGY),
+    "volcanoes.md": GUIDE.encode(),
+    "search.html": PAGE.encode(),
+    "notes.zip": _zip({"notes/hash.txt": "A hash table maps keys to buckets for constant-time lookups.",
+                       "notes/fox.txt": "The quick brown fox jumps over the lazy dog near the river bank."}),
+    "tool.exe": b"MZ\x90\x00 not a document",
+}
+
+DROP = """([zone, files]) => {
+  const transfer = new DataTransfer();
+  for (const [name, data] of files) {
+    const bytes = Uint8Array.from(atob(data), (c) => c.charCodeAt(0));
+    transfer.items.add(new File([bytes], name));
+  }
+  for (const type of ["dragenter", "dragover", "drop"]) {
+    zone.dispatchEvent(new DragEvent(type, { dataTransfer: transfer, bubbles: true, cancelable: true }));
+  }
+}"""
+
+def test_team_workflow(browser, live_portal, screenshot):
+    page = log_in(browser, live_portal, "alice")
+    assert page.locator("#first-run").is_visible()
+    screenshot(page, "01-dashboard-first-run")
+    # Keyboard: the first Tab reaches the skip link, which jumps to the content.
+    page.keyboard.press("Tab")
+    assert page.evaluate("document.activeElement.textContent") == "Skip to content"
+
+    page.get_by_role("link", name="Create a corpus").click()
+    page.get_by_label("Name").fill("Field guide")
+    page.get_by_label("HDC dimensions").fill("4096")
+    assert_labelled(page)
+    screenshot(page, "02-corpus-new")
+    page.get_by_role("button", name="Create").click()
+    page.wait_for_url(re.compile(r"/corpora/\d+/$"))
+    corpus_url = page.url
+
+    # Several files by drag and drop, each with its own progress and result.
+    files = [[name, base64.b64encode(data).decode()] for name, data in FILES.items()]
+    page.evaluate(DROP, [page.locator("#drop-zone").element_handle(), files])
+    page.wait_for_function("document.querySelectorAll('#upload-list .upload-item.ok, #upload-list .upload-item.failed')"
+                           ".length === 8", timeout=60_000)
+    items = {page.locator(".upload-name").nth(i).inner_text(): page.locator(".upload-state").nth(i).inner_text()
+             for i in range(page.locator(".upload-item").count())}
+    assert items["history.pdf"] == "history.pdf: PDF, 2 records"
+    assert items["biology.docx"].startswith("biology.docx: Word, 1 record")
+    assert items["notes.zip"] == "2 of 2 files stored" and items["notes/fox.txt"].startswith("fox.txt: text, 1 record")
+    assert "unsupported file type '.exe'" in items["tool.exe"]
+    assert page.locator("#upload-list progress").evaluate_all("bars => bars.every((b) => b.value === 100)")
+    screenshot(page, "03-corpus-uploaded")
+    # Keyboard: Tab reaches the (visually hidden) file input, and its "Choose files" label shows the focus.
+    for _ in range(60):
+        page.keyboard.press("Tab")
+        if page.evaluate("document.activeElement.id") == "id_file":
+            break
+    assert page.evaluate("document.activeElement.id") == "id_file"
+    assert page.evaluate("getComputedStyle(document.querySelector('label[for=id_file]')).outlineStyle") == "solid"
+    page.get_by_role("link", name="Show the new datasets").click()
+    assert page.locator("#datasets tbody tr").count() == 6
+
+    # The build: the progress bar moves while the worker runs it, and ends at 100 %.
+    page.get_by_role("button", name="Build index").click()
+    seen: list[int] = []
+    deadline = time.monotonic() + 120
+    status = page.locator("#builds tbody tr[data-build] [data-field=status]").first
+    while status.inner_text() != "Succeeded":
+        assert time.monotonic() < deadline, live_portal.logs()
+        assert status.inner_text() != "Failed", page.locator("#builds").inner_text()
+        seen.append(int(page.locator("#builds progress").first.evaluate("bar => bar.value")))
+        page.wait_for_timeout(150)
+    page.wait_for_load_state()
+    page.wait_for_selector("#builds tbody tr:first-child .pill:text('active')", timeout=10_000)
+    assert page.locator("#builds progress").first.evaluate("bar => bar.value") == 100
+    assert page.locator("#builds [data-field=percent]").first.inner_text() == "100 %"
+    assert seen, "the page never showed the running build"
+    screenshot(page, "04-corpus-built")
+
+    # Search: ranked by score, query words marked; the pipeline one click away; a hit opens in full.
+    page.get_by_role("link", name="Search", exact=True).first.click()
+    page.get_by_label("Query").fill("storming of the Bastille in Paris")
+    page.get_by_role("button", name="Search").click()
+    assert_labelled(page)
+    scores = [int(s.replace(",", "")) for s in page.locator(".result .score").all_inner_texts() if s[0].isdigit()]
+    assert len(scores) >= 2 and scores == sorted(scores, reverse=True)
+    assert page.locator(".result").first.locator("mark", has_text="Bastille").count() == 1
+    screenshot(page, "05-search")
+    page.get_by_role("link", name="Show the pipeline").click()
+    stages = page.locator("#pipeline .pipeline li strong").all_inner_texts()
+    assert len(stages) == 4 and int(stages[-1]) == len(scores)
+    screenshot(page, "06-search-pipeline")
+    page.locator(".result h3 a", has_text="history.pdf, page 1").click()
+    assert "14 July 1789" in page.locator("#memory-text").inner_text()
+    assert page.locator("#memory-text mark", has_text="Bastille").count() == 1
+    assert page.get_by_text("After →").is_visible()
+    screenshot(page, "07-memory")
+
+    # Stats: every chart drew bars.
+    page.goto(corpus_url)
+    page.get_by_role("link", name="Stats").click()
+    charts = page.locator("svg.chart")
+    assert charts.count() == 5
+    for i in range(5):
+        assert charts.nth(i).locator("rect").count() > 0
+        box = charts.nth(i).bounding_box()
+        assert box["width"] > 300 and box["height"] > 100
+    assert page.get_by_text("index on disk").is_visible() and page.locator("#timings").is_visible()
+    screenshot(page, "08-stats")
+
+    # Sharing with bob, who then sees the corpus.
+    page.goto(corpus_url + "#sharing")
+    page.get_by_label("Share with a person").fill("bob")
+    page.locator("#share-user").get_by_role("button", name="Share").click()
+    assert page.get_by_text("Shared: bob may now read this corpus.").is_visible()
+    assert page.locator("#access-list").get_by_text("bob").is_visible()
+    assert_labelled(page)
+    screenshot(page, "09-sharing")
+    bob = log_in(browser, live_portal, "bob", dark=True)
+    assert bob.locator("#dashboard-corpora").get_by_text("shared by alice").is_visible()
+    bob.get_by_role("link", name="Field guide").click()
+    assert bob.locator("h1").inner_text() == "Field guide"
+    assert bob.get_by_role("button", name="Build index").count() == 0  # read access only
+    screenshot(bob, "10-shared-corpus-dark")
+    bob.context.close()
+
+    page.goto(f"{live_portal.url}/")
+    screenshot(page, "11-dashboard")
+    page.goto(f"{live_portal.url}/groups/")
+    page.get_by_label("Name").fill("Historians")
+    page.get_by_role("button", name="Create group").click()
+    page.get_by_label("Add a member").fill("bob")
+    page.get_by_role("button", name="Add").click()
+    assert page.locator("#members").get_by_text("bob").is_visible()
+    assert_labelled(page)
+    screenshot(page, "13-group")
+    page.context.close()
+
+    # The admin's lists of what was just made fit 1280 px, with human numbers.
+    staff = log_in(browser, live_portal, STAFF)
+    for path, name in (("/admin/corpus/indexbuild/", "14-admin-builds"), ("/admin/corpus/dataset/", "15-admin-datasets"),
+                       ("/admin/corpus/corpus/", "16-admin-corpora")):
+        staff.goto(f"{live_portal.url}{path}")
+        assert staff.evaluate("document.documentElement.scrollWidth") <= 1280, path
+        # The list itself fits its box: no column hidden behind a horizontal scroll bar.
+        assert staff.evaluate("(() => { const t = document.querySelector('#result_list');"
+                              " return t.scrollWidth <= t.parentElement.clientWidth; })()"), path
+        assert not re.search(r"\d\.\d{5,}", staff.locator("#content").inner_text()), path
+        screenshot(staff, name)
+    staff.context.close()
+
+
+def test_chat_streams_and_stops(browser, live_portal, screenshot):
+    page = log_in(browser, live_portal, "alice")
+    page.goto(f"{live_portal.url}/chat/")
+    page.get_by_role("button", name="Start a conversation").click()
+    page.wait_for_selector("#chat-connection[data-state=open]")
+    page.get_by_label("Message").fill("Write a long story about a lighthouse keeper and the sea, in many paragraphs.")
+    page.get_by_role("button", name="Send").click()
+    answer = page.locator("#chat-messages li.chat-streaming .chat-body")
+    page.wait_for_function("(() => { const b = document.querySelector('#chat-messages li.chat-streaming .chat-body');"
+                           " return b && b.textContent.trim().length > 20; })()", timeout=60_000)
+    streamed = answer.inner_text()
+    page.get_by_role("button", name="Stop generating").click()
+    stopped = page.locator("#chat-messages li[data-status=stopped]")
+    stopped.wait_for(timeout=30_000)
+    assert stopped.get_by_text("Stopped — the partial answer was kept.").is_visible()
+    assert stopped.locator(".chat-body").inner_text().startswith(streamed[:20])
+    screenshot(page, "12-chat-stopped")
+    page.goto(f"{live_portal.url}/")
+    assert page.locator("#dashboard-conversations li").count() == 1
+    page.context.close()
