@@ -29,7 +29,6 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
-from celery import current_app
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
@@ -44,6 +43,7 @@ from corpus.stores import store_for
 from engine.build import BuildCancelled, build_index, verify_build
 from engine.corpus import load_corpus
 from engine.text_store import text_encoder_for, text_store_delete_build, text_store_fill, text_store_prune
+from hdrag_site.celery import app as celery_app
 from hdrag_site.errors import ApplicationError
 from hdrag_site.runtime import default_gguf, engine_config, forget_build, tokenizer_for
 
@@ -72,7 +72,7 @@ def build_start(*, corpus: Corpus, user: AbstractBaseUser | None) -> IndexBuild:
         with transaction.atomic():
             build = IndexBuild.objects.create(corpus=corpus, created_by=user, parameters=_snapshot(corpus))
             # By name: the task module imports this one (tasks call services), not the other way.
-            transaction.on_commit(lambda: current_app.signature(RUN_BUILD_TASK, args=(build.pk,)).delay())
+            transaction.on_commit(lambda: celery_app.signature(RUN_BUILD_TASK, args=(build.pk,)).delay())
     except IntegrityError:
         raise BuildAlreadyActive("A build of this corpus is already queued or running; "
                                  "wait for it to finish or cancel it first.") from None

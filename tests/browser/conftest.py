@@ -169,3 +169,14 @@ def assert_labelled(page) -> None:  # noqa: ANN001 - playwright Page
       .filter((el) => !(el.labels && el.labels.length) && !el.getAttribute("aria-label"))
       .map((el) => el.outerHTML.slice(0, 120))""")
     assert unlabelled == [], (page.url, unlabelled)
+
+
+def wait_until(page, expression: str, *, timeout: float = 60.0) -> None:  # noqa: ANN001 - playwright Page
+    """Poll a JavaScript expression from here until it is true. Playwright's own wait_for_function
+    builds its predicate with eval inside the page, which the portal's Content-Security-Policy
+    (script-src 'self', no 'unsafe-eval') rightly refuses; page.evaluate goes through DevTools."""
+    deadline = time.monotonic() + timeout
+    while not page.evaluate(expression):
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not true within {timeout:.0f} s: {expression}")
+        time.sleep(0.1)

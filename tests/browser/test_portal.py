@@ -11,7 +11,7 @@ import re
 import time
 import zipfile
 
-from tests.browser.conftest import STAFF, assert_labelled, log_in
+from tests.browser.conftest import STAFF, assert_labelled, log_in, wait_until
 from tests.documents import docx_bytes, pdf_bytes
 
 HISTORY = [["The storming of the Bastille took place in Paris on 14 July 1789.",
@@ -73,8 +73,8 @@ def test_team_workflow(browser, live_portal, screenshot):
     # Several files by drag and drop, each with its own progress and result.
     files = [[name, base64.b64encode(data).decode()] for name, data in FILES.items()]
     page.evaluate(DROP, [page.locator("#drop-zone").element_handle(), files])
-    page.wait_for_function("document.querySelectorAll('#upload-list .upload-item.ok, #upload-list .upload-item.failed')"
-                           ".length === 8", timeout=60_000)
+    wait_until(page, "document.querySelectorAll('#upload-list .upload-item.ok, #upload-list .upload-item.failed')"
+                     ".length === 8")
     items = {page.locator(".upload-name").nth(i).inner_text(): page.locator(".upload-state").nth(i).inner_text()
              for i in range(page.locator(".upload-item").count())}
     assert items["history.pdf"] == "history.pdf: PDF, 2 records"
@@ -191,8 +191,8 @@ def test_chat_streams_and_stops(browser, live_portal, screenshot):
     page.get_by_label("Message").fill("Write a long story about a lighthouse keeper and the sea, in many paragraphs.")
     page.get_by_role("button", name="Send").click()
     answer = page.locator("#chat-messages li.chat-streaming .chat-body")
-    page.wait_for_function("(() => { const b = document.querySelector('#chat-messages li.chat-streaming .chat-body');"
-                           " return b && b.textContent.trim().length > 20; })()", timeout=60_000)
+    wait_until(page, "(() => { const b = document.querySelector('#chat-messages li.chat-streaming .chat-body');"
+                     " return b && b.textContent.trim().length > 20; })()")
     streamed = answer.inner_text()
     page.get_by_role("button", name="Stop generating").click()
     stopped = page.locator("#chat-messages li[data-status=stopped]")

@@ -70,7 +70,7 @@ def test_outsider_sees_nothing(corpus, built, dataset, outsider):
     search = client.get(reverse("memory:search"), {"q": "Bastille", "corpora": [corpus.pk]})
     assert TEXTS[3] not in unmarked(search)
     assert client.get(reverse("admin:index")).status_code == 302
-    assert client.get(reverse("admin:memory_memory_changelist")).status_code == 302
+    assert client.get(reverse("admin:corpus_memory_changelist")).status_code == 302
     assert Corpus.objects.filter(pk=corpus.pk).exists() and dataset.enabled
 
 
@@ -116,12 +116,12 @@ def test_admin_for_staff_only(corpus, built, dataset, staff, owner):
     client = login(owner)
     assert client.get(reverse("admin:corpus_corpus_changelist")).status_code == 302
     client = login(staff)
-    for name in ("corpus_corpus", "corpus_dataset", "corpus_indexbuild", "memory_memory"):
+    for name in ("corpus_corpus", "corpus_dataset", "corpus_indexbuild", "corpus_memory"):
         assert client.get(reverse(f"admin:{name}_changelist")).status_code == 200, name
-    memories = client.get(reverse("admin:memory_memory_changelist"), {"q": "Bastille"}).content.decode()
+    memories = client.get(reverse("admin:corpus_memory_changelist"), {"q": "Bastille"}).content.decode()
     assert "Bastille" in memories
     memory = Memory.objects.first()
-    assert client.post(reverse("admin:memory_memory_change", args=[memory.pk]), {"text": "x"}).status_code == 403
+    assert client.post(reverse("admin:corpus_memory_change", args=[memory.pk]), {"text": "x"}).status_code == 403
     response = client.post(reverse("admin:corpus_dataset_changelist"),
                            {"action": "disable", "_selected_action": [dataset.pk]})
     assert response.status_code == 302
