@@ -63,9 +63,13 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "channels",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "corpus",
     "memory",
     "chat",
+    "api",
 ]
 
 MIDDLEWARE = [
@@ -185,6 +189,37 @@ UPLOAD_MAX_BYTES = envint("UPLOAD_MAX_BYTES", 512 * 1024 * 1024, minimum=1)
 FILE_UPLOAD_HANDLERS = ["corpus.uploads.LimitedHashingUploadHandler"]
 FILE_UPLOAD_TEMP_DIR = str(DATA_DIR / "tmp")
 FILE_UPLOAD_PERMISSIONS = 0o640
+
+# REST API (api/): bearer tokens or the browser session, one error shape, throttled per token.
+API_THROTTLE_RATE = envstr("API_THROTTLE_RATE", "600/min")  # per token (user, address); blank: off
+API_AUTH_FAILURES_PER_MINUTE = envint("API_AUTH_FAILURES_PER_MINUTE", 30, minimum=1)  # per address
+API_MAX_JSON_BYTES = envint("API_MAX_JSON_BYTES", 64 * 1024 * 1024, minimum=1024)
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["api.authentication.BearerTokenAuthentication",
+                                       "rest_framework.authentication.SessionAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_THROTTLE_CLASSES": ["api.throttling.TokenRateThrottle"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["api.parsers.LimitedJSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "api.errors.exception_handler",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    "URL_FORMAT_OVERRIDE": None,  # `?format=` belongs to the export endpoint
+    "STRICT_JSON": True,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "HdRAG Portal API",
+    "DESCRIPTION": "Corpora, datasets, builds, memory search, conversations, the multi-vector store and an "
+                   "OpenAI-compatible chat. Authenticate with `Authorization: Bearer <token>` (create one at "
+                   "/accounts/tokens/). Every error is `{\"error\": {\"code\", \"message\", \"details\"}}`.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": r"/api/v1",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",  # served from our static files: no CDN
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

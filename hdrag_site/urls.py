@@ -14,7 +14,9 @@ def healthz(request: HttpRequest) -> HttpResponse:
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="chat:index", permanent=False), name="home"),
+    path("accounts/tokens/", include("api.token_urls")),
     path("accounts/", include("django.contrib.auth.urls")),
+    path("api/", include(("api.urls", "api"))),
     path("admin/", admin.site.urls),
     path("corpora/", include("corpus.urls")),
     path("memory/", include("memory.urls")),
