@@ -122,11 +122,12 @@ class DatasetList(ApiView):
                    responses={201: DatasetSerializer, **errors(400, 403, 409, 413)}, tags=["datasets"])
     def post(self, request: Request, corpus_id: int) -> Response:
         corpus = get_corpus_for_user(request.user, corpus_id, write=True)
-        # The upload handler drops a file past the limit while it streams in and says why here.
+        data = request.data  # parses the body, running the upload handler
+        # That handler drops a file past the limit while it streams in and says why here.
         refused = getattr(request._request, "upload_errors", {}).get("file")
         if refused:
             raise PayloadTooLarge(refused)
-        serializer = DatasetUploadSerializer(data=request.data)
+        serializer = DatasetUploadSerializer(data=data)
         serializer.is_valid(raise_exception=True)
         dataset = dataset_upload(corpus=corpus, user=request.user, uploaded_file=serializer.validated_data["file"])
         dataset.memory_count = 0
