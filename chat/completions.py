@@ -17,9 +17,16 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 
 from chat import runtime
+from chat.models import Conversation
 from corpus.models import Corpus
 from corpus.selectors import corpora_visible_to, get_corpus_for_user
-from engine.llm import GenerationSettings, PromptPlan, assemble_prompt, system_prompt_with_memories
+from engine.llm import (
+    GenerationSettings,
+    PromptPlan,
+    PromptTooLongError,
+    assemble_prompt,
+    system_prompt_with_memories,
+)
 from engine.retrieval import BlendState
 from hdrag_site.errors import ApplicationError
 from memory.services import memories_search
@@ -27,6 +34,8 @@ from memory.services import memories_search
 MODEL_NONE = "none"
 MODEL_PREFIX = "corpus-"
 ROLES = ("system", "user", "assistant")
+# Memories per answer, in tokens: what a new conversation on the chat page starts with.
+DEFAULT_TOKEN_BUDGET = Conversation._meta.get_field("token_budget").default
 
 
 class ModelNotFound(ApplicationError):
@@ -128,13 +137,22 @@ def completion_prepare(*, user: AbstractBaseUser, model: str, messages: list[dic
     results: list[dict] = []
     if corpus is not None and corpus.active_build_id:
         search_budget = budget.search_budget(framing=framing, user_message=user_message, tokenizer=tokenizer,
-                                             requested=config.max_context_tokens)
+                                             requested=DEFAULT_TOKEN_BUDGET)
         if search_budget > 0:
             blend = BlendState(text for role, text in history if role == "assistant")
             results = memories_search(user=user, corpus_ids=[corpus.pk], query=user_message, blend=blend,
                                       token_budget=search_budget)
     retrieval = time.perf_counter() - started
-    prompt = system_prompt_with_memories(framing, [r["memory"]["text"] for r in results])
-    plan = assemble_prompt(system_prompt=prompt, history=history, user_message=user_message, tokenizer=tokenizer,
-                           budget=budget)
+    while True:
+        prompt = system_prompt_with_memories(framing, [r["memory"]["text"] for r in results])
+        try:
+            plan = assemble_prompt(system_prompt=prompt, history=history, user_message=user_message,
+                                   tokenizer=tokenizer, budget=budget)
+            break
+        except PromptTooLongError:
+            # The memories' separators are not in the search budget: drop the last memory until
+            # the prompt fits (without memories, the error is the caller's message).
+            if not results:
+                raise
+            results.pop()
     return CompletionPlan(model=model, plan=plan, memories=results, retrieval_seconds=retrieval, settings=settings)
