@@ -283,7 +283,9 @@ class EmbeddingsField(serializers.Field):
             array = self._from_base64(data)
         elif isinstance(data, list):
             try:
-                array = np.asarray(data, dtype=np.float32)
+                # Values beyond float32 become inf here and are refused below as not finite.
+                with np.errstate(over="ignore"):
+                    array = np.asarray(data, dtype=np.float32)
             except (ValueError, TypeError):
                 raise serializers.ValidationError("Expected an array of numbers"
                                                   + ("." if self.vector else " per row, rows of equal length.")) from None
@@ -296,7 +298,7 @@ class EmbeddingsField(serializers.Field):
         if array.shape[-1] != settings.MULTIVECTOR_DIM:
             raise serializers.ValidationError(f"Expected width {settings.MULTIVECTOR_DIM}, got {array.shape[-1]}.")
         if not np.isfinite(array).all():
-            raise serializers.ValidationError("Values must be finite.")
+            raise serializers.ValidationError("Values must be finite float32 numbers (|x| < 3.4e38).")
         return array
 
     def _from_base64(self, data: dict) -> np.ndarray:
@@ -388,7 +390,7 @@ class ChatMessageSerializer(serializers.Serializer):
 
 class ChatCompletionRequestSerializer(serializers.Serializer):
     model = serializers.CharField(max_length=64, help_text="none, or corpus-<id> (GET /api/v1/models).")
-    messages = ChatMessageSerializer(many=True, allow_empty=False, max_length=1000)
+    messages = serializers.ListField(child=ChatMessageSerializer(), min_length=1, max_length=1000)
     stream = serializers.BooleanField(default=False)
     temperature = serializers.FloatField(min_value=0, max_value=2, required=False, allow_null=True)
     top_p = serializers.FloatField(min_value=0.01, max_value=1, required=False, allow_null=True)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, inline_serializer
+from rest_framework import serializers
 from rest_framework.negotiation import BaseContentNegotiation
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -30,6 +31,17 @@ def errors(*codes: int) -> dict[int, OpenApiResponse]:
     """The error responses of an endpoint: 401, 404 and 429 always, plus `codes`."""
     wanted = sorted({401, 404, 429, *codes})
     return {code: OpenApiResponse(ErrorSerializer, description=ERROR_DESCRIPTIONS[code]) for code in wanted}
+
+
+def page_of(serializer_class: type[serializers.Serializer]) -> serializers.Serializer:
+    """The schema of a paginated list of `serializer_class` items."""
+    name = serializer_class.__name__.removesuffix("Serializer")
+    return inline_serializer(f"Paginated{name}List", {
+        "count": serializers.IntegerField(help_text="Items in all pages."),
+        "next": serializers.URLField(allow_null=True, help_text="The next page, or null."),
+        "previous": serializers.URLField(allow_null=True, help_text="The previous page, or null."),
+        "results": serializer_class(many=True),
+    })
 
 
 def id_path(name: str, what: str) -> OpenApiParameter:

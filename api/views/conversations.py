@@ -17,7 +17,7 @@ from api.serializers import (
     MessageSerializer,
     TurnSerializer,
 )
-from api.views.base import PAGE_PARAMETERS, ApiView, errors, id_path
+from api.views.base import PAGE_PARAMETERS, ApiView, errors, id_path, page_of
 from api.views.sse import sse_frame, sse_response
 from chat.exports import conversation_export_jsonl, conversation_export_markdown
 from chat.selectors import conversation_get_for_user, conversation_messages, conversations_for_user
@@ -43,7 +43,7 @@ def _conversation(request: Request, conversation_id: int):  # noqa: ANN202 - cha
 
 class ConversationList(ApiView):
     @extend_schema(operation_id="conversations_list", summary="Your conversations, latest first",
-                   parameters=PAGE_PARAMETERS, responses={200: ConversationSerializer(many=True), **errors()},
+                   parameters=PAGE_PARAMETERS, responses={200: page_of(ConversationSerializer), **errors()},
                    tags=["conversations"])
     def get(self, request: Request) -> Response:
         conversations = conversations_for_user(user=request.user).prefetch_related("corpora").order_by("-updated", "-id")
@@ -86,7 +86,7 @@ class ConversationDetail(ApiView):
 
 class MessageList(ApiView):
     @extend_schema(operation_id="messages_list", summary="A conversation's messages, oldest first",
-                   parameters=[CONVERSATION, *PAGE_PARAMETERS], responses={200: MessageSerializer(many=True),
+                   parameters=[CONVERSATION, *PAGE_PARAMETERS], responses={200: page_of(MessageSerializer),
                                                                           **errors()}, tags=["conversations"])
     def get(self, request: Request, conversation_id: int) -> Response:
         conversation = _conversation(request, conversation_id)

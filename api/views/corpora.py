@@ -19,7 +19,7 @@ from api.serializers import (
     DatasetUpdateSerializer,
     DatasetUploadSerializer,
 )
-from api.views.base import PAGE_PARAMETERS, ApiView, errors, id_path
+from api.views.base import PAGE_PARAMETERS, ApiView, errors, id_path, page_of
 from corpus.models import Corpus, Dataset
 from corpus.selectors import (
     build_state,
@@ -58,7 +58,7 @@ def _managed_corpus(request: Request, corpus_id: int) -> Corpus:
 
 class CorpusList(ApiView):
     @extend_schema(operation_id="corpora_list", summary="Corpora you may read", parameters=PAGE_PARAMETERS,
-                   responses={200: CorpusSerializer(many=True), **errors()}, tags=["corpora"])
+                   responses={200: page_of(CorpusSerializer), **errors()}, tags=["corpora"])
     def get(self, request: Request) -> Response:
         corpora = corpus_list_for_user(request.user).prefetch_related("readable_groups", "writable_groups")
         return self.paginated(corpora, lambda page: CorpusSerializer(page, many=True).data)
@@ -110,7 +110,7 @@ class DatasetList(ApiView):
     parser_classes = [MultiPartParser]
 
     @extend_schema(operation_id="datasets_list", summary="A corpus's datasets, with their memory counts",
-                   parameters=[CORPUS, *PAGE_PARAMETERS], responses={200: DatasetSerializer(many=True), **errors()},
+                   parameters=[CORPUS, *PAGE_PARAMETERS], responses={200: page_of(DatasetSerializer), **errors()},
                    tags=["datasets"])
     def get(self, request: Request, corpus_id: int) -> Response:
         corpus = get_corpus_for_user(request.user, corpus_id)
@@ -159,7 +159,7 @@ class DatasetDetail(ApiView):
 
 class BuildList(ApiView):
     @extend_schema(operation_id="builds_list", summary="A corpus's builds, newest first",
-                   parameters=[CORPUS, *PAGE_PARAMETERS], responses={200: BuildSerializer(many=True), **errors()},
+                   parameters=[CORPUS, *PAGE_PARAMETERS], responses={200: page_of(BuildSerializer), **errors()},
                    tags=["builds"])
     def get(self, request: Request, corpus_id: int) -> Response:
         corpus = get_corpus_for_user(request.user, corpus_id)

@@ -22,6 +22,21 @@ from engine.llm import LLMError, PromptTooLongError, Usage
 from hdrag_site.errors import ApplicationError
 
 TAGS = ["openai"]
+COMPLETION_SCHEMA = {
+    "type": "object", "required": ["id", "object", "created", "model", "choices", "usage"],
+    "properties": {
+        "id": {"type": "string"}, "object": {"type": "string", "enum": ["chat.completion"]},
+        "created": {"type": "integer"}, "model": {"type": "string"},
+        "choices": {"type": "array", "items": {"type": "object", "properties": {
+            "index": {"type": "integer"}, "finish_reason": {"type": "string"},
+            "message": {"type": "object", "properties": {"role": {"type": "string"}, "content": {"type": "string"}}}}}},
+        "usage": {"type": "object", "properties": {"prompt_tokens": {"type": "integer"},
+                                                   "completion_tokens": {"type": "integer"},
+                                                   "total_tokens": {"type": "integer"}}},
+        "memories": {"type": "array", "description": "The memories that primed the answer.",
+                     "items": {"type": "object"}},
+    },
+}
 
 
 class LLMUnavailable(ApplicationError):
@@ -72,8 +87,10 @@ class ChatCompletions(ApiView):
                     "prompt. With `stream: true` the reply is OpenAI's SSE chunk stream ending in `data: [DONE]`; "
                     "an LLM failure mid-stream arrives as a `data: {\"error\": ...}` event.",
         request=ChatCompletionRequestSerializer,
-        responses={200: OpenApiResponse(description="`chat.completion` object, or `text/event-stream` when "
-                                                    "streaming."), **errors(400, 503)}, tags=TAGS)
+        responses={(200, "application/json"): OpenApiResponse(COMPLETION_SCHEMA, description="A `chat.completion`."),
+                   (200, "text/event-stream"): OpenApiResponse(str, description="`chat.completion.chunk` events "
+                                                                                "(stream: true)."),
+                   **errors(400, 503)}, tags=TAGS)
     def post(self, request: Request) -> Response | HttpResponse:
         serializer = ChatCompletionRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)

@@ -24,7 +24,7 @@ from api.serializers import (
     StoreSearchSerializer,
     StoreStatsSerializer,
 )
-from api.views.base import PAGE_PARAMETERS, ApiView, errors, id_path
+from api.views.base import PAGE_PARAMETERS, ApiView, errors, id_path, page_of
 from corpus.services.store import (
     store_add,
     store_document_delete,
@@ -147,7 +147,7 @@ class StoreEmbeddings(ApiView):
 
 class StoreDocuments(ApiView):
     @extend_schema(operation_id="store_documents", summary="Every document with its page and chunk counts",
-                   parameters=[CORPUS, *PAGE_PARAMETERS], responses={200: StoreDocumentSerializer(many=True),
+                   parameters=[CORPUS, *PAGE_PARAMETERS], responses={200: page_of(StoreDocumentSerializer),
                                                                     **errors(503)}, tags=TAGS)
     def get(self, request: Request, corpus_id: int) -> Response:
         documents = store_documents(user=request.user, corpus_id=corpus_id)
