@@ -136,9 +136,8 @@ async def _load(url: str, headers: dict, queries: list[str], clients: int) -> tu
 def main() -> int:
     args = _parse()
     print_hardware()
-    from engine.models import default_gguf_path
-
     from bench.chat import corpus_build, corpus_rows
+    from engine.models import default_gguf_path
 
     gguf_path = default_gguf_path()
     build_dir, records_file, dataset = corpus_build(args.memories, args.seed, gguf_path)

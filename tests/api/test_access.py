@@ -14,7 +14,9 @@ from rest_framework.test import APIClient
 from api.models import ApiToken
 from api.services import api_token_create, api_token_revoke
 from chat.services import conversation_create
+from corpus.models import IndexBuild
 from corpus.services.builds import build_start
+from memory.models import Memory
 from tests.api.conftest import error_of, token_client
 from tests.portal.conftest import jsonl_bytes
 
@@ -46,6 +48,7 @@ CASES = [
     # Not built yet: readers learn that (409), outsiders do not (404).
     ("get", "/api/v1/corpora/{c}/search/?q=tides", None, None, (409, 409, 409, 404)),
     ("get", "/api/v1/search/?q=tides&corpora={c}", None, None, (200, 200, 200, 404)),
+    ("get", "/api/v1/memories/{m}/", None, None, (200, 200, 200, 404)),
     ("get", "/api/v1/corpora/{c}/store/", None, None, (200, 200, 200, 404)),
     ("post", "/api/v1/corpora/{c}/store/pages/", {"doc_id": "r", "index": 1, "embeddings": [VECTOR], "metadata": PAGE_META},
      "json", (201, 201, 403, 404)),
@@ -78,7 +81,10 @@ LISTS = ["/api/v1/corpora/", "/api/v1/conversations/", "/api/v1/models", "/api/v
 def objects(corpus, owner, dataset):
     build = build_start(corpus=corpus, user=owner)  # queued: its task waits for a commit that never comes
     conversation = conversation_create(user=owner, title="Mine", corpus_ids=[corpus.pk])
-    return {"c": corpus.pk, "d": dataset.pk, "b": build.pk, "v": conversation.pk}
+    old_build = IndexBuild.objects.create(corpus=corpus, status="succeeded")
+    memory = Memory.objects.create(corpus=corpus, build=old_build, hdv_idx=0, content_hash="0" * 32,
+                                   text="Tides follow the moon.", dataset=dataset, token_count=5)
+    return {"c": corpus.pk, "d": dataset.pk, "b": build.pk, "v": conversation.pk, "m": memory.pk}
 
 
 def _call(client: APIClient, method: str, path: str, body, fmt):  # noqa: ANN001
@@ -120,7 +126,10 @@ def test_every_endpoint_without_a_valid_token(objects, owner, settings, credenti
     elif credentials == "garbage":
         client.credentials(HTTP_AUTHORIZATION="Bearer hdr_not-a-token")
     _call.ids = objects
-    for method, template, body, fmt, _ in CASES:
+    every = CASES + [("get", path, None, None, None) for path in LISTS] + [
+        ("post", "/api/v1/corpora/", {"name": "x"}, "json", None),
+        ("post", "/api/v1/conversations/", {}, "json", None)]
+    for method, template, body, fmt, _ in every:
         response = _call(client, method, _path(template, objects), body, fmt)
         assert response.status_code == 401, (method, template, response.content[:300])
         assert response["WWW-Authenticate"].startswith("Bearer")
