@@ -396,6 +396,8 @@ class ChatCompletionRequestSerializer(serializers.Serializer):
     top_p = serializers.FloatField(min_value=0.01, max_value=1, required=False, allow_null=True)
     max_tokens = serializers.IntegerField(min_value=1, max_value=1 << 20, required=False, allow_null=True)
     max_completion_tokens = serializers.IntegerField(min_value=1, max_value=1 << 20, required=False, allow_null=True)
+    stream_options = serializers.DictField(required=False, allow_null=True,
+                                           help_text="{\"include_usage\": true}: a last chunk with the usage.")
 
     def validate_messages(self, value: list[dict]) -> list[dict]:
         total = 0

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
+from django.http import Http404
 
 from chat import runtime
 from chat.models import Conversation
@@ -70,12 +71,12 @@ def completion_corpus(*, user: AbstractBaseUser, model: str) -> Corpus | None:
     if model == MODEL_NONE:
         return None
     suffix = model[len(MODEL_PREFIX):] if model.startswith(MODEL_PREFIX) else ""
-    if not suffix.isdigit() or len(suffix) > 18:
-        raise ModelNotFound(f"No model {model!r}; GET /api/v1/models lists them.", {"model": model})
-    corpus = corpora_visible_to(user).filter(pk=int(suffix)).first()
-    if corpus is None:
-        raise ModelNotFound(f"No model {model!r}; GET /api/v1/models lists them.", {"model": model})
-    return get_corpus_for_user(user, corpus.pk)
+    try:
+        if not suffix.isdigit() or len(suffix) > 18:
+            raise Http404(model)
+        return get_corpus_for_user(user, int(suffix))
+    except Http404:
+        raise ModelNotFound(f"No model {model!r}; GET /api/v1/models lists them.", {"model": model}) from None
 
 
 def _text(content: Any, number: int) -> str:

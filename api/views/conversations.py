@@ -34,7 +34,12 @@ TURN_ERROR_STATUS = {"llm_unreachable": 503, "llm_timeout": 503, "llm_http_error
 
 
 class TurnFailed(ApplicationError):
-    pass
+    """A stored turn whose answer failed; `code` is the chat's error code (see chat.turns)."""
+
+    def __init__(self, message: str, *, code: str, details: dict) -> None:
+        super().__init__(message, details)
+        self.code = code
+        self.status = TURN_ERROR_STATUS.get(code, 503)
 
 
 def _conversation(request: Request, conversation_id: int):  # noqa: ANN202 - chat.models.Conversation
@@ -126,16 +131,10 @@ class MessageList(ApiView):
         user_message = next(e["message"] for e in events if e["type"] == "chat.accepted")
         final = events[-1]
         if final["type"] == "chat.error":
-            raise TurnFailed(final["error"], {"turn_error": final["code"], "user_message": user_message["id"],
-                                              "message": final["message"]["id"]}) from None
+            raise TurnFailed(final["error"], code=final["code"],
+                             details={"user_message": user_message["id"], "message": final["message"]["id"]})
         return Response({"status": final["status"], "user_message": user_message, "message": final["message"]},
                         status=status.HTTP_201_CREATED)
-
-    def handle_exception(self, exc: Exception) -> Response:
-        if isinstance(exc, TurnFailed):
-            exc.code = exc.details["turn_error"]
-            exc.status = TURN_ERROR_STATUS.get(exc.code, 503)
-        return super().handle_exception(exc)
 
 
 class ConversationExport(ApiView):

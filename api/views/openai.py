@@ -104,8 +104,7 @@ class ChatCompletions(ApiView):
             raise ApplicationError(str(error), {"code": "prompt_too_long"}) from None
         completion_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if data["stream"]:
-            include_usage = bool((request.data.get("stream_options") or {}).get("include_usage")) \
-                if isinstance(request.data.get("stream_options"), dict) else False
+            include_usage = bool((data.get("stream_options") or {}).get("include_usage"))
             return sse_response(lambda emit: _stream(emit, prepared, completion_id, created, include_usage))
         try:
             text, finish_reason, usage = async_to_sync(_complete)(prepared)

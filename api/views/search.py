@@ -76,13 +76,13 @@ class Search(_Search):
         serializer = MultiSearchQuerySerializer(data=request.query_params)
         serializer.is_valid(raise_exception=True)
         params = serializer.validated_data
-        readable = corpora_visible_to(request.user)
         if "corpora" in params:
             for corpus_id in params["corpora"]:
                 get_corpus_for_user(request.user, corpus_id)  # 404 for any corpus the caller may not read
             corpus_ids = params["corpora"]
         else:
-            corpus_ids = list(readable.filter(active_build__isnull=False).values_list("pk", flat=True))
+            corpus_ids = list(corpora_visible_to(request.user).filter(active_build__isnull=False)
+                              .values_list("pk", flat=True))
         return self.search(request, corpus_ids, params)
 
 
