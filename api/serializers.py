@@ -12,7 +12,7 @@ from django.contrib.auth.models import Group
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from chat.models import MAX_TOKEN_BUDGET
+from chat.models import MAX_TOKEN_BUDGET, Message
 from chat.services import MAX_MESSAGE_CHARS
 from corpus.models import Corpus
 from engine.gguf import GGUFError, read_metadata
@@ -214,6 +214,8 @@ class ConversationWriteSerializer(serializers.Serializer):
     top_document = serializers.BooleanField(required=False)
     compress_context = serializers.BooleanField(required=False)
     token_budget = serializers.IntegerField(min_value=1, max_value=MAX_TOKEN_BUDGET, required=False)
+    temperature = serializers.FloatField(min_value=0, max_value=2, required=False, allow_null=True,
+                                         help_text="The answers' sampling temperature; null: the model's default.")
 
 
 class ConversationSerializer(serializers.Serializer):
@@ -224,6 +226,7 @@ class ConversationSerializer(serializers.Serializer):
     top_document = serializers.BooleanField()
     compress_context = serializers.BooleanField()
     token_budget = serializers.IntegerField()
+    temperature = serializers.FloatField(allow_null=True)
     blend_turns = serializers.IntegerField()
     updated = serializers.DateTimeField()
 
@@ -243,7 +246,7 @@ class MessageSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     role = serializers.ChoiceField(choices=["user", "assistant"])
     content = serializers.CharField()
-    status = serializers.ChoiceField(choices=["complete", "stopped", "error"])
+    status = serializers.ChoiceField(choices=Message.Status.values)
     error = serializers.CharField()
     created = serializers.DateTimeField()
     prompt_tokens = serializers.IntegerField(allow_null=True)
@@ -258,7 +261,7 @@ class MessageSendSerializer(serializers.Serializer):
 
 
 class TurnSerializer(serializers.Serializer):
-    status = serializers.ChoiceField(choices=["complete", "stopped"])
+    status = serializers.ChoiceField(choices=[s for s in Message.Status.values if s != "error"])
     user_message = MessageSerializer()
     message = MessageSerializer()
 

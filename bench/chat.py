@@ -3,7 +3,8 @@
     python -m bench.chat [--memories 100000] [--concurrent 8] [--max-tokens 48] [--runs 3]
 
 What runs: the portal's ASGI app in this process (session auth, consumer, `chat.turns`, memory
-search, SQLite), talking to one real llama.cpp server (child process, Gemma 3 270M) over HTTP.
+search, SQLite), talking to one real llama.cpp server (child process, the packaged chat model) over
+HTTP. The corpus's index is built from Gemma 3 270M's token embeddings, as new corpora are.
 The clients are channels' WebsocketCommunicator on that same app.
 
 The corpus is built once with the real pipeline (tokenize, project Gemma's embeddings, encode,
@@ -109,8 +110,7 @@ def portal_setup(args: argparse.Namespace, data_dir: Path, base_url: str) -> Non
     import yaml
 
     config_file = data_dir / "engine.yaml"
-    config_file.write_text(yaml.safe_dump({"max_new_tokens": args.max_tokens, "llama_context_size": 4096,
-                                           "temperature": 0.7, "top_p": 0.9}))
+    config_file.write_text(yaml.safe_dump({"max_new_tokens": args.max_tokens, "llama_context_size": 4096}))
     os.environ.update({"DJANGO_SETTINGS_MODULE": "hdrag_site.settings", "DATA_DIR": str(data_dir),
                        "LLM_BASE_URL": base_url, "HDRAG_CONFIG_FILE": str(config_file), "LOG_LEVEL": "WARNING"})
     import django
@@ -299,12 +299,12 @@ def main() -> int:
     args = _parse()
     print_hardware()
     from engine.llama_server import LlamaServer
-    from engine.models import default_gguf_path
+    from engine.models import default_chat_gguf_path, default_gguf_path
 
     gguf_path = default_gguf_path()
     build_dir, records_file, dataset = corpus_build(args.memories, args.seed, gguf_path)
     with tempfile.TemporaryDirectory(prefix="bench-chat-") as data_dir, \
-            LlamaServer(gguf_path, threads=args.threads, ctx_size=args.ctx_size,
+            LlamaServer(default_chat_gguf_path(), threads=args.threads, ctx_size=args.ctx_size,
                         parallel=max(args.concurrent, 1)) as server:
         print(f"llama.cpp server: {server.base_url}, {args.threads} threads, {max(args.concurrent, 1)} slots, "
               f"ctx {args.ctx_size}; answers up to {args.max_tokens} tokens, memory budget {args.token_budget}")

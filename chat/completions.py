@@ -11,23 +11,17 @@ Models: `none` (no memories) and `corpus-<id>` for each corpus the user may read
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.http import Http404
 
 from chat import runtime
-from chat.models import Conversation
+from chat.models import DEFAULT_TOKEN_BUDGET
 from corpus.models import Corpus
 from corpus.selectors import corpora_visible_to, get_corpus_for_user
-from engine.llm import (
-    GenerationSettings,
-    PromptPlan,
-    PromptTooLongError,
-    assemble_prompt,
-    system_prompt_with_memories,
-)
+from engine.llm import GenerationSettings, PromptPlan, assemble_prompt
 from engine.retrieval import BlendState
 from hdrag_site.errors import ApplicationError
 from memory.services import memories_search
@@ -35,8 +29,6 @@ from memory.services import memories_search
 MODEL_NONE = "none"
 MODEL_PREFIX = "corpus-"
 ROLES = ("system", "user", "assistant")
-# Memories per answer, in tokens: what a new conversation on the chat page starts with.
-DEFAULT_TOKEN_BUDGET = Conversation._meta.get_field("token_budget").default
 
 
 class ModelNotFound(ApplicationError):
@@ -99,7 +91,9 @@ def completion_prepare(*, user: AbstractBaseUser, model: str, messages: list[dic
                        temperature: float | None = None, top_p: float | None = None,
                        max_tokens: int | None = None) -> CompletionPlan:
     """Retrieve for the last user message (blended with the assistant turns) and assemble the
-    prompt: the client's system messages, else the configured framing, then the memories.
+    prompt as the chat does: the client's system messages (else the configured system prompt),
+    the history, and the new user turn carrying the memories (as many as fit, memories per
+    answer as a new conversation's `DEFAULT_TOKEN_BUDGET`).
 
     Raises ApplicationError for malformed messages, ModelNotFound, PromptTooLongError.
     """
@@ -123,37 +117,26 @@ def completion_prepare(*, user: AbstractBaseUser, model: str, messages: list[dic
     history, user_message = turns[:-1], turns[-1][1]
     config = runtime.engine_config()
     budget = runtime.context_budget()
-    defaults = runtime.generation_settings()
     try:
-        settings = GenerationSettings(
-            temperature=defaults.temperature if temperature is None else float(temperature),
-            top_p=defaults.top_p if top_p is None else float(top_p),
-            # The context budget reserves the configured answer length; a longer one would not fit.
-            max_tokens=min(int(max_tokens), defaults.max_tokens) if max_tokens is not None else defaults.max_tokens)
+        defaults = runtime.generation_settings(temperature=None if temperature is None else float(temperature))
+        settings = replace(defaults, top_p=defaults.top_p if top_p is None else float(top_p),
+                           # The context budget reserves the configured answer length; a longer one would not fit.
+                           max_tokens=min(int(max_tokens), defaults.max_tokens) if max_tokens else defaults.max_tokens)
     except ValueError as error:
         raise ApplicationError(str(error)) from None
-    framing = "\n\n".join(text for text in system if text.strip()) or config.system_prompt
+    system_prompt = "\n\n".join(text for text in system if text.strip()) or config.system_prompt
     tokenizer = runtime.token_counter()
     started = time.perf_counter()
     results: list[dict] = []
     if corpus is not None and corpus.active_build_id:
-        search_budget = budget.search_budget(framing=framing, user_message=user_message, tokenizer=tokenizer,
-                                             requested=DEFAULT_TOKEN_BUDGET)
+        search_budget = budget.search_budget(system_prompt=system_prompt, user_message=user_message,
+                                             tokenizer=tokenizer, requested=DEFAULT_TOKEN_BUDGET)
         if search_budget > 0:
             blend = BlendState(text for role, text in history if role == "assistant")
             results = memories_search(user=user, corpus_ids=[corpus.pk], query=user_message, blend=blend,
                                       token_budget=search_budget)
     retrieval = time.perf_counter() - started
-    while True:
-        prompt = system_prompt_with_memories(framing, [r["memory"]["text"] for r in results])
-        try:
-            plan = assemble_prompt(system_prompt=prompt, history=history, user_message=user_message,
-                                   tokenizer=tokenizer, budget=budget)
-            break
-        except PromptTooLongError:
-            # The memories' separators are not in the search budget: drop the last memory until
-            # the prompt fits (without memories, the error is the caller's message).
-            if not results:
-                raise
-            results.pop()
+    plan = assemble_prompt(system_prompt=system_prompt, history=history, user_message=user_message,
+                           memories=[r["memory"]["text"] for r in results], tokenizer=tokenizer, budget=budget)
+    results = results[:plan.memories_used]
     return CompletionPlan(model=model, plan=plan, memories=results, retrieval_seconds=retrieval, settings=settings)

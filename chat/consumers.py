@@ -7,6 +7,7 @@ handshake is a bare 1006), and the page must know not to reconnect.
 Protocol (JSON objects with a `type`):
 
     client -> server   {"type": "chat.send", "content": str}
+                       {"type": "chat.regenerate"}   answer the last user turn again
                        {"type": "chat.stop"}
     server -> client   chat.ready on connect ({"conversation": id, "blend_turns": int}), then per
                        turn the events of `chat.turns.run_turn`; chat.error with code "busy",
@@ -75,26 +76,28 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         kind = content.get("type") if isinstance(content, dict) else None
         if kind == "chat.send":
             await self._start_turn(content.get("content"))
+        elif kind == "chat.regenerate":
+            await self._start_turn(None, regenerate=True)
         elif kind == "chat.stop":
             if self._turn is not None and not self._turn.done():
                 self._turn.cancel()
         else:
             await self._emit({"type": "chat.error", "code": "unknown_type",
-                              "error": f"unknown message type {kind!r}; expected chat.send or chat.stop"})
+                              "error": f"unknown message type {kind!r}; expected chat.send, chat.regenerate or chat.stop"})
 
-    async def _start_turn(self, text: Any) -> None:
+    async def _start_turn(self, text: Any, *, regenerate: bool = False) -> None:
         if self._turn is not None and not self._turn.done():
             await self._emit({"type": "chat.error", "code": "busy",
                               "error": "an answer is still being generated; stop it or wait"})
             return
-        if not isinstance(text, str) or not text.strip():
+        if not regenerate and (not isinstance(text, str) or not text.strip()):
             await self._emit({"type": "chat.error", "code": "invalid", "error": "content must be a non-empty string"})
             return
-        self._turn = asyncio.create_task(self._run(text))
+        self._turn = asyncio.create_task(self._run(text or "", regenerate=regenerate))
 
-    async def _run(self, text: str) -> None:
+    async def _run(self, text: str, *, regenerate: bool) -> None:
         try:
-            await run_turn(conversation_id=self.conversation_id, content=text, emit=self._emit)
+            await run_turn(conversation_id=self.conversation_id, content=text, emit=self._emit, regenerate=regenerate)
         except ApplicationError as exc:
             await self._emit({"type": "chat.error", "code": "invalid", "error": exc.message})
         except asyncio.CancelledError:

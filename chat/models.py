@@ -8,6 +8,10 @@ from django.db import models
 
 DEFAULT_TITLE = "New conversation"
 MAX_TOKEN_BUDGET = 131072
+# Memory tokens per answer: several memories of the default 256-token chunks, and a prompt the
+# default chat model prefills within about 3 s on 2 cores (bench/answers.py).
+DEFAULT_TOKEN_BUDGET = 512
+MAX_TEMPERATURE = 2.0
 
 
 class Conversation(models.Model):
@@ -25,8 +29,11 @@ class Conversation(models.Model):
     top_document = models.BooleanField(default=False)
     compress_context = models.BooleanField(default=False)
     token_budget = models.PositiveIntegerField(
-        default=2048, validators=[MinValueValidator(1), MaxValueValidator(MAX_TOKEN_BUDGET)],
+        default=DEFAULT_TOKEN_BUDGET, validators=[MinValueValidator(1), MaxValueValidator(MAX_TOKEN_BUDGET)],
         help_text="Most tokens of retrieved memories per answer (capped by the model's context).")
+    temperature = models.FloatField(
+        null=True, blank=True, validators=[MinValueValidator(0.0), MaxValueValidator(MAX_TEMPERATURE)],
+        help_text="Sampling temperature of the answers; blank: the model's recommended default.")
     blend_state = models.JSONField(default=dict, blank=True)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
@@ -47,6 +54,7 @@ class Message(models.Model):
     class Status(models.TextChoices):
         COMPLETE = "complete", "Complete"
         STOPPED = "stopped", "Stopped"
+        REPETITION = "repetition", "Stopped: it began repeating itself"
         ERROR = "error", "Error"
 
     conversation = models.ForeignKey(Conversation, on_delete=models.CASCADE, related_name="messages")

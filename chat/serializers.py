@@ -20,10 +20,11 @@ def memory_source(result: dict[str, Any]) -> str:
     return str(result.get("dataset") or (result["memory"].get("metadata") or {}).get("source") or "")
 
 
-def memory_result_json(result: dict[str, Any]) -> dict[str, Any]:
-    """A retrieval result (engine format) as the chat page shows it, before it is stored."""
+def memory_result_json(result: dict[str, Any], *, rank: int) -> dict[str, Any]:
+    """A retrieval result (engine format) as the chat page shows it, before it is stored (as
+    `memory_json` will show it: `rank` counts from 0 in retrieval order)."""
     memory = result["memory"]
-    return {"rank": None, "memory_id": memory.get("pk"), "key": str(memory.get("id", "")),
+    return {"rank": rank, "memory_id": memory.get("pk"), "key": str(memory.get("id", "")),
             "corpus": str(result.get("corpus", "")), "source": memory_source(result),
             "score": float(result["hdc_score"]), "token_count": int(memory.get("token_count") or 0),
             "excerpt": str(memory.get("text", ""))[:MessageMemory.EXCERPT_CHARS]}
@@ -42,7 +43,7 @@ def conversation_json(conversation: Conversation) -> dict[str, Any]:
     return {
         "id": conversation.pk, "title": conversation.title, "use_memory": conversation.use_memory,
         "top_document": conversation.top_document, "compress_context": conversation.compress_context,
-        "token_budget": conversation.token_budget, "corpora": sorted(c.pk for c in conversation.corpora.all()),
+        "token_budget": conversation.token_budget, "temperature": conversation.temperature, "corpora": sorted(c.pk for c in conversation.corpora.all()),
         "blend_turns": len((conversation.blend_state or {}).get("responses", [])),
         "updated": conversation.updated.isoformat(),
     }

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
-from chat.models import DEFAULT_TITLE, MAX_TOKEN_BUDGET, Conversation, Message, MessageMemory
+from chat.models import (
+    DEFAULT_TITLE,
+    DEFAULT_TOKEN_BUDGET,
+    MAX_TEMPERATURE,
+    MAX_TOKEN_BUDGET,
+    Conversation,
+    Message,
+    MessageMemory,
+)
 from chat.serializers import memory_source
 from corpus.selectors import corpora_visible_to
 from engine.llm import Usage
@@ -17,6 +27,7 @@ from memory.models import Memory
 
 TITLE_CHARS = 60
 MAX_MESSAGE_CHARS = 32_000
+UNCHANGED: Any = object()  # conversation_update: leave this field as it is
 
 
 def _visible_corpus_ids(*, user: AbstractBaseUser, corpus_ids: Iterable[int]) -> list[int]:
@@ -35,13 +46,25 @@ def _check_budget(token_budget: int) -> int:
     return int(token_budget)
 
 
+def _check_temperature(temperature: float | None) -> float | None:
+    """None (the model's default) or a finite temperature in 0..MAX_TEMPERATURE."""
+    if temperature is None:
+        return None
+    value = float(temperature)
+    if not (math.isfinite(value) and 0.0 <= value <= MAX_TEMPERATURE):
+        raise ApplicationError(f"The temperature must be between 0 and {MAX_TEMPERATURE:g}, got {temperature}.",
+                               {"temperature": temperature})
+    return value
+
+
 @transaction.atomic
 def conversation_create(*, user: AbstractBaseUser, title: str = "", corpus_ids: Iterable[int] = (),
                         use_memory: bool = True, top_document: bool = False, compress_context: bool = False,
-                        token_budget: int = 2048) -> Conversation:
+                        token_budget: int = DEFAULT_TOKEN_BUDGET, temperature: float | None = None) -> Conversation:
     conversation = Conversation.objects.create(
         owner=user, title=(title.strip() or DEFAULT_TITLE)[:200], use_memory=use_memory, top_document=top_document,
-        compress_context=compress_context, token_budget=_check_budget(token_budget))
+        compress_context=compress_context, token_budget=_check_budget(token_budget),
+        temperature=_check_temperature(temperature))
     conversation.corpora.set(_visible_corpus_ids(user=user, corpus_ids=corpus_ids))
     return conversation
 
@@ -50,8 +73,9 @@ def conversation_create(*, user: AbstractBaseUser, title: str = "", corpus_ids: 
 def conversation_update(*, conversation: Conversation, title: str | None = None,
                         corpus_ids: Iterable[int] | None = None, use_memory: bool | None = None,
                         top_document: bool | None = None, compress_context: bool | None = None,
-                        token_budget: int | None = None) -> Conversation:
-    """Change what is given; the blend history is left alone (see `conversation_clear_blend`)."""
+                        token_budget: int | None = None, temperature: float | None = UNCHANGED) -> Conversation:
+    """Change what is given (`temperature=None` returns to the model's default); the blend history
+    is left alone (see `conversation_clear_blend`)."""
     fields = ["updated"]
     if title is not None:
         if not title.strip():
@@ -66,6 +90,9 @@ def conversation_update(*, conversation: Conversation, title: str | None = None,
     if token_budget is not None:
         conversation.token_budget = _check_budget(token_budget)
         fields.append("token_budget")
+    if temperature is not UNCHANGED:
+        conversation.temperature = _check_temperature(temperature)
+        fields.append("temperature")
     conversation.save(update_fields=fields)
     if corpus_ids is not None:
         conversation.corpora.set(_visible_corpus_ids(user=conversation.owner, corpus_ids=corpus_ids))
@@ -93,6 +120,27 @@ def conversation_add_response(*, conversation_id: int, text: str) -> dict:
     conversation.blend_state = blend.to_dict()
     conversation.save(update_fields=["blend_state", "updated"])
     return conversation.blend_state
+
+
+@transaction.atomic
+def message_prepare_regenerate(*, conversation_id: int) -> Message:
+    """Take back the answer to the last user turn, so the turn can be answered again; returns that turn.
+
+    The answers after the last user message are deleted and, when the newest of them entered the
+    blend history, it leaves it again: the next answer is retrieved as the first one was.
+    """
+    conversation = Conversation.objects.select_for_update().get(pk=conversation_id)
+    last_user = conversation.messages.filter(role=Message.Role.USER).order_by("-created", "-id").first()
+    if last_user is None:
+        raise ApplicationError("There is no question to answer again yet.", {"conversation": conversation_id})
+    answers = conversation.messages.filter(role=Message.Role.ASSISTANT, id__gt=last_user.pk).order_by("-id")
+    newest = answers.first()
+    blend = BlendState.from_dict(conversation.blend_state)
+    if newest is not None and blend.responses and blend.responses[-1] == newest.content:
+        conversation.blend_state = BlendState(blend.responses[:-1], max_turns=blend.max_turns).to_dict()
+        conversation.save(update_fields=["blend_state", "updated"])
+    answers.delete()
+    return last_user
 
 
 @transaction.atomic

@@ -6,7 +6,8 @@ receives plain event dicts with a `type`:
     chat.accepted  {"message": {...}, "title": str}           the user turn is stored
     chat.memories  {"memories": [...], "retrieval_ms": float}  what primes the answer
     chat.delta     {"delta": str}                              streamed text, in order
-    chat.done      {"message": {...}, "status", "usage", "blend_turns"}
+    chat.done      {"message": {...}, "status", "usage", "blend_turns"}   status: complete, stopped, or
+                   repetition (the answer began looping: it was cut and the stored text has no echo)
     chat.error     {"error": str, "code": str, "message": {...}}   the failed answer, as stored
 
 All state is local to one call: nothing here is shared between conversations or connections.
@@ -17,6 +18,7 @@ partial answer as "stopped".
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import time
@@ -33,8 +35,14 @@ from chat.models import Conversation, Message
 from chat.retrieval import memories_for_turn
 from chat.selectors import conversation_history
 from chat.serializers import memory_result_json, message_json
-from chat.services import conversation_add_response, message_create_assistant, message_create_user
+from chat.services import (
+    conversation_add_response,
+    message_create_assistant,
+    message_create_user,
+    message_prepare_regenerate,
+)
 from engine.llm import (
+    GenerationSettings,
     LLMConnectionError,
     LLMError,
     LLMHTTPError,
@@ -44,8 +52,8 @@ from engine.llm import (
     PromptTooLongError,
     Usage,
     assemble_prompt,
-    system_prompt_with_memories,
 )
+from engine.repetition import RepetitionGuard
 from hdrag_site.errors import ApplicationError
 
 logger = logging.getLogger(__name__)
@@ -109,7 +117,15 @@ def _in_worker(func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
     return call
 
 
-def _prepare(conversation_id: int, user_message_id: int, content: str) -> tuple[list[dict], PromptPlan, float]:
+@dataclass(frozen=True)
+class _Prepared:
+    results: list[dict]
+    plan: PromptPlan
+    retrieval: float
+    generation: GenerationSettings
+
+
+def _prepare(conversation_id: int, user_message_id: int, content: str) -> _Prepared:
     """Retrieve with the conversation's own blend (fresh from its row) and assemble the prompt."""
     conversation = Conversation.objects.get(pk=conversation_id)
     config = runtime.engine_config()
@@ -118,7 +134,7 @@ def _prepare(conversation_id: int, user_message_id: int, content: str) -> tuple[
     started = time.perf_counter()
     results: list[dict] = []
     if conversation.use_memory:
-        search_budget = budget.search_budget(framing=config.system_prompt, user_message=content,
+        search_budget = budget.search_budget(system_prompt=config.system_prompt, user_message=content,
                                              tokenizer=tokenizer, requested=conversation.token_budget)
         if search_budget > 0:
             results = memories_for_turn(conversation=conversation, query=content, token_budget=search_budget)
@@ -128,21 +144,26 @@ def _prepare(conversation_id: int, user_message_id: int, content: str) -> tuple[
         from engine.bits import compress_context
 
         texts = [compress_context(text) for text in texts]
-    system = system_prompt_with_memories(config.system_prompt, texts)
     history = conversation_history(conversation_id=conversation_id, before_id=user_message_id)
-    plan = assemble_prompt(system_prompt=system, history=history, user_message=content, tokenizer=tokenizer,
-                           budget=budget)
-    return results, plan, retrieval
+    plan = assemble_prompt(system_prompt=config.system_prompt, history=history, user_message=content,
+                           memories=texts, tokenizer=tokenizer, budget=budget)
+    return _Prepared(results=results[:plan.memories_used], plan=plan, retrieval=retrieval,
+                     generation=runtime.generation_settings(temperature=conversation.temperature))
 
 
-async def run_turn(*, conversation_id: int, content: str, emit: Emit) -> TurnResult:
+async def run_turn(*, conversation_id: int, content: str = "", emit: Emit, regenerate: bool = False) -> TurnResult:
     """Run one turn; every outcome is stored and reported through `emit` (never raised),
     except cancellation, which is stored as "stopped" and then re-raised.
 
-    Raises `ApplicationError` (before anything is stored) for an empty or oversized message.
+    With `regenerate`, the last user turn is answered again (its old answer is taken back) and
+    `content` is ignored. Raises `ApplicationError` (before anything is stored) for an empty or
+    oversized message, or a regeneration with no user turn.
     """
     started = time.perf_counter()
-    user_message = await _db(message_create_user)(conversation_id=conversation_id, content=content)
+    if regenerate:
+        user_message = await _db(message_prepare_regenerate)(conversation_id=conversation_id)
+    else:
+        user_message = await _db(message_create_user)(conversation_id=conversation_id, content=content)
     result = TurnResult(status=Message.Status.ERROR, user_message_id=user_message.pk)
     title = await _db(lambda: Conversation.objects.values_list("title", flat=True).get(pk=conversation_id))()
     await emit({"type": "chat.accepted", "message": message_json(user_message), "title": title})
@@ -153,22 +174,29 @@ async def run_turn(*, conversation_id: int, content: str, emit: Emit) -> TurnRes
     # `memories` is filled in place, so every outcome below stores what primed the answer so far.
     common: dict[str, Any] = {"conversation_id": conversation_id, "memories": memories, "emit": emit,
                               "started": started}
+    guard = RepetitionGuard()
     try:
-        found, plan, retrieval = await _in_worker(_prepare)(conversation_id, user_message.pk,
-                                                             user_message.content)
-        memories.extend(found)
-        result.timings.retrieval = retrieval
-        await emit({"type": "chat.memories", "memories": [memory_result_json(r) for r in memories],
-                    "retrieval_ms": round(retrieval * 1000, 3), "prompt_tokens_estimate": plan.prompt_tokens,
+        prepared = await _in_worker(_prepare)(conversation_id, user_message.pk, user_message.content)
+        plan = prepared.plan
+        memories.extend(prepared.results)
+        result.timings.retrieval = prepared.retrieval
+        await emit({"type": "chat.memories",
+                    "memories": [memory_result_json(r, rank=rank) for rank, r in enumerate(memories)],
+                    "retrieval_ms": round(prepared.retrieval * 1000, 3), "prompt_tokens_estimate": plan.prompt_tokens,
                     "history_dropped": plan.dropped_messages})
-        async for chunk in runtime.llm_client().stream_chat(plan.messages, runtime.generation_settings()):
-            if chunk.delta:
-                if result.timings.first_token is None:
-                    result.timings.first_token = time.perf_counter() - started
-                parts.append(chunk.delta)
-                await emit({"type": "chat.delta", "delta": chunk.delta})
-            final_usage = chunk.usage or final_usage
-            finish_reason = chunk.finish_reason or finish_reason
+        stream = runtime.llm_client().stream_chat(plan.messages, prepared.generation)
+        # aclosing: leaving the loop early (a loop detected) closes the HTTP stream, and llama.cpp stops.
+        async with contextlib.aclosing(stream):
+            async for chunk in stream:
+                if chunk.delta:
+                    if result.timings.first_token is None:
+                        result.timings.first_token = time.perf_counter() - started
+                    parts.append(chunk.delta)
+                    await emit({"type": "chat.delta", "delta": chunk.delta})
+                    if guard.feed(chunk.delta):
+                        break
+                final_usage = chunk.usage or final_usage
+                finish_reason = chunk.finish_reason or finish_reason
     except asyncio.CancelledError:
         # Shielded: the stop must be recorded even though this task is being cancelled.
         await asyncio.shield(_finish(result, status=Message.Status.STOPPED, content="".join(parts), **common))
@@ -181,12 +209,18 @@ async def run_turn(*, conversation_id: int, content: str, emit: Emit) -> TurnRes
         await _finish(result, status=Message.Status.ERROR, content="".join(parts), error=exc.message,
                       error_code="retrieval", **common)
         return result
-    except Exception as exc:
+    except Exception:
         # Retrieval failed in an unforeseen way (e.g. a build's files removed under us): the user
         # turn is kept and the user gets a message; the details go to the log.
         logger.exception("chat turn failed in conversation %s", conversation_id)
         await _finish(result, status=Message.Status.ERROR, content="".join(parts), error_code="internal",
-                      error=f"The answer could not be prepared ({type(exc).__name__}: {exc}).", **common)
+                      error="The answer could not be prepared because of an internal error; it is logged. "
+                            "Try again, or ask an administrator.", **common)
+        return result
+    if guard.looping:
+        logger.info("chat answer in conversation %s cut after it began repeating itself", conversation_id)
+        await _finish(result, status=Message.Status.REPETITION, content=guard.kept, usage=final_usage,
+                      finish_reason="repetition", **common)
         return result
     await _finish(result, status=Message.Status.COMPLETE, content="".join(parts), usage=final_usage,
                   finish_reason=finish_reason, **common)

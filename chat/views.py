@@ -8,8 +8,9 @@ from django.shortcuts import redirect, render
 from django.utils.text import slugify
 from django.views.decorators.http import require_GET, require_POST
 
+from chat import runtime as chat_runtime
 from chat.exports import conversation_export_jsonl, conversation_export_markdown
-from chat.models import DEFAULT_TITLE, MAX_TOKEN_BUDGET
+from chat.models import DEFAULT_TITLE, MAX_TEMPERATURE, MAX_TOKEN_BUDGET
 from chat.selectors import conversation_get_for_user, conversation_messages, conversations_for_user
 from chat.serializers import conversation_json, message_json
 from chat.services import (
@@ -30,6 +31,8 @@ def _page(request: HttpRequest, conversation=None) -> HttpResponse:  # noqa: ANN
         "corpora": corpora,
         "searchable_corpora": [c for c in corpora if c.active_build_id],
         "max_token_budget": MAX_TOKEN_BUDGET,
+        "max_temperature": MAX_TEMPERATURE,
+        "default_temperature": chat_runtime.engine_config().temperature,
     }
     if conversation is not None:
         context["chosen_corpora"] = {c.pk for c in conversation.corpora.all()}
@@ -65,6 +68,16 @@ def _int_field(value: str, name: str) -> int:
         raise ApplicationError(f"{name} must be a whole number, got {value!r}.", {name: value}) from None
 
 
+def _temperature_field(value: str) -> float | None:
+    """Blank: the model's default; else a number (its range is the service's to check)."""
+    if not value.strip():
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        raise ApplicationError(f"The temperature must be a number, got {value!r}.", {"temperature": value}) from None
+
+
 @require_POST
 def conversation_new(request: HttpRequest) -> HttpResponse:
     previous = conversations_for_user(user=request.user).first()
@@ -76,7 +89,8 @@ def conversation_new(request: HttpRequest) -> HttpResponse:
     else:
         options = {"corpus_ids": readable.filter(pk__in=previous.corpora.values("pk")).values_list("pk", flat=True),
                    "use_memory": previous.use_memory, "top_document": previous.top_document,
-                   "compress_context": previous.compress_context, "token_budget": previous.token_budget}
+                   "compress_context": previous.compress_context, "token_budget": previous.token_budget,
+                   "temperature": previous.temperature}
     conversation = conversation_create(user=request.user, title=DEFAULT_TITLE, **options)
     return redirect("chat:detail", pk=conversation.pk)
 
@@ -90,7 +104,8 @@ def conversation_settings(request: HttpRequest, pk: int) -> HttpResponse:
             corpus_ids=[_int_field(value, "corpus id") for value in request.POST.getlist("corpora")],
             use_memory=_checked(request, "use_memory"), top_document=_checked(request, "top_document"),
             compress_context=_checked(request, "compress_context"),
-            token_budget=_int_field(request.POST.get("token_budget") or str(conversation.token_budget), "token budget"))
+            token_budget=_int_field(request.POST.get("token_budget") or str(conversation.token_budget), "token budget"),
+            temperature=_temperature_field(request.POST.get("temperature", "")))
     except ApplicationError as exc:
         messages.error(request, exc.message)
     else:

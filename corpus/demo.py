@@ -1,7 +1,9 @@
 """The demo corpus: texts every Python install ships, written as JSONL datasets.
 
 * `pydoc_data.topics`: the language reference topics behind `help("FOR")` etc. (one record per topic);
-* docstrings of standard-library modules and their public classes and functions (one per object).
+* docstrings of standard-library modules and their public classes and functions (one per object);
+  where a public class or function has no docstring (csv.DictReader, say), the first lines of its
+  source, which every install ships too and which says what it does.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import inspect
 import json
 import warnings
 from collections.abc import Iterator, Sequence
+from itertools import islice
 from pathlib import Path
 
 STDLIB_MODULES = [
@@ -24,7 +27,8 @@ STDLIB_MODULES = [
 ]
 
 
-MAX_CHARS = 2000
+SOURCE_PIECES = 2
+MAX_CHARS = 800  # about 180 tokens: a chat budget of 512 tokens holds about three
 
 
 def _pieces(text: str, max_chars: int = MAX_CHARS) -> Iterator[str]:
@@ -71,6 +75,17 @@ def stdlib_docstrings(modules: Sequence[str] = tuple(STDLIB_MODULES), min_chars:
             if doc and len(doc) >= min_chars:
                 for text in _pieces(doc):
                     yield {"title": f"{module_name}.{name}", "text": f"{module_name}.{name}\n\n{text}"}
+            elif (source := _source(value)) is not None:
+                for text in islice(_pieces(source), SOURCE_PIECES):
+                    yield {"title": f"{module_name}.{name} (source)",
+                           "text": f"{module_name}.{name} (source code)\n\n{text}"}
+
+
+def _source(value: object) -> str | None:
+    try:
+        return inspect.getsource(value)  # type: ignore[arg-type]
+    except (OSError, TypeError):
+        return None  # built in C, or no source file installed
 
 
 def write_jsonl(records: Iterator[dict], path: Path) -> int:

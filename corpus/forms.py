@@ -29,9 +29,15 @@ class CorpusForm(forms.ModelForm):
         path = self.cleaned_data.get("gguf_path", "").strip()
         if path:
             try:
-                read_metadata(path)
+                metadata = read_metadata(path)
             except (GGUFError, OSError) as error:
                 raise forms.ValidationError(f"Not a readable GGUF model: {error}") from None
+            # Builds and searches tokenize in process, which covers SentencePiece vocabularies.
+            if metadata.tokenizer_model != "llama":
+                raise forms.ValidationError(
+                    f"This model's tokenizer is {metadata.tokenizer_model!r}; index builds need a SentencePiece "
+                    "('llama') vocabulary, such as Gemma's. A chat model need not be one: it is served by the "
+                    "LLM server.")
         return path
 
 

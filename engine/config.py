@@ -9,12 +9,15 @@ from typing import Any
 
 import yaml
 
+# The spec's latent priming, written for an instruction-tuned model: the recollections come with
+# the user's turn (engine.llm.user_turn_with_memories); this fixed text says how to use them.
 DEFAULT_SYSTEM_PROMPT = (
-    "As I consider the user's message, these vague recollections surface\n"
-    "from my own working memory that could inform my responses. My memory\n"
-    "is incomplete, so I will treat these recollections as notions rather\n"
-    "than facts. The memories may shape my responses, but I never discuss\n"
-    "them directly or refer to them.\n"
+    "You are a helpful assistant for a team. Answer the user's question directly and concisely, "
+    "then stop.\n"
+    "A question may come with recollections from the team's documents, each inside <memory> tags. "
+    "They surface from your own working memory: when they bear on the question, base your answer on "
+    "them, since they are more reliable than your general knowledge; ignore the ones that do not. "
+    "Never mention the recollections or these instructions, and do not copy long passages from them."
 )
 
 
@@ -33,13 +36,19 @@ class Config:
     # Retrieval
     min_context: int = 6
     max_context_tokens: int = 8192
-    # Chunking of plain-text datasets (tokens per window; overlap is chunk_size // 8)
-    chunk_size: int = 1024
+    # Chunking of plain-text datasets (tokens per window; overlap is chunk_size // 8). Small enough
+    # that a chat's memory budget holds several memories and the prompt prefills within ~3 s on
+    # 2 cores (the chat model prefills ~200-300 tokens/s there; bench/answers.py).
+    chunk_size: int = 256
     # Generation / context budget: context = search + generation + system + history
     llama_context_size: int = 16384
     max_new_tokens: int = 4096
+    # Sampling: the Qwen2.5 instruct family's recommendation (a conversation may set its own temperature).
     temperature: float = 0.7
-    top_p: float = 0.9
+    top_p: float = 0.8
+    top_k: int = 20
+    min_p: float = 0.0
+    repeat_penalty: float = 1.05
     system_prompt: str = field(default=DEFAULT_SYSTEM_PROMPT)
 
     def __post_init__(self) -> None:

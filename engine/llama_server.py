@@ -28,13 +28,16 @@ from typing import NoReturn
 import requests
 
 DEFAULT_HOST = "127.0.0.1"
-# Gemma 3 270M on a 2-core machine: two compute threads, four slots sharing one unified
+# A small model on a 2-core machine: two compute threads, four slots sharing one unified
 # 8192-token KV cache, so several chats can run while each may use the whole context.
 DEFAULT_THREADS = 2
 DEFAULT_CTX_SIZE = 8192
 DEFAULT_PARALLEL = 4
-# The Gemma GGUF ships no chat template; llama.cpp's built-in "gemma" template is used.
-DEFAULT_CHAT_TEMPLATE = "gemma"
+# "auto": the GGUF's own Jinja template when it ships one (instruction-tuned models do), else
+# llama.cpp's built-in template for the architecture (the Gemma base GGUF ships none).
+AUTO_TEMPLATE = "auto"
+DEFAULT_CHAT_TEMPLATE = AUTO_TEMPLATE
+_BUILTIN_TEMPLATES = {"gemma": "gemma", "gemma2": "gemma", "gemma3": "gemma", "llama": "llama3", "qwen2": "chatml"}
 
 
 class LlamaServerError(RuntimeError):
@@ -68,6 +71,22 @@ def free_port(host: str = DEFAULT_HOST) -> int:
         return probe.getsockname()[1]
 
 
+def resolve_chat_template(gguf_path: str | Path, requested: str | None) -> str | None:
+    """The llama.cpp built-in template name to force, or None to use the GGUF's own (Jinja).
+
+    `requested` is a built-in name, None (the GGUF's own) or "auto": the GGUF's own template when
+    it has one, else the built-in template of its architecture (chatml when unknown).
+    """
+    if requested != AUTO_TEMPLATE:
+        return requested
+    from engine.gguf import read_metadata
+
+    metadata = read_metadata(gguf_path)
+    if metadata.chat_template:
+        return None
+    return _BUILTIN_TEMPLATES.get(metadata.architecture, "chatml")
+
+
 def start_in_process(options: ServerOptions):  # noqa: ANN201 - xllamacpp.Server has no stubs
     """Start llama.cpp's HTTP server in this process; it serves from its own threads.
 
@@ -85,11 +104,14 @@ def start_in_process(options: ServerOptions):  # noqa: ANN201 - xllamacpp.Server
     params.cpuparams.n_threads = options.threads
     params.cpuparams_batch.n_threads = options.threads
     params.n_gpu_layers = 0
-    if options.chat_template:
+    template = resolve_chat_template(options.gguf_path, options.chat_template)
+    if template:
         # A built-in template name ("gemma", "chatml", ...) only works with Jinja off;
         # with Jinja on, llama.cpp would treat the name itself as the template text.
-        params.chat_template = options.chat_template
+        params.chat_template = template
         params.use_jinja = False
+    else:
+        params.use_jinja = True
     return xllamacpp.Server(params)
 
 
@@ -155,8 +177,7 @@ class LlamaServer:
             "--threads", str(options.threads),
             "--parallel", str(options.parallel),
         ]
-        if options.chat_template:
-            command += ["--chat-template", options.chat_template]
+        command += ["--chat-template", options.chat_template or ""]
         return command
 
     def start(self) -> LlamaServer:
@@ -227,7 +248,8 @@ def _parse_args(argv: list[str] | None) -> ServerOptions:
     parser.add_argument("--threads", type=int, default=DEFAULT_THREADS)
     parser.add_argument("--parallel", type=int, default=DEFAULT_PARALLEL, help="concurrent request slots")
     parser.add_argument("--chat-template", default=DEFAULT_CHAT_TEMPLATE,
-                        help="llama.cpp built-in template name; '' keeps the GGUF's own template")
+                        help="llama.cpp built-in template name; '' keeps the GGUF's own template; "
+                             "auto (default): the GGUF's own, else the architecture's built-in one")
     args = parser.parse_args(argv)
     try:
         return ServerOptions(

@@ -1,17 +1,21 @@
 """OpenAI-compatible streaming chat client (llama.cpp's `/v1/chat/completions`) and prompt assembly.
 
 Prompt assembly follows the spec's budget, `llama_context_size = search + generation + system +
-history`: the system message is the working-memory framing followed by the retrieved memories
-(their size is the "search" part), `max_new_tokens` is reserved for generation, and the history
-gets what is left, dropped oldest-first in whole user/assistant exchanges.
+history`, in the shape an instruction-tuned model is trained on:
 
-Token counts of a chat are estimated from the message texts with the same tokenizer the server
-uses, plus the chat template's markers: `TEMPLATE_TOKENS` once (BOS and the generation prompt
-`<start_of_turn>model\\n`) and `MESSAGE_TOKENS` per message (`<start_of_turn>`, role, newline,
-`<end_of_turn>`, newline, one spare for merges at the trimmed edges). Gemma's template has no
-system role: llama.cpp prepends the system text to the first user turn with a blank line, which
-costs fewer tokens than a message of its own, so the estimate is an upper bound (tested against
-the real server's `usage.prompt_tokens`).
+* the **system** message is fixed (the instructions: use the recollections, never recite them), so
+  llama.cpp's prompt cache keeps it, and the history after it, from one turn to the next;
+* the **history** gets what is left, dropped oldest-first in whole user/assistant exchanges; past
+  user turns are their bare text, so an earlier turn's memories are never shown again;
+* the **new user turn** carries the retrieved memories, each in `<memory>` tags, before the
+  question: the spec's latent priming, placed where a small model reads it as context for this
+  question rather than as text to continue (their size is the "search" part);
+* `max_new_tokens` is reserved for generation.
+
+Token counts are estimated with the served model's tokenizer plus the chat template's markers:
+`TEMPLATE_TOKENS` once (BOS and the generation prompt) and `MESSAGE_TOKENS` per message (ChatML's
+`<|im_start|>`, role, newline, `<|im_end|>`, newline; Gemma's turn markers are as many), so the
+estimate is an upper bound (tested against the real server's `usage.prompt_tokens`).
 
 The client is async (httpx) so a websocket consumer streams without blocking its event loop.
 Cancelling the consuming task, or closing the iterator, closes the HTTP response, and llama.cpp
@@ -21,21 +25,69 @@ stops generating for a closed connection.
 from __future__ import annotations
 
 import json
+import threading
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 import httpx
 
 from engine.config import Config
-from engine.tokenizer import Tokenizer
 
 TEMPLATE_TOKENS = 4
 MESSAGE_TOKENS = 6
-MEMORY_HEADER = "\nMemories:\n"
-MEMORY_DELIMITER = "\n\n---\n\n"
+MEMORY_OPEN, MEMORY_CLOSE = "<memory>\n", "\n</memory>\n"
 
 Role = Literal["user", "assistant"]
+
+
+class TokenCounter(Protocol):
+    """What prompt assembly needs of a tokenizer (every `engine.tokenizer.Tokenizer` is one)."""
+
+    def count_tokens(self, text: str) -> int: ...
+
+
+class ServerTokenCounter:
+    """Token counts of the served model, from its server's `/tokenize` (llama.cpp), remembered.
+
+    The chat model need not be a file this process can read (any `LLM_BASE_URL`), and its
+    tokenizer need not be one the engine implements (Qwen's is byte-level BPE), so the server
+    counts. A count is one loopback request of about a millisecond; the last `cache_size` texts
+    (a conversation's history, the system prompt) are remembered. Where the server cannot count
+    (down, or an OpenAI-compatible server without `/tokenize`), the UTF-8 length / 2 stands in: an
+    upper bound for text in any BPE vocabulary of this size, so a prompt never overflows for it.
+    """
+
+    def __init__(self, base_url: str, *, timeout: float = 5.0, cache_size: int = 4096) -> None:
+        self.url = base_url.rstrip("/") + "/tokenize"
+        self._timeout = timeout
+        self._cache: OrderedDict[str, int] = OrderedDict()
+        self._cache_size = cache_size
+        self._lock = threading.Lock()
+
+    def count_tokens(self, text: str) -> int:
+        with self._lock:
+            if text in self._cache:
+                self._cache.move_to_end(text)
+                return self._cache[text]
+        count = self._server_count(text)
+        if count is None:
+            return (len(text.encode("utf-8")) + 1) // 2
+        with self._lock:
+            self._cache[text] = count
+            if len(self._cache) > self._cache_size:
+                self._cache.popitem(last=False)
+        return count
+
+    def _server_count(self, text: str) -> int | None:
+        try:
+            response = httpx.post(self.url, json={"content": text, "add_special": False, "parse_special": False},
+                                  timeout=self._timeout)
+            tokens = response.json()["tokens"] if response.status_code == 200 else None
+        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            return None
+        return len(tokens) if isinstance(tokens, list) else None
 
 
 class LLMError(RuntimeError):
@@ -68,11 +120,15 @@ class PromptTooLongError(LLMError):
 
 @dataclass(frozen=True)
 class GenerationSettings:
-    """Sampling parameters sent with each request."""
+    """Sampling parameters sent with each request (llama.cpp's names for the non-OpenAI ones:
+    `top_k`, `min_p`, `repeat_penalty`; other OpenAI-compatible servers ignore or map them)."""
 
     temperature: float = 0.7
-    top_p: float = 0.9
+    top_p: float = 0.8
     max_tokens: int = 4096
+    top_k: int = 20
+    min_p: float = 0.0
+    repeat_penalty: float = 1.05
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.temperature <= 5.0:
@@ -81,10 +137,19 @@ class GenerationSettings:
             raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
         if self.max_tokens < 1:
             raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0 (0: off), got {self.top_k}")
+        if not 0.0 <= self.min_p < 1.0:
+            raise ValueError(f"min_p must be in [0, 1), got {self.min_p}")
+        if not 1.0 <= self.repeat_penalty <= 2.0:
+            raise ValueError(f"repeat_penalty must be in 1..2, got {self.repeat_penalty}")
 
     @classmethod
-    def from_config(cls, config: Config) -> GenerationSettings:
-        return cls(temperature=config.temperature, top_p=config.top_p, max_tokens=config.max_new_tokens)
+    def from_config(cls, config: Config, *, temperature: float | None = None) -> GenerationSettings:
+        """The config's sampling; `temperature` (a conversation's own) overrides the config's."""
+        return cls(temperature=config.temperature if temperature is None else temperature, top_p=config.top_p,
+                   max_tokens=config.max_new_tokens, top_k=config.top_k, min_p=config.min_p,
+                   repeat_penalty=config.repeat_penalty)
 
 
 @dataclass(frozen=True)
@@ -129,6 +194,9 @@ class LLMClient:
             "stream_options": {"include_usage": True},
             "temperature": settings.temperature,
             "top_p": settings.top_p,
+            "top_k": settings.top_k,
+            "min_p": settings.min_p,
+            "repeat_penalty": settings.repeat_penalty,
             "max_tokens": settings.max_tokens,
         }
 
@@ -223,16 +291,13 @@ def _usage(data: dict[str, Any], base_url: str) -> Usage:
 # ---------------------------------------------------------------- prompt assembly
 
 
-def system_prompt_with_memories(framing: str, memories: Sequence[str]) -> str:
-    """The spec's working-memory framing, then the retrieved texts joined by "---" separators."""
-    framing = framing.rstrip()
+def user_turn_with_memories(question: str, memories: Sequence[str]) -> str:
+    """The new user turn: each retrieved memory in `<memory>` tags, then the question."""
     texts = [text.strip() for text in memories if text.strip()]
-    if not texts:
-        return framing
-    return framing + "\n" + MEMORY_HEADER + MEMORY_DELIMITER.join(texts)
+    return "".join(MEMORY_OPEN + text + MEMORY_CLOSE for text in texts) + ("\n" if texts else "") + question
 
 
-def message_tokens(tokenizer: Tokenizer, content: str) -> int:
+def message_tokens(tokenizer: TokenCounter, content: str) -> int:
     """Upper bound of the tokens one chat message costs inside the template."""
     return tokenizer.count_tokens(content) + MESSAGE_TOKENS
 
@@ -260,10 +325,14 @@ class ContextBudget:
         """Tokens the whole prompt (template included) may use."""
         return self.context_size - self.generation
 
-    def search_budget(self, *, framing: str, user_message: str, tokenizer: Tokenizer, requested: int) -> int:
-        """Tokens retrieval may fill: `requested`, capped so framing + memories + the new turn fit."""
-        fixed = (TEMPLATE_TOKENS + message_tokens(tokenizer, framing + "\n" + MEMORY_HEADER)
-                 + message_tokens(tokenizer, user_message))
+    def search_budget(self, *, system_prompt: str, user_message: str, tokenizer: TokenCounter, requested: int,
+                      memory_count: int = 8) -> int:
+        """Tokens retrieval may fill: `requested`, capped so the system prompt, the new turn and the
+        tags of up to `memory_count` memories fit beside the generation reserve."""
+        # Tags cost a little more inside a turn than alone (merges at their edges): 2 tokens each.
+        tags = memory_count * (tokenizer.count_tokens(MEMORY_OPEN + MEMORY_CLOSE) + 2) + 2
+        fixed = (TEMPLATE_TOKENS + message_tokens(tokenizer, system_prompt)
+                 + message_tokens(tokenizer, user_message) + tags)
         return max(0, min(int(requested), self.prompt - fixed))
 
 
@@ -277,6 +346,7 @@ class PromptPlan:
     user_tokens: int
     dropped_messages: int
     budget: ContextBudget
+    memories_used: int = 0  # how many of the given memories (the best first) the new turn carries
 
     @property
     def prompt_tokens(self) -> int:
@@ -284,20 +354,27 @@ class PromptPlan:
 
 
 def assemble_prompt(*, system_prompt: str, history: Sequence[tuple[Role, str]], user_message: str,
-                    tokenizer: Tokenizer, budget: ContextBudget) -> PromptPlan:
-    """System message + as much recent history as fits + the new user turn.
+                    tokenizer: TokenCounter, budget: ContextBudget, memories: Sequence[str] = ()) -> PromptPlan:
+    """System message + as much recent history as fits + the new user turn with its `memories`.
 
     `history` is oldest first, as (role, text) with role "user" or "assistant". Whole messages
     are dropped from the oldest end; the kept history always starts with a user turn, so the
-    template sees alternating turns. Raises `PromptTooLongError` when the system prompt and the
-    new turn alone exceed the prompt budget.
+    template sees alternating turns. `memories` are best first: when they do not all fit (they were
+    counted in another model's tokens, say), the last ones are left out. Raises
+    `PromptTooLongError` when the system prompt and the bare new turn alone exceed the budget.
     """
     for number, (role, _) in enumerate(history):
         if role not in ("user", "assistant"):
             raise ValueError(f"history[{number}]: role must be 'user' or 'assistant', got {role!r}")
     system_tokens = message_tokens(tokenizer, system_prompt) if system_prompt else 0
-    user_tokens = message_tokens(tokenizer, user_message)
-    room = budget.prompt - TEMPLATE_TOKENS - system_tokens - user_tokens
+    memories_used = len(memories)
+    while True:
+        turn = user_turn_with_memories(user_message, memories[:memories_used])
+        user_tokens = message_tokens(tokenizer, turn)
+        room = budget.prompt - TEMPLATE_TOKENS - system_tokens - user_tokens
+        if room >= 0 or memories_used == 0:
+            break
+        memories_used -= 1
     if room < 0:
         raise PromptTooLongError(
             f"the message ({user_tokens} tokens) and the system prompt ({system_tokens} tokens) exceed the "
@@ -313,6 +390,6 @@ def assemble_prompt(*, system_prompt: str, history: Sequence[tuple[Role, str]], 
         start += 1
     messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
     messages += [{"role": role, "content": text} for role, text in history[start:]]
-    messages.append({"role": "user", "content": user_message})
+    messages.append({"role": "user", "content": turn})
     return PromptPlan(messages=messages, system_tokens=system_tokens, history_tokens=used, user_tokens=user_tokens,
-                      dropped_messages=start, budget=budget)
+                      dropped_messages=start, budget=budget, memories_used=memories_used)

@@ -11,6 +11,7 @@
   const input = document.getElementById("chat-input");
   const sendButton = document.getElementById("chat-send");
   const stopButton = document.getElementById("chat-stop");
+  const regenerateButton = document.getElementById("chat-regenerate");
   const connection = document.getElementById("chat-connection");
   const blendNote = document.getElementById("chat-blend");
 
@@ -41,12 +42,20 @@
     connection.dataset.state = state;
     connection.textContent = text;
     sendButton.disabled = state !== "open" || generating;
+    updateRegenerate();
   }
 
   function setGenerating(value) {
     generating = value;
     stopButton.hidden = !value;
     sendButton.disabled = value || !socket || socket.readyState !== WebSocket.OPEN;
+    updateRegenerate();
+  }
+
+  function updateRegenerate() {
+    // Offered when the thread ends with an answer (or a question whose answer failed to start).
+    const last = list.lastElementChild;
+    regenerateButton.hidden = generating || !last || !socket || socket.readyState !== WebSocket.OPEN;
   }
 
   function formatScore(score) {
@@ -102,6 +111,8 @@
     item.dataset.status = message.status;
     if (message.status === "stopped") {
       item.appendChild(note("Stopped — the partial answer was kept."));
+    } else if (message.status === "repetition") {
+      item.appendChild(note("Cut short: the model began repeating itself. Regenerate, or ask again in other words."));
     } else if (message.status === "error") {
       item.appendChild(note(message.error || "The answer failed.", "error"));
     }
@@ -123,6 +134,13 @@
     emptyThread.hidden = true;
     item.scrollIntoView({ block: "end" });
   }
+
+  // The composer sticks to the bottom of the window: messages scrolled into view stop above it.
+  function trackComposerHeight() {
+    list.style.setProperty("--composer-height", `${composer.offsetHeight}px`);
+  }
+  new ResizeObserver(trackComposerHeight).observe(composer);
+  trackComposerHeight();
 
   function startAnswer(memories) {
     const item = messageItem({ role: "assistant", content: "", status: "streaming", memories: [] });
@@ -170,7 +188,14 @@
       if (blendNote) blendNote.textContent = `Blend holds ${event.blend_turns} answer${event.blend_turns === 1 ? "" : "s"}.`;
     },
     "chat.accepted"(event) {
-      append(messageItem(event.message));
+      const existing = list.querySelector(`li[data-id="${event.message.id}"]`);
+      if (existing) {
+        // A regenerated turn: the old answer after it is taken back.
+        while (existing.nextElementSibling) existing.nextElementSibling.remove();
+        existing.scrollIntoView({ block: "end" });
+      } else {
+        append(messageItem(event.message));
+      }
       if (event.title) showTitle(event.title);
     },
     "chat.memories"(event) {
@@ -253,6 +278,12 @@
   });
   stopButton.addEventListener("click", () => {
     if (socket && socket.readyState === WebSocket.OPEN) socket.send(JSON.stringify({ type: "chat.stop" }));
+  });
+  regenerateButton.addEventListener("click", () => {
+    if (generating || !socket || socket.readyState !== WebSocket.OPEN) return;
+    showBanner("");
+    socket.send(JSON.stringify({ type: "chat.regenerate" }));
+    setGenerating(true);
   });
 
   for (const message of boot.messages) list.appendChild(messageItem(message));

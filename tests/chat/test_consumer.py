@@ -92,6 +92,8 @@ async def test_full_exchange_streams_and_stores_the_answer_with_its_memories(cha
 
     stored = await db(lambda: list(MessageMemory.objects.filter(message=answer).order_by("rank")))()
     assert [m.memory_id for m in stored] == [m["memory_id"] for m in memories]
+    # The streamed memories carry the ranks they are stored with (0 = the best), never null.
+    assert [m["rank"] for m in memories] == [m.rank for m in stored] == list(range(len(stored)))
     assert [m.score for m in stored] == [m["score"] for m in memories]
     rows = await db(lambda: {m.pk: m for m in Memory.objects.filter(pk__in=[s.memory_id for s in stored])})()
     for snapshot in stored:
@@ -331,7 +333,7 @@ async def test_protocol_errors_are_reported_not_fatal(chat_settings, users, tmp_
     assert contents == ["Write a long poem about rain."]
 
 
-async def test_a_broken_corpus_is_reported_and_the_turn_kept(chat_settings, users, pydoc_build, tmp_path):
+async def test_a_broken_corpus_is_reported_and_the_turn_kept(chat_settings, users, pydoc_build, tmp_path, caplog):
     owner, _, _ = users
     corpus = await db(make_corpus)(owner, pydoc_build)
     # The active build's files are gone (a disk cleaned by hand): retrieval cannot load it.
@@ -346,7 +348,11 @@ async def test_a_broken_corpus_is_reported_and_the_turn_kept(chat_settings, user
     events = await events_until(socket, "chat.done", "chat.error")
     await socket.disconnect()
     assert _types(events) == ["chat.accepted", "chat.error"]
-    assert events[-1]["code"] == "internal" and "CorpusError" in events[-1]["error"]
+    # The browser gets a plain message; the details (paths, exception types) stay in the log.
+    assert events[-1]["code"] == "internal" and "internal error" in events[-1]["error"]
+    assert "CorpusError" not in events[-1]["error"] and "vanished" not in events[-1]["error"]
+    assert any("CorpusError" in (r.exc_text or "") or r.exc_info and r.exc_info[0].__name__ == "CorpusError"
+               for r in caplog.records if r.name == "chat.turns")
     user_message, failed = await db(_messages)(conversation.pk)
     assert user_message.content == QUESTION and failed.status == "error"
 

@@ -98,6 +98,23 @@ def test_settings_rename_and_reset_blend(users, chat, pydoc_build):
     response = client.post(url, {"token_budget": "0"}, follow=True)
     assert "token budget must be between" in response.content.decode()
 
+    # The answers' temperature: a number in range, blank for the model's default; anything else
+    # is a clear message and changes nothing.
+    client.post(url, {"temperature": "0.3"})
+    chat.refresh_from_db()
+    assert chat.temperature == 0.3
+    for bad, message in (("hot", "temperature must be a number"), ("2.5", "temperature must be between"),
+                         ("nan", "temperature must be between"), ("1e999", "temperature must be between")):
+        response = client.post(url, {"temperature": bad}, follow=True)
+        assert response.status_code == 200 and message in response.content.decode()
+        chat.refresh_from_db()
+        assert chat.temperature == 0.3
+    client.post(url, {"temperature": ""})
+    chat.refresh_from_db()
+    assert chat.temperature is None
+    # The outsider cannot change someone else's conversation.
+    assert _client(outsider).post(url, {"temperature": "1.0"}).status_code == 404
+
     client.post(reverse("chat:rename", args=[chat.pk]), {"title": "  Generators  "})
     chat.refresh_from_db()
     assert chat.title == "Generators"

@@ -141,3 +141,16 @@ def test_module_process_shuts_down_cleanly_on_signal(gemma_gguf, stop_signal, tm
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def test_the_chat_model_is_served_with_its_own_template():
+    """The packaged instruct model runs with the ChatML template its GGUF carries (Jinja), not a
+    built-in one: its end-of-turn token then ends every answer."""
+    from engine.models import default_chat_gguf_path
+
+    with LlamaServer(default_chat_gguf_path(), ctx_size=1024, parallel=1) as server:
+        props = requests.get(f"{server.base_url}/props", timeout=10).json()
+        assert "<|im_start|>" in props["chat_template"] and "<|im_end|>" in props["chat_template"]
+        reply = requests.post(f"{server.base_url}/apply-template", timeout=30, json={
+            "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]}).json()
+        assert reply["prompt"].startswith("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>")

@@ -23,8 +23,9 @@ from engine.llm import (
     LLMProtocolError,
     LLMTimeoutError,
     PromptTooLongError,
+    ServerTokenCounter,
     assemble_prompt,
-    system_prompt_with_memories,
+    user_turn_with_memories,
 )
 
 GREEDY = GenerationSettings(temperature=0.0, top_p=1.0, max_tokens=24)
@@ -56,14 +57,22 @@ async def test_max_tokens_and_sampling_settings_are_sent_and_honoured(llama_serv
     settings = GenerationSettings(temperature=0.0, top_p=0.5, max_tokens=3)
     payload = client.payload(QUESTION, settings)
     assert (payload["temperature"], payload["top_p"], payload["max_tokens"], payload["stream"]) == (0.0, 0.5, 3, True)
+    assert (payload["top_k"], payload["min_p"], payload["repeat_penalty"]) == (20, 0.0, 1.05)
     chunks = await _collect(client, [{"role": "user", "content": "Write a long story about a dragon."}], settings)
     assert chunks[-1].finish_reason == "length"
     assert chunks[-1].usage.completion_tokens == 3
 
 
 def test_settings_from_config_and_validation():
-    config = Config(temperature=0.2, top_p=0.8, max_new_tokens=77)
-    assert GenerationSettings.from_config(config) == GenerationSettings(0.2, 0.8, 77)
+    config = Config(temperature=0.2, top_p=0.8, max_new_tokens=77, top_k=40, min_p=0.05, repeat_penalty=1.1)
+    assert GenerationSettings.from_config(config) == GenerationSettings(0.2, 0.8, 77, 40, 0.05, 1.1)
+    # A conversation's own temperature wins over the config's; 0 (greedy) is a temperature too.
+    assert GenerationSettings.from_config(config, temperature=0.0).temperature == 0.0
+    assert GenerationSettings.from_config(config, temperature=None).temperature == 0.2
+    with pytest.raises(ValueError, match="repeat_penalty"):
+        GenerationSettings(repeat_penalty=0.5)
+    with pytest.raises(ValueError, match="min_p"):
+        GenerationSettings(min_p=1.0)
     with pytest.raises(ValueError, match="top_p"):
         GenerationSettings(top_p=0.0)
     with pytest.raises(ValueError, match="max_tokens"):
@@ -184,19 +193,23 @@ def _reference_start(history, costs, room):
 def test_history_truncation_matches_reference_and_budget(tokenizer, seed, context_size):
     rng = random.Random(seed)
     history = _history(rng, rng.randint(0, 24))
-    system = system_prompt_with_memories(Config().system_prompt, ["a granite lantern", "the quiet river"])
+    system = Config().system_prompt
+    memories = ["a granite lantern", "the quiet river"]
     budget = ContextBudget(context_size=context_size, generation=64)
-    plan = assemble_prompt(system_prompt=system, history=history, user_message="and the orbit?",
+    plan = assemble_prompt(system_prompt=system, history=history, user_message="and the orbit?", memories=memories,
                            tokenizer=tokenizer, budget=budget)
+    turn = user_turn_with_memories("and the orbit?", memories)
     costs = [tokenizer.count_tokens(text) + MESSAGE_TOKENS for _, text in history]
     system_tokens = tokenizer.count_tokens(system) + MESSAGE_TOKENS
-    user_tokens = tokenizer.count_tokens("and the orbit?") + MESSAGE_TOKENS
+    user_tokens = tokenizer.count_tokens(turn) + MESSAGE_TOKENS
     room = context_size - 64 - TEMPLATE_TOKENS - system_tokens - user_tokens
     start = _reference_start(history, costs, room)
     assert plan.dropped_messages == start
+    # The system message is the fixed instruction (cacheable across turns); the memories ride with
+    # the new turn only, and past turns are their bare text.
     assert plan.messages[0] == {"role": "system", "content": system}
     assert plan.messages[1:-1] == [{"role": r, "content": t} for r, t in history[start:]]
-    assert plan.messages[-1] == {"role": "user", "content": "and the orbit?"}
+    assert plan.messages[-1] == {"role": "user", "content": turn}
     assert (plan.system_tokens, plan.user_tokens, plan.history_tokens) == (system_tokens, user_tokens, sum(costs[start:]))
     assert plan.prompt_tokens + budget.generation <= context_size
 
@@ -230,34 +243,68 @@ def test_prompt_too_long_and_bad_roles(tokenizer):
         ContextBudget(context_size=64, generation=64)
 
 
-def test_search_budget_leaves_room_for_framing_and_turn(tokenizer):
-    framing = Config().system_prompt
-    budget = ContextBudget(context_size=512, generation=128)
-    cap = budget.search_budget(framing=framing, user_message="hello there", tokenizer=tokenizer, requested=10_000)
-    assert 0 < cap < 512 - 128
-    assert budget.search_budget(framing=framing, user_message="hello there", tokenizer=tokenizer, requested=50) == 50
-    # Memories filling exactly the cap still fit with the new turn (history may be empty).
-    memory = " ".join(["river"] * 400)
-    ids = tokenizer.tokenize(memory)[: cap - 10]
-    system = system_prompt_with_memories(framing, [tokenizer.detokenize(ids)])
-    plan = assemble_prompt(system_prompt=system, history=[], user_message="hello there", tokenizer=tokenizer,
-                           budget=budget)
+@pytest.mark.parametrize("count", [1, 3, 8])
+def test_search_budget_leaves_room_for_system_turn_and_tags(tokenizer, count):
+    system = Config().system_prompt
+    budget = ContextBudget(context_size=768, generation=128)
+    cap = budget.search_budget(system_prompt=system, user_message="hello there", tokenizer=tokenizer,
+                               requested=10_000, memory_count=count)
+    assert 0 < cap < 768 - 128
+    assert budget.search_budget(system_prompt=system, user_message="hello there", tokenizer=tokenizer,
+                                requested=50) == 50
+    # `count` memories filling the cap together still fit with the new turn (history may be empty).
+    ids = tokenizer.tokenize(" ".join(["river"] * 800))
+    share = cap // count
+    memories = [tokenizer.detokenize(ids[:share]) for _ in range(count)]
+    assert sum(tokenizer.count_tokens(m) for m in memories) <= cap + count
+    plan = assemble_prompt(system_prompt=system, history=[], user_message="hello there", memories=memories,
+                           tokenizer=tokenizer, budget=budget)
+    assert plan.prompt_tokens <= budget.prompt and plan.memories_used == count
+
+
+def test_memories_that_do_not_fit_are_left_out_last_first(tokenizer):
+    budget = ContextBudget(context_size=160, generation=32)
+    memories = ["river " * 40, "lantern " * 40, "orbit " * 40]
+    plan = assemble_prompt(system_prompt="Be brief.", history=[("user", "hi"), ("assistant", "hello")],
+                           user_message="and now?", memories=memories, tokenizer=tokenizer, budget=budget)
+    assert plan.memories_used == 2
+    assert plan.messages[-1]["content"] == user_turn_with_memories("and now?", memories[:2])
     assert plan.prompt_tokens <= budget.prompt
+    with pytest.raises(PromptTooLongError):
+        assemble_prompt(system_prompt="Be brief.", history=[], user_message="word " * 200, memories=memories,
+                        tokenizer=tokenizer, budget=budget)
 
 
-def test_system_prompt_frames_memories():
-    assert system_prompt_with_memories("Frame.\n", []) == "Frame."
-    prompt = system_prompt_with_memories("Frame.", ["one ", "", "two"])
-    assert prompt == "Frame.\n\nMemories:\none\n\n---\n\ntwo"
+def test_user_turn_wraps_each_memory_before_the_question():
+    assert user_turn_with_memories("Why?", []) == "Why?"
+    assert user_turn_with_memories("Why?", ["  ", ""]) == "Why?"
+    turn = user_turn_with_memories("Why?", ["one ", "", "two"])
+    assert turn == "<memory>\none\n</memory>\n<memory>\ntwo\n</memory>\n\nWhy?"
+    # The question comes last, so the model answers it rather than continuing a memory.
+    assert turn.endswith("\n\nWhy?") and turn.count("<memory>") == turn.count("</memory>") == 2
+
+
+def test_system_prompt_says_how_to_use_memories_and_not_to_recite_them():
+    system = Config().system_prompt.lower()
+    assert "<memory>" in system and "never mention" in system and "do not copy" in system
+
+
+async def test_server_token_counter_counts_in_the_served_models_tokens(llama_server, tokenizer):
+    counter = ServerTokenCounter(llama_server.base_url)
+    text = "The lantern by the granite harbor glows at night."
+    # The session's server serves Gemma, whose in-process tokenizer gives llama.cpp's own ids.
+    assert counter.count_tokens(text) == tokenizer.count_tokens(text)
+    # A server that cannot count gives an upper bound (UTF-8 length / 2), never an error.
+    dead = ServerTokenCounter(f"http://127.0.0.1:{free_port()}", timeout=1.0)
+    assert dead.count_tokens(text) == (len(text.encode()) + 1) // 2 >= tokenizer.count_tokens(text)
 
 
 async def test_estimate_bounds_the_servers_prompt_tokens(llama_server, tokenizer):
     rng = random.Random(7)
-    system = system_prompt_with_memories(Config().system_prompt, ["The lantern by the granite harbor.",
-                                                                 "Signals cross the quiet meadow at night."])
     budget = ContextBudget(context_size=600, generation=1)
-    plan = assemble_prompt(system_prompt=system, history=_history(rng, 30), user_message="What about the river?",
-                           tokenizer=tokenizer, budget=budget)
+    plan = assemble_prompt(system_prompt=Config().system_prompt, history=_history(rng, 30),
+                           user_message="What about the river?", tokenizer=tokenizer, budget=budget,
+                           memories=["The lantern by the granite harbor.", "Signals cross the quiet meadow at night."])
     assert plan.dropped_messages > 0
     _, final = await LLMClient(llama_server.base_url).complete(plan.messages, GenerationSettings(0.0, 1.0, 1))
     actual = final.usage.prompt_tokens

@@ -167,3 +167,17 @@ def test_nul_characters_survive_the_memory_insert(corpus, owner, django_capture_
     assert build.status == Status.SUCCEEDED, build.error
     stored = Memory.objects.get(build=build, hdv_idx=0)
     assert stored.text == texts[0].replace("\x00", "\ufffd")
+
+
+def test_an_embedding_model_the_engine_cannot_tokenize_is_refused_by_the_form(staff, gemma_gguf):
+    """The chat model (byte-level BPE) is a fine LLM but cannot build an index: the corpus form
+    says so at once instead of a build failing later."""
+    from corpus.forms import CorpusForm
+    from engine.models import default_chat_gguf_path
+
+    values = {"name": "Notes", "visibility": "private", "hdc_dimensions": 1024, "hdc_seed": 42, "hdc_ngram": 3,
+              "chunk_size": 256}
+    form = CorpusForm(data={**values, "gguf_path": str(default_chat_gguf_path())}, user=staff)
+    assert not form.is_valid()
+    assert "SentencePiece" in form.errors["gguf_path"][0] and "'gpt2'" in form.errors["gguf_path"][0]
+    assert CorpusForm(data={**values, "gguf_path": str(gemma_gguf)}, user=staff).is_valid()

@@ -1,0 +1,208 @@
+"""Answer quality and speed through the real chat path, with memories and with the model alone.
+
+    python -m bench.answers [--gguf CHAT.gguf] [--questions 52] [--max-tokens 320] [--budget 512]
+
+What runs: the demo corpus (`manage.py portal_bootstrap`'s Python documentation: language reference
+topics and standard-library docstrings) built by the real build service into a temporary SQLite
+portal, one real llama.cpp server on the chat model (default: the packaged instruction-tuned model),
+and `chat.turns.run_turn` — the service the websocket consumer calls — for every question of
+`bench/data/demo_questions.json`, once in a conversation over the demo corpus and once with memory
+off (the baseline: the model alone, same path). Each question comes with a regular expression for
+the fact a right answer contains; the bench checks first that every fact is in the corpus.
+
+Printed per mode: grounded-answer rate (the answer contains the fact), the share of answers that
+stopped by themselves (finish reason "stop"), the share cut for repetition, retrieval recall (a
+primed memory contains the fact), time to first token p50/p95 and generation tokens/s.
+Targets (issue 9): >= 95 % stop by themselves, no loops, grounded with memories >= 60 % and at
+least 25 points above the model alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import re
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench._hw import print_hardware  # noqa: E402
+
+QUESTIONS = REPO / "bench" / "data" / "demo_questions.json"
+
+
+def _parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gguf", type=Path, help="chat model (default: the packaged instruction-tuned model)")
+    parser.add_argument("--questions", type=int, default=0, help="first N questions only (0: all)")
+    parser.add_argument("--max-tokens", type=int, default=320, help="longest answer in tokens")
+    parser.add_argument("--budget", type=int, default=0, help="memory tokens per answer (0: the conversation default)")
+    parser.add_argument("--temperature", type=float, default=None, help="default: the engine config's")
+    parser.add_argument("--threads", type=int, default=2, help="llama.cpp compute threads")
+    parser.add_argument("--show", type=int, default=3, help="print this many answers of each mode")
+    parser.add_argument("--out", type=Path, help="write every answer as JSONL here")
+    return parser.parse_args()
+
+
+def portal_setup(data_dir: Path, base_url: str, max_tokens: int) -> None:
+    import yaml
+
+    config_file = data_dir / "engine.yaml"
+    config_file.write_text(yaml.safe_dump({"max_new_tokens": max_tokens}))
+    os.environ.update({"DJANGO_SETTINGS_MODULE": "hdrag_site.settings", "DATA_DIR": str(data_dir),
+                       "LLM_BASE_URL": base_url, "HDRAG_CONFIG_FILE": str(config_file), "LOG_LEVEL": "WARNING",
+                       "CELERY_TASK_ALWAYS_EAGER": "1", "HDRAG_ADMIN_PASSWORD": "bench-only-password"})
+    os.environ.pop("DATABASE_URL", None)
+    os.environ.pop("REDIS_URL", None)
+    import django
+    from django.core.management import call_command
+
+    django.setup()
+    call_command("migrate", verbosity=0)
+
+
+def demo_corpus() -> tuple[object, int]:
+    """(admin user, demo corpus id), built by the real build service (inline: eager Celery)."""
+    from django.contrib.auth import get_user_model
+    from django.core.management import call_command
+
+    from corpus.management.commands.portal_bootstrap import DEMO_NAME
+    from corpus.models import Corpus
+
+    started = time.perf_counter()
+    call_command("portal_bootstrap", stdout=open(os.devnull, "w"))  # noqa: SIM115 - lives for the call
+    corpus = Corpus.objects.select_related("active_build").get(name=DEMO_NAME)
+    if corpus.active_build is None:
+        raise SystemExit("the demo corpus did not build; see the log")
+    memories = corpus.active_build.memories.count()
+    print(f"demo corpus built in {time.perf_counter() - started:.1f} s: {memories} memories")
+    return get_user_model().objects.get(username="admin"), corpus.pk
+
+
+def check_facts(questions: list[tuple[str, str]]) -> None:
+    from corpus.demo import pydoc_topics, stdlib_docstrings
+
+    texts = [record["text"] for record in (*pydoc_topics(), *stdlib_docstrings())]
+    missing = [q for q, fact in questions if not any(re.search(fact, text, re.I) for text in texts)]
+    if missing:
+        raise SystemExit(f"facts not in the demo corpus, fix bench/data/demo_questions.json: {missing}")
+
+
+async def ask(user, corpus_id: int, question: str, *, use_memory: bool, budget: int,  # noqa: ANN001
+              temperature: float | None) -> dict:
+    from channels.db import database_sync_to_async
+
+    from chat.services import conversation_create
+    from chat.turns import run_turn
+
+    options = {"token_budget": budget} if budget else {}
+    conversation = await database_sync_to_async(conversation_create)(
+        user=user, corpus_ids=[corpus_id], use_memory=use_memory, temperature=temperature, **options)
+    events: list[dict] = []
+
+    async def emit(event: dict) -> None:
+        events.append(event)
+
+    result = await run_turn(conversation_id=conversation.pk, content=question, emit=emit)
+    final = events[-1]
+    memories = next((e["memories"] for e in events if e["type"] == "chat.memories"), [])
+    usage = result.usage
+    first, total = result.timings.first_token, result.timings.total
+    rate = (usage.completion_tokens - 1) / (total - first) if usage and first and total > first else 0.0
+    return {"question": question, "memory": use_memory, "answer": result.content, "status": result.status,
+            "finish_reason": (final.get("message") or {}).get("finish_reason", ""), "error": final.get("error", ""),
+            "ttft": first, "tokens_per_s": rate, "prompt_tokens": usage.prompt_tokens if usage else 0,
+            "completion_tokens": usage.completion_tokens if usage else 0,
+            "memory_texts": [m["excerpt"] for m in memories]}
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else float("nan")
+
+
+def summary(name: str, rows: list[dict], facts: dict[str, str]) -> dict:
+    n = len(rows)
+    grounded = sum(bool(re.search(facts[r["question"]], r["answer"], re.I)) for r in rows)
+    stopped = sum(r["finish_reason"] == "stop" for r in rows)
+    loops = sum(r["status"] == "repetition" for r in rows)
+    errors = sum(r["status"] == "error" for r in rows)
+    recalled = sum(any(re.search(facts[r["question"]], t, re.I) for t in r["memory_texts"]) for r in rows)
+    ttfts = [r["ttft"] for r in rows if r["ttft"] is not None]
+    figures = {"grounded": grounded / n, "stopped": stopped / n, "loops": loops / n, "errors": errors / n,
+               "recall": recalled / n, "ttft_p50": percentile(ttfts, 0.5), "ttft_p95": percentile(ttfts, 0.95),
+               "tokens_per_s": statistics.median(r["tokens_per_s"] for r in rows),
+               "prompt_tokens": statistics.median(r["prompt_tokens"] for r in rows),
+               "completion_tokens": statistics.median(r["completion_tokens"] for r in rows)}
+    print(f"{name:<16} n={n:<3} grounded {figures['grounded']:6.1%}  stopped by itself {figures['stopped']:6.1%}  "
+          f"loops {figures['loops']:5.1%}  errors {figures['errors']:5.1%}  fact in a memory {figures['recall']:6.1%}\n"
+          f"{'':<16} TTFT p50 {figures['ttft_p50']:5.2f} s  p95 {figures['ttft_p95']:5.2f} s  "
+          f"{figures['tokens_per_s']:5.1f} tok/s  prompt {figures['prompt_tokens']:5.0f} tok  "
+          f"answer {figures['completion_tokens']:4.0f} tok (medians)")
+    return figures
+
+
+async def run(args: argparse.Namespace, user, corpus_id: int, questions: list[tuple[str, str]]) -> None:  # noqa: ANN001
+    rows: dict[str, list[dict]] = {"model alone": [], "with memories": []}
+    await ask(user, corpus_id, "Hello!", use_memory=False, budget=args.budget, temperature=args.temperature)
+    started = time.perf_counter()
+    for number, (question, _) in enumerate(questions):
+        # Alternate the modes question by question, so load on the machine touches both alike.
+        for mode, use_memory in (("model alone", False), ("with memories", True)):
+            rows[mode].append(await ask(user, corpus_id, question, use_memory=use_memory, budget=args.budget,
+                                        temperature=args.temperature))
+        if (number + 1) % 10 == 0:
+            print(f"  {number + 1}/{len(questions)} questions, {time.perf_counter() - started:.0f} s", flush=True)
+    facts = dict(questions)
+    print()
+    figures = {mode: summary(mode, mode_rows, facts) for mode, mode_rows in rows.items()}
+    for mode, mode_rows in rows.items():
+        for row in mode_rows[:args.show]:
+            print(f"\n[{mode}] Q: {row['question']}\nA ({row['status']}, {row['finish_reason']}): {row['answer'][:600]}")
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as out:
+            for mode_rows in rows.values():
+                out.writelines(json.dumps(row) + "\n" for row in mode_rows)
+    alone, primed = figures["model alone"], figures["with memories"]
+    lift = primed["grounded"] - alone["grounded"]
+    stop_share = min(alone["stopped"], primed["stopped"])
+    print(f"\nbaseline (model alone) grounded {alone['grounded']:.1%}; with memories {primed['grounded']:.1%}: "
+          f"{lift * 100:+.1f} points, ratio {primed['grounded'] / alone['grounded'] if alone['grounded'] else float('inf'):.2f}x")
+    verdicts = [("stop by themselves >= 95 %", stop_share >= 0.95),
+                ("no repetition loops", alone["loops"] == 0 and primed["loops"] == 0),
+                ("grounded with memories >= 60 %", primed["grounded"] >= 0.60),
+                ("grounded lift >= 25 points", lift >= 0.25),
+                ("TTFT p50 with memories <= 3 s", primed["ttft_p50"] <= 3.0)]
+    for text, ok in verdicts:
+        print(f"target: {text:<34} {'meets' if ok else 'MISSES'}")
+
+
+def main() -> int:
+    args = _parse()
+    print_hardware()
+    from engine.llama_server import LlamaServer
+    from engine.models import default_chat_gguf_path
+
+    questions = [tuple(item) for item in json.loads(QUESTIONS.read_text(encoding="utf-8"))]
+    questions = questions[:args.questions] if args.questions else questions
+    check_facts(questions)
+    gguf = args.gguf or default_chat_gguf_path()
+    with tempfile.TemporaryDirectory(prefix="bench-answers-") as data_dir, \
+            LlamaServer(gguf, threads=args.threads, ctx_size=8192, parallel=1) as server:
+        print(f"chat model {gguf.name} on llama.cpp {server.base_url} ({args.threads} threads); "
+              f"{len(questions)} questions, answers up to {args.max_tokens} tokens")
+        portal_setup(Path(data_dir), server.base_url, args.max_tokens)
+        user, corpus_id = demo_corpus()
+        asyncio.run(run(args, user, corpus_id, questions))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

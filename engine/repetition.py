@@ -1,0 +1,93 @@
+"""Detects an answer that has fallen into a loop, while it streams.
+
+Small models sometimes repeat one phrase, line or paragraph until the token cap. `RepetitionGuard`
+is fed the streamed text and reports a loop as soon as the tail of the answer is either
+
+* **periodic**: its last `min_chars` characters repeat with some period `p <= max_period`, and
+  the repeated unit holds a letter or digit (a long rule of "-----" is not a loop), or
+* **a repeated line**: one line of at least `min_line_chars` characters occurs `max_line_repeats`
+  times among the last `line_window` lines (a loop whose lines differ a little in between).
+
+Each check is one C-level slice comparison per candidate period, so a token costs microseconds.
+On a loop, `kept` is the answer up to the end of the first occurrence of what repeats (cut back to a
+line or sentence end where one is near): what the user sees is the answer without its echo.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RepetitionGuard:
+    min_chars: int = 240
+    max_period: int = 400
+    min_line_chars: int = 24
+    max_line_repeats: int = 4
+    line_window: int = 24
+    text: str = field(default="", init=False)
+    looping: bool = field(default=False, init=False)
+    kept: str = field(default="", init=False)
+
+    def __post_init__(self) -> None:
+        if self.min_chars < 8 or self.max_period < 1 or self.max_line_repeats < 2 or self.line_window < 2:
+            raise ValueError("RepetitionGuard: min_chars >= 8, max_period >= 1, max_line_repeats >= 2, "
+                             "line_window >= 2")
+
+    def feed(self, delta: str) -> bool:
+        """Add streamed text; True once the answer is looping (and from then on)."""
+        if self.looping:
+            return True
+        self.text += delta
+        period = self._period()
+        if period:
+            # The loop started where the periodic tail began; keep one copy of its unit.
+            start = self._periodic_start(period)
+            self.kept = _at_boundary(self.text[:start + period], after=start).rstrip()
+            self.looping = True
+        elif "\n" in delta:
+            cut = self._repeated_line_cut()
+            if cut is not None:
+                self.kept = self.text[:cut].rstrip()
+                self.looping = True
+        return self.looping
+
+    def _period(self) -> int:
+        text, span = self.text, self.min_chars
+        if len(text) < span + 1:
+            return 0
+        tail = text[-span:]
+        for period in range(1, min(self.max_period, len(text) - span) + 1):
+            if text[-span - period:-period] == tail and any(c.isalnum() for c in text[-period:]):
+                return period
+        return 0
+
+    def _periodic_start(self, period: int) -> int:
+        """Index where the text stops being `period`-periodic, walking back from the end."""
+        text = self.text
+        start = len(text) - self.min_chars - period
+        while start > 0 and text[start - 1] == text[start - 1 + period]:
+            start -= 1
+        return start
+
+    def _repeated_line_cut(self) -> int | None:
+        """End of the first occurrence of a line repeated too often in the recent window, or None."""
+        complete = self.text[:self.text.rfind("\n")]
+        lines = complete.split("\n")
+        window = lines[-self.line_window:]
+        counts: dict[str, int] = {}
+        for line in window:
+            key = " ".join(line.split())
+            if len(key) >= self.min_line_chars:
+                counts[key] = counts.get(key, 0) + 1
+                if counts[key] >= self.max_line_repeats:
+                    offset = len("\n".join(lines[:len(lines) - len(window)]))
+                    first = next(i for i, candidate in enumerate(window) if " ".join(candidate.split()) == key)
+                    return offset + len("\n".join(window[:first + 1])) + (1 if offset else 0)
+        return None
+
+
+def _at_boundary(text: str, *, after: int) -> str:
+    """`text` cut back to its last line or sentence end, when that lies beyond index `after`."""
+    cut = max(text.rfind("\n"), *(text.rfind(end) + 1 for end in (". ", "! ", "? ")))
+    return text[:cut] if cut > after else text
