@@ -219,13 +219,12 @@ def retrieval_breakdown(args: argparse.Namespace, user, corpus_id: int) -> None:
     """Where retrieval time goes: the index scan (pruned vs the exact full scan, the baseline),
     the engine's whole pipeline, and the portal's memory search (access control, SQL rows)."""
     from corpus.models import Corpus
-    from engine.corpus import cached_corpus
     from engine.retrieval import Retriever, SearchTarget
-    from hdrag_site.runtime import default_gguf, engine_config, tokenizer_for
+    from hdrag_site.runtime import default_gguf, engine_config, loaded_build, tokenizer_for
     from memory.services import BuildMemoryStore, memories_search
 
     corpus = Corpus.objects.select_related("active_build").get(pk=corpus_id)
-    loaded = cached_corpus(corpus.active_build.build_dir)
+    loaded = loaded_build(corpus.active_build.build_dir)
     retriever = Retriever(tokenizer_for(default_gguf()), engine_config())
     target = SearchTarget(loaded, BuildMemoryStore(corpus.active_build_id), corpus.name)
     vectors = {q: retriever.query_vector(loaded, q) for q in QUESTIONS}

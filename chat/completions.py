@@ -17,12 +17,12 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.http import Http404
 
-from chat import runtime
 from chat.models import DEFAULT_TOKEN_BUDGET
 from corpus.models import Corpus
 from corpus.selectors import corpora_visible_to, get_corpus_for_user
 from engine.llm import GenerationSettings, PromptPlan, assemble_prompt
 from engine.retrieval import BlendState
+from hdrag_site import runtime
 from hdrag_site.errors import ApplicationError
 from memory.services import memories_search
 

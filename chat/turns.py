@@ -23,14 +23,12 @@ import functools
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
 from channels.db import database_sync_to_async
 from django.db import connection
 
-from chat import runtime
 from chat.models import Conversation, Message
 from chat.retrieval import memories_for_turn
 from chat.selectors import conversation_history
@@ -54,6 +52,7 @@ from engine.llm import (
     assemble_prompt,
 )
 from engine.repetition import RepetitionGuard
+from hdrag_site import runtime
 from hdrag_site.errors import ApplicationError
 
 logger = logging.getLogger(__name__)
@@ -93,12 +92,6 @@ def _db(func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
     return database_sync_to_async(func)
 
 
-# Retrieval's kernels are already parallel (numba/OpenMP over every core), so a few long-lived
-# threads keep their OpenMP teams warm without oversubscribing the cores: a fresh pool thread
-# measured ~10 ms slower on its first searches. Two, so one slow search does not stall every chat.
-_retrieval_executor = ThreadPoolExecutor(max_workers=2, thread_name_prefix="chat-retrieval")
-
-
 def _in_worker(func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
     """Retrieval (CPU-heavy): on a retrieval thread, so the event loop and the sync thread
     stay free while it runs. Its connection is closed afterwards: Django never cleans up after
@@ -112,7 +105,8 @@ def _in_worker(func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
 
     async def call(*args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(_retrieval_executor, functools.partial(run_and_close, *args, **kwargs))
+        return await loop.run_in_executor(runtime.retrieval_executor(),
+                                          functools.partial(run_and_close, *args, **kwargs))
 
     return call
 

@@ -8,7 +8,6 @@ from django.shortcuts import redirect, render
 from django.utils.text import slugify
 from django.views.decorators.http import require_GET, require_POST
 
-from chat import runtime as chat_runtime
 from chat.exports import conversation_export_jsonl, conversation_export_markdown
 from chat.models import DEFAULT_TITLE, MAX_TEMPERATURE, MAX_TOKEN_BUDGET
 from chat.selectors import conversation_get_for_user, conversation_messages, conversations_for_user
@@ -20,6 +19,7 @@ from chat.services import (
     conversation_update,
 )
 from corpus.selectors import corpora_visible_to
+from hdrag_site import runtime
 from hdrag_site.errors import ApplicationError
 
 
@@ -32,7 +32,7 @@ def _page(request: HttpRequest, conversation=None) -> HttpResponse:  # noqa: ANN
         "searchable_corpora": [c for c in corpora if c.active_build_id],
         "max_token_budget": MAX_TOKEN_BUDGET,
         "max_temperature": MAX_TEMPERATURE,
-        "default_temperature": chat_runtime.engine_config().temperature,
+        "default_temperature": runtime.engine_config().temperature,
     }
     if conversation is not None:
         context["chosen_corpora"] = {c.pk for c in conversation.corpora.all()}

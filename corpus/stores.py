@@ -7,10 +7,15 @@ Chroma is the server at `settings.CHROMA_URL`, or embedded under `settings.CHROM
 
 from __future__ import annotations
 
+import re
+
 from django.conf import settings
 
 from engine.multivector import ChromaClient, ChromaDBError
 from engine.multivector.errors import ChromaDBConnectionError
+from hdrag_site import runtime
+
+_COLLECTION = re.compile(r"^hdrag_corpus(\d+)_(visual|text)$")
 
 
 def collection_names(corpus_id: int) -> tuple[str, str]:
@@ -18,25 +23,42 @@ def collection_names(corpus_id: int) -> tuple[str, str]:
     return f"hdrag_corpus{corpus_id}_visual", f"hdrag_corpus{corpus_id}_text"
 
 
-def _connection() -> dict:
-    if settings.CHROMA_URL:
-        return {"url": settings.CHROMA_URL}
-    return {"path": settings.CHROMA_PATH}
-
-
 def store_for(corpus_id: int) -> ChromaClient:
-    """The corpus's store (collections created on first use). Callers check access first.
+    """The corpus's store, for a write or a search (collections created on first use); on the
+    process's one Chroma connection (`hdrag_site.runtime.chroma_client`). Callers check access first.
 
     Raises ChromaDBConnectionError naming the URL or path when Chroma cannot be reached.
     """
     visual, text = collection_names(corpus_id)
     return ChromaClient(visual_collection=visual, text_collection=text, dim=settings.MULTIVECTOR_DIM,
-                        storage_version=settings.MULTIVECTOR_STORAGE_VERSION, **_connection())
+                        storage_version=settings.MULTIVECTOR_STORAGE_VERSION, client=runtime.chroma_client())
+
+
+def store_exists(corpus_id: int) -> bool:
+    """Whether the corpus has a store yet, asked without creating one (pages only read)."""
+    names = set(collection_names(corpus_id))
+    return any(_name(c) in names for c in runtime.chroma_client().list_collections())
 
 
 def drop_store(corpus_id: int) -> None:
     """Delete both collections of a corpus (absent ones are fine)."""
-    store_for(corpus_id).drop_collections()
+    if store_exists(corpus_id):
+        store_for(corpus_id).drop_collections()
 
 
-__all__ = ["ChromaDBConnectionError", "ChromaDBError", "collection_names", "drop_store", "store_for"]
+def stored_corpus_ids() -> dict[int, list[str]]:
+    """{corpus id: its collection names} for every portal collection on the Chroma server or store."""
+    found: dict[int, list[str]] = {}
+    for collection in runtime.chroma_client().list_collections():
+        match = _COLLECTION.match(_name(collection))
+        if match:
+            found.setdefault(int(match.group(1)), []).append(match.group(0))
+    return found
+
+
+def _name(collection: object) -> str:
+    return collection if isinstance(collection, str) else collection.name  # chromadb 1.x gives Collection objects
+
+
+__all__ = ["ChromaDBConnectionError", "ChromaDBError", "collection_names", "drop_store", "store_exists",
+           "store_for", "stored_corpus_ids"]

@@ -9,14 +9,13 @@ Build directory layout (written by `engine.build.build_index`):
     memories.sqlite        memory text (only when the build ran without a caller's sink)
 
 Loading memory-maps the two index files; nothing is read into RAM up front, so a process can
-hold many corpora (see `cached_corpus`).
+hold many corpora (the portal keeps them in `hdrag_site.runtime`).
 """
 
 from __future__ import annotations
 
 import json
 import sqlite3
-import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -149,27 +148,3 @@ def load_corpus(build_dir: str | Path) -> LoadedCorpus:
     store = SqliteMemoryStore(store_path) if store_path.exists() else None
     return LoadedCorpus(encoder=encoder, index=index, manifest=manifest, build_dir=build_dir, store=store)
 
-
-_cache: dict[tuple[str, int], LoadedCorpus] = {}
-_cache_lock = threading.Lock()
-
-
-def cached_corpus(build_dir: str | Path) -> LoadedCorpus:
-    """`load_corpus` once per process and build (keyed by path and manifest mtime)."""
-    build_dir = Path(build_dir).resolve()
-    try:
-        key = (str(build_dir), (build_dir / MANIFEST).stat().st_mtime_ns)
-    except FileNotFoundError as exc:
-        raise CorpusError(f"{build_dir / MANIFEST}: no manifest (build incomplete, failed or cancelled)") from exc
-    with _cache_lock:
-        if key not in _cache:
-            _cache[key] = load_corpus(build_dir)
-        return _cache[key]
-
-
-def forget_corpus(build_dir: str | Path) -> None:
-    """Drop a build from `cached_corpus` (before deleting its directory)."""
-    build_dir = str(Path(build_dir).resolve())
-    with _cache_lock:
-        for key in [k for k in _cache if k[0] == build_dir]:
-            del _cache[key]

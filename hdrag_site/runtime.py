@@ -1,21 +1,93 @@
-"""Process-wide engine objects the apps share: engine config, model paths, tokenizers.
+"""Everything a portal process keeps between requests, in one place, each cache bounded.
 
-Loading a tokenizer parses the GGUF vocabulary (about a second for Gemma's 262k tokens), so one
-instance per model file lives for the whole process.
+The engine config, tokenizers, retrievers, late-interaction text encoders, loaded builds
+(memory-mapped index files), Chroma connections, the LLM client settings and token counter, and
+the thread pool chat retrieval runs on. The apps ask this module; none keeps a cache of its own.
+`reset()` empties every cache (tests, and a process that changed its settings).
+
+This module is the portal's platform layer beside `settings`, `env` and `errors`: it imports
+Django's settings and the engine, never an app, so every app may import it without a cycle.
+
+Loaded builds: a build directory stays memory-mapped while it is in the cache. Every lookup
+first drops the builds whose manifest is gone (deleted by `builds_cleanup`, a failed build's
+clean-up, or by hand, in any process), so a web process lets go of a deleted build's files and
+the disk space comes back; at most `LOADED_BUILDS` builds stay mapped, least recently used out.
 """
 
 from __future__ import annotations
 
 import functools
 import threading
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, Generic, TypeVar
 
 from django.conf import settings
 
 from engine.config import Config
+from engine.corpus import MANIFEST, LoadedCorpus, load_corpus
+from engine.llm import ContextBudget, GenerationSettings, LLMClient, ServerTokenCounter, TokenCounter
+from engine.retrieval import Retriever
 
-_lock = threading.Lock()
-_tokenizers: dict[str, object] = {}
+LOADED_BUILDS = 32
+TOKENIZERS = 4
+RETRIEVERS = 4
+TEXT_ENCODERS = 8  # each holds ~4 MB (IDF table, projection) beside the mapped embeddings
+CHROMA_CLIENTS = 4
+RETRIEVAL_THREADS = 2
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
+
+
+class BoundedCache(Generic[K, V]):
+    """A thread-safe LRU map whose values are made on first use, once, under its lock."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._items: OrderedDict[K, V] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: K, make: Callable[[], V]) -> V:
+        # One lock for lookup and construction: two requests for a new key make its value once.
+        with self._lock:
+            if key not in self._items:
+                self._items[key] = make()
+                while len(self._items) > self.size:
+                    self._items.popitem(last=False)
+            self._items.move_to_end(key)
+            return self._items[key]
+
+    def drop(self, keep: Callable[[K], bool]) -> None:
+        with self._lock:
+            for key in [key for key in self._items if not keep(key)]:
+                del self._items[key]
+
+    def clear(self) -> None:
+        with self._lock:
+            self._items.clear()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def snapshot(self) -> list[K]:
+        with self._lock:
+            return list(self._items)
+
+
+_tokenizers: BoundedCache[str, Any] = BoundedCache(TOKENIZERS)
+_retrievers: BoundedCache[tuple[str, Config], Retriever] = BoundedCache(RETRIEVERS)
+_text_encoders: BoundedCache[tuple[str, str], Any] = BoundedCache(TEXT_ENCODERS)
+_builds: BoundedCache[str, LoadedCorpus] = BoundedCache(LOADED_BUILDS)
+_chroma: BoundedCache[tuple[str, str, float], Any] = BoundedCache(CHROMA_CLIENTS)
+_counters: BoundedCache[str, ServerTokenCounter] = BoundedCache(4)
+_executor_lock = threading.Lock()
+_executor: ThreadPoolExecutor | None = None
+
+
+# ---------------------------------------------------------------- engine
 
 
 @functools.cache
@@ -38,11 +110,115 @@ def default_gguf() -> Path:
 
 
 def tokenizer_for(gguf_path: str | Path):  # noqa: ANN201 - engine.spm.GGUFTokenizer, imported lazily
-    """The in-process tokenizer of a GGUF model, loaded once per process and path."""
+    """The in-process tokenizer of a GGUF model (parsing Gemma's 262k-token vocabulary takes about a
+    second, so one instance per model file lives in the process)."""
     from engine.spm import GGUFTokenizer
 
     key = str(Path(gguf_path).resolve())
-    with _lock:
-        if key not in _tokenizers:
-            _tokenizers[key] = GGUFTokenizer.from_gguf(key)
-        return _tokenizers[key]
+    return _tokenizers.get(key, lambda: GGUFTokenizer.from_gguf(key))
+
+
+def retriever_for(gguf_path: str | Path) -> Retriever:
+    """A retriever for builds of one model under the current engine config."""
+    config = engine_config()
+    key = (str(gguf_path), config)
+    return _retrievers.get(key, lambda: Retriever(tokenizer_for(gguf_path), config))
+
+
+def text_encoder_for(build: LoadedCorpus, gguf_path: str | Path):  # noqa: ANN201 - TokenVectorEncoder
+    """The token-vector encoder a late-interaction build was filled with (made as in the build;
+    making one costs the isotropy correction of the build's vocabulary, an SVD)."""
+    from engine.text_store import text_encoder_for as make_encoder
+
+    key = (str(build.build_dir), str(gguf_path))
+    return _text_encoders.get(key, lambda: make_encoder(
+        build, gguf_path=gguf_path, tokenizer=tokenizer_for(gguf_path), cache_dir=settings.EMBEDDING_CACHE_DIR,
+        dim=settings.MULTIVECTOR_DIM))
+
+
+def loaded_build(build_dir: str | Path) -> LoadedCorpus:
+    """The build at `build_dir`, memory-mapped once per process (see the module docstring)."""
+    forget_vanished_builds()
+    key = str(Path(build_dir).resolve())
+    return _builds.get(key, lambda: load_corpus(key))
+
+
+def forget_build(build_dir: str | Path) -> None:
+    """Unmap a build (before its directory is deleted) and drop what was made for it."""
+    key = str(Path(build_dir).resolve())
+    _builds.drop(lambda cached: cached != key)
+    _text_encoders.drop(lambda cached: cached[0] != str(build_dir) and cached[0] != key)
+
+
+def forget_vanished_builds() -> None:
+    """Drop every cached build whose manifest is gone: its directory was deleted meanwhile."""
+    vanished = [key for key in _builds.snapshot() if not (Path(key) / MANIFEST).exists()]
+    for key in vanished:
+        forget_build(key)
+
+
+def loaded_build_dirs() -> list[str]:
+    return _builds.snapshot()
+
+
+# ---------------------------------------------------------------- Chroma
+
+
+def chroma_client() -> Any:
+    """The process's chromadb client for `CHROMA_URL` (short timeouts) or the embedded store.
+
+    One per location, so a search or a page view costs no new connection and heartbeat. Raises
+    ChromaDBConnectionError naming the location when Chroma cannot be reached (nothing is cached
+    then, so the next call tries again).
+    """
+    from engine.multivector.client import connect_chroma
+
+    location = settings.CHROMA_URL or str(settings.CHROMA_PATH)
+    kind = "url" if settings.CHROMA_URL else "path"
+    timeout = float(settings.CHROMA_TIMEOUT_SECONDS)
+    return _chroma.get((kind, location, timeout), lambda: connect_chroma(**{kind: location}, timeout=timeout))
+
+
+# ---------------------------------------------------------------- LLM
+
+
+def llm_client() -> LLMClient:
+    """A client for the configured server (cheap: it holds no connection between calls)."""
+    return LLMClient(settings.LLM_BASE_URL, timeout=float(settings.LLM_TIMEOUT_SECONDS))
+
+
+def generation_settings(*, temperature: float | None = None) -> GenerationSettings:
+    """The engine config's sampling, with a conversation's own `temperature` when it has one."""
+    return GenerationSettings.from_config(engine_config(), temperature=temperature)
+
+
+def context_budget() -> ContextBudget:
+    return ContextBudget.from_config(engine_config())
+
+
+def token_counter() -> TokenCounter:
+    """Counts in the served model's own tokens (its server's `/tokenize`, remembered per text):
+    the chat model's vocabulary is not the embedding model's."""
+    return _counters.get(settings.LLM_BASE_URL, lambda: ServerTokenCounter(settings.LLM_BASE_URL))
+
+
+# ---------------------------------------------------------------- threads
+
+
+def retrieval_executor() -> ThreadPoolExecutor:
+    """The threads chat retrieval runs on. Retrieval's kernels are already parallel (numba/OpenMP
+    over every core), so a few long-lived threads keep their OpenMP teams warm without
+    oversubscribing the cores (a fresh thread measured ~10 ms slower on its first searches); two,
+    so one slow search does not stall every chat."""
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(max_workers=RETRIEVAL_THREADS, thread_name_prefix="chat-retrieval")
+        return _executor
+
+
+def reset() -> None:
+    """Forget everything this process keeps (the thread pool stays: it holds no state)."""
+    engine_config.cache_clear()
+    for cache in (_tokenizers, _retrievers, _text_encoders, _builds, _chroma, _counters):
+        cache.clear()

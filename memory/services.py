@@ -2,16 +2,14 @@
 
 Search applies access control before retrieval: only corpora the user may read, with an active
 build, are loaded and searched, and only their enabled datasets pass the index's source filter.
-Loaded builds (memory-mapped index files) are cached per process by `engine.corpus.cached_corpus`.
+Loaded builds, retrievers and late-interaction encoders are the process's, in `hdrag_site.runtime`.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,13 +22,12 @@ from django.db import connection
 from corpus.models import Corpus, IndexBuild
 from corpus.selectors import corpora_visible_to
 from corpus.stores import store_for
-from engine.corpus import LoadedCorpus, cached_corpus
+from engine.corpus import LoadedCorpus
 from engine.multivector import StorageError
-from engine.multivector.token_vectors import TokenVectorEncoder
 from engine.retrieval import BlendState, Retriever, SearchTarget
-from engine.text_store import text_encoder_for, text_store_rank
+from engine.text_store import text_store_rank
+from hdrag_site import runtime
 from hdrag_site.errors import ApplicationError
-from hdrag_site.runtime import engine_config, tokenizer_for
 from memory.models import Memory
 
 logger = logging.getLogger(__name__)
@@ -138,40 +135,6 @@ class BuildMemoryStore:
         return found
 
 
-_retrievers: dict[str, Retriever] = {}
-_retrievers_lock = threading.Lock()
-
-
-def _retriever(gguf_path: str) -> Retriever:
-    with _retrievers_lock:
-        if gguf_path not in _retrievers:
-            _retrievers[gguf_path] = Retriever(tokenizer_for(gguf_path), engine_config())
-        return _retrievers[gguf_path]
-
-
-# Token-vector encoders of late-interaction builds, one per (build directory, model). Making one
-# costs the isotropy correction of the build's vocabulary (an SVD); each holds ~4 MB (IDF table,
-# projection) beside the memory-mapped embeddings, so only the most recently used few are kept.
-TEXT_ENCODER_CACHE_SIZE = 8
-_text_encoders: OrderedDict[tuple[str, str], TokenVectorEncoder] = OrderedDict()
-_text_encoders_lock = threading.Lock()
-
-
-def _text_encoder(corpus: LoadedCorpus, gguf_path: str) -> TokenVectorEncoder:
-    """The encoder a late-interaction build was filled with (made the same way as in the build)."""
-    key = (str(corpus.build_dir), gguf_path)
-    # One lock for lookups and construction: two searches of a new build make its encoder once.
-    with _text_encoders_lock:
-        encoder = _text_encoders.get(key)
-        if encoder is None:
-            encoder = text_encoder_for(corpus, gguf_path=gguf_path, tokenizer=tokenizer_for(gguf_path),
-                                       cache_dir=settings.EMBEDDING_CACHE_DIR, dim=settings.MULTIVECTOR_DIM)
-            _text_encoders[key] = encoder
-            while len(_text_encoders) > TEXT_ENCODER_CACHE_SIZE:
-                _text_encoders.popitem(last=False)
-        _text_encoders.move_to_end(key)
-        return encoder
-
 
 def _late_ranker(*, corpus_id: int, build_id: int, corpus: LoadedCorpus, gguf_path: str,
                  enabled: frozenset[int]) -> Callable[[str], list[tuple[int, float]] | None]:
@@ -180,8 +143,8 @@ def _late_ranker(*, corpus_id: int, build_id: int, corpus: LoadedCorpus, gguf_pa
 
     def rank(query: str) -> list[tuple[int, float]] | None:
         try:
-            return text_store_rank(store=store_for(corpus_id), encoder=_text_encoder(corpus, gguf_path),
-                                   tokenizer=tokenizer_for(gguf_path), query=query, build_id=build_id,
+            return text_store_rank(store=store_for(corpus_id), encoder=runtime.text_encoder_for(corpus, gguf_path),
+                                   tokenizer=runtime.tokenizer_for(gguf_path), query=query, build_id=build_id,
                                    allowed_sources=enabled)
         except StorageError as error:
             logger.warning("corpus %s: late-interaction search unavailable, HDC alone: %s", corpus_id, error)
@@ -229,7 +192,7 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
     targets = []
     for corpus in corpora:
         enabled = frozenset(d.pk for d in corpus.datasets.all() if d.enabled and (chosen is None or d.pk in chosen))
-        loaded = cached_corpus(corpus.active_build.build_dir)
+        loaded = runtime.loaded_build(corpus.active_build.build_dir)
         late = None
         if corpus.active_build.parameters.get("late_interaction"):
             late = _late_ranker(corpus_id=corpus.pk, build_id=corpus.active_build_id, corpus=loaded,
@@ -237,10 +200,10 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
         targets.append(SearchTarget(corpus=loaded, store=BuildMemoryStore(corpus.active_build_id),
                                     name=str(corpus.pk), enabled_sources=enabled, late=late))
     if raw_limit is not None:
-        results = _search_raw(_retriever(gguf_path), query, targets, blend=blend, limit=raw_limit)
+        results = _search_raw(runtime.retriever_for(gguf_path), query, targets, blend=blend, limit=raw_limit)
     else:
-        results = _retriever(gguf_path).search(query, targets, blend=blend, token_budget=token_budget,
-                                               top_document=top_document)
+        results = runtime.retriever_for(gguf_path).search(query, targets, blend=blend,
+                                                          token_budget=token_budget, top_document=top_document)
     by_id: dict[int, Corpus] = {c.pk: c for c in corpora}
     dataset_names = {d.pk: d.name for c in corpora for d in c.datasets.all()}
     return [{**result, "corpus_id": int(result["corpus"]), "corpus": by_id[int(result["corpus"])].name,

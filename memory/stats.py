@@ -14,7 +14,7 @@ import numpy as np
 
 from corpus.models import Corpus
 from engine import bits
-from engine.corpus import cached_corpus
+from hdrag_site import runtime
 from memory.selectors import memory_counts_by_dataset
 from memory.svg import bar_chart
 
@@ -32,7 +32,7 @@ def corpus_stats(*, corpus: Corpus, sample_rows: int = SAMPLE_ROWS, seed: int = 
     build = corpus.active_build
     if build is None:
         return {"empty": True}
-    loaded = cached_corpus(build.build_dir)
+    loaded = runtime.loaded_build(build.build_dir)
     count, dims = loaded.count, loaded.dims
     rng = np.random.default_rng(seed)
     rows = np.sort(rng.choice(count, size=min(sample_rows, count), replace=False))

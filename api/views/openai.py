@@ -16,9 +16,9 @@ from rest_framework.response import Response
 from api.serializers import ChatCompletionRequestSerializer, ModelListSerializer, ModelSerializer
 from api.views.base import ApiView, errors
 from api.views.sse import sse_frame, sse_response
-from chat import runtime
 from chat.completions import CompletionPlan, ModelNotFound, completion_models, completion_prepare
 from engine.llm import LLMError, PromptTooLongError, Usage
+from hdrag_site import runtime
 from hdrag_site.errors import ApplicationError
 
 TAGS = ["openai"]

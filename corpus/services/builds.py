@@ -36,10 +36,10 @@ from corpus.models import Corpus, Dataset, IndexBuild
 from corpus.storage import build_dir
 from corpus.stores import store_for
 from engine.build import BuildCancelled, build_index, verify_build
-from engine.corpus import forget_corpus, load_corpus
+from engine.corpus import load_corpus
 from engine.text_store import text_encoder_for, text_store_delete_build, text_store_fill, text_store_prune
 from hdrag_site.errors import ApplicationError, ConflictError
-from hdrag_site.runtime import default_gguf, engine_config, tokenizer_for
+from hdrag_site.runtime import default_gguf, engine_config, forget_build, tokenizer_for
 
 logger = logging.getLogger(__name__)
 Status = IndexBuild.Status
@@ -169,7 +169,7 @@ def _discard(build: IndexBuild, *, status: str, error: str) -> None:
     if (build.parameters or {}).get("late_interaction"):
         _delete_text_records(build)
     directory = build_dir(build.corpus_id, build.pk)
-    forget_corpus(directory)
+    forget_build(directory)
     shutil.rmtree(directory, ignore_errors=True)
     build.refresh_from_db()
     send_build_event(build, op="finished")
@@ -329,7 +329,7 @@ def builds_cleanup(*, keep: int = 2, corpus_id: int | None = None) -> list[int]:
             build_id, directory = build.pk, build_dir(corpus.pk, build.pk)
             memories_delete_for_build(build_id=build_id)
             build.delete()
-            forget_corpus(directory)
+            forget_build(directory)
             shutil.rmtree(directory, ignore_errors=True)
             deleted.append(build_id)
     return deleted

@@ -17,8 +17,9 @@ from typing import Any
 import numpy as np
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
+from corpus.models import Corpus
 from corpus.selectors import get_corpus_for_user
-from corpus.stores import collection_names, drop_store, store_for
+from corpus.stores import collection_names, drop_store, store_exists, store_for, stored_corpus_ids
 from engine.multivector import DocumentNotFoundError, StorageError, ValidationError, doc_id_of
 from hdrag_site.errors import ApplicationError
 
@@ -73,8 +74,11 @@ def _chroma(action: str) -> Iterator[None]:
 
 
 def store_collection_stats(*, corpus_id: int) -> StoreStats:
-    """Stats of a corpus's store; the caller has checked access (the admin does, by permission)."""
+    """Stats of a corpus's store; the caller has checked access (the admin does, by permission).
+    A corpus without a store yet has empty stats: reading creates no collections."""
     with _chroma("reading its stats"):
+        if not store_exists(corpus_id):
+            return StoreStats(visual_count=0, text_count=0, total_documents=0, storage_size_mb=0.0)
         stats = store_for(corpus_id).get_collection_stats()
     return StoreStats(visual_count=stats["visual_count"], text_count=stats["text_count"],
                       total_documents=stats["total_documents"], storage_size_mb=stats["storage_size_mb"])
@@ -94,6 +98,8 @@ def store_documents(*, user: User, corpus_id: int) -> list[StoreDocument]:
     corpus = get_corpus_for_user(user, corpus_id)
     counts: dict[str, Counter[str]] = {kind: Counter() for kind in KINDS}
     with _chroma("listing its documents"):
+        if not store_exists(corpus.pk):
+            return []
         store = store_for(corpus.pk)
         for kind in KINDS:
             for ids in store.iter_ids(kind):
@@ -112,10 +118,10 @@ def store_document_delete(*, user: User, corpus_id: int, doc_id: str) -> tuple[i
     if not isinstance(doc_id, str) or not doc_id.strip():
         raise ApplicationError("Name the document to delete (its doc_id).")
     with _store_call(f"deleting {doc_id!r}"):
-        pages, chunks = store_for(corpus.pk).delete_document(doc_id)
+        pages, chunks = store_for(corpus.pk).delete_document(doc_id) if store_exists(corpus.pk) else (0, 0)
     if not pages and not chunks:
         raise StoreRecordNotFound(f"No document {doc_id!r} in the store of {corpus.name!r}.",
-                               details={"doc_id": doc_id})
+                                  details={"doc_id": doc_id})
     return pages, chunks
 
 
@@ -127,7 +133,7 @@ def store_drop(*, corpus_id: int) -> bool:
     refused per corpus, so raising would only turn a finished deletion into an error page.
     Collection names come from the corpus id, which is never reused (PostgreSQL sequences,
     SQLite AUTOINCREMENT), so orphans never show up in another corpus; the log names them for
-    removal by hand (`chromadb` client `delete_collection`).
+    removal (`manage.py chroma_orphans --drop`).
     """
     try:
         drop_store(corpus_id)
@@ -189,6 +195,8 @@ def store_search(*, user: User, corpus_id: int, kind: str, query: np.ndarray, n_
     corpus = get_corpus_for_user(user, corpus_id)
     _check_kind(kind)
     with _store_call(f"searching {kind}"):
+        if not store_exists(corpus.pk):  # reading creates no collections
+            return []
         store = store_for(corpus.pk)
         search = store.search_visual if kind == "visual" else store.search_text
         return [_public_hit(hit) for hit in search(query, n_results=n_results, filters=filters)]
@@ -200,6 +208,8 @@ def store_search_multivector(*, user: User, corpus_id: int, kind: str, query: np
     corpus = get_corpus_for_user(user, corpus_id)
     _check_kind(kind)
     with _store_call(f"searching {kind} (two-stage)"):
+        if not store_exists(corpus.pk):
+            return []
         store = store_for(corpus.pk)
         search = store.search_visual_multivector if kind == "visual" else store.search_text_multivector
         hits = search(query, n_candidates=n_candidates, n_results=n_results, filters=filters)
@@ -211,4 +221,22 @@ def store_embeddings_get(*, user: User, corpus_id: int, kind: str, embedding_id:
     corpus = get_corpus_for_user(user, corpus_id)
     _check_kind(kind)
     with _store_call(f"reading {embedding_id!r}"):
+        if not store_exists(corpus.pk):
+            raise StoreRecordNotFound(f"No {kind} record {embedding_id!r}: the corpus's store is empty.")
         return store_for(corpus.pk).get_full_embeddings(embedding_id, collection=kind)
+
+
+def store_orphans() -> dict[int, list[str]]:
+    """{corpus id: collection names} of stores whose corpus no longer exists."""
+    stored = stored_corpus_ids()
+    existing = set(Corpus.objects.filter(pk__in=stored).values_list("pk", flat=True))
+    return {corpus_id: names for corpus_id, names in stored.items() if corpus_id not in existing}
+
+
+def store_orphans_drop(*, corpus_ids: list[int]) -> None:
+    """Drop the stores of deleted corpora; ids of corpora that exist are refused."""
+    alive = sorted(Corpus.objects.filter(pk__in=corpus_ids).values_list("pk", flat=True))
+    if alive:
+        raise ApplicationError(f"Corpora {alive} exist: their stores are not orphans.", details={"corpus_ids": alive})
+    for corpus_id in corpus_ids:
+        drop_store(corpus_id)

@@ -92,6 +92,42 @@ def create_in_wal_mode(path: Path) -> None:
         database.execute("PRAGMA journal_mode=WAL")
 
 
+def connect_chroma(*, url: str | None = None, path: str | Path | None = None, host: str = "chromadb",
+                   port: int = 8000, ssl: bool = False, timeout: float | None = None) -> Any:
+    """A connected chromadb client: embedded at `path` (made in WAL mode when new), else the server
+    at `url` or `host`/`port`. `timeout` bounds each HTTP request (chromadb's own client waits
+    forever, so a server that drops packets would stall its caller). Raises
+    ChromaDBConnectionError naming the location when the heartbeat fails."""
+    if path is not None:
+        location = f"embedded store {Path(path)}"
+
+        def factory() -> Any:
+            create_in_wal_mode(Path(path))
+            return chromadb.PersistentClient(path=str(path), settings=_settings())
+    else:
+        if url is not None:
+            host, port, ssl = _parse_url(url)
+        location = f"{'https' if ssl else 'http'}://{host}:{port}"
+
+        def factory() -> Any:
+            if timeout is not None:
+                # chromadb's client makes requests with no timeout while it is constructed
+                # (tenant and database checks): ask the server first, within the timeout.
+                httpx.get(f"{location}/api/v2/heartbeat", timeout=timeout).raise_for_status()
+            client = chromadb.HttpClient(host=host, port=port, ssl=ssl, settings=_settings())
+            session = getattr(getattr(client, "_server", None), "_session", None)
+            if timeout is not None and isinstance(session, httpx.Client):
+                session.timeout = httpx.Timeout(timeout, connect=min(timeout, 5.0))
+            return client
+    try:
+        chroma = factory()
+        chroma.heartbeat()
+    except Exception as error:  # chromadb raises bare ValueError/httpx errors here
+        raise ChromaDBConnectionError(f"cannot connect to Chroma at {location}: {error}") from error
+    chroma.hdrag_location = location
+    return chroma
+
+
 def doc_id_of(embedding_id: str) -> str:
     """ "a1b2-page001" → "a1b2": the doc_id inside a contract id (the id itself otherwise)."""
     return _ID_SUFFIX.sub("", embedding_id)
@@ -133,33 +169,11 @@ class ChromaClient:
         self.dim = dim
         self.storage_version = check_version(storage_version)
         self.collection_names = {"visual": visual_collection, "text": text_collection}
-        if client is not None:
-            self.location = f"given {type(client).__name__}"
-            self._client = client
-        elif path is not None:
-            self.location = f"embedded store {Path(path)}"
-
-            def embedded() -> Any:
-                create_in_wal_mode(Path(path))
-                return chromadb.PersistentClient(path=str(path), settings=_settings())
-
-            self._client = self._connect(embedded)
-        else:
-            if url is not None:
-                host, port, ssl = _parse_url(url)
-            self.location = f"{'https' if ssl else 'http'}://{host}:{port}"
-            self._client = self._connect(
-                lambda: chromadb.HttpClient(host=host, port=port, ssl=ssl, settings=_settings())
-            )
+        if client is None:
+            client = connect_chroma(url=url, path=path, host=host, port=port, ssl=ssl)
+        self.location = getattr(client, "hdrag_location", f"given {type(client).__name__}")
+        self._client = client
         self._collections = {kind: self._open_collection(kind) for kind in KINDS}
-
-    def _connect(self, factory: Any) -> Any:
-        try:
-            chroma = factory()
-            chroma.heartbeat()
-        except Exception as error:  # chromadb raises bare ValueError/httpx errors here
-            raise ChromaDBConnectionError(f"cannot connect to Chroma at {self.location}: {error}") from error
-        return chroma
 
     @contextmanager
     def guarded(self, action: str) -> Iterator[None]:

@@ -1,0 +1,126 @@
+"""The process's runtime: deleted builds are let go, Chroma is one bounded connection that never
+creates collections on a page view, and orphan collections can be listed and dropped."""
+
+from __future__ import annotations
+
+import shutil
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from django.core.management import call_command
+from django.urls import reverse
+
+from corpus.models import Corpus
+from corpus.services.corpora import corpus_create
+from corpus.stores import collection_names, store_for, stored_corpus_ids
+from engine.multivector.client import connect_chroma
+from engine.multivector.errors import ChromaDBConnectionError
+from hdrag_site import runtime
+from memory.services import memories_search
+from tests.portal.conftest import SMALL_HDC, build_now, login, upload
+
+
+@pytest.fixture(autouse=True)
+def fresh_runtime():
+    runtime.reset()
+    yield
+    runtime.reset()
+
+
+def _mapped(directory: str) -> list[str]:
+    """Lines of this process's memory map naming files under `directory` (deleted ones too)."""
+    return [line for line in Path("/proc/self/maps").read_text().splitlines() if directory in line]
+
+
+def test_a_build_deleted_by_another_process_is_unmapped_and_its_disk_space_freed(
+        corpus, owner, dataset, django_capture_on_commit_callbacks):
+    old = build_now(corpus, owner, django_capture_on_commit_callbacks)
+    assert memories_search(user=owner, corpus_ids=[corpus.pk], query="binary search interval")
+    assert _mapped(old.build_dir), "searching maps the build's index files"
+    other = corpus_create(owner=owner, name="Other", **SMALL_HDC)
+    upload(other, owner)
+    build_now(other, owner, django_capture_on_commit_callbacks)
+    # The worker (another process) deletes the build: its files go, this process is not told.
+    shutil.rmtree(old.build_dir)
+    assert _mapped(old.build_dir), "still mapped: the disk space is held"
+    # The next search, of any corpus, lets go of it.
+    memories_search(user=owner, corpus_ids=[other.pk], query="binary search interval")
+    assert _mapped(old.build_dir) == []
+    assert str(Path(old.build_dir).resolve()) not in runtime.loaded_build_dirs()
+
+
+def test_loaded_builds_are_bounded(corpus, owner, dataset, django_capture_on_commit_callbacks, monkeypatch):
+    monkeypatch.setattr(runtime._builds, "size", 1)
+    build_now(corpus, owner, django_capture_on_commit_callbacks)
+    other = corpus_create(owner=owner, name="Other", **SMALL_HDC)
+    upload(other, owner)
+    build_now(other, owner, django_capture_on_commit_callbacks)
+    for corpus_id in (corpus.pk, other.pk):
+        memories_search(user=owner, corpus_ids=[corpus_id], query="binary search interval")
+    other.refresh_from_db()
+    assert runtime.loaded_build_dirs() == [str(Path(other.active_build.build_dir).resolve())]
+
+
+def test_every_store_shares_one_chroma_connection(corpus, owner):
+    other = corpus_create(owner=owner, name="Other")
+    first, second = store_for(corpus.pk), store_for(other.pk)
+    assert first._client is second._client is runtime.chroma_client()
+
+
+def test_a_page_view_creates_no_collections(corpus, owner):
+    page = login(owner).get(reverse("corpus:detail", args=[corpus.pk]))
+    assert page.status_code == 200
+    store_page = login(owner).get(reverse("corpus:store_documents", args=[corpus.pk]))
+    assert store_page.status_code == 200
+    assert stored_corpus_ids() == {}
+
+
+def test_orphan_collections_are_listed_and_dropped(corpus, owner, capsys):
+    store_for(corpus.pk)  # a live corpus's store: never an orphan
+    gone = corpus_create(owner=owner, name="Gone")
+    store_for(gone.pk)
+    gone_id = gone.pk
+    Corpus.objects.filter(pk=gone_id).delete()  # a queryset delete: no signal drops its store
+    call_command("chroma_orphans")
+    listed = capsys.readouterr().out
+    assert f"corpus {gone_id}:" in listed and f"corpus {corpus.pk}:" not in listed
+    assert set(stored_corpus_ids()) == {corpus.pk, gone_id}
+    call_command("chroma_orphans", "--drop")
+    assert "dropped" in capsys.readouterr().out
+    remaining = stored_corpus_ids()
+    assert set(remaining) == {corpus.pk} and set(remaining[corpus.pk]) == set(collection_names(corpus.pk))
+
+
+def test_a_chroma_host_that_never_answers_fails_within_the_timeout():
+    """A real TCP listener that accepts and then says nothing (as a host dropping packets after
+    the handshake would): the client gives up after its timeout instead of waiting forever."""
+    silent = socket.socket()
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(8)
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def accept() -> None:
+        silent.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                held.append(silent.accept()[0])
+            except TimeoutError:
+                continue
+
+    thread = threading.Thread(target=accept, daemon=True)
+    thread.start()
+    try:
+        started = time.monotonic()
+        with pytest.raises(ChromaDBConnectionError, match="cannot connect to Chroma at http://127.0.0.1"):
+            connect_chroma(url=f"http://127.0.0.1:{silent.getsockname()[1]}", timeout=1.0)
+        assert time.monotonic() - started < 10
+    finally:
+        stop.set()
+        thread.join()
+        for connection in held:
+            connection.close()
+        silent.close()
