@@ -160,9 +160,8 @@ def main() -> int:
 
         from api.services import api_token_create
         from corpus.models import Corpus
-        from engine.corpus import cached_corpus
         from engine.retrieval import Retriever, SearchTarget
-        from hdrag_site.runtime import default_gguf, engine_config, tokenizer_for
+        from hdrag_site.runtime import default_gguf, engine_config, loaded_build, tokenizer_for
         from memory.services import BuildMemoryStore, memories_search
 
         user = get_user_model().objects.create_user("bench")
@@ -176,7 +175,7 @@ def main() -> int:
         warm, single_q, load_q = queries[:20], queries[20:20 + args.sequential], queries[20 + args.sequential:]
 
         corpus = Corpus.objects.select_related("active_build").get(pk=corpus_id)
-        loaded = cached_corpus(corpus.active_build.build_dir)
+        loaded = loaded_build(corpus.active_build.build_dir)
         # Its own Retriever (own query cache): the service's and the server's never see its queries.
         retriever = Retriever(tokenizer_for(default_gguf()), engine_config())
         target = SearchTarget(loaded, BuildMemoryStore(corpus.active_build_id), str(corpus_id),
