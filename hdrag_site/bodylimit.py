@@ -10,8 +10,10 @@ chunk of an oversized body is ever held.
 Limits:
 * `REQUEST_MAX_BYTES` (default 2.5 MiB, like Django's form limit) for every request;
 * `UPLOAD_MAX_BYTES` (+ 1 MiB for the multipart envelope) on the upload paths
-  (`UPLOAD_PATH_PATTERN`), only for a request that declares its length and whose session logs
-  in a user. An anonymous client cannot make the server store more than `REQUEST_MAX_BYTES`.
+  (`UPLOAD_PATH_PATTERN`), only for a request that declares its length and logs in a user: its
+  session, or its `Authorization` header as one of `BODY_LIMIT_CREDENTIAL_CHECKS` accepts (the
+  API's tokens; named by setting, as Django names its session engine). An anonymous client cannot
+  make the server store more than `REQUEST_MAX_BYTES`.
 """
 
 from __future__ import annotations
@@ -45,6 +47,13 @@ def _session_logs_in(cookie_header: str) -> bool:
     return get_user(SimpleNamespace(session=store)).is_authenticated
 
 
+def _logs_in(cookie_header: str, authorization: str) -> bool:
+    if authorization and any(import_string(check)(authorization=authorization)
+                             for check in settings.BODY_LIMIT_CREDENTIAL_CHECKS):
+        return True
+    return _session_logs_in(cookie_header)
+
+
 def _size(limit: int) -> str:
     return f"{limit / 1024 ** 2:g} MiB" if limit >= 1024 ** 2 else f"{limit / 1024:g} KiB"
 
@@ -64,7 +73,8 @@ class BodyLimitMiddleware:
         limit = settings.REQUEST_MAX_BYTES
         if (declared is not None and declared > limit
                 and _upload_paths(settings.UPLOAD_PATH_PATTERN).fullmatch(scope.get("path", ""))
-                and await database_sync_to_async(_session_logs_in)(headers.get(b"cookie", b"").decode("latin1"))):
+                and await database_sync_to_async(_logs_in)(headers.get(b"cookie", b"").decode("latin1"),
+                                                           headers.get(b"authorization", b"").decode("latin1"))):
             limit = settings.UPLOAD_MAX_BYTES + MULTIPART_ENVELOPE_BYTES
         if declared is not None and declared > limit:
             return await _too_large(scope, send, limit)

@@ -65,9 +65,13 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "channels",
     "axes",
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
     "corpus",
     "memory",
     "chat",
+    "api",
 ]
 
 MIDDLEWARE = [
@@ -192,12 +196,46 @@ MEMORY_INSERT_BATCH = envint("MEMORY_INSERT_BATCH", 5000, minimum=1)
 # computed on the way) into a temporary file inside DATA_DIR, so accepting it is a rename.
 UPLOAD_MAX_BYTES = envint("UPLOAD_MAX_BYTES", 512 * 1024 * 1024, minimum=1)
 # Every request body is bounded in front of Django (hdrag_site.bodylimit): REQUEST_MAX_BYTES, or
-# UPLOAD_MAX_BYTES on these paths for a logged-in request that declares its Content-Length.
+# UPLOAD_MAX_BYTES on these paths (dataset uploads of the pages and the API, the API's multi-vector
+# store) for a request that declares its Content-Length and logs in: a session, or one of
+# BODY_LIMIT_CREDENTIAL_CHECKS (dotted paths of functions of the Authorization header).
 REQUEST_MAX_BYTES = envint("REQUEST_MAX_BYTES", 2_621_440, minimum=1024)
-UPLOAD_PATH_PATTERN = r"/corpora/\d+/datasets/"
+UPLOAD_PATH_PATTERN = r"(/api/v1)?/corpora/\d+/datasets/|/api/v1/corpora/\d+/store/.*"
+BODY_LIMIT_CREDENTIAL_CHECKS = ["api.services.api_token_valid"]
 FILE_UPLOAD_HANDLERS = ["corpus.uploads.LimitedHashingUploadHandler"]
 FILE_UPLOAD_TEMP_DIR = str(DATA_DIR / "tmp")
 FILE_UPLOAD_PERMISSIONS = 0o640
+
+# REST API (api/): bearer tokens or the browser session, one error shape, throttled per token.
+API_THROTTLE_RATE = envstr("API_THROTTLE_RATE", "600/min")  # per token (user, address); blank: off
+API_AUTH_FAILURES_PER_MINUTE = envint("API_AUTH_FAILURES_PER_MINUTE", 30, minimum=1)  # per address
+API_MAX_JSON_BYTES = envint("API_MAX_JSON_BYTES", 64 * 1024 * 1024, minimum=1024)
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": ["api.authentication.BearerTokenAuthentication",
+                                       "rest_framework.authentication.SessionAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
+    "DEFAULT_THROTTLE_CLASSES": ["api.throttling.TokenRateThrottle"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["api.parsers.LimitedJSONParser"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "api.errors.exception_handler",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+    "URL_FORMAT_OVERRIDE": None,  # `?format=` belongs to the export endpoint
+    "STRICT_JSON": True,
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "HdRAG Portal API",
+    "DESCRIPTION": "Corpora, datasets, builds, memory search, conversations, the multi-vector store and an "
+                   "OpenAI-compatible chat. Authenticate with `Authorization: Bearer <token>` (create one at "
+                   "/accounts/tokens/). Every error is `{\"error\": {\"code\", \"message\", \"details\"}}`.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SCHEMA_PATH_PREFIX": r"/api/v1",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SWAGGER_UI_DIST": "SIDECAR",  # served from our static files: no CDN
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+}
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

@@ -20,7 +20,7 @@ from corpus.selectors import corpora_visible_to
 from corpus.stores import store_for
 from engine.corpus import LoadedCorpus
 from engine.multivector import StorageError
-from engine.retrieval import BlendState, SearchTarget
+from engine.retrieval import BlendState, Retriever, SearchTarget
 from engine.text_store import text_store_rank
 from hdrag_site import runtime
 from hdrag_site.errors import ApplicationError
@@ -47,7 +47,8 @@ def _late_ranker(*, corpus_id: int, build_id: int, corpus: LoadedCorpus, gguf_pa
 
 def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Iterable[int], query: str,
                     blend: BlendState | None = None, token_budget: int | None = None,
-                    top_document: bool = False, trace: dict | None = None) -> list[dict[str, Any]]:
+                    top_document: bool = False, dataset_ids: Iterable[int] | None = None,
+                    raw_limit: int | None = None, trace: dict | None = None) -> list[dict[str, Any]]:
     """Retrieve memories for `query` from the corpora in `corpus_ids` that `user` may read.
 
     Ids the user may not read, or of corpora without an active build, are ignored (an outsider
@@ -59,6 +60,10 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
     store and fused with HDC; while that store is down they are searched by HDC alone.
     Raises ApplicationError when the chosen corpora cannot be searched together (different model
     or HDC dimensions). `trace` receives the count each ranking stage kept (`Retriever.search`).
+
+    `dataset_ids` narrows the search to those datasets (still only enabled ones). `raw_limit`
+    skips the pipeline (threshold, late fusion, MMR, token budget): the index's top `raw_limit`
+    rows by HDC score, for inspecting what the index itself ranks.
     """
     if not query.strip():
         return []
@@ -75,9 +80,10 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
         raise ApplicationError(f"These corpora use different models or HDC dimensions and cannot be searched "
                                f"together: {names}.", {"corpus_ids": sorted(c.pk for c in corpora)})
     gguf_path = models.pop()
+    chosen = None if dataset_ids is None else {int(i) for i in dataset_ids}
     targets = []
     for corpus in corpora:
-        enabled = frozenset(d.pk for d in corpus.datasets.all() if d.enabled)
+        enabled = frozenset(d.pk for d in corpus.datasets.all() if d.enabled and (chosen is None or d.pk in chosen))
         loaded = runtime.loaded_build(corpus.active_build.build_dir)
         late = None
         if corpus.active_build.parameters.get("late_interaction"):
@@ -85,9 +91,37 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
                                 gguf_path=gguf_path, enabled=enabled)
         targets.append(SearchTarget(corpus=loaded, store=BuildMemoryStore(corpus.active_build_id),
                                     name=str(corpus.pk), enabled_sources=enabled, late=late))
-    results = runtime.retriever_for(gguf_path).search(query, targets, blend=blend, token_budget=token_budget,
-                                                      top_document=top_document, trace=trace)
+    if raw_limit is not None:
+        results = _search_raw(runtime.retriever_for(gguf_path), query, targets, blend=blend, limit=raw_limit)
+    else:
+        results = runtime.retriever_for(gguf_path).search(query, targets, blend=blend, token_budget=token_budget,
+                                                          top_document=top_document, trace=trace)
     by_id: dict[int, Corpus] = {c.pk: c for c in corpora}
     dataset_names = {d.pk: d.name for c in corpora for d in c.datasets.all()}
     return [{**result, "corpus_id": int(result["corpus"]), "corpus": by_id[int(result["corpus"])].name,
              "dataset": dataset_names.get(result["memory"].get("dataset_id"), "")} for result in results]
+
+
+def _search_raw(retriever: Retriever, query: str, targets: list[SearchTarget], *, blend: BlendState | None,
+                limit: int) -> list[dict[str, Any]]:
+    """The index's own top `limit` rows over all targets, by HDC score (ties: target, row)."""
+    ranked: list[tuple[int, int, int]] = []
+    for number, target in enumerate(targets):
+        if target.corpus.count == 0:
+            continue
+        q_pos, q_neg = retriever.query_vector(target.corpus, query, blend)
+        if not (q_pos.any() or q_neg.any()):
+            continue
+        rows, scores = target.corpus.index.search(q_pos, q_neg, min(limit, target.corpus.count),
+                                                  allowed_sources=target.enabled_sources)
+        ranked.extend((-int(score), number, int(row)) for row, score in zip(rows, scores, strict=True))
+    ranked.sort()
+    ranked = ranked[:limit]
+    memories: dict[int, dict[int, dict]] = {}
+    for number, target in enumerate(targets):
+        rows = [row for _, n, row in ranked if n == number]
+        if rows:
+            memories[number] = target.store.get_memories(rows)
+    return [{"memory": {**memories[number][row], "hdv_idx": row}, "hdc_score": float(-negative),
+             "corpus": targets[number].name, "late_score": None, "fused_score": None}
+            for negative, number, row in ranked if row in memories.get(number, {})]

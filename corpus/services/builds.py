@@ -44,7 +44,7 @@ from engine.build import BuildCancelled, build_index, verify_build
 from engine.corpus import load_corpus
 from engine.text_store import text_encoder_for, text_store_delete_build, text_store_fill, text_store_prune
 from hdrag_site.celery import app as celery_app
-from hdrag_site.errors import ApplicationError
+from hdrag_site.errors import ApplicationError, ConflictError
 from hdrag_site.runtime import default_gguf, engine_config, forget_build, tokenizer_for
 
 logger = logging.getLogger(__name__)
@@ -52,8 +52,12 @@ RUN_BUILD_TASK = "corpus.run_build"  # corpus.tasks.run_build
 Status = IndexBuild.Status
 
 
-class BuildAlreadyActive(ApplicationError):
-    pass
+class BuildAlreadyActive(ConflictError):
+    code = "build_active"
+
+
+class BuildNotCancellable(ConflictError):
+    code = "build_finished"
 
 
 def _snapshot(corpus: Corpus) -> dict[str, Any]:
@@ -90,7 +94,8 @@ def build_cancel(*, build: IndexBuild) -> IndexBuild:
         send_build_event(build, op="finished")
         return build
     if not IndexBuild.objects.filter(pk=build.pk, status=Status.RUNNING).update(cancel_requested=True):
-        raise ApplicationError(f"Build {build.pk} is {build.status}; only queued or running builds can be cancelled.")
+        raise BuildNotCancellable(f"Build {build.pk} is {build.status}; only queued or running builds can be cancelled.",
+                                  {"status": build.status})
     build.refresh_from_db()
     send_build_event(build, op="progress")
     return build

@@ -14,6 +14,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser, Group
+from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import UploadedFile
 from django.db import IntegrityError, transaction
 
@@ -23,7 +24,7 @@ from corpus.stores import store_for
 from corpus.uploads import upload_limit_message
 from engine.datasets import FORMAT_BY_SUFFIX, DatasetError, validate_dataset
 from engine.text_store import text_store_delete_source
-from hdrag_site.errors import ApplicationError
+from hdrag_site.errors import ApplicationError, ConflictError
 from hdrag_site.runtime import default_gguf, tokenizer_for
 
 CORPUS_SETTINGS = ("description", "visibility", "hdc_dimensions", "hdc_seed", "hdc_ngram", "chunk_size", "gguf_path",
@@ -34,6 +35,22 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 class DatasetRejected(ApplicationError):
     """An upload that was not stored; the message says why and names the file."""
+
+    code = "dataset_rejected"
+
+
+class DatasetTooLarge(DatasetRejected):
+    code = "too_large"
+    status = 413
+
+
+class DatasetDuplicate(DatasetRejected, ConflictError):
+    code = "duplicate"
+    status = 409
+
+
+class CorpusNameTaken(ConflictError):
+    code = "name_taken"
 
 
 def corpus_create(*, owner: AbstractBaseUser, name: str, readable_groups: Iterable[Group] = (),
@@ -46,14 +63,46 @@ def corpus_create(*, owner: AbstractBaseUser, name: str, readable_groups: Iterab
     if not name:
         raise ApplicationError("A corpus needs a name.")
     corpus = Corpus(owner=owner, name=name, **options)
-    corpus.full_clean(exclude=["owner", "active_build"], validate_unique=False)
+    try:
+        corpus.full_clean(exclude=["owner", "active_build"], validate_unique=False)
+    except ValidationError as error:
+        raise ApplicationError("Invalid corpus settings.", error.message_dict) from None
     try:
         with transaction.atomic():
             corpus.save()
             corpus.readable_groups.set(readable_groups)
             corpus.writable_groups.set(writable_groups)
     except IntegrityError:
-        raise ApplicationError(f"You already have a corpus named {name!r}.") from None
+        raise CorpusNameTaken(f"You already have a corpus named {name!r}.", {"name": name}) from None
+    return corpus
+
+
+def corpus_update(*, corpus: Corpus, name: str | None = None, readable_groups: Iterable[Group] | None = None,
+                  writable_groups: Iterable[Group] | None = None, **options: Any) -> Corpus:
+    """Change the given settings (any of CORPUS_SETTINGS, the name, the groups); they apply to
+    the next build. Raises ApplicationError (a ValidationError's messages in `details`)."""
+    unknown = sorted(set(options) - set(CORPUS_SETTINGS))
+    if unknown:
+        raise ValueError(f"unknown corpus settings: {', '.join(unknown)}")
+    if name is not None:
+        if not name.strip():
+            raise ApplicationError("A corpus needs a name.", {"name": name})
+        corpus.name = name.strip()
+    for field, value in options.items():
+        setattr(corpus, field, value)
+    try:
+        corpus.full_clean(exclude=["owner", "active_build"], validate_unique=False)
+    except ValidationError as error:
+        raise ApplicationError("Invalid corpus settings.", error.message_dict) from None
+    try:
+        with transaction.atomic():
+            corpus.save()
+            if readable_groups is not None:
+                corpus.readable_groups.set(readable_groups)
+            if writable_groups is not None:
+                corpus.writable_groups.set(writable_groups)
+    except IntegrityError:
+        raise CorpusNameTaken(f"You already have a corpus named {corpus.name!r}.", {"name": corpus.name}) from None
     return corpus
 
 
@@ -128,7 +177,7 @@ def _stage(uploaded: UploadedFile, staged: Path, limit: int) -> tuple[str, int]:
         for chunk in uploaded.chunks():
             size += len(chunk)
             if size > limit:
-                raise DatasetRejected(f"{uploaded.name}: {upload_limit_message(limit)}")
+                raise DatasetTooLarge(f"{uploaded.name}: {upload_limit_message(limit)}")
             hasher.update(chunk)
             out.write(chunk)
     return hasher.hexdigest(), size
@@ -151,7 +200,7 @@ def dataset_upload(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded_fi
     name = _clean_name(name or uploaded_file.name or "")
     limit = settings.UPLOAD_MAX_BYTES
     if uploaded_file.size is not None and uploaded_file.size > limit:
-        raise DatasetRejected(f"{name}: {upload_limit_message(limit)}")
+        raise DatasetTooLarge(f"{name}: {upload_limit_message(limit)}")
     suffix = Path(name).suffix.lower()
     if suffix not in FORMAT_BY_SUFFIX:
         raise DatasetRejected(f"{name}: unsupported file type {suffix or '(no extension)'!r}; "
@@ -163,7 +212,8 @@ def dataset_upload(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded_fi
         sha256, size = _stage(uploaded_file, staged, limit)
         duplicate = corpus.datasets.filter(sha256=sha256).first()
         if duplicate is not None:
-            raise DatasetRejected(f"{name}: the same content is already in this corpus as {duplicate.name!r}.")
+            raise DatasetDuplicate(f"{name}: the same content is already in this corpus as {duplicate.name!r}.",
+                                   {"dataset": duplicate.pk})
         try:
             report = validate_dataset(staged, tokenizer=_corpus_tokenizer(corpus), chunk_size=corpus.chunk_size)
         except DatasetError as error:
@@ -181,7 +231,7 @@ def dataset_upload(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded_fi
                 os.replace(staged, final)
                 moved = True
         except IntegrityError:
-            raise DatasetRejected(f"{name}: the same content is already in this corpus.") from None
+            raise DatasetDuplicate(f"{name}: the same content is already in this corpus.") from None
         except BaseException:
             if moved:
                 final.unlink(missing_ok=True)

@@ -9,16 +9,18 @@ from __future__ import annotations
 
 import logging
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import Any
 
+import numpy as np
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from corpus.models import Corpus
 from corpus.selectors import get_corpus_for_user
 from corpus.stores import collection_names, drop_store, store_exists, store_for, stored_corpus_ids
-from engine.multivector import StorageError, doc_id_of
+from engine.multivector import DocumentNotFoundError, StorageError, ValidationError, doc_id_of
 from hdrag_site.errors import ApplicationError
 
 logger = logging.getLogger(__name__)
@@ -29,6 +31,18 @@ KINDS = ("visual", "text")
 
 class StoreUnavailable(ApplicationError):
     """Chroma could not be reached or failed; the message says where."""
+
+    code = "store_unavailable"
+    status = 503
+
+
+class StoreInvalid(ApplicationError):
+    """The store refused the input (shape, dtype, metadata); nothing was written."""
+
+
+class StoreRecordNotFound(ApplicationError):
+    code = "not_found"
+    status = 404
 
 
 @dataclass(frozen=True)
@@ -103,11 +117,11 @@ def store_document_delete(*, user: User, corpus_id: int, doc_id: str) -> tuple[i
     corpus = get_corpus_for_user(user, corpus_id, write=True)
     if not isinstance(doc_id, str) or not doc_id.strip():
         raise ApplicationError("Name the document to delete (its doc_id).")
-    with _chroma(f"deleting {doc_id!r}"):
-        pages, chunks = store_for(corpus.pk).delete_document(doc_id)
+    with _store_call(f"deleting {doc_id!r}"):
+        pages, chunks = store_for(corpus.pk).delete_document(doc_id) if store_exists(corpus.pk) else (0, 0)
     if not pages and not chunks:
-        raise ApplicationError(f"No document {doc_id!r} in the store of {corpus.name!r}.",
-                               details={"doc_id": doc_id})
+        raise StoreRecordNotFound(f"No document {doc_id!r} in the store of {corpus.name!r}.",
+                                  details={"doc_id": doc_id})
     return pages, chunks
 
 
@@ -129,6 +143,87 @@ def store_drop(*, corpus_id: int) -> bool:
                      "%r and %r remain (%s)", corpus_id, visual, text, error)
         return False
     return True
+
+
+@contextmanager
+def _store_call(action: str) -> Iterator[None]:
+    """Input errors (400) and unknown records (404) apart from an unreachable store (503)."""
+    try:
+        yield
+    except DocumentNotFoundError as error:
+        raise StoreRecordNotFound(str(error)) from error
+    except ValidationError as error:
+        raise StoreInvalid(str(error)) from error
+    except StorageError as error:
+        raise StoreUnavailable(f"The multi-vector store is unavailable ({action}): {error}",
+                               details={"error": type(error).__name__}) from error
+
+
+def _check_kind(kind: str) -> str:
+    if kind not in KINDS:
+        raise ApplicationError(f"kind must be one of {', '.join(KINDS)}, got {kind!r}.", {"kind": kind})
+    return kind
+
+
+def store_add(*, user: User, corpus_id: int, kind: str, doc_id: str, indices: Sequence[int],
+              embeddings: Sequence[np.ndarray], metadata: Sequence[Mapping[str, Any]]) -> list[str]:
+    """Add (upsert) pages ("visual", indices = page numbers) or chunks ("text", chunk ids) of one
+    document to a corpus the user may write; all are validated before anything is written.
+
+    Shapes: each embeddings[i] (seq_length, MULTIVECTOR_DIM) float32. Returns the record ids.
+    """
+    corpus = get_corpus_for_user(user, corpus_id, write=True)
+    _check_kind(kind)
+    with _store_call(f"adding {len(indices)} {kind} records"):
+        store = store_for(corpus.pk)
+        add = store.add_batch_visual if kind == "visual" else store.add_batch_text
+        return add(doc_id, list(indices), list(embeddings), list(metadata))
+
+
+def _public_hit(hit: dict[str, Any]) -> dict[str, Any]:
+    """A search hit without its encoded sequence (fetch it with `store_embeddings_get`)."""
+    metadata = {k: v for k, v in hit["metadata"].items() if k != "full_embeddings"}
+    out = {"id": hit["id"], "score": hit["score"], "metadata": metadata}
+    if "late_interaction_score" in hit:
+        out["late_interaction_score"] = hit["late_interaction_score"]
+    return out
+
+
+def store_search(*, user: User, corpus_id: int, kind: str, query: np.ndarray, n_results: int,
+                 filters: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Stage 1: records by cosine of their representative vector. Shapes: query (dim,)."""
+    corpus = get_corpus_for_user(user, corpus_id)
+    _check_kind(kind)
+    with _store_call(f"searching {kind}"):
+        if not store_exists(corpus.pk):  # reading creates no collections
+            return []
+        store = store_for(corpus.pk)
+        search = store.search_visual if kind == "visual" else store.search_text
+        return [_public_hit(hit) for hit in search(query, n_results=n_results, filters=filters)]
+
+
+def store_search_multivector(*, user: User, corpus_id: int, kind: str, query: np.ndarray, n_candidates: int,
+                             n_results: int, filters: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+    """Two-stage search: stage 1 on query[0], MaxSim re-rank. Shapes: query (q, dim)."""
+    corpus = get_corpus_for_user(user, corpus_id)
+    _check_kind(kind)
+    with _store_call(f"searching {kind} (two-stage)"):
+        if not store_exists(corpus.pk):
+            return []
+        store = store_for(corpus.pk)
+        search = store.search_visual_multivector if kind == "visual" else store.search_text_multivector
+        hits = search(query, n_candidates=n_candidates, n_results=n_results, filters=filters)
+    return [_public_hit(hit) for hit in hits]
+
+
+def store_embeddings_get(*, user: User, corpus_id: int, kind: str, embedding_id: str) -> np.ndarray:
+    """The stored (seq_length, dim) float32 sequence of one record; StoreRecordNotFound if absent."""
+    corpus = get_corpus_for_user(user, corpus_id)
+    _check_kind(kind)
+    with _store_call(f"reading {embedding_id!r}"):
+        if not store_exists(corpus.pk):
+            raise StoreRecordNotFound(f"No {kind} record {embedding_id!r}: the corpus's store is empty.")
+        return store_for(corpus.pk).get_full_embeddings(embedding_id, collection=kind)
 
 
 def store_orphans() -> dict[int, list[str]]:

@@ -119,3 +119,23 @@ def test_a_real_server_answers_oversized_bodies_at_once(tmp_path):
         assert abuse(portal, 100)
     finally:
         portal.stop()
+
+
+def test_an_api_token_admits_a_large_upload_body_and_a_wrong_one_does_not(owner, settings):
+    """The API's dataset upload takes bodies past REQUEST_MAX_BYTES for a valid bearer token, as the
+    page upload does for a session; a garbage or revoked token is held to REQUEST_MAX_BYTES."""
+    from api.services import api_token_create, api_token_revoke
+    from hdrag_site.bodylimit import _logs_in
+
+    token, raw = api_token_create(user=owner, name="ci")
+    assert _logs_in("", f"Bearer {raw}") and _logs_in("", f"bearer {raw}")
+    assert not _logs_in("", "Bearer not-a-token") and not _logs_in("", "Basic abc")
+    api_token_revoke(token=token)
+    assert not _logs_in("", f"Bearer {raw}")
+    from hdrag_site.bodylimit import _upload_paths
+
+    pattern = _upload_paths(settings.UPLOAD_PATH_PATTERN)
+    for path in ("/corpora/3/datasets/", "/api/v1/corpora/3/datasets/", "/api/v1/corpora/3/store/pages/"):
+        assert pattern.fullmatch(path), path
+    for path in ("/accounts/login/", "/api/v1/chat/completions", "/api/v1/corpora/3/search/"):
+        assert not pattern.fullmatch(path), path

@@ -1,0 +1,425 @@
+"""Request validation and response shapes (the schema's source). Views map them onto services."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+from typing import Any
+
+import numpy as np
+from django.conf import settings
+from django.contrib.auth.models import Group
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
+
+from chat.models import MAX_TOKEN_BUDGET, Message
+from chat.services import MAX_MESSAGE_CHARS
+from corpus.models import Corpus
+from engine.gguf import GGUFError, read_metadata
+
+
+class ErrorDetailSerializer(serializers.Serializer):
+    code = serializers.CharField(help_text="Stable machine-readable code, e.g. not_found, permission_denied.")
+    message = serializers.CharField(help_text="What went wrong, for people.")
+    details = serializers.JSONField(help_text="Field errors or context, for programs.")
+
+
+class ErrorSerializer(serializers.Serializer):
+    error = ErrorDetailSerializer()
+
+
+def _group_ids(value: list[int], user: Any, field: str) -> list[Group]:
+    groups = Group.objects.all() if user.is_superuser else user.groups.all()
+    found = list(groups.filter(pk__in=value))
+    missing = sorted(set(value) - {g.pk for g in found})
+    if missing:
+        raise serializers.ValidationError({field: f"Not groups of yours: {missing}."})
+    return found
+
+
+class CorpusWriteSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=200)
+    description = serializers.CharField(required=False, allow_blank=True, max_length=10000)
+    visibility = serializers.ChoiceField(choices=Corpus.Visibility.values, required=False)
+    readable_groups = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False,
+                                            max_length=1000, help_text="Ids of your groups that may read.")
+    writable_groups = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False,
+                                            max_length=1000, help_text="Ids of your groups that may also write.")
+    hdc_dimensions = serializers.IntegerField(min_value=64, max_value=65536, required=False)
+    hdc_seed = serializers.IntegerField(min_value=0, max_value=2 ** 31 - 1, required=False)
+    hdc_ngram = serializers.IntegerField(min_value=1, max_value=16, required=False)
+    chunk_size = serializers.IntegerField(min_value=8, max_value=32768, required=False)
+    late_interaction = serializers.BooleanField(required=False)
+    gguf_path = serializers.CharField(required=False, allow_blank=True, max_length=500,
+                                      help_text="A GGUF model path on the server (staff only).")
+
+    def validate_gguf_path(self, value: str) -> str:
+        if not self.context["request"].user.is_staff:
+            raise serializers.ValidationError("Only staff may choose the model.")
+        value = value.strip()
+        if value:
+            try:
+                read_metadata(value)
+            except (GGUFError, OSError, ValueError) as error:
+                raise serializers.ValidationError(f"Not a readable GGUF model: {error}") from None
+        return value
+
+    def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
+        user = self.context["request"].user
+        for field in ("readable_groups", "writable_groups"):
+            if field in attrs:
+                attrs[field] = _group_ids(attrs[field], user, field)
+        return attrs
+
+
+class CorpusSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    name = serializers.CharField()
+    description = serializers.CharField()
+    visibility = serializers.ChoiceField(choices=Corpus.Visibility.values)
+    owner = serializers.CharField(source="owner.username")
+    readable_groups = serializers.SerializerMethodField()
+    writable_groups = serializers.SerializerMethodField()
+    hdc_dimensions = serializers.IntegerField()
+    hdc_seed = serializers.IntegerField()
+    hdc_ngram = serializers.IntegerField()
+    chunk_size = serializers.IntegerField()
+    late_interaction = serializers.BooleanField()
+    active_build = serializers.IntegerField(source="active_build_id", allow_null=True)
+    created = serializers.DateTimeField()
+    updated = serializers.DateTimeField()
+
+    def get_readable_groups(self, corpus: Corpus) -> list[int]:
+        return sorted(g.pk for g in corpus.readable_groups.all())
+
+    def get_writable_groups(self, corpus: Corpus) -> list[int]:
+        return sorted(g.pk for g in corpus.writable_groups.all())
+
+
+class DatasetSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    corpus = serializers.IntegerField(source="corpus_id")
+    name = serializers.CharField()
+    size = serializers.IntegerField(help_text="Bytes.")
+    sha256 = serializers.CharField()
+    format = serializers.CharField()
+    record_count = serializers.IntegerField()
+    record_count_exact = serializers.BooleanField()
+    enabled = serializers.BooleanField()
+    uploaded_at = serializers.DateTimeField()
+    memory_count = serializers.IntegerField(required=False, help_text="Memories of the active build from it.")
+
+
+class DatasetUploadSerializer(serializers.Serializer):
+    file = serializers.FileField(help_text="JSON, JSONL, Parquet, text, Markdown, HTML or XML; UTF-8.")
+
+
+class DatasetUpdateSerializer(serializers.Serializer):
+    enabled = serializers.BooleanField(help_text="Disabled datasets are left out of searches at once.")
+
+
+class BuildSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    corpus = serializers.IntegerField()
+    status = serializers.ChoiceField(choices=["queued", "running", "succeeded", "failed", "cancelled"])
+    phase = serializers.CharField()
+    done = serializers.IntegerField()
+    total = serializers.IntegerField()
+    percent = serializers.IntegerField()
+    rate = serializers.FloatField()
+    error = serializers.CharField()
+    cancel_requested = serializers.BooleanField()
+    documents = serializers.IntegerField(allow_null=True)
+    started = serializers.DateTimeField(allow_null=True)
+    finished = serializers.DateTimeField(allow_null=True)
+
+
+def _int_list(value: str, name: str) -> list[int]:
+    items = [item.strip() for item in value.split(",") if item.strip()]
+    if not all(item.isdigit() and len(item) <= 18 for item in items) or len(items) > 1000:
+        raise serializers.ValidationError({name: "A comma-separated list of ids, e.g. 1,2."})
+    return [int(item) for item in items]
+
+
+class SearchQuerySerializer(serializers.Serializer):
+    q = serializers.CharField(max_length=2000, help_text="The query text.")
+    datasets = serializers.CharField(required=False, help_text="Comma-separated dataset ids to search (default all enabled).")
+    budget = serializers.IntegerField(min_value=1, max_value=MAX_TOKEN_BUDGET, required=False,
+                                      help_text="Most tokens of memories returned (pipeline mode).")
+    mode = serializers.ChoiceField(choices=["pipeline", "raw"], default="pipeline",
+                                   help_text="pipeline: threshold, fusion, MMR within the budget (what the chat "
+                                             "uses); raw: the index's top `limit` rows by HDC score.")
+    limit = serializers.IntegerField(min_value=1, max_value=1000, default=50, help_text="Rows in raw mode.")
+    top_document = serializers.BooleanField(default=False, help_text="Only the best memory (pipeline mode).")
+
+    def validate_datasets(self, value: str) -> list[int]:
+        return _int_list(value, "datasets")
+
+
+class MultiSearchQuerySerializer(SearchQuerySerializer):
+    corpora = serializers.CharField(required=False, help_text="Comma-separated corpus ids (default: every "
+                                                              "readable corpus with an index).")
+
+    def validate_corpora(self, value: str) -> list[int]:
+        return _int_list(value, "corpora")
+
+
+class MemoryResultSerializer(serializers.Serializer):
+    id = serializers.IntegerField(allow_null=True, help_text="Memory id: GET memories/{id}/ for its full text.")
+    key = serializers.CharField(help_text="Content hash.")
+    corpus = serializers.IntegerField()
+    corpus_name = serializers.CharField()
+    dataset = serializers.IntegerField(allow_null=True)
+    dataset_name = serializers.CharField()
+    score = serializers.FloatField(help_text="HDC score.")
+    late_score = serializers.FloatField(allow_null=True)
+    fused_score = serializers.FloatField(allow_null=True)
+    token_count = serializers.IntegerField()
+    text = serializers.CharField()
+    metadata = serializers.JSONField()
+
+
+class SearchResponseSerializer(serializers.Serializer):
+    count = serializers.IntegerField()
+    next = serializers.CharField(allow_null=True)
+    previous = serializers.CharField(allow_null=True)
+    took_ms = serializers.FloatField()
+    results = MemoryResultSerializer(many=True)
+
+
+class MemorySerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    key = serializers.CharField(source="content_hash")
+    corpus = serializers.IntegerField(source="corpus_id")
+    build = serializers.IntegerField(source="build_id")
+    dataset = serializers.IntegerField(source="dataset_id", allow_null=True)
+    dataset_name = serializers.SerializerMethodField()
+    hdv_idx = serializers.IntegerField()
+    token_count = serializers.IntegerField()
+    text = serializers.CharField()
+    metadata = serializers.JSONField()
+    active = serializers.SerializerMethodField(help_text="In the corpus's serving build.")
+
+    def get_dataset_name(self, memory: Any) -> str:
+        return memory.dataset.name if memory.dataset else ""
+
+    def get_active(self, memory: Any) -> bool:
+        return memory.build_id == memory.corpus.active_build_id
+
+
+class ConversationWriteSerializer(serializers.Serializer):
+    title = serializers.CharField(required=False, allow_blank=True, max_length=200)
+    corpora = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, max_length=100)
+    use_memory = serializers.BooleanField(required=False)
+    top_document = serializers.BooleanField(required=False)
+    compress_context = serializers.BooleanField(required=False)
+    token_budget = serializers.IntegerField(min_value=1, max_value=MAX_TOKEN_BUDGET, required=False)
+    temperature = serializers.FloatField(min_value=0, max_value=2, required=False, allow_null=True,
+                                         help_text="The answers' sampling temperature; null: the model's default.")
+
+
+class ConversationSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    title = serializers.CharField()
+    corpora = serializers.ListField(child=serializers.IntegerField())
+    use_memory = serializers.BooleanField()
+    top_document = serializers.BooleanField()
+    compress_context = serializers.BooleanField()
+    token_budget = serializers.IntegerField()
+    temperature = serializers.FloatField(allow_null=True)
+    blend_turns = serializers.IntegerField()
+    updated = serializers.DateTimeField()
+
+
+class MessageMemorySerializer(serializers.Serializer):
+    rank = serializers.IntegerField(allow_null=True)
+    memory_id = serializers.IntegerField(allow_null=True)
+    key = serializers.CharField()
+    corpus = serializers.CharField()
+    source = serializers.CharField()
+    score = serializers.FloatField()
+    token_count = serializers.IntegerField()
+    excerpt = serializers.CharField()
+
+
+class MessageSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    role = serializers.ChoiceField(choices=["user", "assistant"])
+    content = serializers.CharField()
+    status = serializers.ChoiceField(choices=Message.Status.values)
+    error = serializers.CharField()
+    created = serializers.DateTimeField()
+    prompt_tokens = serializers.IntegerField(allow_null=True)
+    completion_tokens = serializers.IntegerField(allow_null=True)
+    finish_reason = serializers.CharField()
+    memories = MessageMemorySerializer(many=True)
+
+
+class MessageSendSerializer(serializers.Serializer):
+    content = serializers.CharField(max_length=MAX_MESSAGE_CHARS, help_text="The user's turn.")
+    stream = serializers.BooleanField(default=False, help_text="Server-Sent Events instead of one JSON reply.")
+
+
+class TurnSerializer(serializers.Serializer):
+    status = serializers.ChoiceField(choices=[s for s in Message.Status.values if s != "error"])
+    user_message = MessageSerializer()
+    message = MessageSerializer()
+
+
+_FLOAT_ROWS = {"type": "array", "items": {"type": "array", "items": {"type": "number"}}}
+_BASE64 = {"type": "object", "required": ["base64", "shape"],
+           "properties": {"base64": {"type": "string", "description": "Little-endian float32 bytes."},
+                          "shape": {"type": "array", "items": {"type": "integer", "minimum": 1}}}}
+
+
+@extend_schema_field({"oneOf": [_FLOAT_ROWS, {"type": "array", "items": {"type": "number"}}, _BASE64]})
+class EmbeddingsField(serializers.Field):
+    """A (rows, dim) float32 matrix (or a (dim,) vector with `vector=True`): a JSON array of
+    float arrays, or {"base64": little-endian float32 bytes, "shape": [rows, dim]}."""
+
+    def __init__(self, *, vector: bool = False, **kwargs: Any) -> None:
+        self.vector = vector
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> np.ndarray:
+        if isinstance(data, dict):
+            array = self._from_base64(data)
+        elif isinstance(data, list):
+            try:
+                # Values beyond float32 become inf here and are refused below as not finite.
+                with np.errstate(over="ignore"):
+                    array = np.asarray(data, dtype=np.float32)
+            except (ValueError, TypeError):
+                raise serializers.ValidationError("Expected an array of numbers"
+                                                  + ("." if self.vector else " per row, rows of equal length.")) from None
+        else:
+            raise serializers.ValidationError("Expected a JSON array or {\"base64\", \"shape\"}.")
+        wanted = 1 if self.vector else 2
+        if array.ndim != wanted or 0 in array.shape:
+            raise serializers.ValidationError(f"Expected a non-empty {wanted}-dimensional array, got shape "
+                                              f"{list(array.shape)}.")
+        if array.shape[-1] != settings.MULTIVECTOR_DIM:
+            raise serializers.ValidationError(f"Expected width {settings.MULTIVECTOR_DIM}, got {array.shape[-1]}.")
+        if not np.isfinite(array).all():
+            raise serializers.ValidationError("Values must be finite float32 numbers (|x| < 3.4e38).")
+        return array
+
+    def _from_base64(self, data: dict) -> np.ndarray:
+        shape = data.get("shape")
+        encoded = data.get("base64")
+        if (not isinstance(encoded, str) or not isinstance(shape, list) or not shape or len(shape) > 2
+                or not all(isinstance(n, int) and not isinstance(n, bool) and 0 < n <= 1 << 20 for n in shape)):
+            raise serializers.ValidationError("base64 needs a string `base64` and a `shape` of positive ints.")
+        try:
+            raw = base64.b64decode(encoded, validate=True)
+        except (binascii.Error, ValueError):
+            raise serializers.ValidationError("`base64` is not valid base64.") from None
+        expected = int(np.prod(shape)) * 4
+        if len(raw) != expected:
+            raise serializers.ValidationError(f"`base64` holds {len(raw)} bytes; shape {shape} of float32 needs "
+                                              f"{expected}.")
+        return np.frombuffer(raw, dtype="<f4").reshape(shape).astype(np.float32)
+
+    def to_representation(self, value: np.ndarray) -> list:
+        return np.asarray(value, dtype=np.float32).tolist()
+
+
+class StoreItemSerializer(serializers.Serializer):
+    index = serializers.IntegerField(min_value=0, max_value=999999, help_text="Page number or chunk id.")
+    embeddings = EmbeddingsField(help_text="(seq_length, dim) floats, or {base64, shape}.")
+    metadata = serializers.DictField(required=False, default=dict)
+
+
+class StoreAddSerializer(serializers.Serializer):
+    doc_id = serializers.CharField(max_length=200)
+    index = serializers.IntegerField(min_value=0, max_value=999999, help_text="Page number or chunk id.")
+    embeddings = EmbeddingsField(help_text="(seq_length, dim) floats, or {base64, shape}.")
+    metadata = serializers.DictField(required=False, default=dict)
+
+
+class StoreBatchSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["visual", "text"], help_text="visual: pages; text: chunks.")
+    doc_id = serializers.CharField(max_length=200)
+    items = StoreItemSerializer(many=True, allow_empty=False, max_length=500)
+
+
+class StoreSearchSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["visual", "text"])
+    query = EmbeddingsField(vector=True, help_text="(dim,) floats, or {base64, shape}.")
+    n_results = serializers.IntegerField(min_value=1, max_value=1000, default=10)
+    filters = serializers.DictField(required=False, allow_null=True, default=None)
+
+
+class StoreMultiSearchSerializer(serializers.Serializer):
+    kind = serializers.ChoiceField(choices=["visual", "text"])
+    query = EmbeddingsField(help_text="(q, dim) floats, or {base64, shape}.")
+    n_candidates = serializers.IntegerField(min_value=1, max_value=1000, default=100)
+    n_results = serializers.IntegerField(min_value=1, max_value=1000, default=10)
+    filters = serializers.DictField(required=False, allow_null=True, default=None)
+
+
+class StoreHitSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    score = serializers.FloatField()
+    late_interaction_score = serializers.FloatField(required=False)
+    metadata = serializers.DictField()
+
+
+class StoreStatsSerializer(serializers.Serializer):
+    visual_count = serializers.IntegerField()
+    text_count = serializers.IntegerField()
+    total_documents = serializers.IntegerField()
+    storage_size_mb = serializers.FloatField()
+
+
+class StoreDocumentSerializer(serializers.Serializer):
+    doc_id = serializers.CharField()
+    pages = serializers.IntegerField()
+    chunks = serializers.IntegerField()
+
+
+class EmbeddingsResponseSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    kind = serializers.CharField()
+    shape = serializers.ListField(child=serializers.IntegerField())
+    embeddings = serializers.JSONField(required=False, help_text="Nested float arrays (encoding=json).")
+    base64 = serializers.CharField(required=False, help_text="Little-endian float32 (encoding=base64).")
+
+
+class ChatMessageSerializer(serializers.Serializer):
+    role = serializers.ChoiceField(choices=["system", "user", "assistant"])
+    content = serializers.JSONField(help_text="A string, or a list of {type: text, text} parts.")
+
+
+class ChatCompletionRequestSerializer(serializers.Serializer):
+    model = serializers.CharField(max_length=64, help_text="none, or corpus-<id> (GET /api/v1/models).")
+    messages = serializers.ListField(child=ChatMessageSerializer(), min_length=1, max_length=1000)
+    stream = serializers.BooleanField(default=False)
+    temperature = serializers.FloatField(min_value=0, max_value=2, required=False, allow_null=True)
+    top_p = serializers.FloatField(min_value=0.01, max_value=1, required=False, allow_null=True)
+    max_tokens = serializers.IntegerField(min_value=1, max_value=1 << 20, required=False, allow_null=True)
+    max_completion_tokens = serializers.IntegerField(min_value=1, max_value=1 << 20, required=False, allow_null=True)
+    stream_options = serializers.DictField(required=False, allow_null=True,
+                                           help_text="{\"include_usage\": true}: a last chunk with the usage.")
+
+    def validate_messages(self, value: list[dict]) -> list[dict]:
+        total = 0
+        for message in value:
+            content = message["content"]
+            total += len(content) if isinstance(content, str) else len(str(content))
+        if total > 50 * MAX_MESSAGE_CHARS:
+            raise serializers.ValidationError("The messages are too long.")
+        return value
+
+
+class ModelSerializer(serializers.Serializer):
+    id = serializers.CharField()
+    object = serializers.CharField()
+    created = serializers.IntegerField()
+    owned_by = serializers.CharField()
+    description = serializers.CharField()
+
+
+class ModelListSerializer(serializers.Serializer):
+    object = serializers.CharField()
+    data = ModelSerializer(many=True)

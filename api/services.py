@@ -1,0 +1,79 @@
+"""API token writes and reads (the access helpers of the API's own object kind)."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+from datetime import timedelta
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import QuerySet
+from django.http import Http404
+from django.utils import timezone
+
+from api.models import ApiToken
+from hdrag_site.errors import ApplicationError
+
+TOKEN_PREFIX = "hdr_"
+MAX_TOKENS_PER_USER = 50
+# last_used is a hint for the token page, not an audit log: one UPDATE a minute per token at most.
+LAST_USED_RESOLUTION = timedelta(minutes=1)
+
+
+def _hash(raw: str) -> str:
+    return hashlib.sha256(raw.encode()).hexdigest()
+
+
+def api_token_create(*, user: AbstractBaseUser, name: str) -> tuple[ApiToken, str]:
+    """A new token for `user`; returns (row, secret). The secret is not stored and cannot be shown again."""
+    name = (name or "").strip()
+    if not name:
+        raise ApplicationError("A token needs a name.", {"name": name})
+    if len(name) > 100:
+        raise ApplicationError("A token's name must be at most 100 characters.", {"name_length": len(name)})
+    if ApiToken.objects.filter(user=user, revoked__isnull=True).count() >= MAX_TOKENS_PER_USER:
+        raise ApplicationError(f"At most {MAX_TOKENS_PER_USER} active tokens per user; revoke one first.")
+    raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = ApiToken.objects.create(user=user, name=name, key_hash=_hash(raw), prefix=raw[:len(TOKEN_PREFIX) + 6])
+    return token, raw
+
+
+def api_token_revoke(*, token: ApiToken) -> ApiToken:
+    """Revoked at once: authentication reads the row on every request (no cache)."""
+    ApiToken.objects.filter(pk=token.pk, revoked__isnull=True).update(revoked=timezone.now())
+    token.refresh_from_db()
+    return token
+
+
+def api_tokens_for_user(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[ApiToken]:
+    if not user.is_authenticated:
+        return ApiToken.objects.none()
+    return ApiToken.objects.filter(user=user)
+
+
+def get_api_token_for_user(*, user: AbstractBaseUser | AnonymousUser, pk: int) -> ApiToken:
+    """The user's own token, or Http404 (another user's tokens do not exist for them)."""
+    token = api_tokens_for_user(user=user).filter(pk=pk).first()
+    if token is None:
+        raise Http404("No such token.")
+    return token
+
+
+def api_token_valid(*, authorization: str) -> bool:
+    """Whether an `Authorization: Bearer <token>` header names an active token (hdrag_site.bodylimit
+    lets such requests send large bodies to the upload and store paths)."""
+    scheme, _, raw = authorization.partition(" ")
+    return scheme.lower() == "bearer" and bool(raw.strip()) and (
+        ApiToken.objects.filter(key_hash=_hash(raw.strip()), revoked__isnull=True, user__is_active=True).exists())
+
+
+def api_token_authenticate(*, raw: str) -> ApiToken | None:
+    """The active token with this secret and an active user, or None."""
+    token = (ApiToken.objects.select_related("user").filter(key_hash=_hash(raw), revoked__isnull=True)
+             .first())
+    if token is None or not token.user.is_active:
+        return None
+    now = timezone.now()
+    if token.last_used is None or now - token.last_used > LAST_USED_RESOLUTION:
+        ApiToken.objects.filter(pk=token.pk).update(last_used=now)
+    return token

@@ -1,0 +1,163 @@
+"""Conversations and their turns (the chat's own `run_turn`), owner only: others get 404."""
+
+from __future__ import annotations
+
+from asgiref.sync import async_to_sync
+from django.http import HttpResponse
+from django.utils.text import slugify
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework import status
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from api.serializers import (
+    ConversationSerializer,
+    ConversationWriteSerializer,
+    MessageSendSerializer,
+    MessageSerializer,
+    TurnSerializer,
+)
+from api.views.base import PAGE_PARAMETERS, ApiView, errors, id_path, page_of
+from api.views.sse import sse_frame, sse_response
+from chat.exports import conversation_export_jsonl, conversation_export_markdown
+from chat.selectors import conversation_get_for_user, conversation_messages, conversations_for_user
+from chat.serializers import conversation_json, message_json
+from chat.services import conversation_create, conversation_delete, conversation_update
+from chat.turns import run_turn
+from hdrag_site.errors import ApplicationError
+
+CONVERSATION = id_path("conversation_id", "conversation")
+# A failed answer (the user's turn is kept): the LLM was unreachable or timed out (503) or the
+# prompt could not be prepared (400).
+TURN_ERROR_STATUS = {"llm_unreachable": 503, "llm_timeout": 503, "llm_http_error": 503, "llm_protocol_error": 503,
+                     "prompt_too_long": 400}
+
+
+class TurnFailed(ApplicationError):
+    """A stored turn whose answer failed; `code` is the chat's error code (see chat.turns)."""
+
+    def __init__(self, message: str, *, code: str, details: dict) -> None:
+        super().__init__(message, details)
+        self.code = code
+        self.status = TURN_ERROR_STATUS.get(code, 503)
+
+
+def _conversation(request: Request, conversation_id: int):  # noqa: ANN202 - chat.models.Conversation
+    return conversation_get_for_user(user=request.user, pk=conversation_id)
+
+
+class ConversationList(ApiView):
+    @extend_schema(operation_id="conversations_list", summary="Your conversations, latest first",
+                   parameters=PAGE_PARAMETERS, responses={200: page_of(ConversationSerializer), **errors()},
+                   tags=["conversations"])
+    def get(self, request: Request) -> Response:
+        conversations = conversations_for_user(user=request.user).prefetch_related("corpora").order_by("-updated", "-id")
+        return self.paginated(conversations, lambda page: [conversation_json(c) for c in page])
+
+    @extend_schema(operation_id="conversations_create", summary="Start a conversation over some corpora",
+                   request=ConversationWriteSerializer, responses={201: ConversationSerializer, **errors(400)},
+                   tags=["conversations"])
+    def post(self, request: Request) -> Response:
+        serializer = ConversationWriteSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = dict(serializer.validated_data)
+        conversation = conversation_create(user=request.user, corpus_ids=data.pop("corpora", []), **data)
+        return Response(conversation_json(conversation), status=status.HTTP_201_CREATED)
+
+
+class ConversationDetail(ApiView):
+    @extend_schema(operation_id="conversations_get", summary="One conversation", parameters=[CONVERSATION],
+                   responses={200: ConversationSerializer, **errors()}, tags=["conversations"])
+    def get(self, request: Request, conversation_id: int) -> Response:
+        return Response(conversation_json(_conversation(request, conversation_id)))
+
+    @extend_schema(operation_id="conversations_update", summary="Change a conversation's title, corpora or "
+                   "memory settings", parameters=[CONVERSATION], request=ConversationWriteSerializer,
+                   responses={200: ConversationSerializer, **errors(400)}, tags=["conversations"])
+    def patch(self, request: Request, conversation_id: int) -> Response:
+        conversation = _conversation(request, conversation_id)
+        serializer = ConversationWriteSerializer(data=request.data, partial=True)
+        serializer.is_valid(raise_exception=True)
+        data = dict(serializer.validated_data)
+        conversation = conversation_update(conversation=conversation, corpus_ids=data.pop("corpora", None), **data)
+        return Response(conversation_json(conversation))
+
+    @extend_schema(operation_id="conversations_delete", summary="Delete a conversation",
+                   parameters=[CONVERSATION], responses={204: None, **errors()}, tags=["conversations"])
+    def delete(self, request: Request, conversation_id: int) -> Response:
+        conversation_delete(conversation=_conversation(request, conversation_id))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class MessageList(ApiView):
+    @extend_schema(operation_id="messages_list", summary="A conversation's messages, oldest first",
+                   parameters=[CONVERSATION, *PAGE_PARAMETERS], responses={200: page_of(MessageSerializer),
+                                                                          **errors()}, tags=["conversations"])
+    def get(self, request: Request, conversation_id: int) -> Response:
+        conversation = _conversation(request, conversation_id)
+        return self.paginated(conversation_messages(conversation=conversation),
+                              lambda page: [message_json(m) for m in page])
+
+    @extend_schema(
+        operation_id="messages_send", summary="Send a turn: the answer returned whole, or streamed as SSE",
+        description="With `stream: true` the reply is `text/event-stream`: events `chat.accepted`, "
+                    "`chat.memories`, `chat.delta` (one per piece of the answer), then `chat.done` or "
+                    "`chat.error`, each with a JSON `data` line (the websocket's events, see README).",
+        parameters=[CONVERSATION], request=MessageSendSerializer,
+        responses={201: TurnSerializer,
+                   (200, "text/event-stream"): OpenApiResponse(str, description="Server-Sent Events (stream)."),
+                   **errors(400, 503)}, tags=["conversations"])
+    def post(self, request: Request, conversation_id: int) -> Response | HttpResponse:
+        conversation = _conversation(request, conversation_id)
+        serializer = MessageSendSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        content = serializer.validated_data["content"]
+        if not content.strip():
+            raise ApplicationError("The message must not be empty.", {"content": content})
+        if serializer.validated_data["stream"]:
+            async def produce(emit) -> None:  # noqa: ANN001
+                async def on_event(event: dict) -> None:
+                    await emit(sse_frame(event, event=event["type"]))
+
+                await run_turn(conversation_id=conversation.pk, content=content, emit=on_event)
+
+            return sse_response(produce)
+        events: list[dict] = []
+
+        async def collect(event: dict) -> None:
+            events.append(event)
+
+        async_to_sync(run_turn)(conversation_id=conversation.pk, content=content, emit=collect)
+        user_message = next(e["message"] for e in events if e["type"] == "chat.accepted")
+        final = events[-1]
+        if final["type"] == "chat.error":
+            raise TurnFailed(final["error"], code=final["code"],
+                             details={"user_message": user_message["id"], "message": final["message"]["id"]})
+        return Response({"status": final["status"], "user_message": user_message, "message": final["message"]},
+                        status=status.HTTP_201_CREATED)
+
+
+class ConversationExport(ApiView):
+    @extend_schema(operation_id="conversations_export", summary="Export as ShareGPT JSONL or Markdown",
+                   parameters=[CONVERSATION, OpenApiParameter("format", str, enum=["jsonl", "md"],
+                                                              description="jsonl (default) or md.")],
+                   responses={(200, "application/x-ndjson"): OpenApiResponse(str, description="JSONL (one line)."),
+                              (200, "text/markdown"): OpenApiResponse(str, description="Markdown."),
+                              **errors(400)}, tags=["conversations"])
+    def get(self, request: Request, conversation_id: int) -> HttpResponse:
+        conversation = _conversation(request, conversation_id)
+        fmt = request.query_params.get("format", "jsonl")
+        if fmt not in ("jsonl", "md"):
+            raise ApplicationError(f"format must be jsonl or md, got {fmt!r}.", {"format": fmt})
+        stem = f"conversation-{conversation.pk}-{slugify(conversation.title)[:40] or 'chat'}"
+        if fmt == "jsonl":
+            content, name, kind = (conversation_export_jsonl(conversation=conversation), f"{stem}.jsonl",
+                                   "application/x-ndjson; charset=utf-8")
+        else:
+            content, name, kind = (conversation_export_markdown(conversation=conversation), f"{stem}.md",
+                                   "text/markdown; charset=utf-8")
+        response = HttpResponse(content, content_type=kind)
+        response["Content-Disposition"] = f'attachment; filename="{name}"'
+        return response
+
+

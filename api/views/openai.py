@@ -1,0 +1,150 @@
+"""OpenAI-compatible endpoints: `GET models`, `POST chat/completions` (whole or streamed in the
+OpenAI chunk format), so the official clients work with `base_url=<site>/api/v1`."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from asgiref.sync import async_to_sync
+from django.http import HttpResponse
+from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from api.serializers import ChatCompletionRequestSerializer, ModelListSerializer, ModelSerializer
+from api.views.base import ApiView, errors
+from api.views.sse import sse_frame, sse_response
+from chat.completions import CompletionPlan, ModelNotFound, completion_models, completion_prepare
+from engine.llm import LLMError, PromptTooLongError, Usage
+from hdrag_site import runtime
+from hdrag_site.errors import ApplicationError
+
+TAGS = ["openai"]
+COMPLETION_SCHEMA = {
+    "type": "object", "required": ["id", "object", "created", "model", "choices", "usage"],
+    "properties": {
+        "id": {"type": "string"}, "object": {"type": "string", "enum": ["chat.completion"]},
+        "created": {"type": "integer"}, "model": {"type": "string"},
+        "choices": {"type": "array", "items": {"type": "object", "properties": {
+            "index": {"type": "integer"}, "finish_reason": {"type": "string"},
+            "message": {"type": "object", "properties": {"role": {"type": "string"}, "content": {"type": "string"}}}}}},
+        "usage": {"type": "object", "properties": {"prompt_tokens": {"type": "integer"},
+                                                   "completion_tokens": {"type": "integer"},
+                                                   "total_tokens": {"type": "integer"}}},
+        "memories": {"type": "array", "description": "The memories that primed the answer.",
+                     "items": {"type": "object"}},
+    },
+}
+
+
+class LLMUnavailable(ApplicationError):
+    code = "llm_unavailable"
+    status = 503
+
+
+class ModelList(ApiView):
+    @extend_schema(operation_id="models_list", summary="Models: `none` and `corpus-<id>` per readable corpus",
+                   responses={200: ModelListSerializer, **errors()}, tags=TAGS)
+    def get(self, request: Request) -> Response:
+        return Response({"object": "list", "data": completion_models(user=request.user)})
+
+
+class ModelDetail(ApiView):
+    @extend_schema(operation_id="models_get", summary="One model",
+                   parameters=[OpenApiParameter("model_id", str, OpenApiParameter.PATH)],
+                   responses={200: ModelSerializer, **errors()}, tags=TAGS)
+    def get(self, request: Request, model_id: str) -> Response:
+        for model in completion_models(user=request.user):
+            if model["id"] == model_id:
+                return Response(model)
+        raise ModelNotFound(f"No model {model_id!r}.", {"model": model_id})
+
+
+def _chunk(completion_id: str, created: int, model: str, delta: dict, finish_reason: str | None = None) -> dict:
+    return {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}
+
+
+def _usage(usage: Usage | None) -> dict[str, int] | None:
+    if usage is None:
+        return None
+    return {"prompt_tokens": usage.prompt_tokens, "completion_tokens": usage.completion_tokens,
+            "total_tokens": usage.prompt_tokens + usage.completion_tokens}
+
+
+def _memories(prepared: CompletionPlan) -> list[dict[str, Any]]:
+    return [{"id": r["memory"].get("pk"), "corpus": r["corpus_id"], "dataset": r["dataset"], "score": r["hdc_score"],
+             "token_count": int(r["memory"].get("token_count") or 0)} for r in prepared.memories]
+
+
+class ChatCompletions(ApiView):
+    @extend_schema(
+        operation_id="chat_completions", summary="OpenAI-compatible chat completion primed with a corpus's memories",
+        description="The OpenAI request shape. `model` is `none` or `corpus-<id>`; the memories of that corpus "
+                    "for the last user message (blended with the assistant turns in `messages`) join the system "
+                    "prompt. With `stream: true` the reply is OpenAI's SSE chunk stream ending in `data: [DONE]`; "
+                    "an LLM failure mid-stream arrives as a `data: {\"error\": ...}` event.",
+        request=ChatCompletionRequestSerializer,
+        responses={(200, "application/json"): OpenApiResponse(COMPLETION_SCHEMA, description="A `chat.completion`."),
+                   (200, "text/event-stream"): OpenApiResponse(str, description="`chat.completion.chunk` events "
+                                                                                "(stream: true)."),
+                   **errors(400, 503)}, tags=TAGS)
+    def post(self, request: Request) -> Response | HttpResponse:
+        serializer = ChatCompletionRequestSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        max_tokens = data.get("max_completion_tokens") or data.get("max_tokens")
+        try:
+            prepared = completion_prepare(user=request.user, model=data["model"], messages=data["messages"],
+                                          temperature=data.get("temperature"), top_p=data.get("top_p"),
+                                          max_tokens=max_tokens)
+        except PromptTooLongError as error:
+            raise ApplicationError(str(error), {"code": "prompt_too_long"}) from None
+        completion_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
+        if data["stream"]:
+            include_usage = bool((data.get("stream_options") or {}).get("include_usage"))
+            return sse_response(lambda emit: _stream(emit, prepared, completion_id, created, include_usage))
+        try:
+            text, finish_reason, usage = async_to_sync(_complete)(prepared)
+        except LLMError as error:
+            raise LLMUnavailable(f"The language model failed: {error}") from None
+        return Response({
+            "id": completion_id, "object": "chat.completion", "created": created, "model": prepared.model,
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
+                         "finish_reason": finish_reason or "stop"}],
+            "usage": _usage(usage) or {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
+            "memories": _memories(prepared)})
+
+
+async def _complete(prepared: CompletionPlan) -> tuple[str, str, Usage | None]:
+    parts: list[str] = []
+    finish_reason, usage = "", None
+    async for chunk in runtime.llm_client().stream_chat(prepared.plan.messages, prepared.settings):
+        parts.append(chunk.delta)
+        finish_reason = chunk.finish_reason or finish_reason
+        usage = chunk.usage or usage
+    return "".join(parts), finish_reason, usage
+
+
+async def _stream(emit, prepared: CompletionPlan, completion_id: str, created: int,  # noqa: ANN001
+                  include_usage: bool) -> None:
+    model = prepared.model
+    await emit(sse_frame(_chunk(completion_id, created, model, {"role": "assistant", "content": ""})))
+    finish_reason, usage = "", None
+    try:
+        async for chunk in runtime.llm_client().stream_chat(prepared.plan.messages, prepared.settings):
+            if chunk.delta:
+                await emit(sse_frame(_chunk(completion_id, created, model, {"content": chunk.delta})))
+            finish_reason = chunk.finish_reason or finish_reason
+            usage = chunk.usage or usage
+    except LLMError as error:
+        await emit(sse_frame({"error": {"code": "llm_unavailable", "message": f"The language model failed: {error}",
+                                        "details": {}}}))
+        return
+    await emit(sse_frame(_chunk(completion_id, created, model, {}, finish_reason or "stop")))
+    if include_usage and usage is not None:
+        await emit(sse_frame({"id": completion_id, "object": "chat.completion.chunk", "created": created,
+                              "model": model, "choices": [], "usage": _usage(usage)}))
+    await emit("data: [DONE]\n\n")

@@ -1,0 +1,94 @@
+"""Memory search (one corpus, or several) and single memories."""
+
+from __future__ import annotations
+
+import time
+
+from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from api.serializers import (
+    MemorySerializer,
+    MultiSearchQuerySerializer,
+    SearchQuerySerializer,
+    SearchResponseSerializer,
+)
+from api.views.base import PAGE_PARAMETERS, ApiView, errors, id_path
+from corpus.selectors import corpora_visible_to, get_corpus_for_user
+from hdrag_site.errors import ConflictError
+from memory.selectors import get_memory_for_user
+from memory.services import memories_search
+
+SEARCH_PARAMETERS = [
+    OpenApiParameter("q", str, required=True, description="The query text (at most 2000 characters)."),
+    OpenApiParameter("datasets", str, description="Comma-separated dataset ids to search (default: every "
+                                                  "enabled dataset)."),
+    OpenApiParameter("budget", int, description="Most tokens of memories (pipeline mode; default the engine's)."),
+    OpenApiParameter("mode", str, enum=["pipeline", "raw"], description="pipeline (default): what the chat "
+                     "retrieves (threshold, fusion, MMR within the budget); raw: the index's top `limit` rows."),
+    OpenApiParameter("limit", int, description="Rows in raw mode (default 50, at most 1000)."),
+    OpenApiParameter("top_document", bool, description="Only the best memory (pipeline mode)."),
+    *PAGE_PARAMETERS,
+]
+
+
+def _result_json(result: dict) -> dict:
+    memory = result["memory"]
+    return {"id": memory.get("pk"), "key": str(memory.get("id", "")), "corpus": result["corpus_id"],
+            "corpus_name": result["corpus"], "dataset": memory.get("dataset_id"), "dataset_name": result["dataset"],
+            "score": result["hdc_score"], "late_score": result.get("late_score"),
+            "fused_score": result.get("fused_score"), "token_count": int(memory.get("token_count") or 0),
+            "text": memory.get("text", ""), "metadata": memory.get("metadata") or {}}
+
+
+class _Search(ApiView):
+    def search(self, request: Request, corpus_ids: list[int], params: dict) -> Response:
+        raw = params["mode"] == "raw"
+        started = time.perf_counter()
+        results = memories_search(user=request.user, corpus_ids=corpus_ids, query=params["q"],
+                                  token_budget=params.get("budget"), top_document=params["top_document"],
+                                  dataset_ids=params.get("datasets"), raw_limit=params["limit"] if raw else None)
+        took_ms = round((time.perf_counter() - started) * 1000, 3)
+        return self.paginated(results, lambda page: [_result_json(r) for r in page], took_ms=took_ms)
+
+
+class CorpusSearch(_Search):
+    @extend_schema(operation_id="corpora_search", summary="Search one corpus's memories",
+                   parameters=[id_path("corpus_id", "corpus"), *SEARCH_PARAMETERS],
+                   responses={200: SearchResponseSerializer, **errors(400, 409)}, tags=["search"])
+    def get(self, request: Request, corpus_id: int) -> Response:
+        corpus = get_corpus_for_user(request.user, corpus_id)
+        serializer = SearchQuerySerializer(data=request.query_params)
+        serializer.is_valid(raise_exception=True)
+        if not corpus.active_build_id:
+            raise ConflictError("This corpus has no index yet: start a build first.", {"corpus": corpus.pk})
+        return self.search(request, [corpus.pk], serializer.validated_data)
+
+
+class Search(_Search):
+    @extend_schema(operation_id="search", summary="Search several corpora together",
+                   parameters=[OpenApiParameter("corpora", str, description="Comma-separated corpus ids (default: "
+                                                "every corpus you may read that has an index)."),
+                               *SEARCH_PARAMETERS],
+                   responses={200: SearchResponseSerializer, **errors(400)}, tags=["search"])
+    def get(self, request: Request) -> Response:
+        serializer = MultiSearchQuerySerializer(data=request.query_params)
+        serializer.is_valid(raise_exception=True)
+        params = serializer.validated_data
+        if "corpora" in params:
+            for corpus_id in params["corpora"]:
+                get_corpus_for_user(request.user, corpus_id)  # 404 for any corpus the caller may not read
+            corpus_ids = params["corpora"]
+        else:
+            corpus_ids = list(corpora_visible_to(request.user).filter(active_build__isnull=False)
+                              .values_list("pk", flat=True))
+        return self.search(request, corpus_ids, params)
+
+
+class MemoryDetail(ApiView):
+    @extend_schema(operation_id="memories_get", summary="One memory's full text and origin",
+                   parameters=[id_path("memory_id", "memory")], responses={200: MemorySerializer, **errors()},
+                   tags=["search"])
+    def get(self, request: Request, memory_id: int) -> Response:
+        return Response(MemorySerializer(get_memory_for_user(request.user, memory_id)).data)

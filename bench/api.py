@@ -1,0 +1,231 @@
+"""REST API search: requests/s and p50/p99 with concurrent clients, beside the engine alone.
+
+    .venv/bin/python -m bench.api [--memories 100000] [--clients 16] [--requests 480]
+
+What runs: the portal's ASGI app under Uvicorn (the production web server, one process, a child of
+this one) on loopback, on SQLite in a scratch DATA_DIR; clients are httpx (async) in this process,
+each authenticated with a bearer API token. The corpus is bench.chat's synthetic 100,000-memory
+index (three random sentences of Python's docs per memory), built once with the real pipeline and
+cached under `.cache/bench/` (the first run spends a few minutes building it).
+
+Measured in the same run, each query through every path in turn (each path has its own query
+cache, so none reads another's):
+  * engine alone: `Retriever.search` on the loaded index with its memory rows (the baseline);
+  * service: `memory.services.memories_search` in process (access control, SQL, what the view calls);
+  * API, one client at a time: GET /api/v1/corpora/<id>/search/?q=... over HTTP, and per request
+    its latency minus the server's own search time (`took_ms`): what HTTP, auth, throttling and
+    JSON add;
+  * API, `--clients` at once (distinct queries): requests/s, p50 and p99 as the clients see them.
+Goal: the API adds under 5 ms at p50 over the engine alone.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import random
+import re
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from bench._hw import print_hardware  # noqa: E402
+
+GOAL_MS = 5.0
+
+
+def _parse() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--memories", type=int, default=100_000, help="memories in the synthetic corpus")
+    parser.add_argument("--clients", type=int, default=16, help="concurrent clients in the load phase")
+    parser.add_argument("--requests", type=int, default=480, help="requests in the load phase")
+    parser.add_argument("--sequential", type=int, default=60, help="queries per one-at-a-time phase")
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args()
+
+
+def _queries(count: int, seed: int) -> list[str]:
+    """Distinct questions-like queries: 4-9 words drawn from the docs' sentences."""
+    from pydoc_data.topics import topics
+
+    words = sorted({w for text in topics.values() for w in re.findall(r"[a-z]{4,}", text.lower())})
+    rng = random.Random(seed)
+    found: list[str] = []
+    seen = set()
+    while len(found) < count:
+        query = " ".join(rng.sample(words, rng.randint(4, 9)))
+        if query not in seen:
+            seen.add(query)
+            found.append(query)
+    return found
+
+
+def _percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q / 100 * (len(ordered) - 1))))]
+
+
+def _timed(func, items: list) -> list[float]:  # noqa: ANN001 - a callable of one item
+    times = []
+    for item in items:
+        started = time.perf_counter()
+        func(item)
+        times.append((time.perf_counter() - started) * 1000)
+    return times
+
+
+def _line(name: str, times: list[float]) -> None:
+    print(f"{name:<44} n={len(times):<4} p50 {statistics.median(times):7.2f} ms   "
+          f"p99 {_percentile(times, 99):7.2f} ms")
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _start_server(port: int, env: dict) -> subprocess.Popen:
+    server = subprocess.Popen([sys.executable, "-m", "uvicorn", "hdrag_site.asgi:application", "--host", "127.0.0.1",
+                               "--port", str(port), "--log-level", "warning"], cwd=REPO, env=env,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    import httpx
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise SystemExit(f"uvicorn exited: {server.stderr.read().decode()[-2000:]}")
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return server
+        except httpx.HTTPError:
+            time.sleep(0.2)
+    server.kill()
+    raise SystemExit("uvicorn did not come up within 60 s")
+
+
+async def _load(url: str, headers: dict, queries: list[str], clients: int) -> tuple[list[float], float]:
+    import httpx
+
+    latencies: list[float] = []
+    pending = list(reversed(queries))
+
+    async def client(http: httpx.AsyncClient) -> None:
+        while pending:
+            query = pending.pop()
+            started = time.perf_counter()
+            response = await http.get(url, params={"q": query})
+            latencies.append((time.perf_counter() - started) * 1000)
+            if response.status_code != 200:
+                raise RuntimeError(f"{response.status_code}: {response.text[:300]}")
+
+    limits = httpx.Limits(max_connections=clients, max_keepalive_connections=clients)
+    async with httpx.AsyncClient(headers=headers, timeout=120, limits=limits) as http:
+        started = time.perf_counter()
+        await asyncio.gather(*(client(http) for _ in range(clients)))
+        wall = time.perf_counter() - started
+    return latencies, wall
+
+
+def main() -> int:
+    args = _parse()
+    print_hardware()
+    # Latencies here are only as quiet as the machine: say how busy it was.
+    print(f"load average (1, 5, 15 min): {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    from bench.chat import corpus_build, corpus_rows
+    from engine.models import default_gguf_path
+
+    gguf_path = default_gguf_path()
+    build_dir, records_file, dataset = corpus_build(args.memories, args.seed, gguf_path)
+    with tempfile.TemporaryDirectory(prefix="bench-api-") as data_dir:
+        env = {**os.environ, "DJANGO_SETTINGS_MODULE": "hdrag_site.settings", "DATA_DIR": data_dir,
+               "LOG_LEVEL": "WARNING", "API_THROTTLE_RATE": "", "HDRAG_ENV": "development", "DEBUG": "0"}
+        env.pop("DATABASE_URL", None)
+        env.pop("REDIS_URL", None)
+        os.environ.update(env)
+        import django
+        from django.core.management import call_command
+
+        django.setup()
+        call_command("migrate", verbosity=0)
+        from django.contrib.auth import get_user_model
+
+        from api.services import api_token_create
+        from corpus.memories import BuildMemoryStore
+        from corpus.models import Corpus
+        from engine.retrieval import Retriever, SearchTarget
+        from hdrag_site.runtime import default_gguf, engine_config, loaded_build, tokenizer_for
+        from memory.services import memories_search
+
+        user = get_user_model().objects.create_user("bench")
+        started = time.perf_counter()
+        corpus_id = corpus_rows(build_dir, records_file, dataset, gguf_path, [user])
+        print(f"{args.memories:,} memory rows inserted in {time.perf_counter() - started:.1f} s")
+        secret = api_token_create(user=user, name="bench")[1]
+        headers = {"Authorization": f"Bearer {secret}"}
+
+        queries = _queries(20 + args.sequential + args.requests, args.seed)
+        warm, single_q, load_q = queries[:20], queries[20:20 + args.sequential], queries[20 + args.sequential:]
+
+        corpus = Corpus.objects.select_related("active_build").get(pk=corpus_id)
+        loaded = loaded_build(corpus.active_build.build_dir)
+        # Its own Retriever (own query cache): the service's and the server's never see its queries.
+        retriever = Retriever(tokenizer_for(default_gguf()), engine_config())
+        target = SearchTarget(loaded, BuildMemoryStore(corpus.active_build_id), str(corpus_id),
+                              enabled_sources=frozenset({1}))
+        port = _free_port()
+        server = _start_server(port, env)
+        try:
+            import httpx
+
+            url = f"http://127.0.0.1:{port}/api/v1/corpora/{corpus_id}/search/"
+            engine, service, api, overhead = [], [], [], []
+            with httpx.Client(headers=headers, timeout=120) as http:
+                for query in warm:
+                    retriever.search(query, [target])
+                    memories_search(user=user, corpus_ids=[corpus_id], query=query)
+                    http.get(url, params={"q": query}).raise_for_status()
+                # Interleaved, the same query through each path in turn: the machine's load at that
+                # moment weighs on all three alike.
+                for query in single_q:
+                    engine += _timed(lambda q: retriever.search(q, [target]), [query])
+                    service += _timed(lambda q: memories_search(user=user, corpus_ids=[corpus_id], query=q), [query])
+                    started = time.perf_counter()
+                    response = http.get(url, params={"q": query})
+                    response.raise_for_status()
+                    api.append((time.perf_counter() - started) * 1000)
+                    overhead.append(api[-1] - response.json()["took_ms"])
+            print(f"\n== one search at a time ({args.memories:,} memories, {len(single_q)} queries, "
+                  "each through every path in turn) ==")
+            _line("engine Retriever.search (baseline)", engine)
+            _line("service memories_search (in process)", service)
+            _line("API GET .../search/ over HTTP (1 client)", api)
+            _line("API minus the server's own search time", overhead)
+            print(f"\n== {args.clients} clients at once, {len(load_q)} requests ==")
+            latencies, wall = asyncio.run(_load(url, headers, load_q, args.clients))
+            _line(f"API, {args.clients} concurrent clients", latencies)
+            print(f"throughput: {len(latencies) / wall:.1f} requests/s ({wall:.1f} s wall)")
+        finally:
+            server.terminate()
+            server.wait(timeout=30)
+
+        added = statistics.median(api) - statistics.median(engine)
+        http_layer = statistics.median(overhead)
+        service_layer = statistics.median(service) - statistics.median(engine)
+        verdict = "meets" if added < GOAL_MS else "MISSES"
+        print(f"\nAPI p50 - engine p50 (one client): {added:+.2f} ms = HTTP, auth, throttle and JSON "
+              f"{http_layer:+.2f} ms (per request) + service layer (access, SQL rows) {service_layer:+.2f} ms; "
+              f"goal < {GOAL_MS:g} ms: {verdict}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

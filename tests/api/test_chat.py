@@ -1,0 +1,150 @@
+"""Conversations over HTTP and the OpenAI-compatible chat, against the real ASGI app on loopback,
+the real llama.cpp server (Gemma 3 270M) and a real corpus (Python's docs, built once)."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import openai
+import pytest
+
+from api.services import api_token_create
+from chat.models import Message
+from tests.api.conftest import error_of, make_corpus, token_client
+
+QUESTION = "How does a generator function pause at yield and resume where it left off?"
+
+
+@pytest.fixture
+def secret(owner) -> str:
+    return api_token_create(user=owner, name="chat tests")[1]
+
+
+def _headers(secret: str) -> dict:
+    return {"Authorization": f"Bearer {secret}"}
+
+
+def _sse(text: str) -> list[tuple[str | None, str]]:
+    """(event, data) of each SSE frame."""
+    frames = []
+    for block in text.strip().split("\n\n"):
+        event, data = None, []
+        for line in block.splitlines():
+            if line.startswith("event: "):
+                event = line[7:]
+            elif line.startswith("data: "):
+                data.append(line[6:])
+        frames.append((event, "\n".join(data)))
+    return frames
+
+
+def test_conversation_turn_whole_then_streamed_then_exported(chat_settings, live_api, owner, secret, pydoc_build):
+    corpus = make_corpus(owner, pydoc_build)
+    base = f"{live_api.url}/api/v1"
+    with httpx.Client(headers=_headers(secret), timeout=120) as http:
+        created = http.post(f"{base}/conversations/", json={"corpora": [corpus.pk], "token_budget": 400})
+        assert created.status_code == 201, created.text
+        conversation = created.json()["id"]
+        whole = http.post(f"{base}/conversations/{conversation}/messages/", json={"content": QUESTION})
+        assert whole.status_code == 201, whole.text
+        turn = whole.json()
+        assert turn["status"] == "complete" and turn["message"]["content"].strip()
+        assert turn["message"]["memories"], "the question is about the corpus: memories must prime the answer"
+        assert turn["user_message"]["content"] == QUESTION
+        with http.stream("POST", f"{base}/conversations/{conversation}/messages/",
+                         json={"content": "And what does send() do?", "stream": True}) as streamed:
+            assert streamed.status_code == 200
+            assert streamed.headers["content-type"].startswith("text/event-stream")
+            frames = _sse(streamed.read().decode())
+        events = [event for event, _ in frames]
+        assert events[:2] == ["chat.accepted", "chat.memories"] and events[-1] == "chat.done"
+        assert events.count("chat.delta") >= 2
+        done = json.loads(frames[-1][1])
+        text = "".join(json.loads(data)["delta"] for event, data in frames if event == "chat.delta")
+        assert done["message"]["content"] == text and done["blend_turns"] == 2
+        listed = http.get(f"{base}/conversations/{conversation}/messages/").json()
+        assert [m["role"] for m in listed["results"]] == ["user", "assistant", "user", "assistant"]
+        exported = http.get(f"{base}/conversations/{conversation}/export/", params={"format": "jsonl"})
+        record = json.loads(exported.text)
+        assert [turn["from"] for turn in record["conversations"]] == ["human", "gpt", "human", "gpt"]
+        markdown = http.get(f"{base}/conversations/{conversation}/export/", params={"format": "md"})
+        assert markdown.headers["content-type"].startswith("text/markdown") and QUESTION in markdown.text
+        assert http.delete(f"{base}/conversations/{conversation}/").status_code == 204
+        assert http.get(f"{base}/conversations/{conversation}/").status_code == 404
+
+
+def test_llm_down_is_503_and_the_user_turn_is_kept(chat_settings, transactional_db, owner):
+    # transactional: a turn's SQL runs through database_sync_to_async, which closes a connection
+    # that sits in a test's transaction.
+    chat_settings.LLM_BASE_URL = "http://127.0.0.1:9"  # nothing listens there: a real refused connection
+    client = token_client(owner)
+    conversation = client.post("/api/v1/conversations/", {}, format="json").json()["id"]
+    response = client.post(f"/api/v1/conversations/{conversation}/messages/", {"content": "hello"}, format="json")
+    assert response.status_code == 503 and error_of(response)["code"] == "llm_unreachable"
+    assert list(Message.objects.filter(conversation_id=conversation).values_list("role", "status")) == [
+        ("user", "complete"), ("assistant", "error")]
+    completion = client.post("/api/v1/chat/completions",
+                             {"model": "none", "messages": [{"role": "user", "content": "hi"}]}, format="json")
+    assert completion.status_code == 503 and error_of(completion)["code"] == "llm_unavailable"
+
+
+def test_openai_client_lists_models_and_streams_a_primed_completion(chat_settings, live_api, owner, outsider,
+                                                                    secret, pydoc_build):
+    corpus = make_corpus(owner, pydoc_build)
+    client = openai.OpenAI(base_url=f"{live_api.url}/api/v1", api_key=secret, max_retries=0, timeout=120)
+    assert [m.id for m in client.models.list()] == ["none", f"corpus-{corpus.pk}"]
+    outsider_client = openai.OpenAI(base_url=f"{live_api.url}/api/v1", max_retries=0,
+                                    api_key=api_token_create(user=outsider, name="t")[1])
+    assert [m.id for m in outsider_client.models.list()] == ["none"]
+    with pytest.raises(openai.NotFoundError):
+        outsider_client.chat.completions.create(model=f"corpus-{corpus.pk}",
+                                                messages=[{"role": "user", "content": QUESTION}])
+
+    stream = client.chat.completions.create(
+        model=f"corpus-{corpus.pk}", stream=True, temperature=0, max_tokens=30,
+        stream_options={"include_usage": True},
+        messages=[{"role": "user", "content": "What is a generator?"},
+                  {"role": "assistant", "content": "A function that yields values lazily."},
+                  {"role": "user", "content": QUESTION}])
+    chunks = list(stream)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text.strip() and len([c for c in chunks if c.choices and c.choices[0].delta.content]) >= 2
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] in ("stop", "length")
+    assert chunks[-1].usage is not None and 0 < chunks[-1].usage.completion_tokens <= 30
+
+    whole = client.chat.completions.create(model="none", temperature=0, max_tokens=20,
+                                           messages=[{"role": "system", "content": "Answer in one word."},
+                                                     {"role": "user", "content": "Name a colour."}])
+    assert whole.choices[0].message.content.strip() and whole.usage.completion_tokens <= 20
+
+
+def test_completion_is_primed_by_the_corpus_and_the_blend(chat_settings, owner, pydoc_build):
+    """The same retrieval as the chat: the corpus's memories, steered by the assistant turns."""
+    from chat.completions import completion_prepare
+
+    corpus = make_corpus(owner, pydoc_build)
+    plain = completion_prepare(user=owner, model="none", messages=[{"role": "user", "content": QUESTION}])
+    primed = completion_prepare(user=owner, model=f"corpus-{corpus.pk}",
+                                messages=[{"role": "user", "content": QUESTION}])
+    assert not plain.memories and primed.memories
+    assert primed.memories[0]["memory"]["text"][:80] in primed.plan.messages[-1]["content"]
+    assert primed.plan.messages[-1]["content"].endswith(QUESTION)
+    blended = completion_prepare(user=owner, model=f"corpus-{corpus.pk}", messages=[
+        {"role": "user", "content": "Tell me about sockets."},
+        {"role": "assistant", "content": "Sockets connect processes over a network with send and recv calls."},
+        {"role": "user", "content": QUESTION}])
+    assert [m["memory"]["pk"] for m in blended.memories] != [m["memory"]["pk"] for m in primed.memories]
+
+
+@pytest.mark.parametrize(("body", "status"), [
+    ({"model": "gpt-4", "messages": [{"role": "user", "content": "hi"}]}, 404),
+    ({"model": "none", "messages": [{"role": "tool", "content": "hi"}]}, 400),
+    ({"model": "none", "messages": [{"role": "user", "content": [{"type": "image_url"}]}]}, 400),
+    ({"model": "none", "messages": [{"role": "user", "content": "hi"}], "temperature": 9}, 400),
+    ({"model": "none"}, 400),
+])
+def test_bad_completion_requests_are_4xx(chat_settings, owner, body, status):
+    response = token_client(owner).post("/api/v1/chat/completions", body, format="json")
+    assert response.status_code == status, response.content
+    error_of(response)

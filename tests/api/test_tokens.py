@@ -1,0 +1,102 @@
+"""API tokens (page, command, hashing, revocation), browser sessions, throttling, body limits."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import re
+
+from django.core.management import call_command
+from django.test import Client
+from rest_framework.test import APIClient
+
+from api.models import ApiToken
+from tests.api.conftest import error_of, token_client
+from tests.portal.conftest import login
+
+
+def _bearer(secret: str) -> APIClient:
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    return client
+
+
+def test_token_page_creates_shows_once_lists_and_revokes(owner, outsider, corpus):
+    page = login(owner)
+    created = page.post("/accounts/tokens/", {"name": "nightly import"})
+    assert created.status_code == 201
+    secret = re.search(r'<pre id="new-token">([^<]+)</pre>', created.content.decode()).group(1)
+    token = ApiToken.objects.get(user=owner)
+    # Stored hashed: the secret itself is nowhere in the database.
+    assert token.key_hash == hashlib.sha256(secret.encode()).hexdigest() and secret not in str(vars(token))
+    assert created["Cache-Control"] == "no-store"
+    listing = page.get("/accounts/tokens/").content.decode()
+    assert "nightly import" in listing and secret not in listing and token.prefix in listing
+    assert _bearer(secret).get("/api/v1/corpora/").json()["count"] == 1
+    assert login(outsider).post(f"/accounts/tokens/{token.pk}/revoke/").status_code == 404
+    assert _bearer(secret).get("/api/v1/corpora/").status_code == 200
+    assert page.post(f"/accounts/tokens/{token.pk}/revoke/").status_code == 302
+    assert _bearer(secret).get("/api/v1/corpora/").status_code == 401
+    assert page.post("/accounts/tokens/", {"name": "  "}).status_code == 400
+    assert Client().get("/accounts/tokens/").status_code == 302  # login required
+
+
+def test_management_command_prints_the_token_alone_on_its_last_line(owner, corpus):
+    out = io.StringIO()
+    call_command("api_token", "create", "owner", "--name", "ops", stdout=out)
+    secret = out.getvalue().strip().splitlines()[-1]
+    assert " " not in secret and _bearer(secret).get("/api/v1/corpora/").json()["count"] == 1
+    listed = io.StringIO()
+    call_command("api_token", "list", "owner", stdout=listed)
+    assert "ops" in listed.getvalue() and secret not in listed.getvalue()
+    call_command("api_token", "revoke", str(ApiToken.objects.get(name="ops").pk), stdout=io.StringIO())
+    assert _bearer(secret).get("/api/v1/corpora/").status_code == 401
+
+
+def test_browser_session_works_and_keeps_csrf(owner, corpus):
+    browser = Client(enforce_csrf_checks=True)
+    browser.force_login(owner)
+    assert browser.get("/api/v1/corpora/").json()["count"] == 1
+    refused = browser.post("/api/v1/corpora/", {"name": "x"}, content_type="application/json")
+    assert refused.status_code == 403 and "CSRF" in error_of(refused)["message"]
+
+
+def test_throttle_per_token_with_retry_after(owner, settings):
+    settings.API_THROTTLE_RATE = "3/min"
+    first, second = token_client(owner), token_client(owner)
+    assert [first.get("/api/v1/models").status_code for _ in range(3)] == [200, 200, 200]
+    throttled = first.get("/api/v1/models")
+    assert throttled.status_code == 429 and 0 < int(throttled["Retry-After"]) <= 60
+    assert error_of(throttled)["code"] == "throttled"
+    assert second.get("/api/v1/models").status_code == 200  # per token, not per user
+
+
+def test_failed_token_attempts_are_throttled_per_address(owner, settings):
+    settings.API_AUTH_FAILURES_PER_MINUTE = 3
+    guesser = _bearer("hdr_guess")
+    assert [guesser.get("/api/v1/models").status_code for _ in range(3)] == [401, 401, 401]
+    blocked = guesser.get("/api/v1/models")
+    assert blocked.status_code == 429 and int(blocked["Retry-After"]) > 0
+    # A real token from the same address is refused too until the window passes.
+    assert token_client(owner).get("/api/v1/models").status_code == 429
+
+
+def test_json_body_limit_is_413(owner, settings):
+    settings.API_MAX_JSON_BYTES = 1024
+    response = token_client(owner).post("/api/v1/corpora/", {"name": "x" * 2000}, format="json")
+    assert response.status_code == 413 and error_of(response)["code"] == "too_large"
+
+
+def test_unknown_api_path_is_a_json_404(owner):
+    response = token_client(owner).get("/api/v1/nowhere/")
+    assert response.status_code == 404 and error_of(response)["code"] == "not_found"
+
+
+def test_schema_and_docs_are_served_without_a_cdn(client):
+    schema = client.get("/api/schema/?format=json")
+    assert schema.status_code == 200
+    docs = client.get("/api/docs/").content.decode()
+    assert "swagger-ui-bundle.js" in docs
+    assert not re.search(r'(src|href)="https?://', docs), "docs assets must be served locally"
+    asset = re.search(r'src="(/static/[^"]+swagger-ui-bundle\.js)"', docs).group(1)
+    assert client.get(asset).status_code == 200
