@@ -159,7 +159,7 @@ def main() -> int:
         from django.contrib.auth import get_user_model
 
         from api.services import api_token_create
-        from corpus.memories import BuildMemoryStore
+        from corpus.memory_rows import BuildMemoryStore
         from corpus.models import Corpus
         from engine.retrieval import Retriever, SearchTarget
         from hdrag_site.runtime import default_gguf, engine_config, loaded_build, tokenizer_for

@@ -122,7 +122,7 @@ def portal_setup(args: argparse.Namespace, data_dir: Path, base_url: str) -> Non
 
 def corpus_rows(build_dir: Path, records_file: Path, dataset: Path, gguf_path: Path, users: list) -> int:
     """The corpus, its dataset (source id 1) and its memory rows, as a finished build would leave them."""
-    from corpus.memories import MemoryWriter
+    from corpus.memory_rows import MemoryWriter
     from corpus.models import Dataset, IndexBuild
     from corpus.services.corpora import corpus_create
 
@@ -218,7 +218,7 @@ def _median_ms(func, items) -> float:  # noqa: ANN001 - any callable of one item
 def retrieval_breakdown(args: argparse.Namespace, user, corpus_id: int) -> None:  # noqa: ANN001 - Django user
     """Where retrieval time goes: the index scan (pruned vs the exact full scan, the baseline),
     the engine's whole pipeline, and the portal's memory search (access control, SQL rows)."""
-    from corpus.memories import BuildMemoryStore
+    from corpus.memory_rows import BuildMemoryStore
     from corpus.models import Corpus
     from engine.retrieval import Retriever, SearchTarget
     from hdrag_site.runtime import default_gguf, engine_config, loaded_build, tokenizer_for

@@ -42,3 +42,20 @@ def conversation_history(*, conversation_id: int, before_id: int | None = None) 
     if before_id is not None:
         messages = messages.filter(id__lt=before_id)
     return [(role, content) for role, content in messages.values_list("role", "content") if content.strip()]
+
+
+def conversation_for_turn(*, conversation_id: int) -> Conversation:
+    """A conversation by id, for a turn whose owner was checked when its socket connected."""
+    return Conversation.objects.get(pk=conversation_id)
+
+
+def conversation_title(*, conversation_id: int) -> str:
+    return Conversation.objects.values_list("title", flat=True).get(pk=conversation_id)
+
+
+def message_with_memories(*, message_id: int) -> Message:
+    return Message.objects.prefetch_related("memories").get(pk=message_id)
+
+
+def conversation_latest(*, user: AbstractBaseUser | AnonymousUser) -> Conversation | None:
+    return conversations_for_user(user=user).first()

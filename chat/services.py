@@ -18,6 +18,7 @@ from chat.models import (
     Message,
     MessageMemory,
 )
+from chat.selectors import conversation_latest
 from chat.serializers import memory_source
 from corpus.models import Memory
 from corpus.selectors import corpora_visible_to
@@ -69,6 +70,23 @@ def conversation_create(*, user: AbstractBaseUser, title: str = "", corpus_ids: 
         temperature=_check_temperature(temperature))
     conversation.corpora.set(_visible_corpus_ids(user=user, corpus_ids=corpus_ids))
     return conversation
+
+
+@transaction.atomic
+def conversation_create_next(*, user: AbstractBaseUser) -> Conversation:
+    """A new conversation with the last one's corpora (those still readable), toggles, budget and
+    temperature, but an empty blend; the very first one gets every searchable corpus `user` may read."""
+    previous = conversation_latest(user=user)
+    readable = corpora_visible_to(user)
+    if previous is None:
+        return conversation_create(user=user, title=DEFAULT_TITLE,
+                                   corpus_ids=readable.filter(active_build__isnull=False).values_list("pk", flat=True))
+    return conversation_create(
+        user=user, title=DEFAULT_TITLE,
+        corpus_ids=readable.filter(pk__in=previous.corpora.values("pk")).values_list("pk", flat=True),
+        use_memory=previous.use_memory, top_document=previous.top_document,
+        compress_context=previous.compress_context, token_budget=previous.token_budget,
+        temperature=previous.temperature)
 
 
 @transaction.atomic

@@ -29,9 +29,13 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.db import connection
 
-from chat.models import Conversation, Message
-from chat.retrieval import memories_for_turn
-from chat.selectors import conversation_history
+from chat.models import Message
+from chat.selectors import (
+    conversation_for_turn,
+    conversation_history,
+    conversation_title,
+    message_with_memories,
+)
 from chat.serializers import memory_result_json, message_json
 from chat.services import (
     conversation_add_response,
@@ -39,6 +43,7 @@ from chat.services import (
     message_create_user,
     message_prepare_regenerate,
 )
+from chat.turn_memories import memories_for_turn
 from engine.bits import compress_context
 from engine.llm import (
     GenerationSettings,
@@ -122,7 +127,7 @@ class _Prepared:
 
 def _prepare(conversation_id: int, user_message_id: int, content: str) -> _Prepared:
     """Retrieve with the conversation's own blend (fresh from its row) and assemble the prompt."""
-    conversation = Conversation.objects.get(pk=conversation_id)
+    conversation = conversation_for_turn(conversation_id=conversation_id)
     config = runtime.engine_config()
     budget = runtime.context_budget()
     tokenizer = runtime.token_counter()
@@ -158,7 +163,7 @@ async def run_turn(*, conversation_id: int, content: str = "", emit: Emit, regen
     else:
         user_message = await _db(message_create_user)(conversation_id=conversation_id, content=content)
     result = TurnResult(status=Message.Status.ERROR, user_message_id=user_message.pk)
-    title = await _db(lambda: Conversation.objects.values_list("title", flat=True).get(pk=conversation_id))()
+    title = await _db(conversation_title)(conversation_id=conversation_id)
     await emit({"type": "chat.accepted", "message": message_json(user_message), "title": title})
     memories: list[dict] = []
     parts: list[str] = []
@@ -244,4 +249,4 @@ async def _finish(result: TurnResult, *, conversation_id: int, content: str, sta
 
 
 def _reload(message_id: int) -> dict:
-    return message_json(Message.objects.prefetch_related("memories").get(pk=message_id))
+    return message_json(message_with_memories(message_id=message_id))

@@ -9,12 +9,12 @@ from django.utils.text import slugify
 from django.views.decorators.http import require_GET, require_POST
 
 from chat.exports import conversation_export_jsonl, conversation_export_markdown
-from chat.models import DEFAULT_TITLE, MAX_TEMPERATURE, MAX_TOKEN_BUDGET
+from chat.models import MAX_TEMPERATURE, MAX_TOKEN_BUDGET
 from chat.selectors import conversation_get_for_user, conversation_messages, conversations_for_user
 from chat.serializers import conversation_json, message_json
 from chat.services import (
     conversation_clear_blend,
-    conversation_create,
+    conversation_create_next,
     conversation_delete,
     conversation_update,
 )
@@ -80,18 +80,7 @@ def _temperature_field(value: str) -> float | None:
 
 @require_POST
 def conversation_new(request: HttpRequest) -> HttpResponse:
-    previous = conversations_for_user(user=request.user).first()
-    readable = corpora_visible_to(request.user)
-    # A new conversation starts with the last one's corpora and toggles, but an empty blend;
-    # the very first one with every searchable corpus the user may read.
-    if previous is None:
-        options = {"corpus_ids": readable.filter(active_build__isnull=False).values_list("pk", flat=True)}
-    else:
-        options = {"corpus_ids": readable.filter(pk__in=previous.corpora.values("pk")).values_list("pk", flat=True),
-                   "use_memory": previous.use_memory, "top_document": previous.top_document,
-                   "compress_context": previous.compress_context, "token_budget": previous.token_budget,
-                   "temperature": previous.temperature}
-    conversation = conversation_create(user=request.user, title=DEFAULT_TITLE, **options)
+    conversation = conversation_create_next(user=request.user)
     return redirect("chat:detail", pk=conversation.pk)
 
 

@@ -13,7 +13,7 @@ from django.utils.html import format_html
 from corpus.models import Corpus, Dataset, GroupManager, IndexBuild
 from corpus.services.builds import build_cancel, build_start
 from corpus.services.corpora import dataset_set_enabled, dataset_upload
-from corpus.services.store import StoreUnavailable, store_collection_stats
+from corpus.services.multivector import StoreUnavailable, store_collection_stats
 from corpus.templatetags.portal import num, rate, seconds
 from hdrag_site.errors import ApplicationError
 

@@ -14,6 +14,7 @@ class CorpusConfig(AppConfig):
         from django.conf import settings
 
         from corpus import signals  # noqa: F401 - connects the receivers
+        from corpus import tasks  # noqa: F401 - registers the build task in every process (queued by name)
         from hdrag_site import sockets  # noqa: F401 - closes a session's sockets at logout
 
         # DATA_DIR holds the SQLite file, uploads (spooled here so accepting one is a rename),

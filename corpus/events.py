@@ -11,6 +11,7 @@ import logging
 
 from asgiref.sync import async_to_sync
 from channels.layers import get_channel_layer
+from django.db import transaction
 
 from corpus.selectors import build_state
 
@@ -22,13 +23,20 @@ def corpus_group(corpus_id: int) -> str:
 
 
 def send_event(group: str, *, op: str, **payload: object) -> None:
-    """Send {"type": "portal.event", "op": op, **payload} to a channel-layer group; never raises,
-    since a missing listener or a busy layer must not fail the work that reports progress."""
+    """Send {"type": "portal.event", "op": op, **payload} to a channel-layer group once the current
+    transaction commits (at once outside one), so no listener hears of a row it cannot read yet,
+    nor of one rolled back (as Zulip's send_event_on_commit). Never raises: a missing listener or a
+    busy layer must not fail the work that reports progress."""
+    transaction.on_commit(lambda: _send(group, {"type": "portal.event", "op": op, **payload}))
+
+
+def _send(group: str, event: dict) -> None:
     layer = get_channel_layer()
     if layer is None:
         return
+    op = event["op"]
     try:
-        async_to_sync(layer.group_send)(group, {"type": "portal.event", "op": op, **payload})
+        async_to_sync(layer.group_send)(group, event)
     except Exception:  # noqa: BLE001 - events are best effort; the row holds the truth
         logger.warning("could not send %s event to %s", op, group, exc_info=True)
 

@@ -8,7 +8,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Q
 
-from corpus.storage import data_storage
+from corpus.files import data_storage
 from engine.config import Config
 
 _DEFAULTS = Config()
@@ -157,7 +157,7 @@ class IndexBuild(models.Model):
 
 class Memory(models.Model):
     """One row of a build's bitmap index (`hdv_idx`), with its text and where it came from: a build
-    artefact, written by the build (`corpus.memories.MemoryWriter`), searched by the memory app."""
+    artefact, written by the build (`corpus.memory_rows.MemoryWriter`), searched by the memory app."""
 
     corpus = models.ForeignKey(Corpus, on_delete=models.CASCADE, related_name="memories")
     build = models.ForeignKey(IndexBuild, on_delete=models.CASCADE, related_name="memories")

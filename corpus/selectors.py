@@ -15,7 +15,7 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q, QuerySet
 from django.http import Http404
 
-from corpus.memories import memory_counts_by_dataset
+from corpus.memory_rows import memory_counts_by_dataset
 from corpus.models import Corpus, Dataset, IndexBuild
 
 User = AbstractBaseUser | AnonymousUser

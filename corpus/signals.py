@@ -9,7 +9,7 @@ from django.db.models.signals import post_delete
 from django.dispatch import receiver
 
 from corpus.models import Corpus
-from corpus.services.store import store_drop
+from corpus.services.multivector import store_drop
 
 
 def _drop_store(corpus_id: int) -> None:

@@ -31,8 +31,8 @@ from corpus.services.corpora import (
     dataset_delete,
     dataset_set_enabled,
 )
+from corpus.services.multivector import StoreUnavailable, store_document_delete, store_documents, store_stats
 from corpus.services.sharing import corpus_access_list, groups_shareable_by
-from corpus.services.store import StoreUnavailable, store_document_delete, store_documents, store_stats
 from hdrag_site.errors import ApplicationError
 
 PAGE_SIZE = 20

@@ -180,7 +180,7 @@ CHROMA_PATH = DATA_DIR / "chroma"
 # Each request to a Chroma server (connect: at most 5 s): a host that drops packets fails a search
 # or page in this time instead of stalling it (chromadb's own client would wait forever).
 CHROMA_TIMEOUT_SECONDS = envint("CHROMA_TIMEOUT_SECONDS", 10, minimum=1)
-# Each corpus's multi-vector store (corpus.stores): embedding width and write format
+# Each corpus's multi-vector store (corpus.chroma): embedding width and write format
 # ("1.0" the contract's gzip(float32), "1.1" float16; both are always read).
 MULTIVECTOR_DIM = envint("MULTIVECTOR_DIM", 768, minimum=1)
 MULTIVECTOR_STORAGE_VERSION = envstr("MULTIVECTOR_STORAGE_VERSION", "1.1")

@@ -1,4 +1,4 @@
-"""Memory search: the read side of the memory rows that builds write (`corpus.memories`).
+"""Memory search: the read side of the memory rows that builds write (`corpus.memory_rows`).
 
 Search applies access control before retrieval: only corpora the user may read, with an active
 build, are loaded and searched, and only their enabled datasets pass the index's source filter.
@@ -14,10 +14,10 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
-from corpus.memories import BuildMemoryStore
+from corpus.chroma import store_for
+from corpus.memory_rows import BuildMemoryStore
 from corpus.models import Corpus
 from corpus.selectors import corpora_visible_to
-from corpus.stores import store_for
 from engine.corpus import LoadedCorpus
 from engine.multivector import StorageError
 from engine.retrieval import BlendState, Retriever, SearchTarget

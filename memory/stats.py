@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from corpus.memories import memory_counts_by_dataset
+from corpus.memory_rows import memory_counts_by_dataset
 from corpus.models import Corpus
 from engine import bits
 from hdrag_site import runtime

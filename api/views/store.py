@@ -1,7 +1,7 @@
 """A corpus's multi-vector store over HTTP (storage contract): adds, searches, embeddings, deletes.
 
 Embeddings travel as JSON float arrays or as {"base64": little-endian float32, "shape": [...]};
-the services in `corpus.services.store` check access (read to search, write to add or delete).
+the services in `corpus.services.multivector` check access (read to search, write to add or delete).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from api.serializers import (
     StoreStatsSerializer,
 )
 from api.views.base import PAGE_PARAMETERS, ApiView, errors, id_path, page_of
-from corpus.services.store import (
+from corpus.services.multivector import (
     store_add,
     store_document_delete,
     store_documents,

@@ -5,7 +5,7 @@ import django.db.models.deletion
 from django.conf import settings
 from django.db import migrations, models
 
-import corpus.storage
+import corpus.files
 
 
 class Migration(migrations.Migration):
@@ -79,7 +79,7 @@ class Migration(migrations.Migration):
             fields=[
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('name', models.CharField(max_length=255)),
-                ('file', models.FileField(max_length=500, storage=corpus.storage.data_storage, upload_to='')),
+                ('file', models.FileField(max_length=500, storage=corpus.files.data_storage, upload_to='')),
                 ('size', models.BigIntegerField()),
                 ('sha256', models.CharField(max_length=64)),
                 ('format', models.CharField(max_length=16)),

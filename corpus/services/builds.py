@@ -35,11 +35,11 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from corpus.chroma import store_for
 from corpus.events import send_build_event, send_event
-from corpus.memories import BuildMemoryStore, MemoryWriter, memories_delete_for_build
+from corpus.files import build_dir
+from corpus.memory_rows import BuildMemoryStore, MemoryWriter, memories_delete_for_build
 from corpus.models import Corpus, Dataset, IndexBuild
-from corpus.storage import build_dir
-from corpus.stores import store_for
 from engine.build import BuildCancelled, build_index, verify_build
 from engine.corpus import load_corpus
 from engine.text_store import text_encoder_for, text_store_delete_build, text_store_fill, text_store_prune

@@ -18,9 +18,9 @@ from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import UploadedFile
 from django.db import IntegrityError, transaction
 
+from corpus.chroma import store_for
+from corpus.files import corpus_dir, staging_dir
 from corpus.models import Corpus, Dataset
-from corpus.storage import corpus_dir, staging_dir
-from corpus.stores import store_for
 from corpus.uploads import upload_limit_message
 from engine.datasets import FORMAT_BY_SUFFIX, DatasetError, validate_dataset
 from engine.text_store import text_store_delete_source

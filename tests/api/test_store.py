@@ -7,7 +7,7 @@ import base64
 import numpy as np
 import pytest
 
-from corpus.stores import store_for
+from corpus.chroma import store_for
 from tests.api.conftest import error_of, token_client
 
 DIM = 768

@@ -93,7 +93,7 @@ def users(django_user_model):
 def make_corpus(owner, build: PydocBuild, *, name: str = "pydoc", visibility: str = "private"):
     """A corpus whose active build is the session's real index, with its memory rows inserted
     by the memory app's own build sink."""
-    from corpus.memories import MemoryWriter
+    from corpus.memory_rows import MemoryWriter
     from corpus.models import Dataset, IndexBuild
     from corpus.services.corpora import corpus_create
 

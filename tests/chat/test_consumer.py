@@ -358,7 +358,7 @@ async def test_a_broken_corpus_is_reported_and_the_turn_kept(chat_settings, user
 
 
 def _turn_memories(conversation_id: int, query: str) -> list[int]:
-    from chat.retrieval import memories_for_turn
+    from chat.turn_memories import memories_for_turn
 
     conversation = Conversation.objects.get(pk=conversation_id)
     return [r["memory"]["hdv_idx"] for r in memories_for_turn(conversation=conversation, query=query,

@@ -11,6 +11,7 @@ from django.core.management import call_command
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from corpus.files import build_dir
 from corpus.models import Corpus, IndexBuild, Memory
 from corpus.services.builds import (
     BuildAlreadyActive,
@@ -20,7 +21,6 @@ from corpus.services.builds import (
     builds_cleanup,
     builds_sweep_stale,
 )
-from corpus.storage import build_dir
 from corpus.tasks import run_build
 from engine.corpus import load_corpus
 from hdrag_site.errors import ApplicationError
@@ -180,3 +180,16 @@ def test_an_embedding_model_the_engine_cannot_tokenize_is_refused_by_the_form(st
     assert not form.is_valid()
     assert "SentencePiece" in form.errors["gguf_path"][0] and "'gpt2'" in form.errors["gguf_path"][0]
     assert CorpusForm(data={**values, "gguf_path": str(gemma_gguf)}, user=staff).is_valid()
+
+
+def test_the_build_task_is_registered_in_every_process_that_loads_the_apps():
+    """Services queue the build task by name; a web process (or an eager bench) that never
+    imported corpus.tasks itself must still find it, or an eager run would silently go to a broker."""
+    import subprocess
+    import sys
+
+    code = ("import django; django.setup(); from hdrag_site.celery import app; "
+            "from corpus.services.builds import RUN_BUILD_TASK; print(RUN_BUILD_TASK in app.tasks)")
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                           env={**__import__("os").environ, "DJANGO_SETTINGS_MODULE": "hdrag_site.settings"})
+    assert shown.stdout.strip().splitlines()[-1] == "True", shown.stderr[-2000:]

@@ -38,3 +38,38 @@ async def test_member_receives_progress_and_outsider_is_refused(corpus, member, 
                               "total": 120, "percent": 25}
     await watcher.disconnect()
     await intruder.disconnect()
+
+
+@pytest.mark.django_db(transaction=True)
+async def test_events_wait_for_the_commit_and_are_plain_json(corpus, member, client_for):
+    """An event sent inside a transaction reaches listeners only once it commits (never for a
+    rollback), and what arrives is JSON (dates, decimals or models would not survive the trip)."""
+    import json
+
+    from django.db import transaction
+
+    from corpus.events import corpus_group, send_event
+
+    watcher, connected = await _connect(await sync_to_async(client_for)(member), corpus.pk)
+    assert connected
+
+    def inside_a_transaction(commit: bool) -> None:
+        try:
+            with transaction.atomic():
+                send_event(corpus_group(corpus.pk), op="probe", committed=commit)
+                assert watcher.output_queue.empty()  # nothing leaves before the commit
+                if not commit:
+                    raise RuntimeError("roll back")
+        except RuntimeError:
+            pass
+
+    await sync_to_async(inside_a_transaction)(False)
+    await sync_to_async(inside_a_transaction)(True)
+    build = await IndexBuild.objects.acreate(corpus=corpus, status=IndexBuild.Status.QUEUED)
+    await sync_to_async(send_build_event)(build, op="started")
+    received = [await watcher.receive_json_from(timeout=5) for _ in range(2)]
+    assert [e["op"] for e in received] == ["probe", "started"] and received[0]["committed"] is True
+    for event in received:
+        assert json.loads(json.dumps(event)) == event
+    assert await watcher.receive_nothing(timeout=0.5)
+    await watcher.disconnect()

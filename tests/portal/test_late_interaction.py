@@ -10,11 +10,11 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from corpus.chroma import store_for
 from corpus.models import Corpus, IndexBuild, Memory
 from corpus.services import builds as build_services
 from corpus.services.builds import build_cancel
 from corpus.services.corpora import dataset_delete
-from corpus.stores import store_for
 from memory.services import memories_search
 from tests.engine.multivector.conftest import free_port
 from tests.portal.conftest import TEXTS, build_now, upload

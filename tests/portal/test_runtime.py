@@ -13,9 +13,9 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
+from corpus.chroma import collection_names, store_for, stored_corpus_ids
 from corpus.models import Corpus
 from corpus.services.corpora import corpus_create
-from corpus.stores import collection_names, store_for, stored_corpus_ids
 from engine.multivector.client import connect_chroma
 from engine.multivector.errors import ChromaDBConnectionError
 from hdrag_site import runtime

@@ -2,7 +2,7 @@
 
 Real Chroma throughout: embedded in a per-test directory, and once a real `chroma run` server
 (the session fixture of the engine's store tests). Records are random float32 (n, 768) arrays
-added through `corpus.stores.store_for`, the way integrations push them.
+added through `corpus.chroma.store_for`, the way integrations push them.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from chromadb.config import Settings
 from django.db import transaction
 from django.urls import reverse
 
+from corpus.chroma import collection_names, drop_store, store_for
 from corpus.models import Corpus
 from corpus.services.corpora import corpus_create
-from corpus.services.store import store_documents
-from corpus.stores import collection_names, drop_store, store_for
+from corpus.services.multivector import store_documents
 from tests.engine.multivector.conftest import chroma_server, free_port  # noqa: F401 - the server fixture
 from tests.portal.conftest import login
 
@@ -220,7 +220,7 @@ def test_unreachable_chroma_is_shown_inline(corpus, owner, settings, caplog,
                           follow=True)
     assert "multi-vector store is unavailable" in deleted.content.decode()
     visual, text = collection_names(corpus.pk)
-    with caplog.at_level(logging.ERROR, logger="corpus.services.store"), \
+    with caplog.at_level(logging.ERROR, logger="corpus.services.multivector"), \
             django_capture_on_commit_callbacks(execute=True):
         assert client.post(reverse("corpus:delete", args=[corpus.pk])).status_code == 302
     assert not Corpus.objects.filter(pk=corpus.pk).exists()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand, CommandError
 
-from corpus.services.store import store_orphans, store_orphans_drop
+from corpus.services.multivector import store_orphans, store_orphans_drop
 from engine.multivector import StorageError
 
 

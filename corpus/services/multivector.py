@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
+from corpus.chroma import collection_names, drop_store, store_exists, store_for, stored_corpus_ids
 from corpus.models import Corpus
 from corpus.selectors import get_corpus_for_user
-from corpus.stores import collection_names, drop_store, store_exists, store_for, stored_corpus_ids
 from engine.multivector import DocumentNotFoundError, StorageError, ValidationError, doc_id_of
 from hdrag_site.errors import ApplicationError
 
