@@ -13,8 +13,10 @@ class CorpusConfig(AppConfig):
     def ready(self) -> None:
         from django.conf import settings
 
-        from corpus import signals  # noqa: F401 - connects the receivers
-        from corpus import tasks  # noqa: F401 - registers the build task in every process (queued by name)
+        from corpus import (
+            signals,  # noqa: F401 - connects the receivers
+            tasks,  # noqa: F401 - registers the build task in every process (queued by name)
+        )
         from hdrag_site import sockets  # noqa: F401 - closes a session's sockets at logout
 
         # DATA_DIR holds the SQLite file, uploads (spooled here so accepting one is a rename),
