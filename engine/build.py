@@ -181,8 +181,12 @@ def _corpus_vocabulary(tokenizer: Tokenizer, document_frequency: np.ndarray) -> 
 
 def _write_vocabulary(out_dir: Path, *, vocabulary: np.ndarray, idf: np.ndarray, gguf_path: str | Path,
                       cache_dir: str | Path | None, config: Config, vocab_total: int, timings: dict[str, float],
-                      report: Progress) -> VocabIndex:
-    """Extract the model's embedding table, write `vocab.idx` for `vocabulary`, release the table."""
+                      report: Progress, tables_dir: Path, format_version: int) -> VocabIndex:
+    """Extract the model's embedding table, write `vocab.idx` for `vocabulary`, release the table.
+
+    Format 2 stores the vocabulary's rows as the model stores them; the full derived tables go
+    to `tables_dir` (in the spool, deleted with it) for the encode pass.
+    """
     with _timed(timings, "embeddings"):
         report("embeddings", 0, 1)
         embeddings = gguf.load_token_embeddings(gguf_path, cache_dir)
@@ -192,9 +196,11 @@ def _write_vocabulary(out_dir: Path, *, vocabulary: np.ndarray, idf: np.ndarray,
         report("embeddings", 1, 1)
     with _timed(timings, "vocabulary"):
         report("vocabulary", 0, int(vocabulary.size))
+        stored_rows = gguf.token_rows(gguf_path, vocabulary) if format_version == 2 else None
         vocab = write_vocab_index(out_dir / VOCAB_FILE, token_ids=vocabulary, idf=idf, embeddings=embeddings,
                                   dims=config.hdc_dimensions, ngram=config.hdc_ngram, seed=config.hdc_seed,
-                                  drop_components=config.hdc_drop_components)
+                                  drop_components=config.hdc_drop_components, stored_rows=stored_rows,
+                                  tables_dir=tables_dir, format_version=format_version)
         report("vocabulary", int(vocabulary.size), int(vocabulary.size))
     return vocab
 
@@ -238,7 +244,7 @@ def _write_verify_sample(out_dir: Path, tokens: np.ndarray, offsets: np.ndarray,
 def _manifest(*, config: Config, gguf_path: str | Path, vocab: VocabIndex, offsets: np.ndarray,
               sources: list[dict[str, Any]], skipped: int, sink: Sink | None) -> dict[str, Any]:
     return {
-        "format_version": FORMAT_VERSION,
+        "format_version": vocab.format_version,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "dims": config.hdc_dimensions, "seed": config.hdc_seed, "ngram": config.hdc_ngram,
         "drop_components": config.hdc_drop_components, "chunk_size": config.chunk_size,
@@ -265,14 +271,15 @@ def _write_manifest(out_dir: Path, manifest: dict[str, Any]) -> None:
 def build_index(*, datasets: Iterable[tuple[int, str, str | Path]], out_dir: str | Path, gguf_path: str | Path,
                 tokenizer: Tokenizer, config: Config, sink: Sink | None = None, progress: Progress | None = None,
                 should_cancel: Callable[[], bool] | None = None, cache_dir: str | Path | None = None,
-                batch_docs: int = BATCH_DOCS) -> BuildResult:
+                batch_docs: int = BATCH_DOCS, format_version: int = FORMAT_VERSION) -> BuildResult:
     """Build a complete, verified index in `out_dir` from `datasets` = [(source_id, name, path)].
 
     `sink(records)` receives batches of {"id", "hdv_idx", "text", "source_id", "metadata",
     "token_count"} in row order (without a sink they go to `out_dir/memories.sqlite`).
     `progress(phase, done, total)` is called once per batch; phases: "tokenize" (documents,
     total 0 = unknown), "embeddings", "vocabulary", "encode" and "verify" (documents of total).
-    `should_cancel()` is polled between batches and raises `BuildCancelled`.
+    `should_cancel()` is polled between batches and raises `BuildCancelled`. `format_version=1`
+    writes the format that stores the derived tables (for comparisons; see `engine.vocab`).
     """
     out_dir = Path(out_dir)
     datasets = [(int(source_id), str(name), Path(path)) for source_id, name, path in datasets]
@@ -301,7 +308,8 @@ def build_index(*, datasets: Iterable[tuple[int, str, str | Path]], out_dir: str
     vocabulary = _corpus_vocabulary(tokenizer, tokenized.document_frequency)
     idf = compute_idf(tokenized.document_frequency[vocabulary], n_docs)
     vocab = _write_vocabulary(out_dir, vocabulary=vocabulary, idf=idf, gguf_path=gguf_path, cache_dir=cache_dir,
-                              config=config, vocab_total=int(tokenizer.vocab_size), timings=timings, report=report)
+                              config=config, vocab_total=int(tokenizer.vocab_size), timings=timings, report=report,
+                              tables_dir=spool_dir / "tables", format_version=format_version)
     # Memory-mapped: a large corpus's token ids never need to fit in RAM at once.
     tokens = np.memmap(spool.tokens_path, dtype="<i4", mode="r") if offsets[-1] else np.zeros(0, np.int32)
     with _timed(timings, "encode"):
