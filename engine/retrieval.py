@@ -31,7 +31,8 @@ Choices the spec leaves open:
   reach `min_context`. `top_document=True` returns only the best-scoring candidate.
 * Fusion (a target with a `late` ranker, e.g. late interaction over the corpus's multi-vector
   store): each such target's HDC candidates and its late ranking (top `FUSION_DEPTH` of each) are
-  fused by reciprocal rank fusion; rows only the late ranker found join the candidates with their
+  fused by reciprocal rank fusion, weighted by the target's `fusion` (`FusionWeights`, chosen per
+  corpus from its own self-queries by `fusion_evidence`; a late weight of 0 skips the late ranker); rows only the late ranker found join the candidates with their
   exact HDC score. The adaptive threshold still decides *how many* candidates are kept (at least
   `min_context`), the fused ranking decides *which*; dedup is unchanged and HDC-MMR weighs
   novelty against the fused score. Targets without a late ranking take part with the RRF score
@@ -52,7 +53,7 @@ import numpy as np
 from engine import bits
 from engine.config import Config
 from engine.corpus import LoadedCorpus, MemoryStore
-from engine.fusion import reciprocal_rank_fusion
+from engine.fusion import FusionWeights, choose_fusion_weights, reciprocal_rank_fusion, self_queries
 from engine.tokenizer import Tokenizer
 
 CONTEXT_DELIMITER = "\n\n---\n\n"
@@ -132,7 +133,8 @@ class SearchTarget:
     """One corpus to search: its loaded build, where its texts live, and its dataset filter.
 
     `late`, when set, ranks the build's rows for a query text by another method: [(row, score)],
-    best first, or None when it cannot answer now (the search then uses HDC alone).
+    best first, or None when it cannot answer now (the search then uses HDC alone). `fusion`
+    weighs the two rankings (None: equal weights); with a late weight of 0, `late` is not called.
     """
 
     corpus: LoadedCorpus
@@ -140,6 +142,11 @@ class SearchTarget:
     name: str = ""
     enabled_sources: frozenset[int] | None = None
     late: Callable[[str], Sequence[tuple[int, float]] | None] | None = None
+    fusion: FusionWeights | None = None
+
+    @property
+    def uses_late(self) -> bool:
+        return self.late is not None and (self.fusion is None or self.fusion.late > 0)
 
 
 @dataclass
@@ -241,7 +248,7 @@ class Retriever:
                token_budget: int | None = None, top_document: bool = False) -> list[dict]:
         """Ranked memories: [{"memory": {id, text, hdv_idx, metadata, token_count}, "hdc_score", "corpus"}]."""
         vectors = [self.query_vector(target.corpus, query, blend) for target in targets]
-        late = [target.late(query) if target.late is not None else None for target in targets]
+        late = [target.late(query) if target.uses_late else None for target in targets]
         return self.search_vectors(vectors, targets, token_budget=token_budget, top_document=top_document,
                                    late=late)
 
@@ -303,8 +310,10 @@ class Retriever:
                     own.append(known[row])
             for row, score in ranking.items():
                 known[row].late = score
-            lists = [rows for rows in (hdc_rows, list(ranking)[:FUSION_DEPTH]) if rows]
-            for row, score in reciprocal_rank_fusion(lists):
+            weights = (target.fusion.hdc, target.fusion.late) if target.fusion is not None else (1.0, 1.0)
+            lists = [(rows, weight) for rows, weight in zip((hdc_rows, list(ranking)[:FUSION_DEPTH]), weights,
+                                                            strict=True) if rows]
+            for row, score in reciprocal_rank_fusion([rows for rows, _ in lists], weights=[w for _, w in lists]):
                 known[row].fused = score
             out.extend(own)
         out.sort(key=lambda c: (-c.fused, -c.score, c.target, c.row))
@@ -375,3 +384,36 @@ class Retriever:
     def _results(targets: Sequence[SearchTarget], chosen: list[_Candidate], fused: bool = False) -> list[dict]:
         return [{"memory": c.memory, "hdc_score": float(c.score), "corpus": targets[c.target].name,
                  "late_score": c.late, "fused_score": c.fused if fused else None} for c in chosen]
+
+
+def hdc_ranking(retriever: Retriever, corpus: LoadedCorpus, query: str, depth: int = FUSION_DEPTH) -> list[int]:
+    """The index's exact top-`depth` rows for `query` (no blend, threshold or MMR), best first."""
+    q_pos, q_neg, _ = retriever.encode_text(corpus, query)
+    if corpus.count == 0 or not (q_pos.any() or q_neg.any()):
+        return []
+    rows, _ = corpus.index.search_exact(q_pos, q_neg, min(depth, corpus.count))
+    return [int(row) for row in rows]
+
+
+def fusion_evidence(*, retriever: Retriever, target: SearchTarget, samples: int = 48, seed: int = 0) -> FusionWeights:
+    """`FusionWeights` for `target` from its own data: `samples` seeded memories become known-item
+    self-queries (`fusion.self_queries`), ranked by HDC and by `target.late`, and
+    `choose_fusion_weights` keeps the weights that rank them best. Costs 2 * `samples` late rankings.
+    """
+    if target.late is None:
+        raise ValueError("fusion evidence needs a target with a late ranker")
+    count = target.corpus.count
+    rng = np.random.default_rng(seed)
+    rows = sorted(rng.choice(count, size=min(samples, count), replace=False).tolist()) if count else []
+    memories = target.store.get_memories(rows)
+    rows = [row for row in rows if row in memories]
+    queries = self_queries([memories[row]["text"] for row in rows], seed=seed)
+    hdc, late, relevant = [], [], []
+    for number, query in queries:
+        ranking = target.late(query)
+        if ranking is None:
+            raise ValueError("the late ranker cannot answer now; no evidence gathered")
+        hdc.append(hdc_ranking(retriever, target.corpus, query))
+        late.append([int(row) for row, _ in ranking][:FUSION_DEPTH])
+        relevant.append(rows[number])
+    return choose_fusion_weights(hdc, late, relevant)
