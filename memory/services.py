@@ -25,6 +25,7 @@ from corpus.models import Corpus, IndexBuild
 from corpus.selectors import corpora_visible_to
 from corpus.stores import store_for
 from engine.corpus import LoadedCorpus, cached_corpus
+from engine.fusion import FusionWeights
 from engine.multivector import StorageError
 from engine.multivector.token_vectors import TokenVectorEncoder
 from engine.retrieval import BlendState, Retriever, SearchTarget
@@ -224,12 +225,17 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
     for corpus in corpora:
         enabled = frozenset(d.pk for d in corpus.datasets.all() if d.enabled)
         loaded = cached_corpus(corpus.active_build.build_dir)
-        late = None
-        if corpus.active_build.parameters.get("late_interaction"):
+        late = fusion = None
+        parameters = corpus.active_build.parameters
+        if parameters.get("late_interaction"):
             late = _late_ranker(corpus_id=corpus.pk, build_id=corpus.active_build_id, corpus=loaded,
                                 gguf_path=gguf_path, enabled=enabled)
+            # Weights measured on the build's own self-queries; a build made before they were
+            # measured has none, and gets HDC alone: unweighted fusion lowered recall on real text.
+            fusion = FusionWeights.from_dict(parameters["fusion"]) if "fusion" in parameters else \
+                FusionWeights(hdc=1.0, late=0.0)
         targets.append(SearchTarget(corpus=loaded, store=BuildMemoryStore(corpus.active_build_id),
-                                    name=str(corpus.pk), enabled_sources=enabled, late=late))
+                                    name=str(corpus.pk), enabled_sources=enabled, late=late, fusion=fusion))
     results = _retriever(gguf_path).search(query, targets, blend=blend, token_budget=token_budget,
                                                top_document=top_document)
     by_id: dict[int, Corpus] = {c.pk: c for c in corpora}
