@@ -124,20 +124,23 @@ def choose_fusion_weights(hdc: Sequence[Sequence[Key]], late: Sequence[Sequence[
 _WORD = re.compile(r"\S+")
 
 
-def self_queries(texts: Sequence[str], *, lead_words: int = 8, span_words: int = 12,
+def self_queries(texts: Sequence[str], *, lead_words: int = 8, span_words: int = 12, min_words: int = 6,
                  seed: int = 0) -> list[tuple[int, str]]:
     """Known-item queries made from a corpus's own texts: [(index into texts, query)].
 
-    Two per text with enough words: its first `lead_words` words (a title, a term being defined)
-    and a seeded random span of `span_words` words from the rest (a phrase a reader remembers).
+    Two per text of at least `min_words` words: its first words (a title, a term being defined;
+    `lead_words`, at most half the text) and a seeded random span of the rest (a phrase a reader
+    remembers; `span_words`, at most what is left).
     """
     rng = random.Random(seed)
     queries = []
     for number, text in enumerate(texts):
         words = _WORD.findall(text)
-        if len(words) < lead_words + span_words:
+        if len(words) < min_words:
             continue
-        queries.append((number, " ".join(words[:lead_words])))
-        start = rng.randrange(lead_words, len(words) - span_words + 1)
-        queries.append((number, " ".join(words[start:start + span_words])))
+        lead = min(lead_words, len(words) // 2)
+        queries.append((number, " ".join(words[:lead])))
+        span = min(span_words, len(words) - lead)
+        start = rng.randrange(lead, len(words) - span + 1)
+        queries.append((number, " ".join(words[start:start + span])))
     return queries

@@ -123,11 +123,13 @@ def test_choose_fusion_weights_rejects_mismatched_rankings():
 
 
 def test_self_queries_take_a_lead_and_a_span_from_long_enough_texts():
-    texts = ["too short to query", " ".join(f"w{i}" for i in range(40)), " ".join(f"v{i}" for i in range(20))]
+    texts = ["too short", " ".join(f"w{i}" for i in range(40)), " ".join(f"v{i}" for i in range(10))]
     queries = self_queries(texts, seed=3)
     assert [number for number, _ in queries] == [1, 1, 2, 2]
     assert queries[0][1] == " ".join(f"w{i}" for i in range(8))
     span = queries[1][1].split()
-    assert len(span) == 12 and int(span[0][1:]) >= 8 and span == [f"w{i}" for i in range(int(span[0][1:]),
-                                                                                      int(span[0][1:]) + 12)]
+    first = int(span[0][1:])
+    assert first >= 8 and span == [f"w{i}" for i in range(first, first + 12)]
+    # A short text: half of it leads, the rest is the span.
+    assert queries[2][1] == "v0 v1 v2 v3 v4" and queries[3][1] == "v5 v6 v7 v8 v9"
     assert self_queries(texts, seed=3) == queries
