@@ -99,19 +99,19 @@ def _known_item_rankings(seed: int, queries: int, good: float) -> tuple[list[lis
 
 
 @pytest.mark.parametrize(("hdc_good", "late_good"), [(0.9, 0.1), (0.1, 0.9), (0.6, 0.6), (0.0, 0.0)])
-def test_chosen_weights_are_never_worse_than_the_better_ranker(hdc_good, late_good):
+def test_chosen_weights_are_never_worse_than_hdc_and_never_let_late_lead(hdc_good, late_good):
     hdc, relevant = _known_item_rankings(1, 120, hdc_good)
     late, _ = _known_item_rankings(2, 120, late_good)
     weights = choose_fusion_weights(hdc, late, relevant)
     fused = [[key for key, _ in reciprocal_rank_fusion([h, x], weights=[weights.hdc, weights.late])
               if (weights.hdc and key in h) or (weights.late and key in x)] for h, x in zip(hdc, late, strict=True)]
-    best_input = max(mrr_at(hdc, relevant), mrr_at(late, relevant))
-    assert mrr_at(fused, relevant) >= best_input
+    assert mrr_at(fused, relevant) >= mrr_at(hdc, relevant)
     assert weights.evidence["queries"] == 120 and len(weights.evidence["mrr"]) == len(WEIGHT_GRID)
+    assert weights.late <= weights.hdc / 2
     if hdc_good > late_good:
-        assert weights.late < weights.hdc  # a useless late ranker is switched off or damped
+        assert weights.late == 0.0  # a useless late ranker is switched off
     if late_good > hdc_good:
-        assert weights.late > weights.hdc
+        assert weights.late > 0.0  # a better one reorders HDC's ranking
     if hdc_good == late_good == 0.0:
         assert (weights.hdc, weights.late) == (1.0, 0.0)  # no evidence either way: HDC alone, the cheapest
     assert FusionWeights.from_dict(weights.to_dict()) == weights
