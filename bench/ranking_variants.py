@@ -5,6 +5,9 @@ Variants re-score the exact HDC scores s(q, d) (ternary dot products) of every d
 * ``hdc``: s itself (the engine's ranking).
 * ``hdc-cos``: per-document normalisation, s / sqrt(nnz(d) * nnz(q)): a dense document no longer
   scores high against everything merely for having many nonzero dimensions.
+* ``hdc-stop``: s of the query with its question template removed (English question and stop
+  words, `QUESTION_WORDS`, and punctuation): in a glossary, "What" and "?" are rare, so their IDF
+  is high, and entries that happen to contain them become hubs for every "What is X?".
 * ``hdc-csls``: cross-domain similarity local scaling (Lample et al. 2018) against the corpus's
   own query-like vectors: 2 cos(q, d) - r(d), r(d) = the mean cosine of d with its 10 nearest of
   `PSEUDO_QUERIES` pseudo-queries (the first words of seeded documents, encoded as queries). A hub
@@ -17,9 +20,14 @@ among all top-10 slots.
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 PSEUDO_QUERIES = 1000
+QUESTION_WORDS = frozenset(
+    ["what", "who", "whom", "whose", "which", "when", "where", "why", "how", "is", "are", "was", "were", "be", "been", "do", "does", "did", "the", "a", "an", "of", "to", "in", "on", "for", "and", "or", "about", "tell", "me", "explain", "define", "describe", "mean", "means", "meaning"])
+_QUERY_WORD = re.compile(r"[\w'-]+")
 CSLS_NEIGHBOURS = 10
 
 
@@ -62,6 +70,9 @@ class ScoreVariants:
         return scores / np.sqrt(self.doc_nnz * max(q_nnz, 1.0))
 
     def scores(self, variant: str, query: str) -> np.ndarray:
+        if variant == "hdc-stop":
+            kept = [w for w in _QUERY_WORD.findall(query) if w.lower() not in QUESTION_WORDS]
+            return self.raw(" ".join(kept) or query)[0]
         if variant == "hdc":
             return self.raw(query)[0]
         if variant == "hdc-cos":

@@ -305,7 +305,7 @@ RANKERS: dict[str, Callable[[argparse.Namespace], Ranker]] = {
 }
 FUSED = {"rrf": ("hdc", "li"), "rrf-gated": ("hdc", "li")}
 FUSED_LABELS = {"rrf": "RRF(HDC, LI)", "rrf-gated": "RRF gated by self-queries"}
-VARIANTS = ("hdc-cos", "hdc-csls")
+VARIANTS = ("hdc-cos", "hdc-csls", "hdc-stop")
 SELF_QUERY_DOCS = 48
 
 
