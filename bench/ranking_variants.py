@@ -5,9 +5,10 @@ Variants re-score the exact HDC scores s(q, d) (ternary dot products) of every d
 * ``hdc``: s itself (the engine's ranking).
 * ``hdc-cos``: per-document normalisation, s / sqrt(nnz(d) * nnz(q)): a dense document no longer
   scores high against everything merely for having many nonzero dimensions.
-* ``hdc-stop``: s of the query with its question template removed (English question and stop
-  words, `QUESTION_WORDS`, and punctuation): in a glossary, "What" and "?" are rare, so their IDF
-  is high, and entries that happen to contain them become hubs for every "What is X?".
+* ``hdc-template``: s of the query *with* its question template, as the engine encoded queries
+  before `engine.retrieval.query_terms` (the other columns use the engine's query, template
+  removed): in a glossary "What" and "?" are rare, so their IDF is high, and entries that happen
+  to contain them become hubs for every "What is X?".
 * ``hdc-csls``: cross-domain similarity local scaling (Lample et al. 2018) against the corpus's
   own query-like vectors: 2 cos(q, d) - r(d), r(d) = the mean cosine of d with its 10 nearest of
   `PSEUDO_QUERIES` pseudo-queries (the first words of seeded documents, encoded as queries). A hub
@@ -20,14 +21,11 @@ among all top-10 slots.
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 
+from engine.retrieval import query_terms
+
 PSEUDO_QUERIES = 1000
-QUESTION_WORDS = frozenset(
-    ["what", "who", "whom", "whose", "which", "when", "where", "why", "how", "is", "are", "was", "were", "be", "been", "do", "does", "did", "the", "a", "an", "of", "to", "in", "on", "for", "and", "or", "about", "tell", "me", "explain", "define", "describe", "mean", "means", "meaning"])
-_QUERY_WORD = re.compile(r"[\w'-]+")
 CSLS_NEIGHBOURS = 10
 
 
@@ -60,8 +58,8 @@ class ScoreVariants:
         neighbours = min(CSLS_NEIGHBOURS, cosines.shape[0])
         self.local_density = np.sort(cosines, axis=0)[-neighbours:].mean(axis=0)
 
-    def raw(self, query: str) -> tuple[np.ndarray, float]:
-        q_pos, q_neg, _ = self.retriever.encode_text(self.corpus, query)
+    def raw(self, query: str, template: bool = False) -> tuple[np.ndarray, float]:
+        q_pos, q_neg, _ = self.retriever.encode_text(self.corpus, query if template else query_terms(query))
         return self.corpus.index.score_rows(self.rows, q_pos, q_neg).astype(np.float64), \
             float(np.bitwise_count(q_pos | q_neg).sum())
 
@@ -70,9 +68,8 @@ class ScoreVariants:
         return scores / np.sqrt(self.doc_nnz * max(q_nnz, 1.0))
 
     def scores(self, variant: str, query: str) -> np.ndarray:
-        if variant == "hdc-stop":
-            kept = [w for w in _QUERY_WORD.findall(query) if w.lower() not in QUESTION_WORDS]
-            return self.raw(" ".join(kept) or query)[0]
+        if variant == "hdc-template":
+            return self.raw(query, template=True)[0]
         if variant == "hdc":
             return self.raw(query)[0]
         if variant == "hdc-cos":

@@ -143,7 +143,7 @@ class HDCRanker:
     def rank(self, queries: list[str], k: int) -> np.ndarray:
         ranked = np.full((len(queries), k), -1, dtype=np.int64)
         for position, query in enumerate(queries):
-            q_pos, q_neg, _ = self.retriever.encode_text(self.corpus, query)
+            q_pos, q_neg = self.retriever.query_vector(self.corpus, query)
             rows, _ = self.corpus.index.search_exact(q_pos, q_neg, k)
             ranked[position, : rows.size] = self.row_to_document[rows]
         return ranked
@@ -305,7 +305,7 @@ RANKERS: dict[str, Callable[[argparse.Namespace], Ranker]] = {
 }
 FUSED = {"rrf": ("hdc", "li"), "rrf-gated": ("hdc", "li")}
 FUSED_LABELS = {"rrf": "RRF(HDC, LI)", "rrf-gated": "RRF gated by self-queries"}
-VARIANTS = ("hdc-cos", "hdc-csls", "hdc-stop")
+VARIANTS = ("hdc-cos", "hdc-csls", "hdc-template")
 SELF_QUERY_DOCS = 48
 
 

@@ -22,6 +22,7 @@ from engine.retrieval import (
     blend_vectors,
     fusion_evidence,
     hdc_mmr,
+    query_terms,
 )
 from tests.engine.test_encoder import make_encoder
 
@@ -321,3 +322,25 @@ def test_fusion_evidence_prefers_the_ranker_that_finds_the_corpus_own_texts(tmp_
     assert weights.evidence["mrr"]["1,0"] > 0.5 and weights.evidence["mrr"]["1,0.5"] < weights.evidence["mrr"]["1,0"]
     with pytest.raises(ValueError, match="late ranker"):
         fusion_evidence(retriever=retriever, target=SearchTarget(corpus, DictStore(texts), "e"))
+
+
+@pytest.mark.parametrize(("query", "terms"), [
+    ("What is a blitter?", "blitter"),
+    ("Tell me about the French Revolution", "French Revolution"),
+    ("how does yield resume a generator", "yield resume generator"),
+    ("What is it?", "it"),
+    ("What is?", "What is?"),  # nothing but the template: the query as it is
+])
+def test_query_terms_drop_the_question_template(query, terms):
+    assert query_terms(query) == terms
+
+
+def test_query_vector_encodes_the_query_without_its_template(tmp_path):
+    encoder = make_encoder(tmp_path, dims=512)
+    corpus = LoadedCorpus(encoder=encoder, index=None)
+    retriever = Retriever(WordTokenizer(), Config())
+    q_pos, q_neg = retriever.query_vector(corpus, "What is alpha beta?")
+    pos, neg, _ = retriever.encode_text(corpus, "alpha beta")
+    np.testing.assert_array_equal(q_pos, pos)
+    np.testing.assert_array_equal(q_neg, neg)
+    assert not np.array_equal(q_pos, retriever.encode_text(corpus, "What is alpha beta?")[0])
