@@ -19,6 +19,13 @@ Rankers are registered in `RANKERS`.
     .venv/bin/python -m bench.retrieval_eval --docs 40000 --queries 2000     # moderate
     .venv/bin/python -m bench.retrieval_eval --rankers li --li-weighting idf  # one LI variant
     .venv/bin/python -m bench.retrieval_eval --docs 5000 --queries 500 --rankers hdc,li,li-store,rrf
+    .venv/bin/python -m bench.retrieval_eval --set gcide --docs 5000 --queries 300   # GCIDE, "What is X?"
+
+Sets: `wordnet` (above), `gcide` and `jargon` (bench/data/glossaries.py: "What is <headword>?"
+against entry texts; `apt-get install dict-gcide jargon-text`). "rrf-gated" fuses HDC and LI
+with the weights `engine.fusion.choose_fusion_weights` picks on the corpus's own self-queries
+(what a portal build stores), never on the test queries. "hdc-cos" and "hdc-csls" re-score the
+exact HDC scores (bench/ranking_variants.py). Every column also reports hubness.
 """
 
 from __future__ import annotations
@@ -39,7 +46,10 @@ if __package__ in (None, ""):
     # Run as a script, bench/ would lead sys.path and bench/tokenize.py would shadow the stdlib's.
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
+from bench.data.glossaries import GlossaryMissing, gcide_entries, jargon_entries  # noqa: E402
+from bench.data.glossaries import known_item_set as glossary_set  # noqa: E402
 from bench.data.wordnet import WordNetMissing, build_known_item_set, read_synsets  # noqa: E402
+from bench.ranking_variants import ScoreVariants, hubness, rank_by  # noqa: E402
 
 try:
     from bench._hw import print_hardware  # noqa: E402
@@ -113,6 +123,7 @@ class HDCRanker:
         gguf_path = default_gguf_path()
         tokenizer = GGUFTokenizer.from_gguf(gguf_path)
         dataset = self.work_dir / "documents.jsonl"
+        self.work_dir.mkdir(parents=True, exist_ok=True)
         with open(dataset, "w", encoding="utf-8") as handle:
             handle.writelines(json.dumps({"text": text}, ensure_ascii=False) + "\n" for text in documents)
         # The build drops duplicate texts, so rows are mapped back to documents through the records.
@@ -132,7 +143,7 @@ class HDCRanker:
     def rank(self, queries: list[str], k: int) -> np.ndarray:
         ranked = np.full((len(queries), k), -1, dtype=np.int64)
         for position, query in enumerate(queries):
-            q_pos, q_neg, _ = self.retriever.encode_text(self.corpus, query)
+            q_pos, q_neg = self.retriever.query_vector(self.corpus, query)
             rows, _ = self.corpus.index.search_exact(q_pos, q_neg, k)
             ranked[position, : rows.size] = self.row_to_document[rows]
         return ranked
@@ -292,8 +303,10 @@ RANKERS: dict[str, Callable[[argparse.Namespace], Ranker]] = {
     "li": LateInteractionRanker,
     "li-store": StoreLateInteractionRanker,
 }
-FUSED = {"rrf": ("hdc", "li")}
-FUSED_LABELS = {"rrf": "RRF(HDC, LI)"}
+FUSED = {"rrf": ("hdc", "li"), "rrf-gated": ("hdc", "li")}
+FUSED_LABELS = {"rrf": "RRF(HDC, LI)", "rrf-gated": "RRF gated by self-queries"}
+VARIANTS = ("hdc-cos", "hdc-csls", "hdc-template")
+SELF_QUERY_DOCS = 48
 
 
 @dataclass
@@ -343,6 +356,58 @@ def fuse(label: str, parts: list[Result], relevant: np.ndarray, rrf_k: int, weig
                   sum(p.query_s for p in parts) + fused_s, ranked)
 
 
+def load_set(args: argparse.Namespace):  # noqa: ANN201 - a KnownItemSet of either module
+    if args.set == "wordnet":
+        synsets = read_synsets(args.wordnet_dir)
+        return build_known_item_set(synsets, args.docs, args.queries, seed=args.seed,
+                                    with_hypernym=not args.no_hypernym)
+    entries = gcide_entries() if args.set == "gcide" else jargon_entries()
+    return glossary_set(args.set, entries, args.docs, args.queries, seed=args.seed)
+
+
+def evaluate_variants(hdc: HDCRanker, variants: list[str], data, relevant: np.ndarray) -> dict[str, Result]:  # noqa: ANN001
+    """The re-scored HDC rankings of bench/ranking_variants.py, on the HDC ranker's own build."""
+    start = time.perf_counter()
+    scorer = ScoreVariants(hdc.corpus, hdc.retriever, [d for d in data.documents])
+    prepared = time.perf_counter() - start
+    # Rows are build rows; a document repeated in the set is indexed once (row_to_document).
+    out = {}
+    for variant in variants:
+        start = time.perf_counter()
+        ranked = np.full((len(data.queries), DEPTH), -1, dtype=np.int64)
+        for position, query in enumerate(data.queries):
+            rows = rank_by(scorer.scores(variant, query), DEPTH)
+            ranked[position, : rows.size] = hdc.row_to_document[rows]
+        recall, mrr = score(ranked[:, :K], relevant)
+        out[variant] = Result(f"HDC {variant[4:]} (rescored)", recall, mrr, prepared, time.perf_counter() - start, ranked)
+    return out
+
+
+def gated_fusion(hdc: HDCRanker, li: Ranker, by_name: dict[str, Result], data, relevant: np.ndarray,  # noqa: ANN001
+                 rrf_k: int) -> Result:
+    """RRF with the weights chosen on self-queries of `SELF_QUERY_DOCS` seeded documents."""
+    from engine.fusion import choose_fusion_weights, self_queries
+
+    rng = np.random.default_rng(1)
+    sample = rng.choice(len(data.documents), size=min(SELF_QUERY_DOCS, len(data.documents)), replace=False)
+    queries = self_queries([data.documents[i] for i in sample])
+    texts = [query for _, query in queries]
+    targets = [int(sample[number]) for number, _ in queries]
+    hdc_ranked, li_ranked = hdc.rank(texts, DEPTH), li.rank(texts, DEPTH)
+    weights = choose_fusion_weights([[d for d in row if d >= 0] for row in hdc_ranked],
+                                    [[d for d in row if d >= 0] for row in li_ranked], targets, k=rrf_k)
+    print(f"gated fusion: weights HDC {weights.hdc:g}, LI {weights.late:g} from {len(texts)} self-queries; "
+          f"MRR@10 by weights {weights.evidence['mrr']}")
+    parts = [by_name["hdc"], by_name["li"]]
+    if weights.late == 0:
+        parts, w = [by_name["hdc"]], [1.0]
+    elif weights.hdc == 0:
+        parts, w = [by_name["li"]], [1.0]
+    else:
+        w = [weights.hdc, weights.late]
+    return fuse(FUSED_LABELS["rrf-gated"], parts, relevant, rrf_k, w)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--docs", type=int, default=20000, help="corpus size (queries' documents + distractors)")
@@ -360,8 +425,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--store-candidates", type=int, default=100, help="li-store: stage-1 candidates")
     parser.add_argument("--rrf-k", type=int, default=60)
     parser.add_argument("--rrf-weights", default="1,1", help="RRF weight of each fused ranking (HDC, LI)")
-    known = [*RANKERS, *FUSED]
+    known = [*RANKERS, *VARIANTS, *FUSED]
     default = [name for name in known if name != "li-store"]  # li-store: ask for it, on a small --docs
+    parser.add_argument("--set", default="wordnet", choices=("wordnet", "gcide", "jargon"))
     parser.add_argument("--rankers", default=",".join(default), help=f"comma-separated, from: {', '.join(known)}")
     parser.add_argument("--work-dir", type=Path, default=None, help="where indexes are built (default: a temp dir)")
     parser.add_argument("--wordnet-dir", type=Path, default=Path("/usr/share/wordnet"))
@@ -371,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown rankers: {', '.join(unknown)} (known: {', '.join(known)})")
     for name in names:
-        missing = [part for part in FUSED.get(name, ()) if part not in names]
+        missing = [part for part in FUSED.get(name, ("hdc",) if name in VARIANTS else ()) if part not in names]
         if missing:
             parser.error(f"{name} fuses {', '.join(FUSED[name])}: add {', '.join(missing)} to --rankers")
 
@@ -380,35 +446,44 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     try:
-        synsets = read_synsets(args.wordnet_dir)
-    except WordNetMissing as missing:
+        data = load_set(args)
+    except (WordNetMissing, GlossaryMissing) as missing:
         print(f"error: {missing}", file=sys.stderr)
         return 2
-    data = build_known_item_set(synsets, args.docs, args.queries, seed=args.seed, with_hypernym=not args.no_hypernym)
     relevant = np.asarray(data.relevant, dtype=np.int64)
 
     print_hardware()
-    print("== known-item retrieval: WordNet 3.0 glosses ==")
+    print(f"== known-item retrieval: {args.set} ==")
+    style = f"lemmas{'' if args.no_hypernym else ' + hypernym'}" if args.set == "wordnet" else "What is X?"
     print(f"documents: {len(data.documents)}  queries: {len(data.queries)}  relevant per query: 1  "
-          f"query style: lemmas{'' if args.no_hypernym else ' + hypernym'}  seed: {args.seed}")
+          f"query style: {style}  seed: {args.seed}")
     for query, target in list(zip(data.queries, data.relevant, strict=True))[:3]:
         print(f"  e.g. {query!r} -> {data.documents[target][:90]!r}")
 
     with tempfile.TemporaryDirectory(prefix="hdrag-eval-") as scratch:
         args.work_dir = args.work_dir or Path(scratch)
         by_name: dict[str, Result] = {}
+        rankers: dict[str, Ranker] = {}
         for name in names:
             if name in RANKERS:
-                by_name[name] = evaluate(RANKERS[name](args), data.documents, data.queries, relevant)
+                rankers[name] = RANKERS[name](args)
+                by_name[name] = evaluate(rankers[name], data.documents, data.queries, relevant)
+        if any(name in VARIANTS for name in names):
+            by_name.update(evaluate_variants(rankers["hdc"], [n for n in names if n in VARIANTS], data, relevant))
         for name in names:
-            if name in FUSED:
+            if name == "rrf-gated":
+                by_name[name] = gated_fusion(rankers["hdc"], rankers["li"], by_name, data, relevant, args.rrf_k)
+            elif name in FUSED:
                 by_name[name] = fuse(FUSED_LABELS[name], [by_name[part] for part in FUSED[name]], relevant,
                                      args.rrf_k, [float(w) for w in args.rrf_weights.split(",")])
         results = [by_name[name] for name in names]
 
-    print(f"\n{'ranker':<40} {'recall@10':>10} {'MRR@10':>8} {'index s':>9} {'query s':>9}")
+    print(f"\n{'ranker':<40} {'recall@10':>10} {'MRR@10':>8} {'index s':>9} {'query s':>9} {'top hub':>8} "
+          f"{'hubs>1/3':>8} {'distinct':>8}")
     for result in results:
-        print(f"{result.name:<40} {result.recall:>10.4f} {result.mrr:>8.4f} {result.index_s:>9.2f} {result.query_s:>9.2f}")
+        hubs = hubness(result.ranked)
+        print(f"{result.name:<40} {result.recall:>10.4f} {result.mrr:>8.4f} {result.index_s:>9.2f} {result.query_s:>9.2f}"
+              f" {hubs['top_hub_share']:>8.3f} {hubs['hubs_over_third']:>8d} {hubs['distinct_share']:>8.3f}")
     if "hdc" in by_name and "li" in by_name:
         # Informative only: picking the best cell here would tune on the test queries.
         parts = [by_name["hdc"], by_name["li"]]

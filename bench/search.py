@@ -8,6 +8,14 @@ bandwidth, pruned search latency (p50/p95), recall@10 of pruned vs exact, and th
 anonymous memory used by pruned search beyond the memory map.
 
     .venv/bin/python -m bench.search --docs 1000000 --dims 10000 --queries 20 --dir /tmp/hdrag-bench
+
+`--real-text` replaces the synthetic corpus with real text encoded by the engine and real
+questions ("What is <lemma>?"; see bench/data/real_index.py for what is real and what is filled
+in), and adds `search_sampled` (first pass on a subset of column chunks, exact re-rank of a
+shortlist) at several settings, with recall@10 against the exact scan over all rows and over the
+real rows alone:
+
+    .venv/bin/python -m bench.search --real-text --docs 500000 --real-docs 120000 --queries 50
 """
 
 from __future__ import annotations
@@ -137,12 +145,26 @@ def main() -> None:
     parser.add_argument("--exact-queries", type=int, default=5, help="queries timed with the exact scan")
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "hdrag-bench")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--real-text", action="store_true", help="real text and real questions (see above)")
+    parser.add_argument("--real-docs", type=int, default=120_000, help="--real-text: documents encoded by the engine")
     args = parser.parse_args()
 
     print_hardware()
     print(f"numba threads  : {numba.get_num_threads()}")
     args.dir.mkdir(parents=True, exist_ok=True)
-    index, qp, qn, planted = build_corpus(args.dir, args.docs, args.dims, args.queries, args.flip, args.seed)
+    real_rows = None
+    if args.real_text:
+        from bench.data.real_index import real_text_index
+
+        index, qp, qn, real, questions = real_text_index(args.dir, docs=args.docs, real_docs=args.real_docs,
+                                                         queries=args.queries, dims=args.dims, seed=args.seed)
+        planted = None
+        real_rows = np.arange(index.count) < real
+        args.exact_queries = args.queries
+        print(f"real text      : {real} rows encoded by the engine, {index.count - real} rotated copies; "
+              f"queries e.g. {questions[:3]}")
+    else:
+        index, qp, qn, planted = build_corpus(args.dir, args.docs, args.dims, args.queries, args.flip, args.seed)
     body = index._body()
     gbytes = body.nbytes / 1e9
     print(f"\n== corpus == {index.count} docs x {index.dims} dims, body {gbytes:.2f} GB, chunk_words {index.chunk_words}")
@@ -181,7 +203,8 @@ def main() -> None:
         started = time.perf_counter()
         rows, _ = index.search(qp[q], qn[q], 10)
         pruned_times.append(time.perf_counter() - started)
-        planted_found.append(len(set(rows.tolist()) & set(planted[q].tolist())) / PLANTED_PER_QUERY)
+        if planted is not None:
+            planted_found.append(len(set(rows.tolist()) & set(planted[q].tolist())) / PLANTED_PER_QUERY)
         if q < len(exact_results):
             recalls.append(len(set(rows.tolist()) & set(exact_results[q][0].tolist())) / 10)
     peak_anon_mb = peak_extra_mb = None
@@ -194,13 +217,42 @@ def main() -> None:
     print(f"latency        : p50 {np.percentile(times_ms, 50):.1f} ms, p95 {np.percentile(times_ms, 95):.1f} ms "
           f"over {args.queries} queries")
     print(f"vs exact scan  : {exact_s * 1e3 / np.percentile(times_ms, 50):.1f}x faster at p50")
-    print(f"recall@10      : {np.mean(recalls):.3f} vs exact ({len(recalls)} queries); "
-          f"planted found {np.mean(planted_found):.3f}")
+    print(f"recall@10      : {np.mean(recalls):.3f} vs exact ({len(recalls)} queries)"
+          + (f"; planted found {np.mean(planted_found):.3f}" if planted_found else ""))
     if peak_extra_mb is None:
         print("peak RSS       : unavailable (/proc/self/clear_refs not writable)")
     else:
         print(f"peak RSS       : {peak_anon_mb:.0f} MB anonymous (whole process, memmap excluded) during pruned "
               f"search, {peak_extra_mb:+.0f} MB over before it; search work arrays ~{index.count * 5 / 1e6:.0f} MB")
+    if real_rows is not None:
+        sampled_search(index, qp, qn, exact_results, real_rows, exact_s)
+
+
+def sampled_search(index: BitmapIndex, qp: np.ndarray, qn: np.ndarray, exact_results: list, real_rows: np.ndarray,
+                   exact_s: float) -> None:
+    """`search_sampled` latency and recall@10 against the exact scan, over a grid of settings."""
+    chunks = len(index._chunks())
+    real_exact = [index.search_exact(qp[q], qn[q], 10, row_mask=real_rows) for q in range(len(qp))]
+    print(f"\n== sampled search (first pass on a subset of the {chunks} column chunks, exact re-rank) ==")
+    print(f"{'chunks':>6} {'shortlist':>9} {'p50 ms':>7} {'p95 ms':>7} {'vs exact':>9} {'recall@10':>10} "
+          f"{'recall@10 real rows':>20}")
+    for sample_chunks in (4, 6, 8, 12):
+        for shortlist in (500, 1000, 2000):
+            index.search_sampled(qp[0], qn[0], 10, sample_chunks=sample_chunks, shortlist=shortlist)
+            times, recall, real_recall = [], [], []
+            for q in range(len(qp)):
+                started = time.perf_counter()
+                rows, _ = index.search_sampled(qp[q], qn[q], 10, sample_chunks=sample_chunks, shortlist=shortlist)
+                times.append(time.perf_counter() - started)
+                recall.append(len(set(rows.tolist()) & set(exact_results[q][0].tolist())) / 10)
+                # The real rows alone, with the shortlist scaled to their share of the index.
+                scaled = max(10, round(shortlist * real_rows.mean()))
+                rows, _ = index.search_sampled(qp[q], qn[q], 10, sample_chunks=sample_chunks, shortlist=scaled,
+                                               row_mask=real_rows)
+                real_recall.append(len(set(rows.tolist()) & set(real_exact[q][0].tolist())) / 10)
+            ms = np.array(times) * 1e3
+            print(f"{sample_chunks:>6} {shortlist:>9} {np.percentile(ms, 50):>7.1f} {np.percentile(ms, 95):>7.1f} "
+                  f"{exact_s * 1e3 / np.percentile(ms, 50):>8.1f}x {np.mean(recall):>10.3f} {np.mean(real_recall):>20.3f}")
 
 
 if __name__ == "__main__":

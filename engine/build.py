@@ -25,6 +25,7 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -117,47 +118,35 @@ def _index_files(out_dir: Path) -> list[Path]:
     return sorted(p for p in out_dir.iterdir() if p.name.startswith((INDEX_FILE, VOCAB_FILE)) and p.is_file())
 
 
-def build_index(*, datasets: Iterable[tuple[int, str, str | Path]], out_dir: str | Path, gguf_path: str | Path,
-                tokenizer: Tokenizer, config: Config, sink: Sink | None = None, progress: Progress | None = None,
-                should_cancel: Callable[[], bool] | None = None, cache_dir: str | Path | None = None,
-                batch_docs: int = BATCH_DOCS) -> BuildResult:
-    """Build a complete, verified index in `out_dir` from `datasets` = [(source_id, name, path)].
+@contextmanager
+def _timed(timings: dict[str, float], phase: str) -> Iterator[None]:
+    """Record the wall time of the `with` body as timings[phase] (seconds)."""
+    started = time.perf_counter()
+    yield
+    timings[phase] = time.perf_counter() - started
 
-    `sink(records)` receives batches of {"id", "hdv_idx", "text", "source_id", "metadata",
-    "token_count"} in row order (without a sink they go to `out_dir/memories.sqlite`).
-    `progress(phase, done, total)` is called once per batch; phases: "tokenize" (documents,
-    total 0 = unknown), "embeddings", "vocabulary", "encode" and "verify" (documents of total).
-    `should_cancel()` is polled between batches and raises `BuildCancelled`.
-    """
-    out_dir = Path(out_dir)
-    datasets = [(int(source_id), str(name), Path(path)) for source_id, name, path in datasets]
-    if not datasets:
-        raise BuildError("no datasets given")
-    if len({d[0] for d in datasets}) != len(datasets):
-        raise BuildError(f"source ids must be unique, got {[d[0] for d in datasets]}")
-    _check_out_dir(out_dir)
-    report = progress or (lambda phase, done, total: None)
 
-    def checkpoint() -> None:
-        if should_cancel is not None and should_cancel():
-            raise BuildCancelled(f"build of {out_dir} cancelled")
+@dataclass
+class _Tokenized:
+    """What the tokenize pass learns: per-token document frequencies and per-source counts."""
 
-    timings: dict[str, float] = {}
-    spool_dir = out_dir / _SPOOL
-    spool_dir.mkdir()
-    spool = _Spool(spool_dir / "tokens.i32", spool_dir / "records.jsonl")
+    document_frequency: np.ndarray
+    sources: list[dict[str, Any]]
+    skipped: list[DatasetIssue]
+
+
+def _tokenize_pass(datasets: list[tuple[int, str, Path]], tokenizer: Tokenizer, chunk_size: int, spool: _Spool,
+                   batch_docs: int, report: Progress, checkpoint: Callable[[], None]) -> _Tokenized:
+    """Pass 1: read, deduplicate and tokenize every dataset into the spool; count document frequencies."""
     vocab_total = int(tokenizer.vocab_size)
     document_frequency = np.zeros(vocab_total, dtype=np.int64)
-    special = np.zeros(vocab_total, dtype=bool)
-    special[[i for i in tokenizer.special_ids if 0 <= i < vocab_total]] = True
     seen: set[str] = set()
     skipped: list[DatasetIssue] = []
     sources = []
-    started = time.perf_counter()
     with open(spool.tokens_path, "wb") as tokens_out, open(spool.records_path, "w", encoding="utf-8") as records_out:
         for source_id, name, path in datasets:
             counts = {"source_id": source_id, "name": name, "path": str(path), "documents": 0, "duplicates": 0}
-            items = iter_dataset(path, tokenizer, config.chunk_size, errors=skipped, source=name)
+            items = iter_dataset(path, tokenizer, chunk_size, errors=skipped, source=name)
             for batch in _batched(items, batch_docs):
                 checkpoint()
                 fresh = []
@@ -180,38 +169,48 @@ def build_index(*, datasets: Iterable[tuple[int, str, str | Path]], out_dir: str
                 counts["documents"] += len(fresh)
                 report("tokenize", len(spool.offsets) - 1, 0)
             sources.append(counts)
-    n_docs = len(spool.offsets) - 1
-    if n_docs == 0:
-        raise BuildError(f"no documents found in {[str(d[2]) for d in datasets]}")
-    timings["tokenize"] = time.perf_counter() - started
+    return _Tokenized(document_frequency, sources, skipped)
 
-    started = time.perf_counter()
-    report("embeddings", 0, 1)
-    embeddings = gguf.load_token_embeddings(gguf_path, cache_dir)
-    if embeddings.shape[0] < vocab_total:
-        raise BuildError(f"{gguf_path}: embedding table has {embeddings.shape[0]} rows, tokenizer vocabulary {vocab_total}")
-    report("embeddings", 1, 1)
-    timings["embeddings"] = time.perf_counter() - started
-    checkpoint()
 
-    started = time.perf_counter()
-    vocabulary = np.flatnonzero((document_frequency > 0) & ~special)
-    idf = compute_idf(document_frequency[vocabulary], n_docs)
-    report("vocabulary", 0, int(vocabulary.size))
-    vocab = write_vocab_index(out_dir / VOCAB_FILE, token_ids=vocabulary, idf=idf, embeddings=embeddings,
-                              dims=config.hdc_dimensions, ngram=config.hdc_ngram, seed=config.hdc_seed,
-                              drop_components=config.hdc_drop_components)
-    del embeddings
-    report("vocabulary", int(vocabulary.size), int(vocabulary.size))
-    timings["vocabulary"] = time.perf_counter() - started
+def _corpus_vocabulary(tokenizer: Tokenizer, document_frequency: np.ndarray) -> np.ndarray:
+    """Sorted global ids of the tokens that occur in the corpus, special tokens excluded."""
+    special = np.zeros(document_frequency.size, dtype=bool)
+    special[[i for i in tokenizer.special_ids if 0 <= i < document_frequency.size]] = True
+    return np.flatnonzero((document_frequency > 0) & ~special)
 
-    started = time.perf_counter()
-    encoder = HDCEncoder(vocab)
-    offsets = np.asarray(spool.offsets, dtype=np.int64)
-    # Memory-mapped: a large corpus's token ids never need to fit in RAM at once.
-    tokens = np.memmap(spool.tokens_path, dtype="<i4", mode="r") if offsets[-1] else np.zeros(0, np.int32)
+
+def _write_vocabulary(out_dir: Path, *, vocabulary: np.ndarray, idf: np.ndarray, gguf_path: str | Path,
+                      cache_dir: str | Path | None, config: Config, vocab_total: int, timings: dict[str, float],
+                      report: Progress, tables_dir: Path, format_version: int) -> VocabIndex:
+    """Extract the model's embedding table, write `vocab.idx` for `vocabulary`, release the table.
+
+    Format 2 stores the vocabulary's rows as the model stores them; the full derived tables go
+    to `tables_dir` (in the spool, deleted with it) for the encode pass.
+    """
+    with _timed(timings, "embeddings"):
+        report("embeddings", 0, 1)
+        embeddings = gguf.load_token_embeddings(gguf_path, cache_dir)
+        if embeddings.shape[0] < vocab_total:
+            raise BuildError(f"{gguf_path}: embedding table has {embeddings.shape[0]} rows, "
+                             f"tokenizer vocabulary {vocab_total}")
+        report("embeddings", 1, 1)
+    with _timed(timings, "vocabulary"):
+        report("vocabulary", 0, int(vocabulary.size))
+        stored_rows = gguf.token_rows(gguf_path, vocabulary) if format_version == 2 else None
+        vocab = write_vocab_index(out_dir / VOCAB_FILE, token_ids=vocabulary, idf=idf, embeddings=embeddings,
+                                  dims=config.hdc_dimensions, ngram=config.hdc_ngram, seed=config.hdc_seed,
+                                  drop_components=config.hdc_drop_components, stored_rows=stored_rows,
+                                  tables_dir=tables_dir, format_version=format_version)
+        report("vocabulary", int(vocabulary.size), int(vocabulary.size))
+    return vocab
+
+
+def _encode_pass(out_dir: Path, *, encoder: HDCEncoder, spool: _Spool, tokens: np.ndarray, offsets: np.ndarray,
+                 sink: Sink | None, batch_docs: int, report: Progress, checkpoint: Callable[[], None]) -> None:
+    """Pass 2: encode the spooled documents into `corpus.idx`; hand their records to the sink."""
+    n_docs = offsets.size - 1
     store = None if sink is not None else SqliteMemoryStore(out_dir / MEMORIES_DB)
-    index = BitmapIndex.create(out_dir / INDEX_FILE, config.hdc_dimensions)
+    index = BitmapIndex.create(out_dir / INDEX_FILE, encoder.dims)
     with open(spool.records_path, encoding="utf-8") as records_in:
         for start in range(0, n_docs, batch_docs):
             checkpoint()
@@ -229,43 +228,106 @@ def build_index(*, datasets: Iterable[tuple[int, str, str | Path]], out_dir: str
                 store.insert(records)
             report("encode", stop, n_docs)
     index.finalize()
-    timings["encode"] = time.perf_counter() - started
 
-    started = time.perf_counter()
-    rng = np.random.default_rng(config.hdc_seed)
+
+def _write_verify_sample(out_dir: Path, tokens: np.ndarray, offsets: np.ndarray, seed: int) -> None:
+    """A seeded sample of rows and their token ids, for `_verify` to re-encode."""
+    n_docs = offsets.size - 1
+    rng = np.random.default_rng(seed)
     sample = np.sort(rng.choice(n_docs, size=min(VERIFY_SAMPLE, n_docs), replace=False))
     sample_tokens = [np.array(tokens[offsets[r]:offsets[r + 1]]) for r in sample]
     sample_offsets = np.concatenate([[0], np.cumsum([len(t) for t in sample_tokens])]).astype(np.int64)
     np.savez(out_dir / VERIFY_FILE, rows=sample, tokens=np.concatenate(sample_tokens).astype(np.int32),
              offsets=sample_offsets)
-    del tokens, sample_tokens
-    shutil.rmtree(spool_dir)
-    manifest = {
-        "format_version": FORMAT_VERSION,
+
+
+def _manifest(*, config: Config, gguf_path: str | Path, vocab: VocabIndex, offsets: np.ndarray,
+              sources: list[dict[str, Any]], skipped: int, sink: Sink | None) -> dict[str, Any]:
+    return {
+        "format_version": vocab.format_version,
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
         "dims": config.hdc_dimensions, "seed": config.hdc_seed, "ngram": config.hdc_ngram,
         "drop_components": config.hdc_drop_components, "chunk_size": config.chunk_size,
         "model": {"path": str(gguf_path), "fingerprint": gguf.model_fingerprint(gguf_path)},
-        "documents": n_docs, "duplicates": sum(s["duplicates"] for s in sources), "skipped_records": len(skipped),
-        "vocab_size": int(vocabulary.size), "median_doc_length": float(np.median(np.diff(offsets))),
+        "documents": int(offsets.size - 1), "duplicates": sum(s["duplicates"] for s in sources),
+        "skipped_records": skipped, "vocab_size": vocab.size, "median_doc_length": float(np.median(np.diff(offsets))),
         "encoder": {k: vocab.header[k] for k in ("emb_dim", "tau", "density", "ngram_density", "m_cap", "c_min",
                                                  "capacity_target")},
         "sources": sources,
         "memories": "sink" if sink is not None else MEMORIES_DB,
     }
-    manifest["files"] = {p.name: _file_digest(p) for p in _index_files(out_dir)}
-    _verify(out_dir, manifest, check_hashes=False)
-    report("verify", n_docs, n_docs)
-    timings["verify"] = time.perf_counter() - started
-    manifest["timings"] = {k: round(v, 3) for k, v in timings.items()}
+
+
+def _write_manifest(out_dir: Path, manifest: dict[str, Any]) -> None:
+    """Write manifest.json atomically and durably: its presence marks the build complete."""
     tmp = out_dir / (MANIFEST + ".tmp")
     with open(tmp, "w", encoding="utf-8") as handle:
         json.dump(manifest, handle, indent=2, sort_keys=True)
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, out_dir / MANIFEST)
+
+
+def build_index(*, datasets: Iterable[tuple[int, str, str | Path]], out_dir: str | Path, gguf_path: str | Path,
+                tokenizer: Tokenizer, config: Config, sink: Sink | None = None, progress: Progress | None = None,
+                should_cancel: Callable[[], bool] | None = None, cache_dir: str | Path | None = None,
+                batch_docs: int = BATCH_DOCS, format_version: int = FORMAT_VERSION) -> BuildResult:
+    """Build a complete, verified index in `out_dir` from `datasets` = [(source_id, name, path)].
+
+    `sink(records)` receives batches of {"id", "hdv_idx", "text", "source_id", "metadata",
+    "token_count"} in row order (without a sink they go to `out_dir/memories.sqlite`).
+    `progress(phase, done, total)` is called once per batch; phases: "tokenize" (documents,
+    total 0 = unknown), "embeddings", "vocabulary", "encode" and "verify" (documents of total).
+    `should_cancel()` is polled between batches and raises `BuildCancelled`. `format_version=1`
+    writes the format that stores the derived tables (for comparisons; see `engine.vocab`).
+    """
+    out_dir = Path(out_dir)
+    datasets = [(int(source_id), str(name), Path(path)) for source_id, name, path in datasets]
+    if not datasets:
+        raise BuildError("no datasets given")
+    if len({d[0] for d in datasets}) != len(datasets):
+        raise BuildError(f"source ids must be unique, got {[d[0] for d in datasets]}")
+    _check_out_dir(out_dir)
+    report = progress or (lambda phase, done, total: None)
+
+    def checkpoint() -> None:
+        if should_cancel is not None and should_cancel():
+            raise BuildCancelled(f"build of {out_dir} cancelled")
+
+    timings: dict[str, float] = {}
+    spool_dir = out_dir / _SPOOL
+    spool_dir.mkdir()
+    spool = _Spool(spool_dir / "tokens.i32", spool_dir / "records.jsonl")
+    with _timed(timings, "tokenize"):
+        tokenized = _tokenize_pass(datasets, tokenizer, config.chunk_size, spool, batch_docs, report, checkpoint)
+    offsets = np.asarray(spool.offsets, dtype=np.int64)
+    n_docs = offsets.size - 1
+    if n_docs == 0:
+        raise BuildError(f"no documents found in {[str(d[2]) for d in datasets]}")
+    checkpoint()
+    vocabulary = _corpus_vocabulary(tokenizer, tokenized.document_frequency)
+    idf = compute_idf(tokenized.document_frequency[vocabulary], n_docs)
+    vocab = _write_vocabulary(out_dir, vocabulary=vocabulary, idf=idf, gguf_path=gguf_path, cache_dir=cache_dir,
+                              config=config, vocab_total=int(tokenizer.vocab_size), timings=timings, report=report,
+                              tables_dir=spool_dir / "tables", format_version=format_version)
+    # Memory-mapped: a large corpus's token ids never need to fit in RAM at once.
+    tokens = np.memmap(spool.tokens_path, dtype="<i4", mode="r") if offsets[-1] else np.zeros(0, np.int32)
+    with _timed(timings, "encode"):
+        _encode_pass(out_dir, encoder=HDCEncoder(vocab), spool=spool, tokens=tokens, offsets=offsets, sink=sink,
+                     batch_docs=batch_docs, report=report, checkpoint=checkpoint)
+    with _timed(timings, "verify"):
+        _write_verify_sample(out_dir, tokens, offsets, config.hdc_seed)
+        del tokens
+        shutil.rmtree(spool_dir)
+        manifest = _manifest(config=config, gguf_path=gguf_path, vocab=vocab, offsets=offsets,
+                             sources=tokenized.sources, skipped=len(tokenized.skipped), sink=sink)
+        manifest["files"] = {p.name: _file_digest(p) for p in _index_files(out_dir)}
+        _verify(out_dir, manifest, check_hashes=False)
+        report("verify", n_docs, n_docs)
+    manifest["timings"] = {k: round(v, 3) for k, v in timings.items()}
+    _write_manifest(out_dir, manifest)
     return BuildResult(out_dir=out_dir, documents=n_docs, duplicates=manifest["duplicates"],
-                       vocab_size=int(vocabulary.size), manifest=manifest, skipped=skipped)
+                       vocab_size=vocab.size, manifest=manifest, skipped=tokenized.skipped)
 
 
 def _verify(build_dir: Path, manifest: dict[str, Any], *, check_hashes: bool) -> None:

@@ -30,7 +30,9 @@ VOCAB_FILE = "vocab.idx"
 INDEX_FILE = "corpus.idx"
 VERIFY_FILE = "verify.npz"
 MEMORIES_DB = "memories.sqlite"
-FORMAT_VERSION = 1
+# 2: vocab.idx stores embedding rows and derives the encoder's tables (engine.vocab); 1 stored them.
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 
 
 class CorpusError(ValueError):
@@ -129,8 +131,9 @@ def read_manifest(build_dir: str | Path) -> dict[str, Any]:
         raise CorpusError(f"{path}: no manifest (build incomplete, failed or cancelled)") from exc
     except (OSError, json.JSONDecodeError) as exc:
         raise CorpusError(f"{path}: unreadable manifest: {exc}") from exc
-    if manifest.get("format_version") != FORMAT_VERSION:
-        raise CorpusError(f"{path}: format_version {manifest.get('format_version')!r}, expected {FORMAT_VERSION}")
+    if manifest.get("format_version") not in READABLE_VERSIONS:
+        raise CorpusError(f"{path}: format_version {manifest.get('format_version')!r}, "
+                          f"expected one of {READABLE_VERSIONS}")
     return manifest
 
 

@@ -16,6 +16,9 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from engine.dataset_chunks import _chunk_stream
+from engine.dataset_text import content_id
+
 logger = logging.getLogger(__name__)
 
 DOCUMENT_FORMAT_BY_SUFFIX = {".pdf": "pdf", ".docx": "docx"}
@@ -96,19 +99,15 @@ def document_records(path: Path, fmt: str, reader, tokenizer, chunk_size: int,  
                      source: str) -> Iterator[dict]:
     """The dataset records of a PDF/DOCX (`engine.datasets.iter_dataset`'s shape): each page is
     chunked on its own, so every memory of a PDF names its `page` in the metadata. `reader` is
-    the dataset reader whose `bytes_read` estimates progress for a partial validation."""
-    from engine.datasets import DatasetError, _chunk_stream, content_id
-
+    the dataset reader whose `bytes_read` estimates progress for a partial validation. Raises
+    DocumentError for a document that cannot be read (the dataset reader names the file)."""
     record, size = 0, path.stat().st_size
-    try:
-        for page, text, share in document_pages(path, fmt):
-            for char_start, chunk, n_tokens, _ in _chunk_stream([text], tokenizer, chunk_size):
-                metadata = {"source": source, "format": fmt, "record": record, "char_start": char_start,
-                            "char_end": char_start + len(chunk), "tokens": n_tokens}
-                if page is not None:
-                    metadata["page"] = page
-                record += 1
-                yield {"id": content_id(chunk), "text": chunk, "metadata": metadata}
-            reader.bytes_read = round(size * share)
-    except DocumentError as error:
-        raise DatasetError(f"{path}: {error}") from None
+    for page, text, share in document_pages(path, fmt):
+        for char_start, chunk, n_tokens, _ in _chunk_stream([text], tokenizer, chunk_size):
+            metadata = {"source": source, "format": fmt, "record": record, "char_start": char_start,
+                        "char_end": char_start + len(chunk), "tokens": n_tokens}
+            if page is not None:
+                metadata["page"] = page
+            record += 1
+            yield {"id": content_id(chunk), "text": chunk, "metadata": metadata}
+        reader.bytes_read = round(size * share)

@@ -9,6 +9,8 @@ The spec's "Encoding Pipeline", with every choice it leaves open fixed here:
 * Vocabulary index (`engine.vocab`): only the corpus vocabulary (special tokens excluded) is
   projected; float16 unigram rows, and ternary bitmaps for each n-gram position j, rotated by j
   dimensions (the permutation rho^j is the cyclic shift by j: out[d] = in[(d - j) mod dims]).
+  A format 1 index stores both tables; a format 2 index derives the rows a batch uses, and the
+  encoder works on those rows alone (same values, so the same hypervectors).
 * Tokens. Special tokens and tokens outside the corpus vocabulary (possible in queries) are
   dropped before both channels; n-grams run over the remaining sequence.
 * IDF. idf(t) = ln(1 + (N - df + 0.5) / (df + 0.5)) over the N distinct documents (BM25's
@@ -68,7 +70,8 @@ def flatten(token_lists: Sequence[Sequence[int]]) -> tuple[np.ndarray, np.ndarra
 
 
 class HDCEncoder:
-    """Encoder over one opened `VocabIndex`. Thread-safe: it holds no mutable state."""
+    """Encoder over one opened `VocabIndex`. Thread-safe: its only mutable state is the index's
+    row cache, which takes a lock."""
 
     def __init__(self, vocab: VocabIndex) -> None:
         header = vocab.header
@@ -82,12 +85,12 @@ class HDCEncoder:
         self.m_cap = int(header["m_cap"])
         self.c_min = int(header["c_min"])
         self._token_ids = np.asarray(vocab.token_ids)
-        self._bitmaps = np.asarray(vocab.bitmaps)
-        with warnings.catch_warnings():
-            # The memmap is read-only; torch only reads it, so its "non-writable" warning is moot.
-            warnings.simplefilter("ignore", UserWarning)
-            self._unigram = torch.from_numpy(np.asarray(vocab.unigram))
-            self._idf = torch.from_numpy(np.asarray(vocab.idf).astype(np.float16))
+        self._idf = torch.from_numpy(np.asarray(vocab.idf).astype(np.float16))
+        # Full tables when the index has them (format 1, or a build's scratch tables): no copying.
+        self._bitmaps = self._unigram = None
+        if vocab.unigram is not None:
+            self._bitmaps = np.asarray(vocab.bitmaps)
+            self._unigram = _tensor(vocab.unigram)
 
     @classmethod
     def open(cls, path: str) -> HDCEncoder:
@@ -113,13 +116,24 @@ class HDCEncoder:
             raise ValueError("offsets must start at 0, be non-decreasing and end at len(flat)")
         return flat, offsets
 
-    def _unigram_local(self, local: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    def _tables(self, local: np.ndarray) -> tuple[np.ndarray, torch.Tensor, np.ndarray]:
+        """(row ids into the tables, unigram table, bitmaps table) for the vocabulary rows `local`:
+        the full tables when stored, else the rows `local` uses, derived (same values)."""
+        if self._unigram is not None:
+            return local, self._unigram, self._bitmaps
+        unique, inverse = np.unique(local, return_inverse=True)
+        unigram, bitmaps = self.vocab.rows(unique)
+        return inverse.astype(np.int64).reshape(-1), _tensor(unigram), bitmaps
+
+    def _unigram_local(self, local: np.ndarray, offsets: np.ndarray, rows: np.ndarray | None = None,
+                       table: torch.Tensor | None = None) -> np.ndarray:
         n_docs = offsets.size - 1
         if local.size == 0:
             return np.zeros((n_docs, self.dims), dtype=np.float32)
-        ids = torch.from_numpy(local)
-        bags = torch.nn.functional.embedding_bag(ids, self._unigram, torch.from_numpy(offsets[:-1]), mode="sum",
-                                                 per_sample_weights=self._idf[ids])
+        if table is None:
+            rows, table, _ = self._tables(local)
+        bags = torch.nn.functional.embedding_bag(torch.from_numpy(rows), table, torch.from_numpy(offsets[:-1]),
+                                                 mode="sum", per_sample_weights=self._idf[torch.from_numpy(local)])
         unigram = bags.float().numpy()
         norms = np.linalg.norm(unigram, axis=1, keepdims=True)
         scale = math.sqrt(self.dims / self.emb_dim)
@@ -133,10 +147,14 @@ class HDCEncoder:
     def encode_values_flat(self, flat: np.ndarray, offsets: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(unigram, agree), both (b, dims) float32: the two channels before boosting."""
         local, local_offsets = self.local_ids(*self._check(flat, offsets))
-        unigram = self._unigram_local(local, local_offsets)
+        if local.size == 0:
+            unigram = np.zeros((offsets.size - 1, self.dims), dtype=np.float32)
+            return unigram, np.zeros_like(unigram)
+        rows, table, bitmaps = self._tables(local)
+        unigram = self._unigram_local(local, local_offsets, rows, table)
         agree = np.zeros_like(unigram)
-        if local.size and self.m_cap > 0:
-            ngram_agreement(local, local_offsets, self._bitmaps, np.sign(unigram).astype(np.int8),
+        if self.m_cap > 0:
+            ngram_agreement(rows, local_offsets, bitmaps, np.sign(unigram).astype(np.int8),
                             self.ngram, self.m_cap, self.c_min, agree)
         return unigram, agree
 
@@ -153,3 +171,10 @@ class HDCEncoder:
         """Tokens of `tokens` the encoder uses (in the corpus vocabulary, not special)."""
         flat, offsets = flatten([tokens])
         return int(self.local_ids(flat, offsets)[0].size)
+
+
+def _tensor(array: np.ndarray) -> torch.Tensor:
+    with warnings.catch_warnings():
+        # A read-only memmap; torch only reads it, so its "non-writable" warning is moot.
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(np.asarray(array))

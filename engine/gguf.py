@@ -404,3 +404,39 @@ def load_token_embeddings(gguf_path: str | Path, cache_dir: str | Path | None = 
         if os.path.exists(temp_name):
             os.unlink(temp_name)
     return np.load(target, mmap_mode="r")
+
+
+def dequantize_rows(raw: np.ndarray, type_name: str) -> np.ndarray:
+    """Rows in a GGUF tensor encoding -> float32. Shapes: raw (n, row_bytes) uint8 -> (n, row_len).
+
+    `type_name` is a `GGMLQuantizationType` name ("F32", "F16", "Q8_0", ...): the same
+    dequantisation `load_token_embeddings` applies, so the values are bit-identical to its rows.
+    """
+    try:
+        tensor_type = GGMLQuantizationType[type_name]
+    except KeyError:
+        raise GGUFError(f"unknown GGUF tensor type {type_name!r}") from None
+    raw = np.ascontiguousarray(raw, dtype=np.uint8)
+    if raw.ndim != 2:
+        raise ValueError(f"raw rows must be 2-D (n, row_bytes), got shape {raw.shape}")
+    block_size, type_size = GGML_QUANT_SIZES[tensor_type]
+    if raw.shape[1] % type_size:
+        raise ValueError(f"{type_name}: row of {raw.shape[1]} bytes is not a whole number of {type_size}-byte blocks")
+    row_len = raw.shape[1] // type_size * block_size
+    if raw.shape[0] == 0:
+        return np.zeros((0, row_len), dtype=np.float32)
+    values = gguf_quants.dequantize(raw, tensor_type)
+    return np.asarray(values, dtype=np.float32).reshape(raw.shape[0], row_len)
+
+
+def token_rows(gguf_path: str | Path, token_ids: np.ndarray) -> tuple[str, np.ndarray]:
+    """The rows `token_ids` of `token_embd.weight` as stored: (type name, raw uint8 (n, row_bytes))."""
+    path = Path(gguf_path)
+    tensor = embedding_tensor_info(path)
+    rows, row_len = tensor.shape
+    block_size, type_size = GGML_QUANT_SIZES[tensor.tensor_type]
+    raw = np.memmap(path, dtype=np.uint8, mode="r", offset=tensor.offset, shape=(rows, row_len // block_size * type_size))
+    try:
+        return tensor.tensor_type.name, np.array(raw[np.asarray(token_ids, dtype=np.int64)])
+    finally:
+        del raw

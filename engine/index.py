@@ -42,7 +42,7 @@ from typing import Any
 import numba
 import numpy as np
 
-from engine import bits, kernels
+from engine import bits, kernels, topk
 
 MAGIC = b"HDRAGIX1"
 VERSION = 1
@@ -61,6 +61,10 @@ _FINISH_SURVIVORS = 256
 _GIVE_UP_STREAK = 4
 _PROBE_EVERY = 16
 _FINALIZE_BATCH_ROWS = 16384
+# `search_sampled`: column chunks of the first pass (6 of 40 at 10,000 dims: 15 % of the dims),
+# and rows re-ranked exactly. Chosen on real text (bench/search.py --real-text).
+DEFAULT_SAMPLE_CHUNKS = 6
+DEFAULT_SHORTLIST = 1000
 
 
 class IndexFileError(ValueError):
@@ -370,7 +374,7 @@ class BitmapIndex:
             raise ValueError(f"candidates must be >= k ({k}), got {candidates}")
         n_allowed = self.count if mask is None else int(np.count_nonzero(mask))
         if k == 0 or n_allowed == 0:
-            return _empty_result()
+            return topk.empty_result()
         if n_allowed <= k:
             return self._exact(qp, qn, k, mask)
         if candidates is None and self._gave_up >= _GIVE_UP_STREAK:
@@ -380,6 +384,47 @@ class BitmapIndex:
             if self._since_probe % _PROBE_EVERY:
                 return self._exact(qp, qn, k, mask)
         return self._prune(qp, qn, k, candidates, mask, n_allowed)
+
+    def search_sampled(
+        self,
+        q_pos: np.ndarray,
+        q_neg: np.ndarray,
+        k: int,
+        *,
+        sample_chunks: int = DEFAULT_SAMPLE_CHUNKS,
+        shortlist: int = DEFAULT_SHORTLIST,
+        allowed_sources: Iterable[int] | None = None,
+        row_mask: np.ndarray | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Approximate top-k with exact scores: a first pass scores every allowed row on the first
+        `sample_chunks` column chunks only, the `shortlist` best are re-ranked on all dimensions.
+
+        Same shapes and order as `search`. The dimensions of a random projection are exchangeable,
+        so a chunk subset's score is an unbiased estimate of the full score (scaled); on real
+        text, where pruning cannot close its bound and `search` ends as a full scan, this reads
+        `sample_chunks / chunks` of the file plus `shortlist` gathered rows. Results can differ
+        from `search_exact` only where a true top-k row scored below the shortlist on the sample;
+        `bench/search.py --real-text` measures recall@10 against the exact scan.
+        """
+        qp, qn, k, mask = self._check_query(q_pos, q_neg, k, allowed_sources, row_mask)
+        if shortlist < k:
+            raise ValueError(f"shortlist must be >= k ({k}), got {shortlist}")
+        n_allowed = self.count if mask is None else int(np.count_nonzero(mask))
+        if k == 0 or n_allowed == 0:
+            return topk.empty_result()
+        chunks = self._chunks()
+        if sample_chunks >= len(chunks) or n_allowed <= shortlist:
+            return self._exact(qp, qn, k, mask)
+        partial = self._new_partial(mask)
+        done = 0
+        hist = np.zeros(1, dtype=np.int64)
+        for start, width in chunks[:sample_chunks]:
+            done += topk.nnz(qp[start : start + width], qn[start : start + width])
+            hist = self._dense_chunk(start, width, qp, qn, partial, mask, -done)
+        rows = topk.rows_at_least(partial, max(topk.kth_value(hist, -done, shortlist), -done), shortlist)
+        scores = partial[rows].astype(np.int64) + self._exact_scores(rows, qp, qn, first_chunk=sample_chunks)
+        order = np.lexsort((rows, -scores))[:k]
+        return rows[order], scores[order].astype(np.int32)
 
     def score_rows(self, rows: np.ndarray | Iterable[int], q_pos: np.ndarray, q_neg: np.ndarray) -> np.ndarray:
         """Exact ternary scores int64 (m,) of the given rows (row indices (m,)) for the query."""
@@ -401,7 +446,7 @@ class BitmapIndex:
         """Plain full scan with the same contract as `search`; the correctness reference."""
         qp, qn, k, mask = self._check_query(q_pos, q_neg, k, allowed_sources, row_mask)
         if k == 0 or self.count == 0:
-            return _empty_result()
+            return topk.empty_result()
         return self._exact(qp, qn, k, mask)
 
     def _check_query(self, q_pos: Any, q_neg: Any, k: int, allowed_sources: Any, row_mask: Any) -> tuple:
@@ -450,9 +495,9 @@ class BitmapIndex:
         done = 0
         hist = np.zeros(1, dtype=np.int64)
         for start, width in self._chunks():
-            done += _nnz(qp[start : start + width], qn[start : start + width])
+            done += topk.nnz(qp[start : start + width], qn[start : start + width])
             hist = self._dense_chunk(start, width, qp, qn, partial, mask, -done)
-        return _top_k_dense(partial, hist, -done, k)
+        return topk.top_k_dense(partial, hist, -done, k)
 
     def _new_partial(self, mask) -> np.ndarray:
         partial = np.zeros(self.count, dtype=np.int32)
@@ -467,7 +512,7 @@ class BitmapIndex:
 
     def _prune(self, qp, qn, k, candidates, mask, n_allowed) -> tuple[np.ndarray, np.ndarray]:
         chunks = self._chunks()
-        chunk_nnz = [_nnz(qp[s : s + w], qn[s : s + w]) for s, w in chunks]
+        chunk_nnz = [topk.nnz(qp[s : s + w], qn[s : s + w]) for s, w in chunks]
         remaining = sum(chunk_nnz)
         bound = -(2**62)
         done = 0
@@ -497,13 +542,13 @@ class BitmapIndex:
             if rows is None:
                 hist = self._dense_chunk(start, width, qp, qn, partial, mask, -done)
                 if remaining == 0:
-                    return _top_k_dense(partial, hist, -done, k)
-                best_value = _kth_value(hist, -done, k)
-                bound = raise_bound(_rows_at_least(partial, best_value, k))
+                    return topk.top_k_dense(partial, hist, -done, k)
+                best_value = topk.kth_value(hist, -done, k)
+                bound = raise_bound(topk.rows_at_least(partial, best_value, k))
                 cut = bound - remaining
                 survivors = int(hist[max(cut + done, 0) :].sum())
                 if candidates is not None and survivors > candidates:
-                    cut = max(cut, _kth_value(hist, -done, candidates))
+                    cut = max(cut, topk.kth_value(hist, -done, candidates))
                     survivors = int(hist[max(cut + done, 0) :].sum())
                 if candidates is None and 8 * done >= sum(chunk_nnz) and survivors > n_allowed // 2:
                     # An eighth of the query scored and most rows still in reach: the bound is not
@@ -513,12 +558,12 @@ class BitmapIndex:
                     for (rest, rest_width), nnz in zip(chunks[index + 1 :], chunk_nnz[index + 1 :], strict=True):
                         done += nnz
                         hist = self._dense_chunk(rest, rest_width, qp, qn, partial, mask, -done)
-                    return _top_k_dense(partial, hist, -done, k)
+                    return topk.top_k_dense(partial, hist, -done, k)
                 if survivors <= _SPARSE_FRACTION * self.count:
                     self._gave_up = 0
                     rows = np.flatnonzero(partial >= cut)
                     if candidates is not None and rows.shape[0] > candidates:
-                        rows = _best(rows, partial[rows], candidates)
+                        rows = topk.best(rows, partial[rows], candidates)
                     partial = partial[rows].astype(np.int64)
                 continue
             kernels.score_block_rows(self._block(start, width), width, rows, qp[start : start + width],
@@ -555,39 +600,3 @@ def _side_values(name: str, values: Any, m: int) -> np.ndarray:
     if m and (array.min() < -(2**31) or array.max() >= 2**31):
         raise ValueError(f"{name}: values must fit in int32")
     return array.astype("<i4")
-
-
-def _nnz(qp: np.ndarray, qn: np.ndarray) -> int:
-    return int(np.bitwise_count(qp | qn).sum())
-
-
-def _empty_result() -> tuple[np.ndarray, np.ndarray]:
-    return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int32)
-
-
-def _kth_value(hist: np.ndarray, lo: int, k: int) -> int:
-    """Largest value v with at least k counted rows >= v (lo - 1 when fewer than k rows)."""
-    at_least = np.cumsum(hist[::-1])
-    position = int(np.searchsorted(at_least, k))
-    if position >= hist.shape[0]:
-        return lo - 1
-    return lo + hist.shape[0] - 1 - position
-
-
-def _rows_at_least(partial: np.ndarray, value: int, k: int) -> np.ndarray:
-    """Exactly k rows (fewer if not available) with the best partial scores, lower rows first on ties."""
-    above = np.flatnonzero(partial > value)
-    ties = np.flatnonzero(partial == value)[: max(k - above.shape[0], 0)]
-    return np.concatenate([above, ties]).astype(np.int64)
-
-
-def _top_k_dense(partial: np.ndarray, hist: np.ndarray, lo: int, k: int) -> tuple[np.ndarray, np.ndarray]:
-    rows = _rows_at_least(partial, max(_kth_value(hist, lo, k), lo), k)
-    scores = partial[rows]
-    order = np.lexsort((rows, -scores))
-    return rows[order], scores[order].astype(np.int32)
-
-
-def _best(rows: np.ndarray, scores: np.ndarray, n: int) -> np.ndarray:
-    top = np.argpartition(scores, -n)[-n:]
-    return np.sort(rows[top])

@@ -1,35 +1,51 @@
-"""The vocabulary index: one memory-mapped file holding everything the encoder needs at run time.
+"""The vocabulary index: one memory-mapped file holding what the encoder needs at run time.
 
-Layout (little-endian), every section aligned to 64 bytes::
+Format 2 (written by default), little-endian, every section aligned to 64 bytes::
 
     [0, 4096)   header: b"HDRVOCAB", uint32 length, UTF-8 JSON (parameters + section table)
     token_ids   int64   (v,)              corpus vocabulary, sorted global token ids
     idf         float32 (v,)              IDF weight of each vocabulary token
-    unigram     float16 (v, dims)         projected, L2-normalised token embeddings (see
-                                          `write_vocab_index` for the isotropy correction)
-    bitmaps     uint64  (ngram, v, 2, w)  ternary bitmaps of `unigram` at tau, position j rotated
-                                          by j dims; [:, :, 0] = pos, [:, :, 1] = neg
+    rows        uint8   (v, row_bytes)    the vocabulary's rows of the model's `token_embd.weight`,
+                                          in the model's own encoding (`rows_type`, e.g. Q8_0)
+    mean        float32 (emb_dim,)        `isotropy_correction` mean (zeros without correction)
+    directions  float32 (c, emb_dim)      `isotropy_correction` directions
 
-Only the corpus vocabulary is stored (special tokens excluded), so a 20k-token corpus at 10,000
-dims takes ~0.4 GB of unigram vectors plus ~0.25 GB of bitmaps, not 262,144 full rows.
+The encoder's unigram rows (float16, (v, dims)) and n-gram bitmaps ((ngram, v, 2, w), position j
+rotated by j dims) are a pure function of these (`project_rows`) and are derived on use, for the
+tokens a batch holds, with a small per-index cache (`CACHED_ROWS`). A build derives them once for
+the whole vocabulary into a scratch file (`write_vocab_index(tables_dir=...)`) and deletes it.
+Format 1 stored both tables: 1.19 GB for a 36,562-token vocabulary at 10,000 dims, against
+~25 MB of Q8_0 rows in format 2 (docs/index-format.md says why and what it costs).
+
+Format 1 files (`unigram` float16 (v, dims) and `bitmaps` sections) are still read, and used as
+stored; `write_vocab_index(format_version=1)` still writes them, for comparisons.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import math
 import os
 import struct
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from engine.bits import quantize_ternary, words
+from engine import gguf
+from engine.bits import permute_bits, quantize_ternary, words
 
 MAGIC = b"HDRVOCAB"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
+READABLE_VERSIONS = (1, 2)
+# Derived rows kept per opened index: ~22 KB each at 10,000 dims (float16 row + position-0 bitmaps),
+# so 1,024 rows hold a query stream's frequent tokens in ~23 MB.
+CACHED_ROWS = 1024
 HEADER_BYTES = 4096
 _ALIGN = 64
 # Fraction of dimensions a document's selected n-grams should cover at least once; sets m_cap.
@@ -53,16 +69,55 @@ def projection_matrix(emb_dim: int, dims: int, seed: int) -> np.ndarray:
     return matrix
 
 
+@functools.lru_cache(maxsize=4)
+def _projection64(emb_dim: int, dims: int, seed: int) -> np.ndarray:
+    """`projection_matrix` as float64, built once per process and parameter set (~0.2 s at 640 x 10,000)."""
+    matrix = projection_matrix(emb_dim, dims, seed).astype(np.float64)
+    matrix.setflags(write=False)
+    return matrix
+
+
+def project_rows(rows: np.ndarray, *, mean: np.ndarray, directions: np.ndarray, dims: int, seed: int) -> np.ndarray:
+    """Embedding rows (n, emb_dim) float32 -> projected rows (n, dims) float32: the one definition
+    of a token's hypervector values, used by the build and on use alike.
+
+    Unit rows less the correction (`mean`, `directions`, see `isotropy_correction`), unit again,
+    times `projection_matrix`. Computed in float64 and rounded once to float32 because the query
+    side must reproduce the build's values exactly while projecting other batches of rows: float32
+    BLAS results depend on the batch (the same row projected alone, or with 6 or 2,047 others,
+    differs in ~10 % of its values in the last bit); float64's batch-dependent error is ~2^-29 of a
+    float32 step, so the rounded values agree (the tests and every build's verify step check it).
+    """
+    rows = np.asarray(rows, dtype=np.float64)
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    rows = np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0) - mean.astype(np.float64)
+    if directions.size:
+        directions = directions.astype(np.float64)
+        rows -= (rows @ directions.T) @ directions
+    norms = np.linalg.norm(rows, axis=1, keepdims=True)
+    rows = np.divide(rows, norms, out=np.zeros_like(rows), where=norms > 0)
+    return (rows @ _projection64(rows.shape[1], dims, seed)).astype(np.float32)
+
+
 @dataclass
 class VocabIndex:
-    """An opened (read-only, memory-mapped) vocabulary index. See the module docstring."""
+    """An opened (read-only, memory-mapped) vocabulary index. See the module docstring.
+
+    `unigram` and `bitmaps` are the full stored tables (format 1, or a build's scratch tables);
+    None for a format 2 index, whose rows `rows()` derives on use.
+    """
 
     path: Path
     header: dict[str, Any]
     token_ids: np.ndarray
     idf: np.ndarray
-    unigram: np.ndarray
-    bitmaps: np.ndarray
+    unigram: np.ndarray | None
+    bitmaps: np.ndarray | None
+    embedding_rows: np.ndarray | None = None
+    mean: np.ndarray | None = None
+    directions: np.ndarray | None = None
+    _cache: OrderedDict = dataclasses.field(default_factory=OrderedDict, repr=False)
+    _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
 
     @property
     def dims(self) -> int:
@@ -71,6 +126,10 @@ class VocabIndex:
     @property
     def size(self) -> int:
         return int(self.header["vocab_size"])
+
+    @property
+    def format_version(self) -> int:
+        return int(self.header["format_version"])
 
     @classmethod
     def open(cls, path: str | Path) -> VocabIndex:
@@ -84,8 +143,76 @@ class VocabIndex:
                 raise VocabIndexError(f"{path}: section {name!r} runs past the end of the file (truncated?)")
             arrays[name] = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=tuple(shape)) if nbytes else \
                 np.zeros(shape, dtype=dtype)
-        return cls(path, header, arrays["token_ids"], arrays["idf"], arrays["unigram"], arrays["bitmaps"])
+        if header["format_version"] == 1:
+            return cls(path, header, arrays["token_ids"], arrays["idf"], arrays["unigram"], arrays["bitmaps"])
+        return cls(path, header, arrays["token_ids"], arrays["idf"], None, None, embedding_rows=arrays["rows"],
+                   mean=np.array(arrays["mean"]), directions=np.array(arrays["directions"]))
 
+    def with_tables(self, unigram: np.ndarray, bitmaps: np.ndarray) -> VocabIndex:
+        """This index with full tables attached (what a build encodes with)."""
+        return dataclasses.replace(self, unigram=unigram, bitmaps=bitmaps, _cache=OrderedDict(),
+                                   _lock=threading.Lock())
+
+    def project(self, local: np.ndarray) -> np.ndarray:
+        """Projected float32 rows (u, dims) of vocabulary rows `local` (format 2 only)."""
+        if self.embedding_rows is None:
+            raise VocabIndexError(f"{self.path}: a format {self.format_version} index stores its rows, "
+                                  f"it cannot derive them")
+        embeddings = gguf.dequantize_rows(np.asarray(self.embedding_rows[local]), self.header["rows_type"])
+        return project_rows(embeddings, mean=self.mean, directions=self.directions, dims=self.dims,
+                            seed=int(self.header["seed"]))
+
+    def rows(self, local: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Encoder rows of vocabulary rows `local` (u,) int64.
+
+        Shapes: -> unigram (u, dims) float16, bitmaps (ngram, u, 2, words) uint64 (position j
+        rotated by j dims). Stored tables are indexed; otherwise rows are derived (and cached).
+        """
+        local = np.asarray(local, dtype=np.int64)
+        if self.unigram is not None:
+            return np.asarray(self.unigram[local]), np.ascontiguousarray(self.bitmaps[:, local])
+        n_words, tau, ngram = int(self.header["words"]), float(self.header["tau"]), int(self.header["ngram"])
+        unigram = np.empty((local.size, self.dims), dtype=np.float16)
+        base = np.empty((local.size, 2, n_words), dtype=np.uint64)
+        with self._lock:
+            cached = [self._cache.get(int(row)) for row in local]
+            for row, hit in zip(local, cached, strict=True):
+                if hit is not None:
+                    self._cache.move_to_end(int(row))
+        missing = [i for i, hit in enumerate(cached) if hit is None]
+        if missing:
+            projected = self.project(local[missing])
+            pos, neg = quantize_ternary(projected, tau)
+            fresh = projected.astype(np.float16)
+            with self._lock:
+                for k, i in enumerate(missing):
+                    cached[i] = (fresh[k], np.stack([pos[k], neg[k]]))
+                    self._cache[int(local[i])] = cached[i]
+                while len(self._cache) > CACHED_ROWS:
+                    self._cache.popitem(last=False)
+        for i, (row, bits) in enumerate(cached):
+            unigram[i], base[i] = row, bits
+        bitmaps = np.empty((ngram, local.size, 2, n_words), dtype=np.uint64)
+        for j in range(ngram):
+            bitmaps[j, :, 0], bitmaps[j, :, 1] = permute_bits(base[:, 0], base[:, 1], self.dims, j)
+        return unigram, bitmaps
+
+    def tables(self) -> tuple[np.ndarray, np.ndarray]:
+        """The full tables (unigram (v, dims) float16, bitmaps (ngram, v, 2, words)): stored, or
+        derived in memory (for small vocabularies: tests and benchmarks)."""
+        if self.unigram is not None:
+            return np.asarray(self.unigram), np.asarray(self.bitmaps)
+        projected = self.project(np.arange(self.size))
+        return projected.astype(np.float16), _rotated_bitmaps(projected, float(self.header["tau"]),
+                                                               int(self.header["ngram"]))
+
+
+def _rotated_bitmaps(projected: np.ndarray, tau: float, ngram: int) -> np.ndarray:
+    """(u, dims) float -> (ngram, u, 2, words) uint64: position j's bitmaps are rotated by j dims."""
+    out = np.empty((ngram, projected.shape[0], 2, words(projected.shape[1])), dtype=np.uint64)
+    for j in range(ngram):
+        out[j, :, 0], out[j, :, 1] = quantize_ternary(np.roll(projected, j, axis=1), tau)
+    return out
 
 def _read_header(path: Path) -> dict[str, Any]:
     try:
@@ -100,8 +227,9 @@ def _read_header(path: Path) -> dict[str, Any]:
         header = json.loads(head[12:12 + length].decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise VocabIndexError(f"{path}: corrupt vocabulary index header: {exc}") from exc
-    if header.get("format_version") != FORMAT_VERSION:
-        raise VocabIndexError(f"{path}: format_version {header.get('format_version')!r}, expected {FORMAT_VERSION}")
+    if header.get("format_version") not in READABLE_VERSIONS:
+        raise VocabIndexError(f"{path}: format_version {header.get('format_version')!r}, "
+                              f"expected one of {READABLE_VERSIONS}")
     return header
 
 
@@ -159,19 +287,26 @@ def isotropy_correction(token_ids: np.ndarray, embeddings: np.ndarray, component
 
 def write_vocab_index(path: str | Path, *, token_ids: np.ndarray, idf: np.ndarray, embeddings: np.ndarray,
                       dims: int, ngram: int, seed: int, drop_components: int = 0,
-                      chunk_rows: int = 2048) -> VocabIndex:
+                      stored_rows: tuple[str, np.ndarray] | None = None, tables_dir: str | Path | None = None,
+                      format_version: int = FORMAT_VERSION, chunk_rows: int = 2048) -> VocabIndex:
     """Project the corpus vocabulary and write the vocabulary index file; returns it opened.
 
     Shapes: token_ids (v,) int sorted unique global ids; idf (v,) float; embeddings
     (vocab_total, emb_dim) float32, the model's full token embedding table (rows indexed by
-    global id). Rows are L2-normalised before projection (an all-zero row stays zero). With
-    `drop_components` > 0, the vocabulary's mean and its top `drop_components` principal
-    directions are first removed from the unit rows, which are then normalised again
-    (`isotropy_correction`); 0 is the reference's plain projection.
+    global id). With `drop_components` > 0 the vocabulary's mean and top principal directions
+    are removed first (`isotropy_correction`); 0 is the reference's plain projection.
+
+    Format 2 stores the vocabulary's embedding rows as `stored_rows` = (GGUF type name, raw
+    uint8 (v, row_bytes)), the model's own bytes (`gguf.token_rows`), which must dequantise to
+    `embeddings[token_ids]` exactly; without it, as float32 ("F32"). With `tables_dir`, the full
+    derived tables are also written there (`unigram.npy`, `bitmaps.npy`) and attached to the
+    returned index, for a build to encode with. `format_version=1` writes the stored-table format.
     """
     path = Path(path)
     token_ids = np.ascontiguousarray(token_ids, dtype=np.int64)
     idf = np.ascontiguousarray(idf, dtype=np.float32)
+    if format_version not in READABLE_VERSIONS:
+        raise ValueError(f"format_version must be one of {READABLE_VERSIONS}, got {format_version!r}")
     if token_ids.ndim != 1 or idf.shape != token_ids.shape:
         raise ValueError(f"token_ids {token_ids.shape} and idf {idf.shape} must be matching 1-D arrays")
     if token_ids.size and (np.any(np.diff(token_ids) <= 0) or token_ids[0] < 0):
@@ -183,8 +318,20 @@ def write_vocab_index(path: str | Path, *, token_ids: np.ndarray, idf: np.ndarra
     emb_dim = int(embeddings.shape[1])
     tau = emb_dim ** -0.5
     vocab_size, n_words = int(token_ids.size), words(dims)
-    shapes = {"token_ids": ("<i8", [vocab_size]), "idf": ("<f4", [vocab_size]),
-              "unigram": ("<f2", [vocab_size, dims]), "bitmaps": ("<u8", [ngram, vocab_size, 2, n_words])}
+    if drop_components and vocab_size:
+        mean, directions = isotropy_correction(token_ids, embeddings, drop_components, chunk_rows)
+    else:
+        mean, directions = np.zeros(emb_dim, np.float32), np.zeros((0, emb_dim), np.float32)
+    rows_type, raw = stored_rows if stored_rows is not None else \
+        ("F32", np.ascontiguousarray(embeddings[token_ids], dtype="<f4").view(np.uint8).reshape(vocab_size, -1))
+    if format_version == 2 and raw.shape[0] != vocab_size:
+        raise ValueError(f"stored_rows hold {raw.shape[0]} rows for {vocab_size} tokens")
+    shapes = {"token_ids": ("<i8", [vocab_size]), "idf": ("<f4", [vocab_size])}
+    if format_version == 1:
+        shapes |= {"unigram": ("<f2", [vocab_size, dims]), "bitmaps": ("<u8", [ngram, vocab_size, 2, n_words])}
+    else:
+        shapes |= {"rows": ("|u1", list(raw.shape)), "mean": ("<f4", [emb_dim]),
+                   "directions": ("<f4", list(directions.shape))}
     sections, offset = {}, HEADER_BYTES
     for name, (dtype, shape) in shapes.items():
         sections[name] = [offset, dtype, shape]
@@ -197,34 +344,40 @@ def write_vocab_index(path: str | Path, *, token_ids: np.ndarray, idf: np.ndarra
         start, dtype, shape = sections[name]
         return np.memmap(tmp, dtype=dtype, mode="r+", offset=start, shape=tuple(shape))
 
+    tables = _scratch_tables(tables_dir, vocab_size, dims, ngram) if tables_dir is not None else None
+    if format_version == 1:
+        tables = (section("unigram"), section("bitmaps"))
     nonzero = 0
     if vocab_size:
         section("token_ids")[:] = token_ids
         section("idf")[:] = idf
-        unigram, bitmaps = section("unigram"), section("bitmaps")
-        projection = projection_matrix(emb_dim, dims, seed)
-        correction = isotropy_correction(token_ids, embeddings, drop_components, chunk_rows) if drop_components else None
+        if format_version == 2:
+            section("rows")[:] = raw
+            section("mean")[:] = mean
+            if directions.size:
+                section("directions")[:] = directions
         for start in range(0, vocab_size, chunk_rows):
-            rows = embeddings[token_ids[start:start + chunk_rows]]
-            rows = unit_rows(rows if correction is None else corrected_rows(rows, correction))
-            projected = rows @ projection
-            unigram[start:start + len(rows)] = projected
-            for j in range(ngram):
-                pos, neg = quantize_ternary(np.roll(projected, j, axis=1), tau)
-                bitmaps[j, start:start + len(rows), 0] = pos
-                bitmaps[j, start:start + len(rows), 1] = neg
-                if j == 0:
-                    nonzero += int(np.count_nonzero(np.abs(projected) > tau))
-        for array in (unigram, bitmaps):
-            array.flush()
+            stop = min(start + chunk_rows, vocab_size)
+            rows = embeddings[token_ids[start:stop]]
+            if format_version == 2 and not np.array_equal(gguf.dequantize_rows(raw[start:stop], rows_type), rows):
+                raise ValueError(f"stored_rows ({rows_type}) do not dequantise to the embedding rows {start}..{stop}")
+            projected = project_rows(rows, mean=mean, directions=directions, dims=dims, seed=seed)
+            nonzero += int(np.count_nonzero(np.abs(projected) > tau))
+            if tables is not None:
+                tables[0][start:stop] = projected
+                tables[1][:, start:stop] = _rotated_bitmaps(projected, tau, ngram)
+        if tables is not None:
+            for array in tables:
+                array.flush()
     density = nonzero / (vocab_size * dims) if vocab_size else 0.0
     ngram_density = density ** ngram
-    header = {"format_version": FORMAT_VERSION, "dims": dims, "words": n_words, "emb_dim": emb_dim, "tau": tau,
+    header = {"format_version": format_version, "dims": dims, "words": n_words, "emb_dim": emb_dim, "tau": tau,
               "ngram": ngram, "seed": seed, "drop_components": drop_components, "vocab_size": vocab_size,
-              "density": density,
-              "ngram_density": ngram_density, "capacity_target": CAPACITY_TARGET,
+              "density": density, "ngram_density": ngram_density, "capacity_target": CAPACITY_TARGET,
               "m_cap": capacity(ngram_density), "c_min": max(1, round(ngram_density * dims)),
               "sections": sections}
+    if format_version == 2:
+        header["rows_type"] = rows_type
     blob = json.dumps(header, sort_keys=True).encode("utf-8")
     if 12 + len(blob) > HEADER_BYTES:
         raise ValueError("vocabulary index header does not fit in 4096 bytes")
@@ -233,4 +386,24 @@ def write_vocab_index(path: str | Path, *, token_ids: np.ndarray, idf: np.ndarra
         handle.flush()
         os.fsync(handle.fileno())
     os.replace(tmp, path)
-    return VocabIndex.open(path)
+    vocab = VocabIndex.open(path)
+    if format_version == 2 and tables is not None:
+        vocab = vocab.with_tables(*_open_scratch_tables(tables_dir))
+    return vocab
+
+
+_SCRATCH = ("unigram.npy", "bitmaps.npy")
+
+
+def _scratch_tables(tables_dir: str | Path, vocab_size: int, dims: int, ngram: int) -> tuple[np.ndarray, np.ndarray]:
+    tables_dir = Path(tables_dir)
+    tables_dir.mkdir(parents=True, exist_ok=True)
+    unigram = np.lib.format.open_memmap(tables_dir / _SCRATCH[0], mode="w+", dtype=np.float16,
+                                        shape=(vocab_size, dims))
+    bitmaps = np.lib.format.open_memmap(tables_dir / _SCRATCH[1], mode="w+", dtype=np.uint64,
+                                        shape=(ngram, vocab_size, 2, words(dims)))
+    return unigram, bitmaps
+
+
+def _open_scratch_tables(tables_dir: str | Path) -> tuple[np.ndarray, np.ndarray]:
+    return tuple(np.load(Path(tables_dir) / name, mmap_mode="r") for name in _SCRATCH)

@@ -19,6 +19,7 @@ from corpus.memory_rows import BuildMemoryStore
 from corpus.models import Corpus
 from corpus.selectors import corpora_visible_to
 from engine.corpus import LoadedCorpus
+from engine.fusion import FusionWeights
 from engine.multivector import StorageError
 from engine.retrieval import BlendState, Retriever, SearchTarget
 from engine.text_store import text_store_rank
@@ -85,12 +86,17 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
     for corpus in corpora:
         enabled = frozenset(d.pk for d in corpus.datasets.all() if d.enabled and (chosen is None or d.pk in chosen))
         loaded = runtime.loaded_build(corpus.active_build.build_dir)
-        late = None
-        if corpus.active_build.parameters.get("late_interaction"):
+        late = fusion = None
+        parameters = corpus.active_build.parameters
+        if parameters.get("late_interaction"):
             late = _late_ranker(corpus_id=corpus.pk, build_id=corpus.active_build_id, corpus=loaded,
                                 gguf_path=gguf_path, enabled=enabled)
+            # Weights measured on the build's own self-queries; a build made before they were
+            # measured has none, and gets HDC alone: unweighted fusion lowered recall on real text.
+            fusion = FusionWeights.from_dict(parameters["fusion"]) if "fusion" in parameters else \
+                FusionWeights(hdc=1.0, late=0.0)
         targets.append(SearchTarget(corpus=loaded, store=BuildMemoryStore(corpus.active_build_id),
-                                    name=str(corpus.pk), enabled_sources=enabled, late=late))
+                                    name=str(corpus.pk), enabled_sources=enabled, late=late, fusion=fusion))
     if raw_limit is not None:
         results = _search_raw(runtime.retriever_for(gguf_path), query, targets, blend=blend, limit=raw_limit)
     else:

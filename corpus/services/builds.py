@@ -41,8 +41,19 @@ from corpus.files import build_dir
 from corpus.memory_rows import BuildMemoryStore, MemoryWriter, memories_delete_for_build
 from corpus.models import Corpus, Dataset, IndexBuild
 from engine.build import BuildCancelled, build_index, verify_build
-from engine.corpus import load_corpus
-from engine.text_store import text_encoder_for, text_store_delete_build, text_store_fill, text_store_prune
+from engine.config import Config
+from engine.corpus import LoadedCorpus, MemoryStore, load_corpus
+from engine.fusion import FusionWeights
+from engine.multivector.token_vectors import TokenVectorEncoder
+from engine.retrieval import Retriever, SearchTarget, fusion_evidence
+from engine.text_store import (
+    text_encoder_for,
+    text_store_delete_build,
+    text_store_fill,
+    text_store_prune,
+    text_store_rank,
+)
+from engine.tokenizer import Tokenizer
 from hdrag_site.celery import app as celery_app
 from hdrag_site.errors import ApplicationError, ConflictError
 from hdrag_site.runtime import default_gguf, engine_config, forget_build, tokenizer_for
@@ -222,6 +233,19 @@ def build_run(*, build_id: int) -> IndexBuild | None:
     return build
 
 
+def _fusion_evidence(*, build: IndexBuild, corpus: LoadedCorpus, config: Config, tokenizer: Tokenizer,
+                     encoder: TokenVectorEncoder, memories: MemoryStore) -> FusionWeights:
+    """How much the late ranker should weigh beside HDC for this build, from its own self-queries
+    (`engine.retrieval.fusion_evidence`); searches read it from `parameters["fusion"]`."""
+    store = store_for(build.corpus_id)
+
+    def late(query: str) -> list[tuple[int, float]]:
+        return text_store_rank(store=store, encoder=encoder, tokenizer=tokenizer, query=query, build_id=build.pk)
+
+    target = SearchTarget(corpus=corpus, store=memories, name=str(build.corpus_id), late=late)
+    return fusion_evidence(retriever=Retriever(tokenizer, config), target=target)
+
+
 def _execute(build: IndexBuild, reporter: _Reporter) -> None:
     corpus = build.corpus
     datasets = list(corpus.datasets.order_by("pk"))
@@ -260,7 +284,9 @@ def _execute(build: IndexBuild, reporter: _Reporter) -> None:
         filled = text_store_fill(store=store_for(corpus.pk), corpus=loaded, encoder=encoder, tokenizer=tokenizer,
                                  build_id=build.pk, memories=BuildMemoryStore(build.pk),
                                  progress=reporter.progress, should_cancel=reporter.should_cancel)
-        values = {**values, "text_records": filled.records, "text_rows_skipped": len(filled.skipped_rows)}
+        values = {**values, "text_records": filled.records, "text_rows_skipped": len(filled.skipped_rows),
+                  "fusion": _fusion_evidence(build=build, corpus=loaded, config=config, tokenizer=tokenizer,
+                                             encoder=encoder, memories=BuildMemoryStore(build.pk)).to_dict()}
     if reporter.should_cancel():
         raise BuildCancelled(f"build {build.pk} cancelled")
     reporter.close_phase()

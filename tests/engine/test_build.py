@@ -116,3 +116,31 @@ def test_sqlite_store_holds_every_row(tmp_path, gemma_gguf, tokenizer, embedding
     with sqlite3.connect(tmp_path / "out" / "memories.sqlite") as db:
         rows = db.execute("SELECT hdv_idx, source_id FROM memories ORDER BY hdv_idx").fetchall()
     assert rows == [(0, 4), (1, 4), (2, 4), (3, 4), (4, 4), (5, 9)]
+
+
+def test_formats_1_and_2_give_identical_bitmaps_and_searches(tmp_path, gemma_gguf, tokenizer, embedding_cache):
+    # Format 2 stores the model's Q8_0 rows and derives what format 1 stores: same corpus, same results.
+    config = Config(hdc_dimensions=2048, hdc_ngram=3, hdc_drop_components=2)
+    data = write_jsonl(tmp_path / "docs.jsonl", PARAGRAPHS + ["Tides follow the moon.", "Glucose stores energy."])
+    corpora = {}
+    for version in (1, 2):
+        out = tmp_path / f"v{version}"
+        build_index(datasets=[(1, "docs", data)], out_dir=out, gguf_path=gemma_gguf, tokenizer=tokenizer,
+                    config=config, cache_dir=embedding_cache, format_version=version)
+        corpora[version] = load_corpus(out)
+        assert corpora[version].manifest["format_version"] == version
+        assert verify_build(out)["documents"] == 7
+    old, new = corpora[1], corpora[2]
+    assert new.encoder.vocab.header["rows_type"] == "Q8_0" and new.encoder.vocab.unigram is None
+    assert (new.build_dir / "vocab.idx").stat().st_size * 5 < (old.build_dir / "vocab.idx").stat().st_size
+    for got, want in zip(new.index.get_bitmaps(np.arange(7)), old.index.get_bitmaps(np.arange(7)), strict=True):
+        np.testing.assert_array_equal(got, want)
+    for query in ("What does photosynthesis convert?", "storming of the Bastille", "halves the interval"):
+        tokens = tokenizer.tokenize(query)
+        (p1, n1), (p2, n2) = old.encoder.encode([tokens]), new.encoder.encode([tokens])
+        np.testing.assert_array_equal(p1, p2)
+        np.testing.assert_array_equal(n1, n2)
+        rows1, scores1 = old.index.search(p1[0], n1[0], 7)
+        rows2, scores2 = new.index.search(p2[0], n2[0], 7)
+        np.testing.assert_array_equal(rows1, rows2)
+        np.testing.assert_array_equal(scores1, scores2)

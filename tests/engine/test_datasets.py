@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from engine import datasets
+from engine import dataset_chunks, dataset_formats, dataset_readers
 from engine.datasets import (
     DatasetError,
     DatasetIssue,
@@ -176,21 +176,21 @@ def test_streamed_chunks_match_whole_text_chunks(monkeypatch, use_tokenizer, seg
     text = words_text(random.Random(segment_chars), 900)
     tokenizer = WordTokenizer() if use_tokenizer else None
     expected = [(s, text[s:e]) for s, e, _ in chunk_spans(text, tokenizer, chunk_size)]
-    monkeypatch.setattr(datasets, "_SEGMENT_CHARS", segment_chars)
+    monkeypatch.setattr(dataset_chunks, "_SEGMENT_CHARS", segment_chars)
     rng = random.Random(7)
     pieces, at = [], 0
     while at < len(text):
         step = rng.randint(1, 97)
         pieces.append(text[at:at + step])
         at += step
-    streamed = [(start, chunk) for start, chunk, _, _ in datasets._chunk_stream(pieces, tokenizer, chunk_size)]
+    streamed = [(start, chunk) for start, chunk, _, _ in dataset_chunks._chunk_stream(pieces, tokenizer, chunk_size)]
     assert streamed == [(s + len(c) - len(c.lstrip()), c.strip()) for s, c in expected]
 
 
 def test_unbroken_text_longer_than_a_segment(monkeypatch):
-    monkeypatch.setattr(datasets, "_SEGMENT_CHARS", 64)
+    monkeypatch.setattr(dataset_chunks, "_SEGMENT_CHARS", 64)
     text = "x" * 1000 + " tail"
-    chunks = [chunk for _, chunk, _, _ in datasets._chunk_stream([text], None, 8)]
+    chunks = [chunk for _, chunk, _, _ in dataset_chunks._chunk_stream([text], None, 8)]
     assert chunks == ["x" * 1000 + " tail"]
 
 
@@ -274,7 +274,7 @@ def test_json_array_streams_like_json_load(tmp_path, monkeypatch, block_bytes, i
     items = [random_record(rng, i) for i in range(60)]
     path = tmp_path / "list.json"
     path.write_text(json.dumps(items, indent=indent, ensure_ascii=False), encoding="utf-8")
-    monkeypatch.setattr(datasets, "_BLOCK_BYTES", block_bytes)
+    monkeypatch.setattr(dataset_readers, "_BLOCK_BYTES", block_bytes)
     records = list(iter_dataset(path))
     assert [r["text"] for r in records] == [extract_text(item) for item in json.loads(path.read_text("utf-8"))]
     assert [r["metadata"]["record"] for r in records] == list(range(60))
@@ -302,7 +302,7 @@ def test_json_list_non_object_items_reported(tmp_path):
     ('[{"text": "a"},\n\n {"text": bad}]', "line 3"),
 ])
 def test_json_broken_array_is_fatal(tmp_path, monkeypatch, content, message):
-    monkeypatch.setattr(datasets, "_BLOCK_BYTES", 5)
+    monkeypatch.setattr(dataset_readers, "_BLOCK_BYTES", 5)
     path = tmp_path / "broken.json"
     path.write_text(content)
     with pytest.raises(DatasetError, match=re.escape(message)):
@@ -465,7 +465,7 @@ def test_sniff_format_by_content(tmp_path, content, filename, expected):
 def test_sniff_large_pretty_json_head(tmp_path):
     path = tmp_path / "big.json"
     path.write_text(json.dumps([{"text": "word " * 50, "i": i} for i in range(2000)], indent=2))
-    assert path.stat().st_size > 2 * datasets._SNIFF_BYTES
+    assert path.stat().st_size > 2 * dataset_formats._SNIFF_BYTES
     assert sniff_format(path) == "json"
     assert sum(1 for _ in iter_dataset(path)) == 2000
 

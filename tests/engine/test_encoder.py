@@ -17,14 +17,16 @@ TOTAL_VOCAB = 400
 SPECIALS = (0, 1, 2)
 
 
-def make_encoder(tmp_path, *, dims=200, ngram=3, seed=7, idf=None, name="vocab.idx") -> HDCEncoder:
+def make_encoder(tmp_path, *, dims=200, ngram=3, seed=7, idf=None, name="vocab.idx", format_version=2,
+                 drop_components=0) -> HDCEncoder:
     rng = np.random.default_rng(1234)
     embeddings = rng.standard_normal((TOTAL_VOCAB, EMB_DIM)).astype(np.float32)
     token_ids = np.arange(len(SPECIALS), TOTAL_VOCAB - 50, dtype=np.int64)  # ids >= 350: out of vocabulary
     if idf is None:
         idf = compute_idf(rng.integers(1, 100, token_ids.size), 100)
     vocab = write_vocab_index(tmp_path / name, token_ids=token_ids, idf=idf, embeddings=embeddings,
-                              dims=dims, ngram=ngram, seed=seed)
+                              dims=dims, ngram=ngram, seed=seed, format_version=format_version,
+                              drop_components=drop_components)
     return HDCEncoder(vocab)
 
 
@@ -39,7 +41,8 @@ def reference_agreement(encoder: HDCEncoder, tokens: list[int], signs: np.ndarra
     vocab = encoder.vocab
     index = {int(t): i for i, t in enumerate(vocab.token_ids)}
     local = [index[t] for t in tokens if t in index]
-    base = unpack_ternary(vocab.bitmaps[0, :, 0], vocab.bitmaps[0, :, 1], encoder.dims).astype(np.int64)
+    bitmaps = vocab.tables()[1]
+    base = unpack_ternary(bitmaps[0, :, 0], bitmaps[0, :, 1], encoder.dims).astype(np.int64)
     windows = []
     for i in range(len(local) - encoder.ngram + 1):
         bound = np.ones(encoder.dims, dtype=np.int64)
@@ -62,10 +65,11 @@ def reference_unigram(encoder: HDCEncoder, tokens: list[int]) -> np.ndarray:
     vocab = encoder.vocab
     index = {int(t): i for i, t in enumerate(vocab.token_ids)}
     total = np.zeros(encoder.dims, dtype=np.float64)
+    unigram = vocab.tables()[0]
     for t in tokens:
         if t in index:
             row = index[t]
-            total += float(np.float16(vocab.idf[row])) * vocab.unigram[row].astype(np.float64)
+            total += float(np.float16(vocab.idf[row])) * unigram[row].astype(np.float64)
     norm = np.linalg.norm(total)
     return total / norm * math.sqrt(encoder.dims / encoder.emb_dim) if norm > 0 else total
 
@@ -86,7 +90,7 @@ def test_tau_density_and_capacity_are_as_documented(tmp_path):
     header = encoder.vocab.header
     assert encoder.tau == pytest.approx(EMB_DIM ** -0.5)
     # Unit rows through unit columns: projected values ~ N(0, 1/emb_dim), so P(|z| > tau) ~ 0.317.
-    values = np.asarray(encoder.vocab.unigram, dtype=np.float32)
+    values = np.asarray(encoder.vocab.tables()[0], dtype=np.float32)
     assert values.std() == pytest.approx(EMB_DIM ** -0.5, rel=0.03)
     assert header["density"] == pytest.approx(0.3173, abs=0.01)
     p = header["density"] ** 4
@@ -100,13 +104,13 @@ def test_tau_density_and_capacity_are_as_documented(tmp_path):
 @pytest.mark.parametrize("dims", [64, 200, 256])
 def test_position_bitmaps_are_rotations_of_the_quantised_vocabulary(tmp_path, dims):
     encoder = make_encoder(tmp_path, dims=dims, ngram=4)
-    bitmaps = encoder.vocab.bitmaps
+    bitmaps = encoder.vocab.tables()[1]
     for j in range(1, 4):
         pos, neg = permute_bits(bitmaps[0, :, 0], bitmaps[0, :, 1], dims, j)
         np.testing.assert_array_equal(bitmaps[j, :, 0], pos)
         np.testing.assert_array_equal(bitmaps[j, :, 1], neg)
     dense = unpack_ternary(bitmaps[0, :, 0], bitmaps[0, :, 1], dims)
-    values = np.asarray(encoder.vocab.unigram, dtype=np.float32)
+    values = np.asarray(encoder.vocab.tables()[0], dtype=np.float32)
     clear = np.abs(np.abs(values) - encoder.tau) > 1e-2  # float16 rounding can move values at tau
     np.testing.assert_array_equal(dense[clear], (np.sign(values) * (np.abs(values) > encoder.tau))[clear])
 
@@ -122,7 +126,7 @@ def test_ngram_kernel_matches_reference(tmp_path, ngram, dims):
     local, local_offsets = encoder.local_ids(flat, offsets)
     signs = np.random.default_rng(5).choice(np.array([-1, 0, 1], dtype=np.int8), size=(len(docs), dims))
     agree = np.zeros((len(docs), dims), dtype=np.float32)
-    ngram_agreement(local, local_offsets, encoder._bitmaps, signs, ngram, encoder.m_cap, encoder.c_min, agree)
+    ngram_agreement(local, local_offsets, encoder.vocab.tables()[1], signs, ngram, encoder.m_cap, encoder.c_min, agree)
     for doc, tokens in enumerate(docs):
         np.testing.assert_allclose(agree[doc], reference_agreement(encoder, tokens, signs[doc]), atol=1e-6)
     assert agree[6].max() > 0  # the long document does boost something
@@ -217,7 +221,7 @@ def test_isotropy_correction_removes_the_shared_direction(tmp_path) -> None:
         vocab = write_vocab_index(tmp_path / name, token_ids=token_ids, idf=idf, embeddings=embeddings,
                                   dims=512, ngram=2, seed=3, drop_components=drop)
         assert vocab.header["drop_components"] == drop
-        unit = np.asarray(vocab.unigram, dtype=np.float64)
+        unit = np.asarray(vocab.tables()[0], dtype=np.float64)
         unit /= np.linalg.norm(unit, axis=1, keepdims=True)
         cosines = unit @ unit.T
         return float((cosines.sum() - len(unit)) / (len(unit) ** 2 - len(unit)))
@@ -233,4 +237,58 @@ def test_isotropy_correction_removes_the_shared_direction(tmp_path) -> None:
     # Deterministic: the same corpus vocabulary gives the same file contents.
     again = write_vocab_index(tmp_path / "again.idx", token_ids=token_ids, idf=idf, embeddings=embeddings,
                               dims=512, ngram=2, seed=3, drop_components=8)
-    np.testing.assert_array_equal(np.asarray(again.unigram), np.asarray(VocabIndex.open(tmp_path / "corrected.idx").unigram))
+    np.testing.assert_array_equal(again.tables()[0], VocabIndex.open(tmp_path / "corrected.idx").tables()[0])
+
+
+@pytest.mark.parametrize(("dims", "ngram", "drop"), [(64, 1, 0), (200, 3, 4), (1000, 5, 8)])
+def test_derived_rows_encode_exactly_like_stored_tables(tmp_path, dims, ngram, drop):
+    # Format 2 derives what format 1 stores: the same documents must give the same bitmaps,
+    # whether the rows come from the stored tables, from a batch's derived rows, or one by one.
+    stored = make_encoder(tmp_path, dims=dims, ngram=ngram, drop_components=drop, name="v1.idx", format_version=1)
+    derived = make_encoder(tmp_path, dims=dims, ngram=ngram, drop_components=drop, name="v2.idx")
+    assert stored.vocab.unigram is not None and derived.vocab.unigram is None
+    assert stored.vocab.format_version == 1 and derived.vocab.format_version == 2
+    assert (stored.m_cap, stored.c_min) == (derived.m_cap, derived.c_min)
+    docs = random_docs(dims + ngram, [0, 1, 5, 17, 60, 300])
+    expected = stored.encode(docs)
+    np.testing.assert_array_equal(derived.encode(docs)[0], expected[0])
+    np.testing.assert_array_equal(derived.encode(docs)[1], expected[1])  # now from the row cache
+    for doc, tokens in enumerate(docs):
+        pos, neg = make_encoder(tmp_path, dims=dims, ngram=ngram, drop_components=drop, name=f"fresh{doc}.idx")\
+            .encode([tokens])
+        np.testing.assert_array_equal(pos[0], expected[0][doc])
+        np.testing.assert_array_equal(neg[0], expected[1][doc])
+    for got, want in zip(derived.vocab.tables(), stored.vocab.tables(), strict=True):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_derived_rows_do_not_depend_on_the_batch(tmp_path):
+    # The query side projects a few rows at a time, the build thousands: the values must agree.
+    encoder = make_encoder(tmp_path, dims=4096, ngram=2, drop_components=4)
+    vocab = encoder.vocab
+    everything = vocab.project(np.arange(vocab.size))
+    for size in (1, 2, 7, 64):
+        for start in range(0, 140, size):
+            rows = np.arange(start, min(start + size, vocab.size))
+            np.testing.assert_array_equal(vocab.project(rows), everything[rows])
+
+
+def test_format_2_is_small_and_row_cache_is_bounded(tmp_path, monkeypatch):
+    from engine import vocab as vocab_module
+
+    make_encoder(tmp_path, dims=4096, ngram=5, name="v1.idx", format_version=1)
+    derived = make_encoder(tmp_path, dims=4096, ngram=5, name="v2.idx")
+    v1_bytes, v2_bytes = (tmp_path / "v1.idx").stat().st_size, (tmp_path / "v2.idx").stat().st_size
+    # Format 1: v * (2 * dims + ngram * 2 * dims / 8) bytes; format 2: v * emb_dim * 4 bytes (F32 rows here).
+    assert v1_bytes > 20 * v2_bytes
+    monkeypatch.setattr(vocab_module, "CACHED_ROWS", 8)
+    derived.encode(random_docs(3, [50, 50]))
+    assert len(derived.vocab._cache) == 8
+
+
+def test_stored_rows_must_match_the_embeddings(tmp_path):
+    embeddings = np.random.default_rng(0).standard_normal((10, 4)).astype(np.float32)
+    wrong = ("F32", np.zeros((3, 16), np.uint8))
+    with pytest.raises(ValueError, match="dequantise"):
+        write_vocab_index(tmp_path / "x.idx", token_ids=np.array([1, 2, 3]), idf=np.ones(3), embeddings=embeddings,
+                          dims=64, ngram=2, seed=0, stored_rows=wrong)

@@ -6,7 +6,14 @@ import random
 
 import pytest
 
-from engine.fusion import reciprocal_rank_fusion
+from engine.fusion import (
+    WEIGHT_GRID,
+    FusionWeights,
+    choose_fusion_weights,
+    mrr_at,
+    reciprocal_rank_fusion,
+    self_queries,
+)
 
 
 def test_scores_match_a_hand_computed_reference():
@@ -72,3 +79,57 @@ def test_bad_weights_are_refused():
         reciprocal_rank_fusion([["a"], ["b"]], weights=[1.0])
     with pytest.raises(ValueError, match="weights must be >= 0"):
         reciprocal_rank_fusion([["a"]], weights=[-1.0])
+
+
+def _known_item_rankings(seed: int, queries: int, good: float) -> tuple[list[list[int]], list[int]]:
+    """Rankings of 200 keys where the relevant key is near the top with probability `good`,
+    anywhere (or absent) otherwise."""
+    rng = random.Random(seed)
+    rankings, relevant = [], []
+    for query in range(queries):
+        ranking = rng.sample(range(200), 100)
+        target = query % 200
+        if target in ranking:
+            ranking.remove(target)
+        if rng.random() < good:
+            ranking.insert(rng.randrange(3), target)
+        rankings.append(ranking)
+        relevant.append(target)
+    return rankings, relevant
+
+
+@pytest.mark.parametrize(("hdc_good", "late_good"), [(0.9, 0.1), (0.1, 0.9), (0.6, 0.6), (0.0, 0.0)])
+def test_chosen_weights_are_never_worse_than_hdc_and_never_let_late_lead(hdc_good, late_good):
+    hdc, relevant = _known_item_rankings(1, 120, hdc_good)
+    late, _ = _known_item_rankings(2, 120, late_good)
+    weights = choose_fusion_weights(hdc, late, relevant)
+    fused = [[key for key, _ in reciprocal_rank_fusion([h, x], weights=[weights.hdc, weights.late])
+              if (weights.hdc and key in h) or (weights.late and key in x)] for h, x in zip(hdc, late, strict=True)]
+    assert mrr_at(fused, relevant) >= mrr_at(hdc, relevant)
+    assert weights.evidence["queries"] == 120 and len(weights.evidence["mrr"]) == len(WEIGHT_GRID)
+    assert weights.late <= weights.hdc / 2
+    if hdc_good > late_good:
+        assert weights.late == 0.0  # a useless late ranker is switched off
+    if late_good > hdc_good:
+        assert weights.late > 0.0  # a better one reorders HDC's ranking
+    if hdc_good == late_good == 0.0:
+        assert (weights.hdc, weights.late) == (1.0, 0.0)  # no evidence either way: HDC alone, the cheapest
+    assert FusionWeights.from_dict(weights.to_dict()) == weights
+
+
+def test_choose_fusion_weights_rejects_mismatched_rankings():
+    with pytest.raises(ValueError, match="one ranking per query"):
+        choose_fusion_weights([[1]], [[1], [2]], [1])
+
+
+def test_self_queries_take_a_lead_and_a_span_from_long_enough_texts():
+    texts = ["too short", " ".join(f"w{i}" for i in range(40)), " ".join(f"v{i}" for i in range(10))]
+    queries = self_queries(texts, seed=3)
+    assert [number for number, _ in queries] == [1, 1, 2, 2]
+    assert queries[0][1] == " ".join(f"w{i}" for i in range(8))
+    span = queries[1][1].split()
+    first = int(span[0][1:])
+    assert first >= 8 and span == [f"w{i}" for i in range(first, first + 12)]
+    # A short text: half of it leads, the rest is the span.
+    assert queries[2][1] == "v0 v1 v2 v3 v4" and queries[3][1] == "v5 v6 v7 v8 v9"
+    assert self_queries(texts, seed=3) == queries

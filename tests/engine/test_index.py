@@ -253,3 +253,23 @@ def test_search_falls_back_to_the_exact_scan_where_pruning_gives_up_and_probes_a
     for _ in range(16):
         assert_same(planted_index.search(qp, qn, 10), reference_top_k(planted_values, query, 10))
     assert planted_index._gave_up == 0
+
+
+@pytest.mark.parametrize("sample_chunks", [1, 3, 40])
+def test_sampled_search_scores_exactly_and_finds_planted_rows(tmp_path: Path, sample_chunks: int) -> None:
+    rng = np.random.default_rng(sample_chunks)
+    values, query, planted_rows = planted(rng, 3000, 1000)
+    index = build(tmp_path / "s.idx", values)  # 1000 dims, 4-word chunks: 4 chunks
+    qp, qn = bits.pack_ternary(query)
+    rows, scores = index.search_sampled(qp, qn, 10, sample_chunks=sample_chunks, shortlist=50)
+    assert rows.dtype == np.int64 and scores.dtype == np.int32
+    assert set(rows.tolist()) == set(planted_rows.tolist())  # near-duplicates stand out on any subset
+    np.testing.assert_array_equal(scores, index.score_rows(rows, qp, qn))  # the re-rank is exact
+    assert_same((rows, scores), reference_top_k(values, query, 10))
+    # With a shortlist of every row, or a subset of every chunk, it is the exact search.
+    assert_same(index.search_sampled(qp, qn, 25, sample_chunks=1, shortlist=3000), index.search_exact(qp, qn, 25))
+    allowed = rng.random(3000) < 0.5
+    assert_same(index.search_sampled(qp, qn, 10, sample_chunks=2, shortlist=2000, row_mask=allowed),
+                reference_top_k(values, query, 10, allowed))
+    with pytest.raises(ValueError, match="shortlist"):
+        index.search_sampled(qp, qn, 10, shortlist=5)

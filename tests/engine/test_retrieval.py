@@ -11,6 +11,7 @@ import pytest
 from engine.bits import adaptive_threshold, pack_ternary, unpack_ternary
 from engine.config import Config
 from engine.corpus import LoadedCorpus
+from engine.fusion import FusionWeights
 from engine.index import BitmapIndex
 from engine.retrieval import (
     CONTEXT_DELIMITER,
@@ -19,7 +20,9 @@ from engine.retrieval import (
     SearchTarget,
     _Candidate,
     blend_vectors,
+    fusion_evidence,
     hdc_mmr,
+    query_terms,
 )
 from tests.engine.test_encoder import make_encoder
 
@@ -281,3 +284,63 @@ def test_fusion_adds_late_rows_reorders_and_keeps_hdc_only_searches_unchanged(tm
     assert [r["memory"]["hdv_idx"] for r in retriever.search("the question", [ranker])] == \
         [r["memory"]["hdv_idx"] for r in fused]
     assert asked == ["the question"]
+
+
+def test_fusion_weights_gate_the_late_ranker(tmp_path):
+    retriever, targets, q, rows, query = constructed_case(tmp_path, min_context=3)
+    retriever.query_vector = lambda corpus, query, blend=None: q
+    plain = retriever.search("the question", targets)
+    asked: list[str] = []
+
+    def late(text: str) -> list[tuple[int, float]]:
+        asked.append(text)
+        return [(300, 9.0), (4, 8.0)]
+
+    off = SearchTarget(targets[0].corpus, targets[0].store, "case", late=late, fusion=FusionWeights(1.0, 0.0))
+    assert retriever.search("the question", [off]) == plain  # weight 0: HDC alone, the late ranker not asked
+    assert asked == []
+    alone = SearchTarget(targets[0].corpus, targets[0].store, "case", late=late, fusion=FusionWeights(0.0, 1.0))
+    ranked = [r["memory"]["hdv_idx"] for r in retriever.search("the question", [alone])]
+    assert ranked[:2] == [300, 4] and asked == ["the question"]  # late weight only: its order leads
+
+
+def test_fusion_evidence_prefers_the_ranker_that_finds_the_corpus_own_texts(tmp_path):
+    encoder = make_encoder(tmp_path, dims=512)
+    rng = np.random.default_rng(0)
+    texts = [" ".join(f"w{int(t)}" for t in rng.integers(3, 300, 30)) for _ in range(60)]
+    tokenizer = WordTokenizer()
+    corpus_tokens = [tokenizer.tokenize(text) for text in texts]
+    pos, neg = encoder.encode(corpus_tokens)
+    index = BitmapIndex.create(tmp_path / "e.idx", encoder.dims)
+    index.append(pos, neg, token_counts=[30] * 60, source_ids=[1] * 60)
+    index.finalize()
+    corpus = LoadedCorpus(encoder=encoder, index=BitmapIndex.open(tmp_path / "e.idx"))
+    retriever = Retriever(tokenizer, Config())
+    useless = SearchTarget(corpus, DictStore(texts), "e", late=lambda text: [(int(r), 1.0) for r in range(59, -1, -1)])
+    weights = fusion_evidence(retriever=retriever, target=useless, samples=20)
+    assert (weights.hdc, weights.late) == (1.0, 0.0)
+    assert weights.evidence["mrr"]["1,0"] > 0.5 and weights.evidence["mrr"]["1,0.5"] < weights.evidence["mrr"]["1,0"]
+    with pytest.raises(ValueError, match="late ranker"):
+        fusion_evidence(retriever=retriever, target=SearchTarget(corpus, DictStore(texts), "e"))
+
+
+@pytest.mark.parametrize(("query", "terms"), [
+    ("What is a blitter?", "blitter"),
+    ("Tell me about the French Revolution", "French Revolution"),
+    ("how does yield resume a generator", "yield resume generator"),
+    ("What is it?", "it"),
+    ("What is?", "What is?"),  # nothing but the template: the query as it is
+])
+def test_query_terms_drop_the_question_template(query, terms):
+    assert query_terms(query) == terms
+
+
+def test_query_vector_encodes_the_query_without_its_template(tmp_path):
+    encoder = make_encoder(tmp_path, dims=512)
+    corpus = LoadedCorpus(encoder=encoder, index=None)
+    retriever = Retriever(WordTokenizer(), Config())
+    q_pos, q_neg = retriever.query_vector(corpus, "What is alpha beta?")
+    pos, neg, _ = retriever.encode_text(corpus, "alpha beta")
+    np.testing.assert_array_equal(q_pos, pos)
+    np.testing.assert_array_equal(q_neg, neg)
+    assert not np.array_equal(q_pos, retriever.encode_text(corpus, "What is alpha beta?")[0])

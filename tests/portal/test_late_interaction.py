@@ -15,6 +15,7 @@ from corpus.models import Corpus, IndexBuild, Memory
 from corpus.services import builds as build_services
 from corpus.services.builds import build_cancel
 from corpus.services.corpora import dataset_delete
+from engine.fusion import WEIGHT_GRID
 from memory.services import memories_search
 from tests.engine.multivector.conftest import free_port
 from tests.portal.conftest import TEXTS, build_now, upload
@@ -38,6 +39,30 @@ def text_records(corpus_id: int) -> list[dict]:
 
 def closed_chroma_url() -> str:
     return f"http://127.0.0.1:{free_port()}"
+
+
+def fuse_equally(build: IndexBuild) -> None:
+    """Give a build equal fusion weights. Its own evidence, from this six-text corpus, may well pick
+    HDC alone; tests about the store's records need the late ranker asked."""
+    IndexBuild.objects.filter(pk=build.pk).update(
+        parameters={**build.parameters, "fusion": {"hdc": 1.0, "late": 1.0, "evidence": {}}})
+
+
+def test_build_measures_its_fusion_weights_and_a_zero_late_weight_skips_the_store(
+        late_corpus, owner, member, dataset, settings, django_capture_on_commit_callbacks, caplog):
+    build = build_now(late_corpus, owner, django_capture_on_commit_callbacks)
+    fusion = build.parameters["fusion"]
+    assert (fusion["hdc"], fusion["late"]) in WEIGHT_GRID
+    assert fusion["evidence"]["queries"] > 0 and set(fusion["evidence"]["mrr"]) == \
+        {f"{h:g},{x:g}" for h, x in WEIGHT_GRID}
+    # The chosen weights rank the self-queries at least as well as HDC alone.
+    assert fusion["evidence"]["mrr"][f"{fusion['hdc']:g},{fusion['late']:g}"] >= fusion["evidence"]["mrr"]["1,0"]
+    IndexBuild.objects.filter(pk=build.pk).update(
+        parameters={**build.parameters, "fusion": {"hdc": 1.0, "late": 0.0, "evidence": {}}})
+    settings.CHROMA_URL = url = closed_chroma_url()  # would log a warning if the store were asked
+    results = memories_search(user=member, corpus_ids=[late_corpus.pk], query=TEXTS[3])
+    assert results[0]["memory"]["text"] == TEXTS[3] and results[0]["late_score"] is None
+    assert not any(url in record.getMessage() for record in caplog.records)
 
 
 def test_build_fills_one_text_record_per_memory(late_corpus, owner, dataset, django_capture_on_commit_callbacks):
@@ -69,6 +94,7 @@ def test_second_build_replaces_the_first_records_after_it_is_active(
         late_corpus, owner, member, dataset, django_capture_on_commit_callbacks, monkeypatch):
     first = build_now(late_corpus, owner, django_capture_on_commit_callbacks)
     assert first.status == Status.SUCCEEDED, first.error
+    fuse_equally(first)
     upload(late_corpus, owner, MORE, "more.jsonl")
     seen = {}
     real_fill = build_services.text_store_fill
@@ -128,7 +154,7 @@ def test_build_cancelled_after_its_fill_leaves_no_records(late_corpus, owner, da
 
 def test_search_fuses_late_interaction_and_hides_it_from_outsiders(
         late_corpus, owner, member, outsider, dataset, django_capture_on_commit_callbacks):
-    build_now(late_corpus, owner, django_capture_on_commit_callbacks)
+    fuse_equally(build_now(late_corpus, owner, django_capture_on_commit_callbacks))
     results = memories_search(user=member, corpus_ids=[late_corpus.pk], query=TEXTS[3])
     assert results and results[0]["memory"]["text"] == TEXTS[3]
     own = results[0]
@@ -146,7 +172,7 @@ def test_search_fuses_late_interaction_and_hides_it_from_outsiders(
 
 def test_search_with_chroma_down_uses_hdc_alone(late_corpus, owner, dataset, settings,
                                                 django_capture_on_commit_callbacks, caplog):
-    build_now(late_corpus, owner, django_capture_on_commit_callbacks)
+    fuse_equally(build_now(late_corpus, owner, django_capture_on_commit_callbacks))
     settings.CHROMA_URL = url = closed_chroma_url()
     results = memories_search(user=owner, corpus_ids=[late_corpus.pk], query=TEXTS[3])
     assert results and results[0]["memory"]["text"] == TEXTS[3]

@@ -1,0 +1,195 @@
+"""Dataset formats: the format table, the two error types, content sniffing and discovery.
+
+Part of `engine.datasets` (which re-exports every public name here); split out so that each
+module has one purpose.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from engine.documents import DOCUMENT_FORMAT_BY_SUFFIX, DocumentError, sniff_document
+
+FORMAT_BY_SUFFIX = {
+    ".json": "json", ".jsonl": "jsonl", ".parquet": "parquet", ".txt": "text", ".md": "markdown",
+    ".markdown": "markdown", ".html": "html", ".htm": "html", ".xml": "xml", **DOCUMENT_FORMAT_BY_SUFFIX,
+}
+FORMATS = frozenset(FORMAT_BY_SUFFIX.values())
+CHUNKED_FORMATS = frozenset({"text", "markdown", "html", "xml"})
+
+_SNIFF_BYTES = 64 * 1024
+_NUL = b"\x00"
+
+
+class DatasetError(ValueError):
+    """A dataset file that cannot be read at all; the message names the file and the problem."""
+
+
+@dataclass(frozen=True)
+class DatasetIssue:
+    """One skipped record: `kind` is "line" (JSONL, 1-based), "item" (JSON list) or "row" (parquet)."""
+
+    path: str
+    kind: str
+    number: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.kind} {self.number}: {self.message}"
+
+
+
+# ----------------------------------------------------------------------------- sniffing
+
+def _decode_head(head: bytes, label: str, complete: bool) -> str:
+    if _NUL in head:
+        raise DatasetError(f"{label}: binary data (NUL byte at byte offset {head.index(_NUL)}), not a text dataset")
+    try:
+        return codecs.getincrementaldecoder("utf-8-sig")().decode(head, final=complete)
+    except UnicodeDecodeError as error:
+        raise DatasetError(f"{label}: invalid UTF-8 at byte offset {error.start}") from None
+
+
+def _too_deep() -> json.JSONDecodeError:
+    """Python's parser gives up on nesting deeper than the interpreter's recursion limit with a
+    RecursionError; to a dataset that is just one more kind of invalid JSON."""
+    return json.JSONDecodeError("nested too deeply", "", 0)
+
+
+def _is_json_container(line: str) -> bool:
+    try:
+        return isinstance(json.loads(line), (dict, list))
+    except (json.JSONDecodeError, RecursionError):
+        return False
+
+
+def _sniff_json(text: str, complete: bool, suffix_format: str | None, label: str) -> str | None:
+    """"json" / "jsonl" when `text` (a file head starting with a bracket) is JSON, None when not.
+
+    A whole file that parses is JSON (JSONL with two or more records never does); otherwise it is
+    JSONL when at least half of its first lines parse alone, so a few bad lines stay per-record
+    issues instead of condemning the file.
+    """
+    whole_error = None
+    if complete:
+        try:
+            json.loads(text)
+            one_line = len(text.strip().splitlines()) == 1
+            return "jsonl" if one_line and suffix_format == "jsonl" else "json"
+        except json.JSONDecodeError as error:
+            whole_error = error
+        except RecursionError:
+            whole_error = _too_deep()
+    lines = [line for line in text.splitlines() if line.strip()]
+    if not complete and len(lines) > 1:
+        lines.pop()  # the last line of a cut head may itself be cut
+    sample = lines[:100]
+    if len(sample) > 1 and 2 * sum(map(_is_json_container, sample)) >= len(sample):
+        return "jsonl"
+    if whole_error is None:
+        # A head cut out of a large document (or out of one huge line) cannot parse: trust the
+        # opening bracket, and the extension to tell a JSON document from JSON lines.
+        return suffix_format if suffix_format in ("json", "jsonl") else "json" if suffix_format is None else None
+    if suffix_format in ("json", "jsonl"):
+        raise DatasetError(f"{label}: not valid JSON: {whole_error.msg} at line {whole_error.lineno} "
+                           f"column {whole_error.colno}")
+    return None
+
+
+_HTML_ROOT = re.compile(r"<(?:!doctype\s+html|html|head|body)\b", re.IGNORECASE)
+
+
+def sniff_format(source: str | Path | bytes, filename: str | None = None) -> str:
+    """Detect a dataset's format from its content; returns one of the `FORMAT_BY_SUFFIX` values.
+
+    `source` is a path or the file's bytes (its head at least; whole bytes also let a truncated
+    parquet file be caught by its missing footer). `filename` (default: the path's name) is used
+    only where content cannot decide: text vs markdown, a single-line JSON object (``.jsonl`` keeps
+    it JSONL), an HTML fragment. Content wins over the extension otherwise (a ``.json`` holding JSON
+    lines is "jsonl"). Raises DatasetError for an unsupported extension, binary or non-UTF-8 text,
+    an empty file, or content that contradicts a structured extension (a ``.json`` that is not
+    JSON, a ``.parquet`` without the PAR1 magic, a ``.xml`` that is not markup).
+    """
+    if isinstance(source, bytes):
+        head, tail, complete = source[:_SNIFF_BYTES], source[-4:], len(source) <= _SNIFF_BYTES
+        label = filename or "<upload>"
+    else:
+        path = Path(source)
+        label, filename = str(path), filename or path.name
+        try:
+            with open(path, "rb") as handle:
+                head = handle.read(_SNIFF_BYTES)
+                complete = not handle.read(1)
+                handle.seek(max(0, handle.seek(0, 2) - 4))
+                tail = handle.read(4)
+        except OSError as error:
+            raise DatasetError(f"{label}: cannot read: {error.strerror or error}") from None
+    suffix = Path(filename).suffix.lower() if filename else ""
+    suffix_format = FORMAT_BY_SUFFIX.get(suffix)
+    if suffix and suffix_format is None:
+        raise DatasetError(f"{label}: unsupported file type {suffix!r}; supported: {', '.join(sorted(FORMAT_BY_SUFFIX))}")
+    try:
+        document = sniff_document(head, suffix)
+    except DocumentError as error:
+        raise DatasetError(f"{label}: {error}") from None
+    if document:
+        return document
+    if head.startswith(b"PAR1"):
+        if tail != b"PAR1" or (complete and len(head) < 8):
+            raise DatasetError(f"{label}: truncated parquet file (footer magic PAR1 missing)")
+        return "parquet"
+    if suffix_format == "parquet":
+        raise DatasetError(f"{label}: not a parquet file (no PAR1 magic at the start)")
+    text = _decode_head(head, label, complete)
+    stripped = text.lstrip()
+    if not stripped:
+        raise DatasetError(f"{label}: file is empty")
+    if stripped[0] in "[{":
+        detected = _sniff_json(stripped, complete, suffix_format, label)
+        if detected:
+            return detected
+    if suffix_format in ("json", "jsonl"):
+        raise DatasetError(f"{label}: content is not JSON (starts with {stripped[:20]!r})")
+    if stripped.startswith("<"):
+        if _HTML_ROOT.search(stripped[:4096]):
+            return "html"
+        if stripped.startswith("<?xml") or suffix_format not in ("text", "markdown", "html"):
+            return "xml"
+    if suffix_format == "xml":
+        raise DatasetError(f"{label}: content is not XML (starts with {stripped[:20]!r})")
+    return suffix_format or "text"
+
+
+# ----------------------------------------------------------------------------- discovery
+
+def discover_datasets(directory: str | Path) -> list[dict]:
+    """Indexable files under `directory` (recursive, hidden entries skipped), sorted by name.
+
+    Each entry: ``{"path": Path, "name": str (posix path relative to directory), "format": str |
+    None, "size": int (bytes)}``; a file whose content cannot be sniffed has format None and an
+    ``"error"`` message instead of raising, so one bad file does not hide the others.
+    """
+    root = Path(directory)
+    if not root.is_dir():
+        raise DatasetError(f"{root}: not a directory")
+    found = []
+    for path in sorted(root.rglob("*")):
+        relative = path.relative_to(root)
+        if any(part.startswith(".") for part in relative.parts) or not path.is_file():
+            continue
+        if path.suffix.lower() not in FORMAT_BY_SUFFIX:
+            continue
+        entry: dict[str, Any] = {"path": path, "name": relative.as_posix(), "format": None, "size": path.stat().st_size}
+        try:
+            entry["format"] = sniff_format(path)
+        except DatasetError as error:
+            entry["error"] = str(error)
+        found.append(entry)
+    return found
+
+
