@@ -62,19 +62,8 @@ def corpus_create(*, owner: AbstractBaseUser, name: str, readable_groups: Iterab
     name = name.strip()
     if not name:
         raise ApplicationError("A corpus needs a name.")
-    corpus = Corpus(owner=owner, name=name, **options)
-    try:
-        corpus.full_clean(exclude=["owner", "active_build"], validate_unique=False)
-    except ValidationError as error:
-        raise ApplicationError("Invalid corpus settings.", error.message_dict) from None
-    try:
-        with transaction.atomic():
-            corpus.save()
-            corpus.readable_groups.set(readable_groups)
-            corpus.writable_groups.set(writable_groups)
-    except IntegrityError:
-        raise CorpusNameTaken(f"You already have a corpus named {name!r}.", {"name": name}) from None
-    return corpus
+    return _checked_save(Corpus(owner=owner, name=name, **options), readable_groups=readable_groups,
+                         writable_groups=writable_groups)
 
 
 def corpus_update(*, corpus: Corpus, name: str | None = None, readable_groups: Iterable[Group] | None = None,
@@ -90,6 +79,12 @@ def corpus_update(*, corpus: Corpus, name: str | None = None, readable_groups: I
         corpus.name = name.strip()
     for field, value in options.items():
         setattr(corpus, field, value)
+    return _checked_save(corpus, readable_groups=readable_groups, writable_groups=writable_groups)
+
+
+def _checked_save(corpus: Corpus, *, readable_groups: Iterable[Group] | None,
+                  writable_groups: Iterable[Group] | None) -> Corpus:
+    """Validate the fields, then save the row and the given group lists together (None: unchanged)."""
     try:
         corpus.full_clean(exclude=["owner", "active_build"], validate_unique=False)
     except ValidationError as error:
