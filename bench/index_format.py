@@ -57,7 +57,7 @@ import json, sys, time
 import numpy as np
 started = time.perf_counter()
 from engine.config import Config
-from engine.corpus import load_corpus
+from engine.loaded_build import load_corpus
 from engine.models import default_gguf_path
 from engine.retrieval import Retriever
 from engine.tokenizer import GGUFTokenizer

@@ -115,7 +115,7 @@ class HDCRanker:
         import json
 
         from engine.build import build_index
-        from engine.corpus import load_corpus
+        from engine.loaded_build import load_corpus
         from engine.models import default_gguf_path
         from engine.retrieval import Retriever
         from engine.tokenizer import GGUFTokenizer

@@ -103,7 +103,7 @@ def memories_delete_for_build(*, build_id: int, chunk: int = 10000) -> int:
 
 @dataclass(frozen=True)
 class BuildMemoryStore:
-    """engine.corpus.MemoryStore over the Memory rows of one build."""
+    """engine.loaded_build.MemoryStore over the Memory rows of one build."""
 
     build_id: int
 

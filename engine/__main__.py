@@ -65,7 +65,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 
 
 def cmd_search(args: argparse.Namespace) -> int:
-    from engine.corpus import load_corpus
+    from engine.loaded_build import load_corpus
     from engine.retrieval import Retriever, SearchTarget
 
     corpus = load_corpus(args.index)
@@ -92,7 +92,7 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
-    from engine.corpus import load_corpus
+    from engine.loaded_build import load_corpus
 
     corpus = load_corpus(args.index)
     manifest = corpus.manifest

@@ -35,7 +35,10 @@ import numpy as np
 
 from engine import gguf
 from engine.config import Config
-from engine.corpus import (
+from engine.datasets import DatasetIssue, iter_dataset
+from engine.encoder import HDCEncoder, compute_idf
+from engine.index import BitmapIndex
+from engine.loaded_build import (
     FORMAT_VERSION,
     INDEX_FILE,
     MANIFEST,
@@ -46,9 +49,6 @@ from engine.corpus import (
     load_corpus,
     read_manifest,
 )
-from engine.datasets import DatasetIssue, iter_dataset
-from engine.encoder import HDCEncoder, compute_idf
-from engine.index import BitmapIndex
 from engine.tokenizer import Tokenizer
 from engine.vocab import VocabIndex, write_vocab_index
 

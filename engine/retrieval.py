@@ -54,8 +54,8 @@ import numpy as np
 
 from engine import bits
 from engine.config import Config
-from engine.corpus import LoadedCorpus, MemoryStore
 from engine.fusion import FusionWeights, choose_fusion_weights, reciprocal_rank_fusion, self_queries
+from engine.loaded_build import LoadedCorpus, MemoryStore
 from engine.tokenizer import Tokenizer
 
 CONTEXT_DELIMITER = "\n\n---\n\n"

@@ -36,7 +36,7 @@ import numpy as np
 
 from engine import gguf
 from engine.build import BuildCancelled
-from engine.corpus import LoadedCorpus, MemoryStore
+from engine.loaded_build import LoadedCorpus, MemoryStore
 from engine.multivector import ChromaClient
 from engine.multivector.token_vectors import EmptySequenceError, TokenVectorEncoder
 from engine.tokenizer import Tokenizer

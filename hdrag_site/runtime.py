@@ -27,8 +27,8 @@ from typing import Any, Generic, TypeVar
 from django.conf import settings
 
 from engine.config import Config
-from engine.corpus import MANIFEST, LoadedCorpus, load_corpus
 from engine.llm import ContextBudget, GenerationSettings, LLMClient, ServerTokenCounter, TokenCounter
+from engine.loaded_build import MANIFEST, LoadedCorpus, load_corpus
 from engine.retrieval import Retriever
 
 LOADED_BUILDS = 32

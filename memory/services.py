@@ -18,8 +18,8 @@ from corpus.chroma import store_for
 from corpus.memory_rows import BuildMemoryStore
 from corpus.models import Corpus
 from corpus.selectors import corpora_visible_to
-from engine.corpus import LoadedCorpus
 from engine.fusion import FusionWeights
+from engine.loaded_build import LoadedCorpus
 from engine.multivector import StorageError
 from engine.retrieval import BlendState, Retriever, SearchTarget
 from engine.text_store import text_store_rank

@@ -48,7 +48,7 @@ def real_text_index(directory: Path, *, docs: int, real_docs: int, queries: int,
     """(index of `docs` rows, query pos (q, words), query neg, rows that are real text, query texts)."""
     from engine.build import build_index
     from engine.config import Config
-    from engine.corpus import load_corpus
+    from engine.loaded_build import load_corpus
     from engine.models import default_gguf_path
     from engine.retrieval import Retriever
     from engine.tokenizer import GGUFTokenizer

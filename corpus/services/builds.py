@@ -42,8 +42,8 @@ from corpus.memory_rows import BuildMemoryStore, MemoryWriter, memories_delete_f
 from corpus.models import Corpus, Dataset, IndexBuild
 from engine.build import BuildCancelled, build_index, verify_build
 from engine.config import Config
-from engine.corpus import LoadedCorpus, MemoryStore, load_corpus
 from engine.fusion import FusionWeights
+from engine.loaded_build import LoadedCorpus, MemoryStore, load_corpus
 from engine.multivector.token_vectors import TokenVectorEncoder
 from engine.retrieval import Retriever, SearchTarget, fusion_evidence
 from engine.text_store import (

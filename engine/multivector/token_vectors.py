@@ -37,7 +37,7 @@ from engine.multivector.records import MAX_PAYLOAD_BYTES
 from engine.vocab import corrected_rows, isotropy_correction, unit_rows
 
 if TYPE_CHECKING:
-    from engine.corpus import LoadedCorpus
+    from engine.loaded_build import LoadedCorpus
 
 DEFAULT_SEED = 20240611
 DEFAULT_MAX_ROWS = 256

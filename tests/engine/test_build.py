@@ -11,7 +11,7 @@ import pytest
 
 from engine.build import BuildCancelled, BuildError, BuildVerificationError, build_index, verify_build
 from engine.config import Config
-from engine.corpus import CorpusError, load_corpus
+from engine.loaded_build import CorpusError, load_corpus
 
 CONFIG = Config(hdc_dimensions=256, hdc_ngram=3)
 PARAGRAPHS = [

@@ -10,7 +10,7 @@ import pytest
 
 from engine.build import build_index
 from engine.config import Config
-from engine.corpus import load_corpus
+from engine.loaded_build import load_corpus
 from engine.retrieval import CONTEXT_DELIMITER, BlendState, Retriever, SearchTarget
 from engine.spm import GGUFTokenizer
 

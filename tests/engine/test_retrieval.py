@@ -10,9 +10,9 @@ import pytest
 
 from engine.bits import adaptive_threshold, pack_ternary, unpack_ternary
 from engine.config import Config
-from engine.corpus import LoadedCorpus
 from engine.fusion import FusionWeights
 from engine.index import BitmapIndex
+from engine.loaded_build import LoadedCorpus
 from engine.retrieval import (
     CONTEXT_DELIMITER,
     BlendState,

@@ -11,8 +11,8 @@ import pytest
 
 from engine.build import BuildCancelled, build_index
 from engine.config import Config
-from engine.corpus import load_corpus
 from engine.fusion import reciprocal_rank_fusion
+from engine.loaded_build import load_corpus
 from engine.multivector import ChromaClient
 from engine.text_store import (
     PHASE,

@@ -22,7 +22,7 @@ from corpus.services.builds import (
     builds_sweep_stale,
 )
 from corpus.tasks import run_build
-from engine.corpus import load_corpus
+from engine.loaded_build import load_corpus
 from hdrag_site.errors import ApplicationError
 from memory.services import memories_search
 from tests.portal.conftest import TEXTS, build_now, upload
