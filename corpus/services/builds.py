@@ -40,7 +40,7 @@ from corpus.events import send_build_event, send_event
 from corpus.files import build_dir
 from corpus.memory_rows import BuildMemoryStore, MemoryWriter, memories_delete_for_build
 from corpus.models import Corpus, Dataset, IndexBuild
-from engine.build import BuildCancelled, build_index, verify_build
+from engine.build import BuildCancelled, BuildResult, build_index, verify_build
 from engine.config import Config
 from engine.fusion import FusionWeights
 from engine.loaded_build import LoadedCorpus, MemoryStore, load_corpus
@@ -292,6 +292,15 @@ def _execute(build: IndexBuild, reporter: _Reporter) -> None:
     reporter.close_phase()
     timings = {**result.manifest.get("timings", {}), **{f"portal_{k}": v for k, v in reporter.timings.items()},
                "memory_insert": round(writer.seconds, 3), "memory_rows_per_second": round(writer.rows_per_second)}
+    previous = _activate(build=build, result=result, timings=timings, parameters=values)
+    if values.get("late_interaction") or previous.get("late_interaction"):
+        _prune_text_records(corpus_id=corpus.pk, keep_build_id=build.pk)
+
+
+def _activate(*, build: IndexBuild, result: BuildResult, timings: dict, parameters: dict) -> dict:
+    """Mark the build succeeded and make it the corpus's active build, in one transaction, then
+    tell the pages. Returns the parameters of the build it replaced ({} for none)."""
+    corpus_id = build.corpus_id
     counts = {s["source_id"]: s["documents"] for s in result.manifest["sources"]}
     with transaction.atomic():
         # Locked, so a cancel or sweep racing with activation either lands before (we stop) or
@@ -299,19 +308,18 @@ def _execute(build: IndexBuild, reporter: _Reporter) -> None:
         row = IndexBuild.objects.select_for_update().get(pk=build.pk)
         if row.status != Status.RUNNING or row.cancel_requested:
             raise BuildCancelled(f"build {build.pk} cancelled before activation")
-        previous = Corpus.objects.filter(pk=corpus.pk).values_list("active_build__parameters", flat=True).first() or {}
+        previous = Corpus.objects.filter(pk=corpus_id).values_list("active_build__parameters", flat=True).first() or {}
         IndexBuild.objects.filter(pk=build.pk).update(
             status=Status.SUCCEEDED, finished=timezone.now(), phase="done", done=result.documents,
             total=result.documents, documents=result.documents, duplicates=result.duplicates,
-            vocab_size=result.vocab_size, timings=timings, parameters=values, heartbeat=timezone.now())
-        Corpus.objects.filter(pk=corpus.pk).update(active_build_id=build.pk)
+            vocab_size=result.vocab_size, timings=timings, parameters=parameters, heartbeat=timezone.now())
+        Corpus.objects.filter(pk=corpus_id).update(active_build_id=build.pk)
         for dataset_id, documents in counts.items():
             Dataset.objects.filter(pk=dataset_id).update(record_count=documents, record_count_exact=True)
     build.refresh_from_db()
     send_build_event(build, op="finished")
-    send_event(f"corpus-{corpus.pk}", op="activated", build_id=build.pk)
-    if values.get("late_interaction") or previous.get("late_interaction"):
-        _prune_text_records(corpus_id=corpus.pk, keep_build_id=build.pk)
+    send_event(f"corpus-{corpus_id}", op="activated", build_id=build.pk)
+    return previous
 
 
 def _prune_text_records(*, corpus_id: int, keep_build_id: int) -> None:
