@@ -36,6 +36,7 @@ TOKENIZERS = 4
 RETRIEVERS = 4
 TEXT_ENCODERS = 8  # each holds ~4 MB (IDF table, projection) beside the mapped embeddings
 CHROMA_CLIENTS = 4
+TOKEN_COUNTERS = 4  # one per LLM server URL
 RETRIEVAL_THREADS = 2
 
 K = TypeVar("K", bound=Hashable)
@@ -69,9 +70,6 @@ class BoundedCache(Generic[K, V]):
         with self._lock:
             self._items.clear()
 
-    def __len__(self) -> int:
-        return len(self._items)
-
     def snapshot(self) -> list[K]:
         with self._lock:
             return list(self._items)
@@ -82,7 +80,7 @@ _retrievers: BoundedCache[tuple[str, Config], Retriever] = BoundedCache(RETRIEVE
 _text_encoders: BoundedCache[tuple[str, str], Any] = BoundedCache(TEXT_ENCODERS)
 _builds: BoundedCache[str, LoadedCorpus] = BoundedCache(LOADED_BUILDS)
 _chroma: BoundedCache[tuple[str, str, float], Any] = BoundedCache(CHROMA_CLIENTS)
-_counters: BoundedCache[str, ServerTokenCounter] = BoundedCache(4)
+_counters: BoundedCache[str, ServerTokenCounter] = BoundedCache(TOKEN_COUNTERS)
 _executor_lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None
 
@@ -147,7 +145,7 @@ def forget_build(build_dir: str | Path) -> None:
     """Unmap a build (before its directory is deleted) and drop what was made for it."""
     key = str(Path(build_dir).resolve())
     _builds.drop(lambda cached: cached != key)
-    _text_encoders.drop(lambda cached: cached[0] != str(build_dir) and cached[0] != key)
+    _text_encoders.drop(lambda cached: cached[0] != key)
 
 
 def forget_vanished_builds() -> None:
