@@ -106,4 +106,19 @@ class LlamaCppTokenizer:
 # The in-process implementation lives in engine/spm.py; re-exported so callers import one module.
 from engine.spm import GGUFTokenizer  # noqa: E402
 
-__all__ = ["GGUFTokenizer", "LLMUnavailableError", "LlamaCppTokenizer", "Tokenizer"]
+# `tokenizer.ggml.model` values the engine tokenizes in process (exactly as llama.cpp does).
+IN_PROCESS_MODELS = frozenset({"llama"})
+
+
+def in_process_tokenizer(gguf_path: str | Path) -> Tokenizer | None:
+    """The GGUF's own tokenizer run in process, or None when the engine has none for its kind
+    (byte-level BPE such as Qwen's: only a llama.cpp server tokenizes those, `LlamaCppTokenizer`)."""
+    from engine.gguf import read_metadata
+
+    if read_metadata(gguf_path).tokenizer_model not in IN_PROCESS_MODELS:
+        return None
+    return GGUFTokenizer.from_gguf(gguf_path)
+
+
+__all__ = ["IN_PROCESS_MODELS", "GGUFTokenizer", "LLMUnavailableError", "LlamaCppTokenizer", "Tokenizer",
+           "in_process_tokenizer"]
