@@ -20,12 +20,17 @@ Rankers are registered in `RANKERS`.
     .venv/bin/python -m bench.retrieval_eval --rankers li --li-weighting idf  # one LI variant
     .venv/bin/python -m bench.retrieval_eval --docs 5000 --queries 500 --rankers hdc,li,li-store,rrf
     .venv/bin/python -m bench.retrieval_eval --set gcide --docs 5000 --queries 300   # GCIDE, "What is X?"
+    .venv/bin/python -m bench.retrieval_eval --gguf chat --rankers bm25,hdc,li  # Qwen's token embeddings
 
 Sets: `wordnet` (above), `gcide` and `jargon` (bench/data/glossaries.py: "What is <headword>?"
 against entry texts; `apt-get install dict-gcide jargon-text`). "rrf-gated" fuses HDC and LI
 with the weights `engine.fusion.choose_fusion_weights` picks on the corpus's own self-queries
 (what a portal build stores), never on the test queries. "hdc-cos" and "hdc-csls" re-score the
 exact HDC scores (bench/ranking_variants.py). Every column also reports hubness.
+
+`--gguf` picks the model whose token embeddings build the hdc and li rankers (bench/embedding_model.py:
+a path, "chat" or the default Gemma; a tokenizer the engine lacks runs in a llama.cpp server);
+bench/embedding_compare.py runs both packaged models on one set (docs/embedding-model.md).
 """
 
 from __future__ import annotations
