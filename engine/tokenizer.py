@@ -129,9 +129,10 @@ def in_process_tokenizer(gguf_path: str | Path) -> Tokenizer | None:
     (byte-level BPE such as Qwen's: only a llama.cpp server tokenizes those, `LlamaCppTokenizer`)."""
     from engine.gguf import read_metadata
 
-    if read_metadata(gguf_path).tokenizer_model not in IN_PROCESS_MODELS:
+    metadata = read_metadata(gguf_path)
+    if metadata.tokenizer_model not in IN_PROCESS_MODELS:
         return None
-    return GGUFTokenizer.from_gguf(gguf_path)
+    return GGUFTokenizer.from_metadata(metadata)
 
 
 __all__ = ["IN_PROCESS_MODELS", "GGUFTokenizer", "LLMUnavailableError", "LlamaCppTokenizer", "Tokenizer",
