@@ -16,6 +16,7 @@ from chat.models import MAX_TOKEN_BUDGET, Message
 from chat.services import MAX_MESSAGE_CHARS
 from corpus.models import Corpus
 from engine.gguf import GGUFError, read_metadata
+from engine.tokenizer import index_tokenizer_refusal
 
 
 class ErrorDetailSerializer(serializers.Serializer):
@@ -59,9 +60,12 @@ class CorpusWriteSerializer(serializers.Serializer):
         value = value.strip()
         if value:
             try:
-                read_metadata(value)
+                metadata = read_metadata(value)
             except (GGUFError, OSError, ValueError) as error:
                 raise serializers.ValidationError(f"Not a readable GGUF model: {error}") from None
+            refusal = index_tokenizer_refusal(metadata.tokenizer_model)
+            if refusal:
+                raise serializers.ValidationError(refusal)
         return value
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:

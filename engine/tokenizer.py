@@ -106,4 +106,34 @@ class LlamaCppTokenizer:
 # The in-process implementation lives in engine/spm.py; re-exported so callers import one module.
 from engine.spm import GGUFTokenizer  # noqa: E402
 
-__all__ = ["GGUFTokenizer", "LLMUnavailableError", "LlamaCppTokenizer", "Tokenizer"]
+# `tokenizer.ggml.model` values the engine tokenizes in process (exactly as llama.cpp does).
+IN_PROCESS_MODELS = frozenset({"llama"})
+
+
+def index_tokenizer_refusal(tokenizer_model: str) -> str | None:
+    """Why a GGUF with this `tokenizer.ggml.model` cannot build a corpus's index; None when it can.
+
+    A build and every later search of it cut text into the model's exact llama.cpp ids inside the
+    portal's web and worker processes, with no server per model: only a vocabulary the engine
+    tokenizes in process will do (docs/embedding-model.md).
+    """
+    if tokenizer_model in IN_PROCESS_MODELS:
+        return None
+    return (f"This model's tokenizer is {tokenizer_model!r}; index builds and their searches tokenize in "
+            "process, which the engine does for SentencePiece ('llama') vocabularies such as Gemma's. "
+            "A chat model need not be one: it is served by the LLM server.")
+
+
+def in_process_tokenizer(gguf_path: str | Path) -> Tokenizer | None:
+    """The GGUF's own tokenizer run in process, or None when the engine has none for its kind
+    (byte-level BPE such as Qwen's: only a llama.cpp server tokenizes those, `LlamaCppTokenizer`)."""
+    from engine.gguf import read_metadata
+
+    metadata = read_metadata(gguf_path)
+    if metadata.tokenizer_model not in IN_PROCESS_MODELS:
+        return None
+    return GGUFTokenizer.from_metadata(metadata)
+
+
+__all__ = ["IN_PROCESS_MODELS", "GGUFTokenizer", "LLMUnavailableError", "LlamaCppTokenizer", "Tokenizer",
+           "in_process_tokenizer", "index_tokenizer_refusal"]

@@ -49,6 +49,19 @@ def test_corpus_input_is_validated(owner, outsider, writers):
     error_of(not_json)
 
 
+def test_an_embedding_model_the_engine_cannot_tokenize_is_refused_like_the_form(staff, gemma_gguf):
+    from engine.models import default_chat_gguf_path
+
+    client = token_client(staff)
+    refused = client.post("/api/v1/corpora/", {"name": "Qwen", "gguf_path": str(default_chat_gguf_path())},
+                          format="json")
+    assert refused.status_code == 400
+    message = error_of(refused)["details"]["gguf_path"][0]
+    assert "'gpt2'" in message and "SentencePiece" in message
+    accepted = client.post("/api/v1/corpora/", {"name": "Gemma", "gguf_path": str(gemma_gguf)}, format="json")
+    assert accepted.status_code == 201 and Corpus.objects.get(name="Gemma").gguf_path == str(gemma_gguf)
+
+
 def test_upload_validates_like_the_page(corpus, owner, settings):
     client = token_client(owner)
     url = f"/api/v1/corpora/{corpus.pk}/datasets/"

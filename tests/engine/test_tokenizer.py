@@ -220,3 +220,12 @@ def test_tiny_vocab_space_prefix():
     tokenizer = _tiny_vocab(add_space_prefix=True)
     ids = {t: i for i, t in enumerate(tokenizer._tokens)}
     assert tokenizer.tokenize("ab") == [ids["▁ab"]]
+
+
+def test_in_process_tokenizer_only_for_vocabularies_the_engine_runs(gemma_gguf):
+    from engine.models import default_chat_gguf_path
+    from engine.tokenizer import in_process_tokenizer
+
+    gemma = in_process_tokenizer(gemma_gguf)
+    assert isinstance(gemma, GGUFTokenizer) and gemma.tokenize("Hello world") == [9259, 1902]
+    assert in_process_tokenizer(default_chat_gguf_path()) is None  # Qwen's byte-level BPE: a server tokenizes it
