@@ -9,7 +9,8 @@ threshold, fusion, dedup, HDC-MMR) on one corpus. The old pipeline is the code o
 process on the SAME build and store, in the same run. Prints hardware, the load average, p50/p90
 per mode and the ratio to the old fused pipeline.
 
-    flock -x /tmp/hdrag-cpu.lock python -m bench.fused_search --set jargon --docs 3000 --queries 100
+    flock -s /tmp/hdrag-cpu.lock python -m bench.fused_search --work-dir /tmp/fused --prepare   # build + fill
+    flock -x /tmp/hdrag-cpu.lock python -m bench.fused_search --work-dir /tmp/fused              # timings
 """
 
 from __future__ import annotations
@@ -81,6 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-hypernym", action="store_true")
     parser.add_argument("--wordnet-dir", type=Path, default=Path("/usr/share/wordnet"))
     parser.add_argument("--baseline", default=None, help="git commit of the old pipeline (default: merge base with main)")
+    parser.add_argument("--work-dir", type=Path, default=None, help="keep the build and store here (default: temp)")
+    parser.add_argument("--prepare", action="store_true", help="only build and fill --work-dir (untimed)")
     args = parser.parse_args(argv)
 
     from engine.build import build_index
@@ -102,18 +105,25 @@ def main(argv: list[str] | None = None) -> int:
     commit = args.baseline or subprocess.run(["git", "-C", str(ROOT), "merge-base", "HEAD", "main"],
                                              capture_output=True, text=True, check=True).stdout.strip()
     with tempfile.TemporaryDirectory(prefix="hdrag-fused-") as scratch:
-        work = Path(scratch)
-        dataset = work / "documents.jsonl"
-        dataset.write_text("".join(json.dumps({"text": t}) + "\n" for t in data.documents), encoding="utf-8")
+        work = args.work_dir or Path(scratch)
         tokenizer = GGUFTokenizer.from_gguf(gguf)
-        started = time.perf_counter()
-        build_index(datasets=[(1, args.set, dataset)], out_dir=work / "build", gguf_path=gguf, tokenizer=tokenizer,
-                    config=config, cache_dir=cache)
+        if not (work / "build" / "late.npz").is_file():
+            work.mkdir(parents=True, exist_ok=True)
+            dataset = work / "documents.jsonl"
+            dataset.write_text("".join(json.dumps({"text": t}) + "\n" for t in data.documents), encoding="utf-8")
+            started = time.perf_counter()
+            build_index(datasets=[(1, args.set, dataset)], out_dir=work / "build", gguf_path=gguf,
+                        tokenizer=tokenizer, config=config, cache_dir=cache)
+            corpus = load_corpus(work / "build")
+            encoder = text_encoder_for(corpus, gguf_path=gguf, tokenizer=tokenizer, cache_dir=cache)
+            store = ChromaClient(path=work / "chroma", visual_collection="bench_visual", text_collection="bench_text")
+            text_store_fill(store=store, corpus=corpus, encoder=encoder, tokenizer=tokenizer, build_id=1)
+            print(f"built and filled in {time.perf_counter() - started:.0f} s")
+        if args.prepare:
+            return 0
         corpus = load_corpus(work / "build")
         encoder = text_encoder_for(corpus, gguf_path=gguf, tokenizer=tokenizer, cache_dir=cache)
-        store = ChromaClient(path=work / "chroma", visual_collection="bench_visual", text_collection="bench_text")
-        text_store_fill(store=store, corpus=corpus, encoder=encoder, tokenizer=tokenizer, build_id=1)
-        print(f"set {args.set}: {corpus.count} rows, {len(queries)} queries; build + fill {time.perf_counter() - started:.0f} s")
+        print(f"set {args.set}: {corpus.count} rows, {len(queries)} queries")
         print(f"old pipeline: commit {commit[:10]} (fusion weights HDC 1, late 0.5 through Chroma)")
 
         retriever = Retriever(tokenizer, config)
@@ -132,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
                 retriever.search(query, [target])
                 times.append((time.perf_counter() - began) * 1000)
             results[name] = times
-        old_tree = _baseline_tree(commit, work / "old")
+        old_tree = _baseline_tree(commit, Path(scratch) / "old")
         payload = json.dumps({"build": str(work / "build"), "gguf": gguf, "cache": cache, "chroma": str(work / "chroma"),
                               "queries": queries, "config": {}})
         child = subprocess.run([sys.executable, "-c", _OLD, payload], capture_output=True, text=True, check=True,

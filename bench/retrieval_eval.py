@@ -308,7 +308,7 @@ RANKERS: dict[str, Callable[[argparse.Namespace], Ranker]] = {
 }
 FUSED = {"rrf": ("hdc", "li")}
 FUSED_LABELS = {"rrf": "RRF(HDC, LI)"}
-VARIANTS = ("hdc-cos", "hdc-csls", "hdc-template")
+VARIANTS = ("hdc-cos", "hdc-csls", "hdc-template", "hdc-idfq")
 
 
 @dataclass
@@ -359,6 +359,8 @@ def fuse(label: str, parts: list[Result], relevant: np.ndarray, rrf_k: int, weig
 
 
 SET_CHOICES = ("wordnet", "gcide", "jargon", "gcide-definitions", "manpages", "pydocs")
+QUERY_STYLES = {"gcide": "What is X?", "jargon": "What is X?", "gcide-definitions": "a definition, the word removed",
+                "manpages": "the NAME line", "pydocs": "a docstring's summary line"}
 
 
 def load_set(args: argparse.Namespace):  # noqa: ANN201 - a KnownItemSet of either module
@@ -447,7 +449,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print_hardware()
     print(f"== known-item retrieval: {args.set} ==")
-    style = f"lemmas{'' if args.no_hypernym else ' + hypernym'}" if args.set == "wordnet" else "What is X?"
+    style = f"lemmas{'' if args.no_hypernym else ' + hypernym'}" if args.set == "wordnet" else QUERY_STYLES[args.set]
     print(f"documents: {len(data.documents)}  queries: {len(data.queries)}  relevant per query: 1  "
           f"query style: {style}  seed: {args.seed}")
     for query, target in list(zip(data.queries, data.relevant, strict=True))[:3]:
