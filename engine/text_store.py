@@ -231,7 +231,7 @@ class LateScorer:
                 raise TextStoreError(f"{path}: written by encoder {str(data['signature'])!r}, "
                                      f"not {encoder.signature!r}")
             self.ids, self.offsets, self.norms = data["ids"], data["offsets"], data["norms"]
-            self.vocab, self.vectors = data["vocab"], data["vectors"].astype(np.float32)
+            self.vocab, self.vectors = data["vocab"], data["vectors"]  # float16: 1.5 kB per token
         self.encoder, self.tokenizer = encoder, tokenizer
         self.count = self.offsets.size - 1
 
@@ -275,7 +275,7 @@ class LateScorer:
         np.cumsum(lengths[:-1], out=segments[1:])
         flat = self.ids[np.repeat(starts - segments, lengths) + np.arange(int(lengths.sum()))]
         vocab, local = np.unique(flat, return_inverse=True)
-        by_token = (query_rows @ self.vectors[vocab].T)[:, local]  # (q, tokens of all rows)
+        by_token = (query_rows @ self.vectors[vocab].astype(np.float32).T)[:, local]  # (q, tokens of all rows)
         best = np.maximum.reduceat(by_token, segments, axis=1)
         summary = np.add.reduceat(by_token, segments, axis=1) / self.norms[rows[scored]]
         out[scored] = np.maximum(best, summary).sum(axis=0, dtype=np.float64)

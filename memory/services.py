@@ -20,7 +20,7 @@ from corpus.selectors import corpora_visible_to
 from engine.fusion import FusionChoice
 from engine.loaded_build import LoadedCorpus
 from engine.retrieval import BlendState, Retriever, SearchTarget
-from engine.text_store import LateScorer
+from engine.text_store import LateScorer, TextStoreError
 from hdrag_site import runtime
 from hdrag_site.errors import ApplicationError
 
@@ -33,7 +33,7 @@ def _late_scorer(*, corpus_id: int, corpus: LoadedCorpus, gguf_path: str) -> Lat
     were kept, or when they cannot be read (the search then runs on HDC alone)."""
     try:
         return runtime.late_scorer_for(corpus, gguf_path)
-    except (OSError, ValueError) as error:
+    except (OSError, ValueError, TextStoreError) as error:
         logger.warning("corpus %s: late-interaction scores unavailable, HDC alone: %s", corpus_id, error)
         return None
 
