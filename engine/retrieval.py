@@ -34,7 +34,7 @@ Choices the spec leaves open:
 * Fusion (a target with a `late` scorer, e.g. late interaction over the corpus's token vectors,
   `engine.text_store.LateScorer`): the late scorer re-scores each such target's HDC candidates
   (its top `FUSION_DEPTH`), and `fusion.fuse_scores` fuses the two scores under the target's
-  rule (`FusionChoice`, chosen per corpus from its own held-out self-queries by `fusion_evidence`;
+  rule (`FusionChoice`, chosen per corpus from its own self-queries by `fusion_evidence`;
   rule "hdc" skips the late scorer). Candidates past `FUSION_DEPTH` follow in HDC order. Targets
   are merged by rank: a candidate's fused score is 1 / (60 + its rank in its target's fused
   order), so targets without a late scorer take part with their HDC order. The adaptive threshold

@@ -283,7 +283,7 @@ def test_fusion_reorders_hdc_candidates_and_keeps_hdc_only_searches_unchanged(tm
                                                          scorer.score_rows("q", rows)])
     # Only HDC's top FUSION_DEPTH candidates are re-scored: the late scorer adds no rows.
     hdc_order = [int(r) for r in np.lexsort((np.arange(len(scores)), -scores))]
-    assert asked[0].tolist() == hdc_order[:FUSION_DEPTH]
+    assert asked[0].tolist() == hdc_order[:min(FUSION_DEPTH, retriever.candidates)]
     by_row = {r["memory"]["hdv_idx"]: r for r in fused}
     assert [r["memory"]["hdv_idx"] for r in fused][:2] == [4, 0]  # late order; 1 and 2 deduplicated
     assert by_row[4]["late_score"] == 9.0 and by_row[0]["late_score"] == 1.0
@@ -331,12 +331,13 @@ def test_fusion_evidence_moves_off_hdc_only_for_a_scorer_that_finds_held_out_tex
     retriever = Retriever(tokenizer, Config())
     useless = SearchTarget(corpus, DictStore(texts), "e", late=FixedScorer({r: 1.0 for r in range(60)}, 0.0))
     choice = fusion_evidence(retriever=retriever, target=useless, samples=20)
-    assert choice.rule == "hdc" and choice.evidence["queries"] == 20
+    assert choice.rule == "hdc" and choice.evidence["queries"] == 60  # a lead, a span, a held-out sentence each
+    assert set(choice.evidence["mrr_by_kind"]) == {"lead", "span", "heldout"}
     assert choice.evidence["mrr"]["late"] < choice.evidence["mrr"]["hdc"]
     # A scorer that rates each held-out text above every row finds every target: significant.
     oracle = SearchTarget(corpus, DictStore(texts), "e", late=FixedScorer({r: 0.0 for r in range(60)}, 1.0))
     choice = fusion_evidence(retriever=retriever, target=oracle, samples=20)
-    assert choice.rule != "hdc" and choice.evidence["mrr"]["late"] == 1.0
+    assert choice.rule != "hdc" and choice.evidence["mrr_by_kind"]["heldout"]["late"] == 1.0
     with pytest.raises(ValueError, match="late scorer"):
         fusion_evidence(retriever=retriever, target=SearchTarget(corpus, DictStore(texts), "e"))
 
