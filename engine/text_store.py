@@ -1,4 +1,4 @@
-"""A finished HDC build's chunks in the multi-vector store's text collection, and their search.
+"""A finished HDC build's chunks in the multi-vector store's text collection, and their exact MaxSim scores.
 
 `text_store_fill` encodes every memory row of a build with a `TokenVectorEncoder` (the GGUF's
 token embeddings) and upserts it into a `ChromaClient`'s text collection, so the corpus can be
