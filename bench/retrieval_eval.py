@@ -23,9 +23,11 @@ Rankers are registered in `RANKERS`.
     .venv/bin/python -m bench.retrieval_eval --gguf chat --rankers bm25,hdc,li  # Qwen's token embeddings
 
 Sets: `wordnet` (above), `gcide` and `jargon` (bench/data/glossaries.py: "What is <headword>?"
-against entry texts; `apt-get install dict-gcide jargon-text`). "rrf-gated" fuses HDC and LI
-with the weights `engine.fusion.choose_fusion_weights` picks on the corpus's own self-queries
-(what a portal build stores), never on the test queries. "hdc-cos" and "hdc-csls" re-score the
+against entry texts; `apt-get install dict-gcide jargon-text`), `gcide-definitions` (WordNet's
+definition of a word, the word removed -> its GCIDE entry), `manpages` (NAME line -> DESCRIPTION;
+`apt-get install manpages manpages-dev`) and `pydocs` (a standard-library docstring's summary line
+-> the rest). The fusion rule a build chooses from its own self-queries, and every rule beside it,
+are measured by bench/fusion_eval.py. "hdc-cos" and "hdc-csls" re-score the
 exact HDC scores (bench/ranking_variants.py). Every column also reports hubness.
 
 `--gguf` picks the model whose token embeddings build the hdc and li rankers (bench/embedding_model.py:
@@ -52,7 +54,8 @@ if __package__ in (None, ""):
     # Run as a script, bench/ would lead sys.path and bench/tokenize.py would shadow the stdlib's.
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from bench.data.glossaries import GlossaryMissing, gcide_entries, jargon_entries  # noqa: E402
+from bench.data import manpages, pydocs  # noqa: E402
+from bench.data.glossaries import GlossaryMissing, definition_set, gcide_entries, jargon_entries  # noqa: E402
 from bench.data.glossaries import known_item_set as glossary_set  # noqa: E402
 from bench.data.wordnet import WordNetMissing, build_known_item_set, read_synsets  # noqa: E402
 from bench.embedding_model import EmbeddingModel, measure_tokenization, open_embedding_model  # noqa: E402
@@ -307,10 +310,9 @@ RANKERS: dict[str, Callable[[argparse.Namespace], Ranker]] = {
     "li": LateInteractionRanker,
     "li-store": StoreLateInteractionRanker,
 }
-FUSED = {"rrf": ("hdc", "li"), "rrf-gated": ("hdc", "li")}
-FUSED_LABELS = {"rrf": "RRF(HDC, LI)", "rrf-gated": "RRF gated by self-queries"}
-VARIANTS = ("hdc-cos", "hdc-csls", "hdc-template")
-SELF_QUERY_DOCS = 48
+FUSED = {"rrf": ("hdc", "li")}
+FUSED_LABELS = {"rrf": "RRF(HDC, LI)"}
+VARIANTS = ("hdc-cos", "hdc-csls", "hdc-template", "hdc-idfq")
 
 
 @dataclass
@@ -360,13 +362,31 @@ def fuse(label: str, parts: list[Result], relevant: np.ndarray, rrf_k: int, weig
                   sum(p.query_s for p in parts) + fused_s, ranked)
 
 
+SET_CHOICES = ("wordnet", "gcide", "jargon", "gcide-definitions", "manpages", "pydocs")
+QUERY_STYLES = {"gcide": "What is X?", "jargon": "What is X?", "gcide-definitions": "a definition, the word removed",
+                "manpages": "the NAME line", "pydocs": "a docstring's summary line"}
+
+
 def load_set(args: argparse.Namespace):  # noqa: ANN201 - a KnownItemSet of either module
     if args.set == "wordnet":
         synsets = read_synsets(args.wordnet_dir)
         return build_known_item_set(synsets, args.docs, args.queries, seed=args.seed,
                                     with_hypernym=not args.no_hypernym)
-    entries = gcide_entries() if args.set == "gcide" else jargon_entries()
-    return glossary_set(args.set, entries, args.docs, args.queries, seed=args.seed)
+    return load_text_set(args.set, args.docs, args.queries, seed=args.seed, wordnet_dir=args.wordnet_dir)
+
+
+def load_text_set(name: str, n_documents: int, n_queries: int, *, seed: int, wordnet_dir: Path):  # noqa: ANN201
+    """The sets of real text beside WordNet's lemma queries: glossaries ("What is X?"), definitions
+    as queries (WordNet's definition of a word -> its GCIDE entry), manual pages (NAME line ->
+    DESCRIPTION), the Python standard library's docstrings (summary line -> the rest)."""
+    if name == "manpages":
+        return manpages.known_item_set(manpages.manpage_entries(), n_documents, n_queries, seed=seed)
+    if name == "pydocs":
+        return pydocs.known_item_set(pydocs.pydoc_entries(), n_documents, n_queries, seed=seed)
+    if name == "gcide-definitions":
+        return definition_set(gcide_entries(), read_synsets(wordnet_dir), n_documents, n_queries, seed=seed)
+    entries = gcide_entries() if name == "gcide" else jargon_entries()
+    return glossary_set(name, entries, n_documents, n_queries, seed=seed)
 
 
 def evaluate_variants(hdc: HDCRanker, variants: list[str], data, relevant: np.ndarray) -> dict[str, Result]:  # noqa: ANN001
@@ -385,31 +405,6 @@ def evaluate_variants(hdc: HDCRanker, variants: list[str], data, relevant: np.nd
         recall, mrr = score(ranked[:, :K], relevant)
         out[variant] = Result(f"HDC {variant[4:]} (rescored)", recall, mrr, prepared, time.perf_counter() - start, ranked)
     return out
-
-
-def gated_fusion(hdc: HDCRanker, li: Ranker, by_name: dict[str, Result], data, relevant: np.ndarray,  # noqa: ANN001
-                 rrf_k: int) -> Result:
-    """RRF with the weights chosen on self-queries of `SELF_QUERY_DOCS` seeded documents."""
-    from engine.fusion import choose_fusion_weights, self_queries
-
-    rng = np.random.default_rng(1)
-    sample = rng.choice(len(data.documents), size=min(SELF_QUERY_DOCS, len(data.documents)), replace=False)
-    queries = self_queries([data.documents[i] for i in sample])
-    texts = [query for _, query in queries]
-    targets = [int(sample[number]) for number, _ in queries]
-    hdc_ranked, li_ranked = hdc.rank(texts, DEPTH), li.rank(texts, DEPTH)
-    weights = choose_fusion_weights([[d for d in row if d >= 0] for row in hdc_ranked],
-                                    [[d for d in row if d >= 0] for row in li_ranked], targets, k=rrf_k)
-    print(f"gated fusion: weights HDC {weights.hdc:g}, LI {weights.late:g} from {len(texts)} self-queries; "
-          f"MRR@10 by weights {weights.evidence['mrr']}")
-    parts = [by_name["hdc"], by_name["li"]]
-    if weights.late == 0:
-        parts, w = [by_name["hdc"]], [1.0]
-    elif weights.hdc == 0:
-        parts, w = [by_name["li"]], [1.0]
-    else:
-        w = [weights.hdc, weights.late]
-    return fuse(FUSED_LABELS["rrf-gated"], parts, relevant, rrf_k, w)
 
 
 def report_build(hdc: HDCRanker, result: Result, n_documents: int) -> None:
@@ -437,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rrf-weights", default="1,1", help="RRF weight of each fused ranking (HDC, LI)")
     known = [*RANKERS, *VARIANTS, *FUSED]
     default = [name for name in known if name != "li-store"]  # li-store: ask for it, on a small --docs
-    parser.add_argument("--set", default="wordnet", choices=("wordnet", "gcide", "jargon"))
+    parser.add_argument("--set", default="wordnet", choices=SET_CHOICES)
     parser.add_argument("--rankers", default=",".join(default), help=f"comma-separated, from: {', '.join(known)}")
     parser.add_argument("--work-dir", type=Path, default=None, help="where indexes are built (default: a temp dir)")
     parser.add_argument("--wordnet-dir", type=Path, default=Path("/usr/share/wordnet"))
@@ -459,14 +454,14 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(args.threads)
     try:
         data = load_set(args)
-    except (WordNetMissing, GlossaryMissing) as missing:
+    except (WordNetMissing, GlossaryMissing, manpages.ManPagesMissing) as missing:
         print(f"error: {missing}", file=sys.stderr)
         return 2
     relevant = np.asarray(data.relevant, dtype=np.int64)
 
     print_hardware()
     print(f"== known-item retrieval: {args.set} ==")
-    style = f"lemmas{'' if args.no_hypernym else ' + hypernym'}" if args.set == "wordnet" else "What is X?"
+    style = f"lemmas{'' if args.no_hypernym else ' + hypernym'}" if args.set == "wordnet" else QUERY_STYLES[args.set]
     print(f"documents: {len(data.documents)}  queries: {len(data.queries)}  relevant per query: 1  "
           f"query style: {style}  seed: {args.seed}")
     for query, target in list(zip(data.queries, data.relevant, strict=True))[:3]:
@@ -487,9 +482,7 @@ def main(argv: list[str] | None = None) -> int:
         if any(name in VARIANTS for name in names):
             by_name.update(evaluate_variants(rankers["hdc"], [n for n in names if n in VARIANTS], data, relevant))
         for name in names:
-            if name == "rrf-gated":
-                by_name[name] = gated_fusion(rankers["hdc"], rankers["li"], by_name, data, relevant, args.rrf_k)
-            elif name in FUSED:
+            if name in FUSED:
                 by_name[name] = fuse(FUSED_LABELS[name], [by_name[part] for part in FUSED[name]], relevant,
                                      args.rrf_k, [float(w) for w in args.rrf_weights.split(",")])
         results = [by_name[name] for name in names]

@@ -31,14 +31,16 @@ Choices the spec leaves open:
   where x agrees or is 0, and C = 0 where they collide (opposite signs).
 * Budget: `token_budget` (default `config.max_context_tokens`) is never exceeded, not even to
   reach `min_context`. `top_document=True` returns only the best-scoring candidate.
-* Fusion (a target with a `late` ranker, e.g. late interaction over the corpus's multi-vector
-  store): each such target's HDC candidates and its late ranking (top `FUSION_DEPTH` of each) are
-  fused by reciprocal rank fusion, weighted by the target's `fusion` (`FusionWeights`, chosen per
-  corpus from its own self-queries by `fusion_evidence`; a late weight of 0 skips the late ranker); rows only the late ranker found join the candidates with their
-  exact HDC score. The adaptive threshold still decides *how many* candidates are kept (at least
-  `min_context`), the fused ranking decides *which*; dedup is unchanged and HDC-MMR weighs
-  novelty against the fused score. Targets without a late ranking take part with the RRF score
-  of their HDC ranking alone. With no late rankings at all, nothing above changes.
+* Fusion (a target with a `late` scorer, e.g. late interaction over the corpus's token vectors,
+  `engine.text_store.LateScorer`): the late scorer re-scores each such target's HDC candidates
+  (its top `FUSION_DEPTH`), and `fusion.fuse_scores` fuses the two scores under the target's
+  rule (`FusionChoice`, chosen per corpus from its own self-queries by `fusion_evidence`;
+  rule "hdc" skips the late scorer). Candidates past `FUSION_DEPTH` follow in HDC order. Targets
+  are merged by rank: a candidate's fused score is 1 / (60 + its rank in its target's fused
+  order), so targets without a late scorer take part with their HDC order. The adaptive threshold
+  still decides *how many* candidates are kept (at least `min_context`), the fused ranking decides
+  *which*; dedup is unchanged and HDC-MMR weighs novelty against the fused score. With no late
+  scorer at all, nothing above changes.
 """
 
 from __future__ import annotations
@@ -48,19 +50,20 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
 from engine import bits
 from engine.config import Config
-from engine.fusion import FusionWeights, choose_fusion_weights, reciprocal_rank_fusion, self_queries
+from engine.fusion import DEFAULT_K, FusionChoice, choose_fusion, fuse_scores, self_queries
 from engine.loaded_build import LoadedCorpus, MemoryStore
 from engine.tokenizer import Tokenizer
 
 CONTEXT_DELIMITER = "\n\n---\n\n"
-# Depth of the HDC and late rankings that reciprocal rank fusion sees.
-FUSION_DEPTH = 100
+# HDC candidates the late scorer re-scores and the fusion rule reorders (bench/fusion_eval.py:
+# on WordNet, 100 cost late interaction 0.015 of recall@10 that 200 keeps).
+FUSION_DEPTH = 200
 _WORDS = re.compile(r"\w+")
 # The question template of a query ("What is X?", "Tell me about X"): English question and stop
 # words. In a corpus where they are rare (a glossary), their IDF is high, so they dominate a short
@@ -147,25 +150,46 @@ def blend_vectors(query: tuple[np.ndarray, np.ndarray], content_count: int,
     return bits.pack_ternary(np.sign(total).astype(np.int8))
 
 
+class LateScorer(Protocol):
+    """Scores a build's rows, or texts, for a query by another method than HDC (higher is better;
+    nan: not scored). Either method may raise `LateUnavailable` (the search then uses HDC alone)."""
+
+    def score_rows(self, query: str, rows: np.ndarray) -> np.ndarray: ...
+
+    def score_texts(self, query: str, texts: list[str]) -> np.ndarray: ...
+
+
+class LateUnavailable(RuntimeError):
+    """A late scorer that cannot answer now."""
+
+
+# A late scorer bound to one query: rows (m,) int64 -> scores (m,) float (nan: not scored), or None
+# while the scorer is unavailable.
+RowScorer = Callable[[np.ndarray], "np.ndarray | None"]
+
+
 @dataclass(frozen=True)
 class SearchTarget:
     """One corpus to search: its loaded build, where its texts live, and its dataset filter.
 
-    `late`, when set, ranks the build's rows for a query text by another method: [(row, score)],
-    best first, or None when it cannot answer now (the search then uses HDC alone). `fusion`
-    weighs the two rankings (None: equal weights); with a late weight of 0, `late` is not called.
+    `late`, when set, re-scores the build's HDC candidates (`LateScorer`); `fusion` is the rule
+    that fuses the two (None: "rrf:1", equal weights); with rule "hdc", `late` is not called.
     """
 
     corpus: LoadedCorpus
     store: MemoryStore
     name: str = ""
     enabled_sources: frozenset[int] | None = None
-    late: Callable[[str], Sequence[tuple[int, float]] | None] | None = None
-    fusion: FusionWeights | None = None
+    late: LateScorer | None = None
+    fusion: FusionChoice | None = None
 
     @property
     def uses_late(self) -> bool:
-        return self.late is not None and (self.fusion is None or self.fusion.late > 0)
+        return self.late is not None and (self.fusion is None or self.fusion.uses_late)
+
+    @property
+    def rule(self) -> str:
+        return self.fusion.rule if self.fusion is not None else "rrf:1"
 
 
 @dataclass
@@ -175,8 +199,8 @@ class _Candidate:
     score: int
     memory: dict | None = None
     words: frozenset[str] = frozenset()
-    late: float | None = None  # the late ranker's score, when it ranked this row
-    fused: float = 0.0  # RRF score, when the search fuses rankings
+    late: float | None = None  # the late scorer's score, when it scored this row
+    fused: float = 0.0  # 1 / (60 + rank in its target's fused order), when the search fuses
 
 
 def _dedup(candidates: list[_Candidate]) -> list[_Candidate]:
@@ -271,16 +295,17 @@ class Retriever:
         `trace`, when given, receives how many candidates each stage kept: {"candidates",
         "threshold", "dedup", "selected"} and the threshold's score cut "cut" (None when fused)."""
         vectors = [self.query_vector(target.corpus, query, blend) for target in targets]
-        late = [target.late(query) if target.uses_late else None for target in targets]
+        late = [_rows_scorer(target.late, query) if target.uses_late else None for target in targets]
         return self.search_vectors(vectors, targets, token_budget=token_budget, top_document=top_document,
                                    late=late, trace=trace)
 
     def search_vectors(self, vectors: Sequence[tuple[np.ndarray, np.ndarray]], targets: Sequence[SearchTarget], *,
                        token_budget: int | None = None, top_document: bool = False,
-                       late: Sequence[Sequence[tuple[int, float]] | None] | None = None,
+                       late: Sequence[RowScorer | None] | None = None,
                        trace: dict | None = None) -> list[dict]:
         """`search` from already blended query bitmaps, one (pos, neg) (words,) uint64 per target,
-        and optionally one late ranking ([(row, score)], best first, or None) per target."""
+        and optionally one late scorer of rows per target (rows (m,) -> scores (m,), nan: not
+        scored; None: that target is not fused)."""
         if len(vectors) != len(targets):
             raise ValueError(f"one query vector per target expected, got {len(vectors)} for {len(targets)}")
         if not targets:
@@ -299,12 +324,13 @@ class Retriever:
         candidates.sort(key=lambda c: (-c.score, c.target, c.row))
         trace = {} if trace is None else trace
         trace.update(candidates=len(candidates), threshold=0, dedup=0, selected=0, cut=None)
-        fused = late is not None and any(ranking for ranking in late)
+        if late is not None and len(late) != len(targets):
+            raise ValueError(f"one late scorer per target expected, got {len(late)} for {len(targets)}")
+        reordered = self._fuse(targets, late, candidates) if late is not None else None
+        fused = reordered is not None
         if fused:
-            if len(late) != len(targets):
-                raise ValueError(f"one late ranking per target expected, got {len(late)} for {len(targets)}")
             count = len(self._threshold(candidates))
-            candidates = self._fuse(targets, vectors, late, candidates)
+            candidates = reordered
             kept = candidates[:max(count, min(self.config.min_context, len(candidates)))]
         else:
             kept = self._threshold(candidates)
@@ -321,49 +347,36 @@ class Retriever:
         trace["selected"] = len(chosen)
         return self._results(targets, [kept[i] for i in chosen], fused)
 
-    def _fuse(self, targets: Sequence[SearchTarget], vectors: Sequence[tuple[np.ndarray, np.ndarray]],
-              late: Sequence[Sequence[tuple[int, float]] | None], candidates: list[_Candidate]) -> list[_Candidate]:
-        """The candidates (HDC order in, fused order out), with the late rankers' rows added."""
+    @staticmethod
+    def _fuse(targets: Sequence[SearchTarget], late: Sequence[RowScorer | None],
+              candidates: list[_Candidate]) -> list[_Candidate] | None:
+        """The candidates (HDC order in, fused order out; see the module docstring); None when no
+        late scorer answered (none given, or all unavailable): the search is not fused."""
         by_target: dict[int, list[_Candidate]] = {}
         for c in candidates:
             by_target.setdefault(c.target, []).append(c)
-        out: list[_Candidate] = []
-        for number, target in enumerate(targets):
-            own = by_target.get(number, [])
-            hdc_rows = [c.row for c in own[:FUSION_DEPTH]]
-            ranking = self._late_rows(target, late[number] or ())
-            known = {c.row: c for c in own}
-            extra = np.array([row for row in ranking if row not in known], dtype=np.int64)
-            if extra.size:
-                scores = target.corpus.index.score_rows(extra, *vectors[number])
-                for row, score in zip(extra.tolist(), scores.tolist(), strict=True):
-                    known[row] = _Candidate(number, row, int(score))
-                    own.append(known[row])
-            for row, score in ranking.items():
-                known[row].late = score
-            weights = (target.fusion.hdc, target.fusion.late) if target.fusion is not None else (1.0, 1.0)
-            lists = [(rows, weight) for rows, weight in zip((hdc_rows, list(ranking)[:FUSION_DEPTH]), weights,
-                                                            strict=True) if rows]
-            for row, score in reciprocal_rank_fusion([rows for rows, _ in lists], weights=[w for _, w in lists]):
-                known[row].fused = score
-            out.extend(own)
+        scored: dict[int, np.ndarray] = {}
+        for number, own in by_target.items():
+            scorer = late[number]
+            scores = scorer(np.array([c.row for c in own[:FUSION_DEPTH]], dtype=np.int64)) if scorer else None
+            if scores is not None:
+                scored[number] = scores
+        if not scored:
+            return None
+        for number, own in by_target.items():
+            head, tail = own[:FUSION_DEPTH], own[FUSION_DEPTH:]
+            scores = scored.get(number)
+            if scores is not None:
+                for c, score in zip(head, scores.tolist(), strict=True):
+                    c.late = None if np.isnan(score) else float(score)
+                fused = fuse_scores(np.array([float(c.score) for c in head]), np.asarray(scores, dtype=np.float64),
+                                    rule=targets[number].rule)
+                head = [head[i] for i in np.argsort(-fused, kind="stable")]
+            for rank, c in enumerate(head + tail, start=1):
+                c.fused = 1.0 / (DEFAULT_K + rank)
+        out = [c for own in by_target.values() for c in own]
         out.sort(key=lambda c: (-c.fused, -c.score, c.target, c.row))
         return out
-
-    @staticmethod
-    def _late_rows(target: SearchTarget, ranking: Iterable[tuple[int, float]]) -> dict[int, float]:
-        """{row: score} of a late ranking, best first, keeping rows of this build that the dataset
-        filter allows (a late ranker's store may lag behind or hold more than the index)."""
-        index = target.corpus.index
-        rows: dict[int, float] = {}
-        for row, score in ranking:
-            row = int(row)
-            if not 0 <= row < index.count or row in rows:
-                continue
-            if target.enabled_sources is not None and int(index.source_ids[row]) not in target.enabled_sources:
-                continue
-            rows[row] = float(score)
-        return rows
 
     def get_context(self, query: str, targets: Sequence[SearchTarget], *, blend: BlendState | None = None,
                     token_budget: int | None = None, top_document: bool = False, compress: bool = False) -> str:
@@ -417,34 +430,62 @@ class Retriever:
                  "late_score": c.late, "fused_score": c.fused if fused else None} for c in chosen]
 
 
-def hdc_ranking(retriever: Retriever, corpus: LoadedCorpus, query: str, depth: int = FUSION_DEPTH) -> list[int]:
-    """The index's exact top-`depth` rows for `query` (no blend, threshold or MMR), best first."""
-    q_pos, q_neg = retriever.query_vector(corpus, query)
-    if corpus.count == 0 or not (q_pos.any() or q_neg.any()):
-        return []
-    rows, _ = corpus.index.search_exact(q_pos, q_neg, min(depth, corpus.count))
-    return [int(row) for row in rows]
+def _rows_scorer(scorer: LateScorer, query: str) -> RowScorer:
+    """`scorer` bound to `query`: rows -> scores, or None while it is unavailable."""
+
+    def score(rows: np.ndarray) -> np.ndarray | None:
+        try:
+            return scorer.score_rows(query, rows)
+        except LateUnavailable:
+            return None
+
+    return score
 
 
-def fusion_evidence(*, retriever: Retriever, target: SearchTarget, samples: int = 48, seed: int = 0) -> FusionWeights:
-    """`FusionWeights` for `target` from its own data: `samples` seeded memories become known-item
-    self-queries (`fusion.self_queries`), ranked by HDC and by `target.late`, and
-    `choose_fusion_weights` keeps the weights that rank them best. Costs 2 * `samples` late rankings.
+def fusion_evidence(*, retriever: Retriever, target: SearchTarget, samples: int = 64, seed: int = 0,
+                    depth: int = FUSION_DEPTH) -> FusionChoice:
+    """The `FusionChoice` of `target` from its own data: `samples` seeded memories give self-queries
+    of every kind (`fusion.self_queries`: a lead, a span, and a held-out sentence, for which the
+    memory is scored as the rest of its text), each ranked over HDC's top `depth` and re-scored by
+    `target.late`, as a search would; `choose_fusion` keeps HDC alone unless a rule beats it
+    significantly, and robustly across the kinds. Costs one late scoring of `depth` rows per query.
     """
     if target.late is None:
-        raise ValueError("fusion evidence needs a target with a late ranker")
-    count = target.corpus.count
+        raise ValueError("fusion evidence needs a target with a late scorer")
+    corpus = target.corpus
     rng = np.random.default_rng(seed)
-    rows = sorted(rng.choice(count, size=min(samples, count), replace=False).tolist()) if count else []
+    rows = sorted(rng.choice(corpus.count, size=min(samples, corpus.count), replace=False).tolist()) \
+        if corpus.count else []
     memories = target.store.get_memories(rows)
     rows = [row for row in rows if row in memories]
     queries = self_queries([memories[row]["text"] for row in rows], seed=seed)
-    hdc, late, relevant = [], [], []
-    for number, query in queries:
-        ranking = target.late(query)
-        if ranking is None:
-            raise ValueError("the late ranker cannot answer now; no evidence gathered")
-        hdc.append(hdc_ranking(retriever, target.corpus, query))
-        late.append([int(row) for row, _ in ranking][:FUSION_DEPTH])
-        relevant.append(rows[number])
-    return choose_fusion_weights(hdc, late, relevant)
+    hdc = np.full((len(queries), depth), -np.inf)
+    late = np.full_like(hdc, np.nan)
+    targets = np.full(len(queries), -1, dtype=np.int64)
+    for number, made in enumerate(queries):
+        own = rows[made.index]
+        q_pos, q_neg = retriever.query_vector(corpus, made.query)
+        if not (q_pos.any() or q_neg.any()):
+            continue
+        found, scores = corpus.index.search_exact(q_pos, q_neg, min(depth, corpus.count))
+        scores = scores.astype(np.float64)
+        if made.rest is not None:  # held out: the memory competes as the rest of its text
+            d_pos, d_neg, _ = retriever.encode_text(corpus, made.rest)
+            rest_score = float(bits.score64(d_pos[None], d_neg[None], q_pos, q_neg)[0])
+            keep = found != own
+            found, scores = found[keep], scores[keep]
+            if found.size == depth and rest_score < scores[-1]:
+                continue  # not a candidate: every rule misses it
+            at = int(np.searchsorted(-scores, -rest_score, side="right"))
+            found, scores = np.insert(found, at, own)[:depth], np.insert(scores, at, rest_score)[:depth]
+        try:
+            late_scores = target.late.score_rows(made.query, found)
+            if made.rest is not None:
+                at = int(np.flatnonzero(found == own)[0])
+                late_scores[at] = target.late.score_texts(made.query, [made.rest])[0]
+        except LateUnavailable as error:
+            raise ValueError(f"the late scorer cannot answer now; no evidence gathered: {error}") from error
+        hdc[number, :found.size], late[number, :found.size] = scores, late_scores
+        hits = np.flatnonzero(found == own)
+        targets[number] = int(hits[0]) if hits.size else -1
+    return choose_fusion(hdc, late, targets, kinds=[made.kind for made in queries])

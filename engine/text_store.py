@@ -1,9 +1,8 @@
-"""A finished HDC build's chunks in the multi-vector store's text collection, and their search.
+"""A finished HDC build's chunks in the multi-vector store's text collection, and their exact MaxSim scores.
 
 `text_store_fill` encodes every memory row of a build with a `TokenVectorEncoder` (the GGUF's
 token embeddings) and upserts it into a `ChromaClient`'s text collection, so the corpus can be
-searched by late interaction beside HDC; `text_store_rank` returns that search's ranking of the
-build's memory rows, ready to be fused with the HDC ranking by `engine.fusion`.
+searched by late interaction beside HDC.
 
 Records (storage contract ids and fields, plus ours):
 
@@ -16,6 +15,12 @@ Records (storage contract ids and fields, plus ours):
                 vector_encoder (`TokenVectorEncoder.signature`)
     filename / source_path   the dataset's name / path from the build manifest
     text        the chunk (the store keeps text_preview and word_count)
+
+Beside the store, the fill writes `late.npz` into the build directory (`LATE_FILE`): each row's
+content token ids, its summary norm and the weighted token rows of the vocabulary it uses. From it
+`LateScorer` computes the exact MaxSim of any rows for a query in milliseconds, the scores the
+store's second stage computes, without the store's first stage (which can miss rows) and without
+a round trip to Chroma: searches re-score HDC's candidates with it (`engine.retrieval`).
 
 Ids carry the build, so filling a new build never touches the records of the build that is
 serving: search filters on `index_build`, and once the new build is active,
@@ -38,11 +43,13 @@ from engine import gguf
 from engine.build import BuildCancelled
 from engine.loaded_build import LoadedCorpus, MemoryStore
 from engine.multivector import ChromaClient
+from engine.multivector.late_interaction import maxsim_many
 from engine.multivector.token_vectors import EmptySequenceError, TokenVectorEncoder
 from engine.tokenizer import Tokenizer
 
 ORIGIN = "hdc_build"
 PHASE = "text_store"
+LATE_FILE = "late.npz"
 BATCH_ROWS = 64
 _BUILD_ID = re.compile(r"^[A-Za-z0-9_.]+$")
 
@@ -109,6 +116,8 @@ def text_store_fill(*, store: ChromaClient, corpus: LoadedCorpus, encoder: Token
     ordinals: dict[int, int] = {}
     result = TextStoreResult(records=0)
     total = corpus.count
+    row_ids: list[np.ndarray] = [np.zeros(0, np.int64)] * total
+    norms = np.zeros(total, dtype=np.float32)
     try:
         report(PHASE, 0, total)
         for start in range(0, total, batch_rows):
@@ -127,6 +136,8 @@ def text_store_fill(*, store: ChromaClient, corpus: LoadedCorpus, encoder: Token
                 except EmptySequenceError:
                     result.skipped_rows.append(row)
                     continue
+                row_ids[row] = encoder.content_ids(tokens)
+                norms[row] = np.linalg.norm(sequence[1:].sum(axis=0))
                 source_id = int(source_ids[row])
                 source = sources.get(source_id, {})
                 chunk_id = ordinals.get(source_id, 0)
@@ -149,6 +160,8 @@ def text_store_fill(*, store: ChromaClient, corpus: LoadedCorpus, encoder: Token
                 if doc_id not in result.doc_ids:
                     result.doc_ids.append(doc_id)
             report(PHASE, rows[-1] + 1, total)
+        if corpus.build_dir is not None:
+            _write_late_file(Path(corpus.build_dir) / LATE_FILE, encoder=encoder, row_ids=row_ids, norms=norms)
     except BaseException as error:
         try:
             text_store_delete_build(store=store, build_id=build)
@@ -188,26 +201,97 @@ def text_store_delete_source(*, store: ChromaClient, source_id: int) -> int:
     return _delete_where(store, where, f"source {int(source_id)}")
 
 
-def text_store_rank(*, store: ChromaClient, encoder: TokenVectorEncoder, tokenizer: Tokenizer, query: str,
-                    build_id: str | int, n_candidates: int = 100, n_results: int = 50,
-                    allowed_sources: Iterable[int] | None = None) -> list[tuple[int, float]]:
-    """Late-interaction ranking of one build's memory rows for `query` → [(row, MaxSim score)], best first.
+def _write_late_file(path: Path, *, encoder: TokenVectorEncoder, row_ids: list[np.ndarray], norms: np.ndarray) -> None:
+    """`LATE_FILE`: ids (n,) int32 local vocabulary positions of every row's content tokens, offsets
+    (rows + 1,) int64, norms (rows,) float32 (a row's summary before normalisation; 0: no sequence),
+    vocab (v,) int64 token ids, vectors (v, dim) float16 their weighted rows, the encoder signature."""
+    offsets = np.zeros(len(row_ids) + 1, dtype=np.int64)
+    np.cumsum([ids.size for ids in row_ids], out=offsets[1:])
+    flat = np.concatenate(row_ids) if row_ids else np.zeros(0, np.int64)
+    vocab, local = np.unique(flat, return_inverse=True)
+    vectors = np.concatenate([encoder.token_rows(vocab[start:start + 4096]) for start in range(0, vocab.size, 4096)]
+                             ) if vocab.size else np.zeros((0, encoder.dim), np.float32)
+    tmp = path.with_name(path.name + ".tmp.npz")
+    np.savez(tmp, ids=local.astype(np.int32), offsets=offsets, norms=norms, vocab=vocab,
+             vectors=vectors.astype(np.float16), signature=np.array(encoder.signature))
+    tmp.replace(path)
 
-    Two-stage search on the store (stage 1: `n_candidates` by summary cosine; stage 2: MaxSim),
-    restricted to the build's records and, when given, to `allowed_sources` (dataset ids).
-    A query without content tokens, or an empty `allowed_sources`, gives [].
+
+class LateScorer:
+    """Exact MaxSim of a build's rows for a query, from its `LATE_FILE` (see the module docstring).
+
+    score(query, row) = sum over the query's rows q_i of max(max_j q_i . v_j, q_i . summary), v_j
+    the row's token vectors and summary their normalised sum: what `maxsim_many` gives on the
+    sequences the store holds (within float16 rounding of the stored vectors). Thread-safe.
     """
-    build = _check_build_id(build_id)
-    filters: dict[str, Any] = {"origin": ORIGIN, "index_build": build}
-    if allowed_sources is not None:
-        allowed = sorted({int(s) for s in allowed_sources})
-        if not allowed:
-            return []
-        filters["source_id"] = {"$in": allowed}
-    try:
-        query_rows = encoder.encode(tokenizer.tokenize(query))
-    except EmptySequenceError:
-        return []
-    hits = store.search_text_multivector(query_rows, n_candidates=max(n_candidates, n_results),
-                                         n_results=n_results, filters=filters)
-    return [(int(hit["metadata"]["row"]), float(hit["late_interaction_score"])) for hit in hits]
+
+    def __init__(self, path: str | Path, *, encoder: TokenVectorEncoder, tokenizer: Tokenizer) -> None:
+        with np.load(path) as data:
+            if str(data["signature"]) != encoder.signature:
+                raise TextStoreError(f"{path}: written by encoder {str(data['signature'])!r}, "
+                                     f"not {encoder.signature!r}")
+            self.ids, self.offsets, self.norms = data["ids"], data["offsets"], data["norms"]
+            self.vocab, self.vectors = data["vocab"], data["vectors"]  # float16: 1.5 kB per token
+        self.encoder, self.tokenizer = encoder, tokenizer
+        self.count = self.offsets.size - 1
+
+    @classmethod
+    def for_build(cls, corpus: LoadedCorpus, *, encoder: TokenVectorEncoder, tokenizer: Tokenizer) -> LateScorer | None:
+        """The scorer of a build whose fill wrote `LATE_FILE`; None for a build without one."""
+        path = Path(corpus.build_dir) / LATE_FILE if corpus.build_dir is not None else None
+        return cls(path, encoder=encoder, tokenizer=tokenizer) if path is not None and path.is_file() else None
+
+    def _query(self, query: str) -> np.ndarray | None:
+        """The query's sequence (1 + k, dim), as `encoder.encode` makes it, with the rows of tokens
+        the build uses read from its table (deriving a row from the embeddings costs more than all
+        the rest of a scoring); None without content tokens."""
+        ids = self.encoder.content_ids(self.tokenizer.tokenize(query))
+        if ids.size == 0:
+            return None
+        at = np.minimum(np.searchsorted(self.vocab, ids), max(self.vocab.size - 1, 0))
+        known = self.vocab[at] == ids if self.vocab.size else np.zeros(ids.size, dtype=bool)
+        rows = np.empty((ids.size, self.encoder.dim), dtype=np.float32)
+        rows[known] = self.vectors[at[known]]
+        if not known.all():
+            rows[~known] = self.encoder.token_rows(ids[~known])
+        summary = rows.sum(axis=0)
+        norm = float(np.linalg.norm(summary))
+        return np.vstack([summary / norm, rows]) if norm > 0 else None
+
+    def score_rows(self, query: str, rows: np.ndarray | Iterable[int]) -> np.ndarray:
+        """MaxSim scores (m,) float64 of `rows` (m,); nan for a row without a sequence (none of its
+        tokens is content, or outside the build), and everywhere for a query without content tokens."""
+        rows = np.asarray(list(rows) if not isinstance(rows, np.ndarray) else rows, dtype=np.int64)
+        out = np.full(rows.shape[0], np.nan)
+        query_rows = self._query(query)
+        inside = (rows >= 0) & (rows < self.count)
+        starts = np.where(inside, self.offsets[np.clip(rows, 0, self.count - 1)], 0)
+        lengths = np.where(inside, self.offsets[np.clip(rows, 0, self.count - 1) + 1] - starts, 0)
+        scored = lengths > 0
+        if query_rows is None or not scored.any():
+            return out
+        starts, lengths = starts[scored], lengths[scored]
+        segments = np.zeros(lengths.size, dtype=np.int64)
+        np.cumsum(lengths[:-1], out=segments[1:])
+        flat = self.ids[np.repeat(starts - segments, lengths) + np.arange(int(lengths.sum()))]
+        vocab, local = np.unique(flat, return_inverse=True)
+        by_token = (query_rows @ self.vectors[vocab].astype(np.float32).T)[:, local]  # (q, tokens of all rows)
+        best = np.maximum.reduceat(by_token, segments, axis=1)
+        summary = np.add.reduceat(by_token, segments, axis=1) / self.norms[rows[scored]]
+        out[scored] = np.maximum(best, summary).sum(axis=0, dtype=np.float64)
+        return out
+
+    def score_texts(self, query: str, texts: list[str]) -> np.ndarray:
+        """MaxSim scores (n,) float64 of texts that are not rows (encoded as the fill would); nan for
+        a text without content tokens, and everywhere for a query without them."""
+        out = np.full(len(texts), np.nan)
+        try:
+            query_rows = self.encoder.encode(self.tokenizer.tokenize(query))
+        except EmptySequenceError:
+            return out
+        for number, tokens in enumerate(self.tokenizer.bulk_tokenize(texts) if texts else []):
+            try:
+                out[number] = float(maxsim_many(query_rows, [self.encoder.encode(tokens)])[0])
+            except EmptySequenceError:
+                continue
+        return out

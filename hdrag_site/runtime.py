@@ -1,6 +1,6 @@
 """Everything a portal process keeps between requests, in one place, each cache bounded.
 
-The engine config, tokenizers, retrievers, late-interaction text encoders, loaded builds
+The engine config, tokenizers, retrievers, late-interaction text encoders and scorers, loaded builds
 (memory-mapped index files), Chroma connections, the LLM client settings and token counter, and
 the thread pool chat retrieval runs on. The apps ask this module; none keeps a cache of its own.
 `reset()` empties every cache (tests, and a process that changed its settings).
@@ -78,6 +78,7 @@ class BoundedCache(Generic[K, V]):
 _tokenizers: BoundedCache[str, Any] = BoundedCache(TOKENIZERS)
 _retrievers: BoundedCache[tuple[str, Config], Retriever] = BoundedCache(RETRIEVERS)
 _text_encoders: BoundedCache[tuple[str, str], Any] = BoundedCache(TEXT_ENCODERS)
+_late_scorers: BoundedCache[tuple[str, str], Any] = BoundedCache(TEXT_ENCODERS)
 _builds: BoundedCache[str, LoadedCorpus] = BoundedCache(LOADED_BUILDS)
 _chroma: BoundedCache[tuple[str, str, float], Any] = BoundedCache(CHROMA_CLIENTS)
 _counters: BoundedCache[str, ServerTokenCounter] = BoundedCache(TOKEN_COUNTERS)
@@ -134,6 +135,17 @@ def text_encoder_for(build: LoadedCorpus, gguf_path: str | Path):  # noqa: ANN20
         dim=settings.MULTIVECTOR_DIM))
 
 
+def late_scorer_for(build: LoadedCorpus, gguf_path: str | Path):  # noqa: ANN201 - text_store.LateScorer | None
+    """The exact late-interaction scorer of a build its fill left token vectors for (`late.npz`,
+    read into memory once: a few bytes per token of the corpus and ~1.5 kB per vocabulary token);
+    None for a build without them."""
+    from engine.text_store import LateScorer
+
+    key = (str(build.build_dir), str(gguf_path))
+    return _late_scorers.get(key, lambda: LateScorer.for_build(
+        build, encoder=text_encoder_for(build, gguf_path), tokenizer=tokenizer_for(gguf_path)))
+
+
 def loaded_build(build_dir: str | Path) -> LoadedCorpus:
     """The build at `build_dir`, memory-mapped once per process (see the module docstring)."""
     forget_vanished_builds()
@@ -146,6 +158,7 @@ def forget_build(build_dir: str | Path) -> None:
     key = str(Path(build_dir).resolve())
     _builds.drop(lambda cached: cached != key)
     _text_encoders.drop(lambda cached: cached[0] != key)
+    _late_scorers.drop(lambda cached: cached[0] != key)
 
 
 def forget_vanished_builds() -> None:
@@ -218,5 +231,5 @@ def retrieval_executor() -> ThreadPoolExecutor:
 def reset() -> None:
     """Forget everything this process keeps (the thread pool stays: it holds no state)."""
     engine_config.cache_clear()
-    for cache in (_tokenizers, _retrievers, _text_encoders, _builds, _chroma, _counters):
+    for cache in (_tokenizers, _retrievers, _text_encoders, _late_scorers, _builds, _chroma, _counters):
         cache.clear()

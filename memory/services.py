@@ -2,48 +2,40 @@
 
 Search applies access control before retrieval: only corpora the user may read, with an active
 build, are loaded and searched, and only their enabled datasets pass the index's source filter.
-Loaded builds, retrievers and late-interaction encoders are the process's, in `hdrag_site.runtime`.
+Loaded builds, retrievers and late-interaction encoders and scorers are the process's, in `hdrag_site.runtime`.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
-from corpus.chroma import store_for
 from corpus.memory_rows import BuildMemoryStore
 from corpus.models import Corpus
 from corpus.selectors import corpora_visible_to
-from engine.fusion import FusionWeights
+from engine.fusion import FusionChoice
 from engine.loaded_build import LoadedCorpus
-from engine.multivector import StorageError
 from engine.retrieval import BlendState, Retriever, SearchTarget
-from engine.text_store import text_store_rank
+from engine.text_store import LateScorer, TextStoreError
 from hdrag_site import runtime
 from hdrag_site.errors import ApplicationError
 
 logger = logging.getLogger(__name__)
 
 
-def _late_ranker(*, corpus_id: int, build_id: int, corpus: LoadedCorpus, gguf_path: str,
-                 enabled: frozenset[int]) -> Callable[[str], list[tuple[int, float]] | None]:
-    """SearchTarget.late of a late-interaction build: its rows ranked through the corpus's store,
-    or None while the store is unavailable (the search then runs on HDC alone)."""
-
-    def rank(query: str) -> list[tuple[int, float]] | None:
-        try:
-            return text_store_rank(store=store_for(corpus_id), encoder=runtime.text_encoder_for(corpus, gguf_path),
-                                   tokenizer=runtime.tokenizer_for(gguf_path), query=query, build_id=build_id,
-                                   allowed_sources=enabled)
-        except StorageError as error:
-            logger.warning("corpus %s: late-interaction search unavailable, HDC alone: %s", corpus_id, error)
-            return None
-
-    return rank
+def _late_scorer(*, corpus_id: int, corpus: LoadedCorpus, gguf_path: str) -> LateScorer | None:
+    """SearchTarget.late of a late-interaction build: the exact MaxSim of its rows from the token
+    vectors its fill kept (`engine.text_store.LateScorer`); None for a build filled before they
+    were kept, or when they cannot be read (the search then runs on HDC alone)."""
+    try:
+        return runtime.late_scorer_for(corpus, gguf_path)
+    except (OSError, ValueError, TextStoreError) as error:
+        logger.warning("corpus %s: late-interaction scores unavailable, HDC alone: %s", corpus_id, error)
+        return None
 
 
 def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Iterable[int], query: str,
@@ -57,8 +49,9 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
     [{"memory": {"id", "pk", "text", "hdv_idx", "metadata", "token_count", "dataset_id"},
       "hdc_score": float, "late_score": float or None, "fused_score": float or None, "corpus_id": int,
       "corpus": name, "dataset": dataset name or ""}].
-    Corpora whose active build used late interaction are also ranked through their multi-vector
-    store and fused with HDC; while that store is down they are searched by HDC alone.
+    Corpora whose active build used late interaction have their HDC candidates re-scored by exact
+    MaxSim over the token vectors the build kept and fused under the build's measured rule (HDC
+    alone when the rule says so, or for a build without those vectors).
     Raises ApplicationError when the chosen corpora cannot be searched together (different model
     or HDC dimensions). `trace` receives the count each ranking stage kept (`Retriever.search`).
 
@@ -89,12 +82,10 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
         late = fusion = None
         parameters = corpus.active_build.parameters
         if parameters.get("late_interaction"):
-            late = _late_ranker(corpus_id=corpus.pk, build_id=corpus.active_build_id, corpus=loaded,
-                                gguf_path=gguf_path, enabled=enabled)
-            # Weights measured on the build's own self-queries; a build made before they were
+            late = _late_scorer(corpus_id=corpus.pk, corpus=loaded, gguf_path=gguf_path)
+            # The rule measured on the build's own self-queries; a build made before it was
             # measured has none, and gets HDC alone: unweighted fusion lowered recall on real text.
-            fusion = FusionWeights.from_dict(parameters["fusion"]) if "fusion" in parameters else \
-                FusionWeights(hdc=1.0, late=0.0)
+            fusion = FusionChoice.from_dict(parameters["fusion"]) if "fusion" in parameters else FusionChoice()
         targets.append(SearchTarget(corpus=loaded, store=BuildMemoryStore(corpus.active_build_id),
                                     name=str(corpus.pk), enabled_sources=enabled, late=late, fusion=fusion))
     if raw_limit is not None:

@@ -98,3 +98,44 @@ def known_item_set(name: str, entries: list[tuple[str, str]], n_documents: int, 
     documents = [entries[i][1][:max_chars] for i in picked]
     return KnownItemSet(name=name, documents=documents, queries=[f"What is {entries[i][0]}?" for i in chosen],
                         relevant=[position[i] for i in chosen])
+
+
+def definition_set(entries: list[tuple[str, str]], synsets: list, n_documents: int, n_queries: int, *,
+                   seed: int = 0, max_chars: int = 2000) -> KnownItemSet:
+    """Definition as query (a reverse dictionary): the query is WordNet's definition of a word with
+    the word itself removed, the one relevant document is the glossary's (GCIDE's) entry for it.
+
+    Only one-word lemmas of exactly one WordNet synset (one sense, so the definition is the
+    entry's) whose headword occurs once in the glossary become queries; entries quoting WordNet
+    ("[WordNet 1.5]") are left out, so a query is never the entry's own words. `synsets` are
+    `bench.data.wordnet.read_synsets()`.
+    """
+    senses: dict[str, int] = {}
+    for synset in synsets:
+        for lemma in set(synset.lemmas):
+            senses[lemma.lower()] = senses.get(lemma.lower(), 0) + 1
+    heads: dict[str, int] = {}
+    for term, _ in entries:
+        heads[term.lower()] = heads.get(term.lower(), 0) + 1
+    definitions: dict[str, str] = {}
+    for synset in synsets:
+        definition = synset.gloss.split(";")[0].split('"')[0].strip(" ;")
+        for lemma in set(synset.lemmas):
+            word = lemma.lower()
+            if senses[word] == 1 and heads.get(word) == 1 and word.isalpha():
+                # The word and its inflections ("-s", "-ed", ...) are removed from its definition.
+                kept = [w for w in definition.split() if not w.lower().strip(",.()").startswith(word)]
+                if len(kept) >= 3:
+                    definitions[word] = " ".join(kept)
+    usable = [i for i, (term, text) in enumerate(entries)
+              if term.lower() in definitions and text and "WordNet" not in text]
+    rng = random.Random(seed)
+    chosen = rng.sample(usable, min(n_queries, len(usable), n_documents))
+    chosen_set = set(chosen)
+    rest = [i for i in range(len(entries)) if entries[i][1] and i not in chosen_set]
+    distractors = rng.sample(rest, max(0, min(n_documents - len(chosen), len(rest))))
+    picked = sorted(chosen + distractors)
+    position = {entry: number for number, entry in enumerate(picked)}
+    return KnownItemSet(name="gcide-definitions", documents=[entries[i][1][:max_chars] for i in picked],
+                        queries=[definitions[entries[i][0].lower()] for i in chosen],
+                        relevant=[position[i] for i in chosen])

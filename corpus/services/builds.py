@@ -42,16 +42,17 @@ from corpus.memory_rows import BuildMemoryStore, MemoryWriter, memories_delete_f
 from corpus.models import Corpus, Dataset, IndexBuild
 from engine.build import BuildCancelled, BuildResult, build_index, verify_build
 from engine.config import Config
-from engine.fusion import FusionWeights
+from engine.fusion import FusionChoice
 from engine.loaded_build import LoadedCorpus, MemoryStore, load_corpus
 from engine.multivector.token_vectors import TokenVectorEncoder
 from engine.retrieval import Retriever, SearchTarget, fusion_evidence
 from engine.text_store import (
+    LateScorer,
+    TextStoreError,
     text_encoder_for,
     text_store_delete_build,
     text_store_fill,
     text_store_prune,
-    text_store_rank,
 )
 from engine.tokenizer import Tokenizer
 from hdrag_site.celery import app as celery_app
@@ -234,15 +235,14 @@ def build_run(*, build_id: int) -> IndexBuild | None:
 
 
 def _fusion_evidence(*, build: IndexBuild, corpus: LoadedCorpus, config: Config, tokenizer: Tokenizer,
-                     encoder: TokenVectorEncoder, memories: MemoryStore) -> FusionWeights:
-    """How much the late ranker should weigh beside HDC for this build, from its own self-queries
-    (`engine.retrieval.fusion_evidence`); searches read it from `parameters["fusion"]`."""
-    store = store_for(build.corpus_id)
-
-    def late(query: str) -> list[tuple[int, float]]:
-        return text_store_rank(store=store, encoder=encoder, tokenizer=tokenizer, query=query, build_id=build.pk)
-
-    target = SearchTarget(corpus=corpus, store=memories, name=str(build.corpus_id), late=late)
+                     encoder: TokenVectorEncoder, memories: MemoryStore) -> FusionChoice:
+    """The fusion rule for this build, from its own held-out self-queries
+    (`engine.retrieval.fusion_evidence`), scored by the token vectors the fill kept beside the
+    store; searches read it from `parameters["fusion"]`."""
+    scorer = LateScorer.for_build(corpus, encoder=encoder, tokenizer=tokenizer)
+    if scorer is None:
+        raise TextStoreError(f"build {build.pk}: the fill left no late-interaction vectors in {corpus.build_dir}")
+    target = SearchTarget(corpus=corpus, store=memories, name=str(build.corpus_id), late=scorer)
     return fusion_evidence(retriever=Retriever(tokenizer, config), target=target)
 
 

@@ -1,17 +1,21 @@
-"""reciprocal_rank_fusion against hand-computed scores, tie-breaks and bad arguments."""
+"""Fusion: reciprocal rank fusion and the score rules against hand-computed values, the evidence
+gate, self-queries, bad arguments."""
 
 from __future__ import annotations
 
 import random
 
+import numpy as np
 import pytest
 
 from engine.fusion import (
-    WEIGHT_GRID,
-    FusionWeights,
-    choose_fusion_weights,
-    mrr_at,
+    CHOSEN_RULES,
+    SIGNIFICANCE_Z,
+    FusionChoice,
+    choose_fusion,
+    fuse_scores,
     reciprocal_rank_fusion,
+    reciprocal_ranks,
     self_queries,
 )
 
@@ -81,55 +85,125 @@ def test_bad_weights_are_refused():
         reciprocal_rank_fusion([["a"]], weights=[-1.0])
 
 
-def _known_item_rankings(seed: int, queries: int, good: float) -> tuple[list[list[int]], list[int]]:
-    """Rankings of 200 keys where the relevant key is near the top with probability `good`,
-    anywhere (or absent) otherwise."""
-    rng = random.Random(seed)
-    rankings, relevant = [], []
-    for query in range(queries):
-        ranking = rng.sample(range(200), 100)
-        target = query % 200
-        if target in ranking:
-            ranking.remove(target)
-        if rng.random() < good:
-            ranking.insert(rng.randrange(3), target)
-        rankings.append(ranking)
-        relevant.append(target)
-    return rankings, relevant
+def _known_item_scores(seed: int, queries: int, good: float, pool: int = 50) -> tuple[np.ndarray, np.ndarray]:
+    """Scores (queries, pool) where the target (position query % pool) tops the pool with
+    probability `good` and sits anywhere otherwise."""
+    rng = np.random.default_rng(seed)
+    scores = rng.random((queries, pool))
+    targets = np.arange(queries) % pool
+    lucky = rng.random(queries) < good
+    scores[np.arange(queries), targets] = np.where(lucky, 2.0, rng.random(queries))
+    return scores, targets
 
 
 @pytest.mark.parametrize(("hdc_good", "late_good"), [(0.9, 0.1), (0.1, 0.9), (0.6, 0.6), (0.0, 0.0)])
-def test_chosen_weights_are_never_worse_than_hdc_and_never_let_late_lead(hdc_good, late_good):
-    hdc, relevant = _known_item_rankings(1, 120, hdc_good)
-    late, _ = _known_item_rankings(2, 120, late_good)
-    weights = choose_fusion_weights(hdc, late, relevant)
-    fused = [[key for key, _ in reciprocal_rank_fusion([h, x], weights=[weights.hdc, weights.late])
-              if (weights.hdc and key in h) or (weights.late and key in x)] for h, x in zip(hdc, late, strict=True)]
-    assert mrr_at(fused, relevant) >= mrr_at(hdc, relevant)
-    assert weights.evidence["queries"] == 120 and len(weights.evidence["mrr"]) == len(WEIGHT_GRID)
-    assert weights.late <= weights.hdc / 2
-    if hdc_good > late_good:
-        assert weights.late == 0.0  # a useless late ranker is switched off
-    if late_good > hdc_good:
-        assert weights.late > 0.0  # a better one reorders HDC's ranking
-    if hdc_good == late_good == 0.0:
-        assert (weights.hdc, weights.late) == (1.0, 0.0)  # no evidence either way: HDC alone, the cheapest
-    assert FusionWeights.from_dict(weights.to_dict()) == weights
+def test_the_chosen_rule_is_never_worse_than_hdc_on_its_evidence(hdc_good, late_good):
+    hdc, targets = _known_item_scores(1, 120, hdc_good)
+    late, _ = _known_item_scores(2, 120, late_good)
+    choice = choose_fusion(hdc, late, targets)
+    chosen = reciprocal_ranks(fuse_scores(hdc, late, rule=choice.rule), targets).mean()
+    assert chosen >= reciprocal_ranks(hdc, targets).mean()
+    assert choice.evidence["queries"] == 120 and set(choice.evidence["mrr"]) == set(CHOSEN_RULES)
+    if hdc_good > late_good or hdc_good == late_good == 0.0:
+        assert choice.rule == "hdc" and not choice.uses_late  # no significant gain: HDC alone, the cheapest
+    else:  # a better late ranker, or an independent one as good: fusing finds more
+        assert choice.rule != "hdc" and choice.evidence["z"] > SIGNIFICANCE_Z
+    assert FusionChoice.from_dict(choice.to_dict()) == choice
 
 
-def test_choose_fusion_weights_rejects_mismatched_rankings():
-    with pytest.raises(ValueError, match="one ranking per query"):
-        choose_fusion_weights([[1]], [[1], [2]], [1])
+def test_a_kind_that_contradicts_the_gain_vetoes_the_rule_and_late_alone_needs_every_kind():
+    # 160 queries: on the first 80 ("lead") the late ranker finds every target and HDC half of
+    # them; on the last 80 ("heldout") HDC finds all and the late ranker none.
+    hdc, targets = _known_item_scores(4, 160, 0.5)
+    late, _ = _known_item_scores(5, 160, 1.0)
+    hdc[80:, :] = np.random.default_rng(6).random((80, 50))
+    hdc[np.arange(80, 160), targets[80:]] = 2.0
+    late[np.arange(80, 160), targets[80:]] = -1.0
+    kinds = ["lead"] * 80 + ["heldout"] * 80
+    one_group = choose_fusion(hdc, late, targets)
+    assert one_group.rule not in ("hdc", "late")  # together: mixing gains, late alone does not win every group
+    guarded = choose_fusion(hdc, late, targets, kinds=kinds)
+    by_kind = guarded.evidence["mrr_by_kind"]
+    assert set(by_kind) == {"lead", "heldout"} and by_kind["lead"]["late"] == 1.0 and by_kind["heldout"]["late"] == 0.0
+    # A chosen mix must not lose on the held-out kind significantly.
+    if guarded.rule != "hdc":
+        assert by_kind["heldout"][guarded.rule] >= by_kind["heldout"]["hdc"] - 0.05
+    assert guarded.rule != "late"
+    # HDC misleading on every query (a wrong candidate far ahead, the target last) and the late
+    # ranker right: late alone beats every mix on every kind, and is chosen.
+    misled = np.random.default_rng(7).random((80, 50))
+    misled[np.arange(80), (targets[:80] + 1) % 50] = 100.0
+    misled[np.arange(80), targets[:80]] = -1.0
+    assert choose_fusion(misled, late[:80], targets[:80], kinds=["lead"] * 40 + ["heldout"] * 40).rule == "late"
+    with pytest.raises(ValueError, match="one kind per query"):
+        choose_fusion(hdc, late, targets, kinds=kinds[:3])
 
 
-def test_self_queries_take_a_lead_and_a_span_from_long_enough_texts():
-    texts = ["too short", " ".join(f"w{i}" for i in range(40)), " ".join(f"v{i}" for i in range(10))]
-    queries = self_queries(texts, seed=3)
-    assert [number for number, _ in queries] == [1, 1, 2, 2]
-    assert queries[0][1] == " ".join(f"w{i}" for i in range(8))
-    span = queries[1][1].split()
-    first = int(span[0][1:])
-    assert first >= 8 and span == [f"w{i}" for i in range(first, first + 12)]
+def test_a_small_gain_on_few_queries_is_not_significant():
+    hdc, targets = _known_item_scores(3, 12, 0.5)
+    late = hdc.copy()
+    late[0, targets[0]] = 9.0  # one query better, eleven the same
+    assert choose_fusion(hdc, late, targets).rule == "hdc"
+
+
+def test_fuse_scores_rules():
+    hdc = np.array([[5.0, 4.0, 3.0, -np.inf]])
+    late = np.array([[0.1, np.nan, 0.9, 0.5]])
+    assert fuse_scores(hdc, late, rule="hdc").tolist() == [[5.0, 4.0, 3.0, -np.inf]]
+    # Late alone: scored candidates by late score, the unscored one after them; never a non-candidate.
+    assert np.argsort(-fuse_scores(hdc, late, rule="late")[0])[:3].tolist() == [2, 0, 1]
+    # RRF over the pool: HDC ranks 1, 2, 3; late ranks 2, -, 1.
+    rrf = fuse_scores(hdc, late, rule="rrf:0.5", k=1)[0]
+    assert rrf[:3] == pytest.approx([1 / 2 + 0.5 / 3, 1 / 3, 1 / 4 + 0.5 / 2]) and rrf[3] == -np.inf
+    # z: HDC z over (5, 4, 3) is (1.22, 0, -1.22); late over (0.1, 0.9) is (-1, 1), the unscored
+    # candidate takes the lowest.
+    z = fuse_scores(hdc, late, rule="z:2")[0]
+    assert z[:3] == pytest.approx([1.2247 - 2, 0 - 2, -1.2247 + 2], abs=1e-4)
+    with pytest.raises(ValueError, match="unknown fusion rule"):
+        fuse_scores(hdc, late, rule="rrf:-1")
+    with pytest.raises(ValueError, match="one shape"):
+        fuse_scores(hdc, late[:, :2], rule="hdc")
+
+
+def test_legacy_weights_become_rules():
+    assert FusionChoice.from_dict({"hdc": 1.0, "late": 0.0}).rule == "hdc"
+    assert FusionChoice.from_dict({"hdc": 1.0, "late": 0.5, "evidence": {"queries": 3}}) == \
+        FusionChoice("rrf:0.5", {"queries": 3})
+    assert FusionChoice.from_dict({"hdc": 0.0, "late": 1.0}).rule == "late"
+    with pytest.raises(ValueError, match="unknown fusion rule"):
+        FusionChoice("cosine")
+
+
+def test_reciprocal_ranks_count_ties_against_the_target():
+    scores = np.array([[3.0, 3.0, 1.0], [1.0, 2.0, 3.0], [1.0, 2.0, 3.0]])
+    assert reciprocal_ranks(scores, np.array([1, 0, -1])).tolist() == [0.5, 1 / 3, 0.0]
+    assert reciprocal_ranks(scores, np.array([1, 0, 2]), depth=2).tolist() == [0.5, 0.0, 1.0]
+
+
+def test_choose_fusion_rejects_mismatched_scores():
+    with pytest.raises(ValueError, match="one target per query"):
+        choose_fusion(np.zeros((2, 3)), np.zeros((2, 3)), np.zeros(3, dtype=np.int64))
+
+
+def test_self_queries_of_each_kind():
+    texts = ["too short", " ".join(f"w{i}" for i in range(40)), " ".join(f"v{i}" for i in range(10)),
+             "First sentence here. The second one is longer than four words. Third sentence closes it!"]
+    queries = self_queries(texts, kinds=("lead", "span", "heldout"), seed=3)
+    assert [(q.index, q.kind) for q in queries] == [(i, kind) for i in (1, 2, 3) for kind in ("lead", "span", "heldout")]
+    lead, span, held = queries[:3]
+    assert lead.query == " ".join(f"w{i}" for i in range(8)) and lead.rest is None and span.rest is None
+    first = int(span.query.split()[0][1:])
+    assert first >= 8 and span.query.split() == [f"w{i}" for i in range(first, first + 12)]
+    # One sentence: a span of at most half the words is held out, the rest keeps the others in order.
+    assert len(held.query.split()) <= 12 and held.query in texts[1]
+    assert sorted(held.query.split() + held.rest.split()) == sorted(texts[1].split())
     # A short text: half of it leads, the rest is the span.
-    assert queries[2][1] == "v0 v1 v2 v3 v4" and queries[3][1] == "v5 v6 v7 v8 v9"
-    assert self_queries(texts, seed=3) == queries
+    assert queries[3].query == "v0 v1 v2 v3 v4" and queries[4].query == "v5 v6 v7 v8 v9"
+    # Several sentences: a whole sentence of 4+ words is held out.
+    sentence = queries[8]
+    assert sentence.query in ("The second one is longer than four words.", "Third sentence closes it!")
+    assert sentence.query not in sentence.rest and sentence.rest.startswith("First sentence here.")
+    assert self_queries(texts, kinds=("lead", "span", "heldout"), seed=3) == queries
+    assert self_queries(texts, seed=3) == queries  # every kind by default
+    with pytest.raises(ValueError, match="unknown self-query kinds"):
+        self_queries(texts, kinds=("title",))

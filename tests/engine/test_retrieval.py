@@ -10,12 +10,14 @@ import pytest
 
 from engine.bits import adaptive_threshold, pack_ternary, unpack_ternary
 from engine.config import Config
-from engine.fusion import FusionWeights
+from engine.fusion import FusionChoice
 from engine.index import BitmapIndex
 from engine.loaded_build import LoadedCorpus
 from engine.retrieval import (
     CONTEXT_DELIMITER,
+    FUSION_DEPTH,
     BlendState,
+    LateUnavailable,
     Retriever,
     SearchTarget,
     _Candidate,
@@ -250,77 +252,93 @@ def test_several_corpora_merge_and_require_equal_dims(tmp_path):
         Retriever(WordTokenizer(), Config()).search("q", [targets[0], SearchTarget(odd, targets[0].store)])
 
 
-def test_fusion_adds_late_rows_reorders_and_keeps_hdc_only_searches_unchanged(tmp_path):
+class FixedScorer:
+    """A late scorer with set scores per row (nan elsewhere), recording what it was asked."""
+
+    def __init__(self, scores: dict[int, float], text_score: float = np.nan, unavailable: bool = False):
+        self.scores, self.text_score, self.unavailable = scores, text_score, unavailable
+        self.asked: list[tuple[str, list[int]]] = []
+
+    def score_rows(self, query: str, rows: np.ndarray) -> np.ndarray:
+        if self.unavailable:
+            raise LateUnavailable("down")
+        self.asked.append((query, [int(r) for r in rows]))
+        return np.array([self.scores.get(int(r), np.nan) for r in rows])
+
+    def score_texts(self, query: str, texts: list[str]) -> np.ndarray:
+        return np.full(len(texts), self.text_score)
+
+
+def test_fusion_reorders_hdc_candidates_and_keeps_hdc_only_searches_unchanged(tmp_path):
     retriever, targets, q, rows, query = constructed_case(tmp_path, min_context=3)
     scores = rows @ query.astype(np.int64)
     plain = retriever.search_vectors([q], targets)
     assert retriever.search_vectors([q], targets, late=[None]) == plain
     assert all(r["late_score"] is None and r["fused_score"] is None for r in plain)
-    # A late ranker that puts the lowest-scoring noise row (outside the top-100 HDC candidates)
-    # first, then row 4.
-    outsider = int(np.lexsort((np.arange(len(scores)), scores))[0])
-    assert scores[outsider] < np.sort(scores)[::-1][99]
-    late = [[(outsider, 9.0), (4, 8.0), (10_000, 7.0), (outsider, 1.0)]]  # unknown and repeated rows ignored
-    fused = retriever.search_vectors([q], targets, late=late)
+    # Late scores: row 4 best, then rows 0-2, the noise rows 0; row 3 not scored. Rule "late".
+    scorer = FixedScorer({4: 9.0, 0: 1.0, 1: 1.0, 2: 1.0} | {r: 0.0 for r in range(5, 305)})
+    asked: list[np.ndarray] = []
+    targets = [SearchTarget(targets[0].corpus, targets[0].store, "case", fusion=FusionChoice("late"))]
+    fused = retriever.search_vectors([q], targets, late=[lambda rows: asked.append(rows) or
+                                                         scorer.score_rows("q", rows)])
+    # Only HDC's top FUSION_DEPTH candidates are re-scored: the late scorer adds no rows.
+    hdc_order = [int(r) for r in np.lexsort((np.arange(len(scores)), -scores))]
+    assert asked[0].tolist() == hdc_order[:min(FUSION_DEPTH, retriever.candidates)]
     by_row = {r["memory"]["hdv_idx"]: r for r in fused}
-    assert outsider in by_row  # found by the late ranker alone, scored exactly by the index
-    assert scores[outsider] < 0
-    assert by_row[outsider]["hdc_score"] == float(scores[outsider]) and by_row[outsider]["late_score"] == 9.0
-    assert by_row[4]["late_score"] == 8.0 and by_row[0]["late_score"] is None
-    # RRF with k = 60: row 4 is HDC rank 3 (after rows 0 and 3; 1 and 2 share row 0's vector,
-    # so ranks follow the index order 0, 1, 2, 3, 4) and late rank 2.
-    hdc_rank = [int(r) for r in np.lexsort((np.arange(len(scores)), -scores))].index(4) + 1
-    assert by_row[4]["fused_score"] == pytest.approx(1 / (60 + hdc_rank) + 1 / (60 + 2))
-    assert by_row[outsider]["fused_score"] == pytest.approx(1 / (60 + 1))
-    assert [r["memory"]["hdv_idx"] for r in fused][0] == 4  # in both rankings: fused first
-    # The dataset filter holds for late rows too.
+    assert [r["memory"]["hdv_idx"] for r in fused][:2] == [4, 0]  # late order; 1 and 2 deduplicated
+    assert by_row[4]["late_score"] == 9.0 and by_row[0]["late_score"] == 1.0
+    # The fused score is the rank in the target's fused order: 1 / (60 + rank).
+    assert by_row[4]["fused_score"] == pytest.approx(1 / 61) and by_row[0]["fused_score"] == pytest.approx(1 / 62)
+    assert 3 not in [r["memory"]["hdv_idx"] for r in fused[:2]]  # unscored: after every scored candidate
+    # The dataset filter holds before any scoring.
     filtered = SearchTarget(targets[0].corpus, targets[0].store, "case", enabled_sources=frozenset({1}))
-    assert retriever.search_vectors([q], [filtered], late=late) == []
-    # Through `search`, the target's own late ranker is called with the query text.
-    asked: list[str] = []
-    ranker = SearchTarget(targets[0].corpus, targets[0].store, "case",
-                          late=lambda text: asked.append(text) or late[0])
+    assert retriever.search_vectors([q], [filtered], late=[scorer.score_rows.__get__(scorer)]) == []
+    # Through `search`, the target's own scorer is asked with the query text.
     retriever.query_vector = lambda corpus, query, blend=None: q
-    assert [r["memory"]["hdv_idx"] for r in retriever.search("the question", [ranker])] == \
+    target = SearchTarget(targets[0].corpus, targets[0].store, "case", late=scorer, fusion=FusionChoice("late"))
+    assert [r["memory"]["hdv_idx"] for r in retriever.search("the question", [target])] == \
         [r["memory"]["hdv_idx"] for r in fused]
-    assert asked == ["the question"]
+    assert scorer.asked[-1][0] == "the question"
 
 
-def test_fusion_weights_gate_the_late_ranker(tmp_path):
+def test_the_fusion_rule_decides_whether_and_how_the_late_scorer_counts(tmp_path):
     retriever, targets, q, rows, query = constructed_case(tmp_path, min_context=3)
     retriever.query_vector = lambda corpus, query, blend=None: q
     plain = retriever.search("the question", targets)
-    asked: list[str] = []
-
-    def late(text: str) -> list[tuple[int, float]]:
-        asked.append(text)
-        return [(300, 9.0), (4, 8.0)]
-
-    off = SearchTarget(targets[0].corpus, targets[0].store, "case", late=late, fusion=FusionWeights(1.0, 0.0))
-    assert retriever.search("the question", [off]) == plain  # weight 0: HDC alone, the late ranker not asked
-    assert asked == []
-    alone = SearchTarget(targets[0].corpus, targets[0].store, "case", late=late, fusion=FusionWeights(0.0, 1.0))
+    scorer = FixedScorer({300: 9.0, 4: 8.0})
+    off = SearchTarget(targets[0].corpus, targets[0].store, "case", late=scorer, fusion=FusionChoice("hdc"))
+    assert retriever.search("the question", [off]) == plain and scorer.asked == []  # HDC alone, not asked
+    alone = SearchTarget(targets[0].corpus, targets[0].store, "case", late=scorer, fusion=FusionChoice("late"))
     ranked = [r["memory"]["hdv_idx"] for r in retriever.search("the question", [alone])]
-    assert ranked[:2] == [300, 4] and asked == ["the question"]  # late weight only: its order leads
+    assert ranked[0] == 4 and len(scorer.asked) == 1  # row 300 is no HDC candidate: never added
+    assert 300 not in scorer.asked[0][1]
+    down = SearchTarget(targets[0].corpus, targets[0].store, "case", late=FixedScorer({}, unavailable=True),
+                        fusion=FusionChoice("late"))
+    assert [r["memory"]["hdv_idx"] for r in retriever.search("the question", [down])] == \
+        [r["memory"]["hdv_idx"] for r in plain]  # an unavailable scorer: HDC order
 
 
-def test_fusion_evidence_prefers_the_ranker_that_finds_the_corpus_own_texts(tmp_path):
+def test_fusion_evidence_moves_off_hdc_only_for_a_scorer_that_finds_held_out_texts(tmp_path):
     encoder = make_encoder(tmp_path, dims=512)
     rng = np.random.default_rng(0)
     texts = [" ".join(f"w{int(t)}" for t in rng.integers(3, 300, 30)) for _ in range(60)]
     tokenizer = WordTokenizer()
-    corpus_tokens = [tokenizer.tokenize(text) for text in texts]
-    pos, neg = encoder.encode(corpus_tokens)
+    pos, neg = encoder.encode([tokenizer.tokenize(text) for text in texts])
     index = BitmapIndex.create(tmp_path / "e.idx", encoder.dims)
     index.append(pos, neg, token_counts=[30] * 60, source_ids=[1] * 60)
     index.finalize()
     corpus = LoadedCorpus(encoder=encoder, index=BitmapIndex.open(tmp_path / "e.idx"))
     retriever = Retriever(tokenizer, Config())
-    useless = SearchTarget(corpus, DictStore(texts), "e", late=lambda text: [(int(r), 1.0) for r in range(59, -1, -1)])
-    weights = fusion_evidence(retriever=retriever, target=useless, samples=20)
-    assert (weights.hdc, weights.late) == (1.0, 0.0)
-    assert weights.evidence["mrr"]["1,0"] > 0.5 and weights.evidence["mrr"]["1,0.5"] < weights.evidence["mrr"]["1,0"]
-    with pytest.raises(ValueError, match="late ranker"):
+    useless = SearchTarget(corpus, DictStore(texts), "e", late=FixedScorer({r: 1.0 for r in range(60)}, 0.0))
+    choice = fusion_evidence(retriever=retriever, target=useless, samples=20)
+    assert choice.rule == "hdc" and choice.evidence["queries"] == 60  # a lead, a span, a held-out sentence each
+    assert set(choice.evidence["mrr_by_kind"]) == {"lead", "span", "heldout"}
+    assert choice.evidence["mrr"]["late"] < choice.evidence["mrr"]["hdc"]
+    # A scorer that rates each held-out text above every row finds every target: significant.
+    oracle = SearchTarget(corpus, DictStore(texts), "e", late=FixedScorer({r: 0.0 for r in range(60)}, 1.0))
+    choice = fusion_evidence(retriever=retriever, target=oracle, samples=20)
+    assert choice.rule != "hdc" and choice.evidence["mrr_by_kind"]["heldout"]["late"] == 1.0
+    with pytest.raises(ValueError, match="late scorer"):
         fusion_evidence(retriever=retriever, target=SearchTarget(corpus, DictStore(texts), "e"))
 
 

@@ -1,5 +1,5 @@
 """text_store: a real build on the real Gemma model filled into a real embedded Chroma store,
-searched by late interaction; replacement by a later build, deletion, cancel and bad input."""
+scored by late interaction from the kept token vectors; replacement by a later build, deletion, cancel and bad input."""
 
 from __future__ import annotations
 
@@ -11,11 +11,14 @@ import pytest
 
 from engine.build import BuildCancelled, build_index
 from engine.config import Config
-from engine.fusion import reciprocal_rank_fusion
-from engine.loaded_build import load_corpus
+from engine.loaded_build import LoadedCorpus, load_corpus
 from engine.multivector import ChromaClient
+from engine.multivector.late_interaction import maxsim_many
+from engine.multivector.token_vectors import TokenVectorEncoder
 from engine.text_store import (
+    LATE_FILE,
     PHASE,
+    LateScorer,
     TextStoreError,
     text_doc_id,
     text_encoder_for,
@@ -23,7 +26,6 @@ from engine.text_store import (
     text_store_delete_source,
     text_store_fill,
     text_store_prune,
-    text_store_rank,
 )
 
 CONFIG = Config(hdc_dimensions=256, hdc_ngram=3)
@@ -101,6 +103,11 @@ def test_fill_writes_one_record_per_row_with_its_row_key(store, corpus, encoder,
     assert store.get_collection_stats()["text_count"] == 8
 
 
+@pytest.fixture(scope="module")
+def scorer(filled, corpus, encoder, tokenizer) -> LateScorer:
+    return LateScorer.for_build(corpus, encoder=encoder, tokenizer=tokenizer)
+
+
 @pytest.mark.parametrize("query, expected", [
     ("fox dog river", FIRST[0]),
     ("light energy glucose", FIRST[1]),
@@ -110,36 +117,38 @@ def test_fill_writes_one_record_per_row_with_its_row_key(store, corpus, encoder,
     ("moon tides oceans", SECOND[0]),
     ("magma volcanoes", SECOND[1]),
 ])
-def test_a_query_finds_the_chunk_with_its_words_first(filled, corpus, encoder, tokenizer, query, expected):
-    ranking = text_store_rank(store=filled, encoder=encoder, tokenizer=tokenizer, query=query, build_id="b1")
-    assert len(ranking) == corpus.count
-    assert ranking[0][0] == rows_of(corpus)[expected]
-    scores = [score for _, score in ranking]
-    assert scores == sorted(scores, reverse=True)
+def test_a_query_scores_the_row_with_its_words_highest(scorer, corpus, query, expected):
+    scores = scorer.score_rows(query, np.arange(corpus.count))
+    assert scores.shape == (corpus.count,) and np.isfinite(scores).all()
+    assert int(np.argmax(scores)) == rows_of(corpus)[expected]
 
 
-def test_rank_respects_build_and_allowed_sources(store, corpus, encoder, tokenizer):
-    text_store_fill(store=store, corpus=corpus, encoder=encoder, tokenizer=tokenizer, build_id=1)
-    rows = rows_of(corpus)
+def test_scores_are_the_store_sequences_maxsim(scorer, filled, corpus, encoder, tokenizer):
+    """The kept token vectors give what MaxSim over the stored sequences gives (float16 rounding)."""
+    query = "revolution energy of the cell"
+    query_rows = encoder.encode(tokenizer.tokenize(query))
+    texts = corpus.store.get_memories(list(range(corpus.count)))
+    expected = maxsim_many(query_rows, [encoder.encode(tokenizer.tokenize(texts[row]["text"]))
+                                        for row in range(corpus.count)])
+    rows = np.array([7, 0, 3, 3, -1, 99])
+    scores = scorer.score_rows(query, rows)
+    np.testing.assert_allclose(scores[:4], expected[[7, 0, 3, 3]], rtol=2e-3)
+    assert np.isnan(scores[4:]).all()  # not rows of this build
+    assert np.isnan(scorer.score_rows("", rows)).all()  # no content token in the query
+    hits = filled.search_text_multivector(query_rows, n_candidates=corpus.count, n_results=corpus.count,
+                                          filters={"index_build": "b1"})
+    by_row = {int(hit["metadata"]["row"]): hit["late_interaction_score"] for hit in hits}
+    assert by_row[0] == pytest.approx(float(scores[1]), rel=2e-3)
+    texts_scores = scorer.score_texts(query, [texts[3]["text"], ""])
+    assert texts_scores[0] == pytest.approx(float(expected[3]), rel=1e-5) and np.isnan(texts_scores[1])
 
-    def rank(**options):
-        return text_store_rank(store=store, encoder=encoder, tokenizer=tokenizer, query="moon tides", **options)
 
-    assert rank(build_id=1)[0][0] == rows[SECOND[0]]
-    only_first = rank(build_id=1, allowed_sources=[4])
-    assert len(only_first) == 5 and {row for row, _ in only_first} == {rows[t] for t in FIRST}
-    assert rank(build_id=1, allowed_sources=[]) == []
-    assert rank(build_id=2) == []  # another build's records are invisible
-    assert text_store_rank(store=store, encoder=encoder, tokenizer=tokenizer, query="", build_id=1) == []
-
-
-def test_rankings_fuse_with_hdc_rows(store, corpus, encoder, tokenizer):
-    text_store_fill(store=store, corpus=corpus, encoder=encoder, tokenizer=tokenizer, build_id=1)
-    late = text_store_rank(store=store, encoder=encoder, tokenizer=tokenizer, query="French revolution 1789",
-                           build_id=1)
-    hdc_rows = [rows_of(corpus)[FIRST[3]], 0, 1]
-    fused = reciprocal_rank_fusion([hdc_rows, [row for row, _ in late]])
-    assert fused[0][0] == rows_of(corpus)[FIRST[3]]
+def test_a_build_without_kept_vectors_has_no_scorer(tmp_path, corpus, encoder, tokenizer):
+    bare = LoadedCorpus(encoder=corpus.encoder, index=corpus.index, manifest=corpus.manifest, build_dir=tmp_path)
+    assert LateScorer.for_build(bare, encoder=encoder, tokenizer=tokenizer) is None
+    other = TokenVectorEncoder(encoder.embeddings, dim=64)
+    with pytest.raises(TextStoreError, match="written by encoder"):
+        LateScorer(Path(corpus.build_dir) / LATE_FILE, encoder=other, tokenizer=tokenizer)
 
 
 def test_a_later_build_replaces_the_previous_one(store, corpus, encoder, tokenizer):

@@ -1,6 +1,7 @@
 """Late interaction in the portal: builds fill the corpus's text collection (real Gemma model,
-embedded Chroma in the test's DATA_DIR), searches fuse it with HDC, dataset deletion removes its
-records, and an unreachable Chroma (a closed port) fails a build or leaves a search on HDC alone."""
+embedded Chroma in the test's DATA_DIR) and keep the token vectors beside the build, searches fuse
+their exact MaxSim with HDC (without asking Chroma), dataset deletion removes the records, and an
+unreachable Chroma (a closed port) fails a build."""
 
 from __future__ import annotations
 
@@ -15,7 +16,9 @@ from corpus.models import Corpus, IndexBuild, Memory
 from corpus.services import builds as build_services
 from corpus.services.builds import build_cancel
 from corpus.services.corpora import dataset_delete
-from engine.fusion import WEIGHT_GRID
+from engine.fusion import CHOSEN_RULES
+from engine.text_store import LATE_FILE
+from hdrag_site import runtime
 from memory.services import memories_search
 from tests.engine.multivector.conftest import free_port
 from tests.portal.conftest import TEXTS, build_now, upload
@@ -42,27 +45,28 @@ def closed_chroma_url() -> str:
 
 
 def fuse_equally(build: IndexBuild) -> None:
-    """Give a build equal fusion weights. Its own evidence, from this six-text corpus, may well pick
-    HDC alone; tests about the store's records need the late ranker asked."""
+    """Give a build a fusing rule. Its own evidence, from this six-text corpus, may well pick HDC
+    alone; tests about late scores need the late scorer asked."""
     IndexBuild.objects.filter(pk=build.pk).update(
-        parameters={**build.parameters, "fusion": {"hdc": 1.0, "late": 1.0, "evidence": {}}})
+        parameters={**build.parameters, "fusion": {"rule": "z:1", "evidence": {}}})
 
 
-def test_build_measures_its_fusion_weights_and_a_zero_late_weight_skips_the_store(
-        late_corpus, owner, member, dataset, settings, django_capture_on_commit_callbacks, caplog):
+def test_build_measures_its_fusion_rule_and_rule_hdc_leaves_late_scores_out(
+        late_corpus, owner, member, dataset, django_capture_on_commit_callbacks):
     build = build_now(late_corpus, owner, django_capture_on_commit_callbacks)
     fusion = build.parameters["fusion"]
-    assert (fusion["hdc"], fusion["late"]) in WEIGHT_GRID
-    assert fusion["evidence"]["queries"] > 0 and set(fusion["evidence"]["mrr"]) == \
-        {f"{h:g},{x:g}" for h, x in WEIGHT_GRID}
-    # The chosen weights rank the self-queries at least as well as HDC alone.
-    assert fusion["evidence"]["mrr"][f"{fusion['hdc']:g},{fusion['late']:g}"] >= fusion["evidence"]["mrr"]["1,0"]
+    assert fusion["rule"] in CHOSEN_RULES
+    evidence = fusion["evidence"]
+    assert evidence["queries"] > 0 and set(evidence["mrr"]) == set(CHOSEN_RULES)
+    assert set(evidence["mrr_by_kind"]) <= {"lead", "span", "heldout"}
+    # The chosen rule ranks the self-queries at least as well as HDC alone.
+    assert evidence["mrr"][fusion["rule"]] >= evidence["mrr"]["hdc"]
+    assert (Path(build.build_dir) / LATE_FILE).is_file()
     IndexBuild.objects.filter(pk=build.pk).update(
-        parameters={**build.parameters, "fusion": {"hdc": 1.0, "late": 0.0, "evidence": {}}})
-    settings.CHROMA_URL = url = closed_chroma_url()  # would log a warning if the store were asked
+        parameters={**build.parameters, "fusion": {"rule": "hdc", "evidence": {}}})
     results = memories_search(user=member, corpus_ids=[late_corpus.pk], query=TEXTS[3])
-    assert results[0]["memory"]["text"] == TEXTS[3] and results[0]["late_score"] is None
-    assert not any(url in record.getMessage() for record in caplog.records)
+    assert results[0]["memory"]["text"] == TEXTS[3]
+    assert all(r["late_score"] is None and r["fused_score"] is None for r in results)
 
 
 def test_build_fills_one_text_record_per_memory(late_corpus, owner, dataset, django_capture_on_commit_callbacks):
@@ -170,14 +174,18 @@ def test_search_fuses_late_interaction_and_hides_it_from_outsiders(
     assert memories_search(user=owner, corpus_ids=[late_corpus.pk], query=TEXTS[3]) == []
 
 
-def test_search_with_chroma_down_uses_hdc_alone(late_corpus, owner, dataset, settings,
-                                                django_capture_on_commit_callbacks, caplog):
-    fuse_equally(build_now(late_corpus, owner, django_capture_on_commit_callbacks))
-    settings.CHROMA_URL = url = closed_chroma_url()
+def test_search_needs_no_chroma_and_a_build_without_kept_vectors_uses_hdc_alone(
+        late_corpus, owner, dataset, settings, django_capture_on_commit_callbacks):
+    build = build_now(late_corpus, owner, django_capture_on_commit_callbacks)
+    fuse_equally(build)
+    settings.CHROMA_URL = closed_chroma_url()  # searches read the build's own vectors
+    results = memories_search(user=owner, corpus_ids=[late_corpus.pk], query=TEXTS[3])
+    assert results[0]["memory"]["text"] == TEXTS[3] and results[0]["late_score"] is not None
+    runtime.reset()
+    (Path(build.build_dir) / LATE_FILE).unlink()  # as a build filled before the vectors were kept
     results = memories_search(user=owner, corpus_ids=[late_corpus.pk], query=TEXTS[3])
     assert results and results[0]["memory"]["text"] == TEXTS[3]
     assert all(result["late_score"] is None for result in results)
-    assert any(url in record.getMessage() and record.levelname == "WARNING" for record in caplog.records)
 
 
 def test_dataset_delete_removes_its_text_records(late_corpus, owner, dataset, django_capture_on_commit_callbacks):
