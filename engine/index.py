@@ -65,6 +65,11 @@ _FINALIZE_BATCH_ROWS = 16384
 # and rows re-ranked exactly. Chosen on real text (bench/search.py --real-text).
 DEFAULT_SAMPLE_CHUNKS = 6
 DEFAULT_SHORTLIST = 1000
+# ... and at least this many shortlisted rows per requested result (the retriever asks for 500).
+SHORTLIST_PER_RESULT = 2
+# `search_auto` (the retriever's search) samples from this many rows on; below, it searches exactly
+# (bench/search.py --real-text measures both at several index sizes).
+SAMPLED_SEARCH_MIN_ROWS = 100_000
 
 
 class IndexFileError(ValueError):
@@ -392,12 +397,13 @@ class BitmapIndex:
         k: int,
         *,
         sample_chunks: int = DEFAULT_SAMPLE_CHUNKS,
-        shortlist: int = DEFAULT_SHORTLIST,
+        shortlist: int | None = None,
         allowed_sources: Iterable[int] | None = None,
         row_mask: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Approximate top-k with exact scores: a first pass scores every allowed row on the first
-        `sample_chunks` column chunks only, the `shortlist` best are re-ranked on all dimensions.
+        `sample_chunks` column chunks only, the `shortlist` best are re-ranked on all dimensions
+        (default: max(DEFAULT_SHORTLIST, SHORTLIST_PER_RESULT * k)).
 
         Same shapes and order as `search`. The dimensions of a random projection are exchangeable,
         so a chunk subset's score is an unbiased estimate of the full score (scaled); on real
@@ -407,6 +413,8 @@ class BitmapIndex:
         `bench/search.py --real-text` measures recall@10 against the exact scan.
         """
         qp, qn, k, mask = self._check_query(q_pos, q_neg, k, allowed_sources, row_mask)
+        if shortlist is None:
+            shortlist = max(DEFAULT_SHORTLIST, SHORTLIST_PER_RESULT * k)
         if shortlist < k:
             raise ValueError(f"shortlist must be >= k ({k}), got {shortlist}")
         n_allowed = self.count if mask is None else int(np.count_nonzero(mask))
@@ -425,6 +433,22 @@ class BitmapIndex:
         scores = partial[rows].astype(np.int64) + self._exact_scores(rows, qp, qn, first_chunk=sample_chunks)
         order = np.lexsort((rows, -scores))[:k]
         return rows[order], scores[order].astype(np.int32)
+
+    def search_auto(
+        self,
+        q_pos: np.ndarray,
+        q_neg: np.ndarray,
+        k: int,
+        *,
+        allowed_sources: Iterable[int] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The retriever's search: `search_sampled` on an index of at least SAMPLED_SEARCH_MIN_ROWS
+        rows, where it reads a fraction of the file for a recall@10 of ~1 against the exact scan
+        (measured on real text, bench/search.py --real-text); the exact `search` below that, where
+        a full scan costs little. Same shapes and order as `search`."""
+        if self.count >= SAMPLED_SEARCH_MIN_ROWS:
+            return self.search_sampled(q_pos, q_neg, k, allowed_sources=allowed_sources)
+        return self.search(q_pos, q_neg, k, allowed_sources=allowed_sources)
 
     def score_rows(self, rows: np.ndarray | Iterable[int], q_pos: np.ndarray, q_neg: np.ndarray) -> np.ndarray:
         """Exact ternary scores int64 (m,) of the given rows (row indices (m,)) for the query."""
