@@ -27,8 +27,9 @@ bandwidth target, so it was kept.
 Per-row side arrays live beside the index as raw little-endian int32 files,
 `<name>.idx.token_counts` and `<name>.idx.source_ids`, aligned with the bitmap rows.
 
-Search is exact: `search` returns the same rows and scores as `search_exact` (ties broken
-by lower row first) unless a `candidates` cap is given; see `BitmapIndex.search`.
+`search` is exact: it returns the same rows and scores as `search_exact` (ties broken by lower
+row first) unless a `candidates` cap is given. `search_sampled` (approximate ranking, exact
+scores) is what `search_auto`, the retriever's search, uses on large indexes.
 """
 
 from __future__ import annotations
@@ -434,18 +435,11 @@ class BitmapIndex:
         order = np.lexsort((rows, -scores))[:k]
         return rows[order], scores[order].astype(np.int32)
 
-    def search_auto(
-        self,
-        q_pos: np.ndarray,
-        q_neg: np.ndarray,
-        k: int,
-        *,
-        allowed_sources: Iterable[int] | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """The retriever's search: `search_sampled` on an index of at least SAMPLED_SEARCH_MIN_ROWS
-        rows, where it reads a fraction of the file for a recall@10 of ~1 against the exact scan
-        (measured on real text, bench/search.py --real-text); the exact `search` below that, where
-        a full scan costs little. Same shapes and order as `search`."""
+    def search_auto(self, q_pos: np.ndarray, q_neg: np.ndarray, k: int, *,
+                    allowed_sources: Iterable[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The retriever's search: `search_sampled` from SAMPLED_SEARCH_MIN_ROWS rows on (a fraction
+        of the file read; recall against the exact scan measured on real text by bench/search.py),
+        the exact `search` below, where a full scan costs little. Same shapes and order as `search`."""
         if self.count >= SAMPLED_SEARCH_MIN_ROWS:
             return self.search_sampled(q_pos, q_neg, k, allowed_sources=allowed_sources)
         return self.search(q_pos, q_neg, k, allowed_sources=allowed_sources)

@@ -44,6 +44,8 @@ _ROFF_FONT = re.compile(r"\\f(?:\[[^\]]*\]|\(..|.)")
 _ROFF_ESCAPE = re.compile(r"\\(?:\(..|\[[^\]]*\]|[-&e|^0 ])")
 _POD_CODE = re.compile(r"[BCIFLSXE]<+([^<>]*)>+")
 _SPACES = re.compile(r"[ \t]+")
+# Info files mark nodes with NUL/backspace/unit-separator bytes; a text dataset holds none.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
 @dataclass(frozen=True)
@@ -164,7 +166,7 @@ def write_real_corpus(directory: Path, *, manual_chars: int, queries: int, seed:
             handles = {name: stack.enter_context(open(path.with_suffix(".tmp"), "w", encoding="utf-8"))
                        for name, path in manual_paths.items()}
             for source, text in _manual_texts(limits):
-                handles[source].write(text.strip() + "\n\n")
+                handles[source].write(_CONTROL.sub(" ", text).strip() + "\n\n")
         for path in manual_paths.values():
             path.with_suffix(".tmp").rename(path)
     datasets += list(manual_paths.items())
