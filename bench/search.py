@@ -9,18 +9,21 @@ anonymous memory used by pruned search beyond the memory map.
 
     .venv/bin/python -m bench.search --docs 1000000 --dims 10000 --queries 20 --dir /tmp/hdrag-bench
 
-`--real-text` replaces the synthetic corpus with real text encoded by the engine and real
-questions ("What is <lemma>?"; see bench/data/real_index.py for what is real and what is filled
-in), and adds `search_sampled` (first pass on a subset of column chunks, exact re-rank of a
-shortlist) at several settings, with recall@10 against the exact scan over all rows and over the
-real rows alone:
+`--real-text` replaces the synthetic corpus with ~518,000 memories of real text (Debian-packaged
+dictionaries and manuals, bench/data/real_corpus.py) built once by the engine, and real questions
+about entries. It measures, at the full size and on seeded random subsets of the rows: the exact
+scan, today's retriever search (`search`, exact pruning) as the baseline, and the retriever's
+search now (`search_auto`: `search_sampled` from `SAMPLED_SEARCH_MIN_ROWS` rows on), with recall of
+the top 10 and of the retriever's top 500 against the exact scan; then a grid of `search_sampled`
+settings at the full size:
 
-    .venv/bin/python -m bench.search --real-text --docs 500000 --real-docs 120000 --queries 50
+    .venv/bin/python -m bench.search --real-text --queries 50 --dir /work/main/.cache/bench
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -34,10 +37,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._hw import print_hardware  # noqa: E402
 from engine import bits  # noqa: E402
-from engine.index import BitmapIndex, IndexFileError  # noqa: E402
+from engine.index import SAMPLED_SEARCH_MIN_ROWS, BitmapIndex, IndexFileError  # noqa: E402
 
 PLANTED_PER_QUERY = 10
 BUILD_BATCH = 20000
+RETRIEVER_CANDIDATES = 500
 
 
 @njit(parallel=True, cache=True)
@@ -146,37 +150,35 @@ def main() -> None:
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "hdrag-bench")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--real-text", action="store_true", help="real text and real questions (see above)")
-    parser.add_argument("--real-docs", type=int, default=120_000, help="--real-text: documents encoded by the engine")
+    parser.add_argument("--sizes", default="50000,100000,200000",
+                        help="--real-text: subset sizes measured besides the full index")
     args = parser.parse_args()
 
     print_hardware()
     print(f"numba threads  : {numba.get_num_threads()}")
+    print(f"load average   : {' '.join(f'{x:.2f}' for x in os.getloadavg())} (start)")
     args.dir.mkdir(parents=True, exist_ok=True)
-    real_rows = None
     if args.real_text:
-        from bench.data.real_index import real_text_index
-
-        index, qp, qn, real, questions = real_text_index(args.dir, docs=args.docs, real_docs=args.real_docs,
-                                                         queries=args.queries, dims=args.dims, seed=args.seed)
-        planted = None
-        real_rows = np.arange(index.count) < real
-        args.exact_queries = args.queries
-        print(f"real text      : {real} rows encoded by the engine, {index.count - real} rotated copies; "
-              f"queries e.g. {questions[:3]}")
+        real_text(args)
     else:
-        index, qp, qn, planted = build_corpus(args.dir, args.docs, args.dims, args.queries, args.flip, args.seed)
+        synthetic(args)
+    print(f"\nload average   : {' '.join(f'{x:.2f}' for x in os.getloadavg())} (end)")
+
+
+def bandwidth_and_exact_scan(index: BitmapIndex, qp: np.ndarray, qn: np.ndarray,
+                             queries: int) -> tuple[list, float, float]:
+    """Prints the read bandwidth and the exact scan's share of it; returns the exact top-10 results, the
+    median scan time (s) and the bandwidth (GB/s)."""
     body = index._body()
     gbytes = body.nbytes / 1e9
     print(f"\n== corpus == {index.count} docs x {index.dims} dims, body {gbytes:.2f} GB, chunk_words {index.chunk_words}")
     print(f"sparsity       : { {k: round(v, 4) for k, v in index.sparsity().items()} }")
-
     bandwidth = read_bandwidth(body)
     print("\n== baseline: memory read bandwidth (parallel uint64 sum of the page-cached body) ==")
     print(f"read bandwidth : {bandwidth:.1f} GB/s")
-
     index.search_exact(qp[0], qn[0], 10)
     exact_times, exact_results = [], []
-    for q in range(min(args.exact_queries, args.queries)):
+    for q in range(queries):
         started = time.perf_counter()
         exact_results.append(index.search_exact(qp[q], qn[q], 10))
         exact_times.append(time.perf_counter() - started)
@@ -184,7 +186,13 @@ def main() -> None:
     print("\n== exact full scan (numba) ==")
     print(f"time           : {exact_s * 1e3:.1f} ms/query (median of {len(exact_times)})")
     print(f"throughput     : {gbytes / exact_s:.1f} GB/s = {gbytes / exact_s / bandwidth:.0%} of read bandwidth")
+    return exact_results, exact_s, bandwidth
 
+
+def synthetic(args: argparse.Namespace) -> None:
+    index, qp, qn, planted = build_corpus(args.dir, args.docs, args.dims, args.queries, args.flip, args.seed)
+    exact_results, exact_s, bandwidth = bandwidth_and_exact_scan(index, qp, qn, min(args.exact_queries, args.queries))
+    gbytes = index._body().nbytes / 1e9
     started = time.perf_counter()
     baseline_scores = numpy_scan(index, qp[0], qn[0])
     numpy_s = time.perf_counter() - started
@@ -203,8 +211,7 @@ def main() -> None:
         started = time.perf_counter()
         rows, _ = index.search(qp[q], qn[q], 10)
         pruned_times.append(time.perf_counter() - started)
-        if planted is not None:
-            planted_found.append(len(set(rows.tolist()) & set(planted[q].tolist())) / PLANTED_PER_QUERY)
+        planted_found.append(len(set(rows.tolist()) & set(planted[q].tolist())) / PLANTED_PER_QUERY)
         if q < len(exact_results):
             recalls.append(len(set(rows.tolist()) & set(exact_results[q][0].tolist())) / 10)
     peak_anon_mb = peak_extra_mb = None
@@ -217,42 +224,93 @@ def main() -> None:
     print(f"latency        : p50 {np.percentile(times_ms, 50):.1f} ms, p95 {np.percentile(times_ms, 95):.1f} ms "
           f"over {args.queries} queries")
     print(f"vs exact scan  : {exact_s * 1e3 / np.percentile(times_ms, 50):.1f}x faster at p50")
-    print(f"recall@10      : {np.mean(recalls):.3f} vs exact ({len(recalls)} queries)"
-          + (f"; planted found {np.mean(planted_found):.3f}" if planted_found else ""))
+    print(f"recall@10      : {np.mean(recalls):.3f} vs exact ({len(recalls)} queries); "
+          f"planted found {np.mean(planted_found):.3f}")
     if peak_extra_mb is None:
         print("peak RSS       : unavailable (/proc/self/clear_refs not writable)")
     else:
         print(f"peak RSS       : {peak_anon_mb:.0f} MB anonymous (whole process, memmap excluded) during pruned "
               f"search, {peak_extra_mb:+.0f} MB over before it; search work arrays ~{index.count * 5 / 1e6:.0f} MB")
-    if real_rows is not None:
-        sampled_search(index, qp, qn, exact_results, real_rows, exact_s)
 
 
-def sampled_search(index: BitmapIndex, qp: np.ndarray, qn: np.ndarray, exact_results: list, real_rows: np.ndarray,
-                   exact_s: float) -> None:
-    """`search_sampled` latency and recall@10 against the exact scan, over a grid of settings."""
+def _recall(found: np.ndarray, exact: np.ndarray) -> float:
+    return len(set(found.tolist()) & set(exact.tolist())) / max(1, exact.shape[0])
+
+
+def _timed(search, qp: np.ndarray, qn: np.ndarray) -> tuple[np.ndarray, list]:
+    search(qp[0], qn[0])
+    times, results = [], []
+    for q in range(len(qp)):
+        started = time.perf_counter()
+        results.append(search(qp[q], qn[q])[0])
+        times.append(time.perf_counter() - started)
+    return np.array(times) * 1e3, results
+
+
+def subset_index(index: BitmapIndex, directory: Path, size: int, seed: int) -> BitmapIndex:
+    """An index of `size` seeded random rows of `index` (kept in order), built once in `directory`."""
+    path = directory / f"{index.path.parent.name}_subset_{size}_s{seed}.idx"
+    try:
+        subset = BitmapIndex.open(path)
+        if subset.finalized and subset.count == size:
+            return subset
+    except IndexFileError:
+        pass
+    for stale in directory.glob(path.name + "*"):
+        stale.unlink()
+    rows = np.sort(np.random.default_rng(seed).choice(index.count, size=size, replace=False))
+    subset = BitmapIndex.create(path, index.dims)
+    for start in range(0, size, BUILD_BATCH):
+        pos, neg = index.get_bitmaps(rows[start : start + BUILD_BATCH])
+        subset.append(pos, neg)
+    subset.finalize()
+    return BitmapIndex.open(path)
+
+
+def real_text(args: argparse.Namespace) -> None:
+    from bench.data.real_index import real_text_index
+
+    index, qp, qn, questions = real_text_index(args.dir, queries=args.queries, dims=args.dims, seed=args.seed)
+    print(f"real text      : {index.count} memories built by the engine from Debian-packaged text, "
+          f"{len(questions)} questions, e.g. {questions[:4]}")
+    bandwidth_and_exact_scan(index, qp, qn, len(qp))
+    k = RETRIEVER_CANDIDATES
+    sizes = sorted({int(s) for s in args.sizes.split(",") if 0 < int(s) < index.count} | {index.count})
+    print(f"\n== retriever search (k = {k}): today's `search` (baseline) vs `search_auto` (sampled from "
+          f"{SAMPLED_SEARCH_MIN_ROWS} rows on) ==")
+    print(f"{'rows':>8} {'exact p50':>10} {'baseline p50':>13} {'p95':>7} {'new p50':>8} {'p95':>7} {'ratio':>6} "
+          f"{'recall@10':>10} {'recall@500':>11}")
+    for size in sizes:
+        sub = index if size == index.count else subset_index(index, args.dir, size, args.seed)
+        exact_ms, exact = _timed(lambda p, n, sub=sub: sub.search_exact(p, n, k), qp, qn)
+        base_ms, _ = _timed(lambda p, n, sub=sub: sub.search(p, n, k), qp, qn)
+        new_ms, new = _timed(lambda p, n, sub=sub: sub.search_auto(p, n, k), qp, qn)
+        recall10 = np.mean([_recall(a[:10], b[:10]) for a, b in zip(new, exact, strict=True)])
+        recall500 = np.mean([_recall(a, b) for a, b in zip(new, exact, strict=True)])
+        print(f"{size:>8} {np.median(exact_ms):>10.1f} {np.median(base_ms):>13.1f} {np.percentile(base_ms, 95):>7.1f} "
+              f"{np.median(new_ms):>8.1f} {np.percentile(new_ms, 95):>7.1f} "
+              f"{np.median(base_ms) / np.median(new_ms):>5.1f}x {recall10:>10.3f} {recall500:>11.3f}")
+    sampled_grid(index, qp, qn)
+
+
+def sampled_grid(index: BitmapIndex, qp: np.ndarray, qn: np.ndarray) -> None:
+    """`search_sampled` latency and recall against the exact scan at the full size, over a grid of settings."""
     chunks = len(index._chunks())
-    real_exact = [index.search_exact(qp[q], qn[q], 10, row_mask=real_rows) for q in range(len(qp))]
-    print(f"\n== sampled search (first pass on a subset of the {chunks} column chunks, exact re-rank) ==")
-    print(f"{'chunks':>6} {'shortlist':>9} {'p50 ms':>7} {'p95 ms':>7} {'vs exact':>9} {'recall@10':>10} "
-          f"{'recall@10 real rows':>20}")
-    for sample_chunks in (4, 6, 8, 12):
-        for shortlist in (500, 1000, 2000):
-            index.search_sampled(qp[0], qn[0], 10, sample_chunks=sample_chunks, shortlist=shortlist)
-            times, recall, real_recall = [], [], []
-            for q in range(len(qp)):
-                started = time.perf_counter()
-                rows, _ = index.search_sampled(qp[q], qn[q], 10, sample_chunks=sample_chunks, shortlist=shortlist)
-                times.append(time.perf_counter() - started)
-                recall.append(len(set(rows.tolist()) & set(exact_results[q][0].tolist())) / 10)
-                # The real rows alone, with the shortlist scaled to their share of the index.
-                scaled = max(10, round(shortlist * real_rows.mean()))
-                rows, _ = index.search_sampled(qp[q], qn[q], 10, sample_chunks=sample_chunks, shortlist=scaled,
-                                               row_mask=real_rows)
-                real_recall.append(len(set(rows.tolist()) & set(real_exact[q][0].tolist())) / 10)
-            ms = np.array(times) * 1e3
-            print(f"{sample_chunks:>6} {shortlist:>9} {np.percentile(ms, 50):>7.1f} {np.percentile(ms, 95):>7.1f} "
-                  f"{exact_s * 1e3 / np.percentile(ms, 50):>8.1f}x {np.mean(recall):>10.3f} {np.mean(real_recall):>20.3f}")
+    exact10 = [index.search_exact(qp[q], qn[q], 10)[0] for q in range(len(qp))]
+    exact500 = [index.search_exact(qp[q], qn[q], RETRIEVER_CANDIDATES)[0] for q in range(len(qp))]
+    print(f"\n== sampled search at {index.count} rows (first pass on a subset of the {chunks} column chunks, "
+          f"exact re-rank of a shortlist) ==")
+    print(f"{'chunks':>6} {'shortlist':>9} {'k=10 p50 ms':>12} {'recall@10':>10} {'k=500 p50 ms':>13} {'recall@500':>11}")
+    for sample_chunks in (4, 6, 8):
+        for shortlist in (1000, 2000):
+            ms10, found10 = _timed(lambda p, n, c=sample_chunks, s=shortlist: index.search_sampled(
+                p, n, 10, sample_chunks=c, shortlist=s), qp, qn)
+            ms500, found500 = _timed(lambda p, n, c=sample_chunks, s=shortlist: index.search_sampled(
+                p, n, RETRIEVER_CANDIDATES, sample_chunks=c, shortlist=s), qp, qn)
+            r10 = np.mean([_recall(a, b) for a, b in zip(found10, exact10, strict=True)])
+            r500 = np.mean([_recall(a, b) for a, b in zip(found500, exact500, strict=True)])
+            print(f"{sample_chunks:>6} {shortlist:>9} {np.median(ms10):>12.1f} {r10:>10.3f} {np.median(ms500):>13.1f} "
+                  f"{r500:>11.3f}")
 
 
 if __name__ == "__main__":

@@ -184,8 +184,8 @@ def _write_vocabulary(out_dir: Path, *, vocabulary: np.ndarray, idf: np.ndarray,
                       report: Progress, tables_dir: Path, format_version: int) -> VocabIndex:
     """Extract the model's embedding table, write `vocab.idx` for `vocabulary`, release the table.
 
-    Format 2 stores the vocabulary's rows as the model stores them; the full derived tables go
-    to `tables_dir` (in the spool, deleted with it) for the encode pass.
+    Formats 2 and 3 store the vocabulary's rows as the model stores them; the full derived tables
+    go to `tables_dir` (in the spool, deleted with it) for the encode pass.
     """
     with _timed(timings, "embeddings"):
         report("embeddings", 0, 1)
@@ -196,7 +196,7 @@ def _write_vocabulary(out_dir: Path, *, vocabulary: np.ndarray, idf: np.ndarray,
         report("embeddings", 1, 1)
     with _timed(timings, "vocabulary"):
         report("vocabulary", 0, int(vocabulary.size))
-        stored_rows = gguf.token_rows(gguf_path, vocabulary) if format_version == 2 else None
+        stored_rows = gguf.token_rows(gguf_path, vocabulary) if format_version != 1 else None
         vocab = write_vocab_index(out_dir / VOCAB_FILE, token_ids=vocabulary, idf=idf, embeddings=embeddings,
                                   dims=config.hdc_dimensions, ngram=config.hdc_ngram, seed=config.hdc_seed,
                                   drop_components=config.hdc_drop_components, stored_rows=stored_rows,
@@ -279,7 +279,8 @@ def build_index(*, datasets: Iterable[tuple[int, str, str | Path]], out_dir: str
     `progress(phase, done, total)` is called once per batch; phases: "tokenize" (documents,
     total 0 = unknown), "embeddings", "vocabulary", "encode" and "verify" (documents of total).
     `should_cancel()` is polled between batches and raises `BuildCancelled`. `format_version=1`
-    writes the format that stores the derived tables (for comparisons; see `engine.vocab`).
+    writes the format that stores the derived tables, 2 the previous derived one (for comparisons;
+    see `engine.vocab`).
     """
     out_dir = Path(out_dir)
     datasets = [(int(source_id), str(name), Path(path)) for source_id, name, path in datasets]

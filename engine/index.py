@@ -27,8 +27,9 @@ bandwidth target, so it was kept.
 Per-row side arrays live beside the index as raw little-endian int32 files,
 `<name>.idx.token_counts` and `<name>.idx.source_ids`, aligned with the bitmap rows.
 
-Search is exact: `search` returns the same rows and scores as `search_exact` (ties broken
-by lower row first) unless a `candidates` cap is given; see `BitmapIndex.search`.
+`search` is exact: it returns the same rows and scores as `search_exact` (ties broken by lower
+row first) unless a `candidates` cap is given. `search_sampled` (approximate ranking, exact
+scores) is what `search_auto`, the retriever's search, uses on large indexes.
 """
 
 from __future__ import annotations
@@ -65,6 +66,11 @@ _FINALIZE_BATCH_ROWS = 16384
 # and rows re-ranked exactly. Chosen on real text (bench/search.py --real-text).
 DEFAULT_SAMPLE_CHUNKS = 6
 DEFAULT_SHORTLIST = 1000
+# ... and at least this many shortlisted rows per requested result (the retriever asks for 500).
+SHORTLIST_PER_RESULT = 2
+# `search_auto` (the retriever's search) samples from this many rows on; below, it searches exactly
+# (bench/search.py --real-text measures both at several index sizes).
+SAMPLED_SEARCH_MIN_ROWS = 100_000
 
 
 class IndexFileError(ValueError):
@@ -392,12 +398,13 @@ class BitmapIndex:
         k: int,
         *,
         sample_chunks: int = DEFAULT_SAMPLE_CHUNKS,
-        shortlist: int = DEFAULT_SHORTLIST,
+        shortlist: int | None = None,
         allowed_sources: Iterable[int] | None = None,
         row_mask: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Approximate top-k with exact scores: a first pass scores every allowed row on the first
-        `sample_chunks` column chunks only, the `shortlist` best are re-ranked on all dimensions.
+        `sample_chunks` column chunks only, the `shortlist` best are re-ranked on all dimensions
+        (default: max(DEFAULT_SHORTLIST, SHORTLIST_PER_RESULT * k)).
 
         Same shapes and order as `search`. The dimensions of a random projection are exchangeable,
         so a chunk subset's score is an unbiased estimate of the full score (scaled); on real
@@ -407,6 +414,8 @@ class BitmapIndex:
         `bench/search.py --real-text` measures recall@10 against the exact scan.
         """
         qp, qn, k, mask = self._check_query(q_pos, q_neg, k, allowed_sources, row_mask)
+        if shortlist is None:
+            shortlist = max(DEFAULT_SHORTLIST, SHORTLIST_PER_RESULT * k)
         if shortlist < k:
             raise ValueError(f"shortlist must be >= k ({k}), got {shortlist}")
         n_allowed = self.count if mask is None else int(np.count_nonzero(mask))
@@ -425,6 +434,15 @@ class BitmapIndex:
         scores = partial[rows].astype(np.int64) + self._exact_scores(rows, qp, qn, first_chunk=sample_chunks)
         order = np.lexsort((rows, -scores))[:k]
         return rows[order], scores[order].astype(np.int32)
+
+    def search_auto(self, q_pos: np.ndarray, q_neg: np.ndarray, k: int, *,
+                    allowed_sources: Iterable[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The retriever's search: `search_sampled` from SAMPLED_SEARCH_MIN_ROWS rows on (a fraction
+        of the file read; recall against the exact scan measured on real text by bench/search.py),
+        the exact `search` below, where a full scan costs little. Same shapes and order as `search`."""
+        if self.count >= SAMPLED_SEARCH_MIN_ROWS:
+            return self.search_sampled(q_pos, q_neg, k, allowed_sources=allowed_sources)
+        return self.search(q_pos, q_neg, k, allowed_sources=allowed_sources)
 
     def score_rows(self, rows: np.ndarray | Iterable[int], q_pos: np.ndarray, q_neg: np.ndarray) -> np.ndarray:
         """Exact ternary scores int64 (m,) of the given rows (row indices (m,)) for the query."""

@@ -209,3 +209,82 @@ def block_bit_frequencies(block, out):
                         out[t, j, byte * 8 + s] += (packed >> np.uint64(8 * byte)) & np.uint64(0xFF)
                     lanes[j, s] = 0
             start = end
+
+
+# ---------------------------------------------------------------- vocabulary projection (format 3)
+#
+# Every value is computed in a fixed order, one row at a time, with IEEE operations that LLVM may
+# not reorder or fuse (no fastmath): a row's result is the same whatever batch it is in, on any
+# x86-64 or ARM machine. The projection itself is integer arithmetic, exact in any order.
+
+_PROJECTION_TILE = 1024
+
+
+@njit(cache=True)
+def fixed_point_rows(rows, mean, directions, one, out):
+    """out[t] = rint(one * u_t) int32, u_t the unit row t less `mean` and its components along
+    `directions`, unit again (a row that becomes zero stays zero). rows (n, e) float32."""
+    n, e = rows.shape
+    c = directions.shape[0]
+    for t in range(n):
+        v = np.empty(e, dtype=np.float64)
+        total = 0.0
+        for i in range(e):
+            a = np.float64(rows[t, i])
+            total += a * a
+        norm = np.sqrt(total)
+        for i in range(e):
+            a = np.float64(rows[t, i]) / norm if norm > 0.0 else 0.0
+            v[i] = a - np.float64(mean[i])
+        coefficients = np.empty(c, dtype=np.float64)
+        for k in range(c):
+            dot = 0.0
+            for i in range(e):
+                dot += v[i] * np.float64(directions[k, i])
+            coefficients[k] = dot
+        for k in range(c):
+            for i in range(e):
+                v[i] -= coefficients[k] * np.float64(directions[k, i])
+        total = 0.0
+        for i in range(e):
+            total += v[i] * v[i]
+        norm = np.sqrt(total)
+        for i in range(e):
+            out[t, i] = np.int32(np.rint(v[i] / norm * one)) if norm > 0.0 else np.int32(0)
+
+
+@njit(parallel=True, cache=True)
+def project_fixed_point(x, g, column_scale, out):
+    """out[t, d] = float32(sum_i x[t, i] * g[i, d] * column_scale[d]), x (n, e) int32, g (e, dims) int8.
+
+    The caller bounds |x| so that every partial sum is an integer below 2^53 in magnitude: the
+    float64 sums are then exact in any order and grouping (so four rows of `g` are added per pass,
+    and float64 lanes vectorise where int32 multiplies do not). Columns go in tiles whose rows of
+    `g` stay in L2 across the rows of `x`.
+    """
+    n, e = x.shape
+    dims = g.shape[1]
+    n_tiles = (dims + _PROJECTION_TILE - 1) // _PROJECTION_TILE
+    for tile in prange(n_tiles):
+        lo = tile * _PROJECTION_TILE
+        hi = min(dims, lo + _PROJECTION_TILE)
+        acc = np.empty(hi - lo, dtype=np.float64)
+        for t in range(n):
+            acc[:] = 0.0
+            i = 0
+            while i + 4 <= e:
+                x0, x1 = np.float64(x[t, i]), np.float64(x[t, i + 1])
+                x2, x3 = np.float64(x[t, i + 2]), np.float64(x[t, i + 3])
+                g0, g1, g2, g3 = g[i, lo:hi], g[i + 1, lo:hi], g[i + 2, lo:hi], g[i + 3, lo:hi]
+                for d in range(hi - lo):
+                    acc[d] += (x0 * np.float64(g0[d]) + x1 * np.float64(g1[d])) + \
+                        (x2 * np.float64(g2[d]) + x3 * np.float64(g3[d]))
+                i += 4
+            while i < e:
+                xi = np.float64(x[t, i])
+                g_row = g[i, lo:hi]
+                for d in range(hi - lo):
+                    acc[d] += xi * np.float64(g_row[d])
+                i += 1
+            for d in range(hi - lo):
+                out[t, lo + d] = np.float32(acc[d] * column_scale[lo + d])

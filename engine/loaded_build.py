@@ -30,9 +30,10 @@ VOCAB_FILE = "vocab.idx"
 INDEX_FILE = "corpus.idx"
 VERIFY_FILE = "verify.npz"
 MEMORIES_DB = "memories.sqlite"
-# 2: vocab.idx stores embedding rows and derives the encoder's tables (engine.vocab); 1 stored them.
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+# vocab.idx (engine.vocab): 1 stored the encoder's tables; 2 stores embedding rows and derives
+# them on use; 3 derives them exactly and faster (integer projection stored in the file).
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 
 
 class CorpusError(ValueError):

@@ -15,8 +15,10 @@ Choices the spec leaves open:
   history the query is used as is.
 * Query text: its question template (`QUESTION_WORDS`: "what", "is", "tell me about", ...) is
   removed before encoding (`query_terms`); it made entries containing "What" or "?" hubs.
-* Candidates: the index's exact top-`candidates` (default 500) by ternary score, after the
-  dataset filter (applied inside the index, before any scoring). Several corpora of the same dims
+* Candidates: the index's top-`candidates` (default 500) by ternary score, after the dataset
+  filter (applied inside the index, before any scoring): exact below
+  `index.SAMPLED_SEARCH_MIN_ROWS` rows, from a sampled first pass with an exact re-rank above
+  (`BitmapIndex.search_auto`; recall against the exact scan measured by bench/search.py). Several corpora of the same dims
   are searched one by one and their candidates merged before everything below.
 * Threshold: `bits.adaptive_threshold` over the merged candidate scores; kept: score >= it and
   score > 0, topped up from the ranking (score > 0) to `min_context` documents.
@@ -318,7 +320,7 @@ class Retriever:
         for number, (target, (q_pos, q_neg)) in enumerate(zip(targets, vectors, strict=True)):
             if target.corpus.count == 0 or not (q_pos.any() or q_neg.any()):
                 continue
-            rows, scores = target.corpus.index.search(
+            rows, scores = target.corpus.index.search_auto(
                 q_pos, q_neg, min(self.candidates, target.corpus.count), allowed_sources=target.enabled_sources)
             candidates.extend(_Candidate(number, int(r), int(s)) for r, s in zip(rows, scores, strict=True))
         candidates.sort(key=lambda c: (-c.score, c.target, c.row))

@@ -1,6 +1,6 @@
 """The vocabulary index: one memory-mapped file holding what the encoder needs at run time.
 
-Format 2 (written by default), little-endian, every section aligned to 64 bytes::
+Format 3 (written by default), little-endian, every section aligned to 64 bytes::
 
     [0, 4096)   header: b"HDRVOCAB", uint32 length, UTF-8 JSON (parameters + section table)
     token_ids   int64   (v,)              corpus vocabulary, sorted global token ids
@@ -9,16 +9,23 @@ Format 2 (written by default), little-endian, every section aligned to 64 bytes:
                                           in the model's own encoding (`rows_type`, e.g. Q8_0)
     mean        float32 (emb_dim,)        `isotropy_correction` mean (zeros without correction)
     directions  float32 (c, emb_dim)      `isotropy_correction` directions
+    projection  int8    (emb_dim, dims)   the random projection, integer (`integer_projection`)
+    column_scale float64 (dims,)          its column scales (unit columns, fixed point undone)
 
 The encoder's unigram rows (float16, (v, dims)) and n-gram bitmaps ((ngram, v, 2, w), position j
-rotated by j dims) are a pure function of these (`project_rows`) and are derived on use, for the
+rotated by j dims) are a pure function of these (`project_rows_fixed`) and are derived on use, for the
 tokens a batch holds, with a small per-index cache (`CACHED_ROWS`). A build derives them once for
 the whole vocabulary into a scratch file (`write_vocab_index(tables_dir=...)`) and deletes it.
 Format 1 stored both tables: 1.19 GB for a 36,562-token vocabulary at 10,000 dims, against
 ~25 MB of Q8_0 rows in format 2 (docs/index-format.md says why and what it costs).
 
-Format 1 files (`unigram` float16 (v, dims) and `bitmaps` sections) are still read, and used as
-stored; `write_vocab_index(format_version=1)` still writes them, for comparisons.
+Format 2 is format 3 without the last two sections: its rows are `project_rows` (a float64 BLAS
+product with the float32 Gaussian `projection_matrix`, built in each process), a definition that is
+exact only up to BLAS rounding and reads a 51 MB matrix per cold query; format 3's is integer
+arithmetic in a fixed order, exact on any machine and batch, on a 6.4 MB matrix stored in the file.
+Format 1 files (`unigram` float16 (v, dims) and `bitmaps` sections) and format 2 files are still
+read, and used as written; `write_vocab_index(format_version=1 or 2)` still writes them, for
+comparisons (format 1 with the rows of `row_definition` 2 or 3).
 """
 
 from __future__ import annotations
@@ -37,12 +44,16 @@ from typing import Any
 
 import numpy as np
 
-from engine import gguf
+from engine import gguf, kernels
 from engine.bits import permute_bits, quantize_ternary, words
 
 MAGIC = b"HDRVOCAB"
-FORMAT_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+FORMAT_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
+# Format 3: a corrected unit row is rounded to multiples of 1 / FIXED_POINT_ONE, the projection's
+# Gaussian entries to multiples of 1 / PROJECTION_STEPS_PER_SD standard deviations in int8.
+FIXED_POINT_ONE = 2**30
+PROJECTION_STEPS_PER_SD = 32
 # Derived rows kept per opened index: ~22 KB each at 10,000 dims (float16 row + position-0 bitmaps),
 # so 1,024 rows hold a query stream's frequent tokens in ~23 MB.
 CACHED_ROWS = 1024
@@ -99,6 +110,44 @@ def project_rows(rows: np.ndarray, *, mean: np.ndarray, directions: np.ndarray, 
     return (rows @ _projection64(rows.shape[1], dims, seed)).astype(np.float32)
 
 
+def integer_projection(emb_dim: int, dims: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Format 3's random projection: (g int8 (emb_dim, dims), column_scale float64 (dims,)).
+
+    g is the seeded Gaussian of `projection_matrix` in steps of 1 / PROJECTION_STEPS_PER_SD
+    standard deviations (clipped at +-127 steps, ~4 sd), and column_scale[d] = 1 / (FIXED_POINT_ONE
+    * ||g[:, d]||), so `project_rows_fixed` has unit columns like `projection_matrix`. Stored in
+    each format 3 file: reading it costs nothing, and the file does not depend on NumPy's stream.
+    """
+    if 127 * emb_dim * FIXED_POINT_ONE >= 2**53:
+        raise ValueError(f"emb_dim {emb_dim} too large for exact fixed-point projection sums")
+    gaussian = np.random.default_rng(seed).standard_normal((emb_dim, dims), dtype=np.float32)
+    g = np.clip(np.rint(gaussian * np.float32(PROJECTION_STEPS_PER_SD)), -127, 127).astype(np.int8)
+    norms = np.sqrt(np.einsum("ij,ij->j", g, g, dtype=np.int64).astype(np.float64))
+    column_scale = np.divide(1.0, norms * FIXED_POINT_ONE, out=np.zeros(dims), where=norms > 0)
+    return g, column_scale
+
+
+def project_rows_fixed(rows: np.ndarray, *, mean: np.ndarray, directions: np.ndarray, projection: np.ndarray,
+                       column_scale: np.ndarray) -> np.ndarray:
+    """Embedding rows (n, emb_dim) float32 -> projected rows (n, dims) float32: format 3's one
+    definition of a token's hypervector values, used by the build and on use alike.
+
+    The row made unit, less the correction, unit again (`kernels.fixed_point_rows`, float64 in a
+    fixed order), is rounded to integers x = rint(FIXED_POINT_ONE * row); x @ projection is then
+    a sum of integers below 2^53, exact in float64 in any order (`kernels.project_fixed_point`),
+    times the column scale and rounded once to float32. So a row's values never depend on the
+    batch, the thread count, the BLAS or the machine: the query reproduces the build bit for bit.
+    """
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    x = np.empty(rows.shape, dtype=np.int32)
+    out = np.empty((rows.shape[0], projection.shape[1]), dtype=np.float32)
+    if rows.shape[0]:
+        kernels.fixed_point_rows(rows, np.ascontiguousarray(mean, dtype=np.float32),
+                                 np.ascontiguousarray(directions, dtype=np.float32), float(FIXED_POINT_ONE), x)
+        kernels.project_fixed_point(x, projection, column_scale, out)
+    return out
+
+
 @dataclass
 class VocabIndex:
     """An opened (read-only, memory-mapped) vocabulary index. See the module docstring.
@@ -116,6 +165,8 @@ class VocabIndex:
     embedding_rows: np.ndarray | None = None
     mean: np.ndarray | None = None
     directions: np.ndarray | None = None
+    projection: np.ndarray | None = None
+    column_scale: np.ndarray | None = None
     _cache: OrderedDict = dataclasses.field(default_factory=OrderedDict, repr=False)
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
 
@@ -145,8 +196,11 @@ class VocabIndex:
                 np.zeros(shape, dtype=dtype)
         if header["format_version"] == 1:
             return cls(path, header, arrays["token_ids"], arrays["idf"], arrays["unigram"], arrays["bitmaps"])
+        fixed = {}
+        if header["format_version"] == 3:
+            fixed = {"projection": arrays["projection"], "column_scale": np.array(arrays["column_scale"])}
         return cls(path, header, arrays["token_ids"], arrays["idf"], None, None, embedding_rows=arrays["rows"],
-                   mean=np.array(arrays["mean"]), directions=np.array(arrays["directions"]))
+                   mean=np.array(arrays["mean"]), directions=np.array(arrays["directions"]), **fixed)
 
     def with_tables(self, unigram: np.ndarray, bitmaps: np.ndarray) -> VocabIndex:
         """This index with full tables attached (what a build encodes with)."""
@@ -154,11 +208,14 @@ class VocabIndex:
                                    _lock=threading.Lock())
 
     def project(self, local: np.ndarray) -> np.ndarray:
-        """Projected float32 rows (u, dims) of vocabulary rows `local` (format 2 only)."""
+        """Projected float32 rows (u, dims) of vocabulary rows `local` (formats 2 and 3)."""
         if self.embedding_rows is None:
             raise VocabIndexError(f"{self.path}: a format {self.format_version} index stores its rows, "
                                   f"it cannot derive them")
         embeddings = gguf.dequantize_rows(np.asarray(self.embedding_rows[local]), self.header["rows_type"])
+        if self.projection is not None:
+            return project_rows_fixed(embeddings, mean=self.mean, directions=self.directions,
+                                      projection=self.projection, column_scale=self.column_scale)
         return project_rows(embeddings, mean=self.mean, directions=self.directions, dims=self.dims,
                             seed=int(self.header["seed"]))
 
@@ -288,7 +345,8 @@ def isotropy_correction(token_ids: np.ndarray, embeddings: np.ndarray, component
 def write_vocab_index(path: str | Path, *, token_ids: np.ndarray, idf: np.ndarray, embeddings: np.ndarray,
                       dims: int, ngram: int, seed: int, drop_components: int = 0,
                       stored_rows: tuple[str, np.ndarray] | None = None, tables_dir: str | Path | None = None,
-                      format_version: int = FORMAT_VERSION, chunk_rows: int = 2048) -> VocabIndex:
+                      format_version: int = FORMAT_VERSION, row_definition: int = FORMAT_VERSION,
+                      chunk_rows: int = 2048) -> VocabIndex:
     """Project the corpus vocabulary and write the vocabulary index file; returns it opened.
 
     Shapes: token_ids (v,) int sorted unique global ids; idf (v,) float; embeddings
@@ -296,17 +354,23 @@ def write_vocab_index(path: str | Path, *, token_ids: np.ndarray, idf: np.ndarra
     global id). With `drop_components` > 0 the vocabulary's mean and top principal directions
     are removed first (`isotropy_correction`); 0 is the reference's plain projection.
 
-    Format 2 stores the vocabulary's embedding rows as `stored_rows` = (GGUF type name, raw
+    Formats 2 and 3 store the vocabulary's embedding rows as `stored_rows` = (GGUF type name, raw
     uint8 (v, row_bytes)), the model's own bytes (`gguf.token_rows`), which must dequantise to
     `embeddings[token_ids]` exactly; without it, as float32 ("F32"). With `tables_dir`, the full
     derived tables are also written there (`unigram.npy`, `bitmaps.npy`) and attached to the
-    returned index, for a build to encode with. `format_version=1` writes the stored-table format.
+    returned index, for a build to encode with. `format_version=1` writes the stored-table format,
+    its rows derived as format `row_definition` (2: `project_rows`, 3: `project_rows_fixed`) does;
+    formats 2 and 3 always use their own definition.
     """
     path = Path(path)
     token_ids = np.ascontiguousarray(token_ids, dtype=np.int64)
     idf = np.ascontiguousarray(idf, dtype=np.float32)
     if format_version not in READABLE_VERSIONS:
         raise ValueError(f"format_version must be one of {READABLE_VERSIONS}, got {format_version!r}")
+    if format_version != 1:
+        row_definition = format_version
+    if row_definition not in (2, 3):
+        raise ValueError(f"row_definition must be 2 or 3, got {row_definition!r}")
     if token_ids.ndim != 1 or idf.shape != token_ids.shape:
         raise ValueError(f"token_ids {token_ids.shape} and idf {idf.shape} must be matching 1-D arrays")
     if token_ids.size and (np.any(np.diff(token_ids) <= 0) or token_ids[0] < 0):
@@ -324,7 +388,8 @@ def write_vocab_index(path: str | Path, *, token_ids: np.ndarray, idf: np.ndarra
         mean, directions = np.zeros(emb_dim, np.float32), np.zeros((0, emb_dim), np.float32)
     rows_type, raw = stored_rows if stored_rows is not None else \
         ("F32", np.ascontiguousarray(embeddings[token_ids], dtype="<f4").view(np.uint8).reshape(vocab_size, -1))
-    if format_version == 2 and raw.shape[0] != vocab_size:
+    derived = format_version != 1
+    if derived and raw.shape[0] != vocab_size:
         raise ValueError(f"stored_rows hold {raw.shape[0]} rows for {vocab_size} tokens")
     shapes = {"token_ids": ("<i8", [vocab_size]), "idf": ("<f4", [vocab_size])}
     if format_version == 1:
@@ -332,6 +397,17 @@ def write_vocab_index(path: str | Path, *, token_ids: np.ndarray, idf: np.ndarra
     else:
         shapes |= {"rows": ("|u1", list(raw.shape)), "mean": ("<f4", [emb_dim]),
                    "directions": ("<f4", list(directions.shape))}
+    if format_version == 3:
+        shapes |= {"projection": ("|i1", [emb_dim, dims]), "column_scale": ("<f8", [dims])}
+    if row_definition == 3:
+        projection, column_scale = integer_projection(emb_dim, dims, seed)
+
+        def project(rows: np.ndarray) -> np.ndarray:
+            return project_rows_fixed(rows, mean=mean, directions=directions, projection=projection,
+                                      column_scale=column_scale)
+    else:
+        def project(rows: np.ndarray) -> np.ndarray:
+            return project_rows(rows, mean=mean, directions=directions, dims=dims, seed=seed)
     sections, offset = {}, HEADER_BYTES
     for name, (dtype, shape) in shapes.items():
         sections[name] = [offset, dtype, shape]
@@ -351,17 +427,20 @@ def write_vocab_index(path: str | Path, *, token_ids: np.ndarray, idf: np.ndarra
     if vocab_size:
         section("token_ids")[:] = token_ids
         section("idf")[:] = idf
-        if format_version == 2:
+        if derived:
             section("rows")[:] = raw
             section("mean")[:] = mean
             if directions.size:
                 section("directions")[:] = directions
+        if format_version == 3:
+            section("projection")[:] = projection
+            section("column_scale")[:] = column_scale
         for start in range(0, vocab_size, chunk_rows):
             stop = min(start + chunk_rows, vocab_size)
             rows = embeddings[token_ids[start:stop]]
-            if format_version == 2 and not np.array_equal(gguf.dequantize_rows(raw[start:stop], rows_type), rows):
+            if derived and not np.array_equal(gguf.dequantize_rows(raw[start:stop], rows_type), rows):
                 raise ValueError(f"stored_rows ({rows_type}) do not dequantise to the embedding rows {start}..{stop}")
-            projected = project_rows(rows, mean=mean, directions=directions, dims=dims, seed=seed)
+            projected = project(rows)
             nonzero += int(np.count_nonzero(np.abs(projected) > tau))
             if tables is not None:
                 tables[0][start:stop] = projected
@@ -375,9 +454,11 @@ def write_vocab_index(path: str | Path, *, token_ids: np.ndarray, idf: np.ndarra
               "ngram": ngram, "seed": seed, "drop_components": drop_components, "vocab_size": vocab_size,
               "density": density, "ngram_density": ngram_density, "capacity_target": CAPACITY_TARGET,
               "m_cap": capacity(ngram_density), "c_min": max(1, round(ngram_density * dims)),
-              "sections": sections}
-    if format_version == 2:
+              "row_definition": row_definition, "sections": sections}
+    if derived:
         header["rows_type"] = rows_type
+    if format_version == 3:
+        header["fixed_point_one"] = FIXED_POINT_ONE
     blob = json.dumps(header, sort_keys=True).encode("utf-8")
     if 12 + len(blob) > HEADER_BYTES:
         raise ValueError("vocabulary index header does not fit in 4096 bytes")
@@ -387,7 +468,7 @@ def write_vocab_index(path: str | Path, *, token_ids: np.ndarray, idf: np.ndarra
         os.fsync(handle.fileno())
     os.replace(tmp, path)
     vocab = VocabIndex.open(path)
-    if format_version == 2 and tables is not None:
+    if derived and tables is not None:
         vocab = vocab.with_tables(*_open_scratch_tables(tables_dir))
     return vocab
 

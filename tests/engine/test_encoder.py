@@ -7,18 +7,28 @@ import math
 import numpy as np
 import pytest
 
+from engine import kernels
 from engine.bits import permute_bits, quantize_ternary, unpack_ternary
 from engine.encoder import HDCEncoder, compute_idf, flatten
 from engine.ngram import ngram_agreement
-from engine.vocab import VocabIndex, VocabIndexError, capacity, isotropy_correction, write_vocab_index
+from engine.vocab import (
+    FIXED_POINT_ONE,
+    FORMAT_VERSION,
+    VocabIndex,
+    VocabIndexError,
+    capacity,
+    isotropy_correction,
+    project_rows_fixed,
+    write_vocab_index,
+)
 
 EMB_DIM = 48
 TOTAL_VOCAB = 400
 SPECIALS = (0, 1, 2)
 
 
-def make_encoder(tmp_path, *, dims=200, ngram=3, seed=7, idf=None, name="vocab.idx", format_version=2,
-                 drop_components=0) -> HDCEncoder:
+def make_encoder(tmp_path, *, dims=200, ngram=3, seed=7, idf=None, name="vocab.idx", format_version=FORMAT_VERSION,
+                 drop_components=0, row_definition=FORMAT_VERSION) -> HDCEncoder:
     rng = np.random.default_rng(1234)
     embeddings = rng.standard_normal((TOTAL_VOCAB, EMB_DIM)).astype(np.float32)
     token_ids = np.arange(len(SPECIALS), TOTAL_VOCAB - 50, dtype=np.int64)  # ids >= 350: out of vocabulary
@@ -26,7 +36,7 @@ def make_encoder(tmp_path, *, dims=200, ngram=3, seed=7, idf=None, name="vocab.i
         idf = compute_idf(rng.integers(1, 100, token_ids.size), 100)
     vocab = write_vocab_index(tmp_path / name, token_ids=token_ids, idf=idf, embeddings=embeddings,
                               dims=dims, ngram=ngram, seed=seed, format_version=format_version,
-                              drop_components=drop_components)
+                              drop_components=drop_components, row_definition=row_definition)
     return HDCEncoder(vocab)
 
 
@@ -240,31 +250,36 @@ def test_isotropy_correction_removes_the_shared_direction(tmp_path) -> None:
     np.testing.assert_array_equal(again.tables()[0], VocabIndex.open(tmp_path / "corrected.idx").tables()[0])
 
 
+@pytest.mark.parametrize("version", [2, 3])
 @pytest.mark.parametrize(("dims", "ngram", "drop"), [(64, 1, 0), (200, 3, 4), (1000, 5, 8)])
-def test_derived_rows_encode_exactly_like_stored_tables(tmp_path, dims, ngram, drop):
-    # Format 2 derives what format 1 stores: the same documents must give the same bitmaps,
-    # whether the rows come from the stored tables, from a batch's derived rows, or one by one.
-    stored = make_encoder(tmp_path, dims=dims, ngram=ngram, drop_components=drop, name="v1.idx", format_version=1)
-    derived = make_encoder(tmp_path, dims=dims, ngram=ngram, drop_components=drop, name="v2.idx")
+def test_derived_rows_encode_exactly_like_stored_tables(tmp_path, dims, ngram, drop, version):
+    # Formats 2 and 3 derive what format 1 stores (with the same row definition): the same documents
+    # must give the same bitmaps, whether the rows come from the stored tables, from a batch's
+    # derived rows, or one by one.
+    stored = make_encoder(tmp_path, dims=dims, ngram=ngram, drop_components=drop, name="v1.idx", format_version=1,
+                          row_definition=version)
+    derived = make_encoder(tmp_path, dims=dims, ngram=ngram, drop_components=drop, name="v2.idx",
+                           format_version=version)
     assert stored.vocab.unigram is not None and derived.vocab.unigram is None
-    assert stored.vocab.format_version == 1 and derived.vocab.format_version == 2
+    assert stored.vocab.format_version == 1 and derived.vocab.format_version == version
     assert (stored.m_cap, stored.c_min) == (derived.m_cap, derived.c_min)
     docs = random_docs(dims + ngram, [0, 1, 5, 17, 60, 300])
     expected = stored.encode(docs)
     np.testing.assert_array_equal(derived.encode(docs)[0], expected[0])
     np.testing.assert_array_equal(derived.encode(docs)[1], expected[1])  # now from the row cache
     for doc, tokens in enumerate(docs):
-        pos, neg = make_encoder(tmp_path, dims=dims, ngram=ngram, drop_components=drop, name=f"fresh{doc}.idx")\
-            .encode([tokens])
+        pos, neg = make_encoder(tmp_path, dims=dims, ngram=ngram, drop_components=drop, name=f"fresh{doc}.idx",
+                                format_version=version).encode([tokens])
         np.testing.assert_array_equal(pos[0], expected[0][doc])
         np.testing.assert_array_equal(neg[0], expected[1][doc])
     for got, want in zip(derived.vocab.tables(), stored.vocab.tables(), strict=True):
         np.testing.assert_array_equal(got, want)
 
 
-def test_derived_rows_do_not_depend_on_the_batch(tmp_path):
+@pytest.mark.parametrize("version", [2, 3])
+def test_derived_rows_do_not_depend_on_the_batch(tmp_path, version):
     # The query side projects a few rows at a time, the build thousands: the values must agree.
-    encoder = make_encoder(tmp_path, dims=4096, ngram=2, drop_components=4)
+    encoder = make_encoder(tmp_path, dims=4096, ngram=2, drop_components=4, format_version=version)
     vocab = encoder.vocab
     everything = vocab.project(np.arange(vocab.size))
     for size in (1, 2, 7, 64):
@@ -273,14 +288,36 @@ def test_derived_rows_do_not_depend_on_the_batch(tmp_path):
             np.testing.assert_array_equal(vocab.project(rows), everything[rows])
 
 
-def test_format_2_is_small_and_row_cache_is_bounded(tmp_path, monkeypatch):
+def test_fixed_point_projection_is_exact_integer_arithmetic(tmp_path):
+    # Format 3's values: integer rows times the int8 projection, summed exactly, scaled once.
+    vocab = make_encoder(tmp_path, dims=1000, ngram=2, drop_components=4).vocab
+    embeddings = np.random.default_rng(1234).standard_normal((TOTAL_VOCAB, EMB_DIM)).astype(np.float32)
+    rows = embeddings[vocab.token_ids[:50]]
+    x = np.empty(rows.shape, dtype=np.int32)
+    kernels.fixed_point_rows(rows, vocab.mean, vocab.directions, float(FIXED_POINT_ONE), x)
+    unit = rows / np.linalg.norm(rows.astype(np.float64), axis=1, keepdims=True) - vocab.mean
+    unit -= (unit @ vocab.directions.T.astype(np.float64)) @ vocab.directions.astype(np.float64)
+    unit /= np.linalg.norm(unit, axis=1, keepdims=True)
+    assert np.abs(x - unit * FIXED_POINT_ONE).max() <= 0.5 + 1e-3  # the corrected unit rows, rounded
+    exact = x.astype(np.int64) @ np.asarray(vocab.projection).astype(np.int64)  # integer sums, no rounding
+    want = (exact.astype(np.float64) * vocab.column_scale).astype(np.float32)
+    got = project_rows_fixed(rows, mean=vocab.mean, directions=vocab.directions, projection=vocab.projection,
+                             column_scale=vocab.column_scale)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_allclose(np.linalg.norm(np.asarray(vocab.projection) * vocab.column_scale, axis=0),
+                               1.0 / FIXED_POINT_ONE, rtol=1e-12)  # unit columns once x's scale is undone
+
+
+@pytest.mark.parametrize("version", [2, 3])
+def test_derived_formats_are_small_and_row_cache_is_bounded(tmp_path, monkeypatch, version):
     from engine import vocab as vocab_module
 
     make_encoder(tmp_path, dims=4096, ngram=5, name="v1.idx", format_version=1)
-    derived = make_encoder(tmp_path, dims=4096, ngram=5, name="v2.idx")
+    derived = make_encoder(tmp_path, dims=4096, ngram=5, name="v2.idx", format_version=version)
     v1_bytes, v2_bytes = (tmp_path / "v1.idx").stat().st_size, (tmp_path / "v2.idx").stat().st_size
-    # Format 1: v * (2 * dims + ngram * 2 * dims / 8) bytes; format 2: v * emb_dim * 4 bytes (F32 rows here).
-    assert v1_bytes > 20 * v2_bytes
+    # Format 1: v * (2 * dims + ngram * 2 * dims / 8) bytes; format 2: v * emb_dim * 4 bytes (F32 rows
+    # here); format 3 adds the int8 projection (emb_dim * dims bytes) and its float64 column scales.
+    assert v1_bytes > 20 * (v2_bytes - (version == 3) * (EMB_DIM * 4096 + 8 * 4096))
     monkeypatch.setattr(vocab_module, "CACHED_ROWS", 8)
     derived.encode(random_docs(3, [50, 50]))
     assert len(derived.vocab._cache) == 8
