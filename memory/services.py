@@ -17,7 +17,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from corpus.chroma import store_for
 from corpus.memory_rows import BuildMemoryStore
 from corpus.models import Corpus
-from corpus.selectors import corpora_visible_to
+from corpus.selectors import corpora_readable_among
 from engine.fusion import FusionWeights
 from engine.loaded_build import LoadedCorpus
 from engine.multivector import StorageError
@@ -69,8 +69,8 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
     if not query.strip():
         return []
     ids = {int(i) for i in corpus_ids}
-    corpora = list(corpora_visible_to(user).filter(pk__in=ids, active_build__isnull=False)
-                   .select_related("active_build").prefetch_related("datasets").order_by("pk"))
+    corpora = corpora_readable_among(user, Corpus.objects.filter(pk__in=ids, active_build__isnull=False)
+                                     .select_related("active_build").prefetch_related("datasets").order_by("pk"))
     if not corpora:
         return []
     models = {c.active_build.parameters.get("gguf_path", "") for c in corpora}
