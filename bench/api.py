@@ -24,6 +24,9 @@ order of the three paths rotates from query to query. The first sight of the rev
 printed as its own line ("cold"). The throttle runs at a rate no client reaches, so its cache
 round trips are counted.
 
+On a shared machine latencies wait for cores; the CPU time each serving process spent per search
+(engine and service: this process; APIs: the server's, from /proc) is printed beside them.
+
 "Added by the API" = the client's latency minus the engine-alone time of the same query (the
 median of the per-query differences, and p50 minus p50). Goal: under 5 ms.
 """
@@ -95,15 +98,24 @@ def _timed(func, items: list) -> list[float]:  # noqa: ANN001 - a callable of on
     return times
 
 
-def _interleaved(paths: dict, warm: list[str], queries: list[str]) -> dict[str, list[float]]:
+def _cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid` (all its threads), from /proc (10 ms ticks)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _interleaved(paths: dict, cpu_clocks: dict, warm: list[str], queries: list[str]
+                 ) -> tuple[dict[str, list[float]], dict[str, float]]:
     """Per path, the ms of each query (paths returning a float, the APIs' took_ms, also get
-    "<name> took": latency minus it). Before each query, every path searches its words reversed
+    "<name> took": latency minus it), and the mean CPU ms per query of the process that served
+    it (`cpu_clocks[name]()`: seconds). Before each query, every path searches its words reversed
     (same tokens, new text: derived rows warm, query caches cold); the paths' order rotates."""
     for query in warm:
         for run in paths.values():
             run(query)
     names = list(paths)
     times: dict[str, list[float]] = {"cold": []}
+    cpu: dict[str, float] = {}
     for number, query in enumerate(queries):
         reversed_words = " ".join(reversed(query.split()))
         for name in names:
@@ -112,13 +124,14 @@ def _interleaved(paths: dict, warm: list[str], queries: list[str]) -> dict[str, 
             if name == "engine":
                 times["cold"].append((time.perf_counter() - started) * 1000)
         for name in names[number % len(names):] + names[:number % len(names)]:
-            started = time.perf_counter()
+            cpu_before, started = cpu_clocks[name](), time.perf_counter()
             took = paths[name](query)
             elapsed = (time.perf_counter() - started) * 1000
+            cpu[name] = cpu.get(name, 0.0) + cpu_clocks[name]() - cpu_before
             times.setdefault(name, []).append(elapsed)
             if isinstance(took, float | int):
                 times.setdefault(name + " took", []).append(elapsed - took)
-    return times
+    return times, {name: seconds * 1000 / len(queries) for name, seconds in cpu.items()}
 
 
 def _line(name: str, times: list[float]) -> None:
@@ -237,7 +250,10 @@ def main() -> int:
                 paths = {"engine": lambda q: retriever.search(q, [target]),
                          "service": lambda q: memories_search(user=user, corpus_ids=[corpus_id], query=q),
                          **{name: functools.partial(api_search, name) for name in urls}}
-                times = _interleaved(paths, warm, single_q)
+                clocks = {"engine": time.process_time, "service": time.process_time,
+                          **{name: functools.partial(_cpu_seconds, process.pid)
+                             for name, process in zip(urls, processes, strict=True)}}
+                times, cpu = _interleaved(paths, clocks, warm, single_q)
             print(f"\n== one search at a time ({args.memories:,} memories, {len(single_q)} queries, "
                   "each through every path in turn, order rotating, tokens warm in every process) ==")
             _line("engine, the query's tokens cold (first sight)", times["cold"])
@@ -246,6 +262,8 @@ def main() -> int:
             for name in urls:
                 _line(f"{name} GET .../search/ over HTTP (1 client)", times[name])
                 _line(f"{name} minus the server's own search time", times[name + " took"])
+            print("CPU per search (mean; the serving process's threads, 10 ms ticks summed): "
+                  + ", ".join(f"{name} {ms:.1f} ms" for name, ms in cpu.items()))
             for name in urls:
                 print(f"\n== {name}: {args.clients} clients at once, {len(load_q)} requests ==")
                 latencies, wall = asyncio.run(_load(urls[name], headers, load_q, args.clients))
