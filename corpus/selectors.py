@@ -79,7 +79,11 @@ def corpus_can_manage(*, user: User, corpus: Corpus) -> bool:
 def get_corpus_for_user(user: User, pk: int, *, write: bool = False) -> Corpus:
     """The corpus, or Http404 when `user` may not read it (outsiders learn nothing about it),
     or PermissionDenied (403) when `write` is asked of a reader who may not write."""
-    corpus = Corpus.objects.select_related("owner", "active_build").filter(pk=pk).first()
+    try:
+        # get(): no ORDER BY on a primary key (first() would sort by the model's ordering).
+        corpus = Corpus.objects.select_related("owner", "active_build").get(pk=pk)
+    except Corpus.DoesNotExist:
+        corpus = None
     if corpus is None or not corpora_readable_among(user, [corpus]):
         raise Http404("No such corpus.")
     if write and not corpus_can_write(user=user, corpus=corpus):
