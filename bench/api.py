@@ -10,7 +10,8 @@ cached under `.cache/bench/` (the first run spends a few minutes building it).
 
 Measured in the same run, each query through every path in turn (each path has its own query
 cache, so none reads another's):
-  * engine alone: `Retriever.search` on the loaded index with its memory rows (the baseline);
+  * engine alone: `Retriever.search` with its memory rows, on its own loaded copy of the build (the
+    baseline);
   * service: `memory.services.memories_search` in process (access control, SQL, what the view calls);
   * API, one client at a time: GET /api/v1/corpora/<id>/search/?q=... over HTTP, as the client
     times it, and per request its latency minus the server's own search time (`took_ms`);
@@ -213,8 +214,9 @@ def main() -> int:
         from api.services import api_token_create
         from corpus.memory_rows import BuildMemoryStore
         from corpus.models import Corpus
+        from engine.loaded_build import load_corpus
         from engine.retrieval import Retriever, SearchTarget
-        from hdrag_site.runtime import default_gguf, engine_config, loaded_build, tokenizer_for
+        from hdrag_site.runtime import default_gguf, engine_config, tokenizer_for
         from memory.services import memories_search
 
         user = get_user_model().objects.create_user("bench")
@@ -228,8 +230,10 @@ def main() -> int:
         warm, single_q, load_q = queries[:20], queries[20:20 + args.sequential], queries[20 + args.sequential:]
 
         corpus = Corpus.objects.select_related("active_build").get(pk=corpus_id)
-        loaded = loaded_build(corpus.active_build.build_dir)
-        # Its own Retriever (own query cache): the service's and the server's never see its queries.
+        # Its own copy of the build and its own Retriever, as the server process has its own: the
+        # index's adaptive pruning state (a probe every few searches) and the derived vocabulary rows
+        # are then the engine's alone, and the probe cannot fall on one path's searches only.
+        loaded = load_corpus(corpus.active_build.build_dir)
         retriever = Retriever(tokenizer_for(default_gguf()), engine_config())
         target = SearchTarget(loaded, BuildMemoryStore(corpus.active_build_id), str(corpus_id),
                               enabled_sources=frozenset({1}))
