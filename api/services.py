@@ -39,7 +39,7 @@ def api_token_create(*, user: AbstractBaseUser, name: str) -> tuple[ApiToken, st
 
 
 def api_token_revoke(*, token: ApiToken) -> ApiToken:
-    """Revoked at once: authentication reads the row on every request (no cache)."""
+    """Revoked at once: authentication reads the row on every request (no cache, in any process)."""
     ApiToken.objects.filter(pk=token.pk, revoked__isnull=True).update(revoked=timezone.now())
     token.refresh_from_db()
     return token
@@ -69,9 +69,14 @@ def api_token_valid(*, authorization: str) -> bool:
 
 def api_token_authenticate(*, raw: str) -> ApiToken | None:
     """The active token with this secret and an active user, or None."""
-    token = (ApiToken.objects.select_related("user").filter(key_hash=_hash(raw), revoked__isnull=True)
-             .first())
-    if token is None or not token.user.is_active:
+    # get(): no ORDER BY (first() would sort by the model's ordering) on a unique key. Not cached:
+    # a revoke from another process (`manage.py api_token revoke`, a second web process) must count
+    # at the next request whatever the cache backend.
+    try:
+        token = ApiToken.objects.select_related("user").get(key_hash=_hash(raw), revoked__isnull=True)
+    except ApiToken.DoesNotExist:
+        return None
+    if not token.user.is_active:
         return None
     now = timezone.now()
     if token.last_used is None or now - token.last_used > LAST_USED_RESOLUTION:

@@ -10,6 +10,8 @@ shares it lists.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q, QuerySet
@@ -46,6 +48,21 @@ def corpora_visible_to(user: User) -> QuerySet[Corpus]:
     return _restricted(user, _readable)
 
 
+def corpora_readable_among(user: User, corpora: Iterable[Corpus]) -> list[Corpus]:
+    """The corpora of `corpora` (loaded rows, order kept) that `user` may read: `corpora_visible_to`'s
+    rules, decided from the rows themselves for superusers, owners and "everyone" corpora, and with
+    one query for the shared ("groups") ones. Per request this replaces building and compiling the
+    rule's joins (a few ms of ORM work) for the common cases."""
+    if not user.is_authenticated or not user.is_active:
+        return []
+    corpora = list(corpora)
+    shared = [c.pk for c in corpora if c.visibility == Corpus.Visibility.GROUPS and c.owner_id != user.pk]
+    allowed = set(corpora_visible_to(user).filter(pk__in=shared).values_list("pk", flat=True)) \
+        if shared and not user.is_superuser else set()
+    return [c for c in corpora if user.is_superuser or c.owner_id == user.pk
+            or c.visibility == Corpus.Visibility.EVERYONE or c.pk in allowed]
+
+
 def corpora_writable_by(user: User) -> QuerySet[Corpus]:
     return _restricted(user, _writable)
 
@@ -62,8 +79,12 @@ def corpus_can_manage(*, user: User, corpus: Corpus) -> bool:
 def get_corpus_for_user(user: User, pk: int, *, write: bool = False) -> Corpus:
     """The corpus, or Http404 when `user` may not read it (outsiders learn nothing about it),
     or PermissionDenied (403) when `write` is asked of a reader who may not write."""
-    corpus = corpora_visible_to(user).select_related("owner", "active_build").filter(pk=pk).first()
-    if corpus is None:
+    try:
+        # get(): no ORDER BY on a primary key (first() would sort by the model's ordering).
+        corpus = Corpus.objects.select_related("owner", "active_build").get(pk=pk)
+    except Corpus.DoesNotExist:
+        corpus = None
+    if corpus is None or not corpora_readable_among(user, [corpus]):
         raise Http404("No such corpus.")
     if write and not corpus_can_write(user=user, corpus=corpus):
         raise PermissionDenied("You may read this corpus but not change it.")

@@ -1,15 +1,19 @@
-"""ASGI entry point: HTTP through the body limit into Django, websockets through the same-origin check
+"""ASGI entry point: HTTP through the body limit into Django (`hdrag_site.asgi_http`), websockets through the same-origin check
 into Channels (chat, build progress)."""
 
 from __future__ import annotations
 
 import os
 
-from django.core.asgi import get_asgi_application
+import django
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hdrag_site.settings")
-# Django must be set up before the routing modules import models.
-django_asgi_app = get_asgi_application()
+# Django must be set up before the routing modules import models (what get_asgi_application does).
+django.setup(set_prefix=False)
+
+from hdrag_site.asgi_http import SyncPathASGIHandler  # noqa: E402
+
+django_asgi_app = SyncPathASGIHandler()
 
 from channels.auth import AuthMiddlewareStack  # noqa: E402
 from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402

@@ -118,6 +118,9 @@ else:
         "default": {
             "ENGINE": "django.db.backends.sqlite3",
             "NAME": DATA_DIR / "portal.sqlite3",
+            # Kept per request thread (hdrag_site.asgi_http keeps the threads): no connect and
+            # PRAGMAs per request.
+            "CONN_MAX_AGE": envint("DB_CONN_MAX_AGE", 60),
             # The web process and the worker write the same file: WAL lets readers go on while a
             # build inserts memories, IMMEDIATE avoids the deadlock of two readers upgrading.
             "OPTIONS": {

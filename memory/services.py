@@ -15,8 +15,8 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from corpus.memory_rows import BuildMemoryStore
-from corpus.models import Corpus
-from corpus.selectors import corpora_visible_to
+from corpus.models import Corpus, Dataset
+from corpus.selectors import corpora_readable_among
 from engine.fusion import FusionChoice
 from engine.loaded_build import LoadedCorpus
 from engine.retrieval import BlendState, Retriever, SearchTarget
@@ -62,8 +62,8 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
     if not query.strip():
         return []
     ids = {int(i) for i in corpus_ids}
-    corpora = list(corpora_visible_to(user).filter(pk__in=ids, active_build__isnull=False)
-                   .select_related("active_build").prefetch_related("datasets").order_by("pk"))
+    corpora = corpora_readable_among(user, Corpus.objects.filter(pk__in=ids, active_build__isnull=False)
+                                     .select_related("active_build").order_by("pk"))
     if not corpora:
         return []
     models = {c.active_build.parameters.get("gguf_path", "") for c in corpora}
@@ -75,9 +75,13 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
                                f"together: {names}.", {"corpus_ids": sorted(c.pk for c in corpora)})
     gguf_path = models.pop()
     chosen = None if dataset_ids is None else {int(i) for i in dataset_ids}
+    # (corpus, dataset, name, enabled) rows: one plain query (prefetching model instances cost more).
+    datasets = list(Dataset.objects.filter(corpus__in=[c.pk for c in corpora]).order_by()
+                    .values_list("corpus_id", "pk", "name", "enabled"))
     targets = []
     for corpus in corpora:
-        enabled = frozenset(d.pk for d in corpus.datasets.all() if d.enabled and (chosen is None or d.pk in chosen))
+        enabled = frozenset(pk for owner, pk, _, on in datasets
+                            if owner == corpus.pk and on and (chosen is None or pk in chosen))
         loaded = runtime.loaded_build(corpus.active_build.build_dir)
         late = fusion = None
         parameters = corpus.active_build.parameters
@@ -94,7 +98,7 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
         results = runtime.retriever_for(gguf_path).search(query, targets, blend=blend, token_budget=token_budget,
                                                           top_document=top_document, trace=trace)
     by_id: dict[int, Corpus] = {c.pk: c for c in corpora}
-    dataset_names = {d.pk: d.name for c in corpora for d in c.datasets.all()}
+    dataset_names = {pk: name for _, pk, name, _ in datasets}
     return [{**result, "corpus_id": int(result["corpus"]), "corpus": by_id[int(result["corpus"])].name,
              "dataset": dataset_names.get(result["memory"].get("dataset_id"), "")} for result in results]
 

@@ -5,12 +5,17 @@ from __future__ import annotations
 import hashlib
 import io
 import re
+import threading
 
+import httpx
+from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.test import Client
 from rest_framework.test import APIClient
 
 from api.models import ApiToken
+from api.services import api_token_create
+from hdrag_site.asgi_http import KEPT_THREADS
 from tests.api.conftest import error_of, token_client
 from tests.portal.conftest import login
 
@@ -100,3 +105,26 @@ def test_schema_and_docs_are_served_without_a_cdn(client):
     assert not re.search(r'(src|href)="https?://', docs), "docs assets must be served locally"
     asset = re.search(r'src="(/static/[^"]+swagger-ui-bundle\.js)"', docs).group(1)
     assert client.get(asset).status_code == 200
+
+
+def test_over_http_revoke_and_deactivation_count_at_the_next_request_on_kept_threads(live_api, owner, corpus):
+    """The real ASGI app keeps its request threads and their database connections between
+    requests (hdrag_site.asgi_http): a revoke from elsewhere (the operator's command, another
+    connection) and a user switched off by a bulk update (no signal) still fail the very next
+    request, and sequential requests do not start a thread each."""
+    _, revoked = api_token_create(user=owner, name="to revoke")
+    _, kept = api_token_create(user=owner, name="kept")
+    url = f"{live_api.url}/api/v1/corpora/{corpus.pk}/"
+    with httpx.Client(timeout=30) as http:
+        def status(secret: str) -> int:
+            return http.get(url, headers={"Authorization": f"Bearer {secret}"}).status_code
+
+        assert [status(revoked) for _ in range(20)] == [200] * 20
+        request_threads = [t for t in threading.enumerate() if t.name.startswith("request")]
+        assert 1 <= len(request_threads) <= KEPT_THREADS
+        call_command("api_token", "revoke", str(ApiToken.objects.get(name="to revoke").pk), stdout=io.StringIO())
+        assert status(revoked) == 401 and status(kept) == 200
+        get_user_model().objects.filter(pk=owner.pk).update(is_active=False)
+        assert status(kept) == 401
+        get_user_model().objects.filter(pk=owner.pk).update(is_active=True)
+        assert status(kept) == 200

@@ -7,10 +7,15 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from corpus.models import Corpus, IndexBuild, Memory
-from corpus.selectors import corpora_visible_to, corpora_writable_by, get_corpus_for_user
+from corpus.selectors import (
+    corpora_readable_among,
+    corpora_visible_to,
+    corpora_writable_by,
+    get_corpus_for_user,
+)
 from corpus.services.builds import build_start
 from corpus.services.corpora import corpus_create
-from tests.portal.conftest import PASSWORD, TEXTS, jsonl_bytes, login, unmarked
+from tests.portal.conftest import PASSWORD, TEXTS, _user, jsonl_bytes, login, unmarked
 
 
 @pytest.fixture
@@ -51,6 +56,27 @@ def test_selectors_per_role(corpus, owner, member, writer, outsider, staff):
     assert private not in corpora_visible_to(member) and private not in corpora_visible_to(writer)
     everyone = corpus_create(owner=owner, name="Public", visibility=Corpus.Visibility.EVERYONE)
     assert everyone in corpora_visible_to(outsider) and everyone not in corpora_writable_by(outsider)
+
+
+def test_readable_among_loaded_rows_follows_the_same_rules(corpus, owner, member, writer, outsider, staff):
+    """`corpora_readable_among` (what searches use: rules decided on the loaded rows, one query for
+    shared corpora) keeps exactly the corpora `corpora_visible_to` returns, for every role and
+    visibility, also for an inactive user and anonymous."""
+    from django.contrib.auth.models import AnonymousUser
+
+    private = corpus_create(owner=owner, name="Private", hdc_dimensions=1024)
+    private.readable_groups.set(member.groups.all())
+    private.readable_users.set([outsider])
+    everyone = corpus_create(owner=writer, name="Public", visibility=Corpus.Visibility.EVERYONE)
+    person = corpus_create(owner=writer, name="Shared with a person", visibility=Corpus.Visibility.GROUPS)
+    person.readable_users.set([outsider])
+    inactive = _user("gone", is_active=False)
+    rows = list(Corpus.objects.order_by("pk"))
+    for user in (owner, member, writer, outsider, staff, inactive, AnonymousUser()):
+        expected = [c for c in rows if c in set(corpora_visible_to(user))]
+        assert corpora_readable_among(user, rows) == expected, user
+    assert [c.name for c in corpora_readable_among(outsider, rows)] == [everyone.name, person.name]
+    assert corpora_readable_among(member, rows) == [corpus, everyone]
 
 
 def test_outsider_sees_nothing(corpus, built, dataset, outsider):
