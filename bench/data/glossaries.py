@@ -34,6 +34,18 @@ class KnownItemSet:
     relevant: list[int]
 
 
+def pick_known_items(rng: random.Random, usable: list[int], pool: list[int], *, n_queries: int,
+                     n_documents: int) -> tuple[list[int], list[int], dict[int, int]]:
+    """(entries that become queries, every entry kept in order, entry -> document position): the
+    queries are drawn from `usable`, then distractors from `pool` up to `n_documents` in all."""
+    chosen = rng.sample(usable, min(n_queries, len(usable), n_documents))
+    chosen_set = set(chosen)
+    pool = [i for i in pool if i not in chosen_set]
+    distractors = rng.sample(pool, max(0, min(n_documents - len(chosen), len(pool))))
+    picked = sorted(chosen + distractors)
+    return chosen, picked, {entry: number for number, entry in enumerate(picked)}
+
+
 def _dictd_number(text: str) -> int:
     value = 0
     for char in text:
@@ -88,13 +100,8 @@ def known_item_set(name: str, entries: list[tuple[str, str]], n_documents: int, 
         counts[term.lower()] = counts.get(term.lower(), 0) + 1
     usable = [i for i, (term, text) in enumerate(entries)
               if counts[term.lower()] == 1 and len(text.split()) >= min_words]
-    chosen = rng.sample(usable, min(n_queries, len(usable), n_documents))
-    rest = [i for i in range(len(entries)) if entries[i][1]]
-    chosen_set = set(chosen)
-    distractors = rng.sample([i for i in rest if i not in chosen_set],
-                             max(0, min(n_documents - len(chosen), len(rest) - len(chosen))))
-    picked = sorted(chosen + distractors)
-    position = {entry: number for number, entry in enumerate(picked)}
+    chosen, picked, position = pick_known_items(rng, usable, [i for i in range(len(entries)) if entries[i][1]],
+                                                n_queries=n_queries, n_documents=n_documents)
     documents = [entries[i][1][:max_chars] for i in picked]
     return KnownItemSet(name=name, documents=documents, queries=[f"What is {entries[i][0]}?" for i in chosen],
                         relevant=[position[i] for i in chosen])
@@ -130,12 +137,8 @@ def definition_set(entries: list[tuple[str, str]], synsets: list, n_documents: i
     usable = [i for i, (term, text) in enumerate(entries)
               if term.lower() in definitions and text and "WordNet" not in text]
     rng = random.Random(seed)
-    chosen = rng.sample(usable, min(n_queries, len(usable), n_documents))
-    chosen_set = set(chosen)
-    rest = [i for i in range(len(entries)) if entries[i][1] and i not in chosen_set]
-    distractors = rng.sample(rest, max(0, min(n_documents - len(chosen), len(rest))))
-    picked = sorted(chosen + distractors)
-    position = {entry: number for number, entry in enumerate(picked)}
+    chosen, picked, position = pick_known_items(rng, usable, [i for i in range(len(entries)) if entries[i][1]],
+                                                n_queries=n_queries, n_documents=n_documents)
     return KnownItemSet(name="gcide-definitions", documents=[entries[i][1][:max_chars] for i in picked],
                         queries=[definitions[entries[i][0].lower()] for i in chosen],
                         relevant=[position[i] for i in chosen])

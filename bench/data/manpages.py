@@ -15,7 +15,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from bench.data.glossaries import KnownItemSet
+from bench.data.glossaries import KnownItemSet, pick_known_items
 
 PACKAGES = ("manpages", "manpages-dev")
 PACKAGE_HINT = "sudo apt-get install manpages manpages-dev"
@@ -100,11 +100,7 @@ def known_item_set(entries: list[tuple[str, str]], n_documents: int, n_queries: 
         counts[description.lower()] = counts.get(description.lower(), 0) + 1
     usable = [i for i, (description, body) in enumerate(entries)
               if counts[description.lower()] == 1 and len(description.split()) >= min_words and len(body.split()) >= 10]
-    chosen = rng.sample(usable, min(n_queries, len(usable), n_documents))
-    chosen_set = set(chosen)
-    rest = [i for i in range(len(entries)) if i not in chosen_set]
-    distractors = rng.sample(rest, max(0, min(n_documents - len(chosen), len(rest))))
-    picked = sorted(chosen + distractors)
-    position = {entry: number for number, entry in enumerate(picked)}
+    chosen, picked, position = pick_known_items(rng, usable, list(range(len(entries))), n_queries=n_queries,
+                                                n_documents=n_documents)
     return KnownItemSet(name="manpages", documents=[entries[i][1][:max_chars] for i in picked],
                         queries=[entries[i][0] for i in chosen], relevant=[position[i] for i in chosen])

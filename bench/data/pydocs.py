@@ -17,7 +17,7 @@ import re
 import sys
 import warnings
 
-from bench.data.glossaries import KnownItemSet
+from bench.data.glossaries import KnownItemSet, pick_known_items
 
 # Modules that act when imported (a browser, a print), GUI and test packages, platform-only ones.
 _SKIPPED = ("antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo", "test", "lib2to3", "pydoc_data",
@@ -100,12 +100,8 @@ def known_item_set(entries: list[tuple[str, str, str]], n_documents: int, n_quer
         counts[summary.lower()] = counts.get(summary.lower(), 0) + 1
     usable = [i for i, (_, summary, rest) in enumerate(entries)
               if counts[summary.lower()] == 1 and len(summary.split()) >= 3 and not _SIGNATURE.match(summary) and len(rest.split()) >= min_words]
-    chosen = rng.sample(usable, min(n_queries, len(usable), n_documents))
-    chosen_set = set(chosen)
-    rest_entries = [i for i in range(len(entries)) if i not in chosen_set]
-    distractors = rng.sample(rest_entries, max(0, min(n_documents - len(chosen), len(rest_entries))))
-    picked = sorted(chosen + distractors)
-    position = {entry: number for number, entry in enumerate(picked)}
+    chosen, picked, position = pick_known_items(rng, usable, list(range(len(entries))), n_queries=n_queries,
+                                                n_documents=n_documents)
     documents = [f"{entries[i][0]}: {entries[i][2]}"[:max_chars] for i in picked]
     return KnownItemSet(name="pydocs", documents=documents, queries=[entries[i][1] for i in chosen],
                         relevant=[position[i] for i in chosen])
