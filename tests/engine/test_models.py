@@ -11,12 +11,14 @@ from engine.gguf import read_metadata
 from engine.llama_server import resolve_chat_template
 from engine.models import (
     CHAT_MODEL,
+    CHAT_REQUANTIZE_PLAN,
     ModelAssemblyError,
     PackagedModel,
     assemble_parts,
     default_chat_gguf_path,
     packaged_model_path,
 )
+from engine.requantize import plan_text, requantized_from
 
 
 def _parts(tmp_path: Path, payload: bytes, pieces: int = 3) -> list[Path]:
@@ -73,9 +75,13 @@ def test_a_missing_part_names_the_package_to_install(tmp_path):
 
 
 def test_the_packaged_chat_model_is_the_pinned_instruct_model_with_its_own_template():
-    path = default_chat_gguf_path()
-    assert path.stat().st_size == CHAT_MODEL.size
+    packaged = default_chat_gguf_path(packaged=True)
+    assert packaged.stat().st_size == CHAT_MODEL.size
+    path = default_chat_gguf_path()  # what llama.cpp serves: re-encoded from the pinned file
+    assert requantized_from(path) == (CHAT_MODEL.sha256, plan_text(CHAT_REQUANTIZE_PLAN))
+    assert path.stat().st_mtime == default_chat_gguf_path().stat().st_mtime  # made once, then reused
     metadata = read_metadata(path)
+    assert metadata.fields["general.name"] == read_metadata(packaged).fields["general.name"]
     assert "Instruct" in metadata.fields["general.name"]
     assert metadata.chat_template and "<|im_start|>" in metadata.chat_template
     # Its own (Jinja) template is used; the Gemma base model, which has none, gets the built-in one.
