@@ -59,14 +59,20 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp compute threads")
     parser.add_argument("--show", type=int, default=3, help="print this many answers of each mode")
     parser.add_argument("--out", type=Path, help="write every answer as JSONL here")
+    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+                        help="an engine setting for this run (YAML value), e.g. repeat_penalty=1.0; repeatable")
     return parser.parse_args()
 
 
-def portal_setup(data_dir: Path, base_url: str, max_tokens: int) -> None:
+def portal_setup(data_dir: Path, base_url: str, max_tokens: int, settings: list[str] = ()) -> None:
     import yaml
 
     config_file = data_dir / "engine.yaml"
-    config_file.write_text(yaml.safe_dump({"max_new_tokens": max_tokens}))
+    values = {"max_new_tokens": max_tokens}
+    for setting in settings:
+        key, _, value = setting.partition("=")
+        values[key.strip()] = yaml.safe_load(value)
+    config_file.write_text(yaml.safe_dump(values))
     os.environ.update({"DJANGO_SETTINGS_MODULE": "hdrag_site.settings", "DATA_DIR": str(data_dir),
                        "LLM_BASE_URL": base_url, "HDRAG_CONFIG_FILE": str(config_file), "LOG_LEVEL": "WARNING",
                        "CELERY_TASK_ALWAYS_EAGER": "1", "HDRAG_ADMIN_PASSWORD": "bench-only-password"})
@@ -249,8 +255,8 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-answers-") as data_dir, \
             LlamaServer(gguf, threads=args.threads, ctx_size=8192, parallel=1) as server:
         print(f"set {args.set}: chat model {gguf.name} on llama.cpp {server.base_url} ({args.threads} threads); "
-              f"{len(questions)} questions, answers up to {args.max_tokens} tokens")
-        portal_setup(Path(data_dir), server.base_url, args.max_tokens)
+              f"{len(questions)} questions, answers up to {args.max_tokens} tokens; settings {args.config or 'the defaults'}")
+        portal_setup(Path(data_dir), server.base_url, args.max_tokens, args.config)
         user, corpus_id = build_corpus(make_corpus)
         asyncio.run(run(args, user, corpus_id, questions))
     return 0
