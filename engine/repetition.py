@@ -4,7 +4,9 @@ Small models sometimes repeat one phrase, line or paragraph until the token cap.
 is fed the streamed text and reports a loop as soon as the tail of the answer is either
 
 * **periodic**: its last `min_chars` characters repeat with some period `p <= max_period`, and
-  the repeated unit holds a letter or digit (a long rule of "-----" is not a loop), or
+  the repeated unit holds a letter or digit, or at least three distinct non-blank characters (a
+  long rule of "-----" or a wide table's "| --- " separator is not a loop; "~`{|}" over and
+  over in a string literal, seen in `bench.answers`, is), or
 * **a repeated line**: one line of at least `min_line_chars` characters occurs `max_line_repeats`
   times among the last `line_window` lines (a loop whose lines differ a little in between).
 
@@ -58,7 +60,7 @@ class RepetitionGuard:
             return 0
         tail = text[-span:]
         for period in range(1, min(self.max_period, len(text) - span) + 1):
-            if text[-span - period:-period] == tail and any(c.isalnum() for c in text[-period:]):
+            if text[-span - period:-period] == tail and _meaningful(text[-period:]):
                 return period
         return 0
 
@@ -85,6 +87,11 @@ class RepetitionGuard:
                     first = next(i for i, candidate in enumerate(window) if " ".join(candidate.split()) == key)
                     return offset + len("\n".join(window[:first + 1])) + (1 if offset else 0)
         return None
+
+
+def _meaningful(unit: str) -> bool:
+    """Whether a repeated unit is text rather than a rule: a letter or digit, or 3+ distinct marks."""
+    return any(c.isalnum() for c in unit) or len(set(unit) - set(" \t\n")) >= 3
 
 
 def _at_boundary(text: str, *, after: int) -> str:

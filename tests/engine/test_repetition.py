@@ -30,7 +30,7 @@ def test_a_repeated_paragraph_is_caught_early_and_cut_after_its_first_copy(step)
     assert guard.looping and guard.kept == (ANSWER + LOOP).rstrip()
 
 
-@pytest.mark.parametrize("unit", ["ha", "na na ", "1 2 3 4 ", "我们"])
+@pytest.mark.parametrize("unit", ["ha", "na na ", "1 2 3 4 ", "我们", "~`{|}"])
 def test_short_periods_are_loops(unit):
     guard = RepetitionGuard()
     assert _stream(guard, "Sure: " + unit * 400, 5) is not None
@@ -46,6 +46,7 @@ def test_a_line_repeated_among_varied_lines_is_a_loop():
 
 @pytest.mark.parametrize("text", [
     "-" * 600 + "\n" + "=" * 300,                                              # rules, no letters
+    "| " + "--- | " * 80 + "\n",                                                  # a wide table's separator
     "".join(f"{n}. Item number {n} is described here in its own words.\n" for n in range(60)),  # a numbered list
     "| a | b |\n|---|---|\n" + "".join(f"| {n} | {n * n} |\n" for n in range(80)),           # a table
     "def f(x):\n    return x\n\n\ndef g(y):\n    return y\n" * 2,                               # code, twice
