@@ -3,12 +3,14 @@
 Small models sometimes repeat one phrase, line or paragraph until the token cap. `RepetitionGuard`
 is fed the streamed text and reports a loop as soon as the tail of the answer is either
 
-* **periodic**: its last `min_chars` characters repeat with some period `p <= max_period`, and
+* **periodic**: its last `min_chars` characters repeat with some period `p <= max_period` (for a
+  short unit, `short_repeats` copies of it suffice, at least `short_chars` characters), and
   the repeated unit holds a letter or digit, or at least three distinct non-blank characters (a
   long rule of "-----" or a wide table's "| --- " separator is not a loop; "~`{|}" over and
   over in a string literal, seen in `bench.answers`, is), or
-* **a repeated line**: one line of at least `min_line_chars` characters occurs `max_line_repeats`
-  times among the last `line_window` lines (a loop whose lines differ a little in between).
+* **a repeated line**: one line of at least `min_line_chars` characters, a letter or digit among
+  them, occurs `max_line_repeats` times among the last `line_window` lines (a loop whose lines
+  differ a little in between; a table's repeated "├───┼───┤" rule is not one).
 
 Each check is one C-level slice comparison per candidate period, so a token costs microseconds.
 On a loop, `kept` is the answer up to the end of the first occurrence of what repeats (cut back to a
@@ -24,6 +26,8 @@ from dataclasses import dataclass, field
 class RepetitionGuard:
     min_chars: int = 240
     max_period: int = 400
+    short_chars: int = 80
+    short_repeats: int = 16
     min_line_chars: int = 24
     max_line_repeats: int = 4
     line_window: int = 24
@@ -54,20 +58,25 @@ class RepetitionGuard:
                 self.looping = True
         return self.looping
 
+    def _span(self, period: int) -> int:
+        """How long a periodic tail must be: `min_chars`, or for a short unit `short_repeats` copies
+        of it (at least `short_chars`), so that a loop of a few dense tokens is caught before the cap."""
+        return min(self.min_chars, max(self.short_chars, period * self.short_repeats))
+
     def _period(self) -> int:
-        text, span = self.text, self.min_chars
-        if len(text) < span + 1:
-            return 0
-        tail = text[-span:]
-        for period in range(1, min(self.max_period, len(text) - span) + 1):
-            if text[-span - period:-period] == tail and _meaningful(text[-period:]):
+        text = self.text
+        for period in range(1, min(self.max_period, len(text) - 1) + 1):
+            span = self._span(period)
+            if len(text) < span + period:
+                break
+            if text[-span - period:-period] == text[-span:] and _meaningful(text[-period:]):
                 return period
         return 0
 
     def _periodic_start(self, period: int) -> int:
         """Index where the text stops being `period`-periodic, walking back from the end."""
         text = self.text
-        start = len(text) - self.min_chars - period
+        start = len(text) - self._span(period) - period
         while start > 0 and text[start - 1] == text[start - 1 + period]:
             start -= 1
         return start
@@ -80,7 +89,7 @@ class RepetitionGuard:
         counts: dict[str, int] = {}
         for line in window:
             key = " ".join(line.split())
-            if len(key) >= self.min_line_chars:
+            if len(key) >= self.min_line_chars and any(c.isalnum() for c in key):  # not a table's rule
                 counts[key] = counts.get(key, 0) + 1
                 if counts[key] >= self.max_line_repeats:
                     offset = len("\n".join(lines[:len(lines) - len(window)]))

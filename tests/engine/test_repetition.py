@@ -47,6 +47,7 @@ def test_a_line_repeated_among_varied_lines_is_a_loop():
 @pytest.mark.parametrize("text", [
     "-" * 600 + "\n" + "=" * 300,                                              # rules, no letters
     "| " + "--- | " * 80 + "\n",                                                  # a wide table's separator
+    "".join(f"│ {n:<6}│ entry number {n} │\n├───────┼──────────────────┤\n" for n in range(20)),  # boxed table
     "".join(f"{n}. Item number {n} is described here in its own words.\n" for n in range(60)),  # a numbered list
     "| a | b |\n|---|---|\n" + "".join(f"| {n} | {n * n} |\n" for n in range(80)),           # a table
     "def f(x):\n    return x\n\n\ndef g(y):\n    return y\n" * 2,                               # code, twice
