@@ -13,7 +13,7 @@ docs/embedding-model.md; the LLM may be any server):
   loops on questions over a context (README, bench/answers.py). What llama.cpp serves is that file
   with its Q5_0 and K-quant matrices re-encoded in Q4_0 (`engine.requantize`, once, on first use):
   llama.cpp's CPU kernels prefill it about 1.3x as fast on this project's machines (the time to
-  first token of a chat turn), and it answers as well on the answer benchmark (README).
+  first token of a chat turn), and it answers alike within what the answer benchmark can tell (README).
 """
 
 from __future__ import annotations
