@@ -67,6 +67,8 @@ def requantize(source: str | Path, target: str | Path, plan: Mapping[str, str], 
         reader = gguf.GGUFReader(str(source))
     except (OSError, ValueError) as exc:
         raise RequantizeError(f"{Path(source).name} is not a readable GGUF file: {exc}") from exc
+    if "general.architecture" not in reader.fields:
+        raise RequantizeError(f"{Path(source).name} has no general.architecture: not a model GGUF")
     architecture = reader.fields["general.architecture"].contents()
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
