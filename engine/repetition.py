@@ -64,12 +64,21 @@ class RepetitionGuard:
         return min(self.min_chars, max(self.short_chars, period * self.short_repeats))
 
     def _period(self) -> int:
-        text = self.text
-        for period in range(1, min(self.max_period, len(text) - 1) + 1):
-            span = self._span(period)
-            if len(text) < span + period:
-                break
-            if text[-span - period:-period] == text[-span:] and _meaningful(text[-period:]):
+        text, span = self.text, self.min_chars
+        period = 1
+        # Short units: `short_repeats` copies (at least `short_chars` characters) are a loop.
+        while period <= self.max_period and (short := self._span(period)) < span:
+            if len(text) < short + period:
+                return 0
+            if text[-short - period:-period] == text[-short:] and _meaningful(text[-period:]):
+                return period
+            period += 1
+        # Longer units: the last `min_chars` characters repeat with the period.
+        if len(text) < span + period:
+            return 0
+        tail, first = text[-span:], period
+        for period in range(first, min(self.max_period, len(text) - span) + 1):
+            if text[-span - period:-period] == tail and _meaningful(text[-period:]):
                 return period
         return 0
 
