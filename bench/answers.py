@@ -48,6 +48,13 @@ DATA = REPO / "bench" / "data"
 JARGON_TEXT = Path("/usr/share/doc/jargon-text/jargon.txt.gz")
 
 
+def _setting(text: str) -> str:
+    key, equals, _ = text.partition("=")
+    if not equals or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE, got {text!r}")
+    return text
+
+
 def _parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--set", choices=("demo", "jargon"), default="demo", help="question set and its corpus")
@@ -59,7 +66,7 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp compute threads")
     parser.add_argument("--show", type=int, default=3, help="print this many answers of each mode")
     parser.add_argument("--out", type=Path, help="write every answer as JSONL here")
-    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE",
+    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", type=_setting,
                         help="an engine setting for this run (YAML value), e.g. repeat_penalty=1.0; repeatable")
     return parser.parse_args()
 
