@@ -25,7 +25,7 @@ PLAN_KEY = "hdrag.requantized.plan"
 
 
 class RequantizeError(RuntimeError):
-    """The source is not a GGUF this can re-encode."""
+    """The source is not a model GGUF, or the plan names an unknown type."""
 
 
 def plan_text(plan: Mapping[str, str]) -> str:
