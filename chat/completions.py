@@ -133,7 +133,7 @@ def completion_prepare(*, user: AbstractBaseUser, model: str, messages: list[dic
                                              tokenizer=tokenizer, requested=DEFAULT_TOKEN_BUDGET)
         if search_budget > 0:
             blend = BlendState(text for role, text in history if role == "assistant")
-            results = memories_search(user=user, corpus_ids=[corpus.pk], query=user_message, blend=blend,
+            results = memories_search(user=user, corpora=[corpus], query=user_message, blend=blend,
                                       token_budget=search_budget)
     retrieval = time.perf_counter() - started
     plan = assemble_prompt(system_prompt=system_prompt, history=history, user_message=user_message,

@@ -170,6 +170,8 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # Engine and services
 GGUF_PATH = envstr("GGUF_PATH", "")  # blank: the packaged Gemma 3 270M (engine.models.default_gguf_path)
 HDRAG_CONFIG_FILE = envstr("HDRAG_CONFIG_FILE", "")  # optional YAML of engine.config.Config values
+# Engine searches a process runs at once; more wait for a slot (hdrag_site.runtime.search_slot).
+SEARCH_CONCURRENCY = envint("SEARCH_CONCURRENCY", 2, minimum=1)
 EMBEDDING_CACHE_DIR = Path(envstr("EMBEDDING_CACHE_DIR", str(BASE_DIR / ".cache" / "embeddings")))
 LLAMA_PORT = envint("LLAMA_PORT", 8081, minimum=1)
 LLM_BASE_URL = envstr("LLM_BASE_URL", f"http://127.0.0.1:{LLAMA_PORT}")

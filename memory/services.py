@@ -38,7 +38,8 @@ def _late_scorer(*, corpus_id: int, corpus: LoadedCorpus, gguf_path: str) -> Lat
         return None
 
 
-def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Iterable[int], query: str,
+def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Iterable[int] = (),
+                    corpora: Iterable[Corpus] | None = None, query: str,
                     blend: BlendState | None = None, token_budget: int | None = None,
                     top_document: bool = False, dataset_ids: Iterable[int] | None = None,
                     raw_limit: int | None = None, trace: dict | None = None) -> list[dict[str, Any]]:
@@ -55,15 +56,21 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
     Raises ApplicationError when the chosen corpora cannot be searched together (different model
     or HDC dimensions). `trace` receives the count each ranking stage kept (`Retriever.search`).
 
+    `corpora`, in place of `corpus_ids`: rows the caller has already loaded (with `active_build`),
+    so that they are not read again; the same access rule is applied to them.
+
     `dataset_ids` narrows the search to those datasets (still only enabled ones). `raw_limit`
     skips the pipeline (threshold, late fusion, MMR, token budget): the index's top `raw_limit`
     rows by HDC score, for inspecting what the index itself ranks.
     """
     if not query.strip():
         return []
-    ids = {int(i) for i in corpus_ids}
-    corpora = corpora_readable_among(user, Corpus.objects.filter(pk__in=ids, active_build__isnull=False)
-                                     .select_related("active_build").order_by("pk"))
+    if corpora is None:
+        rows = Corpus.objects.filter(pk__in={int(i) for i in corpus_ids}, active_build__isnull=False) \
+            .select_related("active_build").order_by("pk")
+    else:
+        rows = sorted((c for c in corpora if c.active_build_id), key=lambda c: c.pk)
+    corpora = corpora_readable_among(user, rows)
     if not corpora:
         return []
     models = {c.active_build.parameters.get("gguf_path", "") for c in corpora}
@@ -92,11 +99,12 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
             fusion = FusionChoice.from_dict(parameters["fusion"]) if "fusion" in parameters else FusionChoice()
         targets.append(SearchTarget(corpus=loaded, store=BuildMemoryStore(corpus.active_build_id),
                                     name=str(corpus.pk), enabled_sources=enabled, late=late, fusion=fusion))
-    if raw_limit is not None:
-        results = _search_raw(runtime.retriever_for(gguf_path), query, targets, blend=blend, limit=raw_limit)
-    else:
-        results = runtime.retriever_for(gguf_path).search(query, targets, blend=blend, token_budget=token_budget,
-                                                          top_document=top_document, trace=trace)
+    with runtime.search_slot():
+        if raw_limit is not None:
+            results = _search_raw(runtime.retriever_for(gguf_path), query, targets, blend=blend, limit=raw_limit)
+        else:
+            results = runtime.retriever_for(gguf_path).search(query, targets, blend=blend, token_budget=token_budget,
+                                                              top_document=top_document, trace=trace)
     by_id: dict[int, Corpus] = {c.pk: c for c in corpora}
     dataset_names = {pk: name for _, pk, name, _ in datasets}
     return [{**result, "corpus_id": int(result["corpus"]), "corpus": by_id[int(result["corpus"])].name,

@@ -56,6 +56,10 @@ def test_search_returns_the_matching_memory_and_respects_enabled_datasets(
     assert results[0]["corpus_id"] == corpus.pk and results[0]["dataset"] == dataset.name
     assert results[0]["hdc_score"] > 0
     assert memories_search(user=outsider, corpus_ids=[corpus.pk], query="storming of the Bastille") == []
+    # Rows the caller has loaded (what the API's search view passes) are searched under the same rule.
+    loaded = Corpus.objects.select_related("active_build").get(pk=corpus.pk)
+    assert memories_search(user=member, corpora=[loaded], query="storming of the Bastille in Paris") == results
+    assert memories_search(user=outsider, corpora=[loaded], query="storming of the Bastille") == []
     dataset.enabled = False
     dataset.save()
     assert memories_search(user=owner, corpus_ids=[corpus.pk], query="storming of the Bastille") == []

@@ -52,6 +52,28 @@ def test_a_build_deleted_by_another_process_is_unmapped_and_its_disk_space_freed
     assert str(Path(old.build_dir).resolve()) not in runtime.loaded_build_dirs()
 
 
+def test_a_search_waits_while_every_search_slot_is_taken(
+        corpus, owner, dataset, settings, django_capture_on_commit_callbacks):
+    settings.SEARCH_CONCURRENCY = 1
+    build_now(corpus, owner, django_capture_on_commit_callbacks)
+    taken, released = threading.Event(), []
+
+    def hold_the_slot() -> None:
+        with runtime.search_slot():
+            taken.set()
+            time.sleep(0.5)
+            released.append(time.monotonic())
+
+    holder = threading.Thread(target=hold_the_slot)
+    holder.start()
+    assert taken.wait(10)
+    results = memories_search(user=owner, corpus_ids=[corpus.pk], query="binary search interval")
+    finished = time.monotonic()
+    holder.join()
+    assert results, "the search ran once the slot was free"
+    assert released and finished >= released[0], "the search finished only after the slot was given back"
+
+
 def test_loaded_builds_are_bounded(corpus, owner, dataset, django_capture_on_commit_callbacks, monkeypatch):
     monkeypatch.setattr(runtime._builds, "size", 1)
     build_now(corpus, owner, django_capture_on_commit_callbacks)
