@@ -187,7 +187,7 @@ class SearchResponseSerializer(serializers.Serializer):
     count = serializers.IntegerField()
     next = serializers.CharField(allow_null=True)
     previous = serializers.CharField(allow_null=True)
-    took_ms = serializers.FloatField()
+    took_ms = serializers.FloatField(help_text="The search's own time in ms (also the Server-Timing header).")
     results = MemoryResultSerializer(many=True)
 
 

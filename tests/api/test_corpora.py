@@ -122,6 +122,7 @@ def test_search_ranks_memories_with_scores_sources_and_tokens(corpus, owner, mem
     assert response.status_code == 200, response.content
     body = response.json()
     assert body["count"] >= 1 and body["took_ms"] > 0
+    assert response["Server-Timing"] == f"search;dur={body['took_ms']}"
     best = body["results"][0]
     assert "Mitochondria" in best["text"]
     assert best["dataset"] == dataset.pk and best["dataset_name"] == "notes.jsonl" and best["corpus"] == corpus.pk
