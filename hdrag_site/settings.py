@@ -220,7 +220,7 @@ REST_FRAMEWORK = {
                                        "rest_framework.authentication.SessionAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.IsAuthenticated"],
     "DEFAULT_THROTTLE_CLASSES": ["api.throttling.TokenRateThrottle"],
-    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_RENDERER_CLASSES": ["api.renderers.FastJSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["api.parsers.LimitedJSONParser"],
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "EXCEPTION_HANDLER": "api.errors.exception_handler",
