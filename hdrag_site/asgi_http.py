@@ -15,7 +15,9 @@ a small pool of single-thread executors. The thread is the request's thread-sens
 so the `request_started` / `request_finished` receivers (closing stale database connections) run
 on the thread that owns the connection, and `CONN_MAX_AGE` keeps it between requests. Concurrent
 requests get distinct threads, as before; beyond `KEPT_THREADS` idle threads, extra ones are shut
-down after their request. Request parsing, the body limit, streaming responses (SSE) and
+down after their request. A thread is lent to the next request as soon as its response has been
+sent (what is left, `response.close()`, then runs before that request's work on the same thread),
+so one client's requests in a row are served by one thread. Request parsing, the body limit, streaming responses (SSE) and
 websockets are unchanged.
 """
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from contextvars import ContextVar
 from typing import Any
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
@@ -55,10 +58,28 @@ class _ThreadPool:
         executor.shutdown(wait=False)
 
 
+class _Lent:
+    """A request's thread, given back once (early, or when the request ends)."""
+
+    __slots__ = ("executor", "returned")
+
+    def __init__(self, executor: ThreadPoolExecutor) -> None:
+        self.executor = executor
+        self.returned = False
+
+
+_lent: ContextVar[_Lent | None] = ContextVar("request_thread", default=None)
+
+
 class SyncPathASGIHandler(ASGIHandler):
     def __init__(self) -> None:
         super().__init__()
         self._threads = _ThreadPool(KEPT_THREADS)
+
+    def _give_back(self, lent: _Lent) -> None:
+        if not lent.returned:
+            lent.returned = True
+            self._threads.give_back(lent.executor)
 
     def load_middleware(self, is_async: bool = False) -> None:
         # Sync mode whatever the caller asks: the chain, the view and the rendering run in one
@@ -68,12 +89,26 @@ class SyncPathASGIHandler(ASGIHandler):
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             raise ValueError(f"Django can only handle ASGI/HTTP connections, not {scope['type']}.")
-        executor = self._threads.take()
+        lent = _Lent(self._threads.take())
+        context = _lent.set(lent)
         try:
-            async with ThreadSensitiveContext(executor=executor):
+            async with ThreadSensitiveContext(executor=lent.executor):
                 await self.handle(scope, receive, send)
         finally:
-            self._threads.give_back(executor)
+            _lent.reset(context)
+            self._give_back(lent)
+
+    async def send_response(self, response: HttpResponseBase, send: Any) -> None:
+        await super().send_response(response, send)
+        lent = _lent.get()
+        if lent is not None and not response.streaming:
+            # All that is left of this request on its thread is response.close() (request_finished),
+            # and the client may already be sending its next request: lend the thread to it now
+            # (the two run on it one after the other). Given back only after close(), the thread
+            # was still busy then, so a client sending one request after another was served by
+            # two threads in turn, each with its own OpenMP team for the engine's kernels, which
+            # ran ~1.7x slower than in one thread (bench/api.py).
+            self._give_back(lent)
 
     async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
         return await sync_to_async(self.get_response, thread_sensitive=True)(request)

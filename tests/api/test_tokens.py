@@ -10,6 +10,7 @@ import threading
 import httpx
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
+from django.core.signals import request_started
 from django.test import Client
 from rest_framework.test import APIClient
 
@@ -105,6 +106,26 @@ def test_schema_and_docs_are_served_without_a_cdn(client):
     assert not re.search(r'(src|href)="https?://', docs), "docs assets must be served locally"
     asset = re.search(r'src="(/static/[^"]+swagger-ui-bundle\.js)"', docs).group(1)
     assert client.get(asset).status_code == 200
+
+
+def test_one_client_s_requests_in_a_row_are_served_by_one_thread(live_api, owner, corpus):
+    """The request thread is lent to the next request once the response is sent, not after its
+    clean-up: the client's next request would otherwise find it busy and take another thread
+    (two threads took turns, each with its own OpenMP team for the engine's kernels)."""
+    _, secret = api_token_create(user=owner, name="sequential")
+    served_by: list[int] = []
+
+    def record(**_: object) -> None:
+        served_by.append(threading.get_ident())
+
+    request_started.connect(record)
+    try:
+        with httpx.Client(timeout=30, headers={"Authorization": f"Bearer {secret}"}) as http:
+            statuses = [http.get(f"{live_api.url}/api/v1/corpora/{corpus.pk}/").status_code for _ in range(20)]
+    finally:
+        request_started.disconnect(record)
+    assert statuses == [200] * 20
+    assert len(served_by) == 20 and len(set(served_by)) == 1, f"{len(set(served_by))} threads took turns"
 
 
 def test_over_http_revoke_and_deactivation_count_at_the_next_request_on_kept_threads(live_api, owner, corpus):
