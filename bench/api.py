@@ -48,6 +48,7 @@ import argparse
 import asyncio
 import functools
 import http.client
+import json
 import os
 import random
 import re
@@ -121,8 +122,8 @@ def _cpu_seconds(pid: int) -> float:
 
 def _interleaved(paths: dict, cpu_clocks: dict, warm: list[str], queries: list[str], block: int
                  ) -> tuple[dict[str, list[float]], dict[str, float]]:
-    """Per path, the ms of each query (paths returning a float, the APIs' server time, also get
-    "<name> took": latency minus it), and the mean CPU ms per query of the process that served
+    """Per path, the ms of each query (paths returning a float, the APIs' server time, or a
+    callable giving it after the timing, also get "<name> took": latency minus it), and the mean CPU ms per query of the process that served
     it (`cpu_clocks[name]()`: seconds). Queries go in blocks of `block`: first every path searches
     the block's words reversed (same tokens, new text: derived rows warm, query caches cold), then
     each path runs the whole block, the paths' order rotating from block to block. With blocks of
@@ -151,6 +152,8 @@ def _interleaved(paths: dict, cpu_clocks: dict, warm: list[str], queries: list[s
                 elapsed = (time.perf_counter() - started) * 1000
                 cpu[name] = cpu.get(name, 0.0) + cpu_clocks[name]() - cpu_before
                 times.setdefault(name, []).append(elapsed)
+                if callable(took):
+                    took = took()
                 if isinstance(took, float | int):
                     times.setdefault(name + " took", []).append(elapsed - took)
     # Each path's list holds the queries in the same order (blocks are run whole), so the
@@ -313,7 +316,10 @@ def main() -> int:
                     body = response.read()
                     if response.status != 200:
                         raise RuntimeError(f"{response.status}: {body[:300]!r}")
-                    return float(response.getheader("Server-Timing").partition("dur=")[2])
+                    timing = response.getheader("Server-Timing")
+                    if timing is None:  # a checkout from before the header (--compare): read after the timing
+                        return lambda: json.loads(body)["took_ms"]
+                    return float(timing.partition("dur=")[2])
 
                 paths = {"engine": lambda q: retriever.search(q, [target]),
                          "service": lambda q: memories_search(user=user, corpus_ids=[corpus_id], query=q),
