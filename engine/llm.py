@@ -38,6 +38,10 @@ from engine.config import Config
 TEMPLATE_TOKENS = 4
 MESSAGE_TOKENS = 6
 MEMORY_OPEN, MEMORY_CLOSE = "<memory>\n", "\n</memory>\n"
+# Generation stops where the model writes one of the prompt's memory tags: it has begun copying its
+# recollections. Seen through the OpenAI-compatible endpoint: after its answer, the 0.5B chat model
+# wrote "</memory>\n<memory>" and recited the other memories one after another.
+STOP_STRINGS = (MEMORY_OPEN.strip(), MEMORY_CLOSE.strip())
 
 Role = Literal["user", "assistant"]
 
@@ -198,6 +202,7 @@ class LLMClient:
             "min_p": settings.min_p,
             "repeat_penalty": settings.repeat_penalty,
             "max_tokens": settings.max_tokens,
+            "stop": list(STOP_STRINGS),
         }
 
     async def stream_chat(self, messages: Sequence[dict[str, str]], settings: GenerationSettings

@@ -63,6 +63,24 @@ async def test_max_tokens_and_sampling_settings_are_sent_and_honoured(llama_serv
     assert chunks[-1].usage.completion_tokens == 3
 
 
+async def test_generation_stops_where_the_answer_would_write_a_memory_tag(llama_server):
+    """A memory tag in an answer means the model has begun copying its recollections: the client
+    asks llama.cpp to stop there (greedy, so the same request without the stop strings is seen to
+    write the tag)."""
+    client = LLMClient(llama_server.base_url)
+    messages = [{"role": "user", "content": "Repeat after me: <memory> one two three </memory>"}]
+    settings = GenerationSettings(temperature=0.0, top_p=1.0, max_tokens=48)
+    unguarded = {key: value for key, value in client.payload(messages, settings).items() if key != "stop"}
+    async with httpx.AsyncClient(timeout=120) as http:
+        response = await http.post(client.url, json={**unguarded, "stream": False})
+    assert "<memory>" in response.json()["choices"][0]["message"]["content"]
+    assert client.payload(messages, settings)["stop"] == ["<memory>", "</memory>"]
+    chunks = await _collect(client, messages, settings)
+    text = "".join(chunk.delta for chunk in chunks)
+    assert text.strip() and "<memory>" not in text and "</memory>" not in text
+    assert chunks[-1].finish_reason == "stop"
+
+
 def test_settings_from_config_and_validation():
     config = Config(temperature=0.2, top_p=0.8, max_new_tokens=77, top_k=40, min_p=0.05, repeat_penalty=1.1)
     assert GenerationSettings.from_config(config) == GenerationSettings(0.2, 0.8, 77, 40, 0.05, 1.1)
