@@ -20,7 +20,9 @@ that no prompt or setting is tuned to one:
 
 Printed per mode: grounded-answer rate (the answer contains the fact), the share of answers that
 stopped by themselves (finish reason "stop"), the share cut for repetition, retrieval recall (a
-primed memory contains the fact), time to first token p50/p95 and generation tokens/s.
+primed memory contains the fact), the share that recite the memories (a <memory> tag, or 25
+consecutive words of a primed memory, in the answer), time to first token p50/p95 and generation
+tokens/s.
 Targets (issue 9): >= 95 % stop by themselves, no loops, grounded with memories >= 60 % and at
 least 25 points above the model alone.
 """
@@ -192,6 +194,21 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else float("nan")
 
 
+MEMORY_TAG = re.compile(r"</?memory>", re.I)
+RECITED_WORDS = 25
+
+
+def recited(row: dict) -> bool:
+    """The answer copies the prompt's framing (a <memory> tag) or RECITED_WORDS consecutive words of
+    a primed memory: it recites the recollections instead of using them."""
+    if MEMORY_TAG.search(row["answer"]):
+        return True
+    words = row["answer"].split()
+    memories = [" " + " ".join(text.split()) + " " for text in row["memory_texts"]]
+    return any(" " + " ".join(words[i:i + RECITED_WORDS]) + " " in memory
+               for i in range(len(words) - RECITED_WORDS + 1) for memory in memories)
+
+
 def summary(name: str, rows: list[dict], facts: dict[str, str]) -> dict:
     n = len(rows)
     grounded = sum(bool(re.search(facts[r["question"]], r["answer"], re.I)) for r in rows)
@@ -201,12 +218,14 @@ def summary(name: str, rows: list[dict], facts: dict[str, str]) -> dict:
     recalled = sum(any(re.search(facts[r["question"]], t, re.I) for t in r["memory_texts"]) for r in rows)
     ttfts = [r["ttft"] for r in rows if r["ttft"] is not None]
     figures = {"grounded": grounded / n, "stopped": stopped / n, "loops": loops / n, "errors": errors / n,
+               "recited": sum(recited(r) for r in rows) / n,
                "recall": recalled / n, "ttft_p50": percentile(ttfts, 0.5), "ttft_p95": percentile(ttfts, 0.95),
                "tokens_per_s": statistics.median(r["tokens_per_s"] for r in rows),
                "prompt_tokens": statistics.median(r["prompt_tokens"] for r in rows),
                "completion_tokens": statistics.median(r["completion_tokens"] for r in rows)}
     print(f"{name:<16} n={n:<3} grounded {figures['grounded']:6.1%}  stopped by itself {figures['stopped']:6.1%}  "
-          f"loops {figures['loops']:5.1%}  errors {figures['errors']:5.1%}  fact in a memory {figures['recall']:6.1%}\n"
+          f"loops {figures['loops']:5.1%}  errors {figures['errors']:5.1%}  fact in a memory {figures['recall']:6.1%}  "
+          f"recited {figures['recited']:5.1%}\n"
           f"{'':<16} TTFT p50 {figures['ttft_p50']:5.2f} s  p95 {figures['ttft_p95']:5.2f} s  "
           f"{figures['tokens_per_s']:5.1f} tok/s  prompt {figures['prompt_tokens']:5.0f} tok  "
           f"answer {figures['completion_tokens']:4.0f} tok (medians)")
