@@ -38,10 +38,46 @@ from engine.config import Config
 TEMPLATE_TOKENS = 4
 MESSAGE_TOKENS = 6
 MEMORY_OPEN, MEMORY_CLOSE = "<memory>\n", "\n</memory>\n"
-# Generation stops where the model writes one of the prompt's memory tags: it has begun copying its
-# recollections. Seen through the OpenAI-compatible endpoint: after its answer, the 0.5B chat model
-# wrote "</memory>\n<memory>" and recited the other memories one after another.
-STOP_STRINGS = (MEMORY_OPEN.strip(), MEMORY_CLOSE.strip())
+MEMORY_TAGS = (MEMORY_OPEN.strip(), MEMORY_CLOSE.strip())
+
+
+class RecitationCut:
+    """Ends an answer where the model writes one of the prompt's memory tags after some answer text:
+    it has begun copying its recollections (seen through the OpenAI-compatible endpoint: after its
+    answer the 0.5B chat model wrote "</memory>\n<memory>" and recited the other memories one after
+    another). A tag before any answer text is dropped instead: a model that opens with one (the Gemma
+    base model does) would otherwise answer nothing. A delta's tail that may begin a tag is held back
+    until the next one tells, so no part of a tag is ever shown.
+
+    `feed(delta)` returns the text that may be shown now; `cut` is True once the answer has ended
+    (nothing more to feed); `flush()` returns what was held back when the stream ends."""
+
+    def __init__(self) -> None:
+        self.cut = False
+        self._held = ""
+        self._answered = False
+
+    def feed(self, delta: str) -> str:
+        text = self._held + delta
+        self._held = ""
+        while True:
+            found = [(text.find(tag), tag) for tag in MEMORY_TAGS if tag in text]
+            if not found:
+                break
+            at, tag = min(found)
+            if self._answered or text[:at].strip():
+                self.cut = True
+                return text[:at]
+            text = text[at + len(tag):]
+        start = text.rfind("<")
+        if start >= 0 and any(tag.startswith(text[start:]) for tag in MEMORY_TAGS):
+            text, self._held = text[:start], text[start:]
+        self._answered = self._answered or bool(text.strip())
+        return text
+
+    def flush(self) -> str:
+        held, self._held = self._held, ""
+        return held
 
 Role = Literal["user", "assistant"]
 
@@ -202,12 +238,14 @@ class LLMClient:
             "min_p": settings.min_p,
             "repeat_penalty": settings.repeat_penalty,
             "max_tokens": settings.max_tokens,
-            "stop": list(STOP_STRINGS),
         }
 
     async def stream_chat(self, messages: Sequence[dict[str, str]], settings: GenerationSettings
                           ) -> AsyncIterator[ChatChunk]:
         """Yield text deltas as they arrive, then one chunk with `finish_reason` and `usage`.
+
+        An answer that starts reciting its memories ends there (`RecitationCut`): the stream is
+        closed, so llama.cpp stops, and the last chunk says "stop" without usage.
 
         Raises an `LLMError` subclass for every failure (connection, timeout, HTTP status,
         malformed stream); the original exception is chained.
@@ -215,6 +253,7 @@ class LLMClient:
         payload = self.payload(messages, settings)
         finish_reason: str | None = None
         usage: Usage | None = None
+        recitation = RecitationCut()
         try:
             async with httpx.AsyncClient(timeout=self._timeout) as client, \
                     client.stream("POST", self.url, json=payload) as response:
@@ -231,8 +270,15 @@ class LLMClient:
                     for choice in event.get("choices") or []:
                         text = (choice.get("delta") or {}).get("content")
                         if text:
-                            yield ChatChunk(delta=text)
+                            shown = recitation.feed(text)
+                            if shown:
+                                yield ChatChunk(delta=shown)
+                            if recitation.cut:
+                                break
                         finish_reason = choice.get("finish_reason") or finish_reason
+                    if recitation.cut:
+                        finish_reason = "stop"
+                        break
                     if event.get("usage"):
                         usage = _usage(event["usage"], self.base_url)
         except httpx.TimeoutException as exc:
@@ -241,6 +287,9 @@ class LLMClient:
             raise LLMConnectionError(f"LLM server unreachable at {self.base_url}: {exc or type(exc).__name__}") from exc
         except httpx.HTTPError as exc:
             raise LLMConnectionError(f"LLM request to {self.base_url} failed: {exc or type(exc).__name__}") from exc
+        held = recitation.flush()
+        if held:
+            yield ChatChunk(delta=held)
         yield ChatChunk(finish_reason=finish_reason, usage=usage)
 
     async def complete(self, messages: Sequence[dict[str, str]], settings: GenerationSettings

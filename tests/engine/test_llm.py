@@ -23,6 +23,7 @@ from engine.llm import (
     LLMProtocolError,
     LLMTimeoutError,
     PromptTooLongError,
+    RecitationCut,
     ServerTokenCounter,
     assemble_prompt,
     user_turn_with_memories,
@@ -63,22 +64,42 @@ async def test_max_tokens_and_sampling_settings_are_sent_and_honoured(llama_serv
     assert chunks[-1].usage.completion_tokens == 3
 
 
-async def test_generation_stops_where_the_answer_would_write_a_memory_tag(llama_server):
-    """A memory tag in an answer means the model has begun copying its recollections: the client
-    asks llama.cpp to stop there (greedy, so the same request without the stop strings is seen to
-    write the tag)."""
+async def test_an_answer_ends_where_it_would_write_a_memory_tag(llama_server):
+    """A memory tag after some answer text means the model has begun copying its recollections:
+    the answer ends there (greedy, so the same request straight to the server is seen to write it)."""
     client = LLMClient(llama_server.base_url)
     messages = [{"role": "user", "content": "Repeat after me: <memory> one two three </memory>"}]
     settings = GenerationSettings(temperature=0.0, top_p=1.0, max_tokens=48)
-    unguarded = {key: value for key, value in client.payload(messages, settings).items() if key != "stop"}
     async with httpx.AsyncClient(timeout=120) as http:
-        response = await http.post(client.url, json={**unguarded, "stream": False})
-    assert "<memory>" in response.json()["choices"][0]["message"]["content"]
-    assert client.payload(messages, settings)["stop"] == ["<memory>", "</memory>"]
+        response = await http.post(client.url, json={**client.payload(messages, settings), "stream": False})
+    raw = response.json()["choices"][0]["message"]["content"]
+    assert "<memory>" in raw and raw.index("<memory>") > 0
     chunks = await _collect(client, messages, settings)
     text = "".join(chunk.delta for chunk in chunks)
-    assert text.strip() and "<memory>" not in text and "</memory>" not in text
+    assert text == raw[:raw.index("<memory>")] and text.strip()
     assert chunks[-1].finish_reason == "stop"
+
+
+@pytest.mark.parametrize(("deltas", "shown", "cut"), [
+    # After answer text, a tag ends the answer, even split across deltas; none of it is shown.
+    (["Paris is the capital.", "\n</mem", "ory>\n<memory>\nMore"], "Paris is the capital.\n", True),
+    (["It yields.", " <", "memory>"], "It yields. ", True),
+    # A tag before any answer text is dropped, and the answer goes on.
+    (["<mem", "ory>\nYield", " pauses.\n</memory>\nagain"], "\nYield pauses.\n", True),
+    # A "<" that does not begin a tag is shown, once the next delta tells.
+    (["a <", "b and x <mem"], "a <b and x <mem", False),
+    (["1 < 2", " is true"], "1 < 2 is true", False),
+])
+def test_recitation_cut_on_split_deltas(deltas, shown, cut):
+    recitation = RecitationCut()
+    out = []
+    for delta in deltas:
+        out.append(recitation.feed(delta))
+        if recitation.cut:
+            break
+    else:
+        out.append(recitation.flush())
+    assert "".join(out) == shown and recitation.cut is cut
 
 
 def test_settings_from_config_and_validation():
