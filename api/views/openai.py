@@ -3,6 +3,7 @@ OpenAI chunk format), so the official clients work with `base_url=<site>/api/v1`
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 from typing import Any
@@ -18,6 +19,7 @@ from api.views.base import ApiView, errors
 from api.views.sse import sse_frame, sse_response
 from chat.completions import CompletionPlan, ModelNotFound, completion_models, completion_prepare
 from engine.llm import LLMError, PromptTooLongError, Usage
+from engine.repetition import RepetitionGuard
 from hdrag_site import runtime
 from hdrag_site.errors import ApplicationError
 
@@ -118,13 +120,25 @@ class ChatCompletions(ApiView):
             "memories": _memories(prepared)})
 
 
+# An answer that starts looping is cut as in the portal's chat (engine.repetition): leaving the
+# stream closes it and llama.cpp stops generating. OpenAI's finish reasons have no word for it, so
+# the reply says "length" (cut short by the server), with the text up to where the loop began
+# (whole replies) or as streamed so far (streams: what was sent cannot be taken back).
+LOOP_FINISH_REASON = "length"
+
+
 async def _complete(prepared: CompletionPlan) -> tuple[str, str, Usage | None]:
     parts: list[str] = []
     finish_reason, usage = "", None
-    async for chunk in runtime.llm_client().stream_chat(prepared.plan.messages, prepared.settings):
-        parts.append(chunk.delta)
-        finish_reason = chunk.finish_reason or finish_reason
-        usage = chunk.usage or usage
+    guard = RepetitionGuard()
+    stream = runtime.llm_client().stream_chat(prepared.plan.messages, prepared.settings)
+    async with contextlib.aclosing(stream):
+        async for chunk in stream:
+            parts.append(chunk.delta)
+            finish_reason = chunk.finish_reason or finish_reason
+            usage = chunk.usage or usage
+            if chunk.delta and guard.feed(chunk.delta):
+                return guard.kept, LOOP_FINISH_REASON, usage
     return "".join(parts), finish_reason, usage
 
 
@@ -133,12 +147,18 @@ async def _stream(emit, prepared: CompletionPlan, completion_id: str, created: i
     model = prepared.model
     await emit(sse_frame(_chunk(completion_id, created, model, {"role": "assistant", "content": ""})))
     finish_reason, usage = "", None
+    guard = RepetitionGuard()
     try:
-        async for chunk in runtime.llm_client().stream_chat(prepared.plan.messages, prepared.settings):
-            if chunk.delta:
-                await emit(sse_frame(_chunk(completion_id, created, model, {"content": chunk.delta})))
-            finish_reason = chunk.finish_reason or finish_reason
-            usage = chunk.usage or usage
+        stream = runtime.llm_client().stream_chat(prepared.plan.messages, prepared.settings)
+        async with contextlib.aclosing(stream):
+            async for chunk in stream:
+                if chunk.delta:
+                    await emit(sse_frame(_chunk(completion_id, created, model, {"content": chunk.delta})))
+                finish_reason = chunk.finish_reason or finish_reason
+                usage = chunk.usage or usage
+                if chunk.delta and guard.feed(chunk.delta):
+                    finish_reason = LOOP_FINISH_REASON
+                    break
     except LLMError as error:
         await emit(sse_frame({"error": {"code": "llm_unavailable", "message": f"The language model failed: {error}",
                                         "details": {}}}))

@@ -3,6 +3,7 @@ the real llama.cpp server (Gemma 3 270M) and a real corpus (Python's docs, built
 
 from __future__ import annotations
 
+import asyncio
 import json
 
 import httpx
@@ -12,6 +13,7 @@ import pytest
 from api.services import api_token_create
 from chat.models import Message
 from tests.api.conftest import error_of, make_corpus, token_client
+from tests.chat.test_answers import _looping_llm
 
 QUESTION = "How does a generator function pause at yield and resume where it left off?"
 
@@ -148,3 +150,23 @@ def test_bad_completion_requests_are_4xx(chat_settings, owner, body, status):
     response = token_client(owner).post("/api/v1/chat/completions", body, format="json")
     assert response.status_code == status, response.content
     error_of(response)
+
+
+async def test_a_looping_completion_is_cut_whole_and_streamed(chat_settings, live_api, secret):
+    """The OpenAI-compatible chat cuts a loop as the portal's chat does, and says "length" (cut short
+    by the server). The LLM is the chat suite's fake that loops (a real model cannot be made to loop
+    on demand)."""
+    server = await asyncio.start_server(_looping_llm, "127.0.0.1", 0)
+    chat_settings.LLM_BASE_URL = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    body = {"model": "none", "messages": [{"role": "user", "content": QUESTION}]}
+    url = f"{live_api.url}/api/v1/chat/completions"
+    async with server, httpx.AsyncClient(timeout=60, headers=_headers(secret)) as http:
+        whole = (await http.post(url, json=body)).json()
+        streamed = await http.post(url, json={**body, "stream": True})
+    assert whole["choices"][0]["finish_reason"] == "length"
+    assert whole["choices"][0]["message"]["content"] == \
+        "Yield pauses the function.\nIt returns a value to the caller and waits."
+    chunks = [json.loads(data) for _, data in _sse(streamed.text) if data != "[DONE]"]
+    deltas = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]]
+    assert 2 <= sum(bool(d) for d in deltas) < 30  # stopped within a few repeats, not after 400
+    assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "length"
