@@ -79,6 +79,7 @@ class RecitationCut:
         held, self._held = self._held, ""
         return held
 
+
 Role = Literal["user", "assistant"]
 
 

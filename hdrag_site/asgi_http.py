@@ -17,8 +17,8 @@ on the thread that owns the connection, and `CONN_MAX_AGE` keeps it between requ
 requests get distinct threads, as before; beyond `KEPT_THREADS` idle threads, extra ones are shut
 down after their request. A thread is lent to the next request as soon as its response has been
 sent (what is left, `response.close()`, then runs before that request's work on the same thread),
-so one client's requests in a row are served by one thread. Request parsing, the body limit, streaming responses (SSE) and
-websockets are unchanged.
+so one client's requests in a row are served by one thread. Request parsing, the body limit,
+streaming responses (SSE) and websockets are unchanged.
 """
 
 from __future__ import annotations
@@ -50,16 +50,21 @@ class _ThreadPool:
                 return self._idle.pop()
         return ThreadPoolExecutor(max_workers=1, thread_name_prefix="request")
 
-    def give_back(self, executor: ThreadPoolExecutor) -> None:
+    def offer(self, executor: ThreadPoolExecutor) -> bool:
+        """Keep `executor` for the next request if there is room; False (and nothing done) if not."""
         with self._lock:
             if len(self._idle) < self.kept:
                 self._idle.append(executor)
-                return
-        executor.shutdown(wait=False)
+                return True
+        return False
+
+    def give_back(self, executor: ThreadPoolExecutor) -> None:
+        if not self.offer(executor):
+            executor.shutdown(wait=False)
 
 
 class _Lent:
-    """A request's thread, given back once (early, or when the request ends)."""
+    """A request's thread, given back once: early, if the pool keeps it, or when the request ends."""
 
     __slots__ = ("executor", "returned")
 
@@ -76,11 +81,6 @@ class SyncPathASGIHandler(ASGIHandler):
         super().__init__()
         self._threads = _ThreadPool(KEPT_THREADS)
 
-    def _give_back(self, lent: _Lent) -> None:
-        if not lent.returned:
-            lent.returned = True
-            self._threads.give_back(lent.executor)
-
     def load_middleware(self, is_async: bool = False) -> None:
         # Sync mode whatever the caller asks: the chain, the view and the rendering run in one
         # thread call (get_response_async below).
@@ -96,19 +96,21 @@ class SyncPathASGIHandler(ASGIHandler):
                 await self.handle(scope, receive, send)
         finally:
             _lent.reset(context)
-            self._give_back(lent)
+            if not lent.returned:
+                self._threads.give_back(lent.executor)
 
     async def send_response(self, response: HttpResponseBase, send: Any) -> None:
         await super().send_response(response, send)
         lent = _lent.get()
-        if lent is not None and not response.streaming:
+        if lent is not None and not lent.returned and not response.streaming:
             # All that is left of this request on its thread is response.close() (request_finished),
             # and the client may already be sending its next request: lend the thread to it now
             # (the two run on it one after the other). Given back only after close(), the thread
             # was still busy then, so a client sending one request after another was served by
             # two threads in turn, each with its own OpenMP team for the engine's kernels, which
-            # ran ~1.7x slower than in one thread (bench/api.py).
-            self._give_back(lent)
+            # ran ~1.7x slower than in one thread (bench/api.py). Only if the pool keeps it: one
+            # shut down now could not run that close().
+            lent.returned = self._threads.offer(lent.executor)
 
     async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
         return await sync_to_async(self.get_response, thread_sensitive=True)(request)

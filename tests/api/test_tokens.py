@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import io
+import logging
 import re
 import threading
 
 import httpx
+from asgiref.sync import sync_to_async
 from django.contrib.auth import get_user_model
 from django.core.management import call_command
 from django.core.signals import request_started
@@ -126,6 +129,20 @@ def test_one_client_s_requests_in_a_row_are_served_by_one_thread(live_api, owner
         request_started.disconnect(record)
     assert statuses == [200] * 20
     assert len(served_by) == 20 and len(set(served_by)) == 1, f"{len(set(served_by))} threads took turns"
+
+
+async def test_more_requests_at_once_than_kept_threads_all_finish_cleanly(live_api, owner, corpus, caplog):
+    """Threads beyond KEPT_THREADS are not lent early (one shut down then could not run its
+    request's clean-up): every request is answered and nothing is logged as failing."""
+    _, secret = await sync_to_async(api_token_create)(user=owner, name="burst")
+    url = f"{live_api.url}/api/v1/corpora/{corpus.pk}/"
+    async with httpx.AsyncClient(timeout=60, headers={"Authorization": f"Bearer {secret}"},
+                                 limits=httpx.Limits(max_connections=3 * KEPT_THREADS)) as http:
+        for _ in range(3):
+            responses = await asyncio.gather(*(http.get(url) for _ in range(3 * KEPT_THREADS)))
+            assert [r.status_code for r in responses] == [200] * (3 * KEPT_THREADS)
+    await asyncio.sleep(0.5)  # the last clean-ups run after the responses
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
 
 
 def test_over_http_revoke_and_deactivation_count_at_the_next_request_on_kept_threads(live_api, owner, corpus):
