@@ -87,7 +87,8 @@ class ChatCompletions(ApiView):
         description="The OpenAI request shape. `model` is `none` or `corpus-<id>`; the memories of that corpus "
                     "for the last user message (blended with the assistant turns in `messages`) join the system "
                     "prompt. With `stream: true` the reply is OpenAI's SSE chunk stream ending in `data: [DONE]`; "
-                    "an LLM failure mid-stream arrives as a `data: {\"error\": ...}` event.",
+                    "an LLM failure mid-stream arrives as a `data: {\"error\": ...}` event. An answer that starts "
+                    "looping is cut and ends with `finish_reason: \"length\"`.",
         request=ChatCompletionRequestSerializer,
         responses={(200, "application/json"): OpenApiResponse(COMPLETION_SCHEMA, description="A `chat.completion`."),
                    (200, "text/event-stream"): OpenApiResponse(str, description="`chat.completion.chunk` events "
