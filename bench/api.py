@@ -123,13 +123,14 @@ def _cpu_seconds(pid: int) -> float:
 def _interleaved(paths: dict, cpu_clocks: dict, warm: list[str], queries: list[str], block: int
                  ) -> tuple[dict[str, list[float]], dict[str, float]]:
     """Per path, the ms of each query (paths returning a float, the APIs' server time, or a
-    callable giving it after the timing, also get "<name> took": latency minus it), and the mean CPU ms per query of the process that served
-    it (`cpu_clocks[name]()`: seconds). Queries go in blocks of `block`: first every path searches
-    the block's words reversed (same tokens, new text: derived rows warm, query caches cold), then
-    each path runs the whole block, the paths' order rotating from block to block. With blocks of
-    10 each path runs as a server answering a stream of searches does, its code and data warm;
-    with blocks of 1 every query follows the other paths' work (other processes', for the APIs),
-    which evicts them from the caches: a latency on a busy machine."""
+    callable giving it after the timing, also get "<name> took": latency minus it), and the mean
+    CPU ms per query of the process that served it (`cpu_clocks[name]()`: seconds). Queries go
+    in blocks of `block`: first every path searches the block's words reversed (same tokens, new
+    text: derived rows warm, query caches cold), then each path runs the whole block, the paths'
+    order rotating from block to block. With blocks of 10 each path runs as a server answering a
+    stream of searches does, its code and data warm; with blocks of 1 every query follows the
+    other paths' work (other processes', for the APIs), which evicts them from the caches: a
+    latency on a busy machine."""
     for query in warm:
         for run in paths.values():
             run(query)
@@ -171,8 +172,11 @@ def _threads_at_once(search, queries: list[str], threads: int) -> tuple[list[flo
 
     def worker() -> None:
         try:
-            while pending:
-                query = pending.pop()
+            while True:
+                try:
+                    query = pending.pop()
+                except IndexError:  # another thread took the last one
+                    return
                 started = time.perf_counter()
                 search(query)
                 latencies.append((time.perf_counter() - started) * 1000)
