@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,6 +14,7 @@ from django.db import connection
 from django.db.models import Count
 
 from corpus.models import IndexBuild, Memory
+from hdrag_site.errors import ApplicationError
 
 _COLUMNS = ("corpus_id", "build_id", "hdv_idx", "content_hash", "text", "dataset_id", "metadata", "token_count")
 
@@ -117,6 +118,17 @@ class BuildMemoryStore:
                     "id": row["content_hash"], "pk": row["pk"], "text": row["text"], "hdv_idx": row["hdv_idx"],
                     "metadata": row["metadata"], "token_count": row["token_count"], "dataset_id": row["dataset_id"]}
         return found
+
+
+def build_memory_texts(*, build_id: int) -> Iterator[str]:
+    """Every memory text of a build in row order (rows 0..n-1, as its index holds them), streamed.
+    Raises ApplicationError where a row is missing."""
+    rows = (Memory.objects.filter(build_id=build_id).order_by("hdv_idx").values_list("hdv_idx", "text")
+            .iterator(chunk_size=2000))
+    for expected, (row, text) in enumerate(rows):
+        if row != expected:
+            raise ApplicationError(f"build {build_id}: memory row {expected} is missing")
+        yield text
 
 
 def memory_counts_by_dataset(*, build_id: int) -> dict[int, int]:

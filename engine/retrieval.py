@@ -33,9 +33,9 @@ Choices the spec leaves open:
   where x agrees or is 0, and C = 0 where they collide (opposite signs).
 * Budget: `token_budget` (default `config.max_context_tokens`) is never exceeded, not even to
   reach `min_context`. `top_document=True` returns only the best-scoring candidate.
-* Fusion (a target with a `late` scorer, e.g. late interaction over the corpus's token vectors,
-  `engine.text_store.LateScorer`): the late scorer re-scores each such target's HDC candidates
-  (its top `FUSION_DEPTH`), and `fusion.fuse_scores` fuses the two scores under the target's
+* Fusion (a target with a `late` scorer: late interaction over the corpus's token vectors,
+  `engine.text_store.LateScorer`, or BM25 over its words, `engine.lexical.WordIndex`): the late
+  scorer re-scores each such target's HDC candidates (its top `FUSION_DEPTH`), and `fusion.fuse_scores` fuses the two scores under the target's
   rule (`FusionChoice`, chosen per corpus from its own self-queries by `fusion_evidence`;
   rule "hdc" skips the late scorer). Candidates past `FUSION_DEPTH` follow in HDC order. Targets
   are merged by rank: a candidate's fused score is 1 / (60 + its rank in its target's fused

@@ -80,6 +80,7 @@ _tokenizers: BoundedCache[str, Any] = BoundedCache(TOKENIZERS)
 _retrievers: BoundedCache[tuple[str, Config], Retriever] = BoundedCache(RETRIEVERS)
 _text_encoders: BoundedCache[tuple[str, str], Any] = BoundedCache(TEXT_ENCODERS)
 _late_scorers: BoundedCache[tuple[str, str], Any] = BoundedCache(TEXT_ENCODERS)
+_word_indexes: BoundedCache[str, Any] = BoundedCache(LOADED_BUILDS)
 _builds: BoundedCache[str, LoadedCorpus] = BoundedCache(LOADED_BUILDS)
 _chroma: BoundedCache[tuple[str, str, float], Any] = BoundedCache(CHROMA_CLIENTS)
 _counters: BoundedCache[str, ServerTokenCounter] = BoundedCache(TOKEN_COUNTERS)
@@ -147,6 +148,14 @@ def late_scorer_for(build: LoadedCorpus, gguf_path: str | Path):  # noqa: ANN201
         build, encoder=text_encoder_for(build, gguf_path), tokenizer=tokenizer_for(gguf_path)))
 
 
+def word_index_for(build: LoadedCorpus):  # noqa: ANN201 - engine.lexical.WordIndex | None
+    """The exact-word (BM25) index a build wrote (`words.npz`, read into memory once: about 6
+    bytes per distinct word of each memory); None for a build without one."""
+    from engine.lexical import WordIndex
+
+    return _word_indexes.get(str(build.build_dir), lambda: WordIndex.for_build(build.build_dir))
+
+
 def loaded_build(build_dir: str | Path) -> LoadedCorpus:
     """The build at `build_dir`, memory-mapped once per process (see the module docstring)."""
     forget_vanished_builds()
@@ -160,6 +169,7 @@ def forget_build(build_dir: str | Path) -> None:
     _builds.drop(lambda cached: cached != key)
     _text_encoders.drop(lambda cached: cached[0] != key)
     _late_scorers.drop(lambda cached: cached[0] != key)
+    _word_indexes.drop(lambda cached: cached != key)
 
 
 def forget_vanished_builds() -> None:

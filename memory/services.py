@@ -18,6 +18,7 @@ from corpus.memory_rows import BuildMemoryStore
 from corpus.models import Corpus, Dataset
 from corpus.selectors import corpora_readable_among
 from engine.fusion import FusionChoice
+from engine.lexical import WordIndex, WordIndexError
 from engine.loaded_build import LoadedCorpus
 from engine.retrieval import BlendState, Retriever, SearchTarget
 from engine.text_store import LateScorer, TextStoreError
@@ -38,6 +39,16 @@ def _late_scorer(*, corpus_id: int, corpus: LoadedCorpus, gguf_path: str) -> Lat
         return None
 
 
+def _word_index(*, corpus_id: int, corpus: LoadedCorpus) -> WordIndex | None:
+    """SearchTarget.late of a build that wrote an exact-word index (`engine.lexical`); None when it
+    cannot be read (the search then runs on HDC alone)."""
+    try:
+        return runtime.word_index_for(corpus)
+    except (OSError, WordIndexError) as error:
+        logger.warning("corpus %s: exact-word scores unavailable, HDC alone: %s", corpus_id, error)
+        return None
+
+
 def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Iterable[int] = (),
                     corpora: Iterable[Corpus] | None = None, query: str,
                     blend: BlendState | None = None, token_budget: int | None = None,
@@ -52,7 +63,8 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
       "corpus": name, "dataset": dataset name or ""}].
     Corpora whose active build used late interaction have their HDC candidates re-scored by exact
     MaxSim over the token vectors the build kept and fused under the build's measured rule (HDC
-    alone when the rule says so, or for a build without those vectors).
+    alone when the rule says so, or for a build without those vectors); the other builds that wrote
+    an exact-word index (`engine.lexical`) have them re-scored by BM25 over words, likewise.
     Raises ApplicationError when the chosen corpora cannot be searched together (different model
     or HDC dimensions). `trace` receives the count each ranking stage kept (`Retriever.search`).
 
@@ -97,6 +109,10 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
             # The rule measured on the build's own self-queries; a build made before it was
             # measured has none, and gets HDC alone: unweighted fusion lowered recall on real text.
             fusion = FusionChoice.from_dict(parameters["fusion"]) if "fusion" in parameters else FusionChoice()
+        elif "word_fusion" in parameters:
+            # The exact-word channel, under the rule the build measured on its own self-queries.
+            late = _word_index(corpus_id=corpus.pk, corpus=loaded)
+            fusion = FusionChoice.from_dict(parameters["word_fusion"])
         targets.append(SearchTarget(corpus=loaded, store=BuildMemoryStore(corpus.active_build_id),
                                     name=str(corpus.pk), enabled_sources=enabled, late=late, fusion=fusion))
     with runtime.search_slot():

@@ -38,11 +38,12 @@ from django.utils import timezone
 from corpus.chroma import store_for
 from corpus.events import send_build_event, send_event
 from corpus.files import build_dir
-from corpus.memory_rows import BuildMemoryStore, MemoryWriter, memories_delete_for_build
+from corpus.memory_rows import BuildMemoryStore, MemoryWriter, build_memory_texts, memories_delete_for_build
 from corpus.models import Corpus, Dataset, IndexBuild
 from engine.build import BuildCancelled, BuildResult, build_index, verify_build
 from engine.config import Config
 from engine.fusion import FusionChoice
+from engine.lexical import WORDS_FILE, WordIndex
 from engine.loaded_build import LoadedCorpus, MemoryStore, load_corpus
 from engine.multivector.token_vectors import TokenVectorEncoder
 from engine.retrieval import Retriever, SearchTarget, fusion_evidence
@@ -246,6 +247,17 @@ def _fusion_evidence(*, build: IndexBuild, corpus: LoadedCorpus, config: Config,
     return fusion_evidence(retriever=Retriever(tokenizer, config), target=target)
 
 
+def _word_channel(*, build: IndexBuild, out_dir: Path, config: Config, tokenizer: Tokenizer) -> FusionChoice:
+    """Write the build's exact-word index (`engine.lexical`, BM25 over its memories' words) and
+    choose, from the build's own held-out self-queries, how searches fuse it with HDC: as for late
+    interaction, HDC alone unless a fusion beats it significantly (`fusion_evidence`)."""
+    WordIndex.build(build_memory_texts(build_id=build.pk)).save(out_dir / WORDS_FILE)
+    corpus = load_corpus(out_dir)
+    index = WordIndex.for_build(out_dir)
+    target = SearchTarget(corpus=corpus, store=BuildMemoryStore(build.pk), name=str(build.corpus_id), late=index)
+    return fusion_evidence(retriever=Retriever(tokenizer, config), target=target)
+
+
 def _execute(build: IndexBuild, reporter: _Reporter) -> None:
     corpus = build.corpus
     datasets = list(corpus.datasets.order_by("pk"))
@@ -287,6 +299,10 @@ def _execute(build: IndexBuild, reporter: _Reporter) -> None:
         values = {**values, "text_records": filled.records, "text_rows_skipped": len(filled.skipped_rows),
                   "fusion": _fusion_evidence(build=build, corpus=loaded, config=config, tokenizer=tokenizer,
                                              encoder=encoder, memories=BuildMemoryStore(build.pk)).to_dict()}
+    else:
+        reporter.progress("words", 0, 1)
+        values = {**values, "word_fusion": _word_channel(build=build, out_dir=out_dir, config=config,
+                                                         tokenizer=tokenizer).to_dict()}
     if reporter.should_cancel():
         raise BuildCancelled(f"build {build.pk} cancelled")
     reporter.close_phase()

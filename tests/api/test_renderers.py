@@ -40,3 +40,10 @@ def test_none_renders_an_empty_body_and_an_indent_request_is_honoured():
     assert FastJSONRenderer().render(None) == b""
     indented = FastJSONRenderer().render({"a": [1]}, "application/json; indent=2")
     assert indented == JSONRenderer().render({"a": [1]}, "application/json; indent=2") and b"\n  " in indented
+
+
+def test_an_integer_beyond_64_bits_is_written_as_drf_writes_it():
+    # Seen by the schema test: a request's own huge id echoed in its 400 made orjson fail with a 500.
+    data = {"corpora": ["Invalid pk \"63903456663299110958268416\"."], "value": 63903456663299110958268416}
+    assert FastJSONRenderer().render(data) == JSONRenderer().render(data)
+    assert json.loads(FastJSONRenderer().render(data))["value"] == 63903456663299110958268416
