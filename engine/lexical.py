@@ -34,15 +34,7 @@ B = 0.75
 
 _WORD = re.compile(r"\b\w\w+\b")
 # Function words that carry no topic: they would only add noise to a bag of words.
-STOP_WORDS = frozenset("""
-a about above after again against all also am an and any are as at be because been before being
-below between both but by can could did do does doing down during each few for from further had
-has have having he her here hers herself him himself his how i if in into is it its itself just
-me more most my myself no nor not now of off on once only or other our ours ourselves out over own
-same she should so some such than that the their theirs them themselves then there these they
-this those through to too under until up very was we were what when where which while who whom
-why will with would you your yours yourself yourselves
-""".split())
+STOP_WORDS = frozenset(["a", "about", "above", "after", "again", "against", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could", "did", "do", "does", "doing", "down", "during", "each", "few", "for", "from", "further", "had", "has", "have", "having", "he", "her", "here", "hers", "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its", "itself", "just", "me", "more", "most", "my", "myself", "no", "nor", "not", "now", "of", "off", "on", "once", "only", "or", "other", "our", "ours", "ourselves", "out", "over", "own", "same", "she", "should", "so", "some", "such", "than", "that", "the", "their", "theirs", "them", "themselves", "then", "there", "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "very", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would", "you", "your", "yours", "yourself", "yourselves"])
 
 
 def words(text: str) -> list[str]:
@@ -91,7 +83,10 @@ class WordIndex:
     def save(self, path: str | Path) -> None:
         vocabulary = sorted(self.vocabulary, key=self.vocabulary.__getitem__)
         with open(path, "wb") as handle:
-            np.savez(handle, vocabulary=np.array(vocabulary, dtype=np.str_), starts=self.starts, rows=self.rows,
+            # The words as one UTF-8 text, a word per line (a fixed-width string array would take
+            # four bytes per character of the longest word for every word).
+            np.savez(handle, vocabulary=np.frombuffer("\n".join(vocabulary).encode("utf-8"), dtype=np.uint8),
+                     starts=self.starts, rows=self.rows,
                      counts=self.counts.astype(np.uint16 if self.counts.max(initial=0) < 65536 else np.uint32),
                      lengths=self.lengths.astype(np.uint32))
 
@@ -99,7 +94,9 @@ class WordIndex:
     def load(cls, path: str | Path) -> WordIndex:
         try:
             with np.load(path, allow_pickle=False) as data:
-                return cls(data["vocabulary"].tolist(), data["starts"], data["rows"], data["counts"], data["lengths"])
+                text = data["vocabulary"].tobytes().decode("utf-8")
+                return cls(text.split("\n") if text else [], data["starts"], data["rows"], data["counts"],
+                           data["lengths"])
         except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
             raise WordIndexError(f"{path}: not a readable word index ({error})") from error
 

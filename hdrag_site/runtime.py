@@ -1,9 +1,9 @@
 """Everything a portal process keeps between requests, in one place, each cache bounded.
 
-The engine config, tokenizers, retrievers, late-interaction text encoders and scorers, loaded builds
-(memory-mapped index files), Chroma connections, the LLM client settings and token counter, the
-thread pool chat retrieval runs on, and the slots that bound how many searches run at once. The
-apps ask this module; none keeps a cache of its own. `reset()` empties every cache (tests, and a
+The engine config, tokenizers, retrievers, late-interaction text encoders and scorers, exact-word
+indexes, loaded builds (memory-mapped index files), Chroma connections, the LLM client settings and
+token counter, the thread pool chat retrieval runs on, and the slots that bound how many searches
+run at once. The apps ask this module; none keeps a cache of its own. `reset()` empties every cache (tests, and a
 process that changed its settings).
 
 This module is the portal's platform layer beside `settings`, `env` and `errors`: it imports
@@ -256,5 +256,5 @@ def search_slot() -> threading.BoundedSemaphore:
 def reset() -> None:
     """Forget everything this process keeps (the thread pool stays: it holds no state)."""
     engine_config.cache_clear()
-    for cache in (_tokenizers, _retrievers, _text_encoders, _late_scorers, _builds, _chroma, _counters):
+    for cache in (_tokenizers, _retrievers, _text_encoders, _late_scorers, _word_indexes, _builds, _chroma, _counters):
         cache.clear()

@@ -59,8 +59,9 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
     Ids the user may not read, or of corpora without an active build, are ignored (an outsider
     cannot tell them from missing ones). Returns, best first:
     [{"memory": {"id", "pk", "text", "hdv_idx", "metadata", "token_count", "dataset_id"},
-      "hdc_score": float, "late_score": float or None, "fused_score": float or None, "corpus_id": int,
-      "corpus": name, "dataset": dataset name or ""}].
+      "hdc_score": float, "late_score": float or None, "fused_score": float or None,
+      "late_kind": "maxsim" (late interaction) or "bm25" (exact words) where late_score is set, else None,
+      "corpus_id": int, "corpus": name, "dataset": dataset name or ""}].
     Corpora whose active build used late interaction have their HDC candidates re-scored by exact
     MaxSim over the token vectors the build kept and fused under the build's measured rule (HDC
     alone when the rule says so, or for a build without those vectors); the other builds that wrote
@@ -98,6 +99,7 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
     datasets = list(Dataset.objects.filter(corpus__in=[c.pk for c in corpora]).order_by()
                     .values_list("corpus_id", "pk", "name", "enabled"))
     targets = []
+    late_kinds: dict[int, str] = {}
     for corpus in corpora:
         enabled = frozenset(pk for owner, pk, _, on in datasets
                             if owner == corpus.pk and on and (chosen is None or pk in chosen))
@@ -109,10 +111,12 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
             # The rule measured on the build's own self-queries; a build made before it was
             # measured has none, and gets HDC alone: unweighted fusion lowered recall on real text.
             fusion = FusionChoice.from_dict(parameters["fusion"]) if "fusion" in parameters else FusionChoice()
+            late_kinds[corpus.pk] = "maxsim"
         elif "word_fusion" in parameters:
             # The exact-word channel, under the rule the build measured on its own self-queries.
             late = _word_index(corpus_id=corpus.pk, corpus=loaded)
             fusion = FusionChoice.from_dict(parameters["word_fusion"])
+            late_kinds[corpus.pk] = "bm25"
         targets.append(SearchTarget(corpus=loaded, store=BuildMemoryStore(corpus.active_build_id),
                                     name=str(corpus.pk), enabled_sources=enabled, late=late, fusion=fusion))
     with runtime.search_slot():
@@ -124,7 +128,9 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
     by_id: dict[int, Corpus] = {c.pk: c for c in corpora}
     dataset_names = {pk: name for _, pk, name, _ in datasets}
     return [{**result, "corpus_id": int(result["corpus"]), "corpus": by_id[int(result["corpus"])].name,
-             "dataset": dataset_names.get(result["memory"].get("dataset_id"), "")} for result in results]
+             "dataset": dataset_names.get(result["memory"].get("dataset_id"), ""),
+             "late_kind": late_kinds.get(int(result["corpus"])) if result.get("late_score") is not None else None}
+            for result in results]
 
 
 def _search_raw(retriever: Retriever, query: str, targets: list[SearchTarget], *, blend: BlendState | None,

@@ -181,6 +181,7 @@ def test_search_needs_no_chroma_and_a_build_without_kept_vectors_uses_hdc_alone(
     settings.CHROMA_URL = closed_chroma_url()  # searches read the build's own vectors
     results = memories_search(user=owner, corpus_ids=[late_corpus.pk], query=TEXTS[3])
     assert results[0]["memory"]["text"] == TEXTS[3] and results[0]["late_score"] is not None
+    assert results[0]["late_kind"] == "maxsim"
     runtime.reset()
     (Path(build.build_dir) / LATE_FILE).unlink()  # as a build filled before the vectors were kept
     results = memories_search(user=owner, corpus_ids=[late_corpus.pk], query=TEXTS[3])

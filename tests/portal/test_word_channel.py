@@ -45,9 +45,10 @@ def test_searches_fuse_bm25_under_the_builds_rule(corpus, owner, member, dataset
     results = memories_search(user=member, corpus_ids=[corpus.pk], query="Which organelles produce ATP?")
     assert results[0]["memory"]["text"] == TEXTS[4]
     assert results[0]["late_score"] > 0 and results[0]["fused_score"] is not None
+    assert results[0]["late_kind"] == "bm25"  # what the search page and the API label the score
     with_rule(build, "hdc")  # the evidence's "HDC alone": the word index is not asked
     results = memories_search(user=member, corpus_ids=[corpus.pk], query="Which organelles produce ATP?")
-    assert all(r["late_score"] is None and r["fused_score"] is None for r in results)
+    assert all(r["late_score"] is None and r["fused_score"] is None and r["late_kind"] is None for r in results)
 
 
 def test_a_build_without_the_channel_searches_as_before(corpus, owner, member, dataset,
