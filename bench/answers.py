@@ -1,6 +1,6 @@
 """Answer quality and speed through the real chat path, with memories and with the model alone.
 
-    python -m bench.answers [--set demo|jargon] [--gguf CHAT.gguf] [--questions 52] [--max-tokens 320]
+    python -m bench.answers [--set demo|jargon] [--gguf CHAT.gguf] [--questions 52] [--max-tokens 1024]
                             [--budget 512]
 
 What runs: a corpus built by the real build service into a temporary SQLite portal, one real
@@ -62,7 +62,10 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--set", choices=("demo", "jargon"), default="demo", help="question set and its corpus")
     parser.add_argument("--gguf", type=Path, help="chat model (default: the packaged instruction-tuned model)")
     parser.add_argument("--questions", type=int, default=0, help="first N questions only (0: all)")
-    parser.add_argument("--max-tokens", type=int, default=320, help="longest answer in tokens")
+    # 1024, the cap of the answers issue 9 saw loop: a lower one (320 before) cuts answers with a code
+    # example that end by themselves well before the portal's own cap (max_new_tokens, 4096), and
+    # counts them as not stopping; a loop is still cut by the guard or this cap.
+    parser.add_argument("--max-tokens", type=int, default=1024, help="longest answer in tokens")
     parser.add_argument("--budget", type=int, default=0, help="memory tokens per answer (0: the conversation default)")
     parser.add_argument("--temperature", type=float, default=None, help="default: the engine config's")
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp compute threads")
