@@ -35,14 +35,15 @@ Choices the spec leaves open:
   reach `min_context`. `top_document=True` returns only the best-scoring candidate.
 * Fusion (a target with a `late` scorer: late interaction over the corpus's token vectors,
   `engine.text_store.LateScorer`, or BM25 over its words, `engine.lexical.WordIndex`): the late
-  scorer re-scores each such target's HDC candidates (its top `FUSION_DEPTH`), and `fusion.fuse_scores` fuses the two scores under the target's
-  rule (`FusionChoice`, chosen per corpus from its own self-queries by `fusion_evidence`;
-  rule "hdc" skips the late scorer). Candidates past `FUSION_DEPTH` follow in HDC order. Targets
-  are merged by rank: a candidate's fused score is 1 / (60 + its rank in its target's fused
-  order), so targets without a late scorer take part with their HDC order. The adaptive threshold
-  still decides *how many* candidates are kept (at least `min_context`), the fused ranking decides
-  *which*; dedup is unchanged and HDC-MMR weighs novelty against the fused score. With no late
-  scorer at all, nothing above changes.
+  scorer re-scores each such target's HDC candidates (its top `FUSION_DEPTH`), and
+  `fusion.fuse_scores` fuses the two scores under the target's rule (`FusionChoice`, chosen per
+  corpus from its own self-queries by `fusion_evidence`; rule "hdc" skips the late scorer).
+  Candidates past `FUSION_DEPTH` follow in HDC order. Targets are merged by rank: a candidate's
+  fused score is 1 / (60 + its rank in its target's fused order), so targets without a late
+  scorer take part with their HDC order. The adaptive threshold still decides *how many*
+  candidates are kept (at least `min_context`), the fused ranking decides *which*; dedup is
+  unchanged and HDC-MMR weighs novelty against the fused score. With no late scorer at all,
+  nothing above changes.
 """
 
 from __future__ import annotations

@@ -3,8 +3,8 @@
 The engine config, tokenizers, retrievers, late-interaction text encoders and scorers, exact-word
 indexes, loaded builds (memory-mapped index files), Chroma connections, the LLM client settings and
 token counter, the thread pool chat retrieval runs on, and the slots that bound how many searches
-run at once. The apps ask this module; none keeps a cache of its own. `reset()` empties every cache (tests, and a
-process that changed its settings).
+run at once. The apps ask this module; none keeps a cache of its own. `reset()` empties every
+cache (tests, and a process that changed its settings).
 
 This module is the portal's platform layer beside `settings`, `env` and `errors`: it imports
 Django's settings and the engine, never an app, so every app may import it without a cycle.

@@ -251,10 +251,10 @@ def _word_channel(*, build: IndexBuild, out_dir: Path, config: Config, tokenizer
     """Write the build's exact-word index (`engine.lexical`, BM25 over its memories' words) and
     choose, from the build's own held-out self-queries, how searches fuse it with HDC: as for late
     interaction, HDC alone unless a fusion beats it significantly (`fusion_evidence`)."""
-    WordIndex.build(build_memory_texts(build_id=build.pk)).save(out_dir / WORDS_FILE)
-    corpus = load_corpus(out_dir)
-    index = WordIndex.for_build(out_dir)
-    target = SearchTarget(corpus=corpus, store=BuildMemoryStore(build.pk), name=str(build.corpus_id), late=index)
+    index = WordIndex.build(build_memory_texts(build_id=build.pk))
+    index.save(out_dir / WORDS_FILE)
+    target = SearchTarget(corpus=load_corpus(out_dir), store=BuildMemoryStore(build.pk), name=str(build.corpus_id),
+                          late=index)
     return fusion_evidence(retriever=Retriever(tokenizer, config), target=target)
 
 
