@@ -58,6 +58,24 @@ def _bm25_scores(documents: list[str], queries: list[str]) -> np.ndarray:
     return out
 
 
+def _word_scores(documents: list[str], queries: list[str], made: list, self_targets: list[int], n: int) -> np.ndarray:
+    """The portal's exact-word channel (`engine.lexical.WordIndex`, BM25 over words) for every query
+    and document; a held-out self-query's target is scored as the rest of its text, as a build's
+    evidence does. nan: a query without an indexed word (not fused)."""
+    from engine.lexical import WordIndex
+
+    index = WordIndex.build(documents)
+    out = np.full((len(queries), len(documents)), np.nan, dtype=np.float32)
+    for number, query in enumerate(queries):
+        scores = index.score_all(query)
+        if scores is not None:
+            out[number] = scores
+    for number, made_query in enumerate(made):
+        if made_query.rest is not None:
+            out[n + number, self_targets[number]] = index.score_texts(made_query.query, [made_query.rest])[0]
+    return out
+
+
 def collect(args: argparse.Namespace) -> None:
     data = load_set(args)
     rng = np.random.default_rng(1)
@@ -107,8 +125,10 @@ def collect(args: argparse.Namespace) -> None:
             li_scores[n + number, self_targets[number]] = maxsim_many(query_rows, [rest_rows])[0]
     li_s = time.perf_counter() - started
     bm25 = _bm25_scores(data.documents, queries)
+    words = _word_scores(data.documents, queries, made, self_targets, n)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(args.out, hdc=hdc_scores, li=li_scores, bm25=bm25, doc_nnz=doc_nnz, query_nnz=query_nnz,
+    np.savez_compressed(args.out, hdc=hdc_scores, li=li_scores, bm25=bm25, words=words, doc_nnz=doc_nnz,
+                        query_nnz=query_nnz,
                         tests=np.asarray(data.relevant, dtype=np.int64), self_targets=np.asarray(self_targets),
                         self_kinds=np.asarray(self_kinds), name=args.set, times=np.array([hdc_s, li_s]))
     print(f"{args.set}: {len(data.documents)} documents, {len(data.queries)} test + {len(self_texts)} self-queries; "
@@ -163,6 +183,18 @@ def report(paths: list[Path]) -> None:
         for kind, table in choice.evidence["mrr_by_kind"].items():
             print(f"  self {kind:<8} n={(kinds == kind).sum():<4} MRR@10 " + " ".join(
                 f"{rule} {value:.3f}" for rule, value in table.items()))
+        if "words" in data:  # the exact-word channel, as the portal's builds gate and fuse it
+            words = data["words"]
+            _line("words (every document)", metrics(np.nan_to_num(words[:n], nan=0.0), tests),
+                  top_documents(everything, np.nan_to_num(words[:n], nan=0.0)))
+            pool_words = np.take_along_axis(words[:n], top, axis=1)
+            for rule in ("z:0.5", "z:1", "z:2", "late"):
+                fused = fuse_scores(pool_hdc, pool_words, rule=rule)
+                _line(f"pool {FUSION_DEPTH}, HDC+words {rule}", metrics(fused, positions), top_documents(top, fused))
+            _, s_hdc, s_words, s_pos = pooled(hdc[n:], words[n:], targets)
+            choice = choose_fusion(s_hdc, s_words, s_pos, kinds=kinds)
+            fused = fuse_scores(pool_hdc, pool_words, rule=choice.rule)
+            _line(f"HDC+words, gate: {choice.rule}", metrics(fused, positions), top_documents(top, fused))
 
 
 def _line(name: str, figures: tuple[float, float], top: np.ndarray) -> None:
@@ -188,14 +220,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-dir", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--report", type=Path, nargs="*", default=None)
+    parser.add_argument("--gguf", default=None, help="model whose token embeddings build HDC and LI (as retrieval_eval)")
+    parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args(argv)
     if args.report:
         report(args.report)
         return 0
     import tempfile
+    from contextlib import ExitStack
 
-    with tempfile.TemporaryDirectory(prefix="hdrag-fusion-") as scratch:
+    from bench.embedding_model import open_embedding_model
+
+    with tempfile.TemporaryDirectory(prefix="hdrag-fusion-") as scratch, ExitStack() as servers:
         args.work_dir = args.work_dir or Path(scratch)
+        # The rankers read their model from here since retrieval_eval gained --gguf.
+        args.embedding_model = open_embedding_model(args.gguf, servers, threads=args.threads)
         args.out = args.out or Path(f"/tmp/fusion/{args.set}.npz")
         collect(args)
     return 0
