@@ -3,9 +3,10 @@
 HDC ranks by the model's token embeddings, bound into n-grams: it finds paraphrases, but a query
 naming a rare word ("random.shuffle", "ensure_ascii", a Jargon File headword) can see the memory
 that holds that word ranked below memories that merely sound alike. A lexical channel fixes
-exactly that. Measured on six known-item sets of real text (docs/engine-v2-measurements.md,
-section 3), HDC fused with BM25 over words at z:1 was at least BM25's level on all six and at
-least HDC alone on five; over the GGUF's subword tokens it was not, so this channel counts words.
+exactly that. On six known-item sets of real text (docs/engine-v2-measurements.md, section 3),
+HDC fused with this channel under each set's own gate is at least as good as the better of the two
+alone, and at least BM25, on five; over the GGUF's subword tokens such a channel was not, so this
+one counts words.
 
 Words: runs of two or more word characters, lowercased (`words`), without English stop words;
 no stemming. BM25 with k1 = 1.5 and b = 0.75 (Robertson's; idf ln(1 + (N - df + 0.5) / (df + 0.5)),
@@ -34,7 +35,18 @@ B = 0.75
 
 _WORD = re.compile(r"\b\w\w+\b")
 # Function words that carry no topic: they would only add noise to a bag of words.
-STOP_WORDS = frozenset(["a", "about", "above", "after", "again", "against", "all", "also", "am", "an", "and", "any", "are", "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can", "could", "did", "do", "does", "doing", "down", "during", "each", "few", "for", "from", "further", "had", "has", "have", "having", "he", "her", "here", "hers", "herself", "him", "himself", "his", "how", "i", "if", "in", "into", "is", "it", "its", "itself", "just", "me", "more", "most", "my", "myself", "no", "nor", "not", "now", "of", "off", "on", "once", "only", "or", "other", "our", "ours", "ourselves", "out", "over", "own", "same", "she", "should", "so", "some", "such", "than", "that", "the", "their", "theirs", "them", "themselves", "then", "there", "these", "they", "this", "those", "through", "to", "too", "under", "until", "up", "very", "was", "we", "were", "what", "when", "where", "which", "while", "who", "whom", "why", "will", "with", "would", "you", "your", "yours", "yourself", "yourselves"])
+STOP_WORDS = frozenset((
+    "a", "about", "above", "after", "again", "against", "all", "also", "am", "an", "and", "any", "are",
+    "as", "at", "be", "because", "been", "before", "being", "below", "between", "both", "but", "by", "can",
+    "could", "did", "do", "does", "doing", "down", "during", "each", "few", "for", "from", "further", "had",
+    "has", "have", "having", "he", "her", "here", "hers", "herself", "him", "himself", "his", "how", "i",
+    "if", "in", "into", "is", "it", "its", "itself", "just", "me", "more", "most", "my", "myself", "no",
+    "nor", "not", "now", "of", "off", "on", "once", "only", "or", "other", "our", "ours", "ourselves",
+    "out", "over", "own", "same", "she", "should", "so", "some", "such", "than", "that", "the", "their",
+    "theirs", "them", "themselves", "then", "there", "these", "they", "this", "those", "through", "to",
+    "too", "under", "until", "up", "very", "was", "we", "were", "what", "when", "where", "which", "while",
+    "who", "whom", "why", "will", "with", "would", "you", "your", "yours", "yourself", "yourselves"
+))
 
 
 def words(text: str) -> list[str]:
