@@ -176,7 +176,8 @@ class MemoryResultSerializer(serializers.Serializer):
     dataset = serializers.IntegerField(allow_null=True)
     dataset_name = serializers.CharField()
     score = serializers.FloatField(help_text="HDC score.")
-    late_score = serializers.FloatField(allow_null=True, help_text="The second ranker's score, where the corpus fuses one.")
+    late_score = serializers.FloatField(allow_null=True,
+                                        help_text="The second ranker's score, where the corpus fuses one.")
     late_kind = serializers.ChoiceField(choices=["maxsim", "bm25"], allow_null=True,
                                         help_text="What late_score is: late-interaction MaxSim, or BM25 over words.")
     fused_score = serializers.FloatField(allow_null=True)

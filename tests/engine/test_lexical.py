@@ -92,7 +92,8 @@ def test_a_damaged_file_is_refused_with_its_path(tmp_path):
     with pytest.raises(WordIndexError, match="not a readable word index"):
         WordIndex.load(path)
     with open(tmp_path / "other.npz", "wb") as handle:
-        np.savez(handle, vocabulary=np.frombuffer(b"ab\ncd", dtype=np.uint8), starts=np.array([0, 1]), rows=np.array([0]),
-                 counts=np.array([1]), lengths=np.array([1]))
+        # Two words but the starts of one: inconsistent.
+        np.savez(handle, vocabulary=np.frombuffer(b"ab\ncd", dtype=np.uint8), starts=np.array([0, 1]),
+                 rows=np.array([0]), counts=np.array([1]), lengths=np.array([1]))
     with pytest.raises(WordIndexError, match="inconsistent"):
         WordIndex.load(tmp_path / "other.npz")
