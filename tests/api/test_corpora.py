@@ -127,6 +127,13 @@ def test_search_ranks_memories_with_scores_sources_and_tokens(corpus, owner, mem
     assert "Mitochondria" in best["text"]
     assert best["dataset"] == dataset.pk and best["dataset_name"] == "notes.jsonl" and best["corpus"] == corpus.pk
     assert best["score"] > 0 and best["token_count"] > 0
+    # The second score, when the build fuses one, says what it is: here its word channel, BM25.
+    assert (best["late_kind"] is None) == (best["late_score"] is None)
+    build = IndexBuild.objects.get(pk=corpus.active_build_id)
+    IndexBuild.objects.filter(pk=build.pk).update(
+        parameters={**build.parameters, "word_fusion": {"rule": "z:1", "evidence": {}}})
+    fused = client.get(f"/api/v1/corpora/{corpus.pk}/search/", {"q": "mitochondria produce ATP"}).json()["results"][0]
+    assert "Mitochondria" in fused["text"] and fused["late_kind"] == "bm25" and fused["late_score"] > 0
     memory = client.get(f"/api/v1/memories/{best['id']}/").json()
     assert memory["text"] == Memory.objects.get(pk=best["id"]).text and memory["active"] is True
     raw = client.get(f"/api/v1/corpora/{corpus.pk}/search/", {"q": "mitochondria ATP", "mode": "raw",

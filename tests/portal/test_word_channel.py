@@ -7,6 +7,9 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from django.test import Client
+from django.urls import reverse
+
 from corpus.models import IndexBuild
 from engine.fusion import CHOSEN_RULES
 from engine.lexical import WORDS_FILE, WordIndex
@@ -40,13 +43,20 @@ def test_a_build_writes_its_words_and_measures_its_rule(corpus, owner, dataset, 
         assert int(scores.argmax()) == memory.hdv_idx
 
 
-def test_searches_fuse_bm25_under_the_builds_rule(corpus, owner, member, dataset, django_capture_on_commit_callbacks):
+def test_searches_fuse_bm25_under_the_builds_rule(corpus, owner, member, outsider, dataset,
+                                                 django_capture_on_commit_callbacks):
     build = build_now(corpus, owner, django_capture_on_commit_callbacks)
     with_rule(build, "z:1")
     results = memories_search(user=member, corpus_ids=[corpus.pk], query="Which organelles produce ATP?")
     assert results[0]["memory"]["text"] == TEXTS[4]
     assert results[0]["late_score"] > 0 and results[0]["fused_score"] is not None
     assert results[0]["late_kind"] == "bm25"  # what the search page and the API label the score
+    assert memories_search(user=outsider, corpus_ids=[corpus.pk], query="Which organelles produce ATP?") == []
+    page = Client()
+    page.force_login(member)
+    html = page.get(reverse("memory:search"), {"q": "Which organelles produce ATP?", "corpora": [corpus.pk]})
+    html = html.content.decode()
+    assert 'title="BM25 score of the memory' in html and ">BM25 " in html and ">LI " not in html
     with_rule(build, "hdc")  # the evidence's "HDC alone": the word index is not asked
     results = memories_search(user=member, corpus_ids=[corpus.pk], query="Which organelles produce ATP?")
     assert all(r["late_score"] is None and r["fused_score"] is None and r["late_kind"] is None for r in results)
