@@ -58,6 +58,17 @@ def _bm25_scores(documents: list[str], queries: list[str]) -> np.ndarray:
     return out
 
 
+def _score_matrix(queries: list[str], documents: int, score, *, missing: float) -> np.ndarray:  # noqa: ANN001
+    """(queries, documents) float32: `score(query)`'s scores of every document, or `missing` on a
+    query's row where it returns None (nothing to score with)."""
+    out = np.full((len(queries), documents), missing, dtype=np.float32)
+    for number, query in enumerate(queries):
+        scores = score(query)
+        if scores is not None:
+            out[number] = scores
+    return out
+
+
 def _word_scores(documents: list[str], queries: list[str], made: list, self_targets: list[int], n: int) -> np.ndarray:
     """The portal's exact-word channel (`engine.lexical.WordIndex`, BM25 over words) for every query
     and document; a held-out self-query's target is scored as the rest of its text, as a build's
@@ -65,11 +76,7 @@ def _word_scores(documents: list[str], queries: list[str], made: list, self_targ
     from engine.lexical import WordIndex
 
     index = WordIndex.build(documents)
-    out = np.full((len(queries), len(documents)), np.nan, dtype=np.float32)
-    for number, query in enumerate(queries):
-        scores = index.score_all(query)
-        if scores is not None:
-            out[number] = scores
+    out = _score_matrix(queries, len(documents), index.score_all, missing=np.nan)
     for number, made_query in enumerate(made):
         if made_query.rest is not None:
             out[n + number, self_targets[number]] = index.score_texts(made_query.query, [made_query.rest])[0]
@@ -109,11 +116,7 @@ def collect(args: argparse.Namespace) -> None:
     started = time.perf_counter()
     late = LateInteractionRanker(args)
     late.index(data.documents)
-    li_scores = np.full((len(queries), len(data.documents)), -np.inf, dtype=np.float32)
-    for number, query in enumerate(queries):
-        scores = late.scores(query)
-        if scores is not None:
-            li_scores[number] = scores
+    li_scores = _score_matrix(queries, len(data.documents), late.scores, missing=-np.inf)
     for number, made_query in enumerate(made):
         if made_query.rest is not None:
             try:
