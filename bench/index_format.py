@@ -1,18 +1,19 @@
-"""Index format 3 against the formats and code it replaces, in one run: size, load, query, results.
+"""Index format 4 against the formats and code it replaces, in one run: size, load, query, results.
 
 The same WordNet known-item corpus (bench/data/wordnet.py, Debian package `wordnet-base`) is built
-three times: by a baseline checkout of the engine (default: `main`, extracted with `git archive`
-into a scratch directory) in format 1 (the baseline: stored tables) and in format 2 (derived rows,
-float64 BLAS projection), and by this checkout in its default format (3: derived rows, exact
-fixed-point projection). Each build is then measured in a fresh Python process of its own code:
-`load_corpus` time, the first query (which also pays format 2's projection matrix, once per
-process), and the p50 / p90 of `Retriever.encode_text` + the exact index search over the query set.
-The builds' top-10 rankings are compared with the baseline's, and recall@10 is given for each.
+by a baseline checkout of the engine (default bd218d2, the engine before issue 14: stored tables,
+float32 BLAS projection; extracted with `git archive` into a scratch directory) in its format 1,
+and by this checkout in format 1 (stored tables, format 4's row definition), 2 (derived rows,
+float64 BLAS projection), 3 (derived rows, int8 fixed-point projection) and 4 (its default:
+derived rows, the float32 projection stored and applied in one fixed float64 order). Each build is
+then measured in a fresh Python process of its own code: `load_corpus` time, the first query, and
+the p50 / p90 of `Retriever.encode_text` + the exact index search over the query set. The builds'
+top-10 rankings and scores are compared with the baseline's and with this code's format 1, and
+recall@10 is given for each.
 
-Format 3 is bit-identical to format 1 written by this code with the same row definition
-(tests/engine/test_build.py); its projection (int8 steps of a Gaussian) differs slightly from
-format 1/2's float32 Gaussian, so against the baseline rankings differ where a value crosses a
-rounding or threshold boundary. The comparison below shows what that amounts to.
+Format 4 is bit-identical to format 1 written by the same code (tests/engine/test_build.py); the
+baseline's float32 BLAS projection depended on its batch, so against its builds a value can differ
+in the last bit. The comparison below shows what that amounts to.
 
     .venv/bin/python -m bench.index_format --docs 20000 --queries 300
 """
@@ -60,7 +61,10 @@ import json, sys, time
 import numpy as np
 started = time.perf_counter()
 from engine.config import Config
-from engine.loaded_build import load_corpus
+try:
+    from engine.loaded_build import load_corpus
+except ModuleNotFoundError:  # engines before the module's split (the issue-14 baseline)
+    from engine.corpus import load_corpus
 from engine.models import default_gguf_path
 from engine.retrieval import Retriever
 from engine.tokenizer import GGUFTokenizer
@@ -103,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--docs", type=int, default=20000)
     parser.add_argument("--queries", type=int, default=300)
-    parser.add_argument("--baseline", default="main", help="git revision of the baseline engine")
+    parser.add_argument("--baseline", default="bd218d2", help="git revision of the baseline engine")
     parser.add_argument("--wordnet-dir", type=Path, default=Path("/usr/share/wordnet"))
     args = parser.parse_args(argv)
     print_hardware()
@@ -132,8 +136,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"== corpus == WordNet glosses: {len(documents)} documents, {text_bytes / 1e6:.1f} MB of text; "
               f"{len(data.queries)} queries")
         runs = {}
-        plan = ((f"baseline {revision}, format 1", baseline_root, "1"),
-                (f"{revision}, format 2", baseline_root, "2"), ("this code (default)", ROOT, ""))
+        # The baseline builds with its own default (format 1): engines before format 2 take no option.
+        plan = ((f"baseline {revision}", baseline_root, ""), ("this code, format 1", ROOT, "1"),
+                ("this code, format 2", ROOT, "2"), ("this code, format 3", ROOT, "3"),
+                ("this code (default)", ROOT, ""))
         for number, (label, root, version) in enumerate(plan):
             out = scratch / f"build{number}"
             started = time.perf_counter()
@@ -157,8 +163,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{label:<40} {sizes['vocab.idx'] / 1e6:>13.1f} {sum(sizes.values()) / 1e6:>9.1f} {run['build_s']:>8.1f} "
               f"{run['load_ms']:>8.1f} {run['first_query_ms']:>13.1f} {run['p50_ms']:>7.2f} {run['p90_ms']:>7.2f} "
               f"{run['recall']:>10.4f}")
-    old = next(iter(runs.values()))
+    old, stored = list(runs.values())[:2]
     for label, new in list(runs.items())[1:]:
+        if label != "this code, format 1":
+            same_stored = np.mean([a == b and c == d for a, b, c, d in
+                                   zip(stored["rows"], new["rows"], stored["scores"], new["scores"], strict=True)])
+            print(f"\n{label} / this code, format 1: identical top-10 rows and scores: {same_stored:.3f}")
         same_rows = np.mean([a == b for a, b in zip(old["rows"], new["rows"], strict=True)])
         same_all = np.mean([a == b and c == d for a, b, c, d in
                             zip(old["rows"], new["rows"], old["scores"], new["scores"], strict=True)])

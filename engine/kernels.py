@@ -211,13 +211,43 @@ def block_bit_frequencies(block, out):
             start = end
 
 
-# ---------------------------------------------------------------- vocabulary projection (format 3)
+# ---------------------------------------------------------------- vocabulary projection (formats 3, 4)
 #
 # Every value is computed in a fixed order, one row at a time, with IEEE operations that LLVM may
 # not reorder or fuse (no fastmath): a row's result is the same whatever batch it is in, on any
-# x86-64 or ARM machine. The projection itself is integer arithmetic, exact in any order.
+# x86-64 or ARM machine. Format 3's projection is integer arithmetic, exact in any order; format
+# 4's is float64 in one fixed order.
 
 _PROJECTION_TILE = 1024
+
+
+@njit(inline="always", cache=True)
+def _corrected_row(rows, t, mean, directions, v):
+    """v = row t made unit, less `mean` and its components along `directions`; returns the norm of
+    v (the caller makes it unit again). rows (n, e) float32, v (e,) float64."""
+    e = rows.shape[1]
+    c = directions.shape[0]
+    total = 0.0
+    for i in range(e):
+        a = np.float64(rows[t, i])
+        total += a * a
+    norm = np.sqrt(total)
+    for i in range(e):
+        a = np.float64(rows[t, i]) / norm if norm > 0.0 else 0.0
+        v[i] = a - np.float64(mean[i])
+    coefficients = np.empty(c, dtype=np.float64)
+    for k in range(c):
+        dot = 0.0
+        for i in range(e):
+            dot += v[i] * np.float64(directions[k, i])
+        coefficients[k] = dot
+    for k in range(c):
+        for i in range(e):
+            v[i] -= coefficients[k] * np.float64(directions[k, i])
+    total = 0.0
+    for i in range(e):
+        total += v[i] * v[i]
+    return np.sqrt(total)
 
 
 @njit(cache=True)
@@ -225,32 +255,69 @@ def fixed_point_rows(rows, mean, directions, one, out):
     """out[t] = rint(one * u_t) int32, u_t the unit row t less `mean` and its components along
     `directions`, unit again (a row that becomes zero stays zero). rows (n, e) float32."""
     n, e = rows.shape
-    c = directions.shape[0]
+    v = np.empty(e, dtype=np.float64)
     for t in range(n):
-        v = np.empty(e, dtype=np.float64)
-        total = 0.0
-        for i in range(e):
-            a = np.float64(rows[t, i])
-            total += a * a
-        norm = np.sqrt(total)
-        for i in range(e):
-            a = np.float64(rows[t, i]) / norm if norm > 0.0 else 0.0
-            v[i] = a - np.float64(mean[i])
-        coefficients = np.empty(c, dtype=np.float64)
-        for k in range(c):
-            dot = 0.0
-            for i in range(e):
-                dot += v[i] * np.float64(directions[k, i])
-            coefficients[k] = dot
-        for k in range(c):
-            for i in range(e):
-                v[i] -= coefficients[k] * np.float64(directions[k, i])
-        total = 0.0
-        for i in range(e):
-            total += v[i] * v[i]
-        norm = np.sqrt(total)
+        norm = _corrected_row(rows, t, mean, directions, v)
         for i in range(e):
             out[t, i] = np.int32(np.rint(v[i] / norm * one)) if norm > 0.0 else np.int32(0)
+
+
+@njit(cache=True)
+def corrected_unit_rows(rows, mean, directions, out):
+    """out[t] = u_t float64, as `fixed_point_rows` computes it before rounding. rows (n, e) float32."""
+    n, e = rows.shape
+    v = np.empty(e, dtype=np.float64)
+    for t in range(n):
+        norm = _corrected_row(rows, t, mean, directions, v)
+        for i in range(e):
+            out[t, i] = v[i] / norm if norm > 0.0 else 0.0
+
+
+_FLOAT_TILE = 1024
+_FLOAT_ROWS = 4
+
+
+@njit(parallel=True, cache=True)
+def project_float(x, p, out):
+    """out[t, d] = float32(sum_i x[t, i] * float64(p[i, d])), x (n, e) float64, p (e, dims) float32.
+
+    Format 4's projection: each product and each sum is one float64 operation, the sum taken in
+    ascending i (four terms per pass, still in that order), with no reassociation and no fused
+    multiply-add (no fastmath), so out[t] depends on row t alone, never on the batch, the tile or
+    the thread. Columns go in tiles of p that stay in L2 across a block of rows.
+    """
+    n, e = x.shape
+    dims = p.shape[1]
+    n_tiles = (dims + _FLOAT_TILE - 1) // _FLOAT_TILE
+    for tile in prange(n_tiles):
+        lo = tile * _FLOAT_TILE
+        hi = min(dims, lo + _FLOAT_TILE)
+        width = hi - lo
+        acc = np.empty((_FLOAT_ROWS, width), dtype=np.float64)
+        for t0 in range(0, n, _FLOAT_ROWS):
+            t1 = min(n, t0 + _FLOAT_ROWS)
+            acc[:] = 0.0
+            i = 0
+            while i + 4 <= e:
+                p0, p1, p2, p3 = p[i, lo:hi], p[i + 1, lo:hi], p[i + 2, lo:hi], p[i + 3, lo:hi]
+                for t in range(t0, t1):
+                    x0, x1, x2, x3 = x[t, i], x[t, i + 1], x[t, i + 2], x[t, i + 3]
+                    a = acc[t - t0]
+                    for d in range(width):
+                        a[d] = (((a[d] + x0 * np.float64(p0[d])) + x1 * np.float64(p1[d]))
+                                + x2 * np.float64(p2[d])) + x3 * np.float64(p3[d])
+                i += 4
+            while i < e:
+                p_row = p[i, lo:hi]
+                for t in range(t0, t1):
+                    xi = x[t, i]
+                    a = acc[t - t0]
+                    for d in range(width):
+                        a[d] += xi * np.float64(p_row[d])
+                i += 1
+            for t in range(t0, t1):
+                for d in range(width):
+                    out[t, lo + d] = np.float32(acc[t - t0, d])
 
 
 @njit(parallel=True, cache=True)

@@ -31,9 +31,10 @@ INDEX_FILE = "corpus.idx"
 VERIFY_FILE = "verify.npz"
 MEMORIES_DB = "memories.sqlite"
 # vocab.idx (engine.vocab): 1 stored the encoder's tables; 2 stores embedding rows and derives
-# them on use; 3 derives them exactly and faster (integer projection stored in the file).
-FORMAT_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+# them on use; 3 derives them exactly and faster from an int8 projection stored in the file; 4
+# derives format 1's and 2's values exactly, from the float32 projection stored in the file.
+FORMAT_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 
 
 class CorpusError(ValueError):

@@ -1,6 +1,6 @@
 """The vocabulary index: one memory-mapped file holding what the encoder needs at run time.
 
-Format 3 (written by default), little-endian, every section aligned to 64 bytes::
+Format 4 (written by default), little-endian, every section aligned to 64 bytes::
 
     [0, 4096)   header: b"HDRVOCAB", uint32 length, UTF-8 JSON (parameters + section table)
     token_ids   int64   (v,)              corpus vocabulary, sorted global token ids
@@ -9,23 +9,24 @@ Format 3 (written by default), little-endian, every section aligned to 64 bytes:
                                           in the model's own encoding (`rows_type`, e.g. Q8_0)
     mean        float32 (emb_dim,)        `isotropy_correction` mean (zeros without correction)
     directions  float32 (c, emb_dim)      `isotropy_correction` directions
-    projection  int8    (emb_dim, dims)   the random projection, integer (`integer_projection`)
-    column_scale float64 (dims,)          its column scales (unit columns, fixed point undone)
+    projection  float32 (emb_dim, dims)   the seeded Gaussian projection (`projection_matrix`)
 
 The encoder's unigram rows (float16, (v, dims)) and n-gram bitmaps ((ngram, v, 2, w), position j
-rotated by j dims) are a pure function of these (`project_rows_fixed`) and are derived on use, for the
+rotated by j dims) are a pure function of these (`project_rows_exact`) and are derived on use, for the
 tokens a batch holds, with a small per-index cache (`CACHED_ROWS`). A build derives them once for
 the whole vocabulary into a scratch file (`write_vocab_index(tables_dir=...)`) and deletes it.
 Format 1 stored both tables: 1.19 GB for a 36,562-token vocabulary at 10,000 dims, against
 ~25 MB of Q8_0 rows in format 2 (docs/index-format.md says why and what it costs).
 
-Format 2 is format 3 without the last two sections: its rows are `project_rows` (a float64 BLAS
-product with the float32 Gaussian `projection_matrix`, built in each process), a definition that is
-exact only up to BLAS rounding and reads a 51 MB matrix per cold query; format 3's is integer
-arithmetic in a fixed order, exact on any machine and batch, on a 6.4 MB matrix stored in the file.
-Format 1 files (`unigram` float16 (v, dims) and `bitmaps` sections) and format 2 files are still
-read, and used as written; `write_vocab_index(format_version=1 or 2)` still writes them, for
-comparisons (format 1 with the rows of `row_definition` 2 or 3).
+Format 4's values are format 1's and 2's (the float32 Gaussian, products and sums in float64,
+rounded once to float32), computed by one kernel in one fixed order (`kernels.project_float`), so
+they are exact on any machine and batch. Format 2 is format 4 without the projection section: its
+rows are `project_rows` (a float64 BLAS product with `projection_matrix` built in each process),
+exact only up to BLAS rounding, reading a 51 MB matrix per cold query. Format 3 stores an int8
+projection (`integer_projection`, a slightly different matrix) and a float64 `column_scale`
+section: integer sums exact in any order (`project_rows_fixed`). Formats 1, 2 and 3 are still read
+and used as written; `write_vocab_index(format_version=1, 2 or 3)` still writes them, for
+comparisons (format 1 with the rows of `row_definition` 2, 3 or 4).
 """
 
 from __future__ import annotations
@@ -48,8 +49,8 @@ from engine import gguf, kernels
 from engine.bits import permute_bits, quantize_ternary, words
 
 MAGIC = b"HDRVOCAB"
-FORMAT_VERSION = 3
-READABLE_VERSIONS = (1, 2, 3)
+FORMAT_VERSION = 4
+READABLE_VERSIONS = (1, 2, 3, 4)
 # Format 3: a corrected unit row is rounded to multiples of 1 / FIXED_POINT_ONE, the projection's
 # Gaussian entries to multiples of 1 / PROJECTION_STEPS_PER_SD standard deviations in int8.
 FIXED_POINT_ONE = 2**30
@@ -148,6 +149,27 @@ def project_rows_fixed(rows: np.ndarray, *, mean: np.ndarray, directions: np.nda
     return out
 
 
+def project_rows_exact(rows: np.ndarray, *, mean: np.ndarray, directions: np.ndarray,
+                       projection: np.ndarray) -> np.ndarray:
+    """Embedding rows (n, emb_dim) float32 -> projected rows (n, dims) float32: format 4's one
+    definition of a token's hypervector values, used by the build and on use alike.
+
+    The values of `project_rows` (the row made unit, less the correction, unit again, times the
+    float32 Gaussian `projection`, all in float64, rounded once to float32), each computed in one
+    fixed order by `kernels.corrected_unit_rows` and `kernels.project_float`: a row's values never
+    depend on the batch, the thread count, the BLAS or the machine, so the query reproduces the
+    build bit for bit.
+    """
+    rows = np.ascontiguousarray(rows, dtype=np.float32)
+    x = np.empty(rows.shape, dtype=np.float64)
+    out = np.empty((rows.shape[0], projection.shape[1]), dtype=np.float32)
+    if rows.shape[0]:
+        kernels.corrected_unit_rows(rows, np.ascontiguousarray(mean, dtype=np.float32),
+                                    np.ascontiguousarray(directions, dtype=np.float32), x)
+        kernels.project_float(x, projection, out)
+    return out
+
+
 @dataclass
 class VocabIndex:
     """An opened (read-only, memory-mapped) vocabulary index. See the module docstring.
@@ -199,6 +221,8 @@ class VocabIndex:
         fixed = {}
         if header["format_version"] == 3:
             fixed = {"projection": arrays["projection"], "column_scale": np.array(arrays["column_scale"])}
+        elif header["format_version"] == 4:
+            fixed = {"projection": arrays["projection"]}
         return cls(path, header, arrays["token_ids"], arrays["idf"], None, None, embedding_rows=arrays["rows"],
                    mean=np.array(arrays["mean"]), directions=np.array(arrays["directions"]), **fixed)
 
@@ -208,14 +232,17 @@ class VocabIndex:
                                    _lock=threading.Lock())
 
     def project(self, local: np.ndarray) -> np.ndarray:
-        """Projected float32 rows (u, dims) of vocabulary rows `local` (formats 2 and 3)."""
+        """Projected float32 rows (u, dims) of vocabulary rows `local` (formats 2, 3 and 4)."""
         if self.embedding_rows is None:
             raise VocabIndexError(f"{self.path}: a format {self.format_version} index stores its rows, "
                                   f"it cannot derive them")
         embeddings = gguf.dequantize_rows(np.asarray(self.embedding_rows[local]), self.header["rows_type"])
-        if self.projection is not None:
+        if self.column_scale is not None:
             return project_rows_fixed(embeddings, mean=self.mean, directions=self.directions,
                                       projection=self.projection, column_scale=self.column_scale)
+        if self.projection is not None:
+            return project_rows_exact(embeddings, mean=self.mean, directions=self.directions,
+                                      projection=self.projection)
         return project_rows(embeddings, mean=self.mean, directions=self.directions, dims=self.dims,
                             seed=int(self.header["seed"]))
 
@@ -359,8 +386,8 @@ def write_vocab_index(path: str | Path, *, token_ids: np.ndarray, idf: np.ndarra
     `embeddings[token_ids]` exactly; without it, as float32 ("F32"). With `tables_dir`, the full
     derived tables are also written there (`unigram.npy`, `bitmaps.npy`) and attached to the
     returned index, for a build to encode with. `format_version=1` writes the stored-table format,
-    its rows derived as format `row_definition` (2: `project_rows`, 3: `project_rows_fixed`) does;
-    formats 2 and 3 always use their own definition.
+    its rows derived as format `row_definition` (2: `project_rows`, 3: `project_rows_fixed`, 4:
+    `project_rows_exact`) does; formats 2, 3 and 4 always use their own definition.
     """
     path = Path(path)
     token_ids = np.ascontiguousarray(token_ids, dtype=np.int64)
@@ -369,8 +396,8 @@ def write_vocab_index(path: str | Path, *, token_ids: np.ndarray, idf: np.ndarra
         raise ValueError(f"format_version must be one of {READABLE_VERSIONS}, got {format_version!r}")
     if format_version != 1:
         row_definition = format_version
-    if row_definition not in (2, 3):
-        raise ValueError(f"row_definition must be 2 or 3, got {row_definition!r}")
+    if row_definition not in (2, 3, 4):
+        raise ValueError(f"row_definition must be 2, 3 or 4, got {row_definition!r}")
     if token_ids.ndim != 1 or idf.shape != token_ids.shape:
         raise ValueError(f"token_ids {token_ids.shape} and idf {idf.shape} must be matching 1-D arrays")
     if token_ids.size and (np.any(np.diff(token_ids) <= 0) or token_ids[0] < 0):
@@ -399,12 +426,19 @@ def write_vocab_index(path: str | Path, *, token_ids: np.ndarray, idf: np.ndarra
                    "directions": ("<f4", list(directions.shape))}
     if format_version == 3:
         shapes |= {"projection": ("|i1", [emb_dim, dims]), "column_scale": ("<f8", [dims])}
+    elif format_version == 4:
+        shapes |= {"projection": ("<f4", [emb_dim, dims])}
     if row_definition == 3:
         projection, column_scale = integer_projection(emb_dim, dims, seed)
 
         def project(rows: np.ndarray) -> np.ndarray:
             return project_rows_fixed(rows, mean=mean, directions=directions, projection=projection,
                                       column_scale=column_scale)
+    elif row_definition == 4:
+        projection = projection_matrix(emb_dim, dims, seed)
+
+        def project(rows: np.ndarray) -> np.ndarray:
+            return project_rows_exact(rows, mean=mean, directions=directions, projection=projection)
     else:
         def project(rows: np.ndarray) -> np.ndarray:
             return project_rows(rows, mean=mean, directions=directions, dims=dims, seed=seed)
@@ -435,6 +469,8 @@ def write_vocab_index(path: str | Path, *, token_ids: np.ndarray, idf: np.ndarra
         if format_version == 3:
             section("projection")[:] = projection
             section("column_scale")[:] = column_scale
+        elif format_version == 4:
+            section("projection")[:] = projection
         for start in range(0, vocab_size, chunk_rows):
             stop = min(start + chunk_rows, vocab_size)
             rows = embeddings[token_ids[start:stop]]

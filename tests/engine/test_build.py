@@ -118,26 +118,28 @@ def test_sqlite_store_holds_every_row(tmp_path, gemma_gguf, tokenizer, embedding
     assert rows == [(0, 4), (1, 4), (2, 4), (3, 4), (4, 4), (5, 9)]
 
 
-def test_formats_1_and_3_give_identical_bitmaps_and_searches(tmp_path, gemma_gguf, tokenizer, embedding_cache):
-    # Format 3 stores the model's Q8_0 rows and derives what format 1 stores: same corpus, same results.
-    # Format 2 (the previous derived format, other row values) still builds, verifies and loads.
+def test_formats_1_and_4_give_identical_bitmaps_and_searches(tmp_path, gemma_gguf, tokenizer, embedding_cache):
+    # Format 4 stores the model's Q8_0 rows and derives what format 1 stores: same corpus, same results.
+    # Formats 2 and 3 (the previous derived formats) still build, verify and load.
     config = Config(hdc_dimensions=2048, hdc_ngram=3, hdc_drop_components=2)
     data = write_jsonl(tmp_path / "docs.jsonl", PARAGRAPHS + ["Tides follow the moon.", "Glucose stores energy."])
     corpora = {}
-    for version in (1, 2, 3):
+    for version in (1, 2, 3, 4):
         out = tmp_path / f"v{version}"
         build_index(datasets=[(1, "docs", data)], out_dir=out, gguf_path=gemma_gguf, tokenizer=tokenizer,
                     config=config, cache_dir=embedding_cache, format_version=version)
         corpora[version] = load_corpus(out)
         assert corpora[version].manifest["format_version"] == version
         assert verify_build(out)["documents"] == 7
-    old, new = corpora[1], corpora[3]
+    old, new = corpora[1], corpora[4]
     assert corpora[2].encoder.vocab.projection is None and new.encoder.vocab.projection is not None
     assert new.encoder.vocab.header["rows_type"] == "Q8_0" and new.encoder.vocab.unigram is None
     sizes = {version: (corpus.build_dir / "vocab.idx").stat().st_size for version, corpus in corpora.items()}
     assert sizes[2] * 5 < sizes[1]
-    # Format 3 is format 2 plus the int8 projection (emb_dim x dims) and its float64 column scales.
+    # Format 3 is format 2 plus the int8 projection (emb_dim x dims) and its float64 column scales,
+    # format 4 format 2 plus the float32 projection.
     assert sizes[3] == sizes[2] + new.encoder.emb_dim * 2048 + 8 * 2048
+    assert sizes[4] == sizes[2] + new.encoder.emb_dim * 2048 * 4
     for got, want in zip(new.index.get_bitmaps(np.arange(7)), old.index.get_bitmaps(np.arange(7)), strict=True):
         np.testing.assert_array_equal(got, want)
     for query in ("What does photosynthesis convert?", "storming of the Bastille", "halves the interval"):

@@ -18,7 +18,10 @@ from engine.vocab import (
     VocabIndexError,
     capacity,
     isotropy_correction,
+    project_rows,
+    project_rows_exact,
     project_rows_fixed,
+    projection_matrix,
     write_vocab_index,
 )
 
@@ -250,10 +253,10 @@ def test_isotropy_correction_removes_the_shared_direction(tmp_path) -> None:
     np.testing.assert_array_equal(again.tables()[0], VocabIndex.open(tmp_path / "corrected.idx").tables()[0])
 
 
-@pytest.mark.parametrize("version", [2, 3])
+@pytest.mark.parametrize("version", [2, 3, 4])
 @pytest.mark.parametrize(("dims", "ngram", "drop"), [(64, 1, 0), (200, 3, 4), (1000, 5, 8)])
 def test_derived_rows_encode_exactly_like_stored_tables(tmp_path, dims, ngram, drop, version):
-    # Formats 2 and 3 derive what format 1 stores (with the same row definition): the same documents
+    # Formats 2, 3 and 4 derive what format 1 stores (with the same row definition): the same documents
     # must give the same bitmaps, whether the rows come from the stored tables, from a batch's
     # derived rows, or one by one.
     stored = make_encoder(tmp_path, dims=dims, ngram=ngram, drop_components=drop, name="v1.idx", format_version=1,
@@ -276,7 +279,7 @@ def test_derived_rows_encode_exactly_like_stored_tables(tmp_path, dims, ngram, d
         np.testing.assert_array_equal(got, want)
 
 
-@pytest.mark.parametrize("version", [2, 3])
+@pytest.mark.parametrize("version", [2, 3, 4])
 def test_derived_rows_do_not_depend_on_the_batch(tmp_path, version):
     # The query side projects a few rows at a time, the build thousands: the values must agree.
     encoder = make_encoder(tmp_path, dims=4096, ngram=2, drop_components=4, format_version=version)
@@ -290,7 +293,7 @@ def test_derived_rows_do_not_depend_on_the_batch(tmp_path, version):
 
 def test_fixed_point_projection_is_exact_integer_arithmetic(tmp_path):
     # Format 3's values: integer rows times the int8 projection, summed exactly, scaled once.
-    vocab = make_encoder(tmp_path, dims=1000, ngram=2, drop_components=4).vocab
+    vocab = make_encoder(tmp_path, dims=1000, ngram=2, drop_components=4, format_version=3).vocab
     embeddings = np.random.default_rng(1234).standard_normal((TOTAL_VOCAB, EMB_DIM)).astype(np.float32)
     rows = embeddings[vocab.token_ids[:50]]
     x = np.empty(rows.shape, dtype=np.int32)
@@ -308,7 +311,32 @@ def test_fixed_point_projection_is_exact_integer_arithmetic(tmp_path):
                                1.0 / FIXED_POINT_ONE, rtol=1e-12)  # unit columns once x's scale is undone
 
 
-@pytest.mark.parametrize("version", [2, 3])
+def test_exact_float_projection_is_format_2s_values_in_one_fixed_order(tmp_path):
+    # Format 4's values: the corrected unit rows times the float32 Gaussian, each product and sum a
+    # float64 operation in ascending order, rounded once to float32. A plain NumPy loop in that order
+    # gives the same bits; format 2's BLAS product of the same matrix agrees to a float32 step.
+    vocab = make_encoder(tmp_path, dims=1000, ngram=2, drop_components=4, format_version=4).vocab
+    assert vocab.projection.dtype == np.float32 and vocab.column_scale is None
+    np.testing.assert_array_equal(vocab.projection, projection_matrix(EMB_DIM, 1000, 7))
+    embeddings = np.random.default_rng(1234).standard_normal((TOTAL_VOCAB, EMB_DIM)).astype(np.float32)
+    rows = embeddings[vocab.token_ids[:50]]
+    unit = np.empty(rows.shape, dtype=np.float64)
+    kernels.corrected_unit_rows(rows, vocab.mean, vocab.directions, unit)
+    reference = rows / np.linalg.norm(rows.astype(np.float64), axis=1, keepdims=True) - vocab.mean
+    reference -= (reference @ vocab.directions.T.astype(np.float64)) @ vocab.directions.astype(np.float64)
+    reference /= np.linalg.norm(reference, axis=1, keepdims=True)
+    np.testing.assert_allclose(unit, reference, rtol=0, atol=1e-13)
+    projection = np.asarray(vocab.projection).astype(np.float64)
+    total = np.zeros((rows.shape[0], 1000))
+    for i in range(EMB_DIM):
+        total = total + unit[:, i:i + 1] * projection[i]
+    got = project_rows_exact(rows, mean=vocab.mean, directions=vocab.directions, projection=vocab.projection)
+    np.testing.assert_array_equal(got, total.astype(np.float32))
+    blas = project_rows(rows, mean=vocab.mean, directions=vocab.directions, dims=1000, seed=7)
+    assert np.abs(got.view(np.int32) - blas.view(np.int32)).max() <= 1
+
+
+@pytest.mark.parametrize("version", [2, 3, 4])
 def test_derived_formats_are_small_and_row_cache_is_bounded(tmp_path, monkeypatch, version):
     from engine import vocab as vocab_module
 
@@ -316,8 +344,10 @@ def test_derived_formats_are_small_and_row_cache_is_bounded(tmp_path, monkeypatc
     derived = make_encoder(tmp_path, dims=4096, ngram=5, name="v2.idx", format_version=version)
     v1_bytes, v2_bytes = (tmp_path / "v1.idx").stat().st_size, (tmp_path / "v2.idx").stat().st_size
     # Format 1: v * (2 * dims + ngram * 2 * dims / 8) bytes; format 2: v * emb_dim * 4 bytes (F32 rows
-    # here); format 3 adds the int8 projection (emb_dim * dims bytes) and its float64 column scales.
-    assert v1_bytes > 20 * (v2_bytes - (version == 3) * (EMB_DIM * 4096 + 8 * 4096))
+    # here); format 3 adds the int8 projection (emb_dim * dims bytes) and its float64 column scales,
+    # format 4 the float32 projection.
+    projection_bytes = {2: 0, 3: EMB_DIM * 4096 + 8 * 4096, 4: EMB_DIM * 4096 * 4}[version]
+    assert v1_bytes > 20 * (v2_bytes - projection_bytes)
     monkeypatch.setattr(vocab_module, "CACHED_ROWS", 8)
     derived.encode(random_docs(3, [50, 50]))
     assert len(derived.vocab._cache) == 8
