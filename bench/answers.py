@@ -1,14 +1,14 @@
 """Answer quality and speed through the real chat path, with memories and with the model alone.
 
-    python -m bench.answers [--set demo|jargon] [--gguf CHAT.gguf] [--questions 52] [--max-tokens 1024]
-                            [--budget 512]
+    python -m bench.answers [--set demo|jargon|manpages] [--gguf CHAT.gguf] [--questions 52]
+                            [--max-tokens 1024] [--budget 512]
 
 What runs: a corpus built by the real build service into a temporary SQLite portal, one real
 llama.cpp server on the chat model (default: the packaged instruction-tuned model), and
 `chat.turns.run_turn` — the service the websocket consumer calls — for every question of the set,
 once in a conversation over the corpus and once with memory off (the baseline: the model alone,
 same path). Each question comes with a regular expression for the fact a right answer contains;
-the bench checks first that every fact is in the corpus. Two sets, from different real sources, so
+the bench checks first that every fact is in the corpus. Three sets, from different real sources, so
 that no prompt or setting is tuned to one:
 
 * `demo` (the acceptance set of issue 9): the demo corpus (`manage.py portal_bootstrap`'s Python
@@ -17,6 +17,11 @@ that no prompt or setting is tuned to one:
 * `jargon`: the Jargon File as a user would upload it (Debian's `jargon-text`, the plain-text book,
   one dataset cut into the corpus's default chunks) and the 45 questions of
   `bench/data/jargon_questions.json` about entries drawn at random (seeded), written from their text.
+* `manpages`: 57 Linux manual pages (Debian's `manpages` and `manpages-dev`: system calls, library
+  functions, file formats and overview pages, a fixed list in `bench.data.manpages.ANSWER_PAGES`) as
+  `man` shows them, saved one after the other into one plain-text dataset cut into the corpus's
+  default chunks, and the 45 questions of `bench/data/manpages_questions.json`, each on a detail
+  of one page (a flag, an errno, a default, a limit), written from the rendered text.
 
 Printed per mode: grounded-answer rate (the answer contains the fact), the share of answers that
 stopped by themselves (finish reason "stop"), the share cut for repetition, retrieval recall (a
@@ -59,7 +64,7 @@ def _setting(text: str) -> str:
 
 def _parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--set", choices=("demo", "jargon"), default="demo", help="question set and its corpus")
+    parser.add_argument("--set", choices=tuple(SETS), default="demo", help="question set and its corpus")
     parser.add_argument("--gguf", type=Path, help="chat model (default: the packaged instruction-tuned model)")
     parser.add_argument("--questions", type=int, default=0, help="first N questions only (0: all)")
     # 1024, the cap of the answers issue 9 saw loop: a lower one (320 before) cuts answers with a code
@@ -110,6 +115,15 @@ def jargon_texts() -> list[str]:
         return [handle.read()]
 
 
+def manpages_texts() -> list[str]:
+    from bench.data.manpages import ManPagesMissing, answer_corpus_pages
+
+    try:
+        return answer_corpus_pages()
+    except ManPagesMissing as error:
+        raise SystemExit(str(error)) from None
+
+
 def demo_corpus() -> int:
     """The demo corpus as `./portal run` creates it (`portal_bootstrap`)."""
     from django.core.management import call_command
@@ -139,8 +153,30 @@ def jargon_corpus() -> int:
     return corpus.pk
 
 
+def manpages_corpus() -> int:
+    """The manual pages saved one after the other as one plain-text dataset, with the corpus defaults.
+    Plain text, not a JSONL record per page: the portal keeps a structured record whole, as one
+    memory, and a page (thousands of tokens) would not fit a chat's memory budget; text is cut
+    into the corpus's chunks."""
+    from django.contrib.auth import get_user_model
+    from django.core.files.base import ContentFile
+    from django.core.management import call_command
+
+    from corpus.services.builds import build_start
+    from corpus.services.corpora import corpus_create, dataset_upload
+
+    call_command("portal_bootstrap", "--no-demo", stdout=open(os.devnull, "w"))  # noqa: SIM115
+    admin = get_user_model().objects.get(username="admin")
+    corpus = corpus_create(owner=admin, name="Linux manual pages")
+    text = "\n".join(manpages_texts()).encode("utf-8")
+    dataset_upload(corpus=corpus, user=admin, uploaded_file=ContentFile(text, name="manpages.txt"))
+    build_start(corpus=corpus, user=admin)
+    return corpus.pk
+
+
 SETS = {"demo": ("demo_questions.json", demo_texts, demo_corpus),
-        "jargon": ("jargon_questions.json", jargon_texts, jargon_corpus)}
+        "jargon": ("jargon_questions.json", jargon_texts, jargon_corpus),
+        "manpages": ("manpages_questions.json", manpages_texts, manpages_corpus)}
 
 
 def build_corpus(make_corpus) -> tuple[object, int]:  # noqa: ANN001

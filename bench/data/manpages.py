@@ -5,13 +5,18 @@ Document: one page's DESCRIPTION section as plain text (roff markup removed), cu
 "create a child process"). Exactly one document is relevant. Pages that only redirect (`.so`),
 pages without both sections and descriptions shared by several pages do not become queries;
 every page with a description section can be a distractor.
+
+`answer_corpus_pages` is the corpus of `bench.answers --set manpages`: a fixed list of whole pages,
+rendered as `man` shows them.
 """
 
 from __future__ import annotations
 
 import gzip
+import os
 import random
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -19,6 +24,7 @@ from bench.data.glossaries import KnownItemSet, pick_known_items
 
 PACKAGES = ("manpages", "manpages-dev")
 PACKAGE_HINT = "sudo apt-get install manpages manpages-dev"
+MAN_DIR = Path("/usr/share/man")
 _PAGE = re.compile(r"/usr/share/man/man\d/[^/]+\.\d\w*\.gz$")
 _FONT_MACROS = {".B", ".I", ".R", ".BR", ".BI", ".IB", ".IR", ".RB", ".RI", ".SM", ".SB"}
 _ESCAPES = (
@@ -104,3 +110,68 @@ def known_item_set(entries: list[tuple[str, str]], n_documents: int, n_queries: 
                                                 n_documents=n_documents)
     return KnownItemSet(name="manpages", documents=[entries[i][1][:max_chars] for i in picked],
                         queries=[entries[i][0] for i in chosen], relevant=[position[i] for i in chosen])
+
+
+# The pages of `bench.answers --set manpages`, from sections 1, 2, 3, 5 and 7 of the two packages:
+# system calls, library functions, file formats and overview pages, the kind of page one looks up
+# for a detail (no everyday shell command). A fixed list, not a draw, so that the corpus the
+# questions were written from stays the same when a package release adds pages.
+ANSWER_PAGES = (
+    "man1/memusage.1", "man1/pldd.1", "man1/sprof.1",
+    "man2/close_range.2", "man2/copy_file_range.2", "man2/eventfd.2", "man2/flock.2", "man2/getrandom.2",
+    "man2/ioprio_set.2", "man2/kcmp.2", "man2/memfd_create.2", "man2/mincore.2", "man2/mlock.2",
+    "man2/personality.2", "man2/pidfd_open.2", "man2/sync_file_range.2", "man2/timerfd_create.2",
+    "man3/a64l.3", "man3/backtrace.3", "man3/fmemopen.3", "man3/getauxval.3", "man3/getentropy.3",
+    "man3/getpass.3", "man3/hsearch.3", "man3/malloc_usable_size.3", "man3/mallopt.3", "man3/memfrob.3",
+    "man3/mkstemp.3", "man3/pthread_mutexattr_setrobust.3", "man3/pthread_setname_np.3", "man3/strfry.3",
+    "man3/strtol.3", "man3/strverscmp.3",
+    "man5/acct.5", "man5/core.5", "man5/gai.conf.5", "man5/host.conf.5", "man5/resolv.conf.5",
+    "man5/securetty.5", "man5/tmpfs.5", "man5/tzfile.5",
+    "man7/epoll.7", "man7/landlock.7", "man7/math_error.7", "man7/mq_overview.7", "man7/nptl.7",
+    "man7/pid_namespaces.7", "man7/pipe.7", "man7/pkeys.7", "man7/random.7", "man7/sem_overview.7",
+    "man7/shm_overview.7", "man7/sigevent.7", "man7/signal-safety.7", "man7/time_namespaces.7",
+    "man7/udp.7", "man7/vdso.7",
+)
+_PARAGRAPH_MACROS = {".PP", ".P", ".LP", ".TP", ".IP", ".sp", ".SH", ".SS"}
+
+
+def _roff_page(path: Path) -> str:
+    """A whole page as plain text without man-db: section headings and paragraphs kept, markup
+    removed (`_line_text`), no filling or indentation."""
+    with gzip.open(path, "rt", encoding="utf-8", errors="replace") as handle:
+        lines = handle.read().splitlines()
+    paragraphs: list[list[str]] = [[]]
+    for line in lines:
+        if line.startswith((".\\\"", "'\\\"")):
+            continue
+        macro = line.partition(" ")[0]
+        if macro in _PARAGRAPH_MACROS and paragraphs[-1]:
+            paragraphs.append([])
+        if macro in (".SH", ".SS"):
+            paragraphs[-1].append(_plain(line[3:].strip().strip('"')))
+            paragraphs.append([])
+        elif text := _line_text(line).strip():
+            paragraphs[-1].append(text)
+    return "\n\n".join(" ".join(words) for words in paragraphs if words) + "\n"
+
+
+def render_page(path: Path) -> str:
+    """One page as a user saves it from `man` (80 columns, no hyphenation or justification, the
+    overstrikes removed by `col -b`); where man-db is missing, `_roff_page`. A fixed locale and
+    environment, so that the text is the same on every run."""
+    if not (shutil.which("man") and shutil.which("col")):
+        return _roff_page(path)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LC_ALL": "C.UTF-8", "MANWIDTH": "80"}
+    page = subprocess.run(["man", "--nh", "--nj", "--encoding=utf-8", "-l", str(path)], env=env,
+                          capture_output=True, check=True).stdout
+    return subprocess.run(["col", "-b", "-x"], input=page, env=env, capture_output=True,
+                          check=True).stdout.decode("utf-8")
+
+
+def answer_corpus_pages(pages: tuple[str, ...] = ANSWER_PAGES) -> list[str]:
+    """The plain text of each page of `pages` (paths under /usr/share/man, no `.gz`), in order."""
+    paths = [MAN_DIR / f"{page}.gz" for page in pages]
+    missing = [str(path) for path in paths if not path.is_file()]
+    if missing:
+        raise ManPagesMissing(f"manual pages not found ({PACKAGE_HINT}): {', '.join(missing)}")
+    return [render_page(path) for path in paths]
