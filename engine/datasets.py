@@ -2,9 +2,10 @@
 
 Formats: ``json`` (a top-level list of records, or an object holding one), ``jsonl`` (one record
 per line), ``parquet``, ``text``, ``markdown``, ``html``, ``xml``. Structured records become one
-document each through `extract_text`; plain text, markdown, and the readable text of HTML/XML is
-cut into overlapping windows of ``chunk_size`` tokens (``chunk_size // 8`` overlap); `engine.markup`
-reduces HTML/XML to that text.
+document each through `extract_text`, or, when longer than one window, one per window (a memory
+longer than a chat's token budget could never be given to the model); plain text, markdown, and
+the readable text of HTML/XML is cut into overlapping windows of ``chunk_size`` tokens
+(``chunk_size // 8`` overlap); `engine.markup` reduces HTML/XML to that text.
 
 Errors come in two sizes. A malformed record (a bad JSON line, a record that is not an object, a
 record without text) is a `DatasetIssue`: logged, appended to the caller's ``errors`` list, and
@@ -119,7 +120,23 @@ def _iter(path: Path, tokenizer: Tokenizer | None, chunk_size: int, on_issue: Ca
         if not text:
             report(kind, number, f"no text found (keys: {', '.join(list(record)[:12]) or 'none'})")
             continue
-        yield {"id": content_id(text), "text": text, "metadata": {"source": source, "format": fmt, "record": number}}
+        yield from _record_documents(text, tokenizer, chunk_size, {"source": source, "format": fmt, "record": number})
+
+
+def _record_documents(text: str, tokenizer: Tokenizer | None, chunk_size: int, metadata: dict) -> Iterator[dict]:
+    """A structured record's documents: the record whole, or, when it is longer than one window of
+    `chunk_size` tokens, its overlapping windows as a text's, each with metadata ``part`` (0-based),
+    ``char_start``/``char_end`` in the record's text and ``tokens``. A record of at most `chunk_size`
+    UTF-8 bytes is not tokenized here: a token covers at least one byte."""
+    if len(text.encode("utf-8")) > chunk_size:
+        windows = list(_chunk_stream([text], tokenizer, chunk_size))
+        if len(windows) > 1:
+            for char_start, window, n_tokens, part in windows:
+                yield {"id": content_id(window), "text": window,
+                       "metadata": {**metadata, "part": part, "char_start": char_start,
+                                    "char_end": char_start + len(window), "tokens": n_tokens}}
+            return
+    yield {"id": content_id(text), "text": text, "metadata": metadata}
 
 
 def iter_dataset(path: str | Path, tokenizer: Tokenizer | None = None, chunk_size: int = 1024, *,
@@ -130,7 +147,9 @@ def iter_dataset(path: str | Path, tokenizer: Tokenizer | None = None, chunk_siz
     Yields ``{"id": content_id(text), "text": str, "metadata": {"source", "format", "record", ...}}``.
     ``record`` is the 1-based line (JSONL), the 0-based item (JSON list) or row (parquet), or the
     0-based chunk index (text formats, whose metadata adds ``char_start``/``char_end`` in the
-    readable text, and ``tokens``: the window length, in whitespace words when no tokenizer is given). `source` defaults to
+    readable text, and ``tokens``: the window length, in whitespace words when no tokenizer is given).
+    A structured record longer than one window yields one document per window, with ``part`` and
+    the same ``char_start``/``char_end``/``tokens`` in the record's text. `source` defaults to
     the file name; `format` defaults to `sniff_format(path)`. Skipped records are logged and
     appended to `errors` as DatasetIssue; unreadable files raise DatasetError.
     """

@@ -16,6 +16,7 @@ from engine.datasets import (
     DatasetError,
     DatasetIssue,
     chunk_spans,
+    content_id,
     discover_datasets,
     extract_text,
     iter_dataset,
@@ -602,3 +603,31 @@ def test_text_file_with_gemma_tokenizer(tmp_path, gemma_tokenizer):
         meta = record["metadata"]
         assert text[meta["char_start"]:meta["char_end"]] == record["text"]
         assert gemma_tokenizer.count_tokens(record["text"]) <= 256 + 2
+
+
+def test_long_structured_record_is_cut_into_windows(tmp_path, gemma_tokenizer):
+    # A record longer than one window becomes one document per window (a memory longer than the
+    # chat's token budget could never be given to the model); a short one stays whole.
+    import pydoc_data.topics
+
+    long_text = pydoc_data.topics.topics["for"] + "\n\n" + pydoc_data.topics.topics["while"]
+    path = tmp_path / "records.jsonl"
+    write_jsonl(path, [json.dumps({"text": "A short record stays whole."}), json.dumps({"text": long_text}),
+                       json.dumps({"title": "t", "text": "Another short one."})])
+    records = list(iter_dataset(path, gemma_tokenizer, chunk_size=128))
+    short = [r for r in records if r["metadata"]["record"] in (1, 3)]
+    assert [r["text"] for r in short] == ["A short record stays whole.", "Another short one."]
+    assert all("part" not in r["metadata"] for r in short)
+    parts = [r for r in records if r["metadata"]["record"] == 2]
+    n_tokens = len(gemma_tokenizer.tokenize(long_text))
+    assert len(parts) == len(window_bounds(n_tokens, 128)) > 2
+    assert [r["metadata"]["part"] for r in parts] == list(range(len(parts)))
+    for record in parts:
+        meta = record["metadata"]
+        assert long_text[meta["char_start"]:meta["char_end"]] == record["text"]
+        assert gemma_tokenizer.count_tokens(record["text"]) <= 128 + 2
+        assert record["id"] == content_id(record["text"])
+    assert parts[0]["metadata"]["char_start"] == 0 and parts[-1]["metadata"]["char_end"] >= len(long_text.rstrip())
+    # Without a tokenizer, whitespace words stand in for tokens, as for text files.
+    words = list(iter_dataset(path, None, chunk_size=128))
+    assert len([r for r in words if r["metadata"]["record"] == 2]) == len(window_bounds(len(long_text.split()), 128))

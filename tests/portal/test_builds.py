@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from django.core.management import call_command
 from django.db import IntegrityError, transaction
+from django.urls import reverse
 from django.utils import timezone
 
 from corpus.files import build_dir
@@ -25,7 +26,7 @@ from corpus.tasks import run_build
 from engine.loaded_build import load_corpus
 from hdrag_site.errors import ApplicationError
 from memory.services import memories_search
-from tests.portal.conftest import TEXTS, build_now, upload
+from tests.portal.conftest import TEXTS, build_now, login, upload
 
 Status = IndexBuild.Status
 
@@ -197,3 +198,27 @@ def test_the_build_task_is_registered_in_every_process_that_loads_the_apps():
     shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                            env={**__import__("os").environ, "DJANGO_SETTINGS_MODULE": "hdrag_site.settings"})
     assert shown.stdout.strip().splitlines()[-1] == "True", shown.stderr[-2000:]
+
+
+def test_a_long_record_becomes_memories_a_chat_budget_can_hold(corpus, owner, django_capture_on_commit_callbacks):
+    # A JSONL record longer than one chunk is cut like text: each part is a memory of at most a
+    # chunk (so a 512-token chat budget can prime it), found by a search, and named on its page.
+    import pydoc_data.topics
+
+    long_text = pydoc_data.topics.topics["for"] + "\n\n" + pydoc_data.topics.topics["try"]
+    Corpus.objects.filter(pk=corpus.pk).update(chunk_size=128)
+    corpus.refresh_from_db()
+    upload(corpus, owner, TEXTS + [long_text])
+    build = build_now(corpus, owner, django_capture_on_commit_callbacks)
+    assert build.status == IndexBuild.Status.SUCCEEDED, build.error
+    parts = list(build.memories.filter(metadata__record=len(TEXTS) + 1).order_by("hdv_idx"))
+    assert len(parts) > 3
+    assert [m.metadata["part"] for m in parts] == list(range(len(parts)))
+    assert all(m.token_count <= 128 + 2 and m.text == long_text[m.metadata["char_start"]:m.metadata["char_end"]]
+               for m in parts)
+    assert build.memories.filter(metadata__record=1).get().text == TEXTS[0]  # short records stay whole
+    results = memories_search(user=owner, corpus_ids=[corpus.pk], query="What does the finally clause do?",
+                              token_budget=512)
+    assert any(r["memory"]["pk"] in {m.pk for m in parts[1:]} for r in results)
+    page = login(owner).get(reverse("memory:detail", args=[parts[1].pk])).content.decode()
+    assert f"record {len(TEXTS) + 1}, part 2" in page
