@@ -86,7 +86,7 @@ def _word_scores(documents: list[str], queries: list[str], made: list, self_targ
 def collect(args: argparse.Namespace) -> None:
     data = load_set(args)
     rng = np.random.default_rng(1)
-    sample = rng.choice(len(data.documents), size=min(SELF_QUERY_DOCS, len(data.documents)), replace=False)
+    sample = rng.choice(len(data.documents), size=min(args.self_query_docs, len(data.documents)), replace=False)
     made = self_queries([data.documents[i] for i in sample], kinds=SELF_QUERY_KINDS)
     self_texts = [q.query for q in made]
     self_targets = [int(sample[q.index]) for q in made]
@@ -225,6 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", type=Path, nargs="*", default=None)
     parser.add_argument("--gguf", default=None, help="model whose token embeddings build HDC and LI (as retrieval_eval)")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--self-query-docs", type=int, default=SELF_QUERY_DOCS,
+                        help="documents the gate's self-queries are made from (default: as a build's evidence)")
     args = parser.parse_args(argv)
     if args.report:
         report(args.report)

@@ -52,6 +52,12 @@ class Config:
     top_k: int = 20
     min_p: float = 0.0
     repeat_penalty: float = 1.05
+    # llama.cpp's DRY sampler (penalises extending a sequence already in the context; 0: off) and
+    # its base and allowed length (llama.cpp's defaults). Off: at 0.8, bench/answers.py lost 9
+    # points of grounded answers on the manual-page set (answers repeat the memories' identifiers).
+    dry_multiplier: float = 0.0
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
     system_prompt: str = field(default=DEFAULT_SYSTEM_PROMPT)
 
     def __post_init__(self) -> None:

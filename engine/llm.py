@@ -162,7 +162,8 @@ class PromptTooLongError(LLMError):
 @dataclass(frozen=True)
 class GenerationSettings:
     """Sampling parameters sent with each request (llama.cpp's names for the non-OpenAI ones:
-    `top_k`, `min_p`, `repeat_penalty`; other OpenAI-compatible servers ignore or map them)."""
+    `top_k`, `min_p`, `repeat_penalty`, and the DRY sampler's `dry_multiplier` (0: off) with its
+    `dry_base`, `dry_allowed_length`; other OpenAI-compatible servers ignore or map them)."""
 
     temperature: float = 0.7
     top_p: float = 0.8
@@ -170,6 +171,9 @@ class GenerationSettings:
     top_k: int = 20
     min_p: float = 0.0
     repeat_penalty: float = 1.05
+    dry_multiplier: float = 0.0
+    dry_base: float = 1.75
+    dry_allowed_length: int = 2
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.temperature <= 5.0:
@@ -184,13 +188,20 @@ class GenerationSettings:
             raise ValueError(f"min_p must be in [0, 1), got {self.min_p}")
         if not 1.0 <= self.repeat_penalty <= 2.0:
             raise ValueError(f"repeat_penalty must be in 1..2, got {self.repeat_penalty}")
+        if not 0.0 <= self.dry_multiplier <= 5.0:
+            raise ValueError(f"dry_multiplier must be in 0..5 (0: off), got {self.dry_multiplier}")
+        if not 1.0 < self.dry_base <= 4.0:
+            raise ValueError(f"dry_base must be in (1, 4], got {self.dry_base}")
+        if self.dry_allowed_length < 1:
+            raise ValueError(f"dry_allowed_length must be >= 1, got {self.dry_allowed_length}")
 
     @classmethod
     def from_config(cls, config: Config, *, temperature: float | None = None) -> GenerationSettings:
         """The config's sampling; `temperature` (a conversation's own) overrides the config's."""
         return cls(temperature=config.temperature if temperature is None else temperature, top_p=config.top_p,
                    max_tokens=config.max_new_tokens, top_k=config.top_k, min_p=config.min_p,
-                   repeat_penalty=config.repeat_penalty)
+                   repeat_penalty=config.repeat_penalty, dry_multiplier=config.dry_multiplier,
+                   dry_base=config.dry_base, dry_allowed_length=config.dry_allowed_length)
 
 
 @dataclass(frozen=True)
@@ -238,6 +249,9 @@ class LLMClient:
             "top_k": settings.top_k,
             "min_p": settings.min_p,
             "repeat_penalty": settings.repeat_penalty,
+            "dry_multiplier": settings.dry_multiplier,
+            "dry_base": settings.dry_base,
+            "dry_allowed_length": settings.dry_allowed_length,
             "max_tokens": settings.max_tokens,
         }
 

@@ -12,6 +12,7 @@ from django.db import connections
 
 from chat.models import Conversation, Message
 from chat.services import conversation_create
+from engine.config import Config
 from tests.chat.conftest import TOKEN_BUDGET, events_until, make_corpus, open_socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -88,6 +89,7 @@ async def test_a_conversations_temperature_is_what_the_server_samples_with(chat_
     served = [slot["params"] for slot in slots if abs(slot.get("params", {}).get("temperature", -1) - 1.25) < 1e-6]
     assert len(served) == 1
     assert served[0]["top_k"] == 20 and abs(served[0]["repeat_penalty"] - 1.05) < 1e-6
+    assert served[0]["dry_multiplier"] == Config().dry_multiplier and served[0]["dry_allowed_length"] == 2
 
 
 async def _looping_llm(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -59,6 +59,7 @@ async def test_max_tokens_and_sampling_settings_are_sent_and_honoured(llama_serv
     payload = client.payload(QUESTION, settings)
     assert (payload["temperature"], payload["top_p"], payload["max_tokens"], payload["stream"]) == (0.0, 0.5, 3, True)
     assert (payload["top_k"], payload["min_p"], payload["repeat_penalty"]) == (20, 0.0, 1.05)
+    assert (payload["dry_multiplier"], payload["dry_base"], payload["dry_allowed_length"]) == (0.0, 1.75, 2)
     chunks = await _collect(client, [{"role": "user", "content": "Write a long story about a dragon."}], settings)
     assert chunks[-1].finish_reason == "length"
     assert chunks[-1].usage.completion_tokens == 3
@@ -103,13 +104,20 @@ def test_recitation_cut_on_split_deltas(deltas, shown, cut):
 
 
 def test_settings_from_config_and_validation():
-    config = Config(temperature=0.2, top_p=0.8, max_new_tokens=77, top_k=40, min_p=0.05, repeat_penalty=1.1)
-    assert GenerationSettings.from_config(config) == GenerationSettings(0.2, 0.8, 77, 40, 0.05, 1.1)
+    config = Config(temperature=0.2, top_p=0.8, max_new_tokens=77, top_k=40, min_p=0.05, repeat_penalty=1.1,
+                    dry_multiplier=0.8, dry_base=2.0, dry_allowed_length=3)
+    assert GenerationSettings.from_config(config) == GenerationSettings(0.2, 0.8, 77, 40, 0.05, 1.1, 0.8, 2.0, 3)
     # A conversation's own temperature wins over the config's; 0 (greedy) is a temperature too.
     assert GenerationSettings.from_config(config, temperature=0.0).temperature == 0.0
     assert GenerationSettings.from_config(config, temperature=None).temperature == 0.2
     with pytest.raises(ValueError, match="repeat_penalty"):
         GenerationSettings(repeat_penalty=0.5)
+    with pytest.raises(ValueError, match="dry_multiplier"):
+        GenerationSettings(dry_multiplier=-1.0)
+    with pytest.raises(ValueError, match="dry_base"):
+        GenerationSettings(dry_base=1.0)
+    with pytest.raises(ValueError, match="dry_allowed_length"):
+        GenerationSettings(dry_allowed_length=0)
     with pytest.raises(ValueError, match="min_p"):
         GenerationSettings(min_p=1.0)
     with pytest.raises(ValueError, match="top_p"):
