@@ -18,9 +18,9 @@ the whole vocabulary into a scratch file (`write_vocab_index(tables_dir=...)`) a
 Format 1 stored both tables: 1.19 GB for a 36,562-token vocabulary at 10,000 dims, against
 ~25 MB of Q8_0 rows in format 2 (docs/index-format.md says why and what it costs).
 
-Format 4's values are format 1's and 2's (the float32 Gaussian, products and sums in float64,
-rounded once to float32), computed by one kernel in one fixed order (`kernels.project_float`), so
-they are exact on any machine and batch. Format 2 is format 4 without the projection section: its
+Format 4's values are format 2's, and format 1's as this code writes it (the float32 Gaussian,
+products and sums in float64, rounded once to float32), computed by one kernel in one fixed order
+(`kernels.project_float`), so they are exact on any machine and batch. Format 2 is format 4 without the projection section: its
 rows are `project_rows` (a float64 BLAS product with `projection_matrix` built in each process),
 exact only up to BLAS rounding, reading a 51 MB matrix per cold query. Format 3 stores an int8
 projection (`integer_projection`, a slightly different matrix) and a float64 `column_scale`
