@@ -1,7 +1,7 @@
 """Answer quality and speed through the real chat path, with memories and with the model alone.
 
     python -m bench.answers [--set demo|jargon|manpages] [--gguf CHAT.gguf] [--questions 52]
-                            [--max-tokens 1024] [--budget 512]
+                            [--max-tokens 1024] [--budget 512] [--rounds 3]
 
 What runs: a corpus built by the real build service into a temporary SQLite portal, one real
 llama.cpp server on the chat model (default: the packaged instruction-tuned model), and
@@ -27,7 +27,8 @@ Printed per mode: grounded-answer rate (the answer contains the fact), the share
 stopped by themselves (finish reason "stop"), the share cut for repetition, retrieval recall (a
 primed memory contains the fact), the share that recite the memories (a <memory> tag, or 25
 consecutive words of a primed memory, in the answer), time to first token p50/p95 and generation
-tokens/s.
+tokens/s. With `--rounds N` every question is asked N times in each mode: the figures pool the
+rounds, and each round's lift and the lifts' mean and spread are printed first.
 Targets (issue 9): >= 95 % stop by themselves, no loops, grounded with memories >= 60 % and at
 least 25 points above the model alone.
 """
@@ -75,10 +76,16 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--temperature", type=float, default=None, help="default: the engine config's")
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp compute threads")
     parser.add_argument("--show", type=int, default=3, help="print this many answers of each mode")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="ask every question this many times in each mode; figures and verdicts pool the "
+                             "rounds, and each round's lift is printed (sampling moves one round's rates)")
     parser.add_argument("--out", type=Path, help="write every answer as JSONL here")
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", type=_setting,
                         help="an engine setting for this run (YAML value), e.g. repeat_penalty=1.0; repeatable")
-    return parser.parse_args()
+    args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    return args
 
 
 def portal_setup(data_dir: Path, base_url: str, max_tokens: int, settings: list[str] = ()) -> None:
@@ -271,19 +278,38 @@ def summary(name: str, rows: list[dict], facts: dict[str, str]) -> dict:
     return figures
 
 
+def grounded_share(rows: list[dict], facts: dict[str, str]) -> float:
+    return sum(bool(re.search(facts[r["question"]], r["answer"], re.I)) for r in rows) / len(rows)
+
+
 async def run(args: argparse.Namespace, user, corpus_id: int, questions: list[tuple[str, str]]) -> None:  # noqa: ANN001
     rows: dict[str, list[dict]] = {"model alone": [], "with memories": []}
     await ask(user, corpus_id, "Hello!", use_memory=False, budget=args.budget, temperature=args.temperature)
     started = time.perf_counter()
-    for number, (question, _) in enumerate(questions):
-        # Alternate the modes question by question, so load on the machine touches both alike.
-        for mode, use_memory in (("model alone", False), ("with memories", True)):
-            rows[mode].append(await ask(user, corpus_id, question, use_memory=use_memory, budget=args.budget,
-                                        temperature=args.temperature))
-        if (number + 1) % 10 == 0:
-            print(f"  {number + 1}/{len(questions)} questions, {time.perf_counter() - started:.0f} s", flush=True)
+    for round_number in range(args.rounds):
+        for number, (question, _) in enumerate(questions):
+            # Alternate the modes question by question, so load on the machine touches both alike.
+            for mode, use_memory in (("model alone", False), ("with memories", True)):
+                row = await ask(user, corpus_id, question, use_memory=use_memory, budget=args.budget,
+                                temperature=args.temperature)
+                rows[mode].append({**row, "round": round_number})
+            if (number + 1) % 10 == 0:
+                print(f"  round {round_number + 1}: {number + 1}/{len(questions)} questions, "
+                      f"{time.perf_counter() - started:.0f} s", flush=True)
     facts = dict(questions)
     print()
+    if args.rounds > 1:
+        lifts = []
+        for round_number in range(args.rounds):
+            shares = {mode: grounded_share([r for r in mode_rows if r["round"] == round_number], facts)
+                      for mode, mode_rows in rows.items()}
+            lifts.append(shares["with memories"] - shares["model alone"])
+            loops = sum(r["status"] == "repetition" for mode_rows in rows.values() for r in mode_rows
+                        if r["round"] == round_number)
+            print(f"round {round_number + 1}: grounded alone {shares['model alone']:6.1%}, with memories "
+                  f"{shares['with memories']:6.1%}, lift {lifts[-1] * 100:+5.1f}; loops {loops}")
+        print(f"lift over {args.rounds} rounds: mean {statistics.mean(lifts) * 100:+.1f}, standard deviation "
+              f"{statistics.stdev(lifts) * 100:.1f}, range {min(lifts) * 100:+.1f} .. {max(lifts) * 100:+.1f} points\n")
     figures = {mode: summary(mode, mode_rows, facts) for mode, mode_rows in rows.items()}
     for mode, mode_rows in rows.items():
         for row in mode_rows[:args.show]:
