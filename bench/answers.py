@@ -142,8 +142,8 @@ def demo_corpus() -> int:
     return Corpus.objects.get(name=DEMO_NAME).pk
 
 
-def jargon_corpus() -> int:
-    """The Jargon File uploaded as one plain-text dataset, with the corpus defaults."""
+def text_corpus(name: str, file_name: str, text: str) -> int:
+    """A corpus of one plain-text dataset, uploaded and built as a user would, with the corpus defaults."""
     from django.contrib.auth import get_user_model
     from django.core.files.base import ContentFile
     from django.core.management import call_command
@@ -153,32 +153,20 @@ def jargon_corpus() -> int:
 
     call_command("portal_bootstrap", "--no-demo", stdout=open(os.devnull, "w"))  # noqa: SIM115
     admin = get_user_model().objects.get(username="admin")
-    corpus = corpus_create(owner=admin, name="The Jargon File")
-    text = jargon_texts()[0].encode("utf-8")
-    dataset_upload(corpus=corpus, user=admin, uploaded_file=ContentFile(text, name="jargon.txt"))
+    corpus = corpus_create(owner=admin, name=name)
+    dataset_upload(corpus=corpus, user=admin, uploaded_file=ContentFile(text.encode("utf-8"), name=file_name))
     build_start(corpus=corpus, user=admin)
     return corpus.pk
+
+
+def jargon_corpus() -> int:
+    """The Jargon File uploaded as one plain-text dataset."""
+    return text_corpus("The Jargon File", "jargon.txt", jargon_texts()[0])
 
 
 def manpages_corpus() -> int:
-    """The manual pages saved one after the other as one plain-text dataset, with the corpus defaults.
-    Plain text, not a JSONL record per page: the portal keeps a structured record whole, as one
-    memory, and a page (thousands of tokens) would not fit a chat's memory budget; text is cut
-    into the corpus's chunks."""
-    from django.contrib.auth import get_user_model
-    from django.core.files.base import ContentFile
-    from django.core.management import call_command
-
-    from corpus.services.builds import build_start
-    from corpus.services.corpora import corpus_create, dataset_upload
-
-    call_command("portal_bootstrap", "--no-demo", stdout=open(os.devnull, "w"))  # noqa: SIM115
-    admin = get_user_model().objects.get(username="admin")
-    corpus = corpus_create(owner=admin, name="Linux manual pages")
-    text = "\n".join(manpages_texts()).encode("utf-8")
-    dataset_upload(corpus=corpus, user=admin, uploaded_file=ContentFile(text, name="manpages.txt"))
-    build_start(corpus=corpus, user=admin)
-    return corpus.pk
+    """The manual pages saved one after the other, as `man` shows them, into one plain-text dataset."""
+    return text_corpus("Linux manual pages", "manpages.txt", "\n".join(manpages_texts()))
 
 
 SETS = {"demo": ("demo_questions.json", demo_texts, demo_corpus),
@@ -255,15 +243,18 @@ def recited(row: dict) -> bool:
                for i in range(len(words) - RECITED_WORDS + 1) for memory in memories)
 
 
+def grounded_share(rows: list[dict], facts: dict[str, str]) -> float:
+    return sum(bool(re.search(facts[r["question"]], r["answer"], re.I)) for r in rows) / len(rows)
+
+
 def summary(name: str, rows: list[dict], facts: dict[str, str]) -> dict:
     n = len(rows)
-    grounded = sum(bool(re.search(facts[r["question"]], r["answer"], re.I)) for r in rows)
     stopped = sum(r["finish_reason"] == "stop" for r in rows)
     loops = sum(r["status"] == "repetition" for r in rows)
     errors = sum(r["status"] == "error" for r in rows)
     recalled = sum(any(re.search(facts[r["question"]], t, re.I) for t in r["memory_texts"]) for r in rows)
     ttfts = [r["ttft"] for r in rows if r["ttft"] is not None]
-    figures = {"grounded": grounded / n, "stopped": stopped / n, "loops": loops / n, "errors": errors / n,
+    figures = {"grounded": grounded_share(rows, facts), "stopped": stopped / n, "loops": loops / n, "errors": errors / n,
                "recited": sum(recited(r) for r in rows) / n,
                "recall": recalled / n, "ttft_p50": percentile(ttfts, 0.5), "ttft_p95": percentile(ttfts, 0.95),
                "tokens_per_s": statistics.median(r["tokens_per_s"] for r in rows),
@@ -276,10 +267,6 @@ def summary(name: str, rows: list[dict], facts: dict[str, str]) -> dict:
           f"{figures['tokens_per_s']:5.1f} tok/s  prompt {figures['prompt_tokens']:5.0f} tok  "
           f"answer {figures['completion_tokens']:4.0f} tok (medians)")
     return figures
-
-
-def grounded_share(rows: list[dict], facts: dict[str, str]) -> float:
-    return sum(bool(re.search(facts[r["question"]], r["answer"], re.I)) for r in rows) / len(rows)
 
 
 async def run(args: argparse.Namespace, user, corpus_id: int, questions: list[tuple[str, str]]) -> None:  # noqa: ANN001
