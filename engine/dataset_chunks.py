@@ -73,6 +73,12 @@ def chunk_spans(text: str, tokenizer: Tokenizer | None, chunk_size: int) -> list
     return [(at[start], at[end], end - start) for start, end in bounds]
 
 
+def window_metadata(char_start: int, text: str, n_tokens: int) -> dict:
+    """The metadata every chunked document carries: where its text lies in the text it was cut
+    from (``char_start``/``char_end``) and its length (``tokens``)."""
+    return {"char_start": char_start, "char_end": char_start + len(text), "tokens": n_tokens}
+
+
 def _chunk_stream(pieces: Iterable[str], tokenizer: Tokenizer | None, chunk_size: int) -> Iterator[tuple[int, str, int, int]]:
     """Chunk a text arriving in pieces: ``(char_start, text, n_tokens, chunk_index)``.
 

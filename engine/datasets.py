@@ -24,7 +24,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from engine.dataset_chunks import _chunk_stream, chunk_spans, window_bounds
+from engine.dataset_chunks import _chunk_stream, chunk_spans, window_bounds, window_metadata
 from engine.dataset_formats import (
     CHUNKED_FORMATS,
     FORMAT_BY_SUFFIX,
@@ -104,8 +104,8 @@ def _iter(path: Path, tokenizer: Tokenizer | None, chunk_size: int, on_issue: Ca
         return
     if fmt in CHUNKED_FORMATS:
         for char_start, text, n_tokens, index in _chunk_stream(_markup_text(path, fmt, reader), tokenizer, chunk_size):
-            metadata = {"source": source, "format": fmt, "record": index, "char_start": char_start,
-                        "char_end": char_start + len(text), "tokens": n_tokens}
+            metadata = {"source": source, "format": fmt, "record": index,
+                        **window_metadata(char_start, text, n_tokens)}
             yield {"id": content_id(text), "text": text, "metadata": metadata}
         return
     for kind, number, record in _records(path, fmt, reader, report):
@@ -133,8 +133,7 @@ def _record_documents(text: str, tokenizer: Tokenizer | None, chunk_size: int, m
         if len(windows) > 1:
             for char_start, window, n_tokens, part in windows:
                 yield {"id": content_id(window), "text": window,
-                       "metadata": {**metadata, "part": part, "char_start": char_start,
-                                    "char_end": char_start + len(window), "tokens": n_tokens}}
+                       "metadata": {**metadata, "part": part, **window_metadata(char_start, window, n_tokens)}}
             return
     yield {"id": content_id(text), "text": text, "metadata": metadata}
 

@@ -16,7 +16,7 @@ import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from engine.dataset_chunks import _chunk_stream
+from engine.dataset_chunks import _chunk_stream, window_metadata
 from engine.dataset_text import content_id
 
 logger = logging.getLogger(__name__)
@@ -104,8 +104,8 @@ def document_records(path: Path, fmt: str, reader, tokenizer, chunk_size: int,  
     record, size = 0, path.stat().st_size
     for page, text, share in document_pages(path, fmt):
         for char_start, chunk, n_tokens, _ in _chunk_stream([text], tokenizer, chunk_size):
-            metadata = {"source": source, "format": fmt, "record": record, "char_start": char_start,
-                        "char_end": char_start + len(chunk), "tokens": n_tokens}
+            metadata = {"source": source, "format": fmt, "record": record,
+                        **window_metadata(char_start, chunk, n_tokens)}
             if page is not None:
                 metadata["page"] = page
             record += 1
