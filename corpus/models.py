@@ -46,7 +46,7 @@ class Corpus(models.Model):
         help_text="Neighbouring tokens bound together (1 to 16).")
     chunk_size = models.PositiveIntegerField(
         "Chunk size (tokens)", default=_DEFAULTS.chunk_size, validators=[MinValueValidator(8), MaxValueValidator(32768)],
-        help_text="Tokens per window when plain-text datasets are cut into memories.")
+        help_text="Tokens per memory: longer texts, pages and records are cut into windows of this size.")
     gguf_path = models.CharField("GGUF model path", max_length=500, blank=True,
                                  help_text="GGUF model whose token embeddings seed the index; blank: the default model.")
     late_interaction = models.BooleanField(
