@@ -24,10 +24,11 @@ that no prompt or setting is tuned to one:
   of one page (a flag, an errno, a default, a limit), written from the rendered text.
 
 Printed per mode: grounded-answer rate (the answer contains the fact), the share of answers that
-stopped by themselves (finish reason "stop"), the share cut for repetition, retrieval recall (a
-primed memory contains the fact), the share that recite the memories (a <memory> tag, or 25
-consecutive words of a primed memory, in the answer), time to first token p50/p95 and generation
-tokens/s. With `--rounds N` every question is asked N times in each mode: the figures pool the
+stopped by themselves (finish reason "stop"), the share cut for repetition (it looped again after
+the chat's continuation from the cut; how many answers began looping at all is printed beside it),
+retrieval recall (a primed memory contains the fact), the share that recite the memories (a
+<memory> tag, or 25 consecutive words of a primed memory, in the answer), time to first token
+p50/p95 and generation tokens/s. With `--rounds N` every question is asked N times in each mode: the figures pool the
 rounds, and each round's lift and the lifts' mean and spread are printed first.
 Targets (issue 9): >= 95 % stop by themselves, no loops, grounded with memories >= 60 % and at
 least 25 points above the model alone.
@@ -219,7 +220,7 @@ async def ask(user, corpus_id: int, question: str, *, use_memory: bool, budget: 
     return {"question": question, "memory": use_memory, "answer": result.content, "status": result.status,
             "finish_reason": (final.get("message") or {}).get("finish_reason", ""), "error": final.get("error", ""),
             "ttft": first, "tokens_per_s": rate, "prompt_tokens": usage.prompt_tokens if usage else 0,
-            "completion_tokens": usage.completion_tokens if usage else 0,
+            "completion_tokens": usage.completion_tokens if usage else 0, "began_looping": result.loops,
             "memory_texts": [m["excerpt"] for m in memories]}
 
 
@@ -251,10 +252,12 @@ def summary(name: str, rows: list[dict], facts: dict[str, str]) -> dict:
     n = len(rows)
     stopped = sum(r["finish_reason"] == "stop" for r in rows)
     loops = sum(r["status"] == "repetition" for r in rows)
+    began = sum(r.get("began_looping", 0) > 0 for r in rows)
     errors = sum(r["status"] == "error" for r in rows)
     recalled = sum(any(re.search(facts[r["question"]], t, re.I) for t in r["memory_texts"]) for r in rows)
     ttfts = [r["ttft"] for r in rows if r["ttft"] is not None]
     figures = {"grounded": grounded_share(rows, facts), "stopped": stopped / n, "loops": loops / n, "errors": errors / n,
+               "began_looping": began,
                "recited": sum(recited(r) for r in rows) / n,
                "recall": recalled / n, "ttft_p50": percentile(ttfts, 0.5), "ttft_p95": percentile(ttfts, 0.95),
                "tokens_per_s": statistics.median(r["tokens_per_s"] for r in rows),
@@ -262,7 +265,7 @@ def summary(name: str, rows: list[dict], facts: dict[str, str]) -> dict:
                "completion_tokens": statistics.median(r["completion_tokens"] for r in rows)}
     print(f"{name:<16} n={n:<3} grounded {figures['grounded']:6.1%}  stopped by itself {figures['stopped']:6.1%}  "
           f"loops {figures['loops']:5.1%}  errors {figures['errors']:5.1%}  fact in a memory {figures['recall']:6.1%}  "
-          f"recited {figures['recited']:5.1%}\n"
+          f"recited {figures['recited']:5.1%}  began looping {began} (continued past the cut: {began - loops})\n"
           f"{'':<16} TTFT p50 {figures['ttft_p50']:5.2f} s  p95 {figures['ttft_p95']:5.2f} s  "
           f"{figures['tokens_per_s']:5.1f} tok/s  prompt {figures['prompt_tokens']:5.0f} tok  "
           f"answer {figures['completion_tokens']:4.0f} tok (medians)")

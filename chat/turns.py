@@ -6,8 +6,11 @@ receives plain event dicts with a `type`:
     chat.accepted  {"message": {...}, "title": str}           the user turn is stored
     chat.memories  {"memories": [...], "retrieval_ms": float}  what primes the answer
     chat.delta     {"delta": str}                              streamed text, in order
+    chat.rewind    {"content": str, "reason": "repetition"}     the answer began looping: what was
+                   streamed is replaced by `content` (cut before the echo), and deltas continue it
     chat.done      {"message": {...}, "status", "usage", "blend_turns"}   status: complete, stopped, or
-                   repetition (the answer began looping: it was cut and the stored text has no echo)
+                   repetition (the answer looped again after `loop_retries` continuations: it was
+                   cut and the stored text has no echo)
     chat.error     {"error": str, "code": str, "message": {...}}   the failed answer, as stored
 
 All state is local to one call: nothing here is shared between conversations or connections.
@@ -56,6 +59,7 @@ from engine.llm import (
     PromptTooLongError,
     Usage,
     assemble_prompt,
+    loop_retry_settings,
 )
 from engine.repetition import RepetitionGuard
 from hdrag_site import runtime
@@ -91,6 +95,7 @@ class TurnResult:
     content: str = ""
     usage: Usage | None = None
     timings: TurnTimings = field(default_factory=TurnTimings)
+    loops: int = 0  # times the answer began looping (each cut, then continued or ended)
 
 
 def _db(func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
@@ -123,6 +128,7 @@ class _Prepared:
     plan: PromptPlan
     retrieval: float
     generation: GenerationSettings
+    loop_retries: int
 
 
 def _prepare(conversation_id: int, user_message_id: int, content: str) -> _Prepared:
@@ -146,7 +152,8 @@ def _prepare(conversation_id: int, user_message_id: int, content: str) -> _Prepa
     plan = assemble_prompt(system_prompt=config.system_prompt, history=history, user_message=content,
                            memories=texts, tokenizer=tokenizer, budget=budget)
     return _Prepared(results=results[:plan.memories_used], plan=plan, retrieval=retrieval,
-                     generation=runtime.generation_settings(temperature=conversation.temperature))
+                     generation=runtime.generation_settings(temperature=conversation.temperature),
+                     loop_retries=config.loop_retries)
 
 
 async def run_turn(*, conversation_id: int, content: str = "", emit: Emit, regenerate: bool = False) -> TurnResult:
@@ -182,19 +189,25 @@ async def run_turn(*, conversation_id: int, content: str = "", emit: Emit, regen
                     "memories": [memory_result_json(r, rank=rank) for rank, r in enumerate(memories)],
                     "retrieval_ms": round(prepared.retrieval * 1000, 3), "prompt_tokens_estimate": plan.prompt_tokens,
                     "history_dropped": plan.dropped_messages})
-        stream = runtime.llm_client().stream_chat(plan.messages, prepared.generation)
-        # aclosing: leaving the loop early (a loop detected) closes the HTTP stream, and llama.cpp stops.
-        async with contextlib.aclosing(stream):
-            async for chunk in stream:
-                if chunk.delta:
-                    if result.timings.first_token is None:
-                        result.timings.first_token = time.perf_counter() - started
-                    parts.append(chunk.delta)
-                    await emit({"type": "chat.delta", "delta": chunk.delta})
-                    if guard.feed(chunk.delta):
-                        break
-                final_usage = chunk.usage or final_usage
-                finish_reason = chunk.finish_reason or finish_reason
+        final_usage, finish_reason = await _stream(plan.messages, prepared.generation, guard=guard, parts=parts,
+                                                   result=result, started=started, emit=emit)
+        while guard.looping:
+            result.loops += 1
+            if result.loops > prepared.loop_retries:
+                break
+            # Continue from the cut, the looping tail taken back, with DRY against the answer's own
+            # recent tokens (the assistant message is a prefill: llama.cpp continues it).
+            kept = guard.kept
+            logger.info("chat answer in conversation %s began repeating itself; continuing from the cut",
+                        conversation_id)
+            await emit({"type": "chat.rewind", "content": kept, "reason": "repetition"})
+            parts[:] = [kept]
+            guard = RepetitionGuard()
+            guard.feed(kept)  # a loop in the continuation may repeat what was kept
+            messages = [*plan.messages, {"role": "assistant", "content": kept}] if kept else plan.messages
+            final_usage, finish_reason = await _stream(messages, loop_retry_settings(prepared.generation),
+                                                       guard=guard, parts=parts, result=result, started=started,
+                                                       emit=emit)
     except asyncio.CancelledError:
         # Shielded: the stop must be recorded even though this task is being cancelled.
         await asyncio.shield(_finish(result, status=Message.Status.STOPPED, content="".join(parts), **common))
@@ -216,13 +229,36 @@ async def run_turn(*, conversation_id: int, content: str = "", emit: Emit, regen
                             "Try again, or ask an administrator.", **common)
         return result
     if guard.looping:
-        logger.info("chat answer in conversation %s cut after it began repeating itself", conversation_id)
+        logger.info("chat answer in conversation %s cut after it began repeating itself %d time(s)",
+                    conversation_id, result.loops)
         await _finish(result, status=Message.Status.REPETITION, content=guard.kept, usage=final_usage,
                       finish_reason="repetition", **common)
         return result
     await _finish(result, status=Message.Status.COMPLETE, content="".join(parts), usage=final_usage,
                   finish_reason=finish_reason, **common)
     return result
+
+
+async def _stream(messages: list[dict[str, str]], settings: GenerationSettings, *, guard: RepetitionGuard,
+                  parts: list[str], result: TurnResult, started: float, emit: Emit) -> tuple[Usage | None, str]:
+    """Stream one completion into `parts` (and to `emit`) until it ends or `guard` sees a loop;
+    returns its usage and finish reason (none when it was cut)."""
+    usage: Usage | None = None
+    finish_reason = ""
+    stream = runtime.llm_client().stream_chat(messages, settings)
+    # aclosing: leaving the loop early (a loop detected) closes the HTTP stream, and llama.cpp stops.
+    async with contextlib.aclosing(stream):
+        async for chunk in stream:
+            if chunk.delta:
+                if result.timings.first_token is None:
+                    result.timings.first_token = time.perf_counter() - started
+                parts.append(chunk.delta)
+                await emit({"type": "chat.delta", "delta": chunk.delta})
+                if guard.feed(chunk.delta):
+                    break
+            usage = chunk.usage or usage
+            finish_reason = chunk.finish_reason or finish_reason
+    return usage, finish_reason
 
 
 async def _finish(result: TurnResult, *, conversation_id: int, content: str, status: str, memories: list[dict],

@@ -58,6 +58,16 @@ class Config:
     dry_multiplier: float = 0.0
     dry_base: float = 1.75
     dry_allowed_length: int = 2
+    # How many of the last tokens DRY scans for a repeat (llama.cpp's -1: the whole context, which
+    # holds the memories, so quoting a memory is penalised; a window of the answer's recent tokens
+    # penalises only the answer repeating itself).
+    dry_penalty_last_n: int = -1
+    # An answer that starts looping is cut where it began to repeat (engine.repetition) and, up to
+    # this many times, continued from there with DRY over its own recent tokens
+    # (engine.llm.loop_retry_settings); 0: it ends at the cut, marked "repetition". DRY from the
+    # first token ended the loops on bench/answers.py but cost 6.4 points of grounded answers on
+    # the demo set; only after a loop it costs nothing where nothing loops.
+    loop_retries: int = 1
     system_prompt: str = field(default=DEFAULT_SYSTEM_PROMPT)
 
     def __post_init__(self) -> None:
@@ -73,6 +83,8 @@ class Config:
             raise ValueError(f"max_context_tokens must be > 0, got {self.max_context_tokens}")
         if self.chunk_size < 8:
             raise ValueError(f"chunk_size must be >= 8, got {self.chunk_size}")
+        if not 0 <= self.loop_retries <= 3:
+            raise ValueError(f"loop_retries must be in 0..3, got {self.loop_retries}")
 
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)

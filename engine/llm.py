@@ -28,7 +28,7 @@ import json
 import threading
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
 import httpx
@@ -163,7 +163,8 @@ class PromptTooLongError(LLMError):
 class GenerationSettings:
     """Sampling parameters sent with each request (llama.cpp's names for the non-OpenAI ones:
     `top_k`, `min_p`, `repeat_penalty`, and the DRY sampler's `dry_multiplier` (0: off) with its
-    `dry_base`, `dry_allowed_length`; other OpenAI-compatible servers ignore or map them)."""
+    `dry_base`, `dry_allowed_length` and `dry_penalty_last_n` (-1: the whole context); other
+    OpenAI-compatible servers ignore or map them)."""
 
     temperature: float = 0.7
     top_p: float = 0.8
@@ -174,6 +175,7 @@ class GenerationSettings:
     dry_multiplier: float = 0.0
     dry_base: float = 1.75
     dry_allowed_length: int = 2
+    dry_penalty_last_n: int = -1
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.temperature <= 5.0:
@@ -194,6 +196,9 @@ class GenerationSettings:
             raise ValueError(f"dry_base must be in (1, 4], got {self.dry_base}")
         if self.dry_allowed_length < 1:
             raise ValueError(f"dry_allowed_length must be >= 1, got {self.dry_allowed_length}")
+        if self.dry_penalty_last_n < -1:
+            raise ValueError(f"dry_penalty_last_n must be >= -1 (-1: the whole context), "
+                             f"got {self.dry_penalty_last_n}")
 
     @classmethod
     def from_config(cls, config: Config, *, temperature: float | None = None) -> GenerationSettings:
@@ -201,7 +206,22 @@ class GenerationSettings:
         return cls(temperature=config.temperature if temperature is None else temperature, top_p=config.top_p,
                    max_tokens=config.max_new_tokens, top_k=config.top_k, min_p=config.min_p,
                    repeat_penalty=config.repeat_penalty, dry_multiplier=config.dry_multiplier,
-                   dry_base=config.dry_base, dry_allowed_length=config.dry_allowed_length)
+                   dry_base=config.dry_base, dry_allowed_length=config.dry_allowed_length,
+                   dry_penalty_last_n=config.dry_penalty_last_n)
+
+
+# DRY for continuing an answer cut for looping: llama.cpp's default strength, over a window of the
+# answer's recent tokens rather than the whole context (whose memories an answer must quote).
+LOOP_RETRY_DRY_MULTIPLIER = 0.8
+LOOP_RETRY_DRY_LAST_N = 128
+
+
+def loop_retry_settings(settings: GenerationSettings) -> GenerationSettings:
+    """`settings` for continuing an answer cut for looping: the DRY sampler on, at least at
+    `LOOP_RETRY_DRY_MULTIPLIER`, over the last `LOOP_RETRY_DRY_LAST_N` tokens unless a window is set."""
+    window = settings.dry_penalty_last_n if settings.dry_penalty_last_n >= 0 else LOOP_RETRY_DRY_LAST_N
+    return replace(settings, dry_multiplier=max(settings.dry_multiplier, LOOP_RETRY_DRY_MULTIPLIER),
+                   dry_penalty_last_n=window)
 
 
 @dataclass(frozen=True)
@@ -239,7 +259,7 @@ class LLMClient:
         return f"{self.base_url}/v1/chat/completions"
 
     def payload(self, messages: Sequence[dict[str, str]], settings: GenerationSettings) -> dict[str, Any]:
-        return {
+        body = {
             "model": self.model,
             "messages": list(messages),
             "stream": True,
@@ -254,6 +274,11 @@ class LLMClient:
             "dry_allowed_length": settings.dry_allowed_length,
             "max_tokens": settings.max_tokens,
         }
+        # -1 (the whole context) is llama.cpp's default and is left unsaid: servers that check the
+        # field's range (xllamacpp's) refuse -1 with HTTP 400.
+        if settings.dry_penalty_last_n >= 0:
+            body["dry_penalty_last_n"] = settings.dry_penalty_last_n
+        return body
 
     async def stream_chat(self, messages: Sequence[dict[str, str]], settings: GenerationSettings
                           ) -> AsyncIterator[ChatChunk]:

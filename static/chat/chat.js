@@ -206,6 +206,12 @@
       pending.text += event.delta;
       queueRender();
     },
+    "chat.rewind"(event) {
+      // The answer began repeating itself: the server took the echo back and continues from here.
+      if (!pending) startAnswer([]);
+      pending.text = event.content;
+      queueRender();
+    },
     "chat.done"(event) {
       finishAnswer(event.message);
       if (blendNote && event.blend_turns != null) {

@@ -92,30 +92,63 @@ async def test_a_conversations_temperature_is_what_the_server_samples_with(chat_
     assert served[0]["dry_multiplier"] == Config().dry_multiplier and served[0]["dry_allowed_length"] == 2
 
 
-async def _looping_llm(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-    """An OpenAI-compatible server whose answer loops forever (until the client goes away).
+LOOP_HEAD = "Yield pauses the function.\n"
+LOOP_LINE = "It returns a value to the caller and waits.\n"
+KEPT = "Yield pauses the function.\nIt returns a value to the caller and waits."
+CONTINUATION = "\nThe next call resumes it where it left off."
+
+
+def _looping_llm(requests: list[dict], *, looping: int):
+    """An OpenAI-compatible server whose first `looping` answers loop forever (until the client goes
+    away); later answers write CONTINUATION and stop. `requests` receives every chat request's
+    body; other paths (the token counter's /tokenize) get 404, and the portal estimates counts.
 
     A fake, and the one in this suite: a real model cannot be made to loop on demand, and the
     point is what the portal does when one does."""
-    while (await reader.readline()) not in (b"\r\n", b""):
-        pass
-    writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
-    chunks = ["Yield pauses the function.\n"] + ["It returns a value to the caller and waits.\n"] * 400
-    try:
-        for text in chunks:
-            event = {"choices": [{"delta": {"content": text}, "finish_reason": None}]}
-            writer.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        request_line = await reader.readline()
+        length = 0
+        while (line := await reader.readline()) not in (b"\r\n", b""):
+            name, _, value = line.decode("latin-1").partition(":")
+            if name.strip().lower() == "content-length":
+                length = int(value)
+        body = await reader.readexactly(length)
+        if b" /v1/chat/completions " not in request_line:
+            writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
             await writer.drain()
-            await asyncio.sleep(0.002)
-    except (ConnectionResetError, BrokenPipeError):
-        return
-    finally:
-        writer.close()
+            writer.close()
+            return
+        requests.append(json.loads(body))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
+        loops = len(requests) <= looping
+        if not loops:
+            chunks = [CONTINUATION]
+        elif requests[-1]["messages"][-1]["role"] == "assistant":  # continuing the kept text, it loops on
+            chunks = ["\n"] + [LOOP_LINE] * 400
+        else:
+            chunks = [LOOP_HEAD] + [LOOP_LINE] * 400
+        events = [{"choices": [{"delta": {"content": text}, "finish_reason": None}]} for text in chunks]
+        if not loops:
+            events.append({"choices": [{"delta": {}, "finish_reason": "stop"}],
+                           "usage": {"prompt_tokens": 40, "completion_tokens": 9}})
+        try:
+            for event in events:
+                writer.write(b"data: " + json.dumps(event).encode() + b"\n\n")
+                await writer.drain()
+                await asyncio.sleep(0.002)
+            writer.write(b"data: [DONE]\n\n")
+            await writer.drain()
+        except (ConnectionResetError, BrokenPipeError):
+            return
+        finally:
+            writer.close()
+
+    return serve
 
 
-async def test_a_looping_answer_is_cut_stored_without_its_echo_and_marked(chat_settings, users):
-    owner, _, _ = users
-    server = await asyncio.start_server(_looping_llm, "127.0.0.1", 0)
+async def _ask_looping_llm(chat_settings, owner, *, looping: int) -> tuple[list[dict], list[dict], Message]:  # noqa: ANN001
+    requests: list[dict] = []
+    server = await asyncio.start_server(_looping_llm(requests, looping=looping), "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     chat_settings.LLM_BASE_URL = f"http://127.0.0.1:{port}"
     conversation = await db(conversation_create)(user=owner, use_memory=False)
@@ -124,11 +157,38 @@ async def test_a_looping_answer_is_cut_stored_without_its_echo_and_marked(chat_s
         await socket.receive_json_from()
         events = await _turn(socket, {"type": "chat.send", "content": QUESTION})
         await socket.disconnect()
+    return events, requests, (await db(_messages)(conversation.pk))[-1]
+
+
+async def test_a_looping_answer_is_cut_and_continued_from_the_cut_with_dry(chat_settings, users):
+    owner, _, _ = users
+    events, requests, answer = await _ask_looping_llm(chat_settings, owner, looping=1)
+    rewinds = [e for e in events if e["type"] == "chat.rewind"]
+    assert rewinds == [{"type": "chat.rewind", "content": KEPT, "reason": "repetition"}]
+    # What the client shows: the deltas up to the rewind are replaced, the later ones continue it.
+    after = [e["delta"] for e in events[events.index(rewinds[0]) + 1:] if e["type"] == "chat.delta"]
+    assert rewinds[0]["content"] + "".join(after) == KEPT + CONTINUATION
+    done = events[-1]
+    assert done["type"] == "chat.done" and done["status"] == "complete"
+    assert answer.status == "complete" and answer.content == KEPT + CONTINUATION == done["message"]["content"]
+    # The continuation asks for the kept text as the assistant's (prefilled) answer, with DRY on
+    # over the answer's recent tokens; the first request sampled as configured (DRY off).
+    assert len(requests) == 2
+    assert requests[1]["messages"] == [*requests[0]["messages"], {"role": "assistant", "content": KEPT}]
+    assert requests[0]["dry_multiplier"] == 0.0 and "dry_penalty_last_n" not in requests[0]
+    assert (requests[1]["dry_multiplier"], requests[1]["dry_penalty_last_n"]) == (0.8, 128)
+    assert requests[1]["temperature"] == requests[0]["temperature"]
+
+
+async def test_an_answer_that_loops_again_is_cut_stored_without_its_echo_and_marked(chat_settings, users):
+    owner, _, _ = users
+    events, requests, answer = await _ask_looping_llm(chat_settings, owner, looping=10)
     done = events[-1]
     assert done["type"] == "chat.done" and done["status"] == "repetition"
+    assert len(requests) == 1 + Config().loop_retries
+    assert sum(e["type"] == "chat.rewind" for e in events) == Config().loop_retries
     streamed = sum(e["type"] == "chat.delta" for e in events)
-    assert streamed < 30  # stopped within a few repeats, not after 400
-    answer = (await db(_messages)(conversation.pk))[-1]
+    assert streamed < 60  # stopped within a few repeats each time, not after 400
     assert answer.status == "repetition" and answer.finish_reason == "repetition"
-    assert answer.content == "Yield pauses the function.\nIt returns a value to the caller and waits."
+    assert answer.content == KEPT
     assert done["message"]["content"] == answer.content

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import random
 import time
+from dataclasses import replace
 
 import httpx
 import pytest
@@ -13,6 +14,8 @@ import pytest
 from engine.config import Config
 from engine.llama_server import free_port
 from engine.llm import (
+    LOOP_RETRY_DRY_LAST_N,
+    LOOP_RETRY_DRY_MULTIPLIER,
     MESSAGE_TOKENS,
     TEMPLATE_TOKENS,
     ContextBudget,
@@ -26,6 +29,7 @@ from engine.llm import (
     RecitationCut,
     ServerTokenCounter,
     assemble_prompt,
+    loop_retry_settings,
     user_turn_with_memories,
 )
 
@@ -60,9 +64,25 @@ async def test_max_tokens_and_sampling_settings_are_sent_and_honoured(llama_serv
     assert (payload["temperature"], payload["top_p"], payload["max_tokens"], payload["stream"]) == (0.0, 0.5, 3, True)
     assert (payload["top_k"], payload["min_p"], payload["repeat_penalty"]) == (20, 0.0, 1.05)
     assert (payload["dry_multiplier"], payload["dry_base"], payload["dry_allowed_length"]) == (0.0, 1.75, 2)
+    # -1 (the whole context, llama.cpp's default) is not sent: xllamacpp refuses it with HTTP 400.
+    assert "dry_penalty_last_n" not in payload
     chunks = await _collect(client, [{"role": "user", "content": "Write a long story about a dragon."}], settings)
     assert chunks[-1].finish_reason == "length"
     assert chunks[-1].usage.completion_tokens == 3
+
+
+async def test_a_dry_window_is_sent_and_is_what_the_server_samples_with(llama_server):
+    client = LLMClient(llama_server.base_url)
+    settings = GenerationSettings(temperature=0.0, max_tokens=4, dry_multiplier=0.55, dry_allowed_length=4,
+                                  dry_penalty_last_n=96)
+    assert client.payload(QUESTION, settings)["dry_penalty_last_n"] == 96
+    chunks = await _collect(client, QUESTION, settings)
+    assert chunks[-1].finish_reason in {"stop", "length"}
+    async with httpx.AsyncClient() as http:
+        slots = (await http.get(f"{llama_server.base_url}/slots")).json()
+    served = [slot["params"] for slot in slots if abs(slot.get("params", {}).get("dry_multiplier", 0) - 0.55) < 1e-6]
+    assert len(served) == 1
+    assert (served[0]["dry_allowed_length"], served[0]["dry_penalty_last_n"]) == (4, 96)
 
 
 async def test_an_answer_ends_where_it_would_write_a_memory_tag(llama_server):
@@ -105,8 +125,8 @@ def test_recitation_cut_on_split_deltas(deltas, shown, cut):
 
 def test_settings_from_config_and_validation():
     config = Config(temperature=0.2, top_p=0.8, max_new_tokens=77, top_k=40, min_p=0.05, repeat_penalty=1.1,
-                    dry_multiplier=0.8, dry_base=2.0, dry_allowed_length=3)
-    assert GenerationSettings.from_config(config) == GenerationSettings(0.2, 0.8, 77, 40, 0.05, 1.1, 0.8, 2.0, 3)
+                    dry_multiplier=0.8, dry_base=2.0, dry_allowed_length=3, dry_penalty_last_n=128)
+    assert GenerationSettings.from_config(config) == GenerationSettings(0.2, 0.8, 77, 40, 0.05, 1.1, 0.8, 2.0, 3, 128)
     # A conversation's own temperature wins over the config's; 0 (greedy) is a temperature too.
     assert GenerationSettings.from_config(config, temperature=0.0).temperature == 0.0
     assert GenerationSettings.from_config(config, temperature=None).temperature == 0.2
@@ -118,6 +138,20 @@ def test_settings_from_config_and_validation():
         GenerationSettings(dry_base=1.0)
     with pytest.raises(ValueError, match="dry_allowed_length"):
         GenerationSettings(dry_allowed_length=0)
+    with pytest.raises(ValueError, match="dry_penalty_last_n"):
+        GenerationSettings(dry_penalty_last_n=-2)
+    with pytest.raises(ValueError, match="loop_retries"):
+        Config(loop_retries=-1)
+
+
+def test_loop_retry_settings_turn_dry_on_over_the_answers_recent_tokens():
+    base = GenerationSettings(temperature=0.4, top_p=0.9, max_tokens=99)
+    retry = loop_retry_settings(base)
+    assert (retry.dry_multiplier, retry.dry_penalty_last_n) == (LOOP_RETRY_DRY_MULTIPLIER, LOOP_RETRY_DRY_LAST_N)
+    assert replace(retry, dry_multiplier=0.0, dry_penalty_last_n=-1) == base  # nothing else changes
+    # A stronger DRY, or a window of the config's own, is kept.
+    own = loop_retry_settings(GenerationSettings(dry_multiplier=1.5, dry_penalty_last_n=64))
+    assert (own.dry_multiplier, own.dry_penalty_last_n) == (1.5, 64)
     with pytest.raises(ValueError, match="min_p"):
         GenerationSettings(min_p=1.0)
     with pytest.raises(ValueError, match="top_p"):
