@@ -9,8 +9,8 @@ receives plain event dicts with a `type`:
     chat.rewind    {"content": str, "reason": "repetition"}     the answer began looping: what was
                    streamed is replaced by `content` (cut before the echo), and deltas continue it
     chat.done      {"message": {...}, "status", "usage", "blend_turns"}   status: complete, stopped, or
-                   repetition (the answer looped again after `loop_retries` continuations: it was
-                   cut and the stored text has no echo)
+                   repetition (the answer looped again after `loop_retries` continuations, or the
+                   server cannot continue an answer: it was cut and the stored text has no echo)
     chat.error     {"error": str, "code": str, "message": {...}}   the failed answer, as stored
 
 All state is local to one call: nothing here is shared between conversations or connections.
@@ -193,7 +193,7 @@ async def run_turn(*, conversation_id: int, content: str = "", emit: Emit, regen
                                                    result=result, started=started, emit=emit)
         while guard.looping:
             result.loops += 1
-            if result.loops > prepared.loop_retries:
+            if result.loops > prepared.loop_retries or not await runtime.llm_client().continues_prefill():
                 break
             # Continue from the cut, the looping tail taken back, with DRY against the answer's own
             # recent tokens (the assistant message is a prefill: llama.cpp continues it).

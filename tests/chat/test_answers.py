@@ -98,10 +98,12 @@ KEPT = "Yield pauses the function.\nIt returns a value to the caller and waits."
 CONTINUATION = "\nThe next call resumes it where it left off."
 
 
-def _looping_llm(requests: list[dict], *, looping: int):
+def _looping_llm(requests: list[dict], *, looping: int, prefill: bool = True):
     """An OpenAI-compatible server whose first `looping` answers loop forever (until the client goes
     away); later answers write CONTINUATION and stop. `requests` receives every chat request's
-    body; other paths (the token counter's /tokenize) get 404, and the portal estimates counts.
+    body. `/apply-template` renders a trailing assistant message open (as llama.cpp does under a
+    Jinja template) when `prefill`; other paths (the token counter's /tokenize) get 404, and the
+    portal estimates counts.
 
     A fake, and the one in this suite: a real model cannot be made to loop on demand, and the
     point is what the portal does when one does."""
@@ -113,6 +115,14 @@ def _looping_llm(requests: list[dict], *, looping: int):
             if name.strip().lower() == "content-length":
                 length = int(value)
         body = await reader.readexactly(length)
+        if prefill and b" /apply-template " in request_line:
+            last = json.loads(body)["messages"][-1]["content"]
+            answer = json.dumps({"prompt": f"<|im_start|>assistant\n{last}"}).encode()
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                         b"Connection: close\r\n\r\n%s" % (len(answer), answer))
+            await writer.drain()
+            writer.close()
+            return
         if b" /v1/chat/completions " not in request_line:
             writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
             await writer.drain()
@@ -146,9 +156,10 @@ def _looping_llm(requests: list[dict], *, looping: int):
     return serve
 
 
-async def _ask_looping_llm(chat_settings, owner, *, looping: int) -> tuple[list[dict], list[dict], Message]:  # noqa: ANN001
+async def _ask_looping_llm(chat_settings, owner, *, looping: int,  # noqa: ANN001
+                           prefill: bool = True) -> tuple[list[dict], list[dict], Message]:
     requests: list[dict] = []
-    server = await asyncio.start_server(_looping_llm(requests, looping=looping), "127.0.0.1", 0)
+    server = await asyncio.start_server(_looping_llm(requests, looping=looping, prefill=prefill), "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     chat_settings.LLM_BASE_URL = f"http://127.0.0.1:{port}"
     conversation = await db(conversation_create)(user=owner, use_memory=False)
@@ -175,6 +186,7 @@ async def test_a_looping_answer_is_cut_and_continued_from_the_cut_with_dry(chat_
     # over the answer's recent tokens; the first request sampled as configured (DRY off).
     assert len(requests) == 2
     assert requests[1]["messages"] == [*requests[0]["messages"], {"role": "assistant", "content": KEPT}]
+    assert requests[1]["continue_final_message"] is True and "continue_final_message" not in requests[0]
     assert requests[0]["dry_multiplier"] == 0.0 and "dry_penalty_last_n" not in requests[0]
     assert (requests[1]["dry_multiplier"], requests[1]["dry_penalty_last_n"]) == (0.8, 128)
     assert requests[1]["temperature"] == requests[0]["temperature"]
@@ -192,3 +204,11 @@ async def test_an_answer_that_loops_again_is_cut_stored_without_its_echo_and_mar
     assert answer.status == "repetition" and answer.finish_reason == "repetition"
     assert answer.content == KEPT
     assert done["message"]["content"] == answer.content
+
+
+async def test_a_looping_answer_is_only_cut_where_the_server_cannot_continue_an_answer(chat_settings, users):
+    owner, _, _ = users
+    events, requests, answer = await _ask_looping_llm(chat_settings, owner, looping=1, prefill=False)
+    # A continuation would be a fresh answer glued to the kept text: none is asked for.
+    assert len(requests) == 1 and not any(e["type"] == "chat.rewind" for e in events)
+    assert events[-1]["status"] == "repetition" and answer.status == "repetition" and answer.content == KEPT

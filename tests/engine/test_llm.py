@@ -28,6 +28,7 @@ from engine.llm import (
     PromptTooLongError,
     RecitationCut,
     ServerTokenCounter,
+    _continues_prefill,
     assemble_prompt,
     loop_retry_settings,
     user_turn_with_memories,
@@ -69,6 +70,27 @@ async def test_max_tokens_and_sampling_settings_are_sent_and_honoured(llama_serv
     chunks = await _collect(client, [{"role": "user", "content": "Write a long story about a dragon."}], settings)
     assert chunks[-1].finish_reason == "length"
     assert chunks[-1].usage.completion_tokens == 3
+
+
+async def test_a_trailing_assistant_message_asks_to_be_continued_where_the_server_can(llama_server):
+    client = LLMClient(llama_server.base_url)
+    messages = [{"role": "user", "content": "What is the capital of France?"},
+                {"role": "assistant", "content": "The capital of France is"}]
+    payload = client.payload(messages, GREEDY)
+    assert (payload["continue_final_message"], payload["add_generation_prompt"]) == (True, False)
+    assert "continue_final_message" not in client.payload(QUESTION, GREEDY)
+    # The test model runs under llama.cpp's built-in Gemma template, which closes the model's turn
+    # after its message: this server cannot continue an answer, and says so (Qwen's own template,
+    # the chat model's, continues it: bench.answers).
+    assert await client.continues_prefill() is False
+    text, final = await client.complete(messages, GREEDY)
+    assert final.finish_reason in {"stop", "length"}
+
+
+async def test_an_unreachable_server_cannot_continue_and_is_asked_again_later():
+    client = LLMClient(f"http://127.0.0.1:{free_port()}", connect_timeout=1.0)
+    assert await client.continues_prefill() is False
+    assert client.base_url not in _continues_prefill
 
 
 async def test_a_dry_window_is_sent_and_is_what_the_server_samples_with(llama_server):
