@@ -13,7 +13,7 @@ import pytest
 from api.services import api_token_create
 from chat.models import Message
 from tests.api.conftest import error_of, make_corpus, token_client
-from tests.chat.test_answers import _looping_llm
+from tests.chat.test_answers import KEPT, _looping_llm
 
 QUESTION = "How does a generator function pause at yield and resume where it left off?"
 
@@ -156,7 +156,8 @@ async def test_a_looping_completion_is_cut_whole_and_streamed(chat_settings, liv
     """The OpenAI-compatible chat cuts a loop as the portal's chat does, and says "length" (cut short
     by the server). The LLM is the chat suite's fake that loops (a real model cannot be made to loop
     on demand)."""
-    server = await asyncio.start_server(_looping_llm, "127.0.0.1", 0)
+    requests: list[dict] = []
+    server = await asyncio.start_server(_looping_llm(requests, looping=2), "127.0.0.1", 0)
     chat_settings.LLM_BASE_URL = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     body = {"model": "none", "messages": [{"role": "user", "content": QUESTION}]}
     url = f"{live_api.url}/api/v1/chat/completions"
@@ -164,8 +165,8 @@ async def test_a_looping_completion_is_cut_whole_and_streamed(chat_settings, liv
         whole = (await http.post(url, json=body)).json()
         streamed = await http.post(url, json={**body, "stream": True})
     assert whole["choices"][0]["finish_reason"] == "length"
-    assert whole["choices"][0]["message"]["content"] == \
-        "Yield pauses the function.\nIt returns a value to the caller and waits."
+    assert whole["choices"][0]["message"]["content"] == KEPT
+    assert len(requests) == 2  # one each: no continuation here
     chunks = [json.loads(data) for _, data in _sse(streamed.text) if data != "[DONE]"]
     deltas = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]]
     assert 2 <= sum(bool(d) for d in deltas) < 30  # stopped within a few repeats, not after 400
