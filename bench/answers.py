@@ -28,8 +28,8 @@ stopped by themselves (finish reason "stop"), the share cut for repetition (it l
 the chat's continuation from the cut; how many answers began looping at all is printed beside it),
 retrieval recall (a primed memory contains the fact), the share that recite the memories (a
 <memory> tag, or 25 consecutive words of a primed memory, in the answer), time to first token
-p50/p95 and generation tokens/s. With `--rounds N` every question is asked N times in each mode: the figures pool the
-rounds, and each round's lift and the lifts' mean and spread are printed first.
+p50/p95 and generation tokens/s. With `--rounds N` every question is asked N times in each mode:
+the figures pool the rounds, and each round's lift and the lifts' mean and spread are printed first.
 Targets (issue 9): >= 95 % stop by themselves, no loops, grounded with memories >= 60 % and at
 least 25 points above the model alone.
 """
