@@ -4,7 +4,9 @@ Small models sometimes repeat one phrase, line or paragraph until the token cap.
 is fed the streamed text and reports a loop as soon as the tail of the answer is either
 
 * **periodic**: its last `min_chars` characters repeat with some period `p <= max_period` (for a
-  short unit, `short_repeats` copies of it suffice, at least `short_chars` characters), and
+  short unit, `short_repeats` copies of it suffice, at least `short_chars` characters; a unit over
+  400 characters, such as an explanation and its example written again word for word, must repeat
+  over three fifths of its length), and
   the repeated unit holds a letter or digit, or at least three distinct non-blank characters (a
   long rule of "-----" or a wide table's "| --- " separator is not a loop; "~`{|}" over and
   over in a string literal, seen in `bench.answers`, is), or
@@ -12,7 +14,8 @@ is fed the streamed text and reports a loop as soon as the tail of the answer is
   them, occurs `max_line_repeats` times among the last `line_window` lines (a loop whose lines
   differ a little in between; a table's repeated "├───┼───┤" rule is not one).
 
-Each check is one C-level slice comparison per candidate period, so a token costs microseconds.
+Each check is a few C-level slice comparisons and one search for an earlier copy of the tail, so
+a token costs microseconds.
 On a loop, `kept` is the answer up to the end of the first occurrence of what repeats (cut back to a
 line or sentence end where one is near): what the user sees is the answer without its echo.
 """
@@ -25,7 +28,7 @@ from dataclasses import dataclass, field
 @dataclass
 class RepetitionGuard:
     min_chars: int = 240
-    max_period: int = 400
+    max_period: int = 1000
     short_chars: int = 80
     short_repeats: int = 16
     min_line_chars: int = 24
@@ -60,8 +63,10 @@ class RepetitionGuard:
 
     def _span(self, period: int) -> int:
         """How long a periodic tail must be: `min_chars`, or for a short unit `short_repeats` copies
-        of it (at least `short_chars`), so that a loop of a few dense tokens is caught before the cap."""
-        return min(self.min_chars, max(self.short_chars, period * self.short_repeats))
+        of it (at least `short_chars`), so that a loop of a few dense tokens is caught before the cap;
+        for a long unit three fifths of it (from 400 characters on), so that a passage quoted twice
+        a page apart, such as one code example's setup in the next, is not a loop."""
+        return max(min(self.min_chars, max(self.short_chars, period * self.short_repeats)), period * 3 // 5)
 
     def _period(self) -> int:
         text, span = self.text, self.min_chars
@@ -73,13 +78,21 @@ class RepetitionGuard:
             if text[-short - period:-period] == text[-short:] and _meaningful(text[-period:]):
                 return period
             period += 1
-        # Longer units: the last `min_chars` characters repeat with the period.
+        # Longer units: the last `_span(p)` characters (`min_chars`, more for the longest units)
+        # repeat with a period p. Every such p is where the last `min_chars` characters occurred
+        # before, so one C-level search per candidate, nearest first, finds them.
         if len(text) < span + period:
             return 0
-        tail, first = text[-span:], period
-        for period in range(first, min(self.max_period, len(text) - span) + 1):
-            if text[-span - period:-period] == tail and _meaningful(text[-period:]):
-                return period
+        tail, base = text[-span:], len(text) - span
+        end, lowest = base - period + span, max(0, base - self.max_period)
+        while (start := text.rfind(tail, lowest, end)) >= 0:
+            candidate = base - start
+            longer = self._span(candidate)
+            if (longer == span or (len(text) >= longer + candidate
+                                   and text[-longer - candidate:-candidate] == text[-longer:])) \
+                    and _meaningful(text[-candidate:]):
+                return candidate
+            end = start + span - 1
         return 0
 
     def _periodic_start(self, period: int) -> int:

@@ -30,6 +30,38 @@ def test_a_repeated_paragraph_is_caught_early_and_cut_after_its_first_copy(step)
     assert guard.looping and guard.kept == (ANSWER + LOOP).rstrip()
 
 
+# A cycle of about 800 characters, as bench.answers saw the model alone write (an explanation and an
+# example, then both again, word for word, until the cap).
+CYCLE = ("The nonlocal statement makes a name refer to the binding in the nearest enclosing function scope, "
+         "so an assignment in the inner function changes the outer variable instead of creating a local one.\n\n"
+         "Here's an example:\n\n```python\ndef outer():\n    count = 0\n\n    def inner():\n        nonlocal count\n"
+         "        count += 1\n        return count\n\n    return inner\n\n\ncounter = outer()\n"
+         "print(counter())  # 1\nprint(counter())  # 2\n```\n\n"
+         "In this example, inner changes count in outer's scope, and each call sees the value the last one left. "
+         "Without nonlocal, count += 1 would raise UnboundLocalError, because the assignment makes count local.\n\n")
+
+
+@pytest.mark.parametrize("step", [1, 4, 9])
+def test_a_long_cycle_repeated_word_for_word_is_a_loop(step):
+    assert 600 < len(CYCLE) < RepetitionGuard().max_period
+    guard = RepetitionGuard()
+    at = _stream(guard, ANSWER + CYCLE * 4, step)
+    assert at is not None and at < len(ANSWER) + len(CYCLE) * 2  # within the second copy
+    # One copy is kept, cut back to its last sentence end (the cycle's last sentence runs on into the
+    # second copy's first line).
+    assert (ANSWER + CYCLE).startswith(guard.kept) and guard.kept.endswith(".")
+    assert len(ANSWER + CYCLE) - 150 < len(guard.kept) and guard.kept.count("nonlocal count") == 1
+
+
+def test_a_passage_quoted_twice_a_page_apart_is_not_a_loop():
+    # One example's 300-character setup reused in the next, with different text around it: a
+    # period of ~800 characters over which only 300 repeat (a long unit must repeat over 3/5 of it).
+    setup = CYCLE[CYCLE.index("```python"):][:300]
+    text = ANSWER + setup + "\n" + CYCLE[:450] + "\nA second example builds on the first:\n\n" + setup + \
+        "\nprint('done')\n```\nThat is all there is to it.\n"
+    assert _stream(RepetitionGuard(), text, 3) is None
+
+
 @pytest.mark.parametrize("unit", ["ha", "na na ", "1 2 3 4 ", "我们", "~`{|}"])
 def test_short_periods_are_loops(unit):
     guard = RepetitionGuard()
