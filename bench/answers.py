@@ -257,7 +257,6 @@ def summary(name: str, rows: list[dict], facts: dict[str, str]) -> dict:
     recalled = sum(any(re.search(facts[r["question"]], t, re.I) for t in r["memory_texts"]) for r in rows)
     ttfts = [r["ttft"] for r in rows if r["ttft"] is not None]
     figures = {"grounded": grounded_share(rows, facts), "stopped": stopped / n, "loops": loops / n, "errors": errors / n,
-               "began_looping": began,
                "recited": sum(recited(r) for r in rows) / n,
                "recall": recalled / n, "ttft_p50": percentile(ttfts, 0.5), "ttft_p95": percentile(ttfts, 0.95),
                "tokens_per_s": statistics.median(r["tokens_per_s"] for r in rows),

@@ -210,9 +210,11 @@ class GenerationSettings:
                    dry_penalty_last_n=config.dry_penalty_last_n)
 
 
+# Asks for a trailing assistant message to be continued, not answered anew (vLLM's names, which
+# llama.cpp also reads); `LLMClient.continues_prefill` asks with them too, so it asks as a chat does.
+CONTINUE_FINAL_MESSAGE = {"continue_final_message": True, "add_generation_prompt": False}
 # What `LLMClient.continues_prefill` asks the server to render as the assistant's unfinished answer.
 PREFILL_PROBE = "The answer so far"
-_continues_prefill: dict[str, bool] = {}  # server base URL -> its answer (a fact of the server's template)
 
 # DRY for continuing an answer cut for looping: llama.cpp's default strength, over a window of the
 # answer's recent tokens rather than the whole context (whose memories an answer must quote).
@@ -257,6 +259,7 @@ class LLMClient:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self._timeout = httpx.Timeout(timeout, connect=connect_timeout)
+        self._continues_prefill: bool | None = None  # the server's answer, once it has given one
 
     @property
     def url(self) -> str:
@@ -284,21 +287,21 @@ class LLMClient:
             body["dry_penalty_last_n"] = settings.dry_penalty_last_n
         if messages and messages[-1]["role"] == "assistant":
             # A trailing assistant message is a prefill the answer continues: llama.cpp does so by
-            # default, these fields (vLLM's names, which llama.cpp also reads) ask for it explicitly.
-            body.update(continue_final_message=True, add_generation_prompt=False)
+            # default under a Jinja template; these fields ask for it explicitly.
+            body.update(CONTINUE_FINAL_MESSAGE)
         return body
 
     async def continues_prefill(self) -> bool:
         """Whether the server continues a trailing assistant message rather than closing that turn
         and answering anew: the prompt llama.cpp's `/apply-template` renders for one must end with
-        it. Asked once per server. False where it does not (this llama.cpp closes the turn under the
-        built-in Gemma template, and continues under a model's own Jinja template such as Qwen's),
-        and for a server without the endpoint; an unreachable server is asked again next time."""
-        known = _continues_prefill.get(self.base_url)
-        if known is not None:
-            return known
+        it. Asked once per client (the portal keeps one per server: `hdrag_site.runtime.llm_client`).
+        False where it does not (this llama.cpp closes the turn under the built-in Gemma template,
+        and continues under a model's own Jinja template such as Qwen's), and for a server without
+        the endpoint; an unreachable server is asked again next time."""
+        if self._continues_prefill is not None:
+            return self._continues_prefill
         messages = [{"role": "user", "content": "Hello."}, {"role": "assistant", "content": PREFILL_PROBE}]
-        body = {"messages": messages, "continue_final_message": True, "add_generation_prompt": False}
+        body = {"messages": messages, **CONTINUE_FINAL_MESSAGE}
         try:
             async with httpx.AsyncClient(timeout=self._timeout) as client:
                 response = await client.post(f"{self.base_url}/apply-template", json=body)
@@ -307,8 +310,8 @@ class LLMClient:
             return False
         except (ValueError, AttributeError):  # not JSON, or not an object
             prompt = None
-        _continues_prefill[self.base_url] = isinstance(prompt, str) and prompt.endswith(PREFILL_PROBE)
-        return _continues_prefill[self.base_url]
+        self._continues_prefill = isinstance(prompt, str) and prompt.endswith(PREFILL_PROBE)
+        return self._continues_prefill
 
     async def stream_chat(self, messages: Sequence[dict[str, str]], settings: GenerationSettings
                           ) -> AsyncIterator[ChatChunk]:

@@ -38,6 +38,7 @@ RETRIEVERS = 4
 TEXT_ENCODERS = 8  # each holds ~4 MB (IDF table, projection) beside the mapped embeddings
 CHROMA_CLIENTS = 4
 TOKEN_COUNTERS = 4  # one per LLM server URL
+LLM_CLIENTS = 4  # one per LLM server URL and timeout
 RETRIEVAL_THREADS = 2
 
 K = TypeVar("K", bound=Hashable)
@@ -84,6 +85,7 @@ _word_indexes: BoundedCache[str, Any] = BoundedCache(LOADED_BUILDS)
 _builds: BoundedCache[str, LoadedCorpus] = BoundedCache(LOADED_BUILDS)
 _chroma: BoundedCache[tuple[str, str, float], Any] = BoundedCache(CHROMA_CLIENTS)
 _counters: BoundedCache[str, ServerTokenCounter] = BoundedCache(TOKEN_COUNTERS)
+_clients: BoundedCache[tuple[str, float], LLMClient] = BoundedCache(LLM_CLIENTS)
 _executor_lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None
 
@@ -205,8 +207,10 @@ def chroma_client() -> Any:
 
 
 def llm_client() -> LLMClient:
-    """A client for the configured server (cheap: it holds no connection between calls)."""
-    return LLMClient(settings.LLM_BASE_URL, timeout=float(settings.LLM_TIMEOUT_SECONDS))
+    """The client for the configured server, kept: it holds no connection between calls, and it
+    remembers what it has learnt of the server (whether it continues an answer)."""
+    url, timeout = settings.LLM_BASE_URL, float(settings.LLM_TIMEOUT_SECONDS)
+    return _clients.get((url, timeout), lambda: LLMClient(url, timeout=timeout))
 
 
 def generation_settings(*, temperature: float | None = None) -> GenerationSettings:
@@ -256,5 +260,6 @@ def search_slot() -> threading.BoundedSemaphore:
 def reset() -> None:
     """Forget everything this process keeps (the thread pool stays: it holds no state)."""
     engine_config.cache_clear()
-    for cache in (_tokenizers, _retrievers, _text_encoders, _late_scorers, _word_indexes, _builds, _chroma, _counters):
+    for cache in (_tokenizers, _retrievers, _text_encoders, _late_scorers, _word_indexes, _builds, _chroma, _counters,
+                  _clients):
         cache.clear()

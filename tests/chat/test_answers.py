@@ -13,6 +13,7 @@ from django.db import connections
 from chat.models import Conversation, Message
 from chat.services import conversation_create
 from engine.config import Config
+from hdrag_site import runtime
 from tests.chat.conftest import TOKEN_BUDGET, events_until, make_corpus, open_socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -160,6 +161,7 @@ async def _ask_looping_llm(chat_settings, owner, *, looping: int,  # noqa: ANN00
                            prefill: bool = True) -> tuple[list[dict], list[dict], Message]:
     requests: list[dict] = []
     server = await asyncio.start_server(_looping_llm(requests, looping=looping, prefill=prefill), "127.0.0.1", 0)
+    runtime.reset()  # the kept client of a server once on this port may have learnt another answer
     port = server.sockets[0].getsockname()[1]
     chat_settings.LLM_BASE_URL = f"http://127.0.0.1:{port}"
     conversation = await db(conversation_create)(user=owner, use_memory=False)

@@ -28,7 +28,6 @@ from engine.llm import (
     PromptTooLongError,
     RecitationCut,
     ServerTokenCounter,
-    _continues_prefill,
     assemble_prompt,
     loop_retry_settings,
     user_turn_with_memories,
@@ -90,7 +89,7 @@ async def test_a_trailing_assistant_message_asks_to_be_continued_where_the_serve
 async def test_an_unreachable_server_cannot_continue_and_is_asked_again_later():
     client = LLMClient(f"http://127.0.0.1:{free_port()}", connect_timeout=1.0)
     assert await client.continues_prefill() is False
-    assert client.base_url not in _continues_prefill
+    assert client._continues_prefill is None  # no answer kept: the next call asks again
 
 
 async def test_a_dry_window_is_sent_and_is_what_the_server_samples_with(llama_server):

@@ -146,3 +146,16 @@ def test_a_chroma_host_that_never_answers_fails_within_the_timeout():
         for connection in held:
             connection.close()
         silent.close()
+
+
+def test_one_llm_client_is_kept_per_server_and_forgotten_on_reset(settings):
+    # The client remembers whether its server continues an answer: one per server, so it asks once.
+    settings.LLM_BASE_URL = "http://127.0.0.1:9"
+    client = runtime.llm_client()
+    assert runtime.llm_client() is client and client.base_url == "http://127.0.0.1:9"
+    settings.LLM_BASE_URL = "http://127.0.0.1:10"
+    assert runtime.llm_client() is not client and runtime.llm_client().base_url == "http://127.0.0.1:10"
+    settings.LLM_BASE_URL = "http://127.0.0.1:9"
+    assert runtime.llm_client() is client
+    runtime.reset()
+    assert runtime.llm_client() is not client
