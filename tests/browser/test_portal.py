@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import base64
 import io
+import json
 import re
 import time
 import zipfile
@@ -202,4 +203,68 @@ def test_chat_streams_and_stops(browser, live_portal, screenshot):
     screenshot(page, "12-chat-stopped")
     page.goto(f"{live_portal.url}/")
     assert page.locator("#dashboard-conversations li").count() == 1
+    page.context.close()
+
+
+
+REWOUND = "Kept before the echo."
+
+
+def test_a_rewind_replaces_the_streamed_echo(browser, live_portal, screenshot):
+    """The page side of `chat.rewind`: the streamed answer is replaced by the kept text, later deltas
+    follow it, and the stored answer (chat.done) is what stays. A real loop cannot be had from the
+    model on demand, so this one fault is injected: the real server's stream passes through a
+    Playwright WebSocket route, which adds a rewind after the second delta and holds the rest back
+    until the page has been read."""
+    page = log_in(browser, live_portal, "bob")
+    state: dict = {"deltas": 0, "held": None, "page_side": None}
+
+    def route(ws) -> None:  # noqa: ANN001 - playwright WebSocketRoute
+        state["page_side"] = ws
+        server = ws.connect_to_server()
+
+        def from_server(message: str) -> None:
+            if state["held"] is not None:
+                state["held"].append(message)
+                return
+            ws.send(message)
+            if json.loads(message).get("type") == "chat.delta":
+                state["deltas"] += 1
+                if state["deltas"] == 2:
+                    ws.send(json.dumps({"type": "chat.rewind", "content": REWOUND, "reason": "repetition"}))
+                    state["held"] = []
+
+        server.on_message(from_server)
+
+    page.route_web_socket(re.compile(r"/ws/chat/\d+/$"), route)
+    page.goto(f"{live_portal.url}/chat/")
+    page.get_by_role("button", name="Start a conversation").click()
+    page.wait_for_selector("#chat-connection[data-state=open]")
+    page.get_by_label("Message").fill("Say hello to the team in one short sentence.")
+    page.get_by_role("button", name="Send").click()
+    streaming = "document.querySelector('#chat-messages li.chat-streaming .chat-body')"
+    wait_until(page, f"(() => {{ const b = {streaming}; return b && b.textContent.trim() === {json.dumps(REWOUND)}; }})()")
+    screenshot(page, "13-chat-rewound")
+    # Wait for the whole answer to be held (the route's callbacks run while the page is waited on),
+    # then let it through in two steps: the deltas, which append to the kept text, and chat.done,
+    # which puts the stored answer in place of what streamed.
+    deadline = time.monotonic() + 60
+    while not any(json.loads(m).get("type") == "chat.done" for m in state["held"]):
+        assert time.monotonic() < deadline, state["held"][-3:]
+        page.wait_for_timeout(100)
+    held = state["held"]
+    deltas = [m for m in held if json.loads(m).get("type") == "chat.delta"]
+    assert deltas, "the answer ended within two deltas: ask for a longer one"
+    for message in deltas:
+        state["page_side"].send(message)
+    wait_until(page, f"(() => {{ const b = {streaming}; return b && b.textContent.length > {len(REWOUND)}; }})()")
+    assert page.locator("#chat-messages li.chat-streaming .chat-body").inner_text().startswith(REWOUND)
+    for message in held:
+        if message not in deltas:
+            state["page_side"].send(message)
+    done = page.locator("#chat-messages li[data-status=complete]").last
+    done.wait_for(timeout=60_000)
+    answer = done.locator(".chat-body").inner_text()
+    assert answer.strip() and REWOUND not in answer and done.get_attribute("data-id")
+    assert page.locator("#chat-messages li.chat-streaming").count() == 0
     page.context.close()
