@@ -43,6 +43,7 @@ class CompletionPlan:
     memories: list[dict]
     retrieval_seconds: float
     settings: GenerationSettings
+    loop_retries: int = 0  # continuations after a loop (engine Config.loop_retries); streamed answers get none
 
 
 def completion_models(*, user: AbstractBaseUser) -> list[dict[str, Any]]:
@@ -139,4 +140,5 @@ def completion_prepare(*, user: AbstractBaseUser, model: str, messages: list[dic
     plan = assemble_prompt(system_prompt=system_prompt, history=history, user_message=user_message,
                            memories=[r["memory"]["text"] for r in results], tokenizer=tokenizer, budget=budget)
     results = results[:plan.memories_used]
-    return CompletionPlan(model=model, plan=plan, memories=results, retrieval_seconds=retrieval, settings=settings)
+    return CompletionPlan(model=model, plan=plan, memories=results, retrieval_seconds=retrieval, settings=settings,
+                          loop_retries=config.loop_retries)

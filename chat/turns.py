@@ -59,7 +59,7 @@ from engine.llm import (
     PromptTooLongError,
     Usage,
     assemble_prompt,
-    loop_retry_settings,
+    continuation,
 )
 from engine.repetition import RepetitionGuard
 from hdrag_site import runtime
@@ -204,10 +204,9 @@ async def run_turn(*, conversation_id: int, content: str = "", emit: Emit, regen
             parts[:] = [kept]
             guard = RepetitionGuard()
             guard.feed(kept)  # a loop in the continuation may repeat what was kept
-            messages = [*plan.messages, {"role": "assistant", "content": kept}] if kept else plan.messages
-            final_usage, finish_reason = await _stream(messages, loop_retry_settings(prepared.generation),
-                                                       guard=guard, parts=parts, result=result, started=started,
-                                                       emit=emit)
+            messages, settings = continuation(plan.messages, kept, prepared.generation)
+            final_usage, finish_reason = await _stream(messages, settings, guard=guard, parts=parts, result=result,
+                                                       started=started, emit=emit)
     except asyncio.CancelledError:
         # Shielded: the stop must be recorded even though this task is being cancelled.
         await asyncio.shield(_finish(result, status=Message.Status.STOPPED, content="".join(parts), **common))

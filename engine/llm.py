@@ -230,6 +230,13 @@ def loop_retry_settings(settings: GenerationSettings) -> GenerationSettings:
                    dry_penalty_last_n=window)
 
 
+def continuation(messages: list[dict[str, str]], kept: str,
+                 settings: GenerationSettings) -> tuple[list[dict[str, str]], GenerationSettings]:
+    """The request that continues an answer cut for looping: `kept` (the answer up to the cut) as
+    the assistant's prefilled message after `messages`, sampled with `loop_retry_settings`."""
+    return ([*messages, {"role": "assistant", "content": kept}] if kept else messages), loop_retry_settings(settings)
+
+
 @dataclass(frozen=True)
 class Usage:
     prompt_tokens: int

@@ -18,7 +18,7 @@ from api.serializers import ChatCompletionRequestSerializer, ModelListSerializer
 from api.views.base import ApiView, errors
 from api.views.sse import sse_frame, sse_response
 from chat.completions import CompletionPlan, ModelNotFound, completion_models, completion_prepare
-from engine.llm import LLMError, PromptTooLongError, Usage
+from engine.llm import LLMError, PromptTooLongError, Usage, continuation
 from engine.repetition import RepetitionGuard
 from hdrag_site import runtime
 from hdrag_site.errors import ApplicationError
@@ -122,25 +122,42 @@ class ChatCompletions(ApiView):
 
 
 # An answer that starts looping is cut as in the portal's chat (engine.repetition): leaving the
-# stream closes it and llama.cpp stops generating. OpenAI's finish reasons have no word for it, so
-# the reply says "length" (cut short by the server), with the text up to where the loop began
-# (whole replies) or as streamed so far (streams: what was sent cannot be taken back).
+# stream closes it and llama.cpp stops generating. A whole reply is then continued from the cut
+# (`_complete`); one that still loops, or a stream (what was sent cannot be taken back), ends cut,
+# and OpenAI's finish reasons have no word for it, so the reply says "length" (cut short by the
+# server), with the text up to where the loop began (whole replies) or as streamed so far.
 LOOP_FINISH_REASON = "length"
 
 
 async def _complete(prepared: CompletionPlan) -> tuple[str, str, Usage | None]:
-    parts: list[str] = []
-    finish_reason, usage = "", None
-    guard = RepetitionGuard()
-    stream = runtime.llm_client().stream_chat(prepared.plan.messages, prepared.settings)
-    async with contextlib.aclosing(stream):
-        async for chunk in stream:
-            parts.append(chunk.delta)
-            finish_reason = chunk.finish_reason or finish_reason
-            usage = chunk.usage or usage
-            if chunk.delta and guard.feed(chunk.delta):
-                return guard.kept, LOOP_FINISH_REASON, usage
-    return "".join(parts), finish_reason, usage
+    """The whole answer. One that loops is cut where it began and, as in the portal's chat, continued
+    from the cut with DRY over its recent tokens, up to `loop_retries` times where the server can
+    continue an answer (nothing was sent yet, so the echo is simply not kept); one that loops again
+    ends at the cut with LOOP_FINISH_REASON."""
+    client = runtime.llm_client()
+    messages, settings = prepared.plan.messages, prepared.settings
+    kept, loops = "", 0
+    while True:
+        parts = [kept]
+        finish_reason, usage = "", None
+        guard = RepetitionGuard()
+        guard.feed(kept)  # a loop in the continuation may repeat what was kept
+        looped = False
+        async with contextlib.aclosing(client.stream_chat(messages, settings)) as stream:
+            async for chunk in stream:
+                parts.append(chunk.delta)
+                finish_reason = chunk.finish_reason or finish_reason
+                usage = chunk.usage or usage
+                if chunk.delta and guard.feed(chunk.delta):
+                    looped = True
+                    break
+        if not looped:
+            return "".join(parts), finish_reason, usage
+        loops += 1
+        if loops > prepared.loop_retries or not await client.continues_prefill():
+            return guard.kept, LOOP_FINISH_REASON, usage
+        kept = guard.kept
+        messages, settings = continuation(prepared.plan.messages, kept, prepared.settings)
 
 
 async def _stream(emit, prepared: CompletionPlan, completion_id: str, created: int,  # noqa: ANN001

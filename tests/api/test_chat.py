@@ -12,8 +12,10 @@ import pytest
 
 from api.services import api_token_create
 from chat.models import Message
+from engine.config import Config
+from hdrag_site import runtime
 from tests.api.conftest import error_of, make_corpus, token_client
-from tests.chat.test_answers import KEPT, _looping_llm
+from tests.chat.test_answers import CONTINUATION, KEPT, _looping_llm
 
 QUESTION = "How does a generator function pause at yield and resume where it left off?"
 
@@ -152,21 +154,41 @@ def test_bad_completion_requests_are_4xx(chat_settings, owner, body, status):
     error_of(response)
 
 
-async def test_a_looping_completion_is_cut_whole_and_streamed(chat_settings, live_api, secret):
-    """The OpenAI-compatible chat cuts a loop as the portal's chat does, and says "length" (cut short
-    by the server). The LLM is the chat suite's fake that loops (a real model cannot be made to loop
-    on demand)."""
+async def _complete_with_looping_llm(chat_settings, url: str, secret: str, *, looping: int,  # noqa: ANN001
+                                     stream: bool = False) -> tuple[httpx.Response, list[dict]]:
+    """One completion against the chat suite's fake LLM whose first `looping` answers loop (a real
+    model cannot be made to loop on demand)."""
     requests: list[dict] = []
-    server = await asyncio.start_server(_looping_llm(requests, looping=2), "127.0.0.1", 0)
+    server = await asyncio.start_server(_looping_llm(requests, looping=looping), "127.0.0.1", 0)
+    runtime.reset()  # the kept client of a server once on this port may have learnt another answer
     chat_settings.LLM_BASE_URL = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
-    body = {"model": "none", "messages": [{"role": "user", "content": QUESTION}]}
-    url = f"{live_api.url}/api/v1/chat/completions"
+    body = {"model": "none", "messages": [{"role": "user", "content": QUESTION}], "stream": stream}
     async with server, httpx.AsyncClient(timeout=60, headers=_headers(secret)) as http:
-        whole = (await http.post(url, json=body)).json()
-        streamed = await http.post(url, json={**body, "stream": True})
-    assert whole["choices"][0]["finish_reason"] == "length"
-    assert whole["choices"][0]["message"]["content"] == KEPT
-    assert len(requests) == 2  # one each: no continuation here
+        response = await http.post(f"{url}/api/v1/chat/completions", json=body)
+    return response, requests
+
+
+async def test_a_whole_completion_that_loops_is_continued_from_the_cut(chat_settings, live_api, secret):
+    """A whole reply has sent nothing yet: like the portal's chat, it takes the echo back and has the
+    kept text continued (an assistant prefill, DRY over the answer's recent tokens)."""
+    response, requests = await _complete_with_looping_llm(chat_settings, live_api.url, secret, looping=1)
+    choice = response.json()["choices"][0]
+    assert (choice["finish_reason"], choice["message"]["content"]) == ("stop", KEPT + CONTINUATION)
+    assert len(requests) == 2
+    assert requests[1]["messages"] == [*requests[0]["messages"], {"role": "assistant", "content": KEPT}]
+    assert requests[1]["continue_final_message"] is True and "continue_final_message" not in requests[0]
+    assert (requests[1]["dry_multiplier"], requests[1]["dry_penalty_last_n"]) == (0.8, 128)
+
+
+async def test_a_completion_that_loops_again_is_cut_whole_and_streamed(chat_settings, live_api, secret):
+    """One that loops again after its continuations ends at the cut and says "length" (cut short by
+    the server); a stream, which cannot take back what it sent, is cut at once."""
+    whole, requests = await _complete_with_looping_llm(chat_settings, live_api.url, secret, looping=10)
+    assert whole.json()["choices"][0]["finish_reason"] == "length"
+    assert whole.json()["choices"][0]["message"]["content"] == KEPT
+    assert len(requests) == 1 + Config().loop_retries
+    streamed, requests = await _complete_with_looping_llm(chat_settings, live_api.url, secret, looping=10, stream=True)
+    assert len(requests) == 1  # no continuation of a stream
     chunks = [json.loads(data) for _, data in _sse(streamed.text) if data != "[DONE]"]
     deltas = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]]
     assert 2 <= sum(bool(d) for d in deltas) < 30  # stopped within a few repeats, not after 400
