@@ -429,8 +429,9 @@ def user_turn_with_memories(question: str, memories: Sequence[str]) -> str:
     """The new user turn: each retrieved memory in `<memory>` tags, then the question.
 
     `memories` are best first and are written best last, so the best one stands next to the
-    question: on `bench.answers`' demo set the small chat model grounded 75.0 % of its answers with
-    the best memory last against 67.3 % with it first (one round each, same memories)."""
+    question. Paired on `bench.answers` (each question asked both ways in one run): the Jargon File
+    40.0 % grounded against 28.9 % best first, the manual pages 55.6 against 48.9 %, the demo set
+    70.2 against 73.1 % (2 rounds); 27 answers grounded only best last, 22 only best first."""
     texts = [text.strip() for text in memories if text.strip()]
     return "".join(MEMORY_OPEN + text + MEMORY_CLOSE for text in reversed(texts)) + ("\n" if texts else "") + question
 
