@@ -206,7 +206,6 @@ def test_chat_streams_and_stops(browser, live_portal, screenshot):
     page.context.close()
 
 
-
 REWOUND = "Kept before the echo."
 
 
