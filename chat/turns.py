@@ -49,6 +49,7 @@ from chat.services import (
 from chat.turn_memories import memories_for_turn
 from engine.bits import compress_context
 from engine.llm import (
+    AnswerEnd,
     GenerationSettings,
     LLMConnectionError,
     LLMError,
@@ -57,11 +58,11 @@ from engine.llm import (
     LLMTimeoutError,
     PromptPlan,
     PromptTooLongError,
+    Rewind,
     Usage,
     assemble_prompt,
-    continuation,
+    stream_answer,
 )
-from engine.repetition import RepetitionGuard
 from hdrag_site import runtime
 from hdrag_site.errors import ApplicationError
 
@@ -174,12 +175,9 @@ async def run_turn(*, conversation_id: int, content: str = "", emit: Emit, regen
     await emit({"type": "chat.accepted", "message": message_json(user_message), "title": title})
     memories: list[dict] = []
     parts: list[str] = []
-    final_usage: Usage | None = None
-    finish_reason = ""
     # `memories` is filled in place, so every outcome below stores what primed the answer so far.
     common: dict[str, Any] = {"conversation_id": conversation_id, "memories": memories, "emit": emit,
                               "started": started}
-    guard = RepetitionGuard()
     try:
         prepared = await _in_worker(_prepare)(conversation_id, user_message.pk, user_message.content)
         plan = prepared.plan
@@ -189,24 +187,25 @@ async def run_turn(*, conversation_id: int, content: str = "", emit: Emit, regen
                     "memories": [memory_result_json(r, rank=rank) for rank, r in enumerate(memories)],
                     "retrieval_ms": round(prepared.retrieval * 1000, 3), "prompt_tokens_estimate": plan.prompt_tokens,
                     "history_dropped": plan.dropped_messages})
-        final_usage, finish_reason = await _stream(plan.messages, prepared.generation, guard=guard, parts=parts,
-                                                   result=result, started=started, emit=emit)
-        while guard.looping:
-            result.loops += 1
-            if result.loops > prepared.loop_retries or not await runtime.llm_client().continues_prefill():
-                break
-            # Continue from the cut, the looping tail taken back, with DRY against the answer's own
-            # recent tokens (the assistant message is a prefill: llama.cpp continues it).
-            kept = guard.kept
-            logger.info("chat answer in conversation %s began repeating itself; continuing from the cut",
-                        conversation_id)
-            await emit({"type": "chat.rewind", "content": kept, "reason": "repetition"})
-            parts[:] = [kept]
-            guard = RepetitionGuard()
-            guard.feed(kept)  # a loop in the continuation may repeat what was kept
-            messages, settings = continuation(plan.messages, kept, prepared.generation)
-            final_usage, finish_reason = await _stream(messages, settings, guard=guard, parts=parts, result=result,
-                                                       started=started, emit=emit)
+        answer = stream_answer(runtime.llm_client(), plan.messages, prepared.generation,
+                               loop_retries=prepared.loop_retries)
+        # aclosing: leaving early (the turn cancelled) closes the HTTP stream, and llama.cpp stops.
+        async with contextlib.aclosing(answer):
+            async for event in answer:
+                if isinstance(event, AnswerEnd):
+                    end = event
+                elif isinstance(event, Rewind):
+                    # Continued from the cut, the looping tail taken back (engine.llm.stream_answer).
+                    result.loops += 1
+                    logger.info("chat answer in conversation %s began repeating itself; continuing from the cut",
+                                conversation_id)
+                    await emit({"type": "chat.rewind", "content": event.kept, "reason": "repetition"})
+                    parts[:] = [event.kept]
+                else:
+                    if result.timings.first_token is None:
+                        result.timings.first_token = time.perf_counter() - started
+                    parts.append(event.delta)
+                    await emit({"type": "chat.delta", "delta": event.delta})
     except asyncio.CancelledError:
         # Shielded: the stop must be recorded even though this task is being cancelled.
         await asyncio.shield(_finish(result, status=Message.Status.STOPPED, content="".join(parts), **common))
@@ -227,37 +226,16 @@ async def run_turn(*, conversation_id: int, content: str = "", emit: Emit, regen
                       error="The answer could not be prepared because of an internal error; it is logged. "
                             "Try again, or ask an administrator.", **common)
         return result
-    if guard.looping:
+    result.loops = end.loops
+    if end.looping:
         logger.info("chat answer in conversation %s cut after it began repeating itself %d time(s)",
                     conversation_id, result.loops)
-        await _finish(result, status=Message.Status.REPETITION, content=guard.kept, usage=final_usage,
+        await _finish(result, status=Message.Status.REPETITION, content=end.content, usage=end.usage,
                       finish_reason="repetition", **common)
         return result
-    await _finish(result, status=Message.Status.COMPLETE, content="".join(parts), usage=final_usage,
-                  finish_reason=finish_reason, **common)
+    await _finish(result, status=Message.Status.COMPLETE, content=end.content, usage=end.usage,
+                  finish_reason=end.finish_reason, **common)
     return result
-
-
-async def _stream(messages: list[dict[str, str]], settings: GenerationSettings, *, guard: RepetitionGuard,
-                  parts: list[str], result: TurnResult, started: float, emit: Emit) -> tuple[Usage | None, str]:
-    """Stream one completion into `parts` (and to `emit`) until it ends or `guard` sees a loop;
-    returns its usage and finish reason (none when it was cut)."""
-    usage: Usage | None = None
-    finish_reason = ""
-    stream = runtime.llm_client().stream_chat(messages, settings)
-    # aclosing: leaving the loop early (a loop detected) closes the HTTP stream, and llama.cpp stops.
-    async with contextlib.aclosing(stream):
-        async for chunk in stream:
-            if chunk.delta:
-                if result.timings.first_token is None:
-                    result.timings.first_token = time.perf_counter() - started
-                parts.append(chunk.delta)
-                await emit({"type": "chat.delta", "delta": chunk.delta})
-                if guard.feed(chunk.delta):
-                    break
-            usage = chunk.usage or usage
-            finish_reason = chunk.finish_reason or finish_reason
-    return usage, finish_reason
 
 
 async def _finish(result: TurnResult, *, conversation_id: int, content: str, status: str, memories: list[dict],

@@ -24,6 +24,7 @@ stops generating for a closed connection.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from collections import OrderedDict
@@ -34,6 +35,7 @@ from typing import Any, Literal, Protocol
 import httpx
 
 from engine.config import Config
+from engine.repetition import RepetitionGuard
 
 TEMPLATE_TOKENS = 4
 MESSAGE_TOKENS = 6
@@ -230,13 +232,6 @@ def loop_retry_settings(settings: GenerationSettings) -> GenerationSettings:
                    dry_penalty_last_n=window)
 
 
-def continuation(messages: list[dict[str, str]], kept: str,
-                 settings: GenerationSettings) -> tuple[list[dict[str, str]], GenerationSettings]:
-    """The request that continues an answer cut for looping: `kept` (the answer up to the cut) as
-    the assistant's prefilled message after `messages`, sampled with `loop_retry_settings`."""
-    return ([*messages, {"role": "assistant", "content": kept}] if kept else messages), loop_retry_settings(settings)
-
-
 @dataclass(frozen=True)
 class Usage:
     prompt_tokens: int
@@ -403,6 +398,63 @@ class LLMClient:
         if "error" in event:
             raise LLMHTTPError(f"LLM server at {self.base_url} reported an error: {_error_text(data)}", 500)
         return event
+
+
+@dataclass(frozen=True)
+class Rewind:
+    """The answer began looping: what streamed after `kept` is taken back, and it goes on from `kept`."""
+
+    kept: str
+
+
+@dataclass(frozen=True)
+class AnswerEnd:
+    """How a guarded answer ended: its text, and whether it was cut for looping (`looping`, after
+    beginning to loop `loops` times in all)."""
+
+    content: str
+    finish_reason: str
+    usage: Usage | None
+    loops: int
+    looping: bool
+
+
+async def stream_answer(client: LLMClient, messages: list[dict[str, str]], settings: GenerationSettings, *,
+                        loop_retries: int) -> AsyncIterator[ChatChunk | Rewind | AnswerEnd]:
+    """One answer with the repetition guard watching: the chunks that carry text, a `Rewind` each
+    time a loop is cut and continued, then one `AnswerEnd`.
+
+    A loop is cut where it began (leaving the stream closes it, and llama.cpp stops) and, up to
+    `loop_retries` times where the server can continue an answer, continued from the cut: the kept
+    text as the assistant's prefilled message, sampled with `loop_retry_settings`. Otherwise the
+    answer ends at the cut, `looping`. The one mechanism of the portal's chat and the
+    OpenAI-compatible replies (a stream passes 0: what it sent cannot be taken back)."""
+    kept, loops, request = "", 0, (messages, settings)
+    while True:
+        parts = [kept]
+        finish_reason, usage = "", None
+        guard = RepetitionGuard()
+        guard.feed(kept)  # a loop in the continuation may repeat what was kept
+        async with contextlib.aclosing(client.stream_chat(*request)) as stream:
+            async for chunk in stream:
+                if chunk.delta:
+                    parts.append(chunk.delta)
+                    yield chunk
+                    if guard.feed(chunk.delta):
+                        break
+                usage = chunk.usage or usage
+                finish_reason = chunk.finish_reason or finish_reason
+        if not guard.looping:
+            yield AnswerEnd("".join(parts), finish_reason, usage, loops, looping=False)
+            return
+        loops += 1
+        if loops > loop_retries or not await client.continues_prefill():
+            yield AnswerEnd(guard.kept, finish_reason, usage, loops, looping=True)
+            return
+        kept = guard.kept
+        yield Rewind(kept)
+        request = ([*messages, {"role": "assistant", "content": kept}] if kept else messages,
+                   loop_retry_settings(settings))
 
 
 def _error_text(body: str) -> str:

@@ -18,8 +18,7 @@ from api.serializers import ChatCompletionRequestSerializer, ModelListSerializer
 from api.views.base import ApiView, errors
 from api.views.sse import sse_frame, sse_response
 from chat.completions import CompletionPlan, ModelNotFound, completion_models, completion_prepare
-from engine.llm import LLMError, PromptTooLongError, Usage, continuation
-from engine.repetition import RepetitionGuard
+from engine.llm import AnswerEnd, LLMError, PromptTooLongError, Usage, stream_answer
 from hdrag_site import runtime
 from hdrag_site.errors import ApplicationError
 
@@ -130,59 +129,36 @@ LOOP_FINISH_REASON = "length"
 
 
 async def _complete(prepared: CompletionPlan) -> tuple[str, str, Usage | None]:
-    """The whole answer. One that loops is cut where it began and, as in the portal's chat, continued
-    from the cut with DRY over its recent tokens, up to `loop_retries` times where the server can
-    continue an answer (nothing was sent yet, so the echo is simply not kept); one that loops again
-    ends at the cut with LOOP_FINISH_REASON."""
-    client = runtime.llm_client()
-    messages, settings = prepared.plan.messages, prepared.settings
-    kept, loops = "", 0
-    while True:
-        parts = [kept]
-        finish_reason, usage = "", None
-        guard = RepetitionGuard()
-        guard.feed(kept)  # a loop in the continuation may repeat what was kept
-        looped = False
-        async with contextlib.aclosing(client.stream_chat(messages, settings)) as stream:
-            async for chunk in stream:
-                parts.append(chunk.delta)
-                finish_reason = chunk.finish_reason or finish_reason
-                usage = chunk.usage or usage
-                if chunk.delta and guard.feed(chunk.delta):
-                    looped = True
-                    break
-        if not looped:
-            return "".join(parts), finish_reason, usage
-        loops += 1
-        if loops > prepared.loop_retries or not await client.continues_prefill():
-            return guard.kept, LOOP_FINISH_REASON, usage
-        kept = guard.kept
-        messages, settings = continuation(prepared.plan.messages, kept, prepared.settings)
+    """The whole answer. Nothing was sent yet, so a loop is continued from the cut as in the portal's
+    chat (`engine.llm.stream_answer`, up to `loop_retries` times); one that loops again ends at the
+    cut with LOOP_FINISH_REASON."""
+    answer = stream_answer(runtime.llm_client(), prepared.plan.messages, prepared.settings,
+                           loop_retries=prepared.loop_retries)
+    async with contextlib.aclosing(answer):
+        end = [event async for event in answer if isinstance(event, AnswerEnd)][-1]
+    return end.content, LOOP_FINISH_REASON if end.looping else end.finish_reason, end.usage
 
 
 async def _stream(emit, prepared: CompletionPlan, completion_id: str, created: int,  # noqa: ANN001
                   include_usage: bool) -> None:
     model = prepared.model
     await emit(sse_frame(_chunk(completion_id, created, model, {"role": "assistant", "content": ""})))
-    finish_reason, usage = "", None
-    guard = RepetitionGuard()
     try:
-        stream = runtime.llm_client().stream_chat(prepared.plan.messages, prepared.settings)
-        async with contextlib.aclosing(stream):
-            async for chunk in stream:
-                if chunk.delta:
-                    await emit(sse_frame(_chunk(completion_id, created, model, {"content": chunk.delta})))
-                finish_reason = chunk.finish_reason or finish_reason
-                usage = chunk.usage or usage
-                if chunk.delta and guard.feed(chunk.delta):
-                    finish_reason = LOOP_FINISH_REASON
-                    break
+        # No continuation (loop_retries 0): what a stream sent cannot be taken back.
+        answer = stream_answer(runtime.llm_client(), prepared.plan.messages, prepared.settings, loop_retries=0)
+        async with contextlib.aclosing(answer):
+            async for event in answer:
+                if isinstance(event, AnswerEnd):
+                    end = event
+                else:
+                    await emit(sse_frame(_chunk(completion_id, created, model, {"content": event.delta})))
     except LLMError as error:
         await emit(sse_frame({"error": {"code": "llm_unavailable", "message": f"The language model failed: {error}",
                                         "details": {}}}))
         return
-    await emit(sse_frame(_chunk(completion_id, created, model, {}, finish_reason or "stop")))
-    if include_usage and usage is not None:
+    finish_reason = LOOP_FINISH_REASON if end.looping else end.finish_reason or "stop"
+    await emit(sse_frame(_chunk(completion_id, created, model, {}, finish_reason)))
+    if include_usage and end.usage is not None:
         await emit(sse_frame({"id": completion_id, "object": "chat.completion.chunk", "created": created,
-                              "model": model, "choices": [], "usage": _usage(usage)}))
+                              "model": model, "choices": [], "usage": _usage(end.usage)}))
     await emit("data: [DONE]\n\n")
