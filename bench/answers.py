@@ -32,6 +32,13 @@ p50/p95 and generation tokens/s. With `--rounds N` every question is asked N tim
 the figures pool the rounds, and each round's lift and the lifts' mean and spread are printed first.
 Targets (issue 9): >= 95 % stop by themselves, no loops, grounded with memories >= 60 % and at
 least 25 points above the model alone.
+
+`--versus KEY=VALUE` (repeatable) compares two arms paired: arm A runs with the `--config`
+settings, arm B with those and the `--versus` ones, and every question is asked in both modes of
+both arms in turn, in one run, against one corpus and one server. Beside each arm's figures it
+prints, per mode, the discordant answers (grounded in one arm only) and the exact two-sided sign
+test on them: sampling moves one unpaired round's grounded rate by several points, so a change of
+prompt or setting is judged on the questions it turns, not on two rates taken apart.
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ import argparse
 import asyncio
 import gzip
 import json
+import math
 import os
 import re
 import statistics
@@ -83,21 +91,38 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--out", type=Path, help="write every answer as JSONL here")
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", type=_setting,
                         help="an engine setting for this run (YAML value), e.g. repeat_penalty=1.0; repeatable")
+    parser.add_argument("--versus", action="append", default=[], metavar="KEY=VALUE", type=_setting,
+                        help="a second arm, paired: these settings over --config's; repeatable")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     return args
 
 
-def portal_setup(data_dir: Path, base_url: str, max_tokens: int, settings: list[str] = ()) -> None:
+def write_config(config_file: Path, max_tokens: int, settings: list[str] = ()) -> None:
+    """The engine YAML the portal reads (`HDRAG_CONFIG_FILE`): the answer cap and `settings`."""
     import yaml
 
-    config_file = data_dir / "engine.yaml"
     values = {"max_new_tokens": max_tokens}
     for setting in settings:
         key, _, value = setting.partition("=")
         values[key.strip()] = yaml.safe_load(value)
     config_file.write_text(yaml.safe_dump(values))
+
+
+def use_settings(config_file: Path, max_tokens: int, settings: list[str]) -> None:
+    """Switch the running portal to another arm's settings: rewrite its config file and drop the
+    cached engine config, which every turn reads afresh (`hdrag_site.runtime.engine_config`)."""
+    from hdrag_site import runtime
+
+    write_config(config_file, max_tokens, settings)
+    runtime.engine_config.cache_clear()
+    runtime.engine_config()  # a bad setting fails here, before any answer
+
+
+def portal_setup(data_dir: Path, base_url: str, max_tokens: int, settings: list[str] = ()) -> None:
+    config_file = data_dir / "engine.yaml"
+    write_config(config_file, max_tokens, settings)
     os.environ.update({"DJANGO_SETTINGS_MODULE": "hdrag_site.settings", "DATA_DIR": str(data_dir),
                        "LLM_BASE_URL": base_url, "HDRAG_CONFIG_FILE": str(config_file), "LOG_LEVEL": "WARNING",
                        "CELERY_TASK_ALWAYS_EAGER": "1", "HDRAG_ADMIN_PASSWORD": "bench-only-password"})
@@ -271,22 +296,78 @@ def summary(name: str, rows: list[dict], facts: dict[str, str]) -> dict:
     return figures
 
 
-async def run(args: argparse.Namespace, user, corpus_id: int, questions: list[tuple[str, str]]) -> None:  # noqa: ANN001
-    rows: dict[str, list[dict]] = {"model alone": [], "with memories": []}
+def sign_test(only_a: int, only_b: int) -> float:
+    """Exact two-sided sign test (McNemar's exact test) on the discordant pairs: the chance of a
+    split at least this uneven if either arm were as likely to win each."""
+    n, k = only_a + only_b, min(only_a, only_b)
+    if n == 0:
+        return 1.0
+    return min(1.0, 2 * sum(math.comb(n, i) for i in range(k + 1)) / 2 ** n)
+
+
+def verdicts(alone: dict, primed: dict) -> None:
+    lift = primed["grounded"] - alone["grounded"]
+    ratio = primed["grounded"] / alone["grounded"] if alone["grounded"] else float("inf")
+    print(f"baseline (model alone) grounded {alone['grounded']:.1%}; with memories {primed['grounded']:.1%}: "
+          f"{lift * 100:+.1f} points, ratio {ratio:.2f}x")
+    checks = [("stop by themselves >= 95 %", min(alone["stopped"], primed["stopped"]) >= 0.95),
+              ("no repetition loops", alone["loops"] == 0 and primed["loops"] == 0),
+              ("grounded with memories >= 60 %", primed["grounded"] >= 0.60),
+              ("grounded lift >= 25 points", lift >= 0.25),
+              ("TTFT p50 with memories <= 3 s", primed["ttft_p50"] <= 3.0)]
+    for text, ok in checks:
+        print(f"target: {text:<34} {'meets' if ok else 'MISSES'}")
+
+
+def paired(rows: dict[tuple[str, str], list[dict]], facts: dict[str, str]) -> None:
+    """Per mode, the answers grounded in one arm only (rows pair up by question and round)."""
+    print("\npaired, arm A against arm B (same question, same round):")
+    for mode in MODES:
+        a, b = rows[("A", mode)], rows[("B", mode)]
+        grounded = [(bool(re.search(facts[x["question"]], x["answer"], re.I)),
+                     bool(re.search(facts[y["question"]], y["answer"], re.I))) for x, y in zip(a, b, strict=True)]
+        only_a = sum(x and not y for x, y in grounded)
+        only_b = sum(y and not x for x, y in grounded)
+        print(f"  {mode:<14} grounded in A only {only_a:3}, in B only {only_b:3}, in both {sum(x and y for x, y in grounded):3}"
+              f" of {len(grounded)}; sign test p = {sign_test(only_a, only_b):.3f}")
+
+
+MODES = {"model alone": False, "with memories": True}
+
+
+async def run(args: argparse.Namespace, user, corpus_id: int, questions: list[tuple[str, str]],  # noqa: ANN001
+              config_file: Path) -> None:
+    arms = {"A": args.config, "B": [*args.config, *args.versus]} if args.versus else {"": args.config}
+    rows: dict[tuple[str, str], list[dict]] = {(arm, mode): [] for arm in arms for mode in MODES}
     await ask(user, corpus_id, "Hello!", use_memory=False, budget=args.budget, temperature=args.temperature)
     started = time.perf_counter()
     for round_number in range(args.rounds):
         for number, (question, _) in enumerate(questions):
-            # Alternate the modes question by question, so load on the machine touches both alike.
-            for mode, use_memory in (("model alone", False), ("with memories", True)):
-                row = await ask(user, corpus_id, question, use_memory=use_memory, budget=args.budget,
-                                temperature=args.temperature)
-                rows[mode].append({**row, "round": round_number})
+            # Alternate arms and modes question by question, so load on the machine touches all alike.
+            for arm, settings in arms.items():
+                if len(arms) > 1:
+                    use_settings(config_file, args.max_tokens, settings)
+                for mode, use_memory in MODES.items():
+                    row = await ask(user, corpus_id, question, use_memory=use_memory, budget=args.budget,
+                                    temperature=args.temperature)
+                    rows[(arm, mode)].append({**row, "round": round_number, "arm": arm})
             if (number + 1) % 10 == 0:
                 print(f"  round {round_number + 1}: {number + 1}/{len(questions)} questions, "
                       f"{time.perf_counter() - started:.0f} s", flush=True)
     facts = dict(questions)
-    print()
+    for arm, settings in arms.items():
+        print(f"\narm {arm}: settings {settings or 'the defaults'}" if arm else "")
+        report(args, {mode: rows[(arm, mode)] for mode in MODES}, facts)
+    if len(arms) > 1:
+        paired(rows, facts)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as out:
+            for arm_rows in rows.values():
+                out.writelines(json.dumps(row) + "\n" for row in arm_rows)
+
+
+def report(args: argparse.Namespace, rows: dict[str, list[dict]], facts: dict[str, str]) -> None:
+    """One arm's figures: each round's lift, each mode's summary, a few answers, the targets."""
     if args.rounds > 1:
         lifts = []
         for round_number in range(args.rounds):
@@ -303,22 +384,8 @@ async def run(args: argparse.Namespace, user, corpus_id: int, questions: list[tu
     for mode, mode_rows in rows.items():
         for row in mode_rows[:args.show]:
             print(f"\n[{mode}] Q: {row['question']}\nA ({row['status']}, {row['finish_reason']}): {row['answer'][:600]}")
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as out:
-            for mode_rows in rows.values():
-                out.writelines(json.dumps(row) + "\n" for row in mode_rows)
-    alone, primed = figures["model alone"], figures["with memories"]
-    lift = primed["grounded"] - alone["grounded"]
-    stop_share = min(alone["stopped"], primed["stopped"])
-    print(f"\nbaseline (model alone) grounded {alone['grounded']:.1%}; with memories {primed['grounded']:.1%}: "
-          f"{lift * 100:+.1f} points, ratio {primed['grounded'] / alone['grounded'] if alone['grounded'] else float('inf'):.2f}x")
-    verdicts = [("stop by themselves >= 95 %", stop_share >= 0.95),
-                ("no repetition loops", alone["loops"] == 0 and primed["loops"] == 0),
-                ("grounded with memories >= 60 %", primed["grounded"] >= 0.60),
-                ("grounded lift >= 25 points", lift >= 0.25),
-                ("TTFT p50 with memories <= 3 s", primed["ttft_p50"] <= 3.0)]
-    for text, ok in verdicts:
-        print(f"target: {text:<34} {'meets' if ok else 'MISSES'}")
+    print()
+    verdicts(figures["model alone"], figures["with memories"])
 
 
 def main() -> int:
@@ -335,10 +402,11 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-answers-") as data_dir, \
             LlamaServer(gguf, threads=args.threads, ctx_size=8192, parallel=1) as server:
         print(f"set {args.set}: chat model {gguf.name} on llama.cpp {server.base_url} ({args.threads} threads); "
-              f"{len(questions)} questions, answers up to {args.max_tokens} tokens; settings {args.config or 'the defaults'}")
+              f"{len(questions)} questions, answers up to {args.max_tokens} tokens; settings {args.config or 'the defaults'}"
+              + (f", paired against {args.versus}" if args.versus else ""))
         portal_setup(Path(data_dir), server.base_url, args.max_tokens, args.config)
         user, corpus_id = build_corpus(make_corpus)
-        asyncio.run(run(args, user, corpus_id, questions))
+        asyncio.run(run(args, user, corpus_id, questions, Path(data_dir) / "engine.yaml"))
     return 0
 
 
