@@ -315,6 +315,20 @@ class LLMClient:
         self._continues_prefill = isinstance(prompt, str) and prompt.endswith(PREFILL_PROBE)
         return self._continues_prefill
 
+    async def count_tokens(self, text: str) -> int | None:
+        """Tokens of `text` by the server's own tokenizer (llama.cpp's `/tokenize`), without
+        special tokens; None where the server cannot say (no endpoint, an error, unreachable)."""
+        try:
+            async with httpx.AsyncClient(timeout=self._timeout) as client:
+                response = await client.post(f"{self.base_url}/tokenize",
+                                             json={"content": text, "add_special": False, "parse_special": False})
+            tokens = response.json().get("tokens") if response.status_code == 200 else None
+        except httpx.HTTPError:
+            return None
+        except (ValueError, AttributeError):  # not JSON, or not an object
+            return None
+        return len(tokens) if isinstance(tokens, list) else None
+
     async def stream_chat(self, messages: Sequence[dict[str, str]], settings: GenerationSettings
                           ) -> AsyncIterator[ChatChunk]:
         """Yield text deltas as they arrive, then one chunk with `finish_reason` and `usage`.
@@ -428,8 +442,13 @@ async def stream_answer(client: LLMClient, messages: list[dict[str, str]], setti
     `loop_retries` times where the server can continue an answer, continued from the cut: the kept
     text as the assistant's prefilled message, sampled with `loop_retry_settings`. Otherwise the
     answer ends at the cut, `looping`. The one mechanism of the portal's chat and the
-    OpenAI-compatible replies (a stream passes 0: what it sent cannot be taken back)."""
+    OpenAI-compatible replies (a stream passes 0: what it sent cannot be taken back).
+
+    The usage is the whole answer's: a continuation's request holds the kept text in its prompt,
+    so those tokens (counted by the server's tokenizer) move from its prompt to the completion;
+    None where they cannot be counted, and where the last request was cut (no usage was sent)."""
     kept, loops, request = "", 0, (messages, settings)
+    kept_tokens: int | None = 0
     while True:
         parts = [kept]
         finish_reason, usage = "", None
@@ -444,6 +463,7 @@ async def stream_answer(client: LLMClient, messages: list[dict[str, str]], setti
                         break
                 usage = chunk.usage or usage
                 finish_reason = chunk.finish_reason or finish_reason
+        usage = _whole_answer_usage(usage, kept_tokens)
         if not guard.looping:
             yield AnswerEnd("".join(parts), finish_reason, usage, loops, looping=False)
             return
@@ -452,9 +472,19 @@ async def stream_answer(client: LLMClient, messages: list[dict[str, str]], setti
             yield AnswerEnd(guard.kept, finish_reason, usage, loops, looping=True)
             return
         kept = guard.kept
+        kept_tokens = await client.count_tokens(kept) if kept else 0
         yield Rewind(kept)
         request = ([*messages, {"role": "assistant", "content": kept}] if kept else messages,
                    loop_retry_settings(settings))
+
+
+def _whole_answer_usage(usage: Usage | None, kept_tokens: int | None) -> Usage | None:
+    """A request's usage as the answer's: the `kept_tokens` of the answer it continued (prefilled,
+    so counted in its prompt) moved to the completion; None where they are unknown."""
+    if usage is None or kept_tokens is None:
+        return None
+    return Usage(prompt_tokens=max(0, usage.prompt_tokens - kept_tokens),
+                 completion_tokens=usage.completion_tokens + kept_tokens)
 
 
 def _error_text(body: str) -> str:

@@ -15,7 +15,7 @@ from chat.models import Message
 from engine.config import Config
 from hdrag_site import runtime
 from tests.api.conftest import error_of, make_corpus, token_client
-from tests.chat.test_answers import CONTINUATION, KEPT, _looping_llm
+from tests.chat.test_answers import COMPLETION_TOKENS, CONTINUATION, KEPT, PROMPT_TOKENS, _looping_llm
 
 QUESTION = "How does a generator function pause at yield and resume where it left off?"
 
@@ -155,11 +155,11 @@ def test_bad_completion_requests_are_4xx(chat_settings, owner, body, status):
 
 
 async def _complete_with_looping_llm(chat_settings, url: str, secret: str, *, looping: int,  # noqa: ANN001
-                                     stream: bool = False) -> tuple[httpx.Response, list[dict]]:
+                                     stream: bool = False, tokenize: bool = False) -> tuple[httpx.Response, list[dict]]:
     """One completion against the chat suite's fake LLM whose first `looping` answers loop (a real
     model cannot be made to loop on demand)."""
     requests: list[dict] = []
-    server = await asyncio.start_server(_looping_llm(requests, looping=looping), "127.0.0.1", 0)
+    server = await asyncio.start_server(_looping_llm(requests, looping=looping, tokenize=tokenize), "127.0.0.1", 0)
     runtime.reset()  # the kept client of a server once on this port may have learnt another answer
     chat_settings.LLM_BASE_URL = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     body = {"model": "none", "messages": [{"role": "user", "content": QUESTION}], "stream": stream}
@@ -171,9 +171,12 @@ async def _complete_with_looping_llm(chat_settings, url: str, secret: str, *, lo
 async def test_a_whole_completion_that_loops_is_continued_from_the_cut(chat_settings, live_api, secret):
     """A whole reply has sent nothing yet: like the portal's chat, it takes the echo back and has the
     kept text continued (an assistant prefill, DRY over the answer's recent tokens)."""
-    response, requests = await _complete_with_looping_llm(chat_settings, live_api.url, secret, looping=1)
+    response, requests = await _complete_with_looping_llm(chat_settings, live_api.url, secret, looping=1, tokenize=True)
     choice = response.json()["choices"][0]
     assert (choice["finish_reason"], choice["message"]["content"]) == ("stop", KEPT + CONTINUATION)
+    kept = len(KEPT.split())  # the fake's tokenizer: a word a token
+    assert response.json()["usage"] == {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": COMPLETION_TOKENS + kept,
+                                        "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS + kept}
     assert len(requests) == 2
     assert requests[1]["messages"] == [*requests[0]["messages"], {"role": "assistant", "content": KEPT}]
     assert requests[1]["continue_final_message"] is True and "continue_final_message" not in requests[0]

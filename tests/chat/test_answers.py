@@ -97,14 +97,16 @@ LOOP_HEAD = "Yield pauses the function.\n"
 LOOP_LINE = "It returns a value to the caller and waits.\n"
 KEPT = "Yield pauses the function.\nIt returns a value to the caller and waits."
 CONTINUATION = "\nThe next call resumes it where it left off."
+PROMPT_TOKENS, COMPLETION_TOKENS = 40, 9
 
 
-def _looping_llm(requests: list[dict], *, looping: int, prefill: bool = True):
+def _looping_llm(requests: list[dict], *, looping: int, prefill: bool = True, tokenize: bool = False):
     """An OpenAI-compatible server whose first `looping` answers loop forever (until the client goes
-    away); later answers write CONTINUATION and stop. `requests` receives every chat request's
+    away); later answers write CONTINUATION and stop, with a usage of PROMPT_TOKENS plus a word a
+    token of a prefilled answer, and COMPLETION_TOKENS. `requests` receives every chat request's
     body. `/apply-template` renders a trailing assistant message open (as llama.cpp does under a
-    Jinja template) when `prefill`; other paths (the token counter's /tokenize) get 404, and the
-    portal estimates counts.
+    Jinja template) when `prefill`; `/tokenize` counts a word a token when `tokenize`; other paths
+    get 404 (without `/tokenize` the portal estimates prompt sizes).
 
     A fake, and the one in this suite: a real model cannot be made to loop on demand, and the
     point is what the portal does when one does."""
@@ -119,6 +121,13 @@ def _looping_llm(requests: list[dict], *, looping: int, prefill: bool = True):
         if prefill and b" /apply-template " in request_line:
             last = json.loads(body)["messages"][-1]["content"]
             answer = json.dumps({"prompt": f"<|im_start|>assistant\n{last}"}).encode()
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
+                         b"Connection: close\r\n\r\n%s" % (len(answer), answer))
+            await writer.drain()
+            writer.close()
+            return
+        if tokenize and b" /tokenize " in request_line:
+            answer = json.dumps({"tokens": [0] * len(json.loads(body)["content"].split())}).encode()
             writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
                          b"Connection: close\r\n\r\n%s" % (len(answer), answer))
             await writer.drain()
@@ -140,8 +149,10 @@ def _looping_llm(requests: list[dict], *, looping: int, prefill: bool = True):
             chunks = [LOOP_HEAD] + [LOOP_LINE] * 400
         events = [{"choices": [{"delta": {"content": text}, "finish_reason": None}]} for text in chunks]
         if not loops:
+            last = requests[-1]["messages"][-1]
+            prefilled = len(last["content"].split()) if last["role"] == "assistant" else 0
             events.append({"choices": [{"delta": {}, "finish_reason": "stop"}],
-                           "usage": {"prompt_tokens": 40, "completion_tokens": 9}})
+                           "usage": {"prompt_tokens": PROMPT_TOKENS + prefilled, "completion_tokens": COMPLETION_TOKENS}})
         try:
             for event in events:
                 writer.write(b"data: " + json.dumps(event).encode() + b"\n\n")
@@ -157,10 +168,11 @@ def _looping_llm(requests: list[dict], *, looping: int, prefill: bool = True):
     return serve
 
 
-async def _ask_looping_llm(chat_settings, owner, *, looping: int,  # noqa: ANN001
-                           prefill: bool = True) -> tuple[list[dict], list[dict], Message]:
+async def _ask_looping_llm(chat_settings, owner, *, looping: int, prefill: bool = True,  # noqa: ANN001
+                           tokenize: bool = False) -> tuple[list[dict], list[dict], Message]:
     requests: list[dict] = []
-    server = await asyncio.start_server(_looping_llm(requests, looping=looping, prefill=prefill), "127.0.0.1", 0)
+    server = await asyncio.start_server(_looping_llm(requests, looping=looping, prefill=prefill, tokenize=tokenize),
+                                        "127.0.0.1", 0)
     runtime.reset()  # the kept client of a server once on this port may have learnt another answer
     port = server.sockets[0].getsockname()[1]
     chat_settings.LLM_BASE_URL = f"http://127.0.0.1:{port}"
@@ -192,6 +204,23 @@ async def test_a_looping_answer_is_cut_and_continued_from_the_cut_with_dry(chat_
     assert requests[0]["dry_multiplier"] == 0.0 and "dry_penalty_last_n" not in requests[0]
     assert (requests[1]["dry_multiplier"], requests[1]["dry_penalty_last_n"]) == (0.8, 128)
     assert requests[1]["temperature"] == requests[0]["temperature"]
+
+
+async def test_a_continued_answer_counts_the_kept_tokens_as_its_completion_not_its_prompt(chat_settings, users):
+    owner, _, _ = users
+    events, requests, answer = await _ask_looping_llm(chat_settings, owner, looping=1, tokenize=True)
+    assert len(requests) == 2 and answer.content == KEPT + CONTINUATION
+    # The continuation's request carried the kept words in its prompt; the answer's usage does not.
+    kept = len(KEPT.split())
+    assert (answer.prompt_tokens, answer.completion_tokens) == (PROMPT_TOKENS, COMPLETION_TOKENS + kept)
+    assert events[-1]["usage"] == {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": COMPLETION_TOKENS + kept}
+
+
+async def test_a_continued_answer_whose_kept_tokens_cannot_be_counted_has_no_usage(chat_settings, users):
+    owner, _, _ = users
+    events, requests, answer = await _ask_looping_llm(chat_settings, owner, looping=1)  # no /tokenize
+    assert len(requests) == 2 and answer.status == "complete"
+    assert (answer.prompt_tokens, answer.completion_tokens, events[-1]["usage"]) == (None, None, None)
 
 
 async def test_an_answer_that_loops_again_is_cut_stored_without_its_echo_and_marked(chat_settings, users):

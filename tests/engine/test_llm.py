@@ -86,6 +86,16 @@ async def test_a_trailing_assistant_message_asks_to_be_continued_where_the_serve
     assert final.finish_reason in {"stop", "length"}
 
 
+async def test_the_server_counts_tokens_with_its_own_tokenizer(llama_server):
+    client = LLMClient(llama_server.base_url)
+    text = "The capital of France is Paris, and its river is the Seine."
+    counted = await client.count_tokens(text)
+    assert counted == ServerTokenCounter(llama_server.base_url).count_tokens(text)
+    assert 5 < counted < len(text.split()) * 3
+    assert await client.count_tokens("") == 0
+    assert await LLMClient(f"http://127.0.0.1:{free_port()}", connect_timeout=1.0).count_tokens(text) is None
+
+
 async def test_an_unreachable_server_cannot_continue_and_is_asked_again_later():
     client = LLMClient(f"http://127.0.0.1:{free_port()}", connect_timeout=1.0)
     assert await client.continues_prefill() is False
