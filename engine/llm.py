@@ -125,12 +125,23 @@ class ServerTokenCounter:
 
     def _server_count(self, text: str) -> int | None:
         try:
-            response = httpx.post(self.url, json={"content": text, "add_special": False, "parse_special": False},
-                                  timeout=self._timeout)
-            tokens = response.json()["tokens"] if response.status_code == 200 else None
-        except (httpx.HTTPError, ValueError, KeyError, TypeError):
+            return _token_count(httpx.post(self.url, json=_tokenize_body(text), timeout=self._timeout))
+        except httpx.HTTPError:
             return None
-        return len(tokens) if isinstance(tokens, list) else None
+
+
+def _tokenize_body(text: str) -> dict[str, Any]:
+    """A llama.cpp `/tokenize` request for `text` as plain text (no special tokens added or parsed)."""
+    return {"content": text, "add_special": False, "parse_special": False}
+
+
+def _token_count(response: httpx.Response) -> int | None:
+    """The count a `/tokenize` response gives; None for an error status or a body without one."""
+    try:
+        tokens = response.json()["tokens"] if response.status_code == 200 else None
+    except (ValueError, KeyError, TypeError):
+        return None
+    return len(tokens) if isinstance(tokens, list) else None
 
 
 class LLMError(RuntimeError):
@@ -320,14 +331,9 @@ class LLMClient:
         special tokens; None where the server cannot say (no endpoint, an error, unreachable)."""
         try:
             async with httpx.AsyncClient(timeout=self._timeout) as client:
-                response = await client.post(f"{self.base_url}/tokenize",
-                                             json={"content": text, "add_special": False, "parse_special": False})
-            tokens = response.json().get("tokens") if response.status_code == 200 else None
+                return _token_count(await client.post(f"{self.base_url}/tokenize", json=_tokenize_body(text)))
         except httpx.HTTPError:
             return None
-        except (ValueError, AttributeError):  # not JSON, or not an object
-            return None
-        return len(tokens) if isinstance(tokens, list) else None
 
     async def stream_chat(self, messages: Sequence[dict[str, str]], settings: GenerationSettings
                           ) -> AsyncIterator[ChatChunk]:
