@@ -7,7 +7,9 @@ and by this checkout in format 1 (stored tables, format 4's row definition), 2 (
 float64 BLAS projection), 3 (derived rows, int8 fixed-point projection) and 4 (its default:
 derived rows, the float32 projection stored and applied in one fixed float64 order). Each build is
 then measured in a fresh Python process of its own code: `load_corpus` time, the first query, and
-the p50 / p90 of `Retriever.encode_text` + the exact index search over the query set. The builds'
+the p50 / p90 of `Retriever.encode_text` + the exact index search over the query set, then the
+p50 of the same queries asked again ("again": every word already seen by the process, as in a
+portal that has been answering a while; a derived format's row cache holds `CACHED_ROWS`). The builds'
 top-10 rankings and scores are compared with the baseline's and with this code's format 1, and
 recall@10 is given for each.
 
@@ -75,7 +77,7 @@ retriever = Retriever(GGUFTokenizer.from_gguf(default_gguf_path()), Config())
 t0 = time.perf_counter()
 corpus = load_corpus(build)
 t1 = time.perf_counter()
-times, rows, scores = [], [], []
+times, rows, scores, warm = [], [], [], []
 for number, query in enumerate(queries):
     q0 = time.perf_counter()
     pos, neg, _ = retriever.encode_text(corpus, query)
@@ -83,9 +85,14 @@ for number, query in enumerate(queries):
     times.append(time.perf_counter() - q0)
     rows.append(found.tolist())
     scores.append(found_scores.tolist())
+for query in queries:  # again: every word of the queries seen once already
+    q0 = time.perf_counter()
+    pos, neg, _ = retriever.encode_text(corpus, query)
+    corpus.index.search_exact(pos, neg, 10)
+    warm.append(time.perf_counter() - q0)
 print(json.dumps({"load_ms": (t1 - t0) * 1e3, "first_query_ms": times[0] * 1e3,
                   "p50_ms": float(np.median(times[1:]) * 1e3), "p90_ms": float(np.percentile(times[1:], 90) * 1e3),
-                  "rows": rows, "scores": scores}))
+                  "warm_p50_ms": float(np.median(warm) * 1e3), "rows": rows, "scores": scores}))
 """
 
 
@@ -151,18 +158,18 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(2):
             for run in runs.values():
                 measured = _run(_MEASURE, run["root"], str(run["dir"]), str(queries))
-                for key in ("load_ms", "first_query_ms", "p50_ms", "p90_ms"):
+                for key in ("load_ms", "first_query_ms", "p50_ms", "p90_ms", "warm_p50_ms"):
                     run[key] = min(run.get(key, float("inf")), measured[key])
                 run["rows"], run["scores"] = measured["rows"], measured["scores"]
     print(f"\n{'':<40} {'vocab.idx MB':>13} {'build MB':>9} {'build s':>8} {'load ms':>8} {'1st query ms':>13} "
-          f"{'p50 ms':>7} {'p90 ms':>7} {'recall@10':>10}")
+          f"{'p50 ms':>7} {'p90 ms':>7} {'again p50':>10} {'recall@10':>10}")
     for label, run in runs.items():
         sizes = run["sizes"]
         run["recall"] = np.mean([r in rows for r, rows in zip(relevant, run["rows"], strict=True)])
         label = f"{label} [format {run['format']}]"
         print(f"{label:<40} {sizes['vocab.idx'] / 1e6:>13.1f} {sum(sizes.values()) / 1e6:>9.1f} {run['build_s']:>8.1f} "
               f"{run['load_ms']:>8.1f} {run['first_query_ms']:>13.1f} {run['p50_ms']:>7.2f} {run['p90_ms']:>7.2f} "
-              f"{run['recall']:>10.4f}")
+              f"{run['warm_p50_ms']:>10.2f} {run['recall']:>10.4f}")
     old, stored = list(runs.values())[:2]
     for label, new in list(runs.items())[1:]:
         if label != "this code, format 1":
@@ -176,7 +183,8 @@ def main(argv: list[str] | None = None) -> int:
                            for a, b in zip(old["rows"], new["rows"], strict=True)])
         print(f"\n{label} / baseline: vocab.idx {new['sizes']['vocab.idx'] / old['sizes']['vocab.idx']:.4f}, whole "
               f"build {sum(new['sizes'].values()) / sum(old['sizes'].values()):.4f}; query p50 "
-              f"{new['p50_ms'] / old['p50_ms']:.2f}x, p90 {new['p90_ms'] / old['p90_ms']:.2f}x, first query "
+              f"{new['p50_ms'] / old['p50_ms']:.2f}x, p90 {new['p90_ms'] / old['p90_ms']:.2f}x, the queries again "
+              f"p50 {new['warm_p50_ms'] / old['warm_p50_ms']:.2f}x, first query "
               f"{new['first_query_ms'] / old['first_query_ms']:.2f}x, load {new['load_ms'] / max(old['load_ms'], 1e-9):.2f}x")
         print(f"  top-10 identical (rows): {same_rows:.3f}; identical rows and scores: {same_all:.3f}; "
               f"mean top-10 overlap {overlap:.4f}")
