@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -177,7 +178,7 @@ class LlamaServer:
             "--threads", str(options.threads),
             "--parallel", str(options.parallel),
         ]
-        command += ["--chat-template", options.chat_template or ""]
+        command += ["--chat-template", options.chat_template or "", "--exit-with-parent"]
         return command
 
     def start(self) -> LlamaServer:
@@ -239,7 +240,7 @@ class LlamaServer:
         self.stop()
 
 
-def _parse_args(argv: list[str] | None) -> ServerOptions:
+def _parse_args(argv: list[str] | None) -> tuple[ServerOptions, bool]:
     parser = argparse.ArgumentParser(description="Serve a GGUF with llama.cpp's HTTP server (xllamacpp).")
     parser.add_argument("--gguf", required=True, type=Path, help="path to the GGUF model")
     parser.add_argument("--host", default=DEFAULT_HOST)
@@ -250,25 +251,40 @@ def _parse_args(argv: list[str] | None) -> ServerOptions:
     parser.add_argument("--chat-template", default=DEFAULT_CHAT_TEMPLATE,
                         help="llama.cpp built-in template name; '' keeps the GGUF's own template; "
                              "auto (default): the GGUF's own, else the architecture's built-in one")
+    parser.add_argument("--exit-with-parent", action="store_true",
+                        help="shut down when the process that started this one ends (LlamaServer's children)")
     args = parser.parse_args(argv)
     try:
         return ServerOptions(
             gguf_path=args.gguf, host=args.host, port=args.port, ctx_size=args.ctx_size,
             threads=args.threads, parallel=args.parallel, chat_template=args.chat_template or None,
-        )
+        ), args.exit_with_parent
     except LlamaServerError as exc:
         parser.error(str(exc))
         raise  # unreachable: parser.error exits
 
 
+def _stop_when_orphaned(parent: int, interval: float = 1.0) -> None:
+    """Send this process SIGTERM once its parent has gone (it is then re-parented): a `LlamaServer`
+    owner killed outright (SIGKILL, or SIGTERM without cleanup) would otherwise leave its server
+    running, holding the model's memory and its CPU. Polling, not PR_SET_PDEATHSIG, which fires
+    when the *thread* that started the child ends."""
+    while os.getppid() == parent:
+        time.sleep(interval)
+    os.kill(os.getpid(), signal.SIGTERM)
+
+
 def main(argv: list[str] | None = None) -> NoReturn:
-    options = _parse_args(argv)
+    options, exit_with_parent = _parse_args(argv)
     if options.port == 0:
         options = dataclasses.replace(options, port=free_port(options.host))
     # Block the stop signals before llama.cpp starts its threads (they inherit the mask),
     # so SIGTERM/SIGINT reach only this thread's sigwait and shutdown runs here, in order.
     stop_signals = {signal.SIGTERM, signal.SIGINT}
     signal.pthread_sigmask(signal.SIG_BLOCK, stop_signals)
+    if exit_with_parent:  # started after the mask, so the signal waits for the sigwait below
+        threading.Thread(target=_stop_when_orphaned, args=(os.getppid(),), daemon=True,
+                         name="exit-with-parent").start()
     server = start_in_process(options)  # serves until the process ends
     print(f"llama.cpp server ready on http://{options.host}:{options.port}", flush=True)
     received = signal.sigwait(stop_signals)

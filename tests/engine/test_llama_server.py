@@ -143,6 +143,40 @@ def test_module_process_shuts_down_cleanly_on_signal(gemma_gguf, stop_signal, tm
             process.wait()
 
 
+def _alive(pid: int) -> bool:
+    """The process exists and has not exited (a zombie, not yet reaped by its new parent, has)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return state != "Z"
+
+
+def test_a_server_whose_owner_is_killed_shuts_down(gemma_gguf, tmp_path):
+    """A `LlamaServer` owner killed outright (no cleanup runs) does not leave its server behind."""
+    repo_root = Path(__file__).resolve().parents[2]
+    owner_code = ("import sys, time; from engine.llama_server import LlamaServer; "
+                  "server = LlamaServer(sys.argv[1], ctx_size=1024, parallel=1).start(); "
+                  "print(server._process.pid, server.port, flush=True); time.sleep(600)")
+    owner = subprocess.Popen([sys.executable, "-c", owner_code, str(gemma_gguf)], cwd=repo_root,
+                             stdout=subprocess.PIPE, text=True)
+    try:
+        child, port = map(int, owner.stdout.readline().split())
+        assert requests.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
+        owner.kill()
+        owner.wait()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and _alive(child):
+            time.sleep(0.2)
+        assert time.monotonic() < deadline, "the orphaned server still runs"
+        with pytest.raises(requests.ConnectionError):
+            requests.get(f"http://127.0.0.1:{port}/health", timeout=2)
+    finally:
+        if owner.poll() is None:
+            owner.kill()
+            owner.wait()
+
+
 def test_the_chat_model_is_served_with_its_own_template():
     """The packaged instruct model runs with the ChatML template its GGUF carries (Jinja), not a
     built-in one: its end-of-turn token then ends every answer."""
