@@ -269,8 +269,13 @@ def recited(row: dict) -> bool:
                for i in range(len(words) - RECITED_WORDS + 1) for memory in memories)
 
 
+def grounded(row: dict, facts: dict[str, str]) -> bool:
+    """The answer contains its question's fact."""
+    return bool(re.search(facts[row["question"]], row["answer"], re.I))
+
+
 def grounded_share(rows: list[dict], facts: dict[str, str]) -> float:
-    return sum(bool(re.search(facts[r["question"]], r["answer"], re.I)) for r in rows) / len(rows)
+    return sum(grounded(r, facts) for r in rows) / len(rows)
 
 
 def summary(name: str, rows: list[dict], facts: dict[str, str]) -> dict:
@@ -324,12 +329,11 @@ def paired(rows: dict[tuple[str, str], list[dict]], facts: dict[str, str]) -> No
     print("\npaired, arm A against arm B (same question, same round):")
     for mode in MODES:
         a, b = rows[("A", mode)], rows[("B", mode)]
-        grounded = [(bool(re.search(facts[x["question"]], x["answer"], re.I)),
-                     bool(re.search(facts[y["question"]], y["answer"], re.I))) for x, y in zip(a, b, strict=True)]
-        only_a = sum(x and not y for x, y in grounded)
-        only_b = sum(y and not x for x, y in grounded)
-        print(f"  {mode:<14} grounded in A only {only_a:3}, in B only {only_b:3}, in both {sum(x and y for x, y in grounded):3}"
-              f" of {len(grounded)}; sign test p = {sign_test(only_a, only_b):.3f}")
+        pairs = [(grounded(x, facts), grounded(y, facts)) for x, y in zip(a, b, strict=True)]
+        only_a = sum(x and not y for x, y in pairs)
+        only_b = sum(y and not x for x, y in pairs)
+        print(f"  {mode:<14} grounded in A only {only_a:3}, in B only {only_b:3}, in both {sum(x and y for x, y in pairs):3}"
+              f" of {len(pairs)}; sign test p = {sign_test(only_a, only_b):.3f}")
 
 
 MODES = {"model alone": False, "with memories": True}
