@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -160,6 +161,7 @@ def test_a_server_whose_owner_is_killed_shuts_down(gemma_gguf, tmp_path):
                   "print(server._process.pid, server.port, flush=True); time.sleep(600)")
     owner = subprocess.Popen([sys.executable, "-c", owner_code, str(gemma_gguf)], cwd=repo_root,
                              stdout=subprocess.PIPE, text=True)
+    child = None
     try:
         child, port = map(int, owner.stdout.readline().split())
         assert requests.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
@@ -175,6 +177,8 @@ def test_a_server_whose_owner_is_killed_shuts_down(gemma_gguf, tmp_path):
         if owner.poll() is None:
             owner.kill()
             owner.wait()
+        if child is not None and _alive(child):  # the flaw under test: do not leave it running
+            os.kill(child, signal.SIGKILL)
 
 
 def test_the_chat_model_is_served_with_its_own_template():
