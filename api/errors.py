@@ -61,7 +61,9 @@ def exception_handler(exc: Exception, context: dict) -> Response:
         return Response(error_body("permission_denied", str(exc) or "You may not do this."),
                         status=status.HTTP_403_FORBIDDEN)
     if isinstance(exc, ApplicationError):
-        return Response(error_body(exc.code, exc.message, exc.details), status=exc.status)
+        retry_after = getattr(exc, "retry_after", None)  # hdrag_site.llm_queue.QueueFull
+        headers = {"Retry-After": str(retry_after)} if retry_after else None
+        return Response(error_body(exc.code, exc.message, exc.details), status=exc.status, headers=headers)
     if isinstance(exc, RequestDataTooBig):
         return Response(error_body("too_large", str(exc)), status=status.HTTP_413_REQUEST_ENTITY_TOO_LARGE)
     if isinstance(exc, DocumentNotFoundError):

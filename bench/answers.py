@@ -236,7 +236,7 @@ async def ask(user, corpus_id: int, question: str, *, use_memory: bool, budget: 
     async def emit(event: dict) -> None:
         events.append(event)
 
-    result = await run_turn(conversation_id=conversation.pk, content=question, emit=emit)
+    result = await run_turn(conversation_id=conversation.pk, user_id=user.pk, content=question, emit=emit)
     final = events[-1]
     memories = next((e["memories"] for e in events if e["type"] == "chat.memories"), [])
     usage = result.usage

@@ -11,7 +11,8 @@ Protocol (JSON objects with a `type`):
                        {"type": "chat.stop"}
     server -> client   chat.ready on connect ({"conversation": id, "blend_turns": int}), then per
                        turn the events of `chat.turns.run_turn`; chat.error with code "busy",
-                       "invalid" or "unknown_type" for a message the server refuses.
+                       "invalid" or "unknown_type" for a message the server refuses, and "llm_busy"
+                       (with `retry_after`, seconds) when too many turns wait for the LLM.
 
 One turn at a time per connection. Everything lives on the consumer instance (one per
 connection); the blend history is read from and written to the conversation row.
@@ -31,6 +32,7 @@ from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from chat.selectors import conversation_find_for_user
 from chat.turns import run_turn
 from hdrag_site.errors import ApplicationError
+from hdrag_site.llm_queue import QueueFull
 from hdrag_site.sockets import session_user_is_current
 
 logger = logging.getLogger(__name__)
@@ -123,7 +125,12 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def _run(self, text: str, *, regenerate: bool) -> None:
         try:
-            await run_turn(conversation_id=self.conversation_id, content=text, emit=self._emit, regenerate=regenerate)
+            await run_turn(conversation_id=self.conversation_id, user_id=self.scope["user"].pk, content=text,
+                           emit=self._emit, regenerate=regenerate)
+        except QueueFull as exc:
+            # Refused before anything was stored: the page puts the message back in the composer.
+            await self._emit({"type": "chat.error", "code": exc.code, "error": exc.message,
+                              "retry_after": exc.retry_after})
         except ApplicationError as exc:
             await self._emit({"type": "chat.error", "code": "invalid", "error": exc.message})
         except asyncio.CancelledError:

@@ -5,16 +5,20 @@ receives plain event dicts with a `type`:
 
     chat.accepted  {"message": {...}, "title": str}           the user turn is stored
     chat.memories  {"memories": [...], "retrieval_ms": float}  what primes the answer
+    chat.queued    {"ahead": int}                              the turn waits for the LLM: `ahead`
+                   answers start before it (sent again when that changes; none when it starts at once)
     chat.delta     {"delta": str}                              streamed text, in order
     chat.rewind    {"content": str, "reason": "repetition"}     the answer began looping: what was
                    streamed is replaced by `content` (cut before the echo), and deltas continue it
-    chat.done      {"message": {...}, "status", "usage", "blend_turns"}   status: complete, stopped, or
+    chat.done      {"message": {...}, "status", "usage", "blend_turns", "timings"}   status: complete, stopped, or
                    repetition (the answer looped again after `loop_retries` continuations, or the
                    server cannot continue an answer: it was cut and the stored text has no echo)
     chat.error     {"error": str, "code": str, "message": {...}}   the failed answer, as stored
 
-All state is local to one call: nothing here is shared between conversations or connections.
-Cancelling the task running `run_turn` closes the LLM stream (llama.cpp stops) and stores the
+All state is local to one call: nothing here is shared between conversations or connections,
+except the process's queue of turns into the LLM (`hdrag_site.llm_queue`), which the turn enters
+on arrival and waits on only after its own retrieval and prompt assembly. Cancelling the task
+running `run_turn` leaves that queue, closes the LLM stream (llama.cpp stops) and stores the
 partial answer as "stopped".
 """
 
@@ -65,6 +69,7 @@ from engine.llm import (
 )
 from hdrag_site import runtime
 from hdrag_site.errors import ApplicationError
+from hdrag_site.llm_queue import Ticket
 
 logger = logging.getLogger(__name__)
 
@@ -81,11 +86,21 @@ Emit = Callable[[dict[str, Any]], Awaitable[None]]
 
 @dataclass
 class TurnTimings:
-    """Seconds from the start of the turn (monotonic clock)."""
+    """Where a turn's time went, in seconds: `prepare` (access, token counting, retrieval and prompt
+    assembly; `retrieval` is the search's part of it), `queue` (waiting for the LLM after that),
+    `prefill` (admitted to the first token), `generation` (first token to the end); `first_token`
+    and `total` from the start of the turn."""
 
+    prepare: float = 0.0
     retrieval: float = 0.0
+    queue: float = 0.0
+    prefill: float | None = None
+    generation: float | None = None
     first_token: float | None = None
     total: float = 0.0
+
+    def as_ms(self) -> dict[str, float | None]:
+        return {name: None if value is None else round(value * 1000, 1) for name, value in vars(self).items()}
 
 
 @dataclass
@@ -157,15 +172,25 @@ def _prepare(conversation_id: int, user_message_id: int, content: str) -> _Prepa
                      loop_retries=config.loop_retries)
 
 
-async def run_turn(*, conversation_id: int, content: str = "", emit: Emit, regenerate: bool = False) -> TurnResult:
+async def run_turn(*, conversation_id: int, user_id: int, content: str = "", emit: Emit, regenerate: bool = False,
+                   ticket: Ticket | None = None) -> TurnResult:
     """Run one turn; every outcome is stored and reported through `emit` (never raised),
     except cancellation, which is stored as "stopped" and then re-raised.
 
-    With `regenerate`, the last user turn is answered again (its old answer is taken back) and
-    `content` is ignored. Raises `ApplicationError` (before anything is stored) for an empty or
-    oversized message, or a regeneration with no user turn.
+    The turn takes its place in the LLM queue first (`ticket`, when the caller took it already), as
+    `user_id`. With `regenerate`, the last user turn is answered again (its old answer is taken
+    back) and `content` is ignored. Raises `ApplicationError` (before anything is stored) for an
+    empty or oversized message, a regeneration with no user turn, or a full queue (`QueueFull`).
     """
     started = time.perf_counter()
+    ticket = ticket or runtime.llm_queue().enter(user_id)
+    async with ticket:
+        return await _run_turn(conversation_id=conversation_id, content=content, emit=emit, regenerate=regenerate,
+                               ticket=ticket, started=started)
+
+
+async def _run_turn(*, conversation_id: int, content: str, emit: Emit, regenerate: bool, ticket: Ticket,
+                    started: float) -> TurnResult:
     if regenerate:
         user_message = await _db(message_prepare_regenerate)(conversation_id=conversation_id)
     else:
@@ -179,14 +204,20 @@ async def run_turn(*, conversation_id: int, content: str = "", emit: Emit, regen
     common: dict[str, Any] = {"conversation_id": conversation_id, "memories": memories, "emit": emit,
                               "started": started}
     try:
+        prepare_started = time.perf_counter()
         prepared = await _in_worker(_prepare)(conversation_id, user_message.pk, user_message.content)
         plan = prepared.plan
         memories.extend(prepared.results)
-        result.timings.retrieval = prepared.retrieval
+        timings = result.timings
+        timings.retrieval, timings.prepare = prepared.retrieval, time.perf_counter() - prepare_started
         await emit({"type": "chat.memories",
                     "memories": [memory_result_json(r, rank=rank) for rank, r in enumerate(memories)],
                     "retrieval_ms": round(prepared.retrieval * 1000, 3), "prompt_tokens_estimate": plan.prompt_tokens,
                     "history_dropped": plan.dropped_messages})
+        queued = time.perf_counter()
+        await ticket.wait(lambda ahead: emit({"type": "chat.queued", "ahead": ahead}))
+        admitted = time.perf_counter()
+        timings.queue = admitted - queued
         answer = stream_answer(runtime.llm_client(), plan.messages, prepared.generation,
                                loop_retries=prepared.loop_retries)
         # aclosing: leaving early (the turn cancelled) closes the HTTP stream, and llama.cpp stops.
@@ -202,8 +233,10 @@ async def run_turn(*, conversation_id: int, content: str = "", emit: Emit, regen
                     await emit({"type": "chat.rewind", "content": event.kept, "reason": "repetition"})
                     parts[:] = [event.kept]
                 else:
-                    if result.timings.first_token is None:
-                        result.timings.first_token = time.perf_counter() - started
+                    if timings.first_token is None:
+                        ticket.streaming()
+                        now = time.perf_counter()
+                        timings.first_token, timings.prefill = now - started, now - admitted
                     parts.append(event.delta)
                     await emit({"type": "chat.delta", "delta": event.delta})
     except asyncio.CancelledError:
@@ -251,14 +284,18 @@ async def _finish(result: TurnResult, *, conversation_id: int, content: str, sta
     if status != Message.Status.ERROR and content.strip():
         blend_turns = len((await _db(conversation_add_response)(conversation_id=conversation_id,
                                                                  text=content))["responses"])
-    result.timings.total = time.perf_counter() - started
+    timings = result.timings
+    timings.total = time.perf_counter() - started
+    if timings.first_token is not None:
+        timings.generation = timings.total - timings.first_token
     stored = await _db(_reload)(message.pk)
     if status == Message.Status.ERROR:
         await emit({"type": "chat.error", "code": error_code, "error": error, "message": stored})
     else:
         await emit({"type": "chat.done", "status": status, "message": stored, "blend_turns": blend_turns,
                     "usage": {"prompt_tokens": usage.prompt_tokens,
-                              "completion_tokens": usage.completion_tokens} if usage else None})
+                              "completion_tokens": usage.completion_tokens} if usage else None,
+                    "timings": timings.as_ms()})
 
 
 def _reload(message_id: int) -> dict:

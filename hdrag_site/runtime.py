@@ -1,8 +1,8 @@
 """Everything a portal process keeps between requests, in one place, each cache bounded.
 
 The engine config, tokenizers, retrievers, late-interaction text encoders and scorers, exact-word
-indexes, loaded builds (memory-mapped index files), Chroma connections, the LLM client settings and
-token counter, the thread pool chat retrieval runs on, and the slots that bound how many searches
+indexes, loaded builds (memory-mapped index files), Chroma connections, the LLM client settings,
+token counter and queue of turns, the thread pool chat retrieval runs on, and the slots that bound how many searches
 run at once. The apps ask this module; none keeps a cache of its own. `reset()` empties every
 cache (tests, and a process that changed its settings).
 
@@ -31,6 +31,7 @@ from engine.config import Config
 from engine.llm import ContextBudget, GenerationSettings, LLMClient, ServerTokenCounter, TokenCounter
 from engine.loaded_build import MANIFEST, LoadedCorpus, load_corpus
 from engine.retrieval import Retriever
+from hdrag_site.llm_queue import LLMQueue
 
 LOADED_BUILDS = 32
 TOKENIZERS = 4
@@ -86,6 +87,7 @@ _builds: BoundedCache[str, LoadedCorpus] = BoundedCache(LOADED_BUILDS)
 _chroma: BoundedCache[tuple[str, str, float], Any] = BoundedCache(CHROMA_CLIENTS)
 _counters: BoundedCache[str, ServerTokenCounter] = BoundedCache(TOKEN_COUNTERS)
 _clients: BoundedCache[tuple[str, float], LLMClient] = BoundedCache(LLM_CLIENTS)
+_queues: BoundedCache[tuple[str, int, int, int, int], LLMQueue] = BoundedCache(LLM_CLIENTS)
 _executor_lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None
 
@@ -213,6 +215,13 @@ def llm_client() -> LLMClient:
     return _clients.get((url, timeout), lambda: LLMClient(url, timeout=timeout))
 
 
+def llm_queue() -> LLMQueue:
+    """The queue of turns into the configured LLM server, one per server (and policy) in this process."""
+    key = (settings.LLM_BASE_URL, settings.LLM_PREFILL_AT_ONCE, settings.LLM_STREAMS, settings.LLM_QUEUE_LIMIT,
+           settings.LLM_QUEUE_PER_USER)
+    return _queues.get(key, lambda: LLMQueue(prefill=key[1], streams=key[2], limit=key[3], per_user=key[4]))
+
+
 def generation_settings(*, temperature: float | None = None) -> GenerationSettings:
     """The engine config's sampling, with a conversation's own `temperature` when it has one."""
     return GenerationSettings.from_config(engine_config(), temperature=temperature)
@@ -261,5 +270,5 @@ def reset() -> None:
     """Forget everything this process keeps (the thread pool stays: it holds no state)."""
     engine_config.cache_clear()
     for cache in (_tokenizers, _retrievers, _text_encoders, _late_scorers, _word_indexes, _builds, _chroma, _counters,
-                  _clients):
+                  _clients, _queues):
         cache.clear()

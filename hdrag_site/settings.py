@@ -180,6 +180,14 @@ LLM_TIMEOUT_SECONDS = envint("LLM_TIMEOUT_SECONDS", 120, minimum=1)
 # `./portal run` starts llama.cpp with this context. Gemma 270M rambles, so answers are capped.
 LLM_CONTEXT_SIZE = envint("LLM_CONTEXT_SIZE", 8192, minimum=512)
 LLM_MAX_NEW_TOKENS = envint("LLM_MAX_NEW_TOKENS", 1024, minimum=1)
+# Turns into the LLM (chat.llm_queue): at most LLM_PREFILL_AT_ONCE in prefill (1: first come, first
+# served, right for a CPU server, where prefill is compute-bound; 0: no limit, for a server that
+# batches prefill, a GPU), at most LLM_STREAMS with a request open (the server's slots: `./portal run`
+# starts llama.cpp with as many), at most LLM_QUEUE_LIMIT waiting in all and LLM_QUEUE_PER_USER per user.
+LLM_PREFILL_AT_ONCE = envint("LLM_PREFILL_AT_ONCE", 1, minimum=0)
+LLM_STREAMS = envint("LLM_STREAMS", 4, minimum=1)
+LLM_QUEUE_LIMIT = envint("LLM_QUEUE_LIMIT", 32, minimum=1)
+LLM_QUEUE_PER_USER = envint("LLM_QUEUE_PER_USER", 2, minimum=1)
 CHROMA_URL = envstr("CHROMA_URL", "")
 CHROMA_PATH = DATA_DIR / "chroma"
 # Each request to a Chroma server (connect: at most 5 s): a host that drops packets fails a search

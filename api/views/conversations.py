@@ -24,6 +24,7 @@ from chat.selectors import conversation_get_for_user, conversation_messages, con
 from chat.serializers import conversation_json, message_json
 from chat.services import conversation_create, conversation_delete, conversation_update
 from chat.turns import run_turn
+from hdrag_site import runtime
 from hdrag_site.errors import ApplicationError
 
 CONVERSATION = id_path("conversation_id", "conversation")
@@ -114,20 +115,23 @@ class MessageList(ApiView):
         content = serializer.validated_data["content"]
         if not content.strip():
             raise ApplicationError("The message must not be empty.", {"content": content})
+        # A place in the LLM queue before anything is stored: a full queue is a 429 with Retry-After.
+        ticket = runtime.llm_queue().enter(request.user.pk)
+        turn = {"conversation_id": conversation.pk, "user_id": request.user.pk, "content": content, "ticket": ticket}
         if serializer.validated_data["stream"]:
             async def produce(emit) -> None:  # noqa: ANN001
                 async def on_event(event: dict) -> None:
                     await emit(sse_frame(event, event=event["type"]))
 
-                await run_turn(conversation_id=conversation.pk, content=content, emit=on_event)
+                await run_turn(**turn, emit=on_event)
 
-            return sse_response(produce)
+            return sse_response(produce, on_close=ticket.close)
         events: list[dict] = []
 
         async def collect(event: dict) -> None:
             events.append(event)
 
-        async_to_sync(run_turn)(conversation_id=conversation.pk, content=content, emit=collect)
+        async_to_sync(run_turn)(**turn, emit=collect)
         user_message = next(e["message"] for e in events if e["type"] == "chat.accepted")
         final = events[-1]
         if final["type"] == "chat.error":

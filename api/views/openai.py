@@ -21,6 +21,7 @@ from chat.completions import CompletionPlan, ModelNotFound, completion_models, c
 from engine.llm import AnswerEnd, LLMError, PromptTooLongError, Usage, stream_answer
 from hdrag_site import runtime
 from hdrag_site.errors import ApplicationError
+from hdrag_site.llm_queue import Ticket
 
 TAGS = ["openai"]
 COMPLETION_SCHEMA = {
@@ -98,20 +99,29 @@ class ChatCompletions(ApiView):
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         max_tokens = data.get("max_completion_tokens") or data.get("max_tokens")
+        # A place in the LLM queue first (a full queue: 429 with Retry-After); retrieval runs meanwhile.
+        ticket = runtime.llm_queue().enter(request.user.pk)
         try:
             prepared = completion_prepare(user=request.user, model=data["model"], messages=data["messages"],
                                           temperature=data.get("temperature"), top_p=data.get("top_p"),
                                           max_tokens=max_tokens)
         except PromptTooLongError as error:
+            ticket.close()
             raise ApplicationError(str(error), {"code": "prompt_too_long"}) from None
+        except BaseException:
+            ticket.close()
+            raise
         completion_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if data["stream"]:
             include_usage = bool((data.get("stream_options") or {}).get("include_usage"))
-            return sse_response(lambda emit: _stream(emit, prepared, completion_id, created, include_usage))
+            return sse_response(lambda emit: _stream(emit, prepared, ticket, completion_id, created, include_usage),
+                                on_close=ticket.close)
         try:
-            text, finish_reason, usage = async_to_sync(_complete)(prepared)
+            text, finish_reason, usage = async_to_sync(_complete)(prepared, ticket)
         except LLMError as error:
             raise LLMUnavailable(f"The language model failed: {error}") from None
+        finally:
+            ticket.close()
         return Response({
             "id": completion_id, "object": "chat.completion", "created": created, "model": prepared.model,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
@@ -128,30 +138,39 @@ class ChatCompletions(ApiView):
 LOOP_FINISH_REASON = "length"
 
 
-async def _complete(prepared: CompletionPlan) -> tuple[str, str, Usage | None]:
-    """The whole answer. Nothing was sent yet, so a loop is continued from the cut as in the portal's
-    chat (`engine.llm.stream_answer`, up to `loop_retries` times); one that loops again ends at the
-    cut with LOOP_FINISH_REASON."""
-    answer = stream_answer(runtime.llm_client(), prepared.plan.messages, prepared.settings,
-                           loop_retries=prepared.loop_retries)
-    async with contextlib.aclosing(answer):
-        end = [event async for event in answer if isinstance(event, AnswerEnd)][-1]
+async def _complete(prepared: CompletionPlan, ticket: Ticket) -> tuple[str, str, Usage | None]:
+    """The whole answer, once the turn's place in the LLM queue comes. Nothing was sent yet, so a loop
+    is continued from the cut as in the portal's chat (`engine.llm.stream_answer`, up to
+    `loop_retries` times); one that loops again ends at the cut with LOOP_FINISH_REASON."""
+    async with ticket:
+        await ticket.wait()
+        answer = stream_answer(runtime.llm_client(), prepared.plan.messages, prepared.settings,
+                               loop_retries=prepared.loop_retries)
+        end = None
+        async with contextlib.aclosing(answer):
+            async for event in answer:
+                ticket.streaming()
+                if isinstance(event, AnswerEnd):
+                    end = event
     return end.content, LOOP_FINISH_REASON if end.looping else end.finish_reason, end.usage
 
 
-async def _stream(emit, prepared: CompletionPlan, completion_id: str, created: int,  # noqa: ANN001
+async def _stream(emit, prepared: CompletionPlan, ticket: Ticket, completion_id: str, created: int,  # noqa: ANN001
                   include_usage: bool) -> None:
     model = prepared.model
     await emit(sse_frame(_chunk(completion_id, created, model, {"role": "assistant", "content": ""})))
     try:
-        # No continuation (loop_retries 0): what a stream sent cannot be taken back.
-        answer = stream_answer(runtime.llm_client(), prepared.plan.messages, prepared.settings, loop_retries=0)
-        async with contextlib.aclosing(answer):
-            async for event in answer:
-                if isinstance(event, AnswerEnd):
-                    end = event
-                else:
-                    await emit(sse_frame(_chunk(completion_id, created, model, {"content": event.delta})))
+        async with ticket:
+            await ticket.wait()
+            # No continuation (loop_retries 0): what a stream sent cannot be taken back.
+            answer = stream_answer(runtime.llm_client(), prepared.plan.messages, prepared.settings, loop_retries=0)
+            async with contextlib.aclosing(answer):
+                async for event in answer:
+                    ticket.streaming()
+                    if isinstance(event, AnswerEnd):
+                        end = event
+                    else:
+                        await emit(sse_frame(_chunk(completion_id, created, model, {"content": event.delta})))
     except LLMError as error:
         await emit(sse_frame({"error": {"code": "llm_unavailable", "message": f"The language model failed: {error}",
                                         "details": {}}}))

@@ -52,9 +52,26 @@ async def _frames(produce: Callable[[Callable[[Any], Awaitable[None]]], Awaitabl
                 await task
 
 
-def sse_response(produce: Callable[[Callable[[Any], Awaitable[None]]], Awaitable[None]]) -> StreamingHttpResponse:
-    """`produce(emit)` emits ready SSE frames (strings, see `sse_frame`)."""
-    response = StreamingHttpResponse(_frames(produce), content_type="text/event-stream; charset=utf-8")
+class _EventStream(StreamingHttpResponse):
+    """A streaming response that calls `on_close` when the server closes it, streamed or not."""
+
+    def __init__(self, *args: Any, on_close: Callable[[], None] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._on_close = on_close
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            if self._on_close is not None:
+                self._on_close()
+
+
+def sse_response(produce: Callable[[Callable[[Any], Awaitable[None]]], Awaitable[None]], *,
+                 on_close: Callable[[], None] | None = None) -> StreamingHttpResponse:
+    """`produce(emit)` emits ready SSE frames (strings, see `sse_frame`). `on_close` is called when
+    the response is closed, whether or not the client read it (a place in the LLM queue is given up)."""
+    response = _EventStream(_frames(produce), content_type="text/event-stream; charset=utf-8", on_close=on_close)
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: pass events on as they come
     return response

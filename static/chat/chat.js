@@ -25,6 +25,7 @@
   let generating = false;
   let pending = null; // {item, body, memories, text}
   let renderQueued = false;
+  let lastSent = ""; // the last message sent: put back in the composer when the server refuses it
 
   marked.setOptions({ gfm: true, breaks: true });
 
@@ -163,8 +164,14 @@
     });
   }
 
+  function clearWaiting() {
+    const waiting = pending && pending.item.querySelector(".chat-waiting");
+    if (waiting) waiting.remove();
+  }
+
   function finishAnswer(message) {
     if (!pending) startAnswer(message.memories || []);
+    clearWaiting();
     const { item, body } = pending;
     pending = null;
     item.classList.remove("chat-streaming");
@@ -201,8 +208,24 @@
     "chat.memories"(event) {
       startAnswer(event.memories);
     },
+    "chat.queued"(event) {
+      // The answer waits for the model (one prompt is read at a time): say so until it streams.
+      if (!pending) startAnswer([]);
+      const ahead = event.ahead;
+      let waiting = pending.item.querySelector(".chat-waiting");
+      if (!waiting) {
+        waiting = note("", "waiting");
+        waiting.classList.add("chat-waiting");
+        waiting.setAttribute("role", "status");
+        pending.body.before(waiting);
+      }
+      waiting.textContent = ahead > 0
+        ? `Waiting for the model: ${ahead} answer${ahead === 1 ? "" : "s"} ahead of yours…`
+        : "Waiting for the model: yours is next…";
+    },
     "chat.delta"(event) {
       if (!pending) startAnswer([]);
+      clearWaiting();
       pending.text += event.delta;
       queueRender();
     },
@@ -223,6 +246,8 @@
         finishAnswer(event.message);
       } else {
         setGenerating(false);
+        // Refused before it was stored (the model's queue is full): the message goes back to the composer.
+        if (event.code === "llm_busy" && lastSent && !input.value) input.value = lastSent;
       }
       showBanner(event.error, "error");
     },
@@ -268,6 +293,7 @@
     if (!content || generating || !socket || socket.readyState !== WebSocket.OPEN) return;
     showBanner("");
     socket.send(JSON.stringify({ type: "chat.send", content }));
+    lastSent = content;
     input.value = "";
     setGenerating(true);
   }

@@ -196,3 +196,35 @@ async def test_a_completion_that_loops_again_is_cut_whole_and_streamed(chat_sett
     deltas = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]]
     assert 2 <= sum(bool(d) for d in deltas) < 30  # stopped within a few repeats, not after 400
     assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "length"
+
+
+def test_a_full_llm_queue_is_429_with_retry_after_and_nothing_is_stored(chat_settings, live_api, owner, secret):
+    """Past the caps of the queue into the LLM (hdrag_site.llm_queue) both chat APIs refuse at once:
+    429 with Retry-After (the official client raises RateLimitError), nothing stored; once a place
+    is free the same request is answered."""
+    chat_settings.LLM_STREAMS, chat_settings.LLM_QUEUE_LIMIT = 1, 1
+    queue = runtime.llm_queue()
+    running, waiting = queue.enter("someone"), queue.enter("someone else")  # real places, held by this test
+    client = openai.OpenAI(base_url=f"{live_api.url}/api/v1", api_key=secret, max_retries=0, timeout=120)
+    with pytest.raises(openai.RateLimitError) as refused:
+        client.chat.completions.create(model="none", max_tokens=5, messages=[{"role": "user", "content": "Hi."}])
+    assert refused.value.response.status_code == 429
+    assert int(refused.value.response.headers["Retry-After"]) >= 1
+    assert refused.value.body["code"] == "llm_busy"
+    with httpx.Client(headers=_headers(secret), timeout=120) as http:
+        conversation = http.post(f"{live_api.url}/api/v1/conversations/", json={}).json()["id"]
+        for stream in (False, True):
+            busy = http.post(f"{live_api.url}/api/v1/conversations/{conversation}/messages/",
+                             json={"content": "Hello?", "stream": stream})
+            assert busy.status_code == 429 and "Retry-After" in busy.headers
+            assert busy.json()["error"]["code"] == "llm_busy"
+        assert not Message.objects.filter(conversation_id=conversation).exists()
+        assert queue.snapshot()["waiting"] == 1  # the refused requests took no place
+        running.close()
+        waiting.close()
+        answered = http.post(f"{live_api.url}/api/v1/conversations/{conversation}/messages/",
+                             json={"content": "Hello?", "stream": True})
+        assert answered.status_code == 200 and "chat.done" in answered.text
+    whole = client.chat.completions.create(model="none", max_tokens=5, messages=[{"role": "user", "content": "Hi."}])
+    assert whole.choices[0].finish_reason in ("stop", "length")
+    assert queue.snapshot() == {"waiting": 0, "prefilling": 0, "streaming": 0}

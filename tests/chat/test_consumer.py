@@ -394,3 +394,105 @@ async def test_retrieval_uses_the_conversations_own_blend(chat_settings, users, 
     assert without == await db(reference)(None)
     assert with_blend != without
     assert await db(_blend)(fresh.pk) == []
+
+
+# ---------------------------------------------------------------- the queue into the LLM (issue 26)
+
+
+async def _first_delta_after(socket, content: str) -> list[dict]:
+    await socket.send_json_to({"type": "chat.send", "content": content})
+    return await events_until(socket, "chat.delta", "chat.error")
+
+
+async def test_a_waiting_turn_shows_its_place_then_streams(chat_settings, users, tmp_path):
+    """One request open at a time (LLM_STREAMS=1): a turn sent while another streams waits, is told
+    how many answers start before it, and streams once they are done."""
+    chat_settings.LLM_STREAMS = 1
+    set_engine_config(chat_settings, tmp_path, max_new_tokens=60)
+    sockets = []
+    for user in users:
+        conversation = await db(_conversation)(user, use_memory=False)
+        socket, _, _ = await open_socket(user, conversation.pk)
+        await socket.receive_json_from()
+        sockets.append(socket)
+    first, second, third = sockets
+    assert (await _first_delta_after(first, "Tell me about the sea."))[-1]["type"] == "chat.delta"
+    await second.send_json_to({"type": "chat.send", "content": "Tell me about rivers."})
+    second_events = await events_until(second, "chat.queued")
+    await third.send_json_to({"type": "chat.send", "content": "Tell me about lakes."})
+    third_events = await events_until(third, "chat.queued")
+    assert second_events[-1] == {"type": "chat.queued", "ahead": 0}
+    assert third_events[-1] == {"type": "chat.queued", "ahead": 1}  # the second turn starts first
+    first_done = await events_until(first, "chat.done", "chat.error")
+    assert first_done[-1]["type"] == "chat.done"
+    # In arrival order: the second streams, the third moves up and waits for it.
+    second_rest = await events_until(second, "chat.done", "chat.error")
+    third_rest = await events_until(third, "chat.done", "chat.error")
+    assert second_rest[-1]["type"] == third_rest[-1]["type"] == "chat.done"
+    assert _deltas(second_rest) and _deltas(third_rest)
+    assert {"type": "chat.queued", "ahead": 0} in third_rest
+    timings = third_rest[-1]["timings"]
+    assert timings["queue"] > 0 and timings["prefill"] > 0 and timings["generation"] >= 0
+    assert timings["first_token"] >= timings["queue"]
+    for socket in sockets:
+        await socket.disconnect()
+
+
+async def test_stopping_a_waiting_turn_frees_its_place(chat_settings, users, tmp_path):
+    from hdrag_site import runtime
+
+    chat_settings.LLM_STREAMS = 1
+    set_engine_config(chat_settings, tmp_path, max_new_tokens=200)
+    owner, other, outsider = users
+    conversations, sockets = [], []
+    for user in (owner, other, outsider):
+        conversation = await db(_conversation)(user, use_memory=False)
+        socket, _, _ = await open_socket(user, conversation.pk)
+        await socket.receive_json_from()
+        conversations.append(conversation)
+        sockets.append(socket)
+    first, waiting, later = sockets
+    await _first_delta_after(first, "Write a long story about a dragon.")
+    await waiting.send_json_to({"type": "chat.send", "content": "Tell me about rivers."})
+    await events_until(waiting, "chat.queued")
+    assert runtime.llm_queue().snapshot()["waiting"] == 1
+    await waiting.send_json_to({"type": "chat.stop"})
+    stopped = await events_until(waiting, "chat.done", "chat.error")
+    assert stopped[-1]["type"] == "chat.done" and stopped[-1]["status"] == "stopped"
+    assert not _deltas(stopped)
+    assert runtime.llm_queue().snapshot()["waiting"] == 0
+    # The user's turn is kept, with an empty stopped answer; the next turn is next in line.
+    user_turn, answer = await db(_messages)(conversations[1].pk)
+    assert user_turn.content == "Tell me about rivers." and answer.status == "stopped" and answer.content == ""
+    await later.send_json_to({"type": "chat.send", "content": "Tell me about lakes."})
+    assert (await events_until(later, "chat.queued"))[-1]["ahead"] == 0
+    await first.send_json_to({"type": "chat.stop"})
+    await events_until(first, "chat.done", "chat.error")
+    assert (await events_until(later, "chat.done", "chat.error"))[-1]["type"] == "chat.done"
+    for socket in sockets:
+        await socket.disconnect()
+
+
+async def test_a_full_queue_refuses_with_a_clear_error_and_stores_nothing(chat_settings, users, tmp_path):
+    chat_settings.LLM_STREAMS, chat_settings.LLM_QUEUE_LIMIT = 1, 1
+    set_engine_config(chat_settings, tmp_path, max_new_tokens=200)
+    sockets, conversations = [], []
+    for user in users:
+        conversation = await db(_conversation)(user, use_memory=False)
+        socket, _, _ = await open_socket(user, conversation.pk)
+        await socket.receive_json_from()
+        sockets.append(socket)
+        conversations.append(conversation)
+    first, waiting, refused = sockets
+    await _first_delta_after(first, "Write a long story about a dragon.")
+    await waiting.send_json_to({"type": "chat.send", "content": "Tell me about rivers."})
+    await events_until(waiting, "chat.queued")
+    await refused.send_json_to({"type": "chat.send", "content": "Tell me about lakes."})
+    error = (await events_until(refused, "chat.error"))[-1]
+    assert error["code"] == "llm_busy" and error["retry_after"] >= 1
+    assert "The model is busy: 1 answer is waiting" in error["error"]
+    assert await db(_messages)(conversations[2].pk) == []  # nothing stored: the page keeps the text
+    for socket in (first, waiting):
+        await socket.send_json_to({"type": "chat.stop"})
+    for socket in sockets:
+        await socket.disconnect()
