@@ -179,9 +179,22 @@ def message_create_user(*, conversation_id: int, content: str) -> Message:
     conversation = Conversation.objects.select_for_update().get(pk=conversation_id)
     if conversation.title == DEFAULT_TITLE:
         first_line = content.splitlines()[0]
-        conversation.title = first_line[:TITLE_CHARS] + ("…" if len(first_line) > TITLE_CHARS else "")
+        title = first_line[:TITLE_CHARS] + ("…" if len(first_line) > TITLE_CHARS else "")
+        conversation.title = _unused_title(conversation, title)
     conversation.save(update_fields=["title", "updated"])
     return message
+
+
+def _unused_title(conversation: Conversation, title: str) -> str:
+    """`title`, or `title (2)`, `(3)`, ...: one the owner's other conversations do not have, so two
+    conversations begun with the same question can be told apart in the list."""
+    taken = set(Conversation.objects.filter(owner_id=conversation.owner_id, title__startswith=title)
+                .exclude(pk=conversation.pk).values_list("title", flat=True))
+    number, candidate = 1, title
+    while candidate in taken:
+        number += 1
+        candidate = f"{title} ({number})"
+    return candidate
 
 
 def _memory_rows(results: Sequence[dict], message: Message) -> list[MessageMemory]:

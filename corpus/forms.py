@@ -24,9 +24,14 @@ class CorpusForm(forms.ModelForm):
     def __init__(self, *args, user, **kwargs) -> None:  # noqa: ANN001, ANN002, ANN003
         super().__init__(*args, **kwargs)
         groups = groups_shareable_by(user)
-        self.fields["readable_groups"].queryset = groups
-        self.fields["writable_groups"].queryset = groups
-        self.fields["readable_groups"].help_text = "May search and view when shared. Share with people on the corpus page."
+        if groups.exists():
+            self.fields["readable_groups"].queryset = groups
+            self.fields["writable_groups"].queryset = groups
+            self.fields["readable_groups"].help_text = ("May search and view when shared. "
+                                                        "Share with people on the corpus page.")
+        else:
+            # In no group: nothing to pick (a label with no boxes); the corpus page shares with people.
+            del self.fields["readable_groups"], self.fields["writable_groups"]
         # The browser refuses what the model's validators would (0 dimensions, a 0-gram) before a round trip.
         for name, field in self.fields.items():
             for validator in Corpus._meta.get_field(name).validators if name in NUMBER_FIELDS else ():

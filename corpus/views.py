@@ -49,7 +49,7 @@ def corpus_new(request: HttpRequest) -> HttpResponse:
     form = CorpusForm(request.POST or None, user=request.user)
     if request.method == "POST" and form.is_valid():
         data = dict(form.cleaned_data)
-        readable, writable = data.pop("readable_groups"), data.pop("writable_groups")
+        readable, writable = data.pop("readable_groups", ()), data.pop("writable_groups", ())
         try:
             corpus = corpus_create(owner=request.user, readable_groups=readable, writable_groups=writable, **data)
         except ApplicationError as error:

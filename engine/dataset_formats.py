@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.documents import DOCUMENT_FORMAT_BY_SUFFIX, DocumentError, sniff_document
+from engine.documents import DOCUMENT_FORMAT_BY_SUFFIX, ZIP_MAGIC, DocumentError, sniff_document
 
 FORMAT_BY_SUFFIX = {
     ".json": "json", ".jsonl": "jsonl", ".parquet": "parquet", ".txt": "text", ".md": "markdown",
@@ -111,7 +111,9 @@ def sniff_format(source: str | Path | bytes, filename: str | None = None) -> str
     parquet file be caught by its missing footer). `filename` (default: the path's name) is used
     only where content cannot decide: text vs markdown, a single-line JSON object (``.jsonl`` keeps
     it JSONL), an HTML fragment. Content wins over the extension otherwise (a ``.json`` holding JSON
-    lines is "jsonl"). Raises DatasetError for an unsupported extension, binary or non-UTF-8 text,
+    lines is "jsonl"); a name without an extension, or with one the portal does not know ("GPL-3",
+    "Apache-2.0"), is sniffed like any other (text when it is UTF-8 text). Raises DatasetError for
+    binary or non-UTF-8 content,
     an empty file, or content that contradicts a structured extension (a ``.json`` that is not
     JSON, a ``.parquet`` without the PAR1 magic, a ``.xml`` that is not markup).
     """
@@ -131,21 +133,34 @@ def sniff_format(source: str | Path | bytes, filename: str | None = None) -> str
             raise DatasetError(f"{label}: cannot read: {error.strerror or error}") from None
     suffix = Path(filename).suffix.lower() if filename else ""
     suffix_format = FORMAT_BY_SUFFIX.get(suffix)
-    if suffix and suffix_format is None:
-        raise DatasetError(f"{label}: unsupported file type {suffix!r}; supported: {', '.join(sorted(FORMAT_BY_SUFFIX))}")
+    unknown = suffix if suffix and suffix_format is None else ""
+    if unknown:
+        # A name's last dot need not start a type ("Apache-2.0", "notes.v2"): the content decides.
+        suffix = ""
     try:
         document = sniff_document(head, suffix)
     except DocumentError as error:
         raise DatasetError(f"{label}: {error}") from None
     if document:
         return document
+    if head.startswith(ZIP_MAGIC):
+        raise DatasetError(f"{label}: unsupported file type {unknown or suffix or '(a ZIP archive)'!r}: a ZIP archive "
+                           f"is not one dataset (the portal's upload unpacks .zip files into their members)")
     if head.startswith(b"PAR1"):
         if tail != b"PAR1" or (complete and len(head) < 8):
             raise DatasetError(f"{label}: truncated parquet file (footer magic PAR1 missing)")
         return "parquet"
     if suffix_format == "parquet":
         raise DatasetError(f"{label}: not a parquet file (no PAR1 magic at the start)")
-    text = _decode_head(head, label, complete)
+    try:
+        text = _decode_head(head, label, complete)
+    except DatasetError as error:
+        if unknown:
+            detail = str(error).removeprefix(f"{label}: ")
+            raise DatasetError(f"{label}: unsupported file type {unknown!r}, and the content is not plain text "
+                               f"({detail}); supported: {', '.join(sorted(FORMAT_BY_SUFFIX))}, or UTF-8 text "
+                               f"under any name") from None
+        raise
     stripped = text.lstrip()
     if not stripped:
         raise DatasetError(f"{label}: file is empty")

@@ -196,10 +196,9 @@ def dataset_upload(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded_fi
     limit = settings.UPLOAD_MAX_BYTES
     if uploaded_file.size is not None and uploaded_file.size > limit:
         raise DatasetTooLarge(f"{name}: {upload_limit_message(limit)}")
+    # The content decides the format (`validate_dataset`): "GPL-3" or "Apache-2.0" are plain text.
     suffix = Path(name).suffix.lower()
-    if suffix not in FORMAT_BY_SUFFIX:
-        raise DatasetRejected(f"{name}: unsupported file type {suffix or '(no extension)'!r}; "
-                              f"supported: {', '.join(sorted(FORMAT_BY_SUFFIX))}")
+    suffix = suffix if suffix in FORMAT_BY_SUFFIX else ""
     staging = staging_dir()
     staging.mkdir(parents=True, exist_ok=True)
     staged = staging / f"{uuid.uuid4().hex}{suffix}"

@@ -32,7 +32,9 @@
   }
 
   function finish(entry, ok, text) {
+    // A refused file gets no full bar (it was not stored): only its reason.
     entry.bar.value = 100;
+    entry.bar.hidden = !ok;
     entry.item.classList.add(ok ? "ok" : "failed");
     entry.state.className = "upload-state " + (ok ? "ok" : "error");
     entry.state.textContent = text;
@@ -65,6 +67,11 @@
           results.forEach(function (r) { finish(row(r.name), r.ok, r.ok ? r.message : r.error); });
         }
         stored += results.filter(function (r) { return r.ok; }).length;
+        if (stored > 0) {
+          // The corpus has datasets now: its empty state would contradict the list below.
+          var empty = document.getElementById("datasets-empty");
+          if (empty) { empty.hidden = true; }
+        }
         resolve();
       });
       request.addEventListener("error", function () { finish(job.entry, false, "Network error"); resolve(); });

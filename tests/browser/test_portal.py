@@ -41,6 +41,8 @@ FILES = {
     "notes.zip": _zip({"notes/hash.txt": "A hash table maps keys to buckets for constant-time lookups.",
                        "notes/fox.txt": "The quick brown fox jumps over the lazy dog near the river bank."}),
     "tool.exe": b"MZ\x90\x00 not a document",
+    # Plain text named as Debian's common-licenses are: a version number where an extension would be.
+    "Apache-2.0": b"Apache License, Version 2.0. Licensed works may be reproduced and distributed.",
 }
 
 DROP = """([zone, files]) => {
@@ -73,16 +75,23 @@ def test_team_workflow(browser, live_portal, screenshot):
 
     # Several files by drag and drop, each with its own progress and result.
     files = [[name, base64.b64encode(data).decode()] for name, data in FILES.items()]
+    assert page.locator("#datasets-empty").is_visible()
     page.evaluate(DROP, [page.locator("#drop-zone").element_handle(), files])
     wait_until(page, "document.querySelectorAll('#upload-list .upload-item.ok, #upload-list .upload-item.failed')"
-                     ".length === 8")
+                     ".length === 9")
     items = {page.locator(".upload-name").nth(i).inner_text(): page.locator(".upload-state").nth(i).inner_text()
              for i in range(page.locator(".upload-item").count())}
     assert items["history.pdf"] == "history.pdf: PDF, 2 records"
     assert items["biology.docx"].startswith("biology.docx: Word, 1 record")
     assert items["notes.zip"] == "2 of 2 files stored" and items["notes/fox.txt"].startswith("fox.txt: text, 1 record")
     assert "unsupported file type '.exe'" in items["tool.exe"]
-    assert page.locator("#upload-list progress").evaluate_all("bars => bars.every((b) => b.value === 100)")
+    assert items["Apache-2.0"].startswith("Apache-2.0: text, 1 record")
+    # Stored files show a full bar; a refused one only its reason; the empty state is gone.
+    assert page.locator("#upload-list .upload-item.ok progress").evaluate_all(
+        "bars => bars.length === 8 && bars.every((b) => b.value === 100 && !b.hidden)")
+    assert page.locator("#upload-list .upload-item.failed progress").evaluate_all(
+        "bars => bars.length === 1 && bars.every((b) => b.hidden)")
+    assert not page.locator("#datasets-empty").is_visible()
     screenshot(page, "03-corpus-uploaded")
     # Keyboard: Tab reaches the (visually hidden) file input, and its "Choose files" label shows the focus.
     for _ in range(60):
@@ -92,7 +101,7 @@ def test_team_workflow(browser, live_portal, screenshot):
     assert page.evaluate("document.activeElement.id") == "id_file"
     assert page.evaluate("getComputedStyle(document.querySelector('label[for=id_file]')).outlineStyle") == "solid"
     page.get_by_role("link", name="Show the new datasets").click()
-    assert page.locator("#datasets tbody tr").count() == 6
+    assert page.locator("#datasets tbody tr").count() == 7
 
     # The build: the progress bar moves while the worker runs it, and ends at 100 %.
     page.get_by_role("button", name="Build index").click()
@@ -267,3 +276,23 @@ def test_a_rewind_replaces_the_streamed_echo(browser, live_portal, screenshot):
     assert answer.strip() and REWOUND not in answer and done.get_attribute("data-id")
     assert page.locator("#chat-messages li.chat-streaming").count() == 0
     page.context.close()
+
+
+def test_api_docs_render_under_the_content_security_policy(browser, live_portal, screenshot):
+    """/api/docs/ (Swagger UI, served from the portal's own static files) runs under the pages'
+    Content-Security-Policy: no violation in the console, and the operations are listed."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    violations: list[str] = []
+    page.on("console", lambda message: violations.append(message.text)
+            if "Content Security Policy" in message.text or "Content-Security-Policy" in message.text else None)
+    page.goto(f"{live_portal.url}/api/docs/")
+    operation = page.locator(".opblock-summary", has_text="/api/v1/chat/completions").first
+    operation.wait_for(timeout=30_000)
+    assert operation.is_visible()
+    assert page.locator(".info .title", has_text="HdRAG Portal API").count() == 1
+    operation.click()  # an operation opens with its description
+    page.get_by_text("OpenAI-compatible chat completion primed", exact=False).first.wait_for()
+    assert violations == []
+    screenshot(page, "09-api-docs")
+    context.close()

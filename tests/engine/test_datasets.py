@@ -471,13 +471,27 @@ def test_sniff_large_pretty_json_head(tmp_path):
     assert sum(1 for _ in iter_dataset(path)) == 2000
 
 
+@pytest.mark.parametrize(("content", "filename"), [
+    (b"GNU GENERAL PUBLIC LICENSE\n   Version 3, 29 June 2007\n", "GPL-3"),
+    (b"Apache License\n   Version 2.0, January 2004\n", "Apache-2.0"),
+    (b"a,b\n1,2\n", "table.csv"),
+])
+def test_text_under_a_name_without_a_known_extension_is_text(content, filename, tmp_path):
+    # Debian's common-licenses: no extension, or a version number where an extension would be.
+    assert sniff_format(content, filename) == "text"
+    path = tmp_path / filename
+    path.write_bytes(content * 20)
+    assert sniff_format(path) == "text"
+    assert [record["text"] for record in iter_dataset(path)][0].startswith(content.decode().split("\n")[0])
+
+
 @pytest.mark.parametrize(("content", "filename", "message"), [
     (b"not json at all", "data.json", "content is not JSON"),
     (b'{"text": "a", }', "data.json", "not valid JSON"),
     (b"hello", "data.parquet", "not a parquet file"),
     (b"PAR1 but nothing else", "x.parquet", "truncated parquet"),
     (b"plain text", "data.xml", "content is not XML"),
-    (b"a,b\n1,2\n", "table.csv", "unsupported file type '.csv'"),
+    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "image.png", "unsupported file type '.png', and the content is not plain text"),
     (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "image.txt", "binary data"),
     (b"caf\xe9 au lait", "latin1.txt", "invalid UTF-8 at byte offset 3"),
     (b"   \n\t ", "blank.txt", "file is empty"),
