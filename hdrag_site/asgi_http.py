@@ -26,6 +26,7 @@ from __future__ import annotations
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
@@ -100,6 +101,11 @@ class SyncPathASGIHandler(ASGIHandler):
                 self._threads.give_back(lent.executor)
 
     async def send_response(self, response: HttpResponseBase, send: Any) -> None:
+        if response.streaming and not response.is_async:
+            # A file (WhiteNoise's static files, downloads) streams from a synchronous iterator,
+            # which Django would consume on a thread of its own with a warning per response: read
+            # it on this request's thread instead, chunk by chunk.
+            response.streaming_content = _read_on_request_thread(response.streaming_content)
         await super().send_response(response, send)
         lent = _lent.get()
         if lent is not None and not lent.returned and not response.streaming:
@@ -114,3 +120,10 @@ class SyncPathASGIHandler(ASGIHandler):
 
     async def get_response_async(self, request: HttpRequest) -> HttpResponseBase:
         return await sync_to_async(self.get_response, thread_sensitive=True)(request)
+
+
+async def _read_on_request_thread(chunks: Iterator[bytes]) -> AsyncIterator[bytes]:
+    step = sync_to_async(next, thread_sensitive=True)
+    done = object()
+    while (chunk := await step(chunks, done)) is not done:
+        yield chunk
