@@ -124,12 +124,13 @@ class DatasetUpdateSerializer(serializers.Serializer):
 
 class BuildSerializer(serializers.Serializer):
     id = serializers.IntegerField()
+    number = serializers.IntegerField(help_text="The build's number within its corpus (#1 is the first).")
     corpus = serializers.IntegerField()
     status = serializers.ChoiceField(choices=["queued", "running", "succeeded", "failed", "cancelled"])
     phase = serializers.CharField()
     done = serializers.IntegerField()
     total = serializers.IntegerField()
-    percent = serializers.IntegerField()
+    percent = serializers.IntegerField(help_text="The whole build's progress, every phase included.")
     rate = serializers.FloatField()
     error = serializers.CharField()
     cancel_requested = serializers.BooleanField()

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.contrib.auth.models import Group
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
-from django.db.models import Q
+from django.db.models import Max, Q
 
 from corpus.files import data_storage
 from engine.config import Config
@@ -99,6 +101,13 @@ class Dataset(models.Model):
         return FORMAT_LABELS.get(self.format, self.format)
 
 
+# The phases of a build in the order they run, with their usual share (%) of its time (the worker's
+# own timings of demo and bench.build corpora), so that one progress bar covers the whole build. The
+# late-interaction fill ("text_store") and the exact-word index ("words") are alternatives.
+BUILD_PHASE_SHARES = {"starting": 1, "tokenizer": 3, "tokenize": 27, "embeddings": 4, "vocabulary": 6,
+                      "encode": 40, "verify": 3, "activate": 3, "text_store": 10, "words": 10}
+
+
 class IndexBuild(models.Model):
     class Status(models.TextChoices):
         QUEUED = "queued", "Queued"
@@ -110,6 +119,8 @@ class IndexBuild(models.Model):
     ACTIVE_STATUSES = (Status.QUEUED, Status.RUNNING)
 
     corpus = models.ForeignKey(Corpus, on_delete=models.CASCADE, related_name="builds")
+    number = models.PositiveIntegerField(null=True, blank=True, editable=False,
+                                         help_text="The build's number within its corpus (#1 is the first).")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     phase = models.CharField(max_length=32, blank=True)
     done = models.BigIntegerField(default=0)
@@ -139,10 +150,19 @@ class IndexBuild(models.Model):
             # The database, not only the service, refuses a second concurrent build of a corpus.
             models.UniqueConstraint(fields=["corpus"], condition=Q(status__in=["queued", "running"]),
                                     name="indexbuild_one_active_per_corpus"),
+            models.UniqueConstraint(fields=["corpus", "number"], name="indexbuild_unique_number_per_corpus"),
         ]
 
     def __str__(self) -> str:
-        return f"Build #{self.pk} of {self.corpus} ({self.get_status_display().lower()})"
+        return f"Build #{self.number or '?'} of {self.corpus} ({self.get_status_display().lower()})"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.number is None and self.corpus_id is not None:
+            # Numbered per corpus: a corpus's first build is #1. Builds of one corpus are created one
+            # at a time (one queued or running at once), and (corpus, number) is unique.
+            last = IndexBuild.objects.filter(corpus_id=self.corpus_id).aggregate(last=Max("number"))["last"]
+            self.number = (last or 0) + 1
+        super().save(*args, **kwargs)
 
     @property
     def is_active(self) -> bool:
@@ -150,9 +170,19 @@ class IndexBuild(models.Model):
 
     @property
     def percent(self) -> int:
+        """The whole build's progress (one bar for every phase): the phases before the current one,
+        by their usual share of a build's time, plus the current phase's own done/total."""
         if self.status == self.Status.SUCCEEDED:
             return 100
-        return int(100 * self.done / self.total) if self.total else 0
+        if self.phase not in BUILD_PHASE_SHARES:
+            return 0
+        before = 0
+        for phase, share in BUILD_PHASE_SHARES.items():
+            if phase == self.phase:
+                within = min(1.0, self.done / self.total) if self.total else 0.0
+                return min(99, int(before + share * within))
+            before += share
+        return 0
 
 
 class Memory(models.Model):

@@ -132,7 +132,7 @@ def corpus_builds(*, corpus: Corpus, limit: int = 20) -> list[IndexBuild]:
 def build_state(build: IndexBuild) -> dict:
     """The JSON-safe view of a build's progress shared by events, polling and templates."""
     return {
-        "id": build.pk, "corpus": build.corpus_id, "status": build.status, "phase": build.phase,
+        "id": build.pk, "number": build.number, "corpus": build.corpus_id, "status": build.status, "phase": build.phase,
         "done": build.done, "total": build.total, "rate": round(build.rate, 1), "percent": build.percent,
         "error": build.error, "cancel_requested": build.cancel_requested, "documents": build.documents,
         "started": build.started.isoformat() if build.started else None,

@@ -118,6 +118,9 @@ def test_team_workflow(browser, live_portal, screenshot):
     assert page.locator("#builds progress").first.evaluate("bar => bar.value") == 100
     assert page.locator("#builds [data-field=percent]").first.inner_text() == "100 %"
     assert seen, "the page never showed the running build"
+    # One bar for the whole build: it never goes back when a phase ends and the next begins.
+    assert seen == sorted(seen), seen
+    assert page.locator("#builds tbody tr:first-child td").first.inner_text().startswith("#1")  # the corpus's first
     screenshot(page, "04-corpus-built")
 
     # Search: ranked by score, query words marked; the pipeline one click away; a hit opens in full.

@@ -22,11 +22,12 @@ from corpus.services.builds import (
     builds_cleanup,
     builds_sweep_stale,
 )
+from corpus.services.corpora import corpus_create
 from corpus.tasks import run_build
 from engine.loaded_build import load_corpus
 from hdrag_site.errors import ApplicationError
 from memory.services import memories_search
-from tests.portal.conftest import TEXTS, build_now, login, upload
+from tests.portal.conftest import SMALL_HDC, TEXTS, build_now, login, upload
 
 Status = IndexBuild.Status
 
@@ -47,6 +48,38 @@ def test_build_succeeds_activates_and_inserts_memories(corpus, owner, dataset, d
     dataset.refresh_from_db()
     assert dataset.record_count == len(TEXTS) and dataset.record_count_exact
     assert {"tokenize", "encode", "verify", "memory_insert"} <= set(build.timings)
+    # The stats page's phases add up to the whole build (the switch and the word index included).
+    from memory.stats import build_phase_seconds
+
+    total = (build.finished - build.started).total_seconds()
+    phases = build_phase_seconds(build.timings, total)
+    assert {"tokenize", "encode", "words", "activation"} <= set(phases)
+    assert abs(sum(phases.values()) - total) <= max(0.05, 0.02 * total), (phases, total)
+
+
+def test_builds_are_numbered_per_corpus(corpus, owner, dataset, django_capture_on_commit_callbacks):
+    other = corpus_create(owner=owner, name="Other notes", **SMALL_HDC)
+    upload(other, owner, ["Lighthouses guide ships along the rocky coast at night."], name="other.jsonl")
+    first = build_now(corpus, owner, django_capture_on_commit_callbacks)
+    second = build_now(corpus, owner, django_capture_on_commit_callbacks)
+    elsewhere = build_now(other, owner, django_capture_on_commit_callbacks)
+    assert (first.number, second.number, elsewhere.number) == (1, 2, 1)
+    page = login(owner).get(reverse("corpus:detail", args=[other.pk])).content.decode()
+    assert "Serving build #1" in page and f"#{elsewhere.pk}" not in page.split("Serving build")[1][:20]
+
+
+def test_one_bar_for_the_whole_build_never_goes_back():
+    build = IndexBuild(status=Status.RUNNING)
+    seen = []
+    for phase, done, total in [("starting", 0, 0), ("tokenizer", 0, 1), ("tokenize", 50, 100), ("tokenize", 100, 100),
+                               ("embeddings", 0, 1), ("embeddings", 1, 1), ("vocabulary", 0, 10),
+                               ("vocabulary", 10, 10), ("encode", 0, 100), ("encode", 60, 100), ("encode", 100, 100),
+                               ("verify", 100, 100), ("activate", 0, 1), ("words", 0, 1)]:
+        build.phase, build.done, build.total = phase, done, total
+        seen.append(build.percent)
+    assert seen == sorted(seen) and seen[0] <= 1 and 80 <= seen[-1] < 100, seen
+    build.status = Status.SUCCEEDED
+    assert build.percent == 100
 
 
 def test_search_returns_the_matching_memory_and_respects_enabled_datasets(
