@@ -154,7 +154,8 @@ class SearchQuerySerializer(serializers.Serializer):
     mode = serializers.ChoiceField(choices=["pipeline", "raw"], default="pipeline",
                                    help_text="pipeline: threshold, fusion, MMR within the budget (what the chat "
                                              "uses); raw: the index's top `limit` rows by HDC score.")
-    limit = serializers.IntegerField(min_value=1, max_value=1000, default=50, help_text="Rows in raw mode.")
+    limit = serializers.IntegerField(min_value=1, max_value=1000, default=50,
+                                     help_text="At most this many results, in either mode (pipeline mode: only when given).")
     top_document = serializers.BooleanField(default=False, help_text="Only the best memory (pipeline mode).")
 
     def validate_datasets(self, value: str) -> list[int]:

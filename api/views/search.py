@@ -29,7 +29,8 @@ SEARCH_PARAMETERS = [
     OpenApiParameter("budget", int, description="Most tokens of memories (pipeline mode; default the engine's)."),
     OpenApiParameter("mode", str, enum=["pipeline", "raw"], description="pipeline (default): what the chat "
                      "retrieves (threshold, fusion, MMR within the budget); raw: the index's top `limit` rows."),
-    OpenApiParameter("limit", int, description="Rows in raw mode (default 50, at most 1000)."),
+    OpenApiParameter("limit", int, description="At most this many results, in either mode (raw mode's default "
+                     "50; pipeline mode: all the budget holds unless given; at most 1000)."),
     OpenApiParameter("top_document", bool, description="Only the best memory (pipeline mode)."),
     *PAGE_PARAMETERS,
     OpenApiParameter("Server-Timing", str, OpenApiParameter.HEADER, response=[200],
@@ -55,6 +56,8 @@ class _Search(ApiView):
         results = memories_search(user=request.user, corpus_ids=corpus_ids, corpora=corpora, query=params["q"],
                                   token_budget=params.get("budget"), top_document=params["top_document"],
                                   dataset_ids=params.get("datasets"), raw_limit=params["limit"] if raw else None)
+        if not raw and "limit" in request.query_params:
+            results = results[:params["limit"]]  # the best ones: pipeline results are in rank order
         took_ms = round((time.perf_counter() - started) * 1000, 3)
         response = self.paginated(results, lambda page: [_result_json(r) for r in page], took_ms=took_ms)
         response["Server-Timing"] = f"search;dur={took_ms}"

@@ -145,6 +145,12 @@ def test_search_ranks_memories_with_scores_sources_and_tokens(corpus, owner, mem
     paged = client.get(f"/api/v1/corpora/{corpus.pk}/search/", {"q": "mitochondria ATP", "mode": "raw", "limit": 5,
                                                                 "page_size": 2}).json()
     assert paged["count"] == 5 and len(paged["results"]) == 2 and paged["next"]
+    # `limit` holds in pipeline mode too (issue 31.5): the best results, in the same order.
+    whole = client.get(f"/api/v1/corpora/{corpus.pk}/search/", {"q": "cell energy and the mitochondria"}).json()
+    assert whole["count"] >= 2
+    limited = client.get(f"/api/v1/corpora/{corpus.pk}/search/", {"q": "cell energy and the mitochondria",
+                                                                  "limit": 1}).json()
+    assert limited["count"] == 1 and limited["results"][0]["id"] == whole["results"][0]["id"]
 
 
 def test_search_follows_datasets_and_their_switches(corpus, owner, built, dataset):

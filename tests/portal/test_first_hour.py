@@ -45,3 +45,23 @@ def test_the_temperature_field_shows_its_default_whole(owner):
     default = runtime.engine_config().temperature
     assert f'placeholder="{default:g}"' in page or f'placeholder="{default}"' in page
     assert "(defau" not in page and f"the model's default, {default}" in page
+
+
+def test_a_new_user_sees_the_first_steps_beside_a_corpus_open_to_everyone(owner, outsider):
+    # As `./portal run` leaves it: the admin's demo corpus is open to everyone.
+    corpus_create(owner=owner, name="Python documentation", visibility=Corpus.Visibility.EVERYONE, **SMALL_HDC)
+    client = login(outsider)
+    home = client.get(reverse("home")).content.decode()
+    assert 'id="first-run"' in home and 'id="dashboard-corpora"' in home and "Python documentation" in home
+    conversation_create(user=outsider)
+    assert 'id="first-run"' not in client.get(reverse("home")).content.decode()
+
+
+def test_the_store_page_says_it_lists_pushed_embeddings_not_datasets(owner):
+    from tests.portal.conftest import upload
+
+    corpus = corpus_create(owner=owner, name="Licenses", **SMALL_HDC)
+    upload(corpus, owner)
+    page = login(owner).get(reverse("corpus:store_documents", args=[corpus.pk])).content.decode()
+    assert 'id="store-about"' in page and "integrations push through the API" in page
+    assert "No embeddings pushed yet (this corpus's datasets are searched" in page
