@@ -24,9 +24,9 @@ streaming responses (SSE) and websockets are unchanged.
 from __future__ import annotations
 
 import threading
+from collections.abc import AsyncIterator, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
-from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 from asgiref.sync import ThreadSensitiveContext, sync_to_async
