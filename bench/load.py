@@ -62,6 +62,8 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--max-tokens", type=int, default=128, help="answer cap (the engine's max_new_tokens)")
     parser.add_argument("--parallel", type=int, default=4, help="llama.cpp slots (and the portal's LLM_STREAMS)")
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp compute threads")
+    parser.add_argument("--batch", type=int, default=2048, help="llama.cpp prompt tokens per step (n_batch)")
+    parser.add_argument("--ctx-size", type=int, default=8192, help="llama.cpp KV cache, shared by the slots")
     parser.add_argument("--no-floor", action="store_true", help="skip llama.cpp alone")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--verbose", action="store_true", help="print every turn beside its floor")
@@ -391,11 +393,13 @@ def main() -> int:
 
     def llm() -> LlamaServer:
         # A fresh server for every phase: nothing one phase prefilled is in another's prompt cache.
-        return LlamaServer(gguf, port=port, threads=args.threads, ctx_size=8192, parallel=args.parallel)
+        return LlamaServer(gguf, port=port, threads=args.threads, ctx_size=args.ctx_size, parallel=args.parallel,
+                           batch=args.batch)
 
     llm_url = f"http://127.0.0.1:{port}"
     with tempfile.TemporaryDirectory(prefix="bench-load-") as data_dir:
         print(f"set {args.set}; chat model {gguf.name} on llama.cpp ({args.parallel} slots, {args.threads} threads, "
+              f"batch {args.batch}, KV cache {args.ctx_size}, "
               f"a fresh server per phase); mode {args.mode}; {args.turns} turns per user, think {args.think} s; "
               f"answers up to {args.max_tokens} tokens; policies {', '.join(policies)}; users {args.users}")
         portal_setup(Path(data_dir), llm_url, args.max_tokens)
@@ -407,7 +411,12 @@ def main() -> int:
                 print(f"\n== policy {policy} ==")
                 for users in user_counts:
                     accounts = make_users(users, corpus_id, args.mode)
-                    warm_up(host, accounts[0] if args.mode == "ws" else make_users(1, corpus_id, "ws")[0], questions)
+                    try:
+                        warm_up(host, accounts[0] if args.mode == "ws" else make_users(1, corpus_id, "ws")[0],
+                                questions)
+                    except Exception:
+                        print((Path(data_dir) / f"web-{policy}.log").read_text()[-3000:])
+                        raise
                     plans = plan_turns(users, args.turns, questions, think, args.seed)
                     with llm():
                         phase = asyncio.run(portal_phase(policy, host, accounts, plans, args.mode))

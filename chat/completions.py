@@ -90,12 +90,13 @@ def _text(content: Any, number: int) -> str:
 
 def completion_prepare(*, user: AbstractBaseUser, model: str, messages: list[dict[str, Any]],
                        temperature: float | None = None, top_p: float | None = None,
-                       max_tokens: int | None = None) -> CompletionPlan:
+                       max_tokens: int | None = None, waiting: bool = False) -> CompletionPlan:
     """Retrieve for the last user message (blended with the assistant turns) and assemble the
     prompt as the chat does: the client's system messages (else the configured system prompt),
     the history, and the new user turn carrying the memories (as many as fit, memories per
     answer as a new conversation's `DEFAULT_TOKEN_BUDGET`).
 
+    `waiting`: the turn waits for the LLM (its memory budget may be smaller, `runtime.memory_budget`).
     Raises ApplicationError for malformed messages, ModelNotFound, PromptTooLongError.
     """
     corpus = completion_corpus(user=user, model=model)
@@ -131,7 +132,8 @@ def completion_prepare(*, user: AbstractBaseUser, model: str, messages: list[dic
     results: list[dict] = []
     if corpus is not None and corpus.active_build_id:
         search_budget = budget.search_budget(system_prompt=system_prompt, user_message=user_message,
-                                             tokenizer=tokenizer, requested=DEFAULT_TOKEN_BUDGET)
+                                             tokenizer=tokenizer,
+                                             requested=runtime.memory_budget(DEFAULT_TOKEN_BUDGET, waiting=waiting))
         if search_budget > 0:
             blend = BlendState(text for role, text in history if role == "assistant")
             results = memories_search(user=user, corpora=[corpus], query=user_message, blend=blend,

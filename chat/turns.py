@@ -147,8 +147,10 @@ class _Prepared:
     loop_retries: int
 
 
-def _prepare(conversation_id: int, user_message_id: int, content: str) -> _Prepared:
-    """Retrieve with the conversation's own blend (fresh from its row) and assemble the prompt."""
+def _prepare(conversation_id: int, user_message_id: int, content: str, *, waiting: bool = False) -> _Prepared:
+    """Retrieve with the conversation's own blend (fresh from its row) and assemble the prompt.
+    A turn `waiting` for the LLM gets at most `LLM_BUSY_TOKEN_BUDGET` memory tokens (when set): a
+    shorter prompt is a shorter prefill for it and for every turn behind it."""
     conversation = conversation_for_turn(conversation_id=conversation_id)
     config = runtime.engine_config()
     budget = runtime.context_budget()
@@ -157,7 +159,8 @@ def _prepare(conversation_id: int, user_message_id: int, content: str) -> _Prepa
     results: list[dict] = []
     if conversation.use_memory:
         search_budget = budget.search_budget(system_prompt=config.system_prompt, user_message=content,
-                                             tokenizer=tokenizer, requested=conversation.token_budget)
+                                             tokenizer=tokenizer,
+                                             requested=runtime.memory_budget(conversation.token_budget, waiting=waiting))
         if search_budget > 0:
             results = memories_for_turn(conversation=conversation, query=content, token_budget=search_budget)
     retrieval = time.perf_counter() - started
@@ -205,7 +208,8 @@ async def _run_turn(*, conversation_id: int, content: str, emit: Emit, regenerat
                               "started": started}
     try:
         prepare_started = time.perf_counter()
-        prepared = await _in_worker(_prepare)(conversation_id, user_message.pk, user_message.content)
+        prepared = await _in_worker(_prepare)(conversation_id, user_message.pk, user_message.content,
+                                              waiting=not ticket.admitted)
         plan = prepared.plan
         memories.extend(prepared.results)
         timings = result.timings

@@ -3,6 +3,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from django.apps import AppConfig
+from django.core import checks
+from django.core.exceptions import ImproperlyConfigured
+
+
+def _engine_settings_check(app_configs: object = None, **kwargs: object) -> list[checks.CheckMessage]:
+    """`manage.py check` (and migrate, which `./portal run` starts with) refuses bad engine settings."""
+    from hdrag_site import runtime
+
+    try:
+        runtime.check_engine_settings()
+    except ImproperlyConfigured as error:
+        return [checks.Error(str(error), hint="Fix the setting or the YAML file it names.", id="hdrag.E001")]
+    return []
 
 
 class CorpusConfig(AppConfig):
@@ -18,6 +31,8 @@ class CorpusConfig(AppConfig):
             tasks,  # noqa: F401 - registers the build task in every process (queued by name)
         )
         from hdrag_site import sockets  # noqa: F401 - closes a session's sockets at logout
+
+        checks.register(_engine_settings_check)
 
         # DATA_DIR holds the SQLite file, uploads (spooled here so accepting one is a rename),
         # the local broker's queue and the builds; create what a fresh DATA_DIR lacks.

@@ -34,6 +34,10 @@ DEFAULT_HOST = "127.0.0.1"
 DEFAULT_THREADS = 2
 DEFAULT_CTX_SIZE = 8192
 DEFAULT_PARALLEL = 4
+# Prompt tokens llama.cpp takes into one step (n_batch; n_ubatch, the physical batch, is at most it):
+# a step also carries one token of every answer being decoded, so a smaller batch lets running
+# answers go on between pieces of a new prompt (bench.load measures the choice).
+DEFAULT_BATCH = 2048
 # "auto": the GGUF's own Jinja template when it ships one (instruction-tuned models do), else
 # llama.cpp's built-in template for the architecture (the Gemma base GGUF ships none).
 AUTO_TEMPLATE = "auto"
@@ -54,11 +58,12 @@ class ServerOptions:
     threads: int = DEFAULT_THREADS
     parallel: int = DEFAULT_PARALLEL
     chat_template: str | None = DEFAULT_CHAT_TEMPLATE
+    batch: int = DEFAULT_BATCH
 
     def __post_init__(self) -> None:
         if not Path(self.gguf_path).is_file():
             raise LlamaServerError(f"GGUF model not found: {self.gguf_path}")
-        for name in ("ctx_size", "threads", "parallel"):
+        for name in ("ctx_size", "threads", "parallel", "batch"):
             if getattr(self, name) < 1:
                 raise LlamaServerError(f"{name} must be >= 1, got {getattr(self, name)}")
         if not 0 <= self.port < 65536:
@@ -101,6 +106,8 @@ def start_in_process(options: ServerOptions):  # noqa: ANN201 - xllamacpp.Server
     params.port = options.port or free_port(options.host)
     params.n_ctx = options.ctx_size
     params.n_parallel = options.parallel
+    params.n_batch = options.batch
+    params.n_ubatch = min(params.n_ubatch, options.batch)
     params.kv_unified = True
     params.cpuparams.n_threads = options.threads
     params.cpuparams_batch.n_threads = options.threads
@@ -142,6 +149,7 @@ class LlamaServer:
         parallel: int = DEFAULT_PARALLEL,
         chat_template: str | None = DEFAULT_CHAT_TEMPLATE,
         startup_timeout: float = 120.0,
+        batch: int = DEFAULT_BATCH,
     ) -> None:
         self.options = ServerOptions(
             gguf_path=Path(gguf_path),
@@ -151,6 +159,7 @@ class LlamaServer:
             threads=threads,
             parallel=parallel,
             chat_template=chat_template,
+            batch=batch,
         )
         self.startup_timeout = startup_timeout
         self.port: int | None = None
@@ -177,6 +186,7 @@ class LlamaServer:
             "--ctx-size", str(options.ctx_size),
             "--threads", str(options.threads),
             "--parallel", str(options.parallel),
+            "--batch-size", str(options.batch),
         ]
         command += ["--chat-template", options.chat_template or "", "--exit-with-parent"]
         return command
@@ -248,6 +258,8 @@ def _parse_args(argv: list[str] | None) -> tuple[ServerOptions, bool]:
     parser.add_argument("--ctx-size", type=int, default=DEFAULT_CTX_SIZE, help="total KV cache tokens")
     parser.add_argument("--threads", type=int, default=DEFAULT_THREADS)
     parser.add_argument("--parallel", type=int, default=DEFAULT_PARALLEL, help="concurrent request slots")
+    parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH,
+                        help="prompt tokens per step (llama.cpp's n_batch; n_ubatch is capped by it)")
     parser.add_argument("--chat-template", default=DEFAULT_CHAT_TEMPLATE,
                         help="llama.cpp built-in template name; '' keeps the GGUF's own template; "
                              "auto (default): the GGUF's own, else the architecture's built-in one")
@@ -258,6 +270,7 @@ def _parse_args(argv: list[str] | None) -> tuple[ServerOptions, bool]:
         return ServerOptions(
             gguf_path=args.gguf, host=args.host, port=args.port, ctx_size=args.ctx_size,
             threads=args.threads, parallel=args.parallel, chat_template=args.chat_template or None,
+            batch=args.batch_size,
         ), args.exit_with_parent
     except LlamaServerError as exc:
         parser.error(str(exc))

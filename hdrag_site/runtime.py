@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
+import yaml
 from django.conf import settings
 
 from engine.config import Config
@@ -103,6 +104,24 @@ def engine_config() -> Config:
     if settings.HDRAG_CONFIG_FILE:
         return Config.load(settings.HDRAG_CONFIG_FILE, base=values)
     return Config.from_dict(values)
+
+
+def check_engine_settings() -> None:
+    """Build the engine config (`HDRAG_CONFIG_FILE` over the defaults) and what every chat turn
+    derives from it, or raise ImproperlyConfigured naming where the bad value came from. The web
+    process, the worker and `manage.py check` (so `./portal run`) call it when they start, so a bad
+    setting stops them with a clear message instead of failing the first chat turn."""
+    from django.core.exceptions import ImproperlyConfigured
+
+    engine_config.cache_clear()
+    try:
+        config = engine_config()
+        ContextBudget.from_config(config)
+        GenerationSettings.from_config(config)
+    except (OSError, ValueError, TypeError, yaml.YAMLError) as error:
+        source = (f"HDRAG_CONFIG_FILE={settings.HDRAG_CONFIG_FILE}" if settings.HDRAG_CONFIG_FILE
+                  else "LLM_CONTEXT_SIZE / LLM_MAX_NEW_TOKENS")
+        raise ImproperlyConfigured(f"bad engine settings ({source}): {error}") from None
 
 
 def default_gguf() -> Path:
@@ -220,6 +239,13 @@ def llm_queue() -> LLMQueue:
     key = (settings.LLM_BASE_URL, settings.LLM_PREFILL_AT_ONCE, settings.LLM_STREAMS, settings.LLM_QUEUE_LIMIT,
            settings.LLM_QUEUE_PER_USER)
     return _queues.get(key, lambda: LLMQueue(prefill=key[1], streams=key[2], limit=key[3], per_user=key[4]))
+
+
+def memory_budget(requested: int, *, waiting: bool) -> int:
+    """Memory tokens for a turn's prompt: `requested`, capped at `LLM_BUSY_TOKEN_BUDGET` (when set)
+    for a turn that has to wait for the LLM."""
+    busy = settings.LLM_BUSY_TOKEN_BUDGET
+    return min(requested, busy) if waiting and busy else requested
 
 
 def generation_settings(*, temperature: float | None = None) -> GenerationSettings:

@@ -188,6 +188,8 @@ LLM_PREFILL_AT_ONCE = envint("LLM_PREFILL_AT_ONCE", 1, minimum=0)
 LLM_STREAMS = envint("LLM_STREAMS", 4, minimum=1)
 LLM_QUEUE_LIMIT = envint("LLM_QUEUE_LIMIT", 32, minimum=1)
 LLM_QUEUE_PER_USER = envint("LLM_QUEUE_PER_USER", 2, minimum=1)
+# Memory tokens of a turn that has to wait for the LLM (0: the conversation's own budget always).
+LLM_BUSY_TOKEN_BUDGET = envint("LLM_BUSY_TOKEN_BUDGET", 0, minimum=0)
 CHROMA_URL = envstr("CHROMA_URL", "")
 CHROMA_PATH = DATA_DIR / "chroma"
 # Each request to a Chroma server (connect: at most 5 s): a host that drops packets fails a search

@@ -104,7 +104,7 @@ class ChatCompletions(ApiView):
         try:
             prepared = completion_prepare(user=request.user, model=data["model"], messages=data["messages"],
                                           temperature=data.get("temperature"), top_p=data.get("top_p"),
-                                          max_tokens=max_tokens)
+                                          max_tokens=max_tokens, waiting=not ticket.admitted)
         except PromptTooLongError as error:
             ticket.close()
             raise ApplicationError(str(error), {"code": "prompt_too_long"}) from None

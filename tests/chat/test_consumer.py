@@ -496,3 +496,32 @@ async def test_a_full_queue_refuses_with_a_clear_error_and_stores_nothing(chat_s
         await socket.send_json_to({"type": "chat.stop"})
     for socket in sockets:
         await socket.disconnect()
+
+
+async def test_a_turn_that_must_wait_gets_the_smaller_busy_memory_budget(chat_settings, users, pydoc_build, tmp_path):
+    """LLM_BUSY_TOKEN_BUDGET: a turn that has to wait is primed with fewer memory tokens (a shorter
+    prefill for it and the turns behind it); one that starts at once keeps its own budget."""
+    chat_settings.LLM_STREAMS, chat_settings.LLM_BUSY_TOKEN_BUDGET = 1, 120
+    set_engine_config(chat_settings, tmp_path, max_new_tokens=200)
+    owner, other, _ = users
+    corpus = await db(make_corpus)(owner, pydoc_build, visibility="everyone")
+    alone = await db(_conversation)(other, [corpus])
+    socket, _, _ = await open_socket(other, alone.pk)
+    await socket.receive_json_from()
+    await socket.send_json_to({"type": "chat.send", "content": QUESTION})
+    at_once = await events_until(socket, "chat.done", "chat.error")
+    own = sum(m["token_count"] for m in next(e for e in at_once if e["type"] == "chat.memories")["memories"])
+    assert own > 120 and "chat.queued" not in _types(at_once)
+
+    first = await db(_conversation)(owner, use_memory=False)
+    busy, _, _ = await open_socket(owner, first.pk)
+    await busy.receive_json_from()
+    await _first_delta_after(busy, "Write a long story about a dragon.")
+    await socket.send_json_to({"type": "chat.send", "content": QUESTION})
+    waited = await events_until(socket, "chat.done", "chat.error")
+    assert "chat.queued" in _types(waited)
+    memories = next(e for e in waited if e["type"] == "chat.memories")["memories"]
+    assert memories and sum(m["token_count"] for m in memories) <= 120
+    await busy.send_json_to({"type": "chat.stop"})
+    await socket.disconnect()
+    await busy.disconnect()
