@@ -1,8 +1,9 @@
 """Turns into the LLM, first come, first served: one prefill at a time on a CPU server.
 
-On a CPU, llama.cpp's prefill is compute-bound: four prompts prefilled side by side take four
-times as long as one, and every user waits for all of them (issue 26: 4 users at once waited
-14 s each where one alone waited under 4 s). Decoding is what batching speeds up. So a turn asks
+On a CPU, llama.cpp's prefill is compute-bound: prompts that arrive while another is being read
+are then read together and released together, so everyone waits for all of them (issue 26: 4
+users at once waited 14 s each where one alone waited under 4 s; docs/load-measurements.md).
+Decoding is what batching speeds up. So a turn asks
 this queue for a place when it arrives (`enter`, before anything is stored: past the caps it is
 refused with `QueueFull`), does the portal's own work meanwhile (access, retrieval, prompt
 assembly never wait here), then waits until it is admitted (`Ticket.wait`): at most `prefill`
@@ -23,7 +24,6 @@ event loop or from a view's `async_to_sync`.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import math
 import threading
 import time
@@ -53,11 +53,9 @@ class Ticket:
 
     An async context manager: leaving it closes the ticket (idempotent), whatever happened."""
 
-    def __init__(self, queue: LLMQueue, user: Hashable, number: int) -> None:
+    def __init__(self, queue: LLMQueue, user: Hashable) -> None:
         self._queue = queue
         self.user = user
-        self.number = number
-        self.entered = time.monotonic()
         self.admitted_at: float | None = None
         self.prefilling = False
         self.closed = False
@@ -67,11 +65,6 @@ class Ticket:
     @property
     def admitted(self) -> bool:
         return self.admitted_at is not None
-
-    @property
-    def waited(self) -> float:
-        """Seconds from entering to admission (so far, while it waits)."""
-        return (self.admitted_at or time.monotonic()) - self.entered
 
     async def wait(self, on_wait: Callable[[int], Awaitable[None]] | None = None) -> None:
         """Return once admitted; `on_wait(ahead)` is awaited first and then whenever the number of
@@ -126,7 +119,6 @@ class LLMQueue:
         self._lock = threading.Lock()
         self._waiting: list[Ticket] = []
         self._admitted: set[Ticket] = set()
-        self._numbers = itertools.count(1)
         self._turn_seconds = _FIRST_GUESS_SECONDS
 
     def enter(self, user: Hashable) -> Ticket:
@@ -143,7 +135,7 @@ class LLMQueue:
                     message = (f"The model is busy: {waiting} answer{'s are' if waiting != 1 else ' is'} waiting. "
                                f"Try again in about {retry} s.")
                 raise QueueFull(message, retry_after=retry, details={"waiting": len(self._waiting), "yours": mine})
-            ticket = Ticket(self, user, next(self._numbers))
+            ticket = Ticket(self, user)
             self._waiting.append(ticket)
             self._dispatch()
             return ticket
@@ -176,7 +168,7 @@ class LLMQueue:
             ticket.closed = True
             if ticket in self._admitted:
                 self._admitted.discard(ticket)
-                seconds = time.monotonic() - (ticket.admitted_at or ticket.entered)
+                seconds = time.monotonic() - ticket.admitted_at
                 self._turn_seconds += _EWMA_WEIGHT * (seconds - self._turn_seconds)
             else:
                 self._waiting.remove(ticket)
