@@ -12,7 +12,8 @@ receives plain event dicts with a `type`:
                    streamed is replaced by `content` (cut before the echo), and deltas continue it
     chat.done      {"message": {...}, "status", "usage", "blend_turns", "timings"}   status: complete, stopped, or
                    repetition (the answer looped again after `loop_retries` continuations, or the
-                   server cannot continue an answer: it was cut and the stored text has no echo)
+                   server cannot continue an answer: it was cut and the stored text has no echo; or,
+                   with finish_reason "restated", it only said the question again)
     chat.error     {"error": str, "code": str, "message": {...}}   the failed answer, as stored
 
 All state is local to one call: nothing here is shared between conversations or connections,
@@ -52,6 +53,7 @@ from chat.services import (
 )
 from chat.turn_memories import memories_for_turn
 from engine.bits import compress_context
+from engine.repetition import restates_question
 from engine.llm import (
     AnswerEnd,
     GenerationSettings,
@@ -82,6 +84,8 @@ ERROR_CODES: dict[type[LLMError], str] = {
 }
 
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
+# The finish reason of an answer that only restated its question (stored with status repetition).
+RESTATED = "restated"
 
 
 @dataclass
@@ -269,6 +273,12 @@ async def _run_turn(*, conversation_id: int, content: str, emit: Emit, regenerat
                     conversation_id, result.loops)
         await _finish(result, status=Message.Status.REPETITION, content=end.content, usage=end.usage,
                       finish_reason="repetition", **common)
+        return result
+    if restates_question(user_message.content, end.content):
+        # Nothing was answered: marked as a loop is (the page offers Regenerate), not stored as complete.
+        logger.info("chat answer in conversation %s restated the question", conversation_id)
+        await _finish(result, status=Message.Status.REPETITION, content=end.content, usage=end.usage,
+                      finish_reason=RESTATED, **common)
         return result
     await _finish(result, status=Message.Status.COMPLETE, content=end.content, usage=end.usage,
                   finish_reason=end.finish_reason, **common)

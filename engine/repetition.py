@@ -22,7 +22,33 @@ line or sentence end where one is near): what the user sees is the answer withou
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
+
+_WORD = re.compile(r"\w+")
+# An answer restates its question when at most RESTATED_NEW_SHARE of its words (and at least one)
+# are words the question does not have, and it is at most RESTATED_LENGTH times the question's length
+# (plus RESTATED_SLACK words).
+RESTATED_NEW_SHARE = 0.1
+RESTATED_LENGTH = 1.5
+RESTATED_SLACK = 3
+
+
+def restates_question(question: str, answer: str) -> bool:
+    """Whether `answer` says nothing but its question again: nearly all of its words are the
+    question's, and it is not much longer. Seen: asked about the MPL 2.0's cure period with the
+    right memory retrieved first, the 0.5B chat model answered with the question itself. An answer
+    that uses the question's words to say something ("The cure period of the MPL 2.0 is 30 days.")
+    brings words of its own (a fact is a word the question lacks) and is not one; nor is an answer
+    of one or two words ("Yes.")."""
+    answer_words = _WORD.findall(answer.lower())
+    question_words = _WORD.findall(question.lower())
+    if len(answer_words) < 3 or not question_words:
+        return False
+    known = set(question_words)
+    new = sum(word not in known for word in answer_words)
+    return (new <= max(1, RESTATED_NEW_SHARE * len(answer_words))
+            and len(answer_words) <= RESTATED_LENGTH * len(question_words) + RESTATED_SLACK)
 
 
 @dataclass

@@ -22,7 +22,7 @@ from corpus.chroma import store_for
 from corpus.files import corpus_dir, staging_dir
 from corpus.models import Corpus, Dataset
 from corpus.uploads import upload_limit_message
-from engine.datasets import FORMAT_BY_SUFFIX, DatasetError, validate_dataset
+from engine.datasets import DatasetError, validate_dataset
 from engine.text_store import text_store_delete_source
 from hdrag_site.errors import ApplicationError, ConflictError
 from hdrag_site.runtime import default_gguf, tokenizer_for
@@ -197,8 +197,8 @@ def dataset_upload(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded_fi
     if uploaded_file.size is not None and uploaded_file.size > limit:
         raise DatasetTooLarge(f"{name}: {upload_limit_message(limit)}")
     # The content decides the format (`validate_dataset`): "GPL-3" or "Apache-2.0" are plain text.
+    # The staged file keeps the name's suffix, known or not, so a refusal names it as the user wrote it.
     suffix = Path(name).suffix.lower()
-    suffix = suffix if suffix in FORMAT_BY_SUFFIX else ""
     staging = staging_dir()
     staging.mkdir(parents=True, exist_ok=True)
     staged = staging / f"{uuid.uuid4().hex}{suffix}"

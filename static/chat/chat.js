@@ -112,6 +112,8 @@
     item.dataset.status = message.status;
     if (message.status === "stopped") {
       item.appendChild(note("Stopped — the partial answer was kept."));
+    } else if (message.status === "repetition" && message.finish_reason === "restated") {
+      item.appendChild(note("Not an answer: the model only repeated the question. Regenerate, or ask again in other words."));
     } else if (message.status === "repetition") {
       item.appendChild(note("Cut short: the model began repeating itself. Regenerate, or ask again in other words."));
     } else if (message.status === "error") {

@@ -100,13 +100,15 @@ CONTINUATION = "\nThe next call resumes it where it left off."
 PROMPT_TOKENS, COMPLETION_TOKENS = 40, 9
 
 
-def _looping_llm(requests: list[dict], *, looping: int, prefill: bool = True, tokenize: bool = False):
+def _looping_llm(requests: list[dict], *, looping: int, prefill: bool = True, tokenize: bool = False,
+                 restate: bool = False):
     """An OpenAI-compatible server whose first `looping` answers loop forever (until the client goes
     away); later answers write CONTINUATION and stop, with a usage of PROMPT_TOKENS plus a word a
     token of a prefilled answer, and COMPLETION_TOKENS. `requests` receives every chat request's
     body. `/apply-template` renders a trailing assistant message open (as llama.cpp does under a
     Jinja template) when `prefill`; `/tokenize` counts a word a token when `tokenize`; other paths
-    get 404 (without `/tokenize` the portal estimates prompt sizes).
+    get 404 (without `/tokenize` the portal estimates prompt sizes). With `restate`, an answer that
+    does not loop is the question again (what the 0.5B model answered about the MPL's cure period).
 
     A fake, and the one in this suite: a real model cannot be made to loop on demand, and the
     point is what the portal does when one does."""
@@ -142,7 +144,7 @@ def _looping_llm(requests: list[dict], *, looping: int, prefill: bool = True, to
         writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
         loops = len(requests) <= looping
         if not loops:
-            chunks = [CONTINUATION]
+            chunks = [requests[-1]["messages"][-1]["content"]] if restate else [CONTINUATION]
         elif requests[-1]["messages"][-1]["role"] == "assistant":  # continuing the kept text, it loops on
             chunks = ["\n"] + [LOOP_LINE] * 400
         else:
@@ -169,10 +171,10 @@ def _looping_llm(requests: list[dict], *, looping: int, prefill: bool = True, to
 
 
 async def _ask_looping_llm(chat_settings, owner, *, looping: int, prefill: bool = True,  # noqa: ANN001
-                           tokenize: bool = False) -> tuple[list[dict], list[dict], Message]:
+                           tokenize: bool = False, restate: bool = False) -> tuple[list[dict], list[dict], Message]:
     requests: list[dict] = []
-    server = await asyncio.start_server(_looping_llm(requests, looping=looping, prefill=prefill, tokenize=tokenize),
-                                        "127.0.0.1", 0)
+    server = await asyncio.start_server(_looping_llm(requests, looping=looping, prefill=prefill, tokenize=tokenize,
+                                                     restate=restate), "127.0.0.1", 0)
     runtime.reset()  # the kept client of a server once on this port may have learnt another answer
     port = server.sockets[0].getsockname()[1]
     chat_settings.LLM_BASE_URL = f"http://127.0.0.1:{port}"
@@ -243,3 +245,15 @@ async def test_a_looping_answer_is_only_cut_where_the_server_cannot_continue_an_
     # A continuation would be a fresh answer glued to the kept text: none is asked for.
     assert len(requests) == 1 and not any(e["type"] == "chat.rewind" for e in events)
     assert events[-1]["status"] == "repetition" and answer.status == "repetition" and answer.content == KEPT
+
+
+async def test_an_answer_that_only_restates_the_question_is_marked_not_complete(chat_settings, users):
+    """Issue 31.7, replayed: the model answers with the question itself. It is stored and shown as
+    not an answer (status repetition, finish reason "restated"), so the page offers Regenerate."""
+    owner, _, _ = users
+    events, requests, answer = await _ask_looping_llm(chat_settings, owner, looping=0, restate=True)
+    assert len(requests) == 1 and answer.content == QUESTION
+    assert (answer.status, answer.finish_reason) == ("repetition", "restated")
+    done = events[-1]
+    assert done["type"] == "chat.done" and done["status"] == "repetition"
+    assert done["message"]["finish_reason"] == "restated"

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from engine.repetition import RepetitionGuard
+from engine.repetition import RepetitionGuard, restates_question
 
 
 def _stream(guard: RepetitionGuard, text: str, step: int) -> int | None:
@@ -107,3 +107,17 @@ def test_bad_parameters_are_refused():
         RepetitionGuard(min_chars=2)
     with pytest.raises(ValueError):
         RepetitionGuard(max_line_repeats=1)
+
+
+@pytest.mark.parametrize(("answer", "restated"), [
+    ("What is the cure period of the MPL 2.0 after a notice of non-compliance?", True),
+    ("What is the cure period of the MPL 2.0?", True),
+    ("The cure period of the MPL 2.0 after a notice of non-compliance.", True),
+    ("The cure period of the MPL 2.0 is 30 days after the notice.", False),  # an answer in the question's words
+    ("Thirty days.", False),
+    ("Yes.", False),
+    ("", False),
+])
+def test_an_answer_that_restates_its_question(answer, restated):
+    question = "What is the cure period of the MPL 2.0 after a notice of non-compliance?"
+    assert restates_question(question, answer) is restated
