@@ -34,8 +34,9 @@ async def test_member_receives_progress_and_outsider_is_refused(corpus, member, 
     await sync_to_async(send_build_event)(build, op="progress")
     event = await watcher.receive_json_from(timeout=5)
     assert event["op"] == "progress" and "type" not in event
-    assert event["build"] == {**event["build"], "id": build.pk, "status": "running", "phase": "encode", "done": 30,
-                              "total": 120, "percent": 25}
+    # One bar for the whole build: encoding a quarter through, after the phases before it (41 %).
+    assert event["build"] == {**event["build"], "id": build.pk, "number": 1, "status": "running", "phase": "encode",
+                              "done": 30, "total": 120, "percent": 51}
     await watcher.disconnect()
     await intruder.disconnect()
 

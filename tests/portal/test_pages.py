@@ -121,7 +121,7 @@ def test_labels_are_human(built, owner, staff):
     assert "Build #" not in builds or "of Team notes" in builds
     build_page = admin.get(f"/admin/corpus/indexbuild/{built.active_build_id}/change/").content.decode()
     assert not re.search(r"\d+\.\d{5,}", build_page.split("<h1>")[1])
-    assert f"Build #{built.active_build_id} of Team notes (succeeded)" in build_page
+    assert f"Build #{built.active_build.number} of Team notes (succeeded)" in build_page
     datasets = admin.get("/admin/corpus/dataset/").content.decode()
     assert f"{dataset.record_count}" in datasets
 
