@@ -59,9 +59,15 @@ def seconds(value) -> str:  # noqa: ANN001
     return f"{hours} h {minutes} min"
 
 
+# Build phases in words where their code names say little to a reader (the rest: "_" to " ").
+PHASE_NAMES = {"tokenizer": "loading the tokenizer", "activate": "checks before the switch",
+               "activation": "switch to the new build", "words": "exact-word index",
+               "text_store": "late-interaction fill"}
+
+
 @register.filter
 def phase(value: str) -> str:
-    return (value or "").replace("_", " ")
+    return PHASE_NAMES.get(value, (value or "").replace("_", " "))
 
 
 @register.filter

@@ -7,6 +7,10 @@
   if (!table) { return; }
   var statusUrl = table.dataset.statusUrl;
   var pollTimer = null;
+  // As the pages name them (corpus/templatetags/portal.py PHASE_NAMES).
+  var PHASE_NAMES = { tokenizer: "loading the tokenizer", activate: "checks before the switch",
+                      activation: "switch to the new build", words: "exact-word index",
+                      text_store: "late-interaction fill" };
 
   function render(build) {
     var row = table.querySelector('tr[data-build="' + build.id + '"]');
@@ -19,7 +23,7 @@
     var live = build.status === "queued" || build.status === "running";
     var detail = "";
     if (live) {
-      detail = " · " + (build.phase || "").replace(/_/g, " ");
+      detail = " · " + (PHASE_NAMES[build.phase] || (build.phase || "").replace(/_/g, " "));
       if (build.total) { detail += " " + build.done.toLocaleString("en-US") + " of " + build.total.toLocaleString("en-US"); }
       if (build.rate) { detail += " · " + (build.rate >= 10 ? Math.round(build.rate).toLocaleString("en-US") : build.rate.toFixed(1)) + "/s"; }
     }
