@@ -53,7 +53,6 @@ from chat.services import (
 )
 from chat.turn_memories import memories_for_turn
 from engine.bits import compress_context
-from engine.repetition import restates_question
 from engine.llm import (
     AnswerEnd,
     GenerationSettings,
@@ -69,6 +68,7 @@ from engine.llm import (
     assemble_prompt,
     stream_answer,
 )
+from engine.repetition import restates_question
 from hdrag_site import runtime
 from hdrag_site.errors import ApplicationError
 from hdrag_site.llm_queue import Ticket
