@@ -399,6 +399,30 @@ async def test_retrieval_uses_the_conversations_own_blend(chat_settings, users, 
 # ---------------------------------------------------------------- the queue into the LLM (issue 26)
 
 
+async def _one_socket_each(users) -> tuple[list[Conversation], list]:  # noqa: ANN001
+    """A conversation without memories and a ready socket on it for each user."""
+    conversations, sockets = [], []
+    for user in users:
+        conversation = await db(_conversation)(user, use_memory=False)
+        socket, _, _ = await open_socket(user, conversation.pk)
+        await socket.receive_json_from()
+        conversations.append(conversation)
+        sockets.append(socket)
+    return conversations, sockets
+
+
+async def _one_streaming_one_waiting(chat_settings, users, tmp_path) -> tuple[list[Conversation], list]:  # noqa: ANN001
+    """One request open at a time (LLM_STREAMS=1): the first user's answer streams (a long one), the
+    second user's turn waits behind it; the third user's socket is ready."""
+    chat_settings.LLM_STREAMS = 1
+    set_engine_config(chat_settings, tmp_path, max_new_tokens=200)
+    conversations, sockets = await _one_socket_each(users)
+    await _first_delta_after(sockets[0], "Write a long story about a dragon.")
+    await sockets[1].send_json_to({"type": "chat.send", "content": "Tell me about rivers."})
+    await events_until(sockets[1], "chat.queued")
+    return conversations, sockets
+
+
 async def _first_delta_after(socket, content: str) -> list[dict]:
     await socket.send_json_to({"type": "chat.send", "content": content})
     return await events_until(socket, "chat.delta", "chat.error")
@@ -409,12 +433,7 @@ async def test_a_waiting_turn_shows_its_place_then_streams(chat_settings, users,
     how many answers start before it, and streams once they are done."""
     chat_settings.LLM_STREAMS = 1
     set_engine_config(chat_settings, tmp_path, max_new_tokens=60)
-    sockets = []
-    for user in users:
-        conversation = await db(_conversation)(user, use_memory=False)
-        socket, _, _ = await open_socket(user, conversation.pk)
-        await socket.receive_json_from()
-        sockets.append(socket)
+    _, sockets = await _one_socket_each(users)
     first, second, third = sockets
     assert (await _first_delta_after(first, "Tell me about the sea."))[-1]["type"] == "chat.delta"
     await second.send_json_to({"type": "chat.send", "content": "Tell me about rivers."})
@@ -441,20 +460,8 @@ async def test_a_waiting_turn_shows_its_place_then_streams(chat_settings, users,
 async def test_stopping_a_waiting_turn_frees_its_place(chat_settings, users, tmp_path):
     from hdrag_site import runtime
 
-    chat_settings.LLM_STREAMS = 1
-    set_engine_config(chat_settings, tmp_path, max_new_tokens=200)
-    owner, other, outsider = users
-    conversations, sockets = [], []
-    for user in (owner, other, outsider):
-        conversation = await db(_conversation)(user, use_memory=False)
-        socket, _, _ = await open_socket(user, conversation.pk)
-        await socket.receive_json_from()
-        conversations.append(conversation)
-        sockets.append(socket)
+    conversations, sockets = await _one_streaming_one_waiting(chat_settings, users, tmp_path)
     first, waiting, later = sockets
-    await _first_delta_after(first, "Write a long story about a dragon.")
-    await waiting.send_json_to({"type": "chat.send", "content": "Tell me about rivers."})
-    await events_until(waiting, "chat.queued")
     assert runtime.llm_queue().snapshot()["waiting"] == 1
     await waiting.send_json_to({"type": "chat.stop"})
     stopped = await events_until(waiting, "chat.done", "chat.error")
@@ -474,19 +481,9 @@ async def test_stopping_a_waiting_turn_frees_its_place(chat_settings, users, tmp
 
 
 async def test_a_full_queue_refuses_with_a_clear_error_and_stores_nothing(chat_settings, users, tmp_path):
-    chat_settings.LLM_STREAMS, chat_settings.LLM_QUEUE_LIMIT = 1, 1
-    set_engine_config(chat_settings, tmp_path, max_new_tokens=200)
-    sockets, conversations = [], []
-    for user in users:
-        conversation = await db(_conversation)(user, use_memory=False)
-        socket, _, _ = await open_socket(user, conversation.pk)
-        await socket.receive_json_from()
-        sockets.append(socket)
-        conversations.append(conversation)
+    chat_settings.LLM_QUEUE_LIMIT = 1
+    conversations, sockets = await _one_streaming_one_waiting(chat_settings, users, tmp_path)
     first, waiting, refused = sockets
-    await _first_delta_after(first, "Write a long story about a dragon.")
-    await waiting.send_json_to({"type": "chat.send", "content": "Tell me about rivers."})
-    await events_until(waiting, "chat.queued")
     await refused.send_json_to({"type": "chat.send", "content": "Tell me about lakes."})
     error = (await events_until(refused, "chat.error"))[-1]
     assert error["code"] == "llm_busy" and error["retry_after"] >= 1
