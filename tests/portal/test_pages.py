@@ -154,7 +154,8 @@ def test_chat_settings_count_corpora_in_plain_english(owner, corpus):
     ("counted", 1200, "record", "1,200 records"),
     ("rate", 1168.1643569416988, None, "1,168/s"), ("rate", 2.345, None, "2.3/s"),
     ("seconds", 0.217, None, "217 ms"), ("seconds", 93.5, None, "1 min 34 s"), ("seconds", 7300, None, "2 h 1 min"),
-    ("phase", "text_store", None, "text store"),
+    ("phase", "text_store", None, "late-interaction fill"), ("phase", "memory_insert", None, "memory insert"),
+    ("phase", "activation", None, "switch to the new build"),
 ])
 def test_human_number_filters(filter_name, value, arg, expected):
     from corpus.templatetags import portal
