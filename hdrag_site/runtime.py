@@ -48,22 +48,42 @@ V = TypeVar("V")
 
 
 class BoundedCache(Generic[K, V]):
-    """A thread-safe LRU map whose values are made on first use, once, under its lock."""
+    """A thread-safe LRU map whose values are made on first use, once per key.
+
+    A value is made outside the map's lock, under a lock of its own key: two requests for a new key
+    make it once (the second waits for the first), and a slow one (a tokenizer takes about a
+    second) keeps no lookup of another key waiting."""
 
     def __init__(self, size: int) -> None:
         self.size = size
         self._items: OrderedDict[K, V] = OrderedDict()
         self._lock = threading.Lock()
+        self._making: dict[K, threading.Lock] = {}
 
     def get(self, key: K, make: Callable[[], V]) -> V:
-        # One lock for lookup and construction: two requests for a new key make its value once.
         with self._lock:
-            if key not in self._items:
-                self._items[key] = make()
+            if key in self._items:
+                self._items.move_to_end(key)
+                return self._items[key]
+            making = self._making.setdefault(key, threading.Lock())
+        with making:
+            with self._lock:
+                if key in self._items:  # made meanwhile by the request this one waited for
+                    self._items.move_to_end(key)
+                    return self._items[key]
+            try:
+                value = make()
+            except BaseException:
+                with self._lock:  # the requests waiting for this key try again
+                    self._making.pop(key, None)
+                raise
+            with self._lock:  # one step: a request arriving now finds the value, never a second maker
+                self._items[key] = value
+                self._items.move_to_end(key)
                 while len(self._items) > self.size:
                     self._items.popitem(last=False)
-            self._items.move_to_end(key)
-            return self._items[key]
+                self._making.pop(key, None)
+            return value
 
     def drop(self, keep: Callable[[K], bool]) -> None:
         with self._lock:

@@ -159,3 +159,50 @@ def test_one_llm_client_is_kept_per_server_and_forgotten_on_reset(settings):
     assert runtime.llm_client() is client
     runtime.reset()
     assert runtime.llm_client() is not client
+
+
+def test_a_slow_load_keeps_no_other_key_waiting_and_makes_its_own_value_once():
+    """runtime.BoundedCache (issue 30.4): a value is made outside the map's lock, once per key."""
+    import threading
+    import time
+
+    from hdrag_site.runtime import BoundedCache
+
+    cache: BoundedCache[str, object] = BoundedCache(4)
+    cache.get("ready", lambda: "value")
+    loading, release = threading.Event(), threading.Event()
+    made: list[str] = []
+
+    def slow() -> str:
+        made.append("slow")
+        loading.set()
+        release.wait(10)
+        return "slow value"
+
+    results: list[str] = []
+    first = threading.Thread(target=lambda: results.append(cache.get("slow", slow)))
+    second = threading.Thread(target=lambda: results.append(cache.get("slow", slow)))
+    first.start()
+    assert loading.wait(10)
+    second.start()
+    started = time.monotonic()
+    assert cache.get("ready", lambda: "never made") == "value"  # not behind the slow load
+    assert time.monotonic() - started < 0.5
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert results == ["slow value", "slow value"] and made == ["slow"]
+
+
+def test_a_failed_load_is_tried_again_by_the_next_request():
+    from hdrag_site.runtime import BoundedCache
+
+    cache: BoundedCache[str, int] = BoundedCache(2)
+
+    def broken() -> int:
+        raise OSError("model file missing")
+
+    with pytest.raises(OSError):
+        cache.get("model", broken)
+    assert cache.get("model", lambda: 7) == 7
+    assert cache.snapshot() == ["model"]
