@@ -105,11 +105,10 @@ class ChatCompletions(ApiView):
             prepared = completion_prepare(user=request.user, model=data["model"], messages=data["messages"],
                                           temperature=data.get("temperature"), top_p=data.get("top_p"),
                                           max_tokens=max_tokens, waiting=not ticket.admitted)
-        except PromptTooLongError as error:
+        except BaseException as error:
             ticket.close()
-            raise ApplicationError(str(error), {"code": "prompt_too_long"}) from None
-        except BaseException:
-            ticket.close()
+            if isinstance(error, PromptTooLongError):
+                raise ApplicationError(str(error), {"code": "prompt_too_long"}) from None
             raise
         completion_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if data["stream"]:

@@ -167,7 +167,7 @@
   }
 
   function clearWaiting() {
-    const waiting = pending && pending.item.querySelector(".chat-waiting");
+    const waiting = pending && pending.item.querySelector(".chat-note-waiting");
     if (waiting) waiting.remove();
   }
 
@@ -214,10 +214,9 @@
       // The answer waits for the model (one prompt is read at a time): say so until it streams.
       if (!pending) startAnswer([]);
       const ahead = event.ahead;
-      let waiting = pending.item.querySelector(".chat-waiting");
+      let waiting = pending.item.querySelector(".chat-note-waiting");
       if (!waiting) {
         waiting = note("", "waiting");
-        waiting.classList.add("chat-waiting");
         waiting.setAttribute("role", "status");
         pending.body.before(waiting);
       }
