@@ -206,8 +206,13 @@ def _write_vocabulary(out_dir: Path, *, vocabulary: np.ndarray, idf: np.ndarray,
 
 
 def _encode_pass(out_dir: Path, *, encoder: HDCEncoder, spool: _Spool, tokens: np.ndarray, offsets: np.ndarray,
-                 sink: Sink | None, batch_docs: int, report: Progress, checkpoint: Callable[[], None]) -> None:
-    """Pass 2: encode the spooled documents into `corpus.idx`; hand their records to the sink."""
+                 sink: Sink | None, batch_docs: int, report: Progress, checkpoint: Callable[[], None],
+                 row_offset: int = 0, texts: list[str] | None = None) -> None:
+    """Pass 2: encode the spooled documents into `corpus.idx`; hand their records to the sink.
+
+    A record's `hdv_idx` is its row in the corpus's state: `row_offset` plus its row in this
+    directory's index (an append segment's rows follow the state's earlier ones). `texts`, when
+    given, receives every record's text in row order."""
     n_docs = offsets.size - 1
     store = None if sink is not None else SqliteMemoryStore(out_dir / MEMORIES_DB)
     index = BitmapIndex.create(out_dir / INDEX_FILE, encoder.dims)
@@ -219,7 +224,9 @@ def _encode_pass(out_dir: Path, *, encoder: HDCEncoder, spool: _Spool, tokens: n
             pos, neg = encoder.encode_flat(tokens[lo:hi].astype(np.int64), offsets[start:stop + 1] - lo)
             records = [json.loads(next(records_in)) for _ in range(start, stop)]
             for row, record in enumerate(records, start):
-                record["hdv_idx"] = row
+                record["hdv_idx"] = row_offset + row
+            if texts is not None:
+                texts.extend(r["text"] for r in records)
             index.append(pos, neg, token_counts=[r["token_count"] for r in records],
                          source_ids=[r["source_id"] for r in records])
             if sink is not None:

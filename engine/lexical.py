@@ -54,6 +54,12 @@ def words(text: str) -> list[str]:
     return [w for w in _WORD.findall(text.lower()) if w not in STOP_WORDS]
 
 
+def bm25_weights(counts: np.ndarray, lengths: np.ndarray, average_length: float) -> np.ndarray:
+    """BM25's term weights (m,) float64 of term counts (m,) in documents of `lengths` (m,) words."""
+    norm = K1 * (1.0 - B + B * lengths / average_length)
+    return counts * (K1 + 1.0) / (counts + norm)
+
+
 class WordIndexError(ValueError):
     """A words file that is missing, unreadable or inconsistent."""
 
@@ -72,7 +78,9 @@ class WordIndex:
                 or self.rows.shape != self.counts.shape:
             raise WordIndexError("inconsistent word index: word starts, rows and counts disagree")
         self.count = int(self.lengths.size)
-        self.average_length = float(self.lengths.mean()) if self.count and self.lengths.sum() else 1.0
+        # Summed in float64, as `engine.segments.SegmentedWordIndex` sums several indexes' lengths.
+        total = float(self.lengths.astype(np.float64).sum())
+        self.average_length = total / self.count if self.count and total else 1.0
         frequency = np.diff(self.starts).astype(np.float64)
         self.idf = np.log1p((self.count - frequency + 0.5) / (frequency + 0.5))
 
@@ -122,8 +130,7 @@ class WordIndex:
         return sorted({self.vocabulary[w] for w in words(query) if w in self.vocabulary})
 
     def _weights(self, counts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-        norm = K1 * (1.0 - B + B * lengths / self.average_length)
-        return counts * (K1 + 1.0) / (counts + norm)
+        return bm25_weights(counts, lengths, self.average_length)
 
     def score_all(self, query: str) -> np.ndarray | None:
         """BM25 scores (count,) float64 of every row; None for a query without an indexed word."""

@@ -103,6 +103,9 @@ class LoadedCorpus:
     manifest: dict[str, Any] = field(default_factory=dict)
     build_dir: Path | None = None
     store: MemoryStore | None = None
+    # A state of several segments (`engine.segments.load_state`): the loaded segments, base first;
+    # empty for one build.
+    segments: tuple[LoadedCorpus, ...] = ()
 
     @property
     def dims(self) -> int:

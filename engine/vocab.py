@@ -524,3 +524,68 @@ def _scratch_tables(tables_dir: str | Path, vocab_size: int, dims: int, ngram: i
 
 def _open_scratch_tables(tables_dir: str | Path) -> tuple[np.ndarray, np.ndarray]:
     return tuple(np.load(Path(tables_dir) / name, mmap_mode="r") for name in _SCRATCH)
+
+
+def extend_vocab_index(base: VocabIndex, path: str | Path, *, token_ids: np.ndarray, idf: np.ndarray,
+                       stored_rows: tuple[str, np.ndarray]) -> VocabIndex:
+    """`base`'s vocabulary plus new tokens, written to `path`; returns it opened.
+
+    Everything `base` fixed stays frozen: its tokens' IDF, the isotropy correction, the projection
+    and the header's encoder parameters (tau, density, m_cap, c_min). So every base token's rows,
+    and the encoding of any text made of base tokens, are bit for bit those of `base`; the new
+    tokens' rows follow from the same correction and projection. This is what an append segment
+    encodes with (`engine.segments`). Formats 2, 3 and 4 (which derive rows on use) only.
+
+    Shapes: token_ids (n,) int sorted unique global ids, none in `base`; idf (n,) float;
+    stored_rows = (GGUF type name, raw uint8 (n, row_bytes)) in `base`'s row type.
+    """
+    if base.embedding_rows is None:
+        raise VocabIndexError(f"{base.path}: a format {base.format_version} index stores its tables and "
+                              f"cannot be extended; rebuild the corpus")
+    token_ids = np.ascontiguousarray(token_ids, dtype=np.int64)
+    idf = np.ascontiguousarray(idf, dtype=np.float32)
+    rows_type, raw = stored_rows
+    if token_ids.ndim != 1 or idf.shape != token_ids.shape or raw.shape[0] != token_ids.size:
+        raise ValueError(f"token_ids {token_ids.shape}, idf {idf.shape} and rows {raw.shape} must match")
+    if rows_type != base.header["rows_type"] or (token_ids.size and raw.shape[1] != base.embedding_rows.shape[1]):
+        raise ValueError(f"new rows are {rows_type} {raw.shape[1:]}, the index holds {base.header['rows_type']} "
+                         f"{base.embedding_rows.shape[1:]}")
+    if token_ids.size and (np.any(np.diff(token_ids) <= 0) or token_ids[0] < 0):
+        raise ValueError("token_ids must be sorted, unique and non-negative")
+    old_ids = np.asarray(base.token_ids)
+    if np.intersect1d(old_ids, token_ids).size:
+        raise ValueError("token_ids must not repeat tokens of the base vocabulary")
+    merged_ids = np.concatenate([old_ids, token_ids])
+    order = np.argsort(merged_ids, kind="stable")
+    arrays = {"token_ids": merged_ids[order],
+              "idf": np.concatenate([np.asarray(base.idf), idf])[order],
+              "rows": np.concatenate([np.asarray(base.embedding_rows), raw.astype(np.uint8)])[order],
+              "mean": base.mean, "directions": base.directions}
+    if base.projection is not None:
+        arrays["projection"] = np.asarray(base.projection)
+    if base.column_scale is not None:
+        arrays["column_scale"] = base.column_scale
+    header = {**base.header, "vocab_size": int(merged_ids.size),
+              "extends_vocab_size": int(base.header.get("extends_vocab_size", base.size))}
+    sections, offset = {}, HEADER_BYTES
+    for name, array in arrays.items():
+        dtype = base.header["sections"][name][1]
+        sections[name] = [offset, dtype, list(array.shape)]
+        offset += -(-np.dtype(dtype).itemsize * math.prod(array.shape) // _ALIGN) * _ALIGN
+    header["sections"] = sections
+    blob = json.dumps(header, sort_keys=True).encode("utf-8")
+    if 12 + len(blob) > HEADER_BYTES:
+        raise ValueError("vocabulary index header does not fit in 4096 bytes")
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as handle:
+        handle.truncate(offset)
+        handle.write(MAGIC + struct.pack("<I", len(blob)) + blob)
+        for name, array in arrays.items():
+            start, dtype, _ = sections[name]
+            handle.seek(start)
+            handle.write(np.ascontiguousarray(array, dtype=dtype).tobytes())
+        handle.flush()
+        os.fsync(handle.fileno())
+    os.replace(tmp, path)
+    return VocabIndex.open(path)

@@ -1,0 +1,360 @@
+"""Segments: a corpus's searchable state as one base build plus append segments (docs/segments.md).
+
+A segment is a build directory in `engine.build`'s format, written once and never changed. A full
+build writes a base segment; `append_segment` writes a small one holding only new documents,
+encoded with the state's **frozen** statistics: its `vocab.idx` is the previous segment's
+vocabulary with the new documents' unseen tokens added (`vocab.extend_vocab_index`), every
+earlier value unchanged, so its rows are comparable with the old ones and any text made of
+earlier tokens encodes bit for bit as before. The newest segment's vocabulary is therefore the
+state's: a query is encoded once, with it, and searched in every segment.
+
+Rows are numbered across the state: an append's row r is the state's row `row_offset + r`, where
+`row_offset` is the number of rows before it, so (state, row) names a memory as (build, row) does
+for one build. `load_state` opens a list of segment directories as one `LoadedCorpus` whose index
+(`SegmentedIndex`) searches every segment and merges their results (best score first, lower row
+first on ties: exactly one index's order over the same rows), and `SegmentedWordIndex` scores
+BM25 with the statistics of all segments together (document count, document frequencies and mean
+length summed), as one word index over the same rows would.
+
+New tokens get an IDF when they first appear, by `encoder.compute_idf` over the state's document
+count after the append, and keep it. What the state loses until a merge (a full build of its live
+datasets) is the drift of the frozen statistics; `append_segment` records the share of the new
+documents' token occurrences that are new tokens (`oov_share`) in the manifest, to decide when to merge.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from engine import gguf, topk
+from engine.build import (
+    BATCH_DOCS,
+    BuildCancelled,
+    BuildError,
+    BuildResult,
+    Progress,
+    Sink,
+    _check_out_dir,
+    _corpus_vocabulary,
+    _encode_pass,
+    _file_digest,
+    _index_files,
+    _Spool,
+    _timed,
+    _tokenize_pass,
+    _verify,
+    _write_manifest,
+    _write_verify_sample,
+)
+from engine.encoder import HDCEncoder, compute_idf
+from engine.index import BitmapIndex
+from engine.lexical import WORDS_FILE, WordIndex, bm25_weights, words
+from engine.loaded_build import VOCAB_FILE, CorpusError, LoadedCorpus, load_corpus, read_manifest
+from engine.tokenizer import Tokenizer
+from engine.vocab import VocabIndex, extend_vocab_index
+
+SEGMENT = "segment"  # manifest key: {"kind": "base" | "append", "row_offset", "previous"}
+_SPOOL = ".spool"
+
+
+def segment_info(manifest: dict[str, Any]) -> dict[str, Any]:
+    """The manifest's segment entry; a build written before segments is a base at row 0."""
+    return manifest.get(SEGMENT) or {"kind": "base", "row_offset": 0, "previous": None}
+
+
+class SegmentedIndex:
+    """Several `BitmapIndex` files searched as one, rows numbered across them (see the module
+    docstring). Searches return what one index holding the same rows in the same order returns
+    (`search_auto` decides sampled or exact per segment, by the segment's own size)."""
+
+    def __init__(self, parts: Sequence[BitmapIndex]) -> None:
+        if not parts:
+            raise ValueError("a segmented index needs at least one segment")
+        if len({p.dims for p in parts}) != 1:
+            raise ValueError(f"segments must share dims, got {[p.dims for p in parts]}")
+        self.parts = list(parts)
+        self.offsets = np.concatenate([[0], np.cumsum([p.count for p in parts])]).astype(np.int64)
+        self.dims = parts[0].dims
+        self.words = parts[0].words
+        self.count = int(self.offsets[-1])
+
+    @property
+    def token_counts(self) -> np.ndarray:
+        return np.concatenate([p.token_counts for p in self.parts])
+
+    @property
+    def source_ids(self) -> np.ndarray:
+        return np.concatenate([p.source_ids for p in self.parts])
+
+    def _split(self, rows: np.ndarray | Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
+        """State rows (m,) -> (segment number (m,), local row (m,)); IndexError outside [0, count)."""
+        rows = np.asarray(list(rows) if not isinstance(rows, np.ndarray) else rows, dtype=np.int64).reshape(-1)
+        if rows.size and (rows.min() < 0 or rows.max() >= self.count):
+            raise IndexError(f"rows must lie in [0, {self.count})")
+        part = np.searchsorted(self.offsets, rows, side="right") - 1
+        return part, rows - self.offsets[part]
+
+    def _merged(self, k: int, found: list[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
+        rows = np.concatenate([r.astype(np.int64) + self.offsets[i] for i, (r, _) in enumerate(found)])
+        scores = np.concatenate([s.astype(np.int64) for _, s in found])
+        if rows.size == 0:
+            return topk.empty_result()
+        order = np.lexsort((rows, -scores))[:k]
+        return rows[order], scores[order].astype(np.int32)
+
+    def _each(self, method: str, q_pos: np.ndarray, q_neg: np.ndarray, k: int, row_mask: np.ndarray | None,
+              **options: Any) -> tuple[np.ndarray, np.ndarray]:
+        if row_mask is not None:
+            row_mask = np.asarray(row_mask, dtype=bool)
+            if row_mask.shape != (self.count,):
+                raise ValueError(f"row_mask must have shape ({self.count},), got {row_mask.shape}")
+        found = []
+        for number, part in enumerate(self.parts):
+            if part.count == 0:
+                found.append((np.zeros(0, np.int64), np.zeros(0, np.int32)))
+                continue
+            mask = None if row_mask is None else row_mask[self.offsets[number]:self.offsets[number + 1]]
+            extra = {} if mask is None else {"row_mask": mask}
+            found.append(getattr(part, method)(q_pos, q_neg, min(k, part.count), **options, **extra))
+        return self._merged(k, found)
+
+    def search(self, q_pos: np.ndarray, q_neg: np.ndarray, k: int, *, allowed_sources: Iterable[int] | None = None,
+               row_mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """`BitmapIndex.search` over every segment (exact)."""
+        return self._each("search", q_pos, q_neg, k, row_mask, allowed_sources=allowed_sources)
+
+    def search_exact(self, q_pos: np.ndarray, q_neg: np.ndarray, k: int, *,
+                     allowed_sources: Iterable[int] | None = None,
+                     row_mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        return self._each("search_exact", q_pos, q_neg, k, row_mask, allowed_sources=allowed_sources)
+
+    def search_auto(self, q_pos: np.ndarray, q_neg: np.ndarray, k: int, *,
+                    allowed_sources: Iterable[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        return self._each("search_auto", q_pos, q_neg, k, None, allowed_sources=allowed_sources)
+
+    def get_bitmaps(self, rows: np.ndarray | Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
+        """Shapes: rows (m,) state rows → (pos, neg) uint64 (m, words)."""
+        part, local = self._split(rows)
+        pos = np.empty((local.size, self.words), dtype=np.uint64)
+        neg = np.empty_like(pos)
+        for number in np.unique(part):
+            at = np.flatnonzero(part == number)
+            pos[at], neg[at] = self.parts[number].get_bitmaps(local[at])
+        return pos, neg
+
+    def score_rows(self, rows: np.ndarray | Iterable[int], q_pos: np.ndarray, q_neg: np.ndarray) -> np.ndarray:
+        part, local = self._split(rows)
+        out = np.zeros(local.size, dtype=np.int64)
+        for number in np.unique(part):
+            at = np.flatnonzero(part == number)
+            out[at] = self.parts[number].score_rows(local[at], q_pos, q_neg)
+        return out
+
+
+class SegmentedWordIndex:
+    """BM25 over the rows of several segments' word indexes (`engine.lexical.WordIndex`), with the
+    statistics of all of them together: the scores one index over the same rows gives (up to the
+    rounding of float sums). Answers as `WordIndex` does (`score_rows`, `score_texts`)."""
+
+    def __init__(self, parts: Sequence[WordIndex], offsets: Sequence[int]) -> None:
+        if len(offsets) != len(parts) + 1:
+            raise ValueError("one offset per segment and the total expected")
+        self.parts = list(parts)
+        self.offsets = np.asarray(offsets, dtype=np.int64)
+        counts = [p.count for p in parts]
+        if list(np.diff(self.offsets)) != counts:
+            raise ValueError(f"word indexes hold {counts} rows, the segments {np.diff(self.offsets).tolist()}")
+        self.count = int(self.offsets[-1])
+        total_length = sum(float(p.lengths.astype(np.float64).sum()) for p in parts)
+        self.average_length = total_length / self.count if self.count and total_length else 1.0
+
+    def _statistics(self, query: str) -> tuple[list[str], np.ndarray]:
+        """The query's words that some segment indexed, and their idf over all segments."""
+        frequency: dict[str, int] = {}
+        for part in self.parts:
+            for word in set(words(query)):
+                number = part.vocabulary.get(word)
+                if number is not None:
+                    frequency[word] = frequency.get(word, 0) + int(part.starts[number + 1] - part.starts[number])
+        found = sorted(frequency)
+        df = np.array([frequency[w] for w in found], dtype=np.float64)
+        return found, np.log1p((self.count - df + 0.5) / (df + 0.5))
+
+    def score_rows(self, query: str, rows: np.ndarray | Iterable[int]) -> np.ndarray:
+        rows = np.asarray(list(rows) if not isinstance(rows, np.ndarray) else rows, dtype=np.int64)
+        out = np.full(rows.shape[0], np.nan)
+        found, idf = self._statistics(query)
+        if not found:
+            return out
+        inside = (rows >= 0) & (rows < self.count)
+        part_of = np.searchsorted(self.offsets, rows, side="right") - 1
+        for number, part in enumerate(self.parts):
+            at = np.flatnonzero(inside & (part_of == number))
+            if not at.size:
+                continue
+            scores = np.zeros(part.count)
+            for word, weight in zip(found, idf, strict=True):
+                local = part.vocabulary.get(word)
+                if local is None:
+                    continue
+                span = slice(part.starts[local], part.starts[local + 1])
+                hits = part.rows[span]
+                scores[hits] += weight * bm25_weights(part.counts[span].astype(np.float64),
+                                                       part.lengths[hits].astype(np.float64), self.average_length)
+            out[at] = scores[rows[at] - self.offsets[number]]
+        return out
+
+    def score_texts(self, query: str, texts: Sequence[str]) -> np.ndarray:
+        found, idf = self._statistics(query)
+        out = np.full(len(texts), np.nan)
+        if not found:
+            return out
+        for number, text in enumerate(texts):
+            bag = words(text)
+            counts = np.array([bag.count(word) for word in found], dtype=np.float64)
+            weights = bm25_weights(counts, np.full(len(found), float(len(bag))), self.average_length)
+            out[number] = float(np.sum(idf * weights))
+        return out
+
+
+def load_state(build_dirs: Sequence[str | Path], *,
+               load: Callable[[str | Path], LoadedCorpus] = load_corpus) -> LoadedCorpus:
+    """The segments `build_dirs` (base first, then appends, oldest first) as one searchable corpus.
+
+    One directory is returned as `load` gives it. Otherwise the result's `encoder` is the newest
+    segment's (the state's vocabulary), its `index` a `SegmentedIndex`, its `segments` the loaded
+    segments, its manifest the base's with the sources and document count of all. Raises
+    CorpusError when the segments do not chain (an append's row offset or base differs)."""
+    parts = [load(d) for d in build_dirs]
+    if not parts:
+        raise CorpusError("a state needs at least one segment")
+    if len(parts) == 1:
+        return parts[0]
+    rows = 0
+    for part in parts:
+        info = segment_info(part.manifest)
+        if info["row_offset"] != rows:
+            raise CorpusError(f"{part.build_dir}: segment starts at row {info['row_offset']}, the state has {rows} "
+                              f"rows before it")
+        if (part.dims, part.encoder.ngram, part.encoder.seed) != (parts[0].dims, parts[0].encoder.ngram,
+                                                                 parts[0].encoder.seed):
+            raise CorpusError(f"{part.build_dir}: HDC parameters differ from the base segment's")
+        rows += part.count
+    manifest = {**parts[0].manifest, "documents": rows,
+                "sources": [s for part in parts for s in part.manifest.get("sources", [])],
+                "segments": [str(part.build_dir) for part in parts]}
+    return LoadedCorpus(encoder=parts[-1].encoder, index=SegmentedIndex([p.index for p in parts]),
+                        manifest=manifest, build_dir=parts[-1].build_dir, segments=tuple(parts))
+
+
+def state_word_index(state: LoadedCorpus, word_index: Callable[[LoadedCorpus], WordIndex | None]
+                     ) -> WordIndex | SegmentedWordIndex | None:
+    """The exact-word index of a state: the segment's own for one segment, else every segment's
+    together (None when any segment has none: the search then runs on HDC alone)."""
+    if not state.segments:
+        return word_index(state)
+    parts = [word_index(segment) for segment in state.segments]
+    if any(part is None for part in parts):
+        return None
+    return SegmentedWordIndex(parts, state.index.offsets)
+
+
+def append_segment(*, previous_dir: str | Path, datasets: Iterable[tuple[int, str, str | Path]],
+                   out_dir: str | Path, gguf_path: str | Path, tokenizer: Tokenizer, sink: Sink | None = None,
+                   progress: Progress | None = None, should_cancel: Callable[[], bool] | None = None,
+                   batch_docs: int = BATCH_DOCS, word_index: bool = True) -> BuildResult:
+    """Write an append segment of `datasets` = [(source_id, name, path)] after the state whose
+    newest segment is `previous_dir` (see the module docstring); returns it as a build result.
+
+    The new documents are tokenized, their unseen tokens added to the previous vocabulary with an
+    IDF over the state's documents after the append, and encoded with that vocabulary; their
+    records (`hdv_idx` numbered across the state) go to `sink`. With `word_index`, the segment's
+    `words.npz` is written too. Verified and completed like a build (manifest last); a failure or
+    `BuildCancelled` leaves `out_dir` without a manifest for the caller to delete. Duplicates are
+    dropped within the append; a document the state already holds is added again (the
+    retriever's dedup keeps one of them; a merge drops it).
+    """
+    previous_dir, out_dir = Path(previous_dir), Path(out_dir)
+    previous = read_manifest(previous_dir)
+    datasets = [(int(source_id), str(name), Path(path)) for source_id, name, path in datasets]
+    if not datasets:
+        raise BuildError("no datasets given")
+    _check_out_dir(out_dir)
+    report = progress or (lambda phase, done, total: None)
+
+    def checkpoint() -> None:
+        if should_cancel is not None and should_cancel():
+            raise BuildCancelled(f"append into {out_dir} cancelled")
+
+    vocab = VocabIndex.open(previous_dir / VOCAB_FILE)
+    info = segment_info(previous)
+    row_offset = int(info["row_offset"]) + int(previous["documents"])
+    timings: dict[str, float] = {}
+    spool_dir = out_dir / _SPOOL
+    spool_dir.mkdir()
+    spool = _Spool(spool_dir / "tokens.i32", spool_dir / "records.jsonl")
+    with _timed(timings, "tokenize"):
+        tokenized = _tokenize_pass(datasets, tokenizer, int(previous["chunk_size"]), spool, batch_docs, report,
+                                   checkpoint)
+    offsets = np.asarray(spool.offsets, dtype=np.int64)
+    n_docs = offsets.size - 1
+    if n_docs == 0:
+        raise BuildError(f"no documents found in {[str(d[2]) for d in datasets]}")
+    checkpoint()
+    with _timed(timings, "vocabulary"):
+        report("vocabulary", 0, 1)
+        seen = _corpus_vocabulary(tokenizer, tokenized.document_frequency)
+        unseen = np.setdiff1d(seen, np.asarray(vocab.token_ids), assume_unique=True)
+        idf = compute_idf(tokenized.document_frequency[unseen], row_offset + n_docs)
+        occurrences = int(tokenized.document_frequency[seen].sum())
+        oov_share = float(tokenized.document_frequency[unseen].sum()) / occurrences if occurrences else 0.0
+        vocab = extend_vocab_index(vocab, out_dir / VOCAB_FILE, token_ids=unseen, idf=idf,
+                                   stored_rows=gguf.token_rows(gguf_path, unseen))
+        report("vocabulary", 1, 1)
+    tokens = np.memmap(spool.tokens_path, dtype="<i4", mode="r") if offsets[-1] else np.zeros(0, np.int32)
+    texts: list[str] | None = [] if word_index else None
+    with _timed(timings, "encode"):
+        _encode_pass(out_dir, encoder=HDCEncoder(vocab), spool=spool, tokens=tokens, offsets=offsets, sink=sink,
+                     batch_docs=batch_docs, report=report, checkpoint=checkpoint, row_offset=row_offset,
+                     texts=texts)
+    if texts is not None:
+        with _timed(timings, "words"):
+            WordIndex.build(texts).save(out_dir / WORDS_FILE)
+    with _timed(timings, "verify"):
+        _write_verify_sample(out_dir, tokens, offsets, int(previous["seed"]))
+        del tokens
+        shutil.rmtree(spool_dir)
+        manifest = {
+            **{k: previous[k] for k in ("format_version", "dims", "seed", "ngram", "drop_components", "chunk_size",
+                                        "model", "encoder") if k in previous},
+            "created": _now(), "documents": n_docs, "duplicates": sum(s["duplicates"] for s in tokenized.sources),
+            "skipped_records": len(tokenized.skipped), "vocab_size": vocab.size,
+            "median_doc_length": float(np.median(np.diff(offsets))), "sources": tokenized.sources,
+            "memories": "sink" if sink is not None else "memories.sqlite",
+            SEGMENT: {"kind": "append", "row_offset": row_offset, "previous": previous_dir.name,
+                      "new_tokens": int(unseen.size), "oov_share": round(oov_share, 6)},
+        }
+        manifest["files"] = {p.name: _file_digest(p) for p in _index_files(out_dir)}
+        _verify(out_dir, manifest, check_hashes=False)
+        report("verify", n_docs, n_docs)
+    manifest["timings"] = {k: round(v, 3) for k, v in timings.items()}
+    _write_manifest(out_dir, manifest)
+    return BuildResult(out_dir=out_dir, documents=n_docs, duplicates=manifest["duplicates"],
+                       vocab_size=vocab.size, manifest=manifest, skipped=tokenized.skipped)
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def segment_rows(state: LoadedCorpus) -> list[tuple[Path | None, int, int]]:
+    """[(segment directory, first row, rows)] of a state, base first."""
+    parts = state.segments or (state,)
+    starts = [0, *np.cumsum([p.count for p in parts]).tolist()]
+    return [(p.build_dir, int(starts[i]), int(p.count)) for i, p in enumerate(parts)]
