@@ -1,0 +1,216 @@
+"""Citations: which primed memory supports each sentence of an answer, and how grounded it is.
+
+No second model call: an answer is split into sentences (`sentences`), each sentence's *claim*
+(its words that are not stop words and not already in the question, `claim_words`) is scored
+against every primed memory by one or both of the engine's channels, and a sentence whose best
+score reaches the threshold cites every memory at or above it (best first). A sentence with a
+claim that reaches no memory is *unsupported*; a sentence without a claim ("Sure!", "Here is an
+example:", the question said again) is neither and is left out of the grounding.
+
+Channels (`SupportScorer`), each a score in [0, 1] per (sentence, memory):
+
+* `WordSupport`: the share of the claim's distinct words that the memory holds, as whole words
+  (`engine.lexical.words`: lowercased, two or more word characters). Exact names and values,
+  which is what a made-up sentence gets wrong.
+* `HDCSupport`: the claim and the memories encoded by a build's `HDCEncoder` (token embeddings
+  bound into n-grams), and the ternary dot product over the claim's nonzero dimensions
+  (`dot / nnz(claim)`): near 0 for a random memory, 1 when the memory agrees on every dimension.
+  Finds paraphrases the word channel misses, and counts only words of the corpus's vocabulary.
+* `MeanSupport`: the mean of several channels.
+
+The grounding of an answer is the share of its claim sentences that are supported; None for an
+answer without any (nothing to check), and 0 for an answer with claims but no memories.
+Which channel and threshold the portal uses was measured with `bench.answers` against its fact
+judge (docs/answer-measurements.md).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+from engine import bits
+from engine.encoder import HDCEncoder
+from engine.lexical import words
+from engine.tokenizer import Tokenizer
+
+# Fewer claim words than this and a sentence states nothing checkable.
+MIN_CLAIM_WORDS = 2
+
+_FENCE = re.compile(r"^[ \t]*(```|~~~)")
+# A line's block marker: list bullets and numbers, headings, quotes.
+_BLOCK_MARKER = re.compile(r"^[ \t]*(?:[-*+][ \t]+|\d{1,3}[.)][ \t]+|#{1,6}[ \t]+|>[ \t]?)*")
+# A sentence ends at . ! or ? (and any closing quote, bracket or emphasis) before whitespace and
+# a capital, a digit, an opening mark, or the end of the line.
+_SENTENCE_END = re.compile(r"[.!?]+[\"'\u201d\u2019)\]*_`]*(?=[ \t]+[A-Z0-9\"'\u201c\u2018(\[*_`]|[ \t]*$)")
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """`text` is `answer[start:end]` (code points)."""
+
+    start: int
+    end: int
+    text: str
+
+
+def sentences(answer: str) -> list[Sentence]:
+    """The sentences of a Markdown answer, in order: each line outside fenced code blocks, without
+    its list or heading marker, cut after sentence punctuation. Code blocks are not sentences."""
+    out: list[Sentence] = []
+    fenced = False
+    offset = 0
+    for line in answer.splitlines(keepends=True):
+        line_start, offset = offset, offset + len(line)
+        if _FENCE.match(line):
+            fenced = not fenced
+            continue
+        if fenced:
+            continue
+        body = line.rstrip("\r\n")
+        start = _BLOCK_MARKER.match(body).end()
+        for end in [m.end() for m in _SENTENCE_END.finditer(body, start)] + [len(body)]:
+            piece = body[start:end]
+            stripped = piece.strip()
+            if stripped:
+                first = start + len(piece) - len(piece.lstrip())
+                out.append(Sentence(line_start + first, line_start + first + len(stripped), stripped))
+            start = end
+    return out
+
+
+def claim_words(sentence: str, question: str = "") -> list[str]:
+    """The sentence's distinct words (`engine.lexical.words`) that are not in `question`, in order."""
+    asked = set(words(question))
+    seen: dict[str, None] = {}
+    for word in words(sentence):
+        if word not in asked:
+            seen.setdefault(word, None)
+    return list(seen)
+
+
+class SupportScorer(Protocol):
+    """Scores claims against memories. Shapes: claims (s,) word lists, memories (m,) texts ->
+    (s, m) float64 in [0, 1]."""
+
+    name: str
+
+    def scores(self, claims: Sequence[Sequence[str]], memories: Sequence[str]) -> np.ndarray: ...
+
+
+class WordSupport:
+    """The share of a claim's words the memory holds."""
+
+    name = "words"
+
+    def scores(self, claims: Sequence[Sequence[str]], memories: Sequence[str]) -> np.ndarray:
+        held = [set(words(text)) for text in memories]
+        out = np.zeros((len(claims), len(memories)))
+        for row, claim in enumerate(claims):
+            if claim:
+                for column, vocabulary in enumerate(held):
+                    out[row, column] = sum(word in vocabulary for word in claim) / len(claim)
+        return out
+
+
+class HDCSupport:
+    """The ternary agreement of a claim's hypervector with a memory's, over the claim's nonzero
+    dimensions, clipped to [0, 1]; a claim the encoder has no token for scores 0."""
+
+    name = "hdc"
+
+    def __init__(self, tokenizer: Tokenizer, encoder: HDCEncoder) -> None:
+        self.tokenizer = tokenizer
+        self.encoder = encoder
+
+    def scores(self, claims: Sequence[Sequence[str]], memories: Sequence[str]) -> np.ndarray:
+        if not claims or not memories:
+            return np.zeros((len(claims), len(memories)))
+        texts = [" ".join(claim) for claim in claims] + list(memories)
+        pos, neg = self.encoder.encode(self.tokenizer.bulk_tokenize(texts))
+        claim_pos, claim_neg = pos[:len(claims)], neg[:len(claims)]
+        dots = bits.score64_batch(pos[len(claims):], neg[len(claims):], claim_pos, claim_neg).astype(np.float64)
+        nonzero = np.bitwise_count(claim_pos | claim_neg).sum(axis=1, dtype=np.int64)[:, None]
+        return np.clip(np.divide(dots, nonzero, out=np.zeros_like(dots), where=nonzero > 0), 0.0, 1.0)
+
+
+class MeanSupport:
+    """The mean of several channels' scores."""
+
+    def __init__(self, *channels: SupportScorer) -> None:
+        if not channels:
+            raise ValueError("MeanSupport needs at least one channel")
+        self.channels = channels
+        self.name = "+".join(channel.name for channel in channels)
+
+    def scores(self, claims: Sequence[Sequence[str]], memories: Sequence[str]) -> np.ndarray:
+        return np.mean([channel.scores(claims, memories) for channel in self.channels], axis=0)
+
+
+@dataclass(frozen=True)
+class SentenceCitation:
+    """One sentence: `memories` are the indices of the memories that support it, best first
+    (empty: unsupported, when it is a `claim`); `scores` the support of every memory (m,)."""
+
+    start: int
+    end: int
+    text: str
+    claim: bool
+    memories: tuple[int, ...]
+    scores: tuple[float, ...]
+
+    @property
+    def supported(self) -> bool:
+        return bool(self.memories)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"text": self.text, "claim": self.claim, "memories": list(self.memories),
+                "scores": [round(score, 3) for score in self.scores]}
+
+
+@dataclass(frozen=True)
+class Attribution:
+    sentences: tuple[SentenceCitation, ...]
+    grounding: float | None  # supported claims / claims; None without claims
+
+    @property
+    def claims(self) -> int:
+        return sum(sentence.claim for sentence in self.sentences)
+
+
+def attribute(answer: str, memories: Sequence[str], *, scorer: SupportScorer, threshold: float,
+              question: str = "") -> Attribution:
+    """Split `answer` into sentences and cite, for each claim, the `memories` (texts, in their
+    order: index i is memory i) whose support reaches `threshold`."""
+    if not 0.0 < threshold <= 1.0:
+        raise ValueError(f"threshold must be in (0, 1], got {threshold}")
+    found = sentences(answer)
+    claims = [claim_words(sentence.text, question) for sentence in found]
+    is_claim = [len(claim) >= MIN_CLAIM_WORDS for claim in claims]
+    scored = [claim for claim, keep in zip(claims, is_claim, strict=True) if keep]
+    table = scorer.scores(scored, list(memories)) if scored and memories else np.zeros((len(scored), len(memories)))
+    rows = iter(table)
+    out: list[SentenceCitation] = []
+    for sentence, keep in zip(found, is_claim, strict=True):
+        row = next(rows) if keep else np.zeros(len(memories))
+        order = np.argsort(-row, kind="stable")
+        cited = tuple(int(i) for i in order if keep and row[i] >= threshold)
+        out.append(SentenceCitation(sentence.start, sentence.end, sentence.text, keep, cited,
+                                    tuple(float(score) for score in row)))
+    claim_count = sum(is_claim)
+    grounding = sum(c.supported for c in out) / claim_count if claim_count else None
+    return Attribution(tuple(out), grounding)
+
+
+def grounding_word(grounding: float | None, *, grounded: float = 0.75, partly: float = 0.25) -> str:
+    """The plain word for a grounding: "grounded" (at least `grounded`), "partly" (at least
+    `partly`), "not grounded"; "" when there was nothing to check (None)."""
+    if grounding is None:
+        return ""
+    if grounding >= grounded:
+        return "grounded"
+    return "partly" if grounding >= partly else "not grounded"
