@@ -125,6 +125,8 @@ class DatasetUpdateSerializer(serializers.Serializer):
 class BuildSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     number = serializers.IntegerField(help_text="The build's number within its corpus (#1 is the first).")
+    kind = serializers.ChoiceField(choices=["build", "append"], help_text="A full build (every dataset; also what "
+                                   "merges appends) or an append (new datasets only, searchable in seconds).")
     corpus = serializers.IntegerField()
     status = serializers.ChoiceField(choices=["queued", "running", "succeeded", "failed", "cancelled"])
     phase = serializers.CharField()
@@ -137,6 +139,14 @@ class BuildSerializer(serializers.Serializer):
     documents = serializers.IntegerField(allow_null=True)
     started = serializers.DateTimeField(allow_null=True)
     finished = serializers.DateTimeField(allow_null=True)
+    searchable = serializers.BooleanField(help_text="Its documents are searchable (it succeeded and serves).")
+
+
+class DatasetUploadedSerializer(DatasetSerializer):
+    index_job = BuildSerializer(allow_null=True, help_text=(
+        "The job that makes the upload searchable without a click (its first build, or an append): poll "
+        "`GET /api/builds/{id}/` until `searchable`. Null when the corpus does not index uploads at once, or "
+        "when another job of the corpus runs: its end queues the append."))
 
 
 def _int_list(value: str, name: str) -> list[int]:
@@ -213,7 +223,7 @@ class MemorySerializer(serializers.Serializer):
         return memory.dataset.name if memory.dataset else ""
 
     def get_active(self, memory: Any) -> bool:
-        return memory.build_id == memory.corpus.active_build_id
+        return memory.build_id in memory.corpus.serving_build_ids
 
 
 class ConversationWriteSerializer(serializers.Serializer):
@@ -251,6 +261,15 @@ class MessageMemorySerializer(serializers.Serializer):
     excerpt = serializers.CharField()
 
 
+class CitationSerializer(serializers.Serializer):
+    text = serializers.CharField(help_text="One sentence of the answer, as written.")
+    claim = serializers.BooleanField(help_text="It states something to check (false: e.g. a greeting).")
+    memories = serializers.ListField(child=serializers.IntegerField(), help_text=(
+        "Ranks (0: the first) of the memories that support it, best first; empty for a claim: unsupported."))
+    scores = serializers.ListField(child=serializers.FloatField(),
+                                   help_text="Its support (0..1) by each memory, in rank order.")
+
+
 class MessageSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     role = serializers.ChoiceField(choices=["user", "assistant"])
@@ -262,6 +281,12 @@ class MessageSerializer(serializers.Serializer):
     completion_tokens = serializers.IntegerField(allow_null=True)
     finish_reason = serializers.CharField()
     memories = MessageMemorySerializer(many=True)
+    grounding = serializers.FloatField(allow_null=True, help_text=(
+        "Share (0..1) of the answer's claim sentences that a primed memory supports; null: nothing "
+        "to check (no memories, or no sentence that states something)."))
+    grounding_word = serializers.ChoiceField(choices=["grounded", "partly", "not grounded", ""],
+                                             help_text="The grounding in a word; empty when it is null.")
+    citations = CitationSerializer(many=True)
 
 
 class MessageSendSerializer(serializers.Serializer):

@@ -17,6 +17,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.http import Http404
 
+from chat.citations import answer_citations
 from chat.models import DEFAULT_TOKEN_BUDGET
 from corpus.models import Corpus
 from corpus.selectors import corpora_visible_to, get_corpus_for_user
@@ -44,6 +45,13 @@ class CompletionPlan:
     retrieval_seconds: float
     settings: GenerationSettings
     loop_retries: int = 0  # continuations after a loop (engine Config.loop_retries); streamed answers get none
+    question: str = ""  # the last user message: its words are not what a sentence of the answer claims
+
+
+def completion_citations(*, prepared: CompletionPlan, answer: str) -> dict[str, Any]:
+    """The reply's `hdrag` object: {"grounding", "grounding_word", "citations"} (`chat.citations`)."""
+    return answer_citations(question=prepared.question, answer=answer,
+                            memory_texts=[r["memory"]["text"] for r in prepared.memories]).to_json()
 
 
 def completion_models(*, user: AbstractBaseUser) -> list[dict[str, Any]]:
@@ -143,4 +151,4 @@ def completion_prepare(*, user: AbstractBaseUser, model: str, messages: list[dic
                            memories=[r["memory"]["text"] for r in results], tokenizer=tokenizer, budget=budget)
     results = results[:plan.memories_used]
     return CompletionPlan(model=model, plan=plan, memories=results, retrieval_seconds=retrieval, settings=settings,
-                          loop_retries=config.loop_retries)
+                          loop_retries=config.loop_retries, question=user_message)

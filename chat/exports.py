@@ -4,18 +4,22 @@ from __future__ import annotations
 
 import json
 
+from chat.citations import cited_markdown
 from chat.models import Conversation, Message
 from chat.selectors import conversation_messages
+from engine.citations import grounding_word
 
 SHAREGPT_ROLES = {Message.Role.USER: "human", Message.Role.ASSISTANT: "gpt"}
 
 
 def conversation_export_jsonl(*, conversation: Conversation) -> str:
-    """One JSON line: {"id", "title", "conversations": [{"from": "human"|"gpt", "value": str}, ...]}.
+    """One JSON line: {"id", "title", "conversations": [{"from": "human"|"gpt", "value": str}, ...]};
+    an answer also has "grounding" (0..1 or null) and "citations" (`chat.citations`).
 
     Answers that failed before producing text are left out; a stopped answer keeps its partial text.
     """
-    turns = [{"from": SHAREGPT_ROLES[m.role], "value": m.content}
+    turns = [{"from": SHAREGPT_ROLES[m.role], "value": m.content,
+              **({"grounding": m.grounding, "citations": m.citations} if m.role == Message.Role.ASSISTANT else {})}
              for m in conversation_messages(conversation=conversation) if m.content.strip()]
     record = {"id": conversation.pk, "title": conversation.title, "conversations": turns}
     return json.dumps(record, ensure_ascii=False) + "\n"
@@ -26,13 +30,18 @@ def _quote(text: str) -> str:
 
 
 def conversation_export_markdown(*, conversation: Conversation) -> str:
-    """The conversation as Markdown, with each answer's priming memories (source, score)."""
+    """The conversation as Markdown, with each answer's citations (the numbers of the memories
+    that support a sentence, or "(unsupported)"), its grounding and its priming memories (source, score)."""
     lines = [f"# {conversation.title}", "", f"_Exported conversation {conversation.pk}, "
              f"started {conversation.created:%Y-%m-%d %H:%M} UTC._", ""]
     for message in conversation_messages(conversation=conversation):
         speaker = "You" if message.role == Message.Role.USER else "Assistant"
         status = "" if message.status == Message.Status.COMPLETE else f" ({message.get_status_display().lower()})"
-        lines += [f"## {speaker}{status}", "", message.content.strip() or "_(no text)_", ""]
+        text = cited_markdown(message.content, message.citations).strip() if message.citations else message.content.strip()
+        lines += [f"## {speaker}{status}", "", text or "_(no text)_", ""]
+        if message.grounding is not None:
+            lines += [f"_Grounding: {message.grounding:.0%} of its claims supported by a memory "
+                      f"({grounding_word(message.grounding)})._", ""]
         if message.error:
             lines += [_quote(f"Error: {message.error}"), ""]
         memories = list(message.memories.all())
@@ -41,6 +50,6 @@ def conversation_export_markdown(*, conversation: Conversation) -> str:
             for memory in memories:
                 where = " / ".join(part for part in (memory.corpus_name, memory.source) if part) or "unknown source"
                 excerpt = " ".join(memory.excerpt.split())[:280]
-                lines.append(f"- **{where}** (score {memory.score:g}): {excerpt}")
+                lines.append(f"{memory.rank + 1}. **{where}** (score {memory.score:g}): {excerpt}")
             lines += ["", "</details>", ""]
     return "\n".join(lines).rstrip() + "\n"

@@ -66,6 +66,10 @@ class Message(models.Model):
     prompt_tokens = models.PositiveIntegerField(null=True, blank=True)
     completion_tokens = models.PositiveIntegerField(null=True, blank=True)
     finish_reason = models.CharField(max_length=32, blank=True)
+    # engine.citations: the share of the answer's claim sentences a primed memory supports (null:
+    # nothing to check, e.g. no memories), and each sentence's `SentenceCitation.to_dict()`.
+    grounding = models.FloatField(null=True, blank=True)
+    citations = models.JSONField(default=list, blank=True)
 
     class Meta:
         ordering = ["created", "id"]

@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.urls import reverse
+
 from chat.models import Conversation, Message, MessageMemory
+from engine.citations import grounding_word
 
 EXCERPT_PREVIEW_CHARS = 600
 
 
 def memory_json(memory: MessageMemory) -> dict[str, Any]:
-    return {"rank": memory.rank, "memory_id": memory.memory_id, "key": memory.memory_key,
+    """`url`: the memory's page, "" once a rebuild removed the row (the snapshot stays)."""
+    return {"rank": memory.rank, "memory_id": memory.memory_id,
+            "url": reverse("memory:detail", args=[memory.memory_id]) if memory.memory_id else "",
+            "key": memory.memory_key,
             "corpus": memory.corpus_name, "source": memory.source, "score": memory.score,
             "token_count": memory.token_count, "excerpt": memory.excerpt}
 
@@ -36,6 +42,8 @@ def message_json(message: Message) -> dict[str, Any]:
         "error": message.error, "created": message.created.isoformat(), "prompt_tokens": message.prompt_tokens,
         "completion_tokens": message.completion_tokens, "finish_reason": message.finish_reason,
         "memories": [memory_json(m) for m in message.memories.all()] if message.role == Message.Role.ASSISTANT else [],
+        "grounding": message.grounding, "grounding_word": grounding_word(message.grounding),
+        "citations": message.citations,
     }
 
 

@@ -9,6 +9,7 @@ from typing import Any
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
+from chat.citations import AnswerCitations
 from chat.models import (
     DEFAULT_TITLE,
     DEFAULT_TOKEN_BUDGET,
@@ -214,8 +215,10 @@ def _memory_rows(results: Sequence[dict], message: Message) -> list[MessageMemor
 
 @transaction.atomic
 def message_create_assistant(*, conversation_id: int, content: str, status: str, memories: Sequence[dict] = (),
-                             usage: Usage | None = None, finish_reason: str = "", error: str = "") -> Message:
-    """Store an answer (complete, stopped or failed) with the memories that primed it.
+                             usage: Usage | None = None, finish_reason: str = "", error: str = "",
+                             citations: AnswerCitations | None = None) -> Message:
+    """Store an answer (complete, stopped or failed) with the memories that primed it and its
+    `citations` (`chat.citations.answer_citations`) when given.
 
     `memories` are `memory.services.memories_search` results (the engine's format, with "corpus"
     and "dataset" names and the memory row's "pk").
@@ -225,7 +228,9 @@ def message_create_assistant(*, conversation_id: int, content: str, status: str,
     message = Message.objects.create(
         conversation_id=conversation_id, role=Message.Role.ASSISTANT, content=content, status=status, error=error,
         finish_reason=finish_reason or "", prompt_tokens=usage.prompt_tokens if usage else None,
-        completion_tokens=usage.completion_tokens if usage else None)
+        completion_tokens=usage.completion_tokens if usage else None,
+        grounding=citations.grounding if citations else None,
+        citations=list(citations.citations) if citations else [])
     MessageMemory.objects.bulk_create(_memory_rows(memories, message))
     Conversation.objects.filter(pk=conversation_id).update(updated=message.created)
     return message

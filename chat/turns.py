@@ -10,7 +10,8 @@ receives plain event dicts with a `type`:
     chat.delta     {"delta": str}                              streamed text, in order
     chat.rewind    {"content": str, "reason": "repetition"}     the answer began looping: what was
                    streamed is replaced by `content` (cut before the echo), and deltas continue it
-    chat.done      {"message": {...}, "status", "usage", "blend_turns", "timings"}   status: complete, stopped, or
+    chat.done      {"message": {...}, "status", "usage", "blend_turns", "timings", "grounding", "grounding_word",
+                   "citations"} (`chat.citations`, also in the message) status: complete, stopped, or
                    repetition (the answer looped again after `loop_retries` continuations, or the
                    server cannot continue an answer: it was cut and the stored text has no echo; or,
                    with finish_reason "restated", it only said the question again)
@@ -37,6 +38,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.db import connection
 
+from chat.citations import answer_citations
 from chat.models import Message
 from chat.selectors import (
     conversation_for_turn,
@@ -209,7 +211,7 @@ async def _run_turn(*, conversation_id: int, content: str, emit: Emit, regenerat
     parts: list[str] = []
     # `memories` is filled in place, so every outcome below stores what primed the answer so far.
     common: dict[str, Any] = {"conversation_id": conversation_id, "memories": memories, "emit": emit,
-                              "started": started}
+                              "started": started, "question": user_message.content}
     try:
         prepare_started = time.perf_counter()
         prepared = await _in_worker(_prepare)(conversation_id, user_message.pk, user_message.content,
@@ -286,12 +288,17 @@ async def _run_turn(*, conversation_id: int, content: str, emit: Emit, regenerat
 
 
 async def _finish(result: TurnResult, *, conversation_id: int, content: str, status: str, memories: list[dict],
-                  emit: Emit, started: float, usage: Usage | None = None, finish_reason: str = "",
+                  emit: Emit, started: float, question: str, usage: Usage | None = None, finish_reason: str = "",
                   error: str = "", error_code: str = "") -> None:
-    """Store the answer in whatever state it ended, update the blend, and report it."""
+    """Store the answer in whatever state it ended, with its citations (unless it failed), update
+    the blend, and report it."""
+    citations = None
+    if status != Message.Status.ERROR:
+        citations = answer_citations(question=question, answer=content,
+                                     memory_texts=[r["memory"]["text"] for r in memories])
     message = await _db(message_create_assistant)(
         conversation_id=conversation_id, content=content, status=status, memories=memories, usage=usage,
-        finish_reason=finish_reason, error=error)
+        finish_reason=finish_reason, error=error, citations=citations)
     result.status, result.assistant_message_id, result.content, result.usage = status, message.pk, content, usage
     blend_turns = None
     # Stopped answers enter the blend too: the user saw them, they are where the talk went.
@@ -307,6 +314,8 @@ async def _finish(result: TurnResult, *, conversation_id: int, content: str, sta
         await emit({"type": "chat.error", "code": error_code, "error": error, "message": stored})
     else:
         await emit({"type": "chat.done", "status": status, "message": stored, "blend_turns": blend_turns,
+                    "grounding": stored["grounding"], "grounding_word": stored["grounding_word"],
+                    "citations": stored["citations"],
                     "usage": {"prompt_tokens": usage.prompt_tokens,
                               "completion_tokens": usage.completion_tokens} if usage else None,
                     "timings": timings.as_ms()})

@@ -17,13 +17,33 @@ from rest_framework.response import Response
 from api.serializers import ChatCompletionRequestSerializer, ModelListSerializer, ModelSerializer
 from api.views.base import ApiView, errors
 from api.views.sse import sse_frame, sse_response
-from chat.completions import CompletionPlan, ModelNotFound, completion_models, completion_prepare
+from chat.completions import (
+    CompletionPlan,
+    ModelNotFound,
+    completion_citations,
+    completion_models,
+    completion_prepare,
+)
 from engine.llm import AnswerEnd, LLMError, PromptTooLongError, Usage, stream_answer
 from hdrag_site import runtime
 from hdrag_site.errors import ApplicationError
 from hdrag_site.llm_queue import Ticket
 
 TAGS = ["openai"]
+HDRAG_SCHEMA = {
+    "type": "object", "description": "The answer checked against its memories (chat.citations); also on the "
+                                     "streamed chunk with the finish reason, and on the usage chunk after it.",
+    "properties": {
+        "grounding": {"type": "number", "nullable": True, "minimum": 0, "maximum": 1,
+                      "description": "Share of the claim sentences a memory supports; null: nothing to check."},
+        "grounding_word": {"type": "string", "enum": ["grounded", "partly", "not grounded", ""]},
+        "citations": {"type": "array", "items": {"type": "object", "properties": {
+            "text": {"type": "string"}, "claim": {"type": "boolean"},
+            "memories": {"type": "array", "items": {"type": "integer"},
+                         "description": "Indices into `memories` that support the sentence, best first."},
+            "scores": {"type": "array", "items": {"type": "number"}}}}},
+    },
+}
 COMPLETION_SCHEMA = {
     "type": "object", "required": ["id", "object", "created", "model", "choices", "usage"],
     "properties": {
@@ -37,6 +57,7 @@ COMPLETION_SCHEMA = {
                                                    "total_tokens": {"type": "integer"}}},
         "memories": {"type": "array", "description": "The memories that primed the answer.",
                      "items": {"type": "object"}},
+        "hdrag": HDRAG_SCHEMA,
     },
 }
 
@@ -126,7 +147,7 @@ class ChatCompletions(ApiView):
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                          "finish_reason": finish_reason or "stop"}],
             "usage": _usage(usage) or {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-            "memories": _memories(prepared)})
+            "memories": _memories(prepared), "hdrag": completion_citations(prepared=prepared, answer=text)})
 
 
 # An answer that starts looping is cut as in the portal's chat (engine.repetition): leaving the
@@ -175,8 +196,10 @@ async def _stream(emit, prepared: CompletionPlan, ticket: Ticket, completion_id:
                                         "details": {}}}))
         return
     finish_reason = LOOP_FINISH_REASON if end.looping else end.finish_reason or "stop"
-    await emit(sse_frame(_chunk(completion_id, created, model, {}, finish_reason)))
+    # The citations of what was streamed, on the finish chunk and (when sent) the usage chunk after it.
+    hdrag = completion_citations(prepared=prepared, answer=end.content)
+    await emit(sse_frame({**_chunk(completion_id, created, model, {}, finish_reason), "hdrag": hdrag}))
     if include_usage and end.usage is not None:
         await emit(sse_frame({"id": completion_id, "object": "chat.completion.chunk", "created": created,
-                              "model": model, "choices": [], "usage": _usage(end.usage)}))
+                              "model": model, "choices": [], "usage": _usage(end.usage), "hdrag": hdrag}))
     await emit("data: [DONE]\n\n")

@@ -63,6 +63,58 @@
     return Number.isInteger(score) ? String(score) : score.toFixed(3);
   }
 
+  const GROUNDING_TEXT = { grounded: "Grounded", partly: "Partly grounded", "not grounded": "Not grounded" };
+  const HTML_ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
+
+  function escapeHtml(text) {
+    return String(text).replace(/[&<>"']/g, (c) => HTML_ESCAPES[c]);
+  }
+
+  function citationMarker(citation, memories) {
+    // After a sentence: a link per memory that supports it (hover: its text; click: its page),
+    // or a visible "unsupported" tag on a claim that none supports.
+    if (citation.memories.length) {
+      return " " + citation.memories.map((rank) => {
+        const memory = memories.find((m) => m.rank === rank) || {};
+        const label = `[${rank + 1}]`;
+        const title = escapeHtml((memory.excerpt || "").slice(0, 500));
+        const aria = `Supported by memory ${rank + 1}`;
+        return memory.url
+          ? `<a class="chat-cite" href="${escapeHtml(memory.url)}" title="${title}" aria-label="${aria}">${label}</a>`
+          : `<span class="chat-cite" title="${title}" aria-label="${aria}">${label}</span>`;
+      }).join("");
+    }
+    return citation.claim
+      ? ' <span class="chat-unsupported" title="No memory that primed this answer supports this sentence">unsupported</span>'
+      : "";
+  }
+
+  function citedMarkdown(message) {
+    // The stored sentences are slices of the answer, in order: each is found from where the last ended.
+    const text = message.content || "";
+    let out = "";
+    let cursor = 0;
+    for (const citation of message.citations || []) {
+      const at = text.indexOf(citation.text, cursor);
+      if (at < 0) continue;
+      const end = at + citation.text.length;
+      out += text.slice(cursor, end) + citationMarker(citation, message.memories || []);
+      cursor = end;
+    }
+    return out + text.slice(cursor);
+  }
+
+  function groundingNote(message) {
+    if (message.grounding == null || !message.grounding_word) return null;
+    const claims = (message.citations || []).filter((c) => c.claim);
+    const supported = claims.filter((c) => c.memories.length).length;
+    const element = note(`${GROUNDING_TEXT[message.grounding_word]}: ${supported} of ${claims.length} `
+      + `claim${claims.length === 1 ? "" : "s"} supported by its memories (${Math.round(message.grounding * 100)} %)`,
+    "grounding");
+    element.dataset.grounding = message.grounding_word;
+    return element;
+  }
+
   function memoriesPanel(memories) {
     const details = document.createElement("details");
     details.className = "chat-memories";
@@ -98,7 +150,7 @@
     if (message.role === "user") {
       body.textContent = message.content;
     } else {
-      renderMarkdown(body, message.content);
+      renderMarkdown(body, citedMarkdown(message));
     }
     item.append(who, body);
     if (message.role === "assistant") {
@@ -110,6 +162,8 @@
   function decorateAnswer(item, message) {
     item.querySelectorAll(".chat-note, .chat-memories").forEach((el) => el.remove());
     item.dataset.status = message.status;
+    const grounding = groundingNote(message);
+    if (grounding) item.querySelector(".chat-body").after(grounding);
     if (message.status === "stopped") {
       item.appendChild(note("Stopped — the partial answer was kept."));
     } else if (message.status === "repetition" && message.finish_reason === "restated") {
@@ -178,7 +232,7 @@
     pending = null;
     item.classList.remove("chat-streaming");
     item.dataset.id = message.id;
-    renderMarkdown(body, message.content);
+    renderMarkdown(body, citedMarkdown(message));
     decorateAnswer(item, message);
     setGenerating(false);
   }
