@@ -299,3 +299,56 @@ def test_api_docs_render_under_the_content_security_policy(browser, live_portal,
     assert violations == []
     screenshot(page, "09-api-docs")
     context.close()
+
+
+CITED = "Volcanoes erupt when magma from the mantle rises through cracks in the crust."
+UNSUPPORTED = "Bananas orbit the purple moon every Tuesday."
+
+
+def test_citations_link_to_memories_and_unsupported_sentences_say_so(browser, live_portal, screenshot):
+    """Issue 29: a cited sentence carries its memory's number (hover: the memory's text, click: its
+    page), an unsupported one a visible tag in words, and the answer its grounding. The turn is
+    served by a Playwright WebSocket route, so the answer and its citations are known."""
+    page = log_in(browser, live_portal, "bob")
+    memory = {"rank": 0, "memory_id": 7, "url": "/memory/7/", "key": "k", "corpus": "Guides",
+              "source": "volcanoes.md", "score": 812.0, "token_count": 20, "excerpt": CITED}
+    message = {"id": 99, "role": "assistant", "content": f"{CITED} {UNSUPPORTED}", "status": "complete",
+               "error": "", "created": "2026-11-25T12:00:00+00:00", "prompt_tokens": 50, "completion_tokens": 20,
+               "finish_reason": "stop", "memories": [memory], "grounding": 0.5, "grounding_word": "partly",
+               "citations": [{"text": CITED, "claim": True, "memories": [0], "scores": [1.0]},
+                             {"text": UNSUPPORTED, "claim": True, "memories": [], "scores": [0.0]}]}
+
+    def route(ws) -> None:  # noqa: ANN001 - playwright WebSocketRoute
+        def from_page(text: str) -> None:
+            if json.loads(text).get("type") != "chat.send":
+                return
+            ws.send(json.dumps({"type": "chat.accepted", "title": "Volcanoes", "message": {
+                **message, "id": 98, "role": "user", "content": "Why do volcanoes erupt?", "memories": [],
+                "grounding": None, "grounding_word": "", "citations": []}}))
+            ws.send(json.dumps({"type": "chat.memories", "memories": [memory], "retrieval_ms": 1.0}))
+            ws.send(json.dumps({"type": "chat.delta", "delta": message["content"]}))
+            ws.send(json.dumps({"type": "chat.done", "status": "complete", "message": message, "blend_turns": 1,
+                                "grounding": 0.5, "grounding_word": "partly", "citations": message["citations"]}))
+
+        ws.on_message(from_page)
+
+    page.route_web_socket(re.compile(r"/ws/chat/\d+/$"), route)
+    page.goto(f"{live_portal.url}/chat/")
+    page.get_by_role("button", name="Start a conversation").click()
+    page.wait_for_selector("#chat-connection[data-state=open]")
+    page.get_by_label("Message").fill("Why do volcanoes erupt?")
+    page.get_by_role("button", name="Send").click()
+    answer = page.locator("#chat-messages li[data-status=complete]").last
+    answer.wait_for(timeout=30_000)
+    cite = answer.get_by_role("link", name="Supported by memory 1")
+    assert cite.inner_text() == "[1]" and cite.get_attribute("title") == CITED
+    unsupported = answer.locator(".chat-unsupported")
+    assert unsupported.is_visible() and unsupported.inner_text().strip().endswith("unsupported")
+    body = answer.locator(".chat-body").inner_text()
+    assert body.index(CITED) < body.index("[1]") < body.index(UNSUPPORTED) < body.index("unsupported")
+    assert answer.locator(".chat-note-grounding").inner_text() == \
+        "Partly grounded: 1 of 2 claims supported by its memories (50 %)"
+    screenshot(page, "14-chat-citations")
+    cite.click()
+    page.wait_for_url(re.compile(r"/memory/7/$"))
+    page.context.close()
