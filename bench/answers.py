@@ -33,6 +33,11 @@ the figures pool the rounds, and each round's lift and the lifts' mean and sprea
 Targets (issue 9): >= 95 % stop by themselves, no loops, grounded with memories >= 60 % and at
 least 25 points above the model alone.
 
+Then, per mode, how the answers' grounding score (`engine.citations`, issue 29) separates those
+the fact judge calls grounded from the others, for each channel (exact words, HDC, their mean) and
+a few thresholds: ROC AUC, the share of each class at or above the *grounded* cut, and the
+attribution's time per answer (`grounding_report`).
+
 `--versus KEY=VALUE` (repeatable) compares two arms paired: arm A runs with the `--config`
 settings, arm B with those and the `--versus` ones, and every question is asked in both modes of
 both arms in turn, in one run, against one corpus and one server. Beside each arm's figures it
@@ -242,7 +247,9 @@ async def ask(user, corpus_id: int, question: str, *, use_memory: bool, budget: 
     usage = result.usage
     first, total = result.timings.first_token, result.timings.total
     rate = (usage.completion_tokens - 1) / (total - first) if usage and first and total > first else 0.0
+    done = next((e for e in events if e["type"] == "chat.done"), {})
     return {"question": question, "memory": use_memory, "answer": result.content, "status": result.status,
+            "grounding": done.get("grounding"),
             "finish_reason": (final.get("message") or {}).get("finish_reason", ""), "error": final.get("error", ""),
             "ttft": first, "tokens_per_s": rate, "prompt_tokens": usage.prompt_tokens if usage else 0,
             "completion_tokens": usage.completion_tokens if usage else 0, "began_looping": result.loops,
@@ -301,6 +308,57 @@ def summary(name: str, rows: list[dict], facts: dict[str, str]) -> dict:
     return figures
 
 
+def roc_auc(scores: list[float], positive: list[bool]) -> float:
+    """The chance that a positive scores above a negative (ties count half); nan without both."""
+    pos = [s for s, p in zip(scores, positive, strict=True) if p]
+    neg = [s for s, p in zip(scores, positive, strict=True) if not p]
+    if not pos or not neg:
+        return float("nan")
+    wins = sum((a > b) + 0.5 * (a == b) for a in pos for b in neg)
+    return wins / (len(pos) * len(neg))
+
+
+# Channels and thresholds `grounding_report` compares; the portal's is chat.citations'.
+CHANNEL_THRESHOLDS = {"words": (0.34, 0.5, 0.67), "hdc": (0.15, 0.25, 0.35), "words+hdc": (0.3, 0.4, 0.5)}
+
+
+def grounding_report(rows: dict[str, list[dict]], facts: dict[str, str], corpus_id: int) -> None:
+    """How each channel's grounding score separates the answers the fact judge calls grounded from
+    the others: ROC AUC, and the share of each class at or above the *grounded* cut. Answers with
+    memories are scored against the memories that primed them; the model alone's against those the
+    same question primed with memories (same round): does the answer agree with the corpus? An
+    answer without a claim counts as grounding 0. Also the attribution's time per answer."""
+    from chat.citations import CITATION_THRESHOLD
+    from corpus.models import Corpus
+    from engine.citations import HDCSupport, MeanSupport, WordSupport, attribute, grounding_word
+    from hdrag_site import runtime
+
+    build = Corpus.objects.select_related("active_build").get(pk=corpus_id).active_build
+    hdc = HDCSupport(runtime.tokenizer_for(build.parameters["gguf_path"]), runtime.loaded_build(build.build_dir).encoder)
+    scorers = {"words": WordSupport(), "hdc": hdc, "words+hdc": MeanSupport(WordSupport(), hdc)}
+    primed = {(r["question"], r["round"]): r["memory_texts"] for r in rows["with memories"]}
+    print(f"\ngrounding against the fact judge (portal: words, threshold {CITATION_THRESHOLD}; "
+          f"'grounded' cut {0.75:.0%} of claims):")
+    for mode, mode_rows in rows.items():
+        judged = [grounded(r, facts) for r in mode_rows]
+        for name, thresholds in CHANNEL_THRESHOLDS.items():
+            for threshold in thresholds:
+                scores, times = [], []
+                for row in mode_rows:
+                    started = time.perf_counter()
+                    result = attribute(row["answer"], primed[(row["question"], row["round"])],
+                                       scorer=scorers[name], threshold=threshold, question=row["question"])
+                    times.append(time.perf_counter() - started)
+                    scores.append(result.grounding or 0.0)
+                above = [grounding_word(score) == "grounded" for score in scores]
+                share = {flag: (sum(a for a, j in zip(above, judged, strict=True) if j == flag)
+                                / max(1, sum(j == flag for j in judged))) for flag in (True, False)}
+                print(f"  {mode:<14} {name:<10} threshold {threshold:4.2f}: AUC {roc_auc(scores, judged):.3f}  "
+                      f"above the cut: judged grounded {share[True]:6.1%}, others {share[False]:6.1%}  "
+                      f"(n {sum(judged)}/{len(judged) - sum(judged)})  attribution p50 {percentile(times, 0.5) * 1000:5.1f} ms"
+                      f", p95 {percentile(times, 0.95) * 1000:5.1f} ms")
+
+
 def sign_test(only_a: int, only_b: int) -> float:
     """Exact two-sided sign test (McNemar's exact test) on the discordant pairs: the chance of a
     split at least this uneven if either arm were as likely to win each."""
@@ -341,6 +399,8 @@ MODES = {"model alone": False, "with memories": True}
 
 async def run(args: argparse.Namespace, user, corpus_id: int, questions: list[tuple[str, str]],  # noqa: ANN001
               config_file: Path) -> None:
+    from channels.db import database_sync_to_async
+
     arms = {"A": args.config, "B": [*args.config, *args.versus]} if args.versus else {"": args.config}
     rows: dict[tuple[str, str], list[dict]] = {(arm, mode): [] for arm in arms for mode in MODES}
     await ask(user, corpus_id, "Hello!", use_memory=False, budget=args.budget, temperature=args.temperature)
@@ -362,6 +422,7 @@ async def run(args: argparse.Namespace, user, corpus_id: int, questions: list[tu
     for arm, settings in arms.items():
         print(f"\narm {arm}: settings {settings or 'the defaults'}" if arm else "")
         report(args, {mode: rows[(arm, mode)] for mode in MODES}, facts)
+        await database_sync_to_async(grounding_report)({mode: rows[(arm, mode)] for mode in MODES}, facts, corpus_id)
     if len(arms) > 1:
         paired(rows, facts)
     if args.out:
