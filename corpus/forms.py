@@ -17,7 +17,7 @@ class CorpusForm(forms.ModelForm):
     class Meta:
         model = Corpus
         fields = ["name", "description", "visibility", "readable_groups", "writable_groups", "hdc_dimensions",
-                  "hdc_seed", "hdc_ngram", "chunk_size", "gguf_path", "late_interaction"]
+                  "hdc_seed", "hdc_ngram", "chunk_size", "gguf_path", "late_interaction", "append_on_upload"]
         widgets = {"description": forms.Textarea(attrs={"rows": 3}),
                    "readable_groups": forms.CheckboxSelectMultiple, "writable_groups": forms.CheckboxSelectMultiple}
 

@@ -103,21 +103,29 @@ def memories_delete_for_build(*, build_id: int, chunk: int = 10000) -> int:
 
 
 @dataclass(frozen=True)
-class BuildMemoryStore:
-    """engine.loaded_build.MemoryStore over the Memory rows of one build."""
+class StateMemoryStore:
+    """engine.loaded_build.MemoryStore over the Memory rows of a corpus's state: its full build and
+    append segments, whose rows are numbered across the state (`engine.segments`)."""
 
-    build_id: int
+    build_ids: tuple[int, ...]
 
     def get_memories(self, rows: list[int]) -> dict[int, dict]:
         found: dict[int, dict] = {}
         wanted = sorted({int(r) for r in rows})
         for start in range(0, len(wanted), 1000):
-            for row in (Memory.objects.filter(build_id=self.build_id, hdv_idx__in=wanted[start:start + 1000])
+            for row in (Memory.objects.filter(build_id__in=self.build_ids, hdv_idx__in=wanted[start:start + 1000])
                         .values("pk", "hdv_idx", "content_hash", "text", "metadata", "token_count", "dataset_id")):
                 found[row["hdv_idx"]] = {
                     "id": row["content_hash"], "pk": row["pk"], "text": row["text"], "hdv_idx": row["hdv_idx"],
                     "metadata": row["metadata"], "token_count": row["token_count"], "dataset_id": row["dataset_id"]}
         return found
+
+
+class BuildMemoryStore(StateMemoryStore):
+    """engine.loaded_build.MemoryStore over the Memory rows of one build."""
+
+    def __init__(self, build_id: int) -> None:
+        super().__init__((build_id,))
 
 
 def build_memory_texts(*, build_id: int) -> Iterator[str]:
@@ -131,8 +139,10 @@ def build_memory_texts(*, build_id: int) -> Iterator[str]:
         yield text
 
 
-def memory_counts_by_dataset(*, build_id: int) -> dict[int, int]:
-    """{dataset id: memories of that build from it}; memories of a deleted dataset are left out."""
-    rows = (Memory.objects.filter(build_id=build_id, dataset__isnull=False).values("dataset_id")
+def memory_counts_by_dataset(*, build_ids: list[int]) -> dict[int, int]:
+    """{dataset id: memories of those builds from it}; memories of a deleted dataset are left out."""
+    if not build_ids:
+        return {}
+    rows = (Memory.objects.filter(build_id__in=build_ids, dataset__isnull=False).values("dataset_id")
             .annotate(n=Count("pk")).order_by())
     return {row["dataset_id"]: row["n"] for row in rows}

@@ -55,8 +55,16 @@ class Corpus(models.Model):
         "Late interaction", default=False,
         help_text="Also fill the corpus's text collection with each memory's token multi-vector at build time, "
                   "so searches fuse HDC with late interaction. Costs up to ~0.5 MB per memory in Chroma.")
+    append_on_upload = models.BooleanField(
+        "Index uploads at once", default=True,
+        help_text="A successful upload queues an append that makes the new files searchable within seconds, "
+                  "without a full build (not for late-interaction corpora, which need a build).")
     active_build = models.ForeignKey("IndexBuild", null=True, blank=True, on_delete=models.SET_NULL,
                                      related_name="+", help_text="The build searches use; switched atomically.")
+    # The corpus's searchable state is the active (full) build plus these append segments, oldest
+    # first (docs/segments.md); both fields change together, in one UPDATE of this row.
+    active_appends = models.JSONField(default=list, blank=True,
+                                      help_text="Ids of the append segments searched on top of the active build.")
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
@@ -72,6 +80,14 @@ class Corpus(models.Model):
         from django.urls import reverse
 
         return reverse("corpus:detail", args=[self.pk])
+
+    @property
+    def serving_build_ids(self) -> list[int]:
+        """The segments of the searchable state, base first: the active build, then its appends
+        (docs/segments.md); [] before the first build."""
+        if self.active_build_id is None:
+            return []
+        return [self.active_build_id, *[int(i) for i in self.active_appends or []]]
 
 
 class Dataset(models.Model):
@@ -106,9 +122,17 @@ class Dataset(models.Model):
 # late-interaction fill ("text_store") and the exact-word index ("words") are alternatives.
 BUILD_PHASE_SHARES = {"starting": 1, "tokenizer": 3, "tokenize": 27, "embeddings": 4, "vocabulary": 6,
                       "encode": 40, "verify": 3, "activate": 3, "text_store": 10, "words": 10}
+# An append's phases (engine.segments.append_segment): no embedding table to load, a small
+# vocabulary extension, and the word index written beside the rows.
+APPEND_PHASE_SHARES = {"starting": 2, "tokenizer": 10, "tokenize": 25, "vocabulary": 10, "encode": 35,
+                       "words": 5, "verify": 5, "activate": 8}
 
 
 class IndexBuild(models.Model):
+    class Kind(models.TextChoices):
+        BUILD = "build", "Build"
+        APPEND = "append", "Append"
+
     class Status(models.TextChoices):
         QUEUED = "queued", "Queued"
         RUNNING = "running", "Running"
@@ -121,6 +145,9 @@ class IndexBuild(models.Model):
     corpus = models.ForeignKey(Corpus, on_delete=models.CASCADE, related_name="builds")
     number = models.PositiveIntegerField(null=True, blank=True, editable=False,
                                          help_text="The build's number within its corpus (#1 is the first).")
+    kind = models.CharField(max_length=16, choices=Kind.choices, default=Kind.BUILD,
+                            help_text="A full build (all datasets, fresh statistics) or an append segment "
+                                      "(new datasets only, on the active build's statistics).")
     status = models.CharField(max_length=16, choices=Status.choices, default=Status.QUEUED)
     phase = models.CharField(max_length=32, blank=True)
     done = models.BigIntegerField(default=0)
@@ -174,10 +201,11 @@ class IndexBuild(models.Model):
         by their usual share of a build's time, plus the current phase's own done/total."""
         if self.status == self.Status.SUCCEEDED:
             return 100
-        if self.phase not in BUILD_PHASE_SHARES:
+        shares = APPEND_PHASE_SHARES if self.kind == self.Kind.APPEND else BUILD_PHASE_SHARES
+        if self.phase not in shares:
             return 0
         before = 0
-        for phase, share in BUILD_PHASE_SHARES.items():
+        for phase, share in shares.items():
             if phase == self.phase:
                 within = min(1.0, self.done / self.total) if self.total else 0.0
                 return min(99, int(before + share * within))

@@ -115,11 +115,10 @@ def corpus_list_for_user(user: User) -> QuerySet[Corpus]:
 
 
 def corpus_datasets(*, corpus: Corpus) -> list[Dataset]:
-    """Datasets with `memory_count`: memories of the active build that came from each."""
+    """Datasets with `memory_count`: memories of the searchable state (the active build and its
+    appends) that came from each."""
     datasets = list(corpus.datasets.select_related("uploaded_by").order_by("name", "id"))
-    counts: dict[int, int] = {}
-    if corpus.active_build_id:
-        counts = memory_counts_by_dataset(build_id=corpus.active_build_id)
+    counts = memory_counts_by_dataset(build_ids=corpus.serving_build_ids)
     for dataset in datasets:
         dataset.memory_count = counts.get(dataset.pk, 0)
     return datasets
@@ -132,9 +131,13 @@ def corpus_builds(*, corpus: Corpus, limit: int = 20) -> list[IndexBuild]:
 def build_state(build: IndexBuild) -> dict:
     """The JSON-safe view of a build's progress shared by events, polling and templates."""
     return {
-        "id": build.pk, "number": build.number, "corpus": build.corpus_id, "status": build.status, "phase": build.phase,
+        "id": build.pk, "number": build.number, "kind": build.kind, "corpus": build.corpus_id, "status": build.status,
+        "phase": build.phase,
         "done": build.done, "total": build.total, "rate": round(build.rate, 1), "percent": build.percent,
         "error": build.error, "cancel_requested": build.cancel_requested, "documents": build.documents,
         "started": build.started.isoformat() if build.started else None,
         "finished": build.finished.isoformat() if build.finished else None,
+        # A build or append succeeds in the transaction that makes it serve: from then on its
+        # documents are searchable (until a later full build replaces it, holding them too).
+        "searchable": build.status == IndexBuild.Status.SUCCEEDED,
     }

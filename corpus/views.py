@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
 from django.core.paginator import Paginator
@@ -11,7 +12,7 @@ from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
 from corpus.forms import CorpusForm, DatasetUploadForm
-from corpus.models import Corpus
+from corpus.models import Corpus, IndexBuild
 from corpus.selectors import (
     build_state,
     corpus_builds,
@@ -23,8 +24,9 @@ from corpus.selectors import (
     get_corpus_for_user,
     get_dataset_for_user,
 )
+from corpus.services.appends import merge_due, state_segments
 from corpus.services.batch_uploads import datasets_upload, upload_summary
-from corpus.services.builds import build_cancel, build_start, builds_sweep_stale
+from corpus.services.builds import build_cancel, build_start, builds_sweep_stale, index_after_upload
 from corpus.services.corpora import (
     corpus_create,
     corpus_delete,
@@ -97,8 +99,12 @@ def corpus_detail(request: HttpRequest, pk: int) -> HttpResponse:
 
 def _detail(request: HttpRequest, corpus, upload_form: DatasetUploadForm, status: int = 200) -> HttpResponse:  # noqa: ANN001
     builds = corpus_builds(corpus=corpus)
+    segments = state_segments(corpus)
     context = {
         "corpus": corpus, "datasets": corpus_datasets(corpus=corpus), "builds": builds,
+        "segments": segments, "serving": set(corpus.serving_build_ids),
+        "state_memories": sum(s.documents or 0 for s in segments), "merge_due": merge_due(corpus),
+        "segment_limit": settings.SEGMENT_LIMIT, "merge_percent": settings.SEGMENT_MERGE_PERCENT,
         "can_write": corpus_can_write(user=request.user, corpus=corpus),
         "can_manage": corpus_can_manage(user=request.user, corpus=corpus),
         "upload_form": upload_form, "active_build_running": any(b.is_active for b in builds),
@@ -159,9 +165,11 @@ def dataset_add(request: HttpRequest, pk: int) -> HttpResponse:
     refused = [o.error for o in outcomes if o.dataset is None] + form.errors.get("file", []) \
         + form.non_field_errors()
     stored = [o for o in outcomes if o.dataset is not None]
+    job = index_after_upload(corpus=corpus, user=request.user) if stored else None
     if _wants_json(request):
         results = [o.as_json() for o in outcomes] or [{"ok": False, "error": e} for e in refused]
-        return JsonResponse({"results": results}, status=200 if stored else 400)
+        return JsonResponse({"results": results, "indexing": _indexing_note(corpus, job) if stored else ""},
+                            status=200 if stored else 400)
     if not stored:
         for outcome in outcomes:
             form.add_error("file", outcome.error)
@@ -170,8 +178,19 @@ def dataset_add(request: HttpRequest, pk: int) -> HttpResponse:
         messages.success(request, f"Uploaded {upload_summary(outcome.dataset)}.")
     for error in refused:
         messages.error(request, error)
-    messages.info(request, "Build the index to make the new datasets searchable.")
+    messages.info(request, _indexing_note(corpus, job))
     return redirect("corpus:detail", pk=corpus.pk)
+
+
+def _indexing_note(corpus: Corpus, job: IndexBuild | None) -> str:
+    if job is not None and job.kind == IndexBuild.Kind.APPEND:
+        return "Indexing the new datasets: they are searchable in a few seconds (see the build list)."
+    if job is not None:
+        return "Building the index: the datasets are searchable when the build ends."
+    if settings.INDEX_ON_UPLOAD and corpus.append_on_upload and corpus.builds.filter(
+            status__in=IndexBuild.ACTIVE_STATUSES).exists():
+        return "The new datasets are indexed as soon as the running job ends."
+    return "Build the index to make the new datasets searchable."
 
 
 @require_POST

@@ -105,6 +105,7 @@ _text_encoders: BoundedCache[tuple[str, str], Any] = BoundedCache(TEXT_ENCODERS)
 _late_scorers: BoundedCache[tuple[str, str], Any] = BoundedCache(TEXT_ENCODERS)
 _word_indexes: BoundedCache[str, Any] = BoundedCache(LOADED_BUILDS)
 _builds: BoundedCache[str, LoadedCorpus] = BoundedCache(LOADED_BUILDS)
+_states: BoundedCache[tuple[str, ...], LoadedCorpus] = BoundedCache(LOADED_BUILDS)
 _chroma: BoundedCache[tuple[str, str, float], Any] = BoundedCache(CHROMA_CLIENTS)
 _counters: BoundedCache[str, ServerTokenCounter] = BoundedCache(TOKEN_COUNTERS)
 _clients: BoundedCache[tuple[str, float], LLMClient] = BoundedCache(LLM_CLIENTS)
@@ -206,10 +207,30 @@ def loaded_build(build_dir: str | Path) -> LoadedCorpus:
     return _builds.get(key, lambda: load_corpus(key))
 
 
+def loaded_state(build_dirs: list[str | Path]) -> LoadedCorpus:
+    """A corpus's state: its full build and append segments (`engine.segments.load_state`), each
+    segment memory-mapped once per process; one directory is `loaded_build`."""
+    from engine.segments import load_state
+
+    if len(build_dirs) == 1:
+        return loaded_build(build_dirs[0])
+    forget_vanished_builds()
+    key = tuple(str(Path(d).resolve()) for d in build_dirs)
+    return _states.get(key, lambda: load_state(list(key), load=loaded_build))
+
+
+def state_word_index(state: LoadedCorpus):  # noqa: ANN201 - WordIndex | SegmentedWordIndex | None
+    """The exact-word index of a state: every segment's `word_index_for`, scored together."""
+    from engine.segments import state_word_index as together
+
+    return together(state, word_index_for)
+
+
 def forget_build(build_dir: str | Path) -> None:
     """Unmap a build (before its directory is deleted) and drop what was made for it."""
     key = str(Path(build_dir).resolve())
     _builds.drop(lambda cached: cached != key)
+    _states.drop(lambda cached: key not in cached)
     _text_encoders.drop(lambda cached: cached[0] != key)
     _late_scorers.drop(lambda cached: cached[0] != key)
     _word_indexes.drop(lambda cached: cached != key)

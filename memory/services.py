@@ -14,8 +14,8 @@ from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
-from corpus.memory_rows import BuildMemoryStore
-from corpus.models import Corpus, Dataset
+from corpus.memory_rows import StateMemoryStore
+from corpus.models import Corpus, Dataset, IndexBuild
 from corpus.selectors import corpora_readable_among
 from engine.fusion import FusionChoice
 from engine.lexical import WordIndex, WordIndexError
@@ -40,10 +40,11 @@ def _late_scorer(*, corpus_id: int, corpus: LoadedCorpus, gguf_path: str) -> Lat
 
 
 def _word_index(*, corpus_id: int, corpus: LoadedCorpus) -> WordIndex | None:
-    """SearchTarget.late of a build that wrote an exact-word index (`engine.lexical`); None when it
-    cannot be read (the search then runs on HDC alone)."""
+    """SearchTarget.late of a state whose segments wrote exact-word indexes (`engine.lexical`,
+    scored together over segments); None when one cannot be read (the search then runs on HDC
+    alone)."""
     try:
-        return runtime.word_index_for(corpus)
+        return runtime.state_word_index(corpus)
     except (OSError, WordIndexError) as error:
         logger.warning("corpus %s: exact-word scores unavailable, HDC alone: %s", corpus_id, error)
         return None
@@ -94,6 +95,8 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
         raise ApplicationError(f"These corpora use different models or HDC dimensions and cannot be searched "
                                f"together: {names}.", {"corpus_ids": sorted(c.pk for c in corpora)})
     gguf_path = models.pop()
+    appended = [int(i) for c in corpora for i in c.active_appends or []]
+    append_dirs = dict(IndexBuild.objects.filter(pk__in=appended).values_list("pk", "build_dir")) if appended else {}
     chosen = None if dataset_ids is None else {int(i) for i in dataset_ids}
     # (corpus, dataset, name, enabled) rows: one plain query (prefetching model instances cost more).
     datasets = list(Dataset.objects.filter(corpus__in=[c.pk for c in corpora]).order_by()
@@ -103,7 +106,8 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
     for corpus in corpora:
         enabled = frozenset(pk for owner, pk, _, on in datasets
                             if owner == corpus.pk and on and (chosen is None or pk in chosen))
-        loaded = runtime.loaded_build(corpus.active_build.build_dir)
+        segments = corpus.serving_build_ids
+        loaded = runtime.loaded_state([corpus.active_build.build_dir, *[append_dirs[i] for i in segments[1:]]])
         late = fusion = None
         parameters = corpus.active_build.parameters
         if parameters.get("late_interaction"):
@@ -117,7 +121,7 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
             late = _word_index(corpus_id=corpus.pk, corpus=loaded)
             fusion = FusionChoice.from_dict(parameters["word_fusion"])
             late_kinds[corpus.pk] = "bm25"
-        targets.append(SearchTarget(corpus=loaded, store=BuildMemoryStore(corpus.active_build_id),
+        targets.append(SearchTarget(corpus=loaded, store=StateMemoryStore(tuple(segments)),
                                     name=str(corpus.pk), enabled_sources=enabled, late=late, fusion=fusion))
     with runtime.search_slot():
         if raw_limit is not None:

@@ -81,7 +81,7 @@ def corpus_stats(*, corpus: Corpus, sample_rows: int = SAMPLE_ROWS, seed: int = 
     density_counts, density_labels = _histogram(density, 20, (0.0, max(float(density.max(initial=0)), 1e-6)))
     cosine_counts, cosine_labels = _histogram(pairs, 40, (-1.0, 1.0)) if pairs.size else ([], [])
     tokens_counts, tokens_labels = _token_histogram(token_counts)
-    by_dataset = memory_counts_by_dataset(build_id=build.pk)
+    by_dataset = memory_counts_by_dataset(build_ids=[build.pk])
     datasets = {d.pk: d.name for d in corpus.datasets.all()}
     per_dataset = top_and_others({datasets.get(pk, f"dataset #{pk}"): n for pk, n in by_dataset.items()})
     total_seconds = (build.finished - build.started).total_seconds() if build.finished and build.started else None

@@ -63,7 +63,7 @@ def memory_detail(request: HttpRequest, pk: int) -> HttpResponse:
     before, after = memory_neighbours(memory=memory)
     return render(request, "memory/detail.html", {
         "memory": memory, "before": before, "after": after, "query": request.GET.get("q", "")[:2000],
-        "serving": memory.corpus.active_build_id == memory.build_id})
+        "serving": memory.build_id in memory.corpus.serving_build_ids})
 
 
 @require_GET

@@ -17,6 +17,7 @@ from api.serializers import (
     CorpusWriteSerializer,
     DatasetSerializer,
     DatasetUpdateSerializer,
+    DatasetUploadedSerializer,
     DatasetUploadSerializer,
 )
 from api.views.base import PAGE_PARAMETERS, ApiView, errors, id_path, page_of
@@ -30,7 +31,7 @@ from corpus.selectors import (
     get_corpus_for_user,
     get_dataset_for_user,
 )
-from corpus.services.builds import build_cancel, build_start, builds_sweep_stale
+from corpus.services.builds import build_cancel, build_start, builds_sweep_stale, index_after_upload
 from corpus.services.corpora import (
     corpus_create,
     corpus_delete,
@@ -119,7 +120,7 @@ class DatasetList(ApiView):
     @extend_schema(operation_id="datasets_upload", summary="Upload a dataset (multipart field `file`); checked "
                    "by content, size-limited (UPLOAD_MAX_BYTES)", parameters=[CORPUS],
                    request={"multipart/form-data": DatasetUploadSerializer},
-                   responses={201: DatasetSerializer, **errors(400, 403, 409, 413)}, tags=["datasets"])
+                   responses={201: DatasetUploadedSerializer, **errors(400, 403, 409, 413)}, tags=["datasets"])
     def post(self, request: Request, corpus_id: int) -> Response:
         corpus = get_corpus_for_user(request.user, corpus_id, write=True)
         data = request.data  # parses the body, running the upload handler
@@ -131,7 +132,11 @@ class DatasetList(ApiView):
         serializer.is_valid(raise_exception=True)
         dataset = dataset_upload(corpus=corpus, user=request.user, uploaded_file=serializer.validated_data["file"])
         dataset.memory_count = 0
-        return Response(DatasetSerializer(dataset).data, status=status.HTTP_201_CREATED)
+        job = index_after_upload(corpus=corpus, user=request.user)
+        if job is not None:
+            job.refresh_from_db()
+        dataset.index_job = build_state(job) if job is not None else None
+        return Response(DatasetUploadedSerializer(dataset).data, status=status.HTTP_201_CREATED)
 
 
 class DatasetDetail(ApiView):

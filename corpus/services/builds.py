@@ -40,6 +40,16 @@ from corpus.events import send_build_event, send_event
 from corpus.files import build_dir
 from corpus.memory_rows import BuildMemoryStore, MemoryWriter, build_memory_texts, memories_delete_for_build
 from corpus.models import Corpus, Dataset, IndexBuild
+from corpus.services.appends import (
+    RUN_BUILD_TASK,
+    append_activate,
+    append_datasets,
+    append_previous_dir,
+    append_start,
+    appends_allowed,
+    merge_due,
+    pending_datasets,
+)
 from engine.build import BuildCancelled, BuildResult, build_index, verify_build
 from engine.config import Config
 from engine.fusion import FusionChoice
@@ -47,6 +57,7 @@ from engine.lexical import WORDS_FILE, WordIndex
 from engine.loaded_build import LoadedCorpus, MemoryStore, load_corpus
 from engine.multivector.token_vectors import TokenVectorEncoder
 from engine.retrieval import Retriever, SearchTarget, fusion_evidence
+from engine.segments import append_segment
 from engine.text_store import (
     LateScorer,
     TextStoreError,
@@ -61,8 +72,7 @@ from hdrag_site.errors import ApplicationError, ConflictError
 from hdrag_site.runtime import default_gguf, engine_config, forget_build, tokenizer_for
 
 logger = logging.getLogger(__name__)
-RUN_BUILD_TASK = "corpus.run_build"  # corpus.tasks.run_build
-Status = IndexBuild.Status
+Kind, Status = IndexBuild.Kind, IndexBuild.Status
 
 
 class BuildAlreadyActive(ConflictError):
@@ -225,7 +235,10 @@ def build_run(*, build_id: int) -> IndexBuild | None:
     heartbeat.start()
     reporter = _Reporter(build)
     try:
-        _execute(build, reporter)
+        if build.kind == Kind.APPEND:
+            _execute_append(build, reporter)
+        else:
+            _execute(build, reporter)
     except BuildCancelled:
         _discard(build, status=Status.CANCELLED, error="Cancelled.")
     except Exception as error:
@@ -235,7 +248,45 @@ def build_run(*, build_id: int) -> IndexBuild | None:
         heartbeat.stopped.set()
         heartbeat.join()
     build.refresh_from_db()
+    if build.status == Status.SUCCEEDED:
+        after_job(corpus_id=build.corpus_id)
     return build
+
+
+def after_job(*, corpus_id: int) -> IndexBuild | None:
+    """After a successful build or append: queue what the corpus needs next. A merge (a full build)
+    when the state is due one (`appends.merge_due`); else an append of the datasets uploaded while
+    the job ran, when the corpus indexes uploads at once. Returns the queued job, if any."""
+    corpus = Corpus.objects.select_related("active_build").get(pk=corpus_id)
+    try:
+        if merge_due(corpus):
+            logger.info("corpus %s: %d segments, merging", corpus_id, len(corpus.serving_build_ids))
+            return build_start(corpus=corpus, user=None)
+        if settings.INDEX_ON_UPLOAD and corpus.append_on_upload and appends_allowed(corpus):
+            return append_start(corpus=corpus, user=None)
+    except BuildAlreadyActive:
+        pass
+    return None
+
+
+def index_after_upload(*, corpus: Corpus, user: AbstractBaseUser | None) -> IndexBuild | None:
+    """After datasets were stored: queue what makes them searchable without a click, when the
+    corpus indexes uploads at once (`INDEX_ON_UPLOAD` and `Corpus.append_on_upload`): its first
+    build, or an append onto its state; a full build for a late-interaction corpus is left to the
+    user. None when nothing was queued (another job runs: its end appends them, `after_job`)."""
+    if not (settings.INDEX_ON_UPLOAD and corpus.append_on_upload):
+        return None
+    corpus = Corpus.objects.select_related("active_build").get(pk=corpus.pk)
+    if corpus.active_build_id is None:
+        if IndexBuild.objects.filter(corpus=corpus, status__in=IndexBuild.ACTIVE_STATUSES).exists():
+            return None
+        try:
+            return build_start(corpus=corpus, user=user)
+        except BuildAlreadyActive:
+            return None
+    if not appends_allowed(corpus) or not pending_datasets(corpus):
+        return None
+    return append_start(corpus=corpus, user=user)
 
 
 def _fusion_evidence(*, build: IndexBuild, corpus: LoadedCorpus, config: Config, tokenizer: Tokenizer,
@@ -261,6 +312,39 @@ def _word_channel(*, build: IndexBuild, out_dir: Path, config: Config, tokenizer
     return fusion_evidence(retriever=Retriever(tokenizer, config), target=target)
 
 
+def _execute_append(build: IndexBuild, reporter: _Reporter) -> None:
+    """An append job (`corpus.services.appends`): its datasets encoded into a new segment with the
+    state's frozen statistics, their memory rows numbered after the state's, then activated."""
+    datasets = append_datasets(build)
+    for dataset in datasets:
+        if not Path(dataset.file.path).is_file():
+            raise ApplicationError(f"dataset {dataset.name!r}: its file {dataset.file.path} is missing")
+    previous_dir = append_previous_dir(build)
+    out_dir = build_dir(build.corpus_id, build.pk)
+    IndexBuild.objects.filter(pk=build.pk).update(build_dir=str(out_dir))
+    reporter.estimate = sum(d.record_count for d in datasets)
+    reporter.progress("tokenizer", 0, 1)
+    gguf_path = Path(build.parameters["gguf_path"])
+    tokenizer = tokenizer_for(gguf_path)
+    writer = MemoryWriter(build=build, dataset_ids=[d.pk for d in datasets])
+    result = append_segment(
+        previous_dir=previous_dir, datasets=[(d.pk, d.name, d.file.path) for d in datasets], out_dir=out_dir,
+        gguf_path=gguf_path, tokenizer=tokenizer, sink=writer.add, progress=reporter.progress,
+        should_cancel=reporter.should_cancel, word_index=bool(build.parameters.get("word_channel")))
+    writer.flush()
+    reporter.progress("activate", 0, 1)
+    stored = build.memories.count()
+    if stored != result.documents:
+        raise ApplicationError(f"memory rows: {stored} stored, the segment holds {result.documents}")
+    verify_build(out_dir)
+    if reporter.should_cancel():
+        raise BuildCancelled(f"append {build.pk} cancelled")
+    reporter.close_phase()
+    timings = {**result.manifest.get("timings", {}), **{f"portal_{k}": v for k, v in reporter.timings.items()},
+               "memory_insert": round(writer.seconds, 3)}
+    append_activate(build=build, result=result, timings=timings)
+
+
 def _execute(build: IndexBuild, reporter: _Reporter) -> None:
     corpus = build.corpus
     datasets = list(corpus.datasets.order_by("pk"))
@@ -274,6 +358,7 @@ def _execute(build: IndexBuild, reporter: _Reporter) -> None:
                                      hdc_ngram=values["hdc_ngram"], chunk_size=values["chunk_size"],
                                      hdc_drop_components=values.get("hdc_drop_components",
                                                                     engine_config().hdc_drop_components))
+    values = {**values, "dataset_ids": [d.pk for d in datasets]}
     gguf_path = Path(values["gguf_path"])
     out_dir = build_dir(corpus.pk, build.pk)
     IndexBuild.objects.filter(pk=build.pk).update(build_dir=str(out_dir), parameters=values)
@@ -337,7 +422,8 @@ def _activate(*, build: IndexBuild, result: BuildResult, timings: dict, paramete
             status=Status.SUCCEEDED, finished=timezone.now(), phase="done", done=result.documents,
             total=result.documents, documents=result.documents, duplicates=result.duplicates,
             vocab_size=result.vocab_size, timings=timings, parameters=parameters, heartbeat=timezone.now())
-        Corpus.objects.filter(pk=corpus_id).update(active_build_id=build.pk)
+        # A full build holds every dataset: it replaces the whole state, appends included (a merge).
+        Corpus.objects.filter(pk=corpus_id).update(active_build_id=build.pk, active_appends=[])
         for dataset_id, documents in counts.items():
             Dataset.objects.filter(pk=dataset_id).update(record_count=documents, record_count_exact=True)
     build.refresh_from_db()
@@ -422,8 +508,9 @@ def builds_cleanup(*, keep: int = 2, corpus_id: int | None = None) -> list[int]:
     corpora = Corpus.objects.all() if corpus_id is None else Corpus.objects.filter(pk=corpus_id)
     for corpus in corpora:
         finished = corpus.builds.exclude(status__in=IndexBuild.ACTIVE_STATUSES).order_by("-created", "-id")
+        serving = set(corpus.serving_build_ids)
         for build in finished[keep:]:
-            if build.pk == corpus.active_build_id:
+            if build.pk in serving:
                 continue
             build_id, directory = build.pk, build_dir(corpus.pk, build.pk)
             memories_delete_for_build(build_id=build_id)

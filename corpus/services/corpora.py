@@ -28,7 +28,7 @@ from hdrag_site.errors import ApplicationError, ConflictError
 from hdrag_site.runtime import default_gguf, tokenizer_for
 
 CORPUS_SETTINGS = ("description", "visibility", "hdc_dimensions", "hdc_seed", "hdc_ngram", "chunk_size", "gguf_path",
-                   "late_interaction")
+                   "late_interaction", "append_on_upload")
 logger = logging.getLogger(__name__)
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 

@@ -12,9 +12,16 @@
                       activation: "switch to the new build", words: "exact-word index",
                       text_store: "late-interaction fill" };
 
+  // A reload would abort the uploads still in flight (an upload queues an append, whose events
+  // arrive here): while uploads.js sends files, the page stays and its "Show the new datasets" reloads.
+  function reload(delay) {
+    if (document.body.dataset.uploading === "1") { return; }
+    setTimeout(function () { location.reload(); }, delay);
+  }
+
   function render(build) {
     var row = table.querySelector('tr[data-build="' + build.id + '"]');
-    if (!row) { if (build.status === "queued" || build.status === "running") { location.reload(); } return; }
+    if (!row) { if (build.status === "queued" || build.status === "running") { reload(0); } return; }
     var status = row.querySelector('[data-field="status"]');
     var wasLive = row.classList.contains("live");
     status.textContent = build.status.charAt(0).toUpperCase() + build.status.slice(1);
@@ -34,7 +41,7 @@
     percent.textContent = build.percent + " %";
     phase.prepend(percent);
     row.classList.toggle("live", live);
-    if (wasLive && !live) { setTimeout(function () { location.reload(); }, 600); }
+    if (wasLive && !live) { reload(600); }
   }
 
   function anyLive() { return table.querySelector("tr.live") !== null; }

@@ -56,7 +56,12 @@
       });
       request.addEventListener("load", function () {
         var results = [];
-        try { results = JSON.parse(request.responseText).results || []; } catch (error) { results = []; }
+        try {
+          var answer = JSON.parse(request.responseText);
+          results = answer.results || [];
+          // What makes the new files searchable: an append, the first build, or a build to start.
+          if (answer.indexing) { document.getElementById("upload-indexing").textContent = answer.indexing; }
+        } catch (error) { results = []; }
         if (!results.length) {
           finish(job.entry, false, "Upload failed (HTTP " + request.status + ")");
         } else if (results.length === 1) {
@@ -83,6 +88,7 @@
   function pump() {
     if (running) { return; }
     var job = queue.shift();
+    document.body.dataset.uploading = job ? "1" : "0";
     if (!job) {
       if (stored > 0) {
         var done = document.getElementById("upload-done");
