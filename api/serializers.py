@@ -51,6 +51,8 @@ class CorpusWriteSerializer(serializers.Serializer):
     hdc_ngram = serializers.IntegerField(min_value=1, max_value=16, required=False)
     chunk_size = serializers.IntegerField(min_value=8, max_value=32768, required=False)
     late_interaction = serializers.BooleanField(required=False)
+    append_on_upload = serializers.BooleanField(required=False, help_text=(
+        "Make uploads searchable at once: an upload queues an append (default true)."))
     gguf_path = serializers.CharField(required=False, allow_blank=True, max_length=500,
                                       help_text="A GGUF model path on the server (staff only).")
 
@@ -89,7 +91,10 @@ class CorpusSerializer(serializers.Serializer):
     hdc_ngram = serializers.IntegerField()
     chunk_size = serializers.IntegerField()
     late_interaction = serializers.BooleanField()
+    append_on_upload = serializers.BooleanField()
     active_build = serializers.IntegerField(source="active_build_id", allow_null=True)
+    active_appends = serializers.ListField(child=serializers.IntegerField(), help_text=(
+        "Ids of the append segments searched on top of the active build, oldest first."))
     created = serializers.DateTimeField()
     updated = serializers.DateTimeField()
 
@@ -145,7 +150,7 @@ class BuildSerializer(serializers.Serializer):
 class DatasetUploadedSerializer(DatasetSerializer):
     index_job = BuildSerializer(allow_null=True, help_text=(
         "The job that makes the upload searchable without a click (its first build, or an append): poll "
-        "`GET /api/builds/{id}/` until `searchable`. Null when the corpus does not index uploads at once, or "
+        "`GET /api/v1/builds/{id}/` until `searchable`. Null when the corpus does not index uploads at once, or "
         "when another job of the corpus runs: its end queues the append."))
 
 

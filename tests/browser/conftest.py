@@ -77,7 +77,7 @@ def live_portal(llama_server, embedding_cache) -> Iterator[LivePortal]:
     env.update({
         "DJANGO_SETTINGS_MODULE": "hdrag_site.settings", "HDRAG_ENV": "development", "DATA_DIR": str(data_dir),
         "LLM_BASE_URL": llama_server.base_url, "LLM_CONTEXT_SIZE": "2048", "LLM_MAX_NEW_TOKENS": "400",
-        "EMBEDDING_CACHE_DIR": str(embedding_cache), "CELERY_TASK_ALWAYS_EAGER": "0", "PYTHONPATH": str(ROOT),
+        "EMBEDDING_CACHE_DIR": str(embedding_cache), "CELERY_TASK_ALWAYS_EAGER": "0", "INDEX_ON_UPLOAD": "0", "PYTHONPATH": str(ROOT),
         "BUILD_HEARTBEAT_SECONDS": "2",
     })
     python = sys.executable

@@ -38,6 +38,8 @@ TEXTS = [
 @pytest.fixture(autouse=True)
 def data_dir(settings, tmp_path) -> Path:
     settings.DATA_DIR = tmp_path / "data"
+    # Uploads queue no job unless a test asks (tests/portal/test_appends.py does).
+    settings.INDEX_ON_UPLOAD = False
     settings.CHROMA_PATH, settings.CHROMA_URL = settings.DATA_DIR / "chroma", ""  # corpus pages open the store
     settings.FILE_UPLOAD_TEMP_DIR = str(tmp_path / "data" / "tmp")
     Path(settings.FILE_UPLOAD_TEMP_DIR).mkdir(parents=True)
