@@ -1,50 +1,58 @@
 """`Authorization: Bearer <token>` (what OpenAI clients send) for integrations; the browser keeps
 its session (DRF's SessionAuthentication, CSRF included) after this in the list.
 
-Failed token attempts are counted per client address: after API_AUTH_FAILURES_PER_MINUTE in a
-minute, further attempts get 429 with Retry-After before a token is even looked up, so guessing
-tokens is as slow as guessing passwords.
+Every token check goes through `bearer_token_check`, which the body-limit layer calls too
+(`BODY_LIMIT_CREDENTIAL_CHECKS`), and so through the one credential throttle
+(`hdrag_site.throttle`): a wrong token is counted like a wrong password, and while the string
+presented or the client address is locked out a wrong token is answered 429 with Retry-After, so
+guessing tokens is as slow as guessing passwords. A right one is admitted even then: it was not
+guessed, and a colleague behind the same address keeps working.
 """
 
 from __future__ import annotations
 
-from django.conf import settings
-from django.core.cache import cache
+import hashlib
+
+from django.http import HttpRequest
 from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.request import Request
 
 from api.models import ApiToken
 from api.services import api_token_authenticate
+from hdrag_site.throttle import CredentialsLockedOut, random_secret_check
 
-FAILURE_WINDOW_SECONDS = 60
+KEYWORD = "bearer"
+LONGEST_TOKEN = 200
 
 
-def client_address(request: Request) -> str:
-    return request.META.get("REMOTE_ADDR") or "unknown"
+def bearer_token_check(*, request: HttpRequest, authorization: str) -> ApiToken | None:
+    """The active token an `Authorization: Bearer <token>` header names, or None (a failure, counted).
+
+    A wrong token raises `CredentialsLockedOut` while the string presented or the client address is
+    locked out. Another scheme is no token and is not counted."""
+    scheme, _, raw = authorization.partition(" ")
+    if scheme.lower() != KEYWORD:
+        return None
+    raw = raw.strip()
+    # A wrong token names no account: the string itself stands for one (hashed, as tokens are stored).
+    account = f"(API token {hashlib.sha256(raw.encode()).hexdigest()[:12]})"
+    well_formed = bool(raw) and " " not in raw and len(raw) <= LONGEST_TOKEN
+    return random_secret_check(request=request, account=account,
+                               check=lambda: api_token_authenticate(raw=raw) if well_formed else None)
 
 
 class BearerTokenAuthentication(BaseAuthentication):
-    keyword = "bearer"
-
     def authenticate(self, request: Request) -> tuple | None:
         header = request.META.get("HTTP_AUTHORIZATION", "")
-        scheme, _, raw = header.partition(" ")
-        if scheme.lower() != self.keyword:
+        if header.partition(" ")[0].lower() != KEYWORD:
             return None
-        raw = raw.strip()
-        failures_key = f"api-auth-failures:{client_address(request)}"
-        if (cache.get(failures_key) or 0) >= settings.API_AUTH_FAILURES_PER_MINUTE:
-            raise exceptions.Throttled(wait=FAILURE_WINDOW_SECONDS,
-                                       detail="Too many failed token attempts from this address.")
-        token = api_token_authenticate(raw=raw) if raw and " " not in raw and len(raw) <= 200 else None
+        try:
+            # The Django request: the throttle marks it, and must not make DRF parse the body.
+            token = bearer_token_check(request=request._request, authorization=header)
+        except CredentialsLockedOut as locked:
+            raise exceptions.Throttled(wait=locked.retry_after, detail=str(locked)) from None
         if token is None:
-            # add() starts the window; incr() fails when it has just expired, which restarts it.
-            if not cache.add(failures_key, 1, FAILURE_WINDOW_SECONDS):
-                try:
-                    cache.incr(failures_key)
-                except ValueError:
-                    cache.add(failures_key, 1, FAILURE_WINDOW_SECONDS)
             raise exceptions.AuthenticationFailed("Invalid or revoked API token.")
         return token.user, token
 

@@ -62,14 +62,6 @@ def get_api_token_for_user(*, user: AbstractBaseUser | AnonymousUser, pk: int) -
     return token
 
 
-def api_token_valid(*, authorization: str) -> bool:
-    """Whether an `Authorization: Bearer <token>` header names an active token (hdrag_site.bodylimit
-    lets such requests send large bodies to the upload and store paths)."""
-    scheme, _, raw = authorization.partition(" ")
-    return scheme.lower() == "bearer" and bool(raw.strip()) and (
-        ApiToken.objects.filter(key_hash=_hash(raw.strip()), revoked__isnull=True, user__is_active=True).exists())
-
-
 @functools.cache
 def _lookup_sql(vendor: str) -> tuple[str, str]:
     """The SQL of the token's and its user's lookups, compiled by the ORM once per process (and

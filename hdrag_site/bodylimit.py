@@ -14,6 +14,9 @@ Limits:
   session, or its `Authorization` header as one of `BODY_LIMIT_CREDENTIAL_CHECKS` accepts (the
   API's tokens; named by setting, as Django names its session engine). An anonymous client cannot
   make the server store more than `REQUEST_MAX_BYTES`.
+
+A token checked here goes through the credential throttle (`hdrag_site.throttle`) like any other:
+a wrong one is counted, and while the token or the client address is locked out the answer is 429.
 """
 
 from __future__ import annotations
@@ -27,8 +30,11 @@ from typing import Any
 from channels.db import database_sync_to_async
 from django.conf import settings
 from django.contrib.auth import get_user
+from django.http import HttpRequest
 from django.http.cookie import parse_cookie
 from django.utils.module_loading import import_string
+
+from hdrag_site.throttle import CredentialsLockedOut
 
 logger = logging.getLogger(__name__)
 MULTIPART_ENVELOPE_BYTES = 1024 * 1024
@@ -47,10 +53,30 @@ def _session_logs_in(cookie_header: str) -> bool:
     return get_user(SimpleNamespace(session=store)).is_authenticated
 
 
-def _logs_in(cookie_header: str, authorization: str) -> bool:
-    if authorization and any(import_string(check)(authorization=authorization)
-                             for check in settings.BODY_LIMIT_CREDENTIAL_CHECKS):
-        return True
+def _credential_request(scope: dict[str, Any]) -> HttpRequest:
+    """What the credential throttle needs of the request (address, forwarding, agent), without its
+    body: a Django request built here cannot read it, so counting a failure cannot either."""
+    request = HttpRequest()
+    request.method = scope.get("method")
+    request.path = request.path_info = scope.get("path", "")
+    request.META = {"REMOTE_ADDR": (scope.get("client") or ("",))[0], "PATH_INFO": request.path,
+                    "REQUEST_METHOD": request.method}
+    for name, value in scope.get("headers", []):
+        key = "HTTP_" + name.decode("latin1").upper().replace("-", "_")
+        if key in ("HTTP_X_FORWARDED_FOR", "HTTP_USER_AGENT", "HTTP_ACCEPT"):
+            value = value.decode("latin1")
+            # Repeated headers are one list, as Django's own ASGI request joins them.
+            request.META[key] = f"{request.META[key]},{value}" if key in request.META else value
+    return request
+
+
+def _logs_in(scope: dict[str, Any], cookie_header: str, authorization: str) -> bool:
+    """Raises CredentialsLockedOut while the token presented or the client address is locked out."""
+    if authorization:
+        request = _credential_request(scope)
+        if any(import_string(check)(request=request, authorization=authorization)
+               for check in settings.BODY_LIMIT_CREDENTIAL_CHECKS):
+            return True
     return _session_logs_in(cookie_header)
 
 
@@ -72,10 +98,15 @@ class BodyLimitMiddleware:
             return await _answer(send, 400, "The Content-Length header is not a number.")
         limit = settings.REQUEST_MAX_BYTES
         if (declared is not None and declared > limit
-                and _upload_paths(settings.UPLOAD_PATH_PATTERN).fullmatch(scope.get("path", ""))
-                and await database_sync_to_async(_logs_in)(headers.get(b"cookie", b"").decode("latin1"),
-                                                           headers.get(b"authorization", b"").decode("latin1"))):
-            limit = settings.UPLOAD_MAX_BYTES + MULTIPART_ENVELOPE_BYTES
+                and _upload_paths(settings.UPLOAD_PATH_PATTERN).fullmatch(scope.get("path", ""))):
+            try:
+                logs_in = await database_sync_to_async(_logs_in)(
+                    scope, headers.get(b"cookie", b"").decode("latin1"),
+                    headers.get(b"authorization", b"").decode("latin1"))
+            except CredentialsLockedOut as locked:
+                return await _answer(send, 429, str(locked), retry_after=locked.retry_after)
+            if logs_in:
+                limit = settings.UPLOAD_MAX_BYTES + MULTIPART_ENVELOPE_BYTES
         if declared is not None and declared > limit:
             return await _too_large(scope, send, limit)
 
@@ -114,10 +145,12 @@ async def _too_large(scope: dict[str, Any], send: Any, limit: int) -> None:
     await _answer(send, 413, f"The request body is larger than the limit of {_size(limit)}.")
 
 
-async def _answer(send: Any, status: int, message: str) -> None:
+async def _answer(send: Any, status: int, message: str, *, retry_after: int | None = None) -> None:
     body = message.encode()
     # Connection: close tells the server not to wait for (or read) the rest of the body.
-    await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"text/plain; charset=utf-8"),
-                            (b"content-length", str(len(body)).encode()), (b"connection", b"close")]})
+    headers = [(b"content-type", b"text/plain; charset=utf-8"), (b"content-length", str(len(body)).encode()),
+               (b"connection", b"close")]
+    if retry_after is not None:
+        headers.append((b"retry-after", str(retry_after).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})

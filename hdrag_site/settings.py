@@ -14,6 +14,7 @@ Two modes, chosen by `HDRAG_ENV`:
 from __future__ import annotations
 
 from datetime import timedelta
+from ipaddress import ip_network
 from pathlib import Path
 
 import dj_database_url
@@ -213,17 +214,17 @@ UPLOAD_MAX_BYTES = envint("UPLOAD_MAX_BYTES", 512 * 1024 * 1024, minimum=1)
 # Every request body is bounded in front of Django (hdrag_site.bodylimit): REQUEST_MAX_BYTES, or
 # UPLOAD_MAX_BYTES on these paths (dataset uploads of the pages and the API, the API's multi-vector
 # store) for a request that declares its Content-Length and logs in: a session, or one of
-# BODY_LIMIT_CREDENTIAL_CHECKS (dotted paths of functions of the Authorization header).
+# BODY_LIMIT_CREDENTIAL_CHECKS (dotted paths of functions of a request and its Authorization header,
+# which check through hdrag_site.throttle).
 REQUEST_MAX_BYTES = envint("REQUEST_MAX_BYTES", 2_621_440, minimum=1024)
 UPLOAD_PATH_PATTERN = r"(/api/v1)?/corpora/\d+/datasets/|/api/v1/corpora/\d+/store/.*"
-BODY_LIMIT_CREDENTIAL_CHECKS = ["api.services.api_token_valid"]
+BODY_LIMIT_CREDENTIAL_CHECKS = ["api.authentication.bearer_token_check"]
 FILE_UPLOAD_HANDLERS = ["corpus.uploads.LimitedHashingUploadHandler"]
 FILE_UPLOAD_TEMP_DIR = str(DATA_DIR / "tmp")
 FILE_UPLOAD_PERMISSIONS = 0o640
 
 # REST API (api/): bearer tokens or the browser session, one error shape, throttled per token.
 API_THROTTLE_RATE = envstr("API_THROTTLE_RATE", "600/min")  # per token (user, address); blank: off
-API_AUTH_FAILURES_PER_MINUTE = envint("API_AUTH_FAILURES_PER_MINUTE", 30, minimum=1)  # per address
 API_MAX_JSON_BYTES = envint("API_MAX_JSON_BYTES", 64 * 1024 * 1024, minimum=1024)
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": ["api.authentication.BearerTokenAuthentication",
@@ -258,17 +259,41 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
-# Login throttling (django-axes): after LOGIN_FAILURE_LIMIT wrong passwords for one account, or from
-# one client address, logins from there are refused for LOGIN_LOCKOUT_MINUTES (429, a page that says
-# so). Staff unlock at once by deleting the "access attempts" in the admin, or with
-# `manage.py axes_reset_username NAME` / `axes_reset_ip ADDRESS`. A right password resets the count.
+# Login throttling, one path for every credential check (hdrag_site.throttle: the login form, API
+# tokens, the body-limit layer), counted by django-axes:
+# * an account: after LOGIN_FAILURE_LIMIT (10) failures for it, from any address, it is refused for
+#   LOGIN_LOCKOUT_MINUTES (15) after the last one (a page that says so; 429 on the API);
+# * an address: after LOGIN_ADDRESS_FAILURE_LIMIT (50) failures from it across accounts and tokens
+#   (credential stuffing), logins and wrong tokens from it are refused as long. A refused attempt is
+#   not counted, so an account adds at most its own limit: 50 takes failures for at least five
+#   accounts, and one account's lockout never locks the colleagues behind the same NAT or proxy.
+# Staff unlock at once by deleting the "access attempts" in the admin, or with
+# `manage.py axes_reset_username NAME` / `axes_reset_ip ADDRESS`. A right password resets the account.
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
+AXES_HANDLER = "hdrag_site.throttle.AddressLimitHandler"
 AXES_FAILURE_LIMIT = envint("LOGIN_FAILURE_LIMIT", 10, minimum=1)
+LOGIN_ADDRESS_FAILURE_LIMIT = envint("LOGIN_ADDRESS_FAILURE_LIMIT", 50, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=envint("LOGIN_LOCKOUT_MINUTES", 15, minimum=1))
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]  # each on its own: the account, and the address
+# The account from every address (so from this one too); the address has its own, higher limit in
+# AddressLimitHandler, which axes' check W006 ("ip_address" missing here) cannot see.
+AXES_LOCKOUT_PARAMETERS = ["username"]
+SILENCED_SYSTEM_CHECKS = ["axes.W006"]
+# A refused attempt neither counts nor extends the lockout (and the backend marks it, so the
+# lockout page shows for an address lock too).
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_VERBOSE = False
+# The client address: REMOTE_ADDR, or from X-Forwarded-For only on a request from one of these
+# proxies (addresses or CIDR networks; hdrag_site.throttle.client_address). Empty: the header is
+# never read, since any client can send one.
+TRUSTED_PROXIES = envlist("TRUSTED_PROXIES", [])
+for proxy in TRUSTED_PROXIES:
+    try:
+        ip_network(proxy, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(f"TRUSTED_PROXIES: {proxy!r} is not an IP address or network") from None
+AXES_CLIENT_IP_CALLABLE = "hdrag_site.throttle.client_address"
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"

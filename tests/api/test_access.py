@@ -116,7 +116,7 @@ def test_endpoint_per_role(request, objects, role, method, template, body, fmt, 
 
 @pytest.mark.parametrize("credentials", ["none", "revoked", "garbage"])
 def test_every_endpoint_without_a_valid_token(objects, owner, settings, credentials):
-    settings.API_AUTH_FAILURES_PER_MINUTE = 1000  # this test fails on purpose, many times
+    settings.AXES_FAILURE_LIMIT = settings.LOGIN_ADDRESS_FAILURE_LIMIT = 1000  # it fails on purpose, many times
     client = APIClient()
     if credentials == "revoked":
         token, secret = api_token_create(user=owner, name="old")

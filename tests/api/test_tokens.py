@@ -18,10 +18,10 @@ from django.test import Client
 from rest_framework.test import APIClient
 
 from api.models import ApiToken
-from api.services import api_token_create
+from api.services import api_token_create, api_token_revoke
 from hdrag_site.asgi_http import KEPT_THREADS
 from tests.api.conftest import error_of, token_client
-from tests.portal.conftest import login
+from tests.portal.conftest import PASSWORD, login
 
 
 def _bearer(secret: str) -> APIClient:
@@ -80,14 +80,39 @@ def test_throttle_per_token_with_retry_after(owner, settings):
     assert second.get("/api/v1/models").status_code == 200  # per token, not per user
 
 
-def test_failed_token_attempts_are_throttled_per_address(owner, settings):
-    settings.API_AUTH_FAILURES_PER_MINUTE = 3
-    guesser = _bearer("hdr_guess")
-    assert [guesser.get("/api/v1/models").status_code for _ in range(3)] == [401, 401, 401]
-    blocked = guesser.get("/api/v1/models")
-    assert blocked.status_code == 429 and int(blocked["Retry-After"]) > 0
-    # A real token from the same address is refused too until the window passes.
-    assert token_client(owner).get("/api/v1/models").status_code == 429
+def test_one_wrong_token_in_a_loop_locks_that_token_not_the_address(owner, settings):
+    """A script retrying its revoked token is refused, while the colleagues behind the same address
+    (another token, the login page) are not."""
+    revoked, secret = api_token_create(user=owner, name="old")
+    api_token_revoke(token=revoked)
+    retrying = _bearer(secret)
+    statuses = [retrying.get("/api/v1/models").status_code for _ in range(3 * settings.AXES_FAILURE_LIMIT)]
+    assert statuses[:settings.AXES_FAILURE_LIMIT - 1] == [401] * (settings.AXES_FAILURE_LIMIT - 1)
+    assert set(statuses[settings.AXES_FAILURE_LIMIT - 1:]) == {429}  # as the login page, from the limit on
+    blocked = retrying.get("/api/v1/models")
+    assert int(blocked["Retry-After"]) == settings.AXES_COOLOFF_TIME.total_seconds()
+    assert error_of(blocked)["code"] == "throttled" and "Too many failed" in error_of(blocked)["message"]
+    assert token_client(owner).get("/api/v1/models").status_code == 200
+    assert Client().post("/accounts/login/", {"username": "owner", "password": PASSWORD}).status_code == 302
+
+
+def test_guessing_tokens_locks_the_address_not_another_client(owner, settings):
+    guesser = APIClient(REMOTE_ADDR="10.0.7.1")
+    statuses = [guesser.get("/api/v1/models", HTTP_AUTHORIZATION=f"Bearer hdr_guess-{i}").status_code
+                for i in range(settings.LOGIN_ADDRESS_FAILURE_LIMIT + 1)]
+    assert statuses == [401] * settings.LOGIN_ADDRESS_FAILURE_LIMIT + [429]
+    # One count: the login page refuses that address too...
+    login_page = Client(REMOTE_ADDR="10.0.7.1").post("/accounts/login/", {"username": "owner", "password": PASSWORD})
+    assert login_page.status_code == 429
+    # ...but not another client, and a right token (not guessed) not even there.
+    other = APIClient(REMOTE_ADDR="10.0.7.2")
+    assert other.get("/api/v1/models", HTTP_AUTHORIZATION="Bearer hdr_typo").status_code == 401
+    assert other.get("/api/v1/models", HTTP_AUTHORIZATION=_bearer_header(owner)).status_code == 200
+    assert guesser.get("/api/v1/models", HTTP_AUTHORIZATION=_bearer_header(owner)).status_code == 200
+
+
+def _bearer_header(user) -> str:  # noqa: ANN001
+    return f"Bearer {api_token_create(user=user, name='tests')[1]}"
 
 
 def test_json_body_limit_is_413(owner, settings):

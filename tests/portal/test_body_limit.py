@@ -13,8 +13,11 @@ from django.conf import settings as django_settings
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.test import Client
 from django.test.client import BOUNDARY, MULTIPART_CONTENT, encode_multipart
+from rest_framework.test import APIClient
 
+from api.services import api_token_create, api_token_revoke
 from hdrag_site.asgi import application
+from hdrag_site.bodylimit import _upload_paths
 from tests.portal.conftest import TEXTS, jsonl_bytes
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -37,22 +40,30 @@ class Body:
         return {"type": "http.request", "body": chunk, "more_body": not self.done}
 
 
-def _scope(path: str, headers: list[tuple[bytes, bytes]]) -> dict:
+def _scope(path: str, headers: list[tuple[bytes, bytes]], client: str) -> dict:
     return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
             "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
-            "headers": [(b"host", b"testserver"), *headers], "client": ("127.0.0.1", 50000),
+            "headers": [(b"host", b"testserver"), *headers], "client": (client, 50000),
             "server": ("testserver", 80)}
 
 
-async def _post(path: str, body: Body, headers: list[tuple[bytes, bytes]]) -> tuple[int, bytes]:
+async def _exchange(path: str, body: Body, headers: list[tuple[bytes, bytes]],
+                    client: str = "127.0.0.1") -> tuple[dict, bytes]:
+    """The response's start message and its body."""
     sent: list[dict] = []
 
     async def send(message: dict) -> None:
         sent.append(message)
 
-    await asyncio.wait_for(application(_scope(path, headers), body, send), timeout=30)
+    await asyncio.wait_for(application(_scope(path, headers, client), body, send), timeout=30)
     start = next(m for m in sent if m["type"] == "http.response.start")
-    return start["status"], b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return start, b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+
+
+async def _post(path: str, body: Body, headers: list[tuple[bytes, bytes]],
+                client: str = "127.0.0.1") -> tuple[int, bytes]:
+    start, content = await _exchange(path, body, headers, client)
+    return start["status"], content
 
 
 def _endless(size: int = 64 * KIB) -> Iterator[bytes]:
@@ -121,20 +132,54 @@ def test_a_real_server_answers_oversized_bodies_at_once(tmp_path):
         portal.stop()
 
 
-def test_an_api_token_admits_a_large_upload_body_and_a_wrong_one_does_not(owner, settings):
+def _upload(settings) -> tuple[bytes, list[tuple[bytes, bytes]]]:  # noqa: ANN001
+    """A dataset upload over REQUEST_MAX_BYTES and under UPLOAD_MAX_BYTES, and its headers."""
+    settings.REQUEST_MAX_BYTES = 16 * KIB
+    settings.UPLOAD_MAX_BYTES = 1024 * KIB
+    payload = _multipart(jsonl_bytes([f"{TEXTS[i % len(TEXTS)]} (copy {i})" for i in range(600)]))
+    assert settings.REQUEST_MAX_BYTES < len(payload) < settings.UPLOAD_MAX_BYTES
+    return payload, [(b"content-length", str(len(payload)).encode()), (b"content-type", MULTIPART_CONTENT.encode())]
+
+
+async def test_an_api_token_admits_a_large_upload_body_and_a_wrong_one_does_not(settings, corpus, owner):
     """The API's dataset upload takes bodies past REQUEST_MAX_BYTES for a valid bearer token, as the
     page upload does for a session; a garbage or revoked token is held to REQUEST_MAX_BYTES."""
-    from api.services import api_token_create, api_token_revoke
-    from hdrag_site.bodylimit import _logs_in
+    payload, headers = _upload(settings)
+    path = f"/api/v1/corpora/{corpus.pk}/datasets/"
+    token, raw = await sync_to_async(api_token_create)(user=owner, name="ci")
+    for authorization in ("Bearer not-a-token", "Basic abc"):
+        body = Body(iter(()), last=payload)
+        assert (await _post(path, body, [*headers, (b"authorization", authorization.encode())]))[0] == 413
+        assert body.pulled == 0
+    status, _ = await _post(path, Body(iter(()), last=payload), [*headers, (b"authorization", f"bearer {raw}".encode())])
+    assert status == 201 and await corpus.datasets.acount() == 1
+    await sync_to_async(api_token_revoke)(token=token)
+    status, _ = await _post(path, Body(iter(()), last=payload), [*headers, (b"authorization", f"Bearer {raw}".encode())])
+    assert status == 413
 
-    token, raw = api_token_create(user=owner, name="ci")
-    assert _logs_in("", f"Bearer {raw}") and _logs_in("", f"bearer {raw}")
-    assert not _logs_in("", "Bearer not-a-token") and not _logs_in("", "Basic abc")
-    api_token_revoke(token=token)
-    assert not _logs_in("", f"Bearer {raw}")
-    from hdrag_site.bodylimit import _upload_paths
 
-    pattern = _upload_paths(settings.UPLOAD_PATH_PATTERN)
+async def test_wrong_tokens_at_the_body_limit_count_and_are_refused(settings, corpus, owner):
+    """The layer's token check is the throttle's: guessing there is counted, then refused with 429,
+    by the API too; a right token still gets the upload limit."""
+    payload, headers = _upload(settings)
+    path = f"/api/v1/corpora/{corpus.pk}/datasets/"
+    for i in range(settings.LOGIN_ADDRESS_FAILURE_LIMIT):
+        body = Body(_endless())
+        status, _ = await _post(path, body, [*headers, (b"authorization", f"Bearer hdr_guess-{i}".encode())])
+        assert status == 413 and body.pulled == 0
+    body = Body(_endless())
+    start, text = await _exchange(path, body, [*headers, (b"authorization", b"Bearer hdr_guess-last")])
+    assert start["status"] == 429 and b"Too many failed" in text and body.pulled == 0
+    assert int(dict(start["headers"])[b"retry-after"]) == settings.AXES_COOLOFF_TIME.total_seconds()
+    api = await sync_to_async(APIClient().get)("/api/v1/models", HTTP_AUTHORIZATION="Bearer hdr_guess-api")
+    assert api.status_code == 429  # the same address (127.0.0.1), the same count
+    _, raw = await sync_to_async(api_token_create)(user=owner, name="ci")
+    status, _ = await _post(path, Body(iter(()), last=payload), [*headers, (b"authorization", f"Bearer {raw}".encode())])
+    assert status == 201
+
+
+def test_the_upload_paths():
+    pattern = _upload_paths(django_settings.UPLOAD_PATH_PATTERN)
     for path in ("/corpora/3/datasets/", "/api/v1/corpora/3/datasets/", "/api/v1/corpora/3/store/pages/"):
         assert pattern.fullmatch(path), path
     for path in ("/accounts/login/", "/api/v1/chat/completions", "/api/v1/corpora/3/search/"):
