@@ -10,6 +10,15 @@ claim, engine build, Memory bulk insert, verify, activate). Prints the hardware,
 docs/s, the engine's phase timings, and Memory rows inserted per second (target >= 20,000).
 Baseline, measured in the same run: the engine alone (`build_index` writing its own SQLite store)
 on the same file and settings; the ratio is the portal's overhead.
+
+`--append N` then adds N new 10-page documents one after the other, as a user uploading them
+would (`dataset_upload`, then what the page and the API call after storing: `index_after_upload`,
+which queues an append; the task runs inline, as a worker would run it), and times each from the
+upload to the document being the top hit for a sentence it contains (`memories_search`), against
+the full build of the corpus above as the baseline:
+
+    .venv/bin/python bench/build.py --docs 10000 --append 5 --no-baseline
+    .venv/bin/python bench/build.py --docs 100000 --append 5 --no-baseline
 """
 
 from __future__ import annotations
@@ -55,6 +64,7 @@ def main() -> None:
     parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL")
                         or "postgres://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--no-baseline", action="store_true", help="skip the engine-only build")
+    parser.add_argument("--append", type=int, default=0, help="then append this many 10-page documents, timed")
     args = parser.parse_args()
 
     server, _, _ = args.database_url.rpartition("/")
@@ -129,6 +139,56 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
         print(f"\nbaseline engine-only build (SQLite memory store): {baseline:.1f} s, "
               f"{result.documents / baseline:,.0f} docs/s")
         print(f"portal / engine wall time: {wall / baseline:.2f}x")
+    if args.append:
+        appends(args, scratch, corpus, owner, wall)
+
+
+PAGE_WORDS = 450  # a page of prose
+
+
+def ten_pages(number: int, seed: int) -> tuple[str, str]:
+    """A new 10-page text document (pydoc sentences in a new order) with one made-up sentence in
+    its middle, and that sentence (the query that must find it)."""
+    words = " ".join(synthetic_docs(400, seed=seed)).split()
+    pages = [" ".join(words[i * PAGE_WORDS:(i + 1) * PAGE_WORDS]) for i in range(10)]
+    marker = (f"The quokka census number {number} on Rottnest counted {1000 + 37 * number} zymurgists "
+              f"brewing xylophone mead in cave {number}.")
+    pages[5] = pages[5] + " " + marker
+    return "\n\n".join(pages), marker
+
+
+def appends(args: argparse.Namespace, scratch: Path, corpus, owner, full_seconds: float) -> None:  # noqa: ANN001
+    from django.conf import settings
+    from django.core.files import File
+
+    from corpus.services.builds import index_after_upload
+    from corpus.services.corpora import dataset_upload
+    from memory.services import memories_search
+
+    settings.INDEX_ON_UPLOAD = True
+    seconds, found = [], 0
+    print(f"\nappend: {args.append} new 10-page documents, each timed from the upload to being the top hit")
+    for number in range(args.append):
+        text, marker = ten_pages(number, seed=1000 + number)
+        path = scratch / f"new-{number}.txt"
+        path.write_text(text, encoding="utf-8")
+        started = time.perf_counter()
+        with open(path, "rb") as handle:
+            dataset_upload(corpus=corpus, user=owner, uploaded_file=File(handle, name=path.name))
+        job = index_after_upload(corpus=corpus, user=owner)  # autocommit: the (eager) append runs now
+        job.refresh_from_db()
+        if job.status != "succeeded":
+            raise SystemExit(f"append {job.status}: {job.error}")
+        results = memories_search(user=owner, corpus_ids=[corpus.pk], query=marker, top_document=True)
+        elapsed = time.perf_counter() - started
+        hit = bool(results) and marker in results[0]["memory"]["text"]
+        found += hit
+        seconds.append(elapsed)
+        print(f"  #{number + 1}: {elapsed:.2f} s, {job.documents} memories, top hit {'yes' if hit else 'NO'}; "
+              f"phases {', '.join(f'{k} {v:.2f}' for k, v in job.timings.items() if isinstance(v, float))}")
+    p50 = float(np.median(seconds))
+    print(f"upload to top hit: p50 {p50:.2f} s, max {max(seconds):.2f} s; found {found} of {args.append}; "
+          f"full build of the corpus {full_seconds:.1f} s: {full_seconds / p50:.0f}x the append")
 
 
 if __name__ == "__main__":

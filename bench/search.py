@@ -18,6 +18,11 @@ the top 10 and of the retriever's top 500 against the exact scan; then a grid of
 settings at the full size:
 
     .venv/bin/python -m bench.search --real-text --queries 50 --dir /work/main/.cache/bench
+
+`--segments 10` then searches the same rows cut into 10 segments (`engine.segments`, appends not
+yet merged): equal segments, and a base with nine small appends, against the one index:
+
+    .venv/bin/python -m bench.search --docs 300000 --queries 20 --segments 10
 """
 
 from __future__ import annotations
@@ -152,6 +157,9 @@ def main() -> None:
     parser.add_argument("--real-text", action="store_true", help="real text and real questions (see above)")
     parser.add_argument("--sizes", default="50000,100000,200000",
                         help="--real-text: subset sizes measured besides the full index")
+    parser.add_argument("--segments", type=int, default=0,
+                        help="also search the corpus cut into this many segments (engine.segments), "
+                             "against the same corpus in one, the baseline")
     args = parser.parse_args()
 
     print_hardware()
@@ -159,9 +167,11 @@ def main() -> None:
     print(f"load average   : {' '.join(f'{x:.2f}' for x in os.getloadavg())} (start)")
     args.dir.mkdir(parents=True, exist_ok=True)
     if args.real_text:
-        real_text(args)
+        index, qp, qn = real_text(args)
     else:
-        synthetic(args)
+        index, qp, qn = synthetic(args)
+    if args.segments > 1:
+        segments_comparison(index, qp, qn, args.dir, args.segments)
     print(f"\nload average   : {' '.join(f'{x:.2f}' for x in os.getloadavg())} (end)")
 
 
@@ -189,7 +199,7 @@ def bandwidth_and_exact_scan(index: BitmapIndex, qp: np.ndarray, qn: np.ndarray,
     return exact_results, exact_s, bandwidth
 
 
-def synthetic(args: argparse.Namespace) -> None:
+def synthetic(args: argparse.Namespace) -> tuple[BitmapIndex, np.ndarray, np.ndarray]:
     index, qp, qn, planted = build_corpus(args.dir, args.docs, args.dims, args.queries, args.flip, args.seed)
     exact_results, exact_s, bandwidth = bandwidth_and_exact_scan(index, qp, qn, min(args.exact_queries, args.queries))
     gbytes = index._body().nbytes / 1e9
@@ -231,6 +241,7 @@ def synthetic(args: argparse.Namespace) -> None:
     else:
         print(f"peak RSS       : {peak_anon_mb:.0f} MB anonymous (whole process, memmap excluded) during pruned "
               f"search, {peak_extra_mb:+.0f} MB over before it; search work arrays ~{index.count * 5 / 1e6:.0f} MB")
+    return index, qp, qn
 
 
 def _recall(found: np.ndarray, exact: np.ndarray) -> float:
@@ -267,7 +278,7 @@ def subset_index(index: BitmapIndex, directory: Path, size: int, seed: int) -> B
     return BitmapIndex.open(path)
 
 
-def real_text(args: argparse.Namespace) -> None:
+def real_text(args: argparse.Namespace) -> tuple[BitmapIndex, np.ndarray, np.ndarray]:
     from bench.data.real_index import real_text_index
 
     index, qp, qn, questions = real_text_index(args.dir, queries=args.queries, dims=args.dims, seed=args.seed)
@@ -291,6 +302,51 @@ def real_text(args: argparse.Namespace) -> None:
               f"{np.median(new_ms):>8.1f} {np.percentile(new_ms, 95):>7.1f} "
               f"{np.median(base_ms) / np.median(new_ms):>5.1f}x {recall10:>10.3f} {recall500:>11.3f}")
     sampled_grid(index, qp, qn)
+    return index, qp, qn
+
+
+def row_range_index(index: BitmapIndex, directory: Path, start: int, stop: int) -> BitmapIndex:
+    """An index of rows [start, stop) of `index`, built once in `directory`."""
+    path = directory / f"{index.path.stem}_rows_{start}_{stop}.idx"
+    try:
+        part = BitmapIndex.open(path)
+        if part.finalized and part.count == stop - start:
+            return part
+    except IndexFileError:
+        pass
+    for stale in directory.glob(path.name + "*"):
+        stale.unlink()
+    part = BitmapIndex.create(path, index.dims)
+    for lo in range(start, stop, BUILD_BATCH):
+        rows = np.arange(lo, min(stop, lo + BUILD_BATCH))
+        part.append(*index.get_bitmaps(rows), token_counts=index.token_counts[rows], source_ids=index.source_ids[rows])
+    part.finalize()
+    return BitmapIndex.open(path)
+
+
+def segments_comparison(index: BitmapIndex, qp: np.ndarray, qn: np.ndarray, directory: Path, count: int) -> None:
+    """The retriever's search (`search_auto`, k = 500) over the corpus cut into `count` segments
+    (`engine.segments.SegmentedIndex`), in two shapes: equal segments (after a merge-free run of
+    large appends), and one base with small appends of 0.1 % of the rows each (new documents added
+    to a large corpus), against the same rows in one index (the baseline)."""
+    from engine.segments import SegmentedIndex
+
+    n, k = index.count, RETRIEVER_CANDIDATES
+    small = max(1, n // 1000)
+    shapes = {"equal segments": np.linspace(0, n, count + 1).astype(int),
+              "base + small appends": np.array([0, *range(n - small * (count - 1), n + 1, small)])}
+    one_ms, one = _timed(lambda p, q: index.search_auto(p, q, k), qp, qn)
+    print(f"\n== search over {count} segments (search_auto, k = {k}) vs one index of the same {n} rows ==")
+    print(f"{'shape':<22} {'p50 ms':>8} {'p95 ms':>8} {'ratio p50':>10} {'recall@500 vs one':>18}")
+    print(f"{'one index (baseline)':<22} {np.median(one_ms):>8.1f} {np.percentile(one_ms, 95):>8.1f} {1.0:>9.2f}x "
+          f"{1.0:>18.3f}")
+    for name, bounds in shapes.items():
+        parts = [row_range_index(index, directory, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        state = SegmentedIndex(parts)
+        ms, found = _timed(lambda p, q, state=state: state.search_auto(p, q, k), qp, qn)
+        recall = np.mean([_recall(a, b) for a, b in zip(found, one, strict=True)])
+        print(f"{name:<22} {np.median(ms):>8.1f} {np.percentile(ms, 95):>8.1f} "
+              f"{np.median(ms) / np.median(one_ms):>9.2f}x {recall:>18.3f}")
 
 
 def sampled_grid(index: BitmapIndex, qp: np.ndarray, qn: np.ndarray) -> None:

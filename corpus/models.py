@@ -121,11 +121,12 @@ class Dataset(models.Model):
 # own timings of demo and bench.build corpora), so that one progress bar covers the whole build. The
 # late-interaction fill ("text_store") and the exact-word index ("words") are alternatives.
 BUILD_PHASE_SHARES = {"starting": 1, "tokenizer": 3, "tokenize": 27, "embeddings": 4, "vocabulary": 6,
-                      "encode": 40, "verify": 3, "activate": 3, "text_store": 10, "words": 10}
+                      "encode": 40, "verify": 3, "activate": 3, "text_store": 10, "words": 10,
+                      "publish": 2}
 # An append's phases (engine.segments.append_segment): no embedding table to load, a small
 # vocabulary extension, and the word index written beside the rows.
 APPEND_PHASE_SHARES = {"starting": 2, "tokenizer": 10, "tokenize": 25, "vocabulary": 10, "encode": 35,
-                       "words": 5, "verify": 5, "activate": 8}
+                       "words": 5, "verify": 5, "activate": 8, "publish": 4}
 
 
 class IndexBuild(models.Model):

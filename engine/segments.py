@@ -53,7 +53,7 @@ from engine.build import (
     _write_verify_sample,
 )
 from engine.encoder import HDCEncoder, compute_idf
-from engine.index import BitmapIndex
+from engine.index import SAMPLED_SEARCH_MIN_ROWS, BitmapIndex
 from engine.lexical import WORDS_FILE, WordIndex, bm25_weights, words
 from engine.loaded_build import VOCAB_FILE, CorpusError, LoadedCorpus, load_corpus, read_manifest
 from engine.tokenizer import Tokenizer
@@ -136,7 +136,12 @@ class SegmentedIndex:
 
     def search_auto(self, q_pos: np.ndarray, q_neg: np.ndarray, k: int, *,
                     allowed_sources: Iterable[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        return self._each("search_auto", q_pos, q_neg, k, None, allowed_sources=allowed_sources)
+        """`BitmapIndex.search_auto` decided by the state's size, not each segment's: from
+        SAMPLED_SEARCH_MIN_ROWS rows on, every segment is searched sampled (a segment no larger
+        than the shortlist is searched exactly by `search_sampled` itself), so ten segments of a
+        large corpus read what one would, instead of scanning each in full."""
+        method = "search_sampled" if self.count >= SAMPLED_SEARCH_MIN_ROWS else "search"
+        return self._each(method, q_pos, q_neg, k, None, allowed_sources=allowed_sources)
 
     def get_bitmaps(self, rows: np.ndarray | Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
         """Shapes: rows (m,) state rows → (pos, neg) uint64 (m, words)."""

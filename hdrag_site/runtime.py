@@ -154,6 +154,49 @@ def default_gguf() -> Path:
     return default_gguf_path()
 
 
+@functools.lru_cache(maxsize=16)
+def _model_sha256(path: str, size: int, mtime_ns: int) -> str:
+    from engine.gguf import model_fingerprint
+
+    return model_fingerprint(path, full=True).partition("-")[2]
+
+
+def model_identity(gguf_path: str | Path) -> dict[str, str]:
+    """{"model_name", "model_sha256"} of a GGUF: how a build records its model, so that every
+    machine finds it in its own model cache (`model_for`); the hash is taken once per process."""
+    path = Path(gguf_path).resolve()
+    stat = path.stat()
+    return {"model_name": path.name, "model_sha256": _model_sha256(str(path), stat.st_size, stat.st_mtime_ns)}
+
+
+def model_for(parameters: dict) -> Path:
+    """The GGUF a build used, on this machine. A build records its model by name and sha256: the
+    recorded path when it holds that model, else a model of that name in this machine's model
+    cache, `GGUF_PATH` or the packaged default (assembled on first use). Raises ApplicationError
+    naming the model when none matches (a model of that name with another checksum is refused).
+    Builds made before models were recorded by identity have only their path."""
+    from engine.models import models_dir
+    from hdrag_site.errors import ApplicationError
+
+    recorded = Path(parameters.get("gguf_path", ""))
+    name, sha256 = parameters.get("model_name"), parameters.get("model_sha256")
+    if not sha256:
+        return recorded
+    candidates = [recorded, models_dir() / name]
+    if settings.GGUF_PATH:
+        candidates.append(Path(settings.GGUF_PATH))
+    candidates = [c for c in candidates if c.name == name and c.is_file()]
+    if not candidates and default_gguf().name == name:
+        candidates.append(default_gguf())
+    for candidate in candidates:
+        if model_identity(candidate)["model_sha256"] == sha256:
+            return candidate
+    found = ", ".join(str(c) for c in candidates) or "no file of that name"
+    raise ApplicationError(f"This index was built with the model {name} (sha256 {sha256[:12]}…), which this "
+                           f"machine does not have ({found} differs or is missing): put that file in "
+                           f"{models_dir()} or set GGUF_PATH.", {"model_name": name, "model_sha256": sha256})
+
+
 def tokenizer_for(gguf_path: str | Path):  # noqa: ANN201 - engine.spm.GGUFTokenizer, imported lazily
     """The in-process tokenizer of a GGUF model (parsing Gemma's 262k-token vocabulary takes about a
     second, so one instance per model file lives in the process)."""

@@ -205,6 +205,21 @@ MULTIVECTOR_STORAGE_VERSION = envstr("MULTIVECTOR_STORAGE_VERSION", "1.1")
 # BUILD_STALE_SECONDS lost its worker and is marked failed by the sweep (see corpus.services.builds).
 BUILD_HEARTBEAT_SECONDS = envint("BUILD_HEARTBEAT_SECONDS", 10, minimum=1)
 BUILD_STALE_SECONDS = envint("BUILD_STALE_SECONDS", 300, minimum=10)
+# Segments (docs/segments.md): a successful upload queues an append that makes it searchable in
+# seconds (per corpus: Corpus.append_on_upload; the first upload of a corpus queues its first
+# build). A merge (a full build of the live datasets) is queued when the state has more than
+# SEGMENT_LIMIT segments, or when its appends hold more than SEGMENT_MERGE_PERCENT % of the
+# documents of its full build (how far frozen statistics may drift; docs/segments.md measures it).
+INDEX_ON_UPLOAD = envbool("INDEX_ON_UPLOAD", True)
+SEGMENT_LIMIT = envint("SEGMENT_LIMIT", 10, minimum=1)
+SEGMENT_MERGE_PERCENT = envint("SEGMENT_MERGE_PERCENT", 25, minimum=1)
+# Several machines (issue 28, corpus.object_store): unset, uploads and builds stay under DATA_DIR;
+# s3://BUCKET/PREFIX, they go to an S3-compatible store (boto3 reads AWS_ENDPOINT_URL,
+# AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION), workers publish every build and
+# append there before activating it, and every process fetches what it lacks into DATA_DIR, keeping
+# at most SEGMENT_CACHE_BYTES of segments that no corpus serves (corpus.segment_cache).
+BUILD_STORAGE_URL = envstr("BUILD_STORAGE_URL", "")
+SEGMENT_CACHE_BYTES = envint("SEGMENT_CACHE_BYTES", 20 * 1024**3, minimum=0)
 BUILD_PROGRESS_INTERVAL = 0.5  # seconds between progress writes/events while a build runs
 MEMORY_INSERT_BATCH = envint("MEMORY_INSERT_BATCH", 5000, minimum=1)
 

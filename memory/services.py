@@ -16,6 +16,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from corpus.memory_rows import StateMemoryStore
 from corpus.models import Corpus, Dataset, IndexBuild
+from corpus.segment_cache import segment_path
 from corpus.selectors import corpora_readable_among
 from engine.fusion import FusionChoice
 from engine.lexical import WordIndex, WordIndexError
@@ -87,16 +88,18 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
     corpora = corpora_readable_among(user, rows)
     if not corpora:
         return []
-    models = {c.active_build.parameters.get("gguf_path", "") for c in corpora}
+    # A model is its identity (name and sha256) where builds recorded it, else its path.
+    models = {c.active_build.parameters.get("model_sha256") or c.active_build.parameters.get("gguf_path", "")
+              for c in corpora}
     dims = {c.active_build.parameters.get("hdc_dimensions") for c in corpora}
     if len(models) != 1 or len(dims) != 1:
         names = ", ".join(f"{c.name} ({c.active_build.parameters.get('hdc_dimensions')} dims, "
                           f"{Path(c.active_build.parameters.get('gguf_path', '')).name})" for c in corpora)
         raise ApplicationError(f"These corpora use different models or HDC dimensions and cannot be searched "
                                f"together: {names}.", {"corpus_ids": sorted(c.pk for c in corpora)})
-    gguf_path = models.pop()
+    gguf_path = str(runtime.model_for(corpora[0].active_build.parameters))
     appended = [int(i) for c in corpora for i in c.active_appends or []]
-    append_dirs = dict(IndexBuild.objects.filter(pk__in=appended).values_list("pk", "build_dir")) if appended else {}
+    appends = IndexBuild.objects.in_bulk(appended) if appended else {}
     chosen = None if dataset_ids is None else {int(i) for i in dataset_ids}
     # (corpus, dataset, name, enabled) rows: one plain query (prefetching model instances cost more).
     datasets = list(Dataset.objects.filter(corpus__in=[c.pk for c in corpora]).order_by()
@@ -107,7 +110,9 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
         enabled = frozenset(pk for owner, pk, _, on in datasets
                             if owner == corpus.pk and on and (chosen is None or pk in chosen))
         segments = corpus.serving_build_ids
-        loaded = runtime.loaded_state([corpus.active_build.build_dir, *[append_dirs[i] for i in segments[1:]]])
+        # This machine's copies, fetched from the object store when it lacks them (corpus.segment_cache).
+        loaded = runtime.loaded_state([segment_path(corpus.active_build),
+                                       *[segment_path(appends[i]) for i in segments[1:]]])
         late = fusion = None
         parameters = corpus.active_build.parameters
         if parameters.get("late_interaction"):

@@ -15,6 +15,7 @@ import numpy as np
 
 from corpus.memory_rows import memory_counts_by_dataset
 from corpus.models import Corpus
+from corpus.segment_cache import segment_path
 from engine import bits
 from hdrag_site import runtime
 from memory.svg import bar_chart, hbar_chart
@@ -58,7 +59,8 @@ def corpus_stats(*, corpus: Corpus, sample_rows: int = SAMPLE_ROWS, seed: int = 
     build = corpus.active_build
     if build is None:
         return {"empty": True}
-    loaded = runtime.loaded_build(build.build_dir)
+    directory = segment_path(build)
+    loaded = runtime.loaded_build(directory)
     count, dims = loaded.count, loaded.dims
     rng = np.random.default_rng(seed)
     rows = np.sort(rng.choice(count, size=min(sample_rows, count), replace=False))
@@ -92,7 +94,7 @@ def corpus_stats(*, corpus: Corpus, sample_rows: int = SAMPLE_ROWS, seed: int = 
         "mean_density": float(density.mean()) if len(rows) else 0.0,
         "mean_abs_cosine": float(np.abs(pairs).mean()) if pairs.size else 0.0,
         "dead_dimensions": int(((active_pos + active_neg) == 0).sum()),
-        "disk_bytes": directory_bytes(build.build_dir), "timings": timings,
+        "disk_bytes": directory_bytes(str(directory)), "timings": timings,
         "total_seconds": total_seconds,
         "dataset_count": len(by_dataset),
         "charts": [

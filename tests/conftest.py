@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.plugins.llama"]
+pytest_plugins = ["tests.plugins.llama", "tests.plugins.s3"]
 
 
 @pytest.fixture(scope="session")

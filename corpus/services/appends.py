@@ -24,6 +24,7 @@ from django.utils import timezone
 
 from corpus.events import send_build_event, send_event
 from corpus.models import Corpus, Dataset, IndexBuild
+from corpus.segment_cache import segment_path
 from engine.build import BuildCancelled, BuildResult
 from hdrag_site.celery import app as celery_app
 from hdrag_site.errors import ApplicationError
@@ -80,7 +81,7 @@ def append_start(*, corpus: Corpus, user: AbstractBaseUser | None,
     base = corpus.active_build
     parameters = {key: value for key, value in (base.parameters or {}).items()
                   if key in ("hdc_dimensions", "hdc_seed", "hdc_ngram", "hdc_drop_components", "chunk_size",
-                             "gguf_path", "late_interaction")}
+                             "gguf_path", "model_name", "model_sha256", "late_interaction")}
     parameters |= {"dataset_ids": [d.pk for d in datasets], "base_build": base.pk,
                    "previous": [int(i) for i in corpus.active_appends or []],
                    "word_channel": "word_fusion" in (base.parameters or {})}
@@ -112,10 +113,11 @@ def append_previous_dir(build: IndexBuild) -> str:
     if corpus.serving_build_ids != expected:
         raise ApplicationError("the corpus's index changed since this append was queued; "
                                "its datasets will be appended to the new one")
-    return IndexBuild.objects.values_list("build_dir", flat=True).get(pk=expected[-1])
+    return str(segment_path(IndexBuild.objects.get(pk=expected[-1])))
 
 
-def append_activate(*, build: IndexBuild, result: BuildResult, timings: dict) -> None:
+def append_activate(*, build: IndexBuild, result: BuildResult, timings: dict,
+                    published: dict | None = None) -> None:
     """Mark the append succeeded and add it to the corpus's state, in one transaction."""
     expected = [build.parameters["base_build"], *build.parameters.get("previous", [])]
     with transaction.atomic():
@@ -129,7 +131,8 @@ def append_activate(*, build: IndexBuild, result: BuildResult, timings: dict) ->
             status=Status.SUCCEEDED, finished=timezone.now(), phase="done", done=result.documents,
             total=result.documents, documents=result.documents, duplicates=result.duplicates,
             vocab_size=result.vocab_size, timings=timings, heartbeat=timezone.now(),
-            parameters={**build.parameters, "segment": result.manifest.get("segment", {})})
+            parameters={**build.parameters, "segment": result.manifest.get("segment", {}),
+                        "published": published or {}})
         Corpus.objects.filter(pk=corpus.pk).update(active_appends=[*expected[1:], build.pk])
         for source in result.manifest["sources"]:
             Dataset.objects.filter(pk=source["source_id"]).update(record_count=source["documents"],

@@ -40,6 +40,7 @@ from corpus.events import send_build_event, send_event
 from corpus.files import build_dir
 from corpus.memory_rows import BuildMemoryStore, MemoryWriter, build_memory_texts, memories_delete_for_build
 from corpus.models import Corpus, Dataset, IndexBuild
+from corpus.object_store import fetch_dataset, publish_build, unpublish_build
 from corpus.services.appends import (
     RUN_BUILD_TASK,
     append_activate,
@@ -69,7 +70,14 @@ from engine.text_store import (
 from engine.tokenizer import Tokenizer
 from hdrag_site.celery import app as celery_app
 from hdrag_site.errors import ApplicationError, ConflictError
-from hdrag_site.runtime import default_gguf, engine_config, forget_build, tokenizer_for
+from hdrag_site.runtime import (
+    default_gguf,
+    engine_config,
+    forget_build,
+    model_for,
+    model_identity,
+    tokenizer_for,
+)
 
 logger = logging.getLogger(__name__)
 Kind, Status = IndexBuild.Kind, IndexBuild.Status
@@ -201,6 +209,7 @@ def _discard(build: IndexBuild, *, status: str, error: str) -> None:
     directory = build_dir(build.corpus_id, build.pk)
     forget_build(directory)
     shutil.rmtree(directory, ignore_errors=True)
+    unpublish_build(corpus_id=build.corpus_id, build_id=build.pk)
     build.refresh_from_db()
     send_build_event(build, op="finished")
 
@@ -316,15 +325,13 @@ def _execute_append(build: IndexBuild, reporter: _Reporter) -> None:
     """An append job (`corpus.services.appends`): its datasets encoded into a new segment with the
     state's frozen statistics, their memory rows numbered after the state's, then activated."""
     datasets = append_datasets(build)
-    for dataset in datasets:
-        if not Path(dataset.file.path).is_file():
-            raise ApplicationError(f"dataset {dataset.name!r}: its file {dataset.file.path} is missing")
+    _local_datasets(datasets)
     previous_dir = append_previous_dir(build)
     out_dir = build_dir(build.corpus_id, build.pk)
     IndexBuild.objects.filter(pk=build.pk).update(build_dir=str(out_dir))
     reporter.estimate = sum(d.record_count for d in datasets)
     reporter.progress("tokenizer", 0, 1)
-    gguf_path = Path(build.parameters["gguf_path"])
+    gguf_path = model_for(build.parameters)
     tokenizer = tokenizer_for(gguf_path)
     writer = MemoryWriter(build=build, dataset_ids=[d.pk for d in datasets])
     result = append_segment(
@@ -339,10 +346,21 @@ def _execute_append(build: IndexBuild, reporter: _Reporter) -> None:
     verify_build(out_dir)
     if reporter.should_cancel():
         raise BuildCancelled(f"append {build.pk} cancelled")
+    reporter.progress("publish", 0, 1)
+    published = publish_build(corpus_id=build.corpus_id, build_id=build.pk, directory=out_dir)
     reporter.close_phase()
     timings = {**result.manifest.get("timings", {}), **{f"portal_{k}": v for k, v in reporter.timings.items()},
                "memory_insert": round(writer.seconds, 3)}
-    append_activate(build=build, result=result, timings=timings)
+    append_activate(build=build, result=result, timings=timings, published=published)
+
+
+def _local_datasets(datasets: list[Dataset]) -> None:
+    """Every dataset's file on this machine: fetched from the object store when a web process on
+    another machine took the upload (`BUILD_STORAGE_URL`); an error names one that is gone."""
+    for dataset in datasets:
+        fetch_dataset(dataset.file.name, Path(dataset.file.path))
+        if not Path(dataset.file.path).is_file():
+            raise ApplicationError(f"dataset {dataset.name!r}: its file {dataset.file.path} is missing")
 
 
 def _execute(build: IndexBuild, reporter: _Reporter) -> None:
@@ -350,16 +368,18 @@ def _execute(build: IndexBuild, reporter: _Reporter) -> None:
     datasets = list(corpus.datasets.order_by("pk"))
     if not datasets:
         raise ApplicationError("the corpus has no datasets")
-    for dataset in datasets:
-        if not Path(dataset.file.path).is_file():
-            raise ApplicationError(f"dataset {dataset.name!r}: its file {dataset.file.path} is missing")
+    _local_datasets(datasets)
     values = build.parameters or _snapshot(corpus)
     config = engine_config().replace(hdc_dimensions=values["hdc_dimensions"], hdc_seed=values["hdc_seed"],
                                      hdc_ngram=values["hdc_ngram"], chunk_size=values["chunk_size"],
                                      hdc_drop_components=values.get("hdc_drop_components",
                                                                     engine_config().hdc_drop_components))
-    values = {**values, "dataset_ids": [d.pk for d in datasets]}
-    gguf_path = Path(values["gguf_path"])
+    # The model by identity (name and sha256), resolved on this machine: the path recorded when the
+    # build was queued is the web process's, and another machine keeps its models elsewhere.
+    gguf_path = Path(values["gguf_path"]) if Path(values["gguf_path"]).is_file() or corpus.gguf_path \
+        else default_gguf()
+    values = {**values, "dataset_ids": [d.pk for d in datasets], "gguf_path": str(gguf_path),
+              **model_identity(gguf_path)}
     out_dir = build_dir(corpus.pk, build.pk)
     IndexBuild.objects.filter(pk=build.pk).update(build_dir=str(out_dir), parameters=values)
     reporter.estimate = sum(d.record_count for d in datasets)
@@ -394,6 +414,8 @@ def _execute(build: IndexBuild, reporter: _Reporter) -> None:
                                                          tokenizer=tokenizer).to_dict()}
     if reporter.should_cancel():
         raise BuildCancelled(f"build {build.pk} cancelled")
+    reporter.progress("publish", 0, 1)
+    values = {**values, "published": publish_build(corpus_id=corpus.pk, build_id=build.pk, directory=out_dir)}
     reporter.close_phase()
     timings = {**result.manifest.get("timings", {}), **{f"portal_{k}": v for k, v in reporter.timings.items()},
                "memory_insert": round(writer.seconds, 3), "memory_rows_per_second": round(writer.rows_per_second)}
@@ -517,5 +539,6 @@ def builds_cleanup(*, keep: int = 2, corpus_id: int | None = None) -> list[int]:
             build.delete()
             forget_build(directory)
             shutil.rmtree(directory, ignore_errors=True)
+            unpublish_build(corpus_id=corpus.pk, build_id=build_id)
             deleted.append(build_id)
     return deleted

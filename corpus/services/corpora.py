@@ -21,11 +21,13 @@ from django.db import IntegrityError, transaction
 from corpus.chroma import store_for
 from corpus.files import corpus_dir, staging_dir
 from corpus.models import Corpus, Dataset
+from corpus.object_store import delete_corpus_objects, delete_dataset, put_dataset
+from corpus.quotas import storage_usage
 from corpus.uploads import upload_limit_message
 from engine.datasets import DatasetError, validate_dataset
 from engine.text_store import text_store_delete_source
 from hdrag_site.errors import ApplicationError, ConflictError
-from hdrag_site.runtime import default_gguf, tokenizer_for
+from hdrag_site.runtime import default_gguf, forget_build, tokenizer_for
 
 CORPUS_SETTINGS = ("description", "visibility", "hdc_dimensions", "hdc_seed", "hdc_ngram", "chunk_size", "gguf_path",
                    "late_interaction", "append_on_upload")
@@ -42,6 +44,12 @@ class DatasetRejected(ApplicationError):
 class DatasetTooLarge(DatasetRejected):
     code = "too_large"
     status = 413
+
+
+class StorageQuotaExceeded(DatasetTooLarge):
+    """Storing the upload would take its uploader past USER_STORAGE_QUOTA_BYTES (corpus.quotas)."""
+
+    code = "quota_exceeded"
 
 
 class DatasetDuplicate(DatasetRejected, ConflictError):
@@ -130,8 +138,10 @@ def dataset_delete(*, dataset: Dataset) -> None:
     path = Path(dataset.file.path)
     corpus_id, source_id = dataset.corpus_id, dataset.pk
     active = Corpus.objects.filter(pk=corpus_id).values_list("active_build__parameters", flat=True).first()
+    relative = dataset.file.name
     dataset.delete()
     transaction.on_commit(lambda: path.unlink(missing_ok=True))
+    transaction.on_commit(lambda: delete_dataset(relative))
     if (active or {}).get("late_interaction"):
         transaction.on_commit(lambda: _text_records_delete(corpus_id=corpus_id, source_id=source_id))
 
@@ -178,6 +188,12 @@ def _stage(uploaded: UploadedFile, staged: Path, limit: int) -> tuple[str, int]:
     return hasher.hexdigest(), size
 
 
+def _check_quota(*, user: AbstractBaseUser | None, name: str, size: int, lock: bool = False) -> None:
+    usage = storage_usage(user=user, lock=lock)
+    if not usage.allows(size):
+        raise StorageQuotaExceeded(usage.refusal(name), {"used": usage.used, "quota": usage.quota})
+
+
 def _corpus_tokenizer(corpus: Corpus):  # noqa: ANN202 - engine.spm.GGUFTokenizer
     """The tokenizer the corpus's next build will cut texts with, so the record estimate of a text
     upload counts the chunks the build will make (words instead of tokens undercounted by ~2x)."""
@@ -188,9 +204,10 @@ def dataset_upload(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded_fi
                    name: str | None = None) -> Dataset:
     """Validate an uploaded file by content and store it in `corpus`, all or nothing.
 
-    Steps: size limit -> staged copy with sha256 -> duplicate check -> `validate_dataset` (format
-    sniffed from the content, UTF-8, readable records) -> row insert and atomic rename into
-    DATA_DIR/corpora/<corpus>/datasets/ in one transaction. Raises DatasetRejected (nothing stored).
+    Steps: size limit -> staged copy with sha256 -> duplicate check -> the uploader's storage quota
+    -> `validate_dataset` (format sniffed from the content, UTF-8, readable records) -> row insert
+    and atomic rename into DATA_DIR/corpora/<corpus>/datasets/ in one transaction, the quota checked
+    again there under a lock. Raises DatasetRejected (nothing stored).
     """
     name = _clean_name(name or uploaded_file.name or "")
     limit = settings.UPLOAD_MAX_BYTES
@@ -208,6 +225,7 @@ def dataset_upload(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded_fi
         if duplicate is not None:
             raise DatasetDuplicate(f"{name}: the same content is already in this corpus as {duplicate.name!r}.",
                                    {"dataset": duplicate.pk})
+        _check_quota(user=user, name=name, size=size)
         try:
             report = validate_dataset(staged, tokenizer=_corpus_tokenizer(corpus), chunk_size=corpus.chunk_size)
         except DatasetError as error:
@@ -215,9 +233,13 @@ def dataset_upload(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded_fi
         relative = f"corpora/{corpus.pk}/datasets/{_disk_name(name, sha256)}"
         final = Path(settings.DATA_DIR) / relative
         final.parent.mkdir(parents=True, exist_ok=True)
+        # With BUILD_STORAGE_URL, the store holds it before any row points at it: a worker on
+        # another machine reads it from there (a store that is down refuses the upload, 503).
+        put_dataset(relative, staged)
         moved = False
         try:
             with transaction.atomic():
+                _check_quota(user=user, name=name, size=size, lock=True)
                 dataset = Dataset.objects.create(
                     corpus=corpus, name=name, file=relative, size=size, sha256=sha256, format=report["format"],
                     record_count=report["record_estimate"], record_count_exact=report["complete"],
@@ -225,10 +247,12 @@ def dataset_upload(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded_fi
                 os.replace(staged, final)
                 moved = True
         except IntegrityError:
+            delete_dataset(relative)
             raise DatasetDuplicate(f"{name}: the same content is already in this corpus.") from None
         except BaseException:
             if moved:
                 final.unlink(missing_ok=True)
+            delete_dataset(relative)
             raise
     finally:
         staged.unlink(missing_ok=True)
@@ -237,7 +261,15 @@ def dataset_upload(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded_fi
 
 
 def corpus_delete(*, corpus: Corpus) -> None:
-    """Delete a corpus, its rows and, once committed, its files."""
-    directory = corpus_dir(corpus.pk)
+    """Delete a corpus, its rows and, once committed, its files: this process's mapped builds of it
+    (and what was made for them) first, then its directory and its objects in the store."""
+    directory, corpus_id = corpus_dir(corpus.pk), corpus.pk
     corpus.delete()
-    transaction.on_commit(lambda: shutil.rmtree(directory, ignore_errors=True))
+
+    def remove() -> None:
+        for build in (directory / "builds").glob("*"):
+            forget_build(build)
+        shutil.rmtree(directory, ignore_errors=True)
+        delete_corpus_objects(corpus_id)
+
+    transaction.on_commit(remove)

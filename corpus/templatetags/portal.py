@@ -62,7 +62,7 @@ def seconds(value) -> str:  # noqa: ANN001
 # Build phases in words where their code names say little to a reader (the rest: "_" to " ").
 PHASE_NAMES = {"tokenizer": "loading the tokenizer", "activate": "checks before the switch",
                "activation": "switch to the new build", "words": "exact-word index",
-               "text_store": "late-interaction fill"}
+               "text_store": "late-interaction fill", "publish": "publishing to object storage"}
 
 
 @register.filter

@@ -10,7 +10,7 @@
   // As the pages name them (corpus/templatetags/portal.py PHASE_NAMES).
   var PHASE_NAMES = { tokenizer: "loading the tokenizer", activate: "checks before the switch",
                       activation: "switch to the new build", words: "exact-word index",
-                      text_store: "late-interaction fill" };
+                      text_store: "late-interaction fill", publish: "publishing to object storage" };
 
   // A reload would abort the uploads still in flight (an upload queues an append, whose events
   // arrive here): while uploads.js sends files, the page stays and its "Show the new datasets" reloads.

@@ -82,3 +82,42 @@ def test_real_worker_builds_on_redis_and_postgres(e2e_database, redis_url, tmp_p
     assert outcome["active"] == outcome["build"] and outcome["documents"] == outcome["memories"] == len(TEXTS)
     assert outcome["first"] == TEXTS[3] and outcome["outsider"] == 0
     assert "corpus.run_build" in log_tail and "succeeded" in log_tail
+
+
+def test_web_and_worker_on_separate_disks_share_only_postgres_redis_and_the_store(
+        e2e_database, redis_url, s3_server, s3_prefix, tmp_path):
+    """Issue 28: the worker and the web process each with a DATA_DIR of its own; the upload reaches
+    the worker, and the build the web, only through the object store (`rclone serve s3`)."""
+    queue = f"e2e-s3-{uuid.uuid4().hex[:8]}"
+    shared = {**os.environ, "DJANGO_SETTINGS_MODULE": "hdrag_site.settings", "HDRAG_ENV": "development",
+              "DATABASE_URL": e2e_database, "REDIS_URL": redis_url, "CELERY_QUEUE": queue,
+              "CELERY_TASK_ALWAYS_EAGER": "0", "INDEX_ON_UPLOAD": "0", "PYTHONPATH": str(ROOT),
+              **s3_server.env(s3_prefix)}
+    web = {**shared, "DATA_DIR": str(tmp_path / "web")}
+    worker_env = {**shared, "DATA_DIR": str(tmp_path / "worker")}
+    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=web, check=True,
+                   timeout=300)
+    worker_log = tmp_path / "worker.log"
+    with open(worker_log, "wb") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "hdrag_site", "worker", "-Q", queue, "--pool=solo",
+             "--without-gossip", "--without-mingle", "-l", "info"],
+            cwd=ROOT, env=worker_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        driver = subprocess.run([sys.executable, str(ROOT / "tests/portal/e2e_worker_script.py"), json.dumps(TEXTS),
+                                 "storming of the Bastille in Paris"],
+                                cwd=ROOT, env=web, capture_output=True, text=True, timeout=400)
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        worker.wait(timeout=60)
+    log_tail = worker_log.read_text(errors="replace")[-3000:]
+    assert driver.returncode == 0, driver.stderr[-3000:] + log_tail
+    outcome = json.loads(driver.stdout.strip().splitlines()[-1])
+    assert outcome["status"] == "succeeded", (outcome, log_tail)
+    assert outcome["first"] == TEXTS[3] and outcome["outsider"] == 0
+    build = f"corpora/{outcome['corpus']}/builds/{outcome['build']}"
+    # The worker wrote the build and read the upload from the store; the web fetched the build.
+    assert (tmp_path / "worker" / build / "manifest.json").is_file()
+    assert (tmp_path / "web" / build / "manifest.json").is_file()
+    assert list((tmp_path / "worker" / f"corpora/{outcome['corpus']}/datasets").iterdir())
+    assert f"{build}/corpus.idx" in s3_server.objects(s3_prefix)
