@@ -17,9 +17,16 @@ from django.core.files.uploadhandler import SkipFile, TemporaryFileUploadHandler
 MAX_SUFFIX_BYTES = 32
 
 
+def byte_size(count: int) -> str:
+    """A size for people, in binary units to one decimal: "800 bytes", "64 KiB", "1.5 GiB"."""
+    for unit, scale in (("GiB", 1024 ** 3), ("MiB", 1024 ** 2), ("KiB", 1024)):
+        if count >= scale:
+            return f"{count / scale:.1f}".removesuffix(".0") + f" {unit}"
+    return f"{count} byte" if count == 1 else f"{count} bytes"
+
+
 def upload_limit_message(limit: int) -> str:
-    size = f"{limit / 1024 ** 2:g} MiB" if limit >= 1024 ** 2 else f"{limit / 1024:g} KiB"
-    return f"The file is larger than the upload limit of {size}."
+    return f"The file is larger than the upload limit of {byte_size(limit)}."
 
 
 class LimitedHashingUploadHandler(TemporaryFileUploadHandler):

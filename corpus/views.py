@@ -13,6 +13,7 @@ from django.views.decorators.http import require_GET, require_POST
 
 from corpus.forms import CorpusForm, DatasetUploadForm
 from corpus.models import Corpus, IndexBuild
+from corpus.quotas import storage_usage
 from corpus.selectors import (
     build_state,
     corpus_builds,
@@ -108,6 +109,7 @@ def _detail(request: HttpRequest, corpus, upload_form: DatasetUploadForm, status
         "can_write": corpus_can_write(user=request.user, corpus=corpus),
         "can_manage": corpus_can_manage(user=request.user, corpus=corpus),
         "upload_form": upload_form, "active_build_running": any(b.is_active for b in builds),
+        "storage": storage_usage(user=request.user),
         "store": None, "store_error": "",
         "access": corpus_access_list(corpus=corpus), "visibility_choices": Corpus.Visibility.choices,
         "share_groups": groups_shareable_by(request.user) if corpus_can_manage(user=request.user, corpus=corpus) else [],

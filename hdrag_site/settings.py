@@ -226,6 +226,12 @@ MEMORY_INSERT_BATCH = envint("MEMORY_INSERT_BATCH", 5000, minimum=1)
 # Uploads: every file goes through corpus.uploads (size limit enforced while streaming, sha256
 # computed on the way) into a temporary file inside DATA_DIR, so accepting it is a rename.
 UPLOAD_MAX_BYTES = envint("UPLOAD_MAX_BYTES", 512 * 1024 * 1024, minimum=1)
+# Archive and storage bombs (corpus.services.batch_uploads, corpus.quotas): the ZIP members of one
+# request may expand to UPLOAD_MAX_EXPANDED_BYTES in all, counted as they are unpacked (text deflates
+# 3-10x, a bomb 100x and more); past it the archive is refused whole. Each user may keep
+# USER_STORAGE_QUOTA_BYTES of the datasets they uploaded, in all corpora (staff: no limit; 0: none).
+UPLOAD_MAX_EXPANDED_BYTES = envint("UPLOAD_MAX_EXPANDED_BYTES", 2 * UPLOAD_MAX_BYTES, minimum=1)
+USER_STORAGE_QUOTA_BYTES = envint("USER_STORAGE_QUOTA_BYTES", 10 * 1024**3, minimum=0)
 # Every request body is bounded in front of Django (hdrag_site.bodylimit): REQUEST_MAX_BYTES, or
 # UPLOAD_MAX_BYTES on these paths (dataset uploads of the pages and the API, the API's multi-vector
 # store) for a request that declares its Content-Length and logs in: a session, or one of

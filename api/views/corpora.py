@@ -118,7 +118,8 @@ class DatasetList(ApiView):
         return self.paginated(corpus_datasets(corpus=corpus), lambda page: DatasetSerializer(page, many=True).data)
 
     @extend_schema(operation_id="datasets_upload", summary="Upload a dataset (multipart field `file`); checked "
-                   "by content, size-limited (UPLOAD_MAX_BYTES)", parameters=[CORPUS],
+                   "by content, size-limited (UPLOAD_MAX_BYTES), counted against the uploader's storage quota "
+                   "(USER_STORAGE_QUOTA_BYTES; past it: 413 quota_exceeded)", parameters=[CORPUS],
                    request={"multipart/form-data": DatasetUploadSerializer},
                    responses={201: DatasetUploadedSerializer, **errors(400, 403, 409, 413)}, tags=["datasets"])
     def post(self, request: Request, corpus_id: int) -> Response:
