@@ -197,7 +197,10 @@ class MemoryResultSerializer(serializers.Serializer):
                                         help_text="The second ranker's score, where the corpus fuses one.")
     late_kind = serializers.ChoiceField(choices=["maxsim", "bm25"], allow_null=True,
                                         help_text="What late_score is: late-interaction MaxSim, or BM25 over words.")
-    fused_score = serializers.FloatField(allow_null=True)
+    fused_score = serializers.FloatField(allow_null=True, help_text="1 / (60 + rank) in the fused or merged ranking.")
+    merge_score = serializers.FloatField(allow_null=True, help_text=(
+        "Several corpora searched together: the key they are merged by, the z-score of the result's rank "
+        "among its own corpus's candidates (results come in this order)."))
     token_count = serializers.IntegerField()
     text = serializers.CharField()
     metadata = serializers.JSONField()

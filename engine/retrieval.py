@@ -38,12 +38,17 @@ Choices the spec leaves open:
   scorer re-scores each such target's HDC candidates (its top `FUSION_DEPTH`), and
   `fusion.fuse_scores` fuses the two scores under the target's rule (`FusionChoice`, chosen per
   corpus from its own self-queries by `fusion_evidence`; rule "hdc" skips the late scorer).
-  Candidates past `FUSION_DEPTH` follow in HDC order. Targets are merged by rank: a candidate's
-  fused score is 1 / (60 + its rank in its target's fused order), so targets without a late
-  scorer take part with their HDC order. The adaptive threshold still decides *how many*
+  Candidates past `FUSION_DEPTH` follow in HDC order; a candidate's fused score is 1 / (60 + its
+  rank in its target's fused order). The adaptive threshold still decides *how many*
   candidates are kept (at least `min_context`), the fused ranking decides *which*; dedup is
   unchanged and HDC-MMR weighs novelty against the fused score. With no late scorer at all,
   nothing above changes.
+* Several targets (corpora searched together): their HDC scores are not comparable (each corpus has
+  its own vocabulary, weights and query density), so each target's ranking (HDC, or fused) is kept
+  and the targets are interleaved by `merge_targets`: the rank-r candidate of a target is keyed by
+  the z-score of that target's r-th best HDC score among its own candidates. The threshold is the
+  adaptive threshold over those keys, the merged order is the ranking MMR weighs (1 / (60 + rank)),
+  and each result carries its key as `merge_score` (bench/cross_corpus_eval.py measures it).
 """
 
 from __future__ import annotations
@@ -204,6 +209,7 @@ class _Candidate:
     words: frozenset[str] = frozenset()
     late: float | None = None  # the late scorer's score, when it scored this row
     fused: float = 0.0  # 1 / (60 + rank in its target's fused order), when the search fuses
+    merge: float | None = None  # several targets: the key they are merged by (`merge_targets`)
 
 
 def _dedup(candidates: list[_Candidate]) -> list[_Candidate]:
@@ -329,11 +335,21 @@ class Retriever:
         trace.update(candidates=len(candidates), threshold=0, dedup=0, selected=0, cut=None)
         if late is not None and len(late) != len(targets):
             raise ValueError(f"one late scorer per target expected, got {len(late)} for {len(targets)}")
-        reordered = self._fuse(targets, late, candidates) if late is not None else None
-        fused = reordered is not None
-        if fused:
+        orders = self._fuse(targets, late, candidates) if late is not None else None
+        fused = orders is not None
+        if len({c.target for c in candidates}) > 1:
+            # Several corpora: their HDC scores are on scales of their own (vocabularies, weights,
+            # query densities differ), so they are merged by how far each stands out in its own
+            # corpus (`merge_targets`), and that merged order is the ranking from here on.
+            candidates = merge_targets(orders if fused else _by_target(candidates))
+            fused = True
+            cut = bits.adaptive_threshold(np.array([c.merge for c in candidates]))
+            kept = [c for c in candidates if c.merge >= cut and c.score > 0]
+            if len(kept) < self.config.min_context:
+                kept = [c for c in candidates if c.score > 0][: max(self.config.min_context, len(kept))]
+        elif fused:
             count = len(self._threshold(candidates))
-            candidates = reordered
+            candidates = [c for own in orders.values() for c in own]
             kept = candidates[:max(count, min(self.config.min_context, len(candidates)))]
         else:
             kept = self._threshold(candidates)
@@ -352,12 +368,11 @@ class Retriever:
 
     @staticmethod
     def _fuse(targets: Sequence[SearchTarget], late: Sequence[RowScorer | None],
-              candidates: list[_Candidate]) -> list[_Candidate] | None:
-        """The candidates (HDC order in, fused order out; see the module docstring); None when no
-        late scorer answered (none given, or all unavailable): the search is not fused."""
-        by_target: dict[int, list[_Candidate]] = {}
-        for c in candidates:
-            by_target.setdefault(c.target, []).append(c)
+              candidates: list[_Candidate]) -> dict[int, list[_Candidate]] | None:
+        """Each target's candidates in its fused order (HDC order in; see the module docstring),
+        with `fused` = 1 / (60 + rank) in it; None when no late scorer answered (none given, or all
+        unavailable): the search is not fused."""
+        by_target = _by_target(candidates)
         scored: dict[int, np.ndarray] = {}
         for number, own in by_target.items():
             scorer = late[number]
@@ -375,11 +390,10 @@ class Retriever:
                 fused = fuse_scores(np.array([float(c.score) for c in head]), np.asarray(scores, dtype=np.float64),
                                     rule=targets[number].rule)
                 head = [head[i] for i in np.argsort(-fused, kind="stable")]
-            for rank, c in enumerate(head + tail, start=1):
+            by_target[number] = head + tail
+            for rank, c in enumerate(by_target[number], start=1):
                 c.fused = 1.0 / (DEFAULT_K + rank)
-        out = [c for own in by_target.values() for c in own]
-        out.sort(key=lambda c: (-c.fused, -c.score, c.target, c.row))
-        return out
+        return by_target
 
     def get_context(self, query: str, targets: Sequence[SearchTarget], *, blend: BlendState | None = None,
                     token_budget: int | None = None, top_document: bool = False, compress: bool = False) -> str:
@@ -430,7 +444,46 @@ class Retriever:
     @staticmethod
     def _results(targets: Sequence[SearchTarget], chosen: list[_Candidate], fused: bool = False) -> list[dict]:
         return [{"memory": c.memory, "hdc_score": float(c.score), "corpus": targets[c.target].name,
-                 "late_score": c.late, "fused_score": c.fused if fused else None} for c in chosen]
+                 "late_score": c.late, "fused_score": c.fused if fused else None, "merge_score": c.merge}
+                for c in chosen]
+
+
+def _by_target(candidates: list[_Candidate]) -> dict[int, list[_Candidate]]:
+    """The candidates of each target, in the order given (first seen target first)."""
+    by_target: dict[int, list[_Candidate]] = {}
+    for c in candidates:
+        by_target.setdefault(c.target, []).append(c)
+    return by_target
+
+
+def standardised(scores: np.ndarray) -> np.ndarray:
+    """z-scores (n,) float64 of one target's candidate scores (n,): (s - mean) / sd, sd at least 1
+    (HDC scores are integers: a flat list must not blow up)."""
+    scores = np.asarray(scores, dtype=np.float64)
+    if scores.size == 0:
+        return scores
+    return (scores - scores.mean()) / max(float(scores.std()), 1.0)
+
+
+def merge_targets(orders: dict[int, list[_Candidate]]) -> list[_Candidate]:
+    """Several targets' candidates, each list in its target's own ranking (HDC, or fused), merged
+    into one ranking by scores comparable across targets.
+
+    A target's raw HDC scores are standardised against its own candidates (z = (s - mean) / sd,
+    sd at least 1): the rank-r candidate of a target gets the z of that target's r-th best HDC
+    score as its key (`merge`), so each target's own order is kept and the targets interleave by how
+    far their r-th best stands out from the rest of their candidates: a corpus that holds the answer
+    has an outlier at the top, one that does not has a flat head. Ties go to the lower target, then
+    row. `fused` becomes 1 / (60 + rank in the merged ranking), what MMR weighs.
+    """
+    for own in orders.values():
+        z = standardised(np.sort(np.array([float(c.score) for c in own]))[::-1])
+        for c, key in zip(own, z.tolist(), strict=True):
+            c.merge = key
+    merged = sorted((c for own in orders.values() for c in own), key=lambda c: (-c.merge, c.target, c.row))
+    for rank, c in enumerate(merged, start=1):
+        c.fused = 1.0 / (DEFAULT_K + rank)
+    return merged
 
 
 def _rows_scorer(scorer: LateScorer, query: str) -> RowScorer:

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from corpus.memory_rows import StateMemoryStore
@@ -21,7 +22,7 @@ from corpus.selectors import corpora_readable_among
 from engine.fusion import FusionChoice
 from engine.lexical import WordIndex, WordIndexError
 from engine.loaded_build import LoadedCorpus
-from engine.retrieval import BlendState, Retriever, SearchTarget
+from engine.retrieval import BlendState, Retriever, SearchTarget, standardised
 from engine.text_store import LateScorer, TextStoreError
 from hdrag_site import runtime
 from hdrag_site.errors import ApplicationError
@@ -144,8 +145,9 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
 
 def _search_raw(retriever: Retriever, query: str, targets: list[SearchTarget], *, blend: BlendState | None,
                 limit: int) -> list[dict[str, Any]]:
-    """The index's own top `limit` rows over all targets, by HDC score (ties: target, row)."""
-    ranked: list[tuple[int, int, int]] = []
+    """The index's own top `limit` rows over all targets, by HDC score (ties: target, row); several
+    targets are merged by their standardised scores, as the pipeline merges them (`merge_targets`)."""
+    found: list[tuple[int, np.ndarray, np.ndarray]] = []
     for number, target in enumerate(targets):
         if target.corpus.count == 0:
             continue
@@ -154,14 +156,21 @@ def _search_raw(retriever: Retriever, query: str, targets: list[SearchTarget], *
             continue
         rows, scores = target.corpus.index.search(q_pos, q_neg, min(limit, target.corpus.count),
                                                   allowed_sources=target.enabled_sources)
-        ranked.extend((-int(score), number, int(row)) for row, score in zip(rows, scores, strict=True))
+        found.append((number, rows, scores))
+    several = len(found) > 1
+    ranked: list[tuple[float, int, int, int]] = []
+    for number, rows, scores in found:
+        keys = standardised(scores) if several else scores.astype(np.float64)
+        ranked.extend((-float(key), number, int(row), int(score))
+                      for row, score, key in zip(rows, scores, keys, strict=True))
     ranked.sort()
     ranked = ranked[:limit]
     memories: dict[int, dict[int, dict]] = {}
     for number, target in enumerate(targets):
-        rows = [row for _, n, row in ranked if n == number]
+        rows = [row for _, n, row, _ in ranked if n == number]
         if rows:
             memories[number] = target.store.get_memories(rows)
-    return [{"memory": {**memories[number][row], "hdv_idx": row}, "hdc_score": float(-negative),
-             "corpus": targets[number].name, "late_score": None, "fused_score": None}
-            for negative, number, row in ranked if row in memories.get(number, {})]
+    return [{"memory": {**memories[number][row], "hdv_idx": row}, "hdc_score": float(score),
+             "corpus": targets[number].name, "late_score": None, "fused_score": None,
+             "merge_score": -negative if several else None}
+            for negative, number, row, score in ranked if row in memories.get(number, {})]

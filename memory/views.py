@@ -19,15 +19,33 @@ from memory.stats import corpus_stats
 ORDERS = ("score", "pipeline")
 
 
+def _rank_key(result: dict) -> float:
+    """What the search ranked by: across corpora the merge key, in one fused corpus the fused
+    score, else the HDC score (`engine.retrieval`)."""
+    for key in ("merge_score", "fused_score"):
+        if result.get(key) is not None:
+            return float(result[key])
+    return float(result["hdc_score"])
+
+
+def ranking_basis(results: list[dict]) -> str:
+    """The words the page uses for what the results are ranked by."""
+    if any(r.get("merge_score") is not None for r in results):
+        return "across corpora: each memory's score against the rest of its own corpus's candidates (z)"
+    if any(r.get("fused_score") is not None for r in results):
+        return "by the fused ranking (HDC and exact words)"
+    return "by HDC score"
+
+
 def _ranked(results: list[dict], order: str) -> list[dict]:
-    """Number the results in the pipeline's order (MMR picks), then sort them by score unless the
-    pipeline's own order was asked for. Fused searches rank by the fused score, others by HDC."""
+    """Number the results in the pipeline's order (MMR picks), then sort them by what the search
+    ranked by (`_rank_key`) unless the pipeline's own order was asked for."""
     for position, result in enumerate(results, start=1):
         result["pick"] = position
+        result["rank_key"] = _rank_key(result)
     if order == "pipeline":
         return results
-    return sorted(results, key=lambda r: (-(r["fused_score"] if r.get("fused_score") is not None else r["hdc_score"]),
-                                          r["pick"]))
+    return sorted(results, key=lambda r: (-r["rank_key"], r["pick"]))
 
 
 @require_GET
@@ -53,7 +71,7 @@ def search(request: HttpRequest) -> HttpResponse:
     toggled = request.GET.copy()
     toggled["order"] = "score" if order == "pipeline" else "pipeline"
     return render(request, "memory/search.html", {
-        "form": form, "results": results, "error": error, "searchable": searchable, "elapsed_ms": elapsed_ms,
+        "form": form, "results": results, "error": error, "basis": ranking_basis(results or []), "searchable": searchable, "elapsed_ms": elapsed_ms,
         "order": order, "trace": trace, "query": query, "toggle_query": toggled.urlencode()})
 
 

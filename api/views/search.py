@@ -44,7 +44,8 @@ def _result_json(result: dict) -> dict:
     return {"id": memory.get("pk"), "key": str(memory.get("id", "")), "corpus": result["corpus_id"],
             "corpus_name": result["corpus"], "dataset": memory.get("dataset_id"), "dataset_name": result["dataset"],
             "score": result["hdc_score"], "late_score": result.get("late_score"), "late_kind": result.get("late_kind"),
-            "fused_score": result.get("fused_score"), "token_count": int(memory.get("token_count") or 0),
+            "fused_score": result.get("fused_score"), "merge_score": result.get("merge_score"),
+            "token_count": int(memory.get("token_count") or 0),
             "text": memory.get("text", ""), "metadata": memory.get("metadata") or {}}
 
 
