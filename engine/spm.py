@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import heapq
 import re
+import threading
 from collections.abc import Sequence
 from itertools import islice
 from pathlib import Path
@@ -123,6 +124,9 @@ class GGUFTokenizer:
         self._build_word_pattern()
         self._cache: dict[str, list[int]] = {}
         self._cache_size = cache_size
+        # Threads share a tokenizer (the portal keeps one per model): a read is one dict lookup, safe
+        # under the GIL; an insert and its eviction (which iterates the dict) take this lock.
+        self._cache_lock = threading.Lock()
 
     @classmethod
     def from_gguf(cls, gguf_path: str | Path, **options: object) -> GGUFTokenizer:
@@ -284,10 +288,11 @@ class GGUFTokenizer:
             ids = cache.get(word)
             if ids is None:
                 ids = self._merge(word)
-                if len(cache) >= self._cache_size:
-                    for stale in list(islice(cache, self._cache_size // 4)):
-                        del cache[stale]
-                cache[word] = ids
+                with self._cache_lock:
+                    if len(cache) >= self._cache_size:
+                        for stale in list(islice(cache, self._cache_size // 4)):
+                            cache.pop(stale, None)
+                    cache[word] = ids
             out.extend(ids)
 
     def tokenize(self, text: str) -> list[int]:

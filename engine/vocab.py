@@ -81,9 +81,10 @@ def projection_matrix(emb_dim: int, dims: int, seed: int) -> np.ndarray:
     return matrix
 
 
-@functools.lru_cache(maxsize=4)
+@functools.lru_cache(maxsize=1)
 def _projection64(emb_dim: int, dims: int, seed: int) -> np.ndarray:
-    """`projection_matrix` as float64, built once per process and parameter set (~0.2 s at 640 x 10,000)."""
+    """`projection_matrix` as float64, built once per process and parameter set (~0.2 s at 640 x 10,000;
+    51 MB there, so one is kept: format 2 indexes, which use it, are a legacy; `clear_caches`)."""
     matrix = projection_matrix(emb_dim, dims, seed).astype(np.float64)
     matrix.setflags(write=False)
     return matrix
@@ -589,3 +590,8 @@ def extend_vocab_index(base: VocabIndex, path: str | Path, *, token_ids: np.ndar
         os.fsync(handle.fileno())
     os.replace(tmp, path)
     return VocabIndex.open(path)
+
+
+def clear_caches() -> None:
+    """Forget the module's own cache (the float64 projection of format 2 indexes)."""
+    _projection64.cache_clear()

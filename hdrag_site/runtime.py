@@ -54,11 +54,28 @@ class BoundedCache(Generic[K, V]):
     make it once (the second waits for the first), and a slow one (a tokenizer takes about a
     second) keeps no lookup of another key waiting."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, *, max_bytes: Callable[[], int] | None = None,
+                 weigh: Callable[[V], int] | None = None) -> None:
+        """At most `size` values; with `max_bytes` (read on each insert, so a setting can change it)
+        and `weigh`, also at most that many bytes of them (the newest value always stays)."""
         self.size = size
         self._items: OrderedDict[K, V] = OrderedDict()
+        self._weights: dict[K, int] = {}
+        self._max_bytes, self._weigh = max_bytes, weigh
         self._lock = threading.Lock()
         self._making: dict[K, threading.Lock] = {}
+
+    @property
+    def bytes(self) -> int:
+        with self._lock:
+            return sum(self._weights.values())
+
+    def _evict(self) -> None:
+        limit = self._max_bytes() if self._max_bytes is not None else None
+        while len(self._items) > self.size or (
+                limit is not None and len(self._items) > 1 and sum(self._weights.values()) > limit):
+            key, _ = self._items.popitem(last=False)
+            self._weights.pop(key, None)
 
     def get(self, key: K, make: Callable[[], V]) -> V:
         with self._lock:
@@ -77,11 +94,12 @@ class BoundedCache(Generic[K, V]):
                 with self._lock:  # the requests waiting for this key try again
                     self._making.pop(key, None)
                 raise
+            weight = self._weigh(value) if self._weigh is not None else 0
             with self._lock:  # one step: a request arriving now finds the value, never a second maker
                 self._items[key] = value
                 self._items.move_to_end(key)
-                while len(self._items) > self.size:
-                    self._items.popitem(last=False)
+                self._weights[key] = weight
+                self._evict()
                 self._making.pop(key, None)
             return value
 
@@ -89,10 +107,12 @@ class BoundedCache(Generic[K, V]):
         with self._lock:
             for key in [key for key in self._items if not keep(key)]:
                 del self._items[key]
+                self._weights.pop(key, None)
 
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
+            self._weights.clear()
 
     def snapshot(self) -> list[K]:
         with self._lock:
@@ -101,9 +121,23 @@ class BoundedCache(Generic[K, V]):
 
 _tokenizers: BoundedCache[str, Any] = BoundedCache(TOKENIZERS)
 _retrievers: BoundedCache[tuple[str, Config], Retriever] = BoundedCache(RETRIEVERS)
+def array_bytes(value: object) -> int:
+    """Bytes of the numpy arrays a value holds as attributes (a word index, a late scorer): what it
+    costs in RAM, for the caches bounded by bytes."""
+    import numpy as np
+
+    return sum(v.nbytes for v in vars(value).values() if isinstance(v, np.ndarray)) if value is not None else 0
+
+
+def _in_memory_bytes() -> int:
+    return settings.INDEX_MEMORY_CACHE_BYTES
+
+
 _text_encoders: BoundedCache[tuple[str, str], Any] = BoundedCache(TEXT_ENCODERS)
-_late_scorers: BoundedCache[tuple[str, str], Any] = BoundedCache(TEXT_ENCODERS)
-_word_indexes: BoundedCache[str, Any] = BoundedCache(LOADED_BUILDS)
+# Read into RAM (not mapped): bounded by bytes as well as entries.
+_late_scorers: BoundedCache[tuple[str, str], Any] = BoundedCache(TEXT_ENCODERS, max_bytes=_in_memory_bytes,
+                                                                 weigh=array_bytes)
+_word_indexes: BoundedCache[str, Any] = BoundedCache(LOADED_BUILDS, max_bytes=_in_memory_bytes, weigh=array_bytes)
 _builds: BoundedCache[str, LoadedCorpus] = BoundedCache(LOADED_BUILDS)
 _states: BoundedCache[tuple[str, ...], LoadedCorpus] = BoundedCache(LOADED_BUILDS)
 _chroma: BoundedCache[tuple[str, str, float], Any] = BoundedCache(CHROMA_CLIENTS)
@@ -280,10 +314,13 @@ def forget_build(build_dir: str | Path) -> None:
 
 
 def forget_vanished_builds() -> None:
-    """Drop every cached build whose manifest is gone: its directory was deleted meanwhile."""
-    vanished = [key for key in _builds.snapshot() if not (Path(key) / MANIFEST).exists()]
-    for key in vanished:
-        forget_build(key)
+    """Drop every cached build, and what was made for one, whose manifest is gone: its directory
+    was deleted meanwhile (a word index or late scorer can outlive its build's place here)."""
+    directories = {*_builds.snapshot(), *_word_indexes.snapshot(),
+                   *(key[0] for key in _late_scorers.snapshot()), *(key[0] for key in _text_encoders.snapshot())}
+    for key in directories:
+        if not (Path(key) / MANIFEST).exists():
+            forget_build(key)
 
 
 def loaded_build_dirs() -> list[str]:
@@ -378,7 +415,10 @@ def search_slot() -> threading.BoundedSemaphore:
 
 def reset() -> None:
     """Forget everything this process keeps (the thread pool stays: it holds no state)."""
+    from engine.vocab import clear_caches
+
     engine_config.cache_clear()
-    for cache in (_tokenizers, _retrievers, _text_encoders, _late_scorers, _word_indexes, _builds, _chroma, _counters,
-                  _clients, _queues):
+    clear_caches()
+    for cache in (_tokenizers, _retrievers, _text_encoders, _late_scorers, _word_indexes, _builds, _states, _chroma,
+                  _counters, _clients, _queues):
         cache.clear()

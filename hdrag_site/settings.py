@@ -219,6 +219,9 @@ SEGMENT_MERGE_PERCENT = envint("SEGMENT_MERGE_PERCENT", 25, minimum=1)
 # append there before activating it, and every process fetches what it lacks into DATA_DIR, keeping
 # at most SEGMENT_CACHE_BYTES of segments that no corpus serves (corpus.segment_cache).
 BUILD_STORAGE_URL = envstr("BUILD_STORAGE_URL", "")
+# Exact-word indexes and late-interaction scorers are read into RAM (index files are mapped): each
+# process keeps at most this many bytes of them (hdrag_site.runtime).
+INDEX_MEMORY_CACHE_BYTES = envint("INDEX_MEMORY_CACHE_BYTES", 2 * 1024**3, minimum=0)
 SEGMENT_CACHE_BYTES = envint("SEGMENT_CACHE_BYTES", 20 * 1024**3, minimum=0)
 BUILD_PROGRESS_INTERVAL = 0.5  # seconds between progress writes/events while a build runs
 MEMORY_INSERT_BATCH = envint("MEMORY_INSERT_BATCH", 5000, minimum=1)

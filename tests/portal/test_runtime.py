@@ -206,3 +206,78 @@ def test_a_failed_load_is_tried_again_by_the_next_request():
         cache.get("model", broken)
     assert cache.get("model", lambda: 7) == 7
     assert cache.snapshot() == ["model"]
+
+
+def test_caches_read_into_memory_are_bounded_by_bytes(settings):
+    import numpy as np
+
+    class Held:
+        def __init__(self, megabytes: int) -> None:
+            self.rows = np.zeros(megabytes * 1024 * 1024, dtype=np.uint8)
+
+    cache = runtime.BoundedCache(32, max_bytes=lambda: settings.INDEX_MEMORY_CACHE_BYTES, weigh=runtime.array_bytes)
+    settings.INDEX_MEMORY_CACHE_BYTES = 3 * 1024 * 1024
+    for key in ("a", "b", "c", "d"):
+        cache.get(key, lambda: Held(1))
+    assert cache.snapshot() == ["b", "c", "d"] and cache.bytes == 3 * 1024 * 1024
+    cache.get("big", lambda: Held(5))  # larger than the bound on its own: kept, alone
+    assert cache.snapshot() == ["big"]
+
+
+def test_a_word_index_whose_build_vanished_is_forgotten_without_its_build(
+        corpus, owner, dataset, django_capture_on_commit_callbacks):
+    build = build_now(corpus, owner, django_capture_on_commit_callbacks)
+    loaded = runtime.loaded_build(build.build_dir)
+    assert runtime.word_index_for(loaded) is not None
+    runtime._builds.clear()  # evicted from the builds' cache, its word index still held
+    assert runtime._word_indexes.snapshot()
+    shutil.rmtree(build.build_dir)  # deleted by another process
+    runtime.forget_vanished_builds()
+    assert runtime._word_indexes.snapshot() == []
+
+
+def test_deleting_a_corpus_forgets_its_mapped_builds(corpus, owner, dataset, django_capture_on_commit_callbacks):
+    from corpus.services.corpora import corpus_delete
+
+    build = build_now(corpus, owner, django_capture_on_commit_callbacks)
+    assert memories_search(user=owner, corpus_ids=[corpus.pk], query="storming of the Bastille")
+    assert str(Path(build.build_dir).resolve()) in runtime.loaded_build_dirs()
+    with django_capture_on_commit_callbacks(execute=True):
+        corpus_delete(corpus=corpus)
+    assert runtime.loaded_build_dirs() == [] and runtime._word_indexes.snapshot() == []
+    assert not Path(build.build_dir).exists()
+
+
+def test_threads_share_one_tokenizer_and_its_cache(gemma_gguf):
+    from engine.spm import GGUFTokenizer
+
+    shared = GGUFTokenizer.from_gguf(gemma_gguf, cache_size=64)  # evictions on nearly every new word
+    texts = [" ".join(f"word{n}x{i} river{i % 7} glucose" for n in range(40)) for i in range(24)]
+    expected = [shared.tokenize(text) for text in texts]
+    errors, found = [], {}
+
+    def work(number: int) -> None:
+        try:
+            for _ in range(5):
+                for i in range(number % 3, len(texts), 3):
+                    found[(number, i)] = shared.tokenize(texts[i])
+        except Exception as error:  # noqa: BLE001 - the test reports any
+            errors.append(error)
+
+    threads = [threading.Thread(target=work, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    assert all(ids == expected[i] for (_, i), ids in found.items())
+    assert len(shared._cache) <= 64
+
+
+def test_reset_forgets_the_engine_s_own_caches():
+    from engine.vocab import _projection64
+
+    _projection64(8, 64, 1)
+    assert _projection64.cache_info().currsize == 1
+    runtime.reset()
+    assert _projection64.cache_info().currsize == 0
