@@ -17,6 +17,7 @@ document is idempotent.
 
 from __future__ import annotations
 
+import logging
 import re
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
@@ -61,6 +62,8 @@ _HNSW_SYNC = {"sync_threshold": 10, "batch_size": 10}
 _SQLITE_FILE = "chroma.sqlite3"  # the embedded store's database, inside its directory
 _STATS_SAMPLE = 32  # records read per collection for the size estimate (each carries its payload)
 _INDEX_FIELD = {"visual": "page", "text": "chunk_id"}
+
+logger = logging.getLogger(__name__)
 
 
 def _settings() -> Settings:
@@ -115,9 +118,14 @@ def connect_chroma(*, url: str | None = None, path: str | Path | None = None, ho
                 # (tenant and database checks): ask the server first, within the timeout.
                 httpx.get(f"{location}/api/v2/heartbeat", timeout=timeout).raise_for_status()
             client = chromadb.HttpClient(host=host, port=port, ssl=ssl, settings=_settings())
+            # chromadb (pinned) has no public timeout: its client's httpx session is private, and
+            # tests/portal/test_pinned_libraries.py fails, naming it, when an upgrade changes that.
             session = getattr(getattr(client, "_server", None), "_session", None)
             if timeout is not None and isinstance(session, httpx.Client):
                 session.timeout = httpx.Timeout(timeout, connect=min(timeout, 5.0))
+            elif timeout is not None:
+                logger.warning("chromadb's client has no httpx session to bound: requests to %s wait without "
+                               "a timeout", location)
             return client
     try:
         chroma = factory()
