@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +26,7 @@ from urllib.parse import urlparse
 
 from django.conf import settings
 
+from engine.files import atomic_write
 from hdrag_site.errors import ApplicationError
 
 logger = logging.getLogger(__name__)
@@ -94,9 +94,7 @@ class ObjectStore:
 
     def get(self, relative: str, path: Path, expected: dict[str, Any] | None = None) -> None:
         """Download one file to `path` (atomically: a temporary name, checked, then renamed)."""
-        path.parent.mkdir(parents=True, exist_ok=True)
-        partial = path.with_name(f".{path.name}.{uuid.uuid4().hex[:8]}.part")
-        try:
+        with atomic_write(path) as partial:
             self._call(f"read {relative}", self.client.download_file, self.bucket, self.key(relative), str(partial))
             if expected is not None:
                 found = file_digest(partial)
@@ -104,9 +102,6 @@ class ObjectStore:
                     raise ObjectStoreCorrupt(f"{relative} in the object store does not match what was published "
                                              f"({found['bytes']} bytes, sha256 {found['sha256'][:12]}…; expected "
                                              f"{expected['bytes']} bytes, {expected['sha256'][:12]}…)")
-            os.replace(partial, path)
-        finally:
-            partial.unlink(missing_ok=True)
 
     def delete_prefix(self, relative: str) -> int:
         """Delete every object under a folder; returns how many."""

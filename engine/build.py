@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -37,6 +36,7 @@ from engine import gguf
 from engine.config import Config
 from engine.datasets import DatasetIssue, iter_dataset
 from engine.encoder import HDCEncoder, compute_idf
+from engine.files import atomic_write
 from engine.index import BitmapIndex
 from engine.loaded_build import (
     FORMAT_VERSION,
@@ -267,12 +267,8 @@ def _manifest(*, config: Config, gguf_path: str | Path, vocab: VocabIndex, offse
 
 def _write_manifest(out_dir: Path, manifest: dict[str, Any]) -> None:
     """Write manifest.json atomically and durably: its presence marks the build complete."""
-    tmp = out_dir / (MANIFEST + ".tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
+    with atomic_write(out_dir / MANIFEST) as tmp, open(tmp, "w", encoding="utf-8") as handle:
         json.dump(manifest, handle, indent=2, sort_keys=True)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, out_dir / MANIFEST)
 
 
 def build_index(*, datasets: Iterable[tuple[int, str, str | Path]], out_dir: str | Path, gguf_path: str | Path,

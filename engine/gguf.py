@@ -12,7 +12,6 @@ import hashlib
 import mmap
 import os
 import struct
-import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -22,6 +21,8 @@ from typing import Any
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 from gguf import quants as gguf_quants
+
+from engine.files import atomic_write
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32
@@ -392,17 +393,11 @@ def load_token_embeddings(gguf_path: str | Path, cache_dir: str | Path | None = 
             return cached
     # Write under a temporary name and rename, so a crash or a concurrent build never
     # leaves a half-written file under the final name.
-    handle, temp_name = tempfile.mkstemp(dir=cache, prefix=target.name, suffix=".tmp")
-    os.close(handle)
-    try:
-        out = np.lib.format.open_memmap(temp_name, mode="w+", dtype=np.float32, shape=tensor.shape)
+    with atomic_write(target, durable=False) as temporary:
+        out = np.lib.format.open_memmap(temporary, mode="w+", dtype=np.float32, shape=tensor.shape)
         _extract(path, tensor, out)
         out.flush()
         del out
-        os.replace(temp_name, target)
-    finally:
-        if os.path.exists(temp_name):
-            os.unlink(temp_name)
     return np.load(target, mmap_mode="r")
 
 

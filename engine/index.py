@@ -34,7 +34,6 @@ scores) is what `search_auto`, the retriever's search, uses on large indexes.
 
 from __future__ import annotations
 
-import os
 import struct
 from collections.abc import Iterable
 from pathlib import Path
@@ -44,6 +43,7 @@ import numba
 import numpy as np
 
 from engine import bits, kernels, topk
+from engine.files import atomic_write
 
 MAGIC = b"HDRAGIX1"
 VERSION = 1
@@ -261,26 +261,26 @@ class BitmapIndex:
             raise ValueError(f"chunk_words must be >= 1, got {chunk_words}")
         chunk_words = min(chunk_words, self.words)
         source = self._body().reshape(self.count, 2 * self.words)
-        staging = self.path.with_name(self.path.name + ".finalizing")
-        with open(staging, "wb") as handle:
-            handle.write(_header(self.dims, self.count, LAYOUT_CHUNKED, chunk_words))
-            handle.truncate(HEADER_BYTES + self.count * 2 * self.words * 8)
-        if self.count:
-            body = np.memmap(staging, dtype="<u8", mode="r+", offset=HEADER_BYTES, shape=(self.count * 2 * self.words,))
-            for first in range(0, self.count, _FINALIZE_BATCH_ROWS):
-                rows = source[first : first + _FINALIZE_BATCH_ROWS]
-                last = first + rows.shape[0]
-                for start in range(0, self.words, chunk_words):
-                    width = min(chunk_words, self.words - start)
-                    block = body[self.count * 2 * start : self.count * 2 * (start + width)].reshape(self.count, 2 * width)
-                    block[first:last, :width] = rows[:, start : start + width]
-                    block[first:last, width:] = rows[:, self.words + start : self.words + start + width]
-            body.flush()
-            del body
-        with open(staging, "rb+") as handle:
-            os.fsync(handle.fileno())
-        self._data = None
-        os.replace(staging, self.path)
+        with atomic_write(self.path) as staging:
+            with open(staging, "wb") as handle:
+                handle.write(_header(self.dims, self.count, LAYOUT_CHUNKED, chunk_words))
+                handle.truncate(HEADER_BYTES + self.count * 2 * self.words * 8)
+            if self.count:
+                body = np.memmap(staging, dtype="<u8", mode="r+", offset=HEADER_BYTES,
+                                 shape=(self.count * 2 * self.words,))
+                for first in range(0, self.count, _FINALIZE_BATCH_ROWS):
+                    rows = source[first : first + _FINALIZE_BATCH_ROWS]
+                    last = first + rows.shape[0]
+                    for start in range(0, self.words, chunk_words):
+                        width = min(chunk_words, self.words - start)
+                        block = body[self.count * 2 * start : self.count * 2 * (start + width)].reshape(
+                            self.count, 2 * width)
+                        block[first:last, :width] = rows[:, start : start + width]
+                        block[first:last, width:] = rows[:, self.words + start : self.words + start + width]
+                body.flush()
+                del body
+            del source
+            self._data = None  # the interleaved file's map goes before the rename replaces it
         self.layout = LAYOUT_CHUNKED
         self.chunk_words = chunk_words
         self.writable = False

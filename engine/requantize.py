@@ -13,12 +13,12 @@ result is reused only when it came from the same source with the same plan.
 
 from __future__ import annotations
 
-import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
 import numpy as np
+
+from engine.files import atomic_write
 
 SOURCE_KEY = "hdrag.requantized.source_sha256"
 PLAN_KEY = "hdrag.requantized.plan"
@@ -72,10 +72,8 @@ def requantize(source: str | Path, target: str | Path, plan: Mapping[str, str], 
     architecture = reader.fields["general.architecture"].contents()
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-    os.close(handle)
-    try:
-        writer = gguf.GGUFWriter(temporary, architecture)
+    with atomic_write(target) as temporary:
+        writer = gguf.GGUFWriter(str(temporary), architecture)
         for field in reader.fields.values():
             if field.name == "general.architecture" or field.name.startswith("GGUF.") or field.name in (
                     SOURCE_KEY, PLAN_KEY):
@@ -108,8 +106,4 @@ def requantize(source: str | Path, target: str | Path, plan: Mapping[str, str], 
                 values = dequantize(tensor.data, tensor.tensor_type).astype(np.float32, copy=False)
                 writer.write_tensor_data(quantize(values, new_type))
         writer.close()
-        os.replace(temporary, target)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
     return target

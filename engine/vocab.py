@@ -47,6 +47,7 @@ import numpy as np
 
 from engine import gguf, kernels
 from engine.bits import permute_bits, quantize_ternary, words
+from engine.files import atomic_write
 
 MAGIC = b"HDRVOCAB"
 FORMAT_VERSION = 4
@@ -447,63 +448,62 @@ def write_vocab_index(path: str | Path, *, token_ids: np.ndarray, idf: np.ndarra
     for name, (dtype, shape) in shapes.items():
         sections[name] = [offset, dtype, shape]
         offset += -(-np.dtype(dtype).itemsize * math.prod(shape) // _ALIGN) * _ALIGN
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as handle:
-        handle.truncate(max(offset, HEADER_BYTES))
+    with atomic_write(path) as tmp:
+        with open(tmp, "wb") as handle:
+            handle.truncate(max(offset, HEADER_BYTES))
 
-    def section(name: str) -> np.ndarray:
-        start, dtype, shape = sections[name]
-        return np.memmap(tmp, dtype=dtype, mode="r+", offset=start, shape=tuple(shape))
+        def section(name: str) -> np.ndarray:
+            start, dtype, shape = sections[name]
+            return np.memmap(tmp, dtype=dtype, mode="r+", offset=start, shape=tuple(shape))
 
-    tables = _scratch_tables(tables_dir, vocab_size, dims, ngram) if tables_dir is not None else None
-    if format_version == 1:
-        tables = (section("unigram"), section("bitmaps"))
-    nonzero = 0
-    if vocab_size:
-        section("token_ids")[:] = token_ids
-        section("idf")[:] = idf
-        if derived:
-            section("rows")[:] = raw
-            section("mean")[:] = mean
-            if directions.size:
-                section("directions")[:] = directions
-        if format_version == 3:
-            section("projection")[:] = projection
-            section("column_scale")[:] = column_scale
-        elif format_version == 4:
-            section("projection")[:] = projection
-        for start in range(0, vocab_size, chunk_rows):
-            stop = min(start + chunk_rows, vocab_size)
-            rows = embeddings[token_ids[start:stop]]
-            if derived and not np.array_equal(gguf.dequantize_rows(raw[start:stop], rows_type), rows):
-                raise ValueError(f"stored_rows ({rows_type}) do not dequantise to the embedding rows {start}..{stop}")
-            projected = project(rows)
-            nonzero += int(np.count_nonzero(np.abs(projected) > tau))
+        tables = _scratch_tables(tables_dir, vocab_size, dims, ngram) if tables_dir is not None else None
+        if format_version == 1:
+            tables = (section("unigram"), section("bitmaps"))
+        nonzero = 0
+        if vocab_size:
+            section("token_ids")[:] = token_ids
+            section("idf")[:] = idf
+            if derived:
+                section("rows")[:] = raw
+                section("mean")[:] = mean
+                if directions.size:
+                    section("directions")[:] = directions
+            if format_version == 3:
+                section("projection")[:] = projection
+                section("column_scale")[:] = column_scale
+            elif format_version == 4:
+                section("projection")[:] = projection
+            for start in range(0, vocab_size, chunk_rows):
+                stop = min(start + chunk_rows, vocab_size)
+                rows = embeddings[token_ids[start:stop]]
+                if derived and not np.array_equal(gguf.dequantize_rows(raw[start:stop], rows_type), rows):
+                    raise ValueError(f"stored_rows ({rows_type}) do not dequantise to the embedding rows {start}..{stop}")
+                projected = project(rows)
+                nonzero += int(np.count_nonzero(np.abs(projected) > tau))
+                if tables is not None:
+                    tables[0][start:stop] = projected
+                    tables[1][:, start:stop] = _rotated_bitmaps(projected, tau, ngram)
             if tables is not None:
-                tables[0][start:stop] = projected
-                tables[1][:, start:stop] = _rotated_bitmaps(projected, tau, ngram)
-        if tables is not None:
-            for array in tables:
-                array.flush()
-    density = nonzero / (vocab_size * dims) if vocab_size else 0.0
-    ngram_density = density ** ngram
-    header = {"format_version": format_version, "dims": dims, "words": n_words, "emb_dim": emb_dim, "tau": tau,
-              "ngram": ngram, "seed": seed, "drop_components": drop_components, "vocab_size": vocab_size,
-              "density": density, "ngram_density": ngram_density, "capacity_target": CAPACITY_TARGET,
-              "m_cap": capacity(ngram_density), "c_min": max(1, round(ngram_density * dims)),
-              "row_definition": row_definition, "sections": sections}
-    if derived:
-        header["rows_type"] = rows_type
-    if format_version == 3:
-        header["fixed_point_one"] = FIXED_POINT_ONE
-    blob = json.dumps(header, sort_keys=True).encode("utf-8")
-    if 12 + len(blob) > HEADER_BYTES:
-        raise ValueError("vocabulary index header does not fit in 4096 bytes")
-    with open(tmp, "r+b") as handle:
-        handle.write(MAGIC + struct.pack("<I", len(blob)) + blob)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+                for array in tables:
+                    array.flush()
+        density = nonzero / (vocab_size * dims) if vocab_size else 0.0
+        ngram_density = density ** ngram
+        header = {"format_version": format_version, "dims": dims, "words": n_words, "emb_dim": emb_dim, "tau": tau,
+                  "ngram": ngram, "seed": seed, "drop_components": drop_components, "vocab_size": vocab_size,
+                  "density": density, "ngram_density": ngram_density, "capacity_target": CAPACITY_TARGET,
+                  "m_cap": capacity(ngram_density), "c_min": max(1, round(ngram_density * dims)),
+                  "row_definition": row_definition, "sections": sections}
+        if derived:
+            header["rows_type"] = rows_type
+        if format_version == 3:
+            header["fixed_point_one"] = FIXED_POINT_ONE
+        blob = json.dumps(header, sort_keys=True).encode("utf-8")
+        if 12 + len(blob) > HEADER_BYTES:
+            raise ValueError("vocabulary index header does not fit in 4096 bytes")
+        with open(tmp, "r+b") as handle:
+            handle.write(MAGIC + struct.pack("<I", len(blob)) + blob)
+            handle.flush()
+            os.fsync(handle.fileno())
     vocab = VocabIndex.open(path)
     if derived and tables is not None:
         vocab = vocab.with_tables(*_open_scratch_tables(tables_dir))
@@ -578,8 +578,7 @@ def extend_vocab_index(base: VocabIndex, path: str | Path, *, token_ids: np.ndar
     if 12 + len(blob) > HEADER_BYTES:
         raise ValueError("vocabulary index header does not fit in 4096 bytes")
     path = Path(path)
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as handle:
+    with atomic_write(path) as tmp, open(tmp, "wb") as handle:
         handle.truncate(offset)
         handle.write(MAGIC + struct.pack("<I", len(blob)) + blob)
         for name, array in arrays.items():
@@ -588,7 +587,6 @@ def extend_vocab_index(base: VocabIndex, path: str | Path, *, token_ids: np.ndar
             handle.write(np.ascontiguousarray(array, dtype=dtype).tobytes())
         handle.flush()
         os.fsync(handle.fileno())
-    os.replace(tmp, path)
     return VocabIndex.open(path)
 
 
