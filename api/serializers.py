@@ -443,6 +443,13 @@ class ChatCompletionRequestSerializer(serializers.Serializer):
     max_completion_tokens = serializers.IntegerField(min_value=1, max_value=1 << 20, required=False, allow_null=True)
     stream_options = serializers.DictField(required=False, allow_null=True,
                                            help_text="{\"include_usage\": true}: a last chunk with the usage.")
+    # A conversation's retrieval settings (extra fields, as the clients' `extra_body` sends them): the
+    # same values prepare the same turn as in a conversation (`chat.preparation`).
+    token_budget = serializers.IntegerField(min_value=1, max_value=MAX_TOKEN_BUDGET, required=False,
+                                            help_text="Memory tokens asked for, as a conversation's (default 512).")
+    top_document = serializers.BooleanField(required=False, help_text="Only the best memory, as a conversation's.")
+    compress_context = serializers.BooleanField(required=False, help_text=(
+        "Each memory without its words more frequent than its median word, as a conversation's."))
 
     def validate_messages(self, value: list[dict]) -> list[dict]:
         total = 0

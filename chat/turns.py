@@ -1,4 +1,4 @@
-"""One chat turn, end to end: save the user turn, retrieve, assemble, stream, save the answer.
+"""One chat turn, end to end: save the user turn, prepare it (`chat.preparation`), stream, save the answer.
 
 Transport-agnostic: the websocket consumer (and the bench) pass `emit`, an async callable that
 receives plain event dicts with a `type`:
@@ -40,12 +40,8 @@ from django.db import connection
 
 from chat.citations import answer_citations
 from chat.models import Message
-from chat.selectors import (
-    conversation_for_turn,
-    conversation_history,
-    conversation_title,
-    message_with_memories,
-)
+from chat.preparation import ConversationState, PreparedTurn, turn_prepare
+from chat.selectors import conversation_for_turn, conversation_title, message_with_memories
 from chat.serializers import memory_result_json, message_json
 from chat.services import (
     conversation_add_response,
@@ -53,21 +49,16 @@ from chat.services import (
     message_create_user,
     message_prepare_regenerate,
 )
-from chat.turn_memories import memories_for_turn
-from engine.bits import compress_context
 from engine.llm import (
     AnswerEnd,
-    GenerationSettings,
     LLMConnectionError,
     LLMError,
     LLMHTTPError,
     LLMProtocolError,
     LLMTimeoutError,
-    PromptPlan,
     PromptTooLongError,
     Rewind,
     Usage,
-    assemble_prompt,
     stream_answer,
 )
 from engine.repetition import restates_question
@@ -144,41 +135,11 @@ def _in_worker(func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
     return call
 
 
-@dataclass(frozen=True)
-class _Prepared:
-    results: list[dict]
-    plan: PromptPlan
-    retrieval: float
-    generation: GenerationSettings
-    loop_retries: int
-
-
-def _prepare(conversation_id: int, user_message_id: int, content: str, *, waiting: bool = False) -> _Prepared:
-    """Retrieve with the conversation's own blend (fresh from its row) and assemble the prompt.
-    A turn `waiting` for the LLM gets at most `LLM_BUSY_TOKEN_BUDGET` memory tokens (when set): a
-    shorter prompt is a shorter prefill for it and for every turn behind it."""
+def _prepare(conversation_id: int, user_message_id: int, content: str, *, waiting: bool = False) -> PreparedTurn:
+    """The turn prepared from the conversation's state, fresh from its rows (`chat.preparation`)."""
     conversation = conversation_for_turn(conversation_id=conversation_id)
-    config = runtime.engine_config()
-    budget = runtime.context_budget()
-    tokenizer = runtime.token_counter()
-    started = time.perf_counter()
-    results: list[dict] = []
-    if conversation.use_memory:
-        search_budget = budget.search_budget(system_prompt=config.system_prompt, user_message=content,
-                                             tokenizer=tokenizer,
-                                             requested=runtime.memory_budget(conversation.token_budget, waiting=waiting))
-        if search_budget > 0:
-            results = memories_for_turn(conversation=conversation, query=content, token_budget=search_budget)
-    retrieval = time.perf_counter() - started
-    texts = [r["memory"]["text"] for r in results]
-    if conversation.compress_context:
-        texts = [compress_context(text) for text in texts]
-    history = conversation_history(conversation_id=conversation_id, before_id=user_message_id)
-    plan = assemble_prompt(system_prompt=config.system_prompt, history=history, user_message=content,
-                           memories=texts, tokenizer=tokenizer, budget=budget)
-    return _Prepared(results=results[:plan.memories_used], plan=plan, retrieval=retrieval,
-                     generation=runtime.generation_settings(temperature=conversation.temperature),
-                     loop_retries=config.loop_retries)
+    state = ConversationState.of_conversation(conversation, before_id=user_message_id)
+    return turn_prepare(user=conversation.owner, state=state, question=content, waiting=waiting)
 
 
 async def run_turn(*, conversation_id: int, user_id: int, content: str = "", emit: Emit, regenerate: bool = False,
@@ -217,12 +178,12 @@ async def _run_turn(*, conversation_id: int, content: str, emit: Emit, regenerat
         prepared = await _in_worker(_prepare)(conversation_id, user_message.pk, user_message.content,
                                               waiting=not ticket.admitted)
         plan = prepared.plan
-        memories.extend(prepared.results)
+        memories.extend(prepared.memories)
         timings = result.timings
-        timings.retrieval, timings.prepare = prepared.retrieval, time.perf_counter() - prepare_started
+        timings.retrieval, timings.prepare = prepared.retrieval_seconds, time.perf_counter() - prepare_started
         await emit({"type": "chat.memories",
                     "memories": [memory_result_json(r, rank=rank) for rank, r in enumerate(memories)],
-                    "retrieval_ms": round(prepared.retrieval * 1000, 3), "prompt_tokens_estimate": plan.prompt_tokens,
+                    "retrieval_ms": round(prepared.retrieval_seconds * 1000, 3), "prompt_tokens_estimate": plan.prompt_tokens,
                     "history_dropped": plan.dropped_messages})
         queued = time.perf_counter()
         await ticket.wait(lambda ahead: emit({"type": "chat.queued", "ahead": ahead}))

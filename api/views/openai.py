@@ -18,18 +18,20 @@ from api.serializers import ChatCompletionRequestSerializer, ModelListSerializer
 from api.views.base import ApiView, errors
 from api.views.sse import sse_frame, sse_response
 from chat.completions import (
-    CompletionPlan,
     ModelNotFound,
     completion_citations,
     completion_models,
     completion_prepare,
 )
+from chat.preparation import PreparedTurn
 from engine.llm import AnswerEnd, LLMError, PromptTooLongError, Usage, stream_answer
 from hdrag_site import runtime
 from hdrag_site.errors import ApplicationError
 from hdrag_site.llm_queue import Ticket
 
 TAGS = ["openai"]
+# The request's extra fields that are a conversation's settings (`completion_prepare`).
+CONVERSATION_SETTINGS = ("token_budget", "top_document", "compress_context")
 HDRAG_SCHEMA = {
     "type": "object", "description": "The answer checked against its memories (chat.citations); also on the "
                                      "streamed chunk with the finish reason, and on the usage chunk after it.",
@@ -97,7 +99,7 @@ def _usage(usage: Usage | None) -> dict[str, int] | None:
             "total_tokens": usage.prompt_tokens + usage.completion_tokens}
 
 
-def _memories(prepared: CompletionPlan) -> list[dict[str, Any]]:
+def _memories(prepared: PreparedTurn) -> list[dict[str, Any]]:
     return [{"id": r["memory"].get("pk"), "corpus": r["corpus_id"], "dataset": r["dataset"], "score": r["hdc_score"],
              "token_count": int(r["memory"].get("token_count") or 0)} for r in prepared.memories]
 
@@ -106,8 +108,9 @@ class ChatCompletions(ApiView):
     @extend_schema(
         operation_id="chat_completions", summary="OpenAI-compatible chat completion primed with a corpus's memories",
         description="The OpenAI request shape. `model` is `none` or `corpus-<id>`; the memories of that corpus "
-                    "for the last user message (blended with the assistant turns in `messages`) join the system "
-                    "prompt. With `stream: true` the reply is OpenAI's SSE chunk stream ending in `data: [DONE]`; "
+                    "for the last user message (blended with the assistant turns in `messages`) prime it, prepared "
+                    "as a conversation's turn is; the extra fields `token_budget`, `top_document` and "
+                    "`compress_context` are a conversation's settings. With `stream: true` the reply is OpenAI's SSE chunk stream ending in `data: [DONE]`; "
                     "an LLM failure mid-stream arrives as a `data: {\"error\": ...}` event. An answer that starts "
                     "looping is cut and ends with `finish_reason: \"length\"`.",
         request=ChatCompletionRequestSerializer,
@@ -125,7 +128,8 @@ class ChatCompletions(ApiView):
         try:
             prepared = completion_prepare(user=request.user, model=data["model"], messages=data["messages"],
                                           temperature=data.get("temperature"), top_p=data.get("top_p"),
-                                          max_tokens=max_tokens, waiting=not ticket.admitted)
+                                          max_tokens=max_tokens, waiting=not ticket.admitted,
+                                          **{name: data[name] for name in CONVERSATION_SETTINGS if name in data})
         except BaseException as error:
             ticket.close()
             if isinstance(error, PromptTooLongError):
@@ -134,7 +138,8 @@ class ChatCompletions(ApiView):
         completion_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if data["stream"]:
             include_usage = bool((data.get("stream_options") or {}).get("include_usage"))
-            return sse_response(lambda emit: _stream(emit, prepared, ticket, completion_id, created, include_usage),
+            return sse_response(lambda emit: _stream(emit, prepared, ticket, completion_id, created, data["model"],
+                                                                 include_usage),
                                 on_close=ticket.close)
         try:
             text, finish_reason, usage = async_to_sync(_complete)(prepared, ticket)
@@ -143,7 +148,7 @@ class ChatCompletions(ApiView):
         finally:
             ticket.close()
         return Response({
-            "id": completion_id, "object": "chat.completion", "created": created, "model": prepared.model,
+            "id": completion_id, "object": "chat.completion", "created": created, "model": data["model"],
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                          "finish_reason": finish_reason or "stop"}],
             "usage": _usage(usage) or {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
@@ -158,13 +163,13 @@ class ChatCompletions(ApiView):
 LOOP_FINISH_REASON = "length"
 
 
-async def _complete(prepared: CompletionPlan, ticket: Ticket) -> tuple[str, str, Usage | None]:
+async def _complete(prepared: PreparedTurn, ticket: Ticket) -> tuple[str, str, Usage | None]:
     """The whole answer, once the turn's place in the LLM queue comes. Nothing was sent yet, so a loop
     is continued from the cut as in the portal's chat (`engine.llm.stream_answer`, up to
     `loop_retries` times); one that loops again ends at the cut with LOOP_FINISH_REASON."""
     async with ticket:
         await ticket.wait()
-        answer = stream_answer(runtime.llm_client(), prepared.plan.messages, prepared.settings,
+        answer = stream_answer(runtime.llm_client(), prepared.plan.messages, prepared.generation,
                                loop_retries=prepared.loop_retries)
         end = None
         async with contextlib.aclosing(answer):
@@ -175,15 +180,14 @@ async def _complete(prepared: CompletionPlan, ticket: Ticket) -> tuple[str, str,
     return end.content, LOOP_FINISH_REASON if end.looping else end.finish_reason, end.usage
 
 
-async def _stream(emit, prepared: CompletionPlan, ticket: Ticket, completion_id: str, created: int,  # noqa: ANN001
-                  include_usage: bool) -> None:
-    model = prepared.model
+async def _stream(emit, prepared: PreparedTurn, ticket: Ticket, completion_id: str, created: int,  # noqa: ANN001
+                  model: str, include_usage: bool) -> None:
     await emit(sse_frame(_chunk(completion_id, created, model, {"role": "assistant", "content": ""})))
     try:
         async with ticket:
             await ticket.wait()
             # No continuation (loop_retries 0): what a stream sent cannot be taken back.
-            answer = stream_answer(runtime.llm_client(), prepared.plan.messages, prepared.settings, loop_retries=0)
+            answer = stream_answer(runtime.llm_client(), prepared.plan.messages, prepared.generation, loop_retries=0)
             async with contextlib.aclosing(answer):
                 async for event in answer:
                     ticket.streaming()

@@ -9,6 +9,7 @@ import json
 import httpx
 import openai
 import pytest
+from channels.db import database_sync_to_async
 
 from api.services import api_token_create
 from chat.models import Message
@@ -228,3 +229,47 @@ def test_a_full_llm_queue_is_429_with_retry_after_and_nothing_is_stored(chat_set
     whole = client.chat.completions.create(model="none", max_tokens=5, messages=[{"role": "user", "content": "Hi."}])
     assert whole.choices[0].finish_reason in ("stop", "length")
     assert queue.snapshot() == {"waiting": 0, "prefilling": 0, "streaming": 0}
+
+
+def _memory_text(memory_id: int) -> str:
+    from corpus.models import Memory
+
+    return Memory.objects.get(pk=memory_id).text
+
+
+async def test_the_chat_and_the_openai_endpoint_send_llama_cpp_the_same_request(chat_settings, live_api, owner, secret,
+                                                                               pydoc_build):
+    """One turn preparation (`chat.preparation.turn_prepare`): a conversation's turn, and a completion
+    given the same history and the conversation's settings, reach the LLM as the same request (the
+    same blend, `top_document` and `compress_context` applied, the same memory budget). The fake LLM
+    only records what it is sent."""
+    from engine.bits import compress_context
+
+    corpus = await database_sync_to_async(make_corpus)(owner, pydoc_build)
+    requests: list[dict] = []
+    server = await asyncio.start_server(_looping_llm(requests, looping=0), "127.0.0.1", 0)
+    runtime.reset()
+    chat_settings.LLM_BASE_URL = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
+    conversation_settings = {"top_document": True, "compress_context": True, "token_budget": 300}
+    async with server, httpx.AsyncClient(base_url=f"{live_api.url}/api/v1", headers=_headers(secret),
+                                         timeout=120) as http:
+        created = await http.post("/conversations/", json={"corpora": [corpus.pk], **conversation_settings})
+        conversation = created.json()["id"]
+        for question in ("How do sockets send and receive data?", QUESTION):
+            turn = await http.post(f"/conversations/{conversation}/messages/", json={"content": question})
+            assert turn.status_code == 201, turn.text
+        listed = (await http.get(f"/conversations/{conversation}/messages/")).json()["results"]
+        history = [{"role": message["role"], "content": message["content"]} for message in listed[:-1]]
+        completion = await http.post("/chat/completions", json={"model": f"corpus-{corpus.pk}", "messages": history,
+                                                                 **conversation_settings})
+        assert completion.status_code == 200, completion.text
+    assert len(requests) == 3
+    chat_request, completion_request = requests[1], requests[2]
+    assert completion_request == chat_request
+    # The conversation's settings are what made it: one memory (top_document), compressed.
+    primed = listed[-1]["memories"]
+    assert len(primed) == 1 and completion.json()["memories"][0]["id"] == primed[0]["memory_id"]
+    prompt = chat_request["messages"][-1]["content"]
+    assert prompt.count("<memory>") == 1 and prompt.endswith(QUESTION)
+    text = await database_sync_to_async(_memory_text)(primed[0]["memory_id"])
+    assert compress_context(text) in prompt and compress_context(text) != text

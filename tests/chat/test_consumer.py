@@ -360,11 +360,12 @@ async def test_a_broken_corpus_is_reported_and_the_turn_kept(chat_settings, user
 
 
 def _turn_memories(conversation_id: int, query: str) -> list[int]:
-    from chat.turn_memories import memories_for_turn
+    from chat.preparation import ConversationState, turn_memories
 
     conversation = Conversation.objects.get(pk=conversation_id)
-    return [r["memory"]["hdv_idx"] for r in memories_for_turn(conversation=conversation, query=query,
-                                                               token_budget=TOKEN_BUDGET)]
+    results = turn_memories(user=conversation.owner, state=ConversationState.of_conversation(conversation),
+                            question=query, token_budget=TOKEN_BUDGET)
+    return [r["memory"]["hdv_idx"] for r in results]
 
 
 async def test_retrieval_uses_the_conversations_own_blend(chat_settings, users, pydoc_build):
