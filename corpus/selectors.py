@@ -86,27 +86,32 @@ def get_corpus_for_user(user: User, pk: int, *, write: bool = False) -> Corpus:
         corpus = None
     if corpus is None or not corpora_readable_among(user, [corpus]):
         raise Http404("No such corpus.")
-    if write and not corpus_can_write(user=user, corpus=corpus):
-        raise PermissionDenied("You may read this corpus but not change it.")
+    _check_write(user, corpus, write)
     return corpus
 
 
-def get_dataset_for_user(user: User, pk: int, *, write: bool = False) -> Dataset:
-    dataset = Dataset.objects.filter(pk=pk, corpus__in=corpora_visible_to(user)).select_related("corpus").first()
-    if dataset is None:
-        raise Http404("No such dataset.")
-    if write and not corpus_can_write(user=user, corpus=dataset.corpus):
+def _check_write(user: User, corpus: Corpus, write: bool) -> None:
+    if write and not corpus_can_write(user=user, corpus=corpus):
         raise PermissionDenied("You may read this corpus but not change it.")
-    return dataset
+
+
+def _part_for_user(model: type[Dataset] | type[IndexBuild], user: User, pk: int, *, write: bool,
+                   missing: str) -> Dataset | IndexBuild:
+    """A row of a corpus (a dataset, a build), by the corpus's rule: Http404 when `user` may not
+    read the corpus, PermissionDenied when `write` is asked of a reader who may not write."""
+    part = model.objects.filter(pk=pk, corpus__in=corpora_visible_to(user)).select_related("corpus").first()
+    if part is None:
+        raise Http404(missing)
+    _check_write(user, part.corpus, write)
+    return part
+
+
+def get_dataset_for_user(user: User, pk: int, *, write: bool = False) -> Dataset:
+    return _part_for_user(Dataset, user, pk, write=write, missing="No such dataset.")
 
 
 def get_build_for_user(user: User, pk: int, *, write: bool = False) -> IndexBuild:
-    build = IndexBuild.objects.filter(pk=pk, corpus__in=corpora_visible_to(user)).select_related("corpus").first()
-    if build is None:
-        raise Http404("No such build.")
-    if write and not corpus_can_write(user=user, corpus=build.corpus):
-        raise PermissionDenied("You may read this corpus but not change it.")
-    return build
+    return _part_for_user(IndexBuild, user, pk, write=write, missing="No such build.")
 
 
 def corpus_list_for_user(user: User) -> QuerySet[Corpus]:

@@ -23,6 +23,7 @@ from corpus.services.sharing import (
     groups_for_user,
 )
 from hdrag_site.errors import ApplicationError
+from hdrag_site.flash import flash
 
 
 def _managed_corpus(request: HttpRequest, pk: int) -> Corpus:
@@ -75,12 +76,8 @@ def share_remove(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def visibility_set(request: HttpRequest, pk: int) -> HttpResponse:
     corpus = _managed_corpus(request, pk)
-    try:
-        corpus_set_visibility(corpus=corpus, visibility=request.POST.get("visibility", ""))
-    except ApplicationError as error:
-        messages.error(request, error.message)
-    else:
-        messages.success(request, f"Visibility: {corpus.get_visibility_display()}. It applies at once.")
+    flash(request, lambda: corpus_set_visibility(corpus=corpus, visibility=request.POST.get("visibility", "")),
+          lambda _: f"Visibility: {corpus.get_visibility_display()}. It applies at once.")
     return redirect(f"{corpus.get_absolute_url()}#sharing")
 
 
@@ -94,13 +91,9 @@ def group_list(request: HttpRequest) -> HttpResponse:
 
 @require_POST
 def group_new(request: HttpRequest) -> HttpResponse:
-    try:
-        group = group_create(name=request.POST.get("name", ""), by=request.user)
-    except ApplicationError as error:
-        messages.error(request, error.message)
-        return redirect("groups:list")
-    messages.success(request, f"Group {group.name} created; you manage it. Add its members below.")
-    return redirect("groups:detail", pk=group.pk)
+    group = flash(request, lambda: group_create(name=request.POST.get("name", ""), by=request.user),
+                  lambda group: f"Group {group.name} created; you manage it. Add its members below.")
+    return redirect("groups:detail", pk=group.pk) if group is not None else redirect("groups:list")
 
 
 @require_GET
@@ -115,23 +108,15 @@ def group_detail(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def group_member_add(request: HttpRequest, pk: int) -> HttpResponse:
     group = get_group_for_user(request.user, pk, manage=True)
-    try:
-        user = group_add_member(group=group, username=request.POST.get("username", ""),
-                                manager=request.POST.get("manager") == "1")
-    except ApplicationError as error:
-        messages.error(request, error.message)
-    else:
-        messages.success(request, f"{user.get_username()} added to {group.name}.")
+    flash(request, lambda: group_add_member(group=group, username=request.POST.get("username", ""),
+                                            manager=request.POST.get("manager") == "1"),
+          lambda user: f"{user.get_username()} added to {group.name}.")
     return redirect("groups:detail", pk=group.pk)
 
 
 @require_POST
 def group_member_remove(request: HttpRequest, pk: int) -> HttpResponse:
     group = get_group_for_user(request.user, pk, manage=True)
-    try:
-        user = group_remove_member(group=group, username=request.POST.get("username", ""))
-    except ApplicationError as error:
-        messages.error(request, error.message)
-    else:
-        messages.success(request, f"{user.get_username()} removed from {group.name}.")
+    flash(request, lambda: group_remove_member(group=group, username=request.POST.get("username", "")),
+          lambda user: f"{user.get_username()} removed from {group.name}.")
     return redirect("groups:detail", pk=group.pk)

@@ -37,6 +37,7 @@ from corpus.services.corpora import (
 from corpus.services.multivector import StoreUnavailable, store_document_delete, store_documents, store_stats
 from corpus.services.sharing import corpus_access_list, groups_shareable_by
 from hdrag_site.errors import ApplicationError
+from hdrag_site.flash import flash
 
 PAGE_SIZE = 20
 STORE_PAGE_SIZE = 50
@@ -138,12 +139,8 @@ def store_document_list(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def store_document_remove(request: HttpRequest, pk: int) -> HttpResponse:
     doc_id = request.POST.get("doc_id", "")
-    try:
-        pages, chunks = store_document_delete(user=request.user, corpus_id=pk, doc_id=doc_id)
-    except ApplicationError as error:
-        messages.error(request, error.message)
-    else:
-        messages.success(request, f"Deleted {doc_id!r}: {pages} page and {chunks} chunk embeddings.")
+    flash(request, lambda: store_document_delete(user=request.user, corpus_id=pk, doc_id=doc_id),
+          lambda deleted: f"Deleted {doc_id!r}: {deleted[0]} page and {deleted[1]} chunk embeddings.")
     target = reverse("corpus:store_documents", args=[pk])
     page = request.POST.get("page", "")
     return redirect(f"{target}?page={page}" if page.isdigit() else target)
@@ -215,24 +212,14 @@ def dataset_remove(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def build_new(request: HttpRequest, pk: int) -> HttpResponse:
     corpus = get_corpus_for_user(request.user, pk, write=True)
-    try:
-        build = build_start(corpus=corpus, user=request.user)
-    except ApplicationError as error:
-        messages.error(request, error.message)
-    else:
-        messages.success(request, f"Build {build.pk} queued.")
+    flash(request, lambda: build_start(corpus=corpus, user=request.user), lambda build: f"Build #{build.number} queued.")
     return redirect("corpus:detail", pk=corpus.pk)
 
 
 @require_POST
 def build_stop(request: HttpRequest, pk: int) -> HttpResponse:
     build = get_build_for_user(request.user, pk, write=True)
-    try:
-        build_cancel(build=build)
-    except ApplicationError as error:
-        messages.error(request, error.message)
-    else:
-        messages.success(request, f"Cancellation of build {build.pk} requested.")
+    flash(request, lambda: build_cancel(build=build), f"Cancellation of build #{build.number} requested.")
     return redirect("corpus:detail", pk=build.corpus_id)
 
 
