@@ -19,11 +19,14 @@ estimate is an upper bound (tested against the real server's `usage.prompt_token
 
 The client is async (httpx) so a websocket consumer streams without blocking its event loop.
 Cancelling the consuming task, or closing the iterator, closes the HTTP response, and llama.cpp
-stops generating for a closed connection.
+stops generating for a closed connection. Both clients here keep one pooled httpx client (per event
+loop for the async one) rather than one per call: making an httpx client loads the CA bundle into a
+new SSL context, tens of milliseconds before the first byte is sent (`bench/llm_client.py`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import threading
@@ -41,6 +44,10 @@ TEMPLATE_TOKENS = 4
 MESSAGE_TOKENS = 6
 MEMORY_OPEN, MEMORY_CLOSE = "<memory>\n", "\n</memory>\n"
 MEMORY_TAGS = (MEMORY_OPEN.strip(), MEMORY_CLOSE.strip())
+# Idle kept-alive connections are dropped after this many seconds: before the server drops them
+# (llama.cpp's server answers `Keep-Alive: timeout=5`; Uvicorn keeps one 5 s by default), so a
+# request is never sent on a connection the server is closing.
+KEEPALIVE_SECONDS = 4.0
 
 
 class RecitationCut:
@@ -104,7 +111,8 @@ class ServerTokenCounter:
 
     def __init__(self, base_url: str, *, timeout: float = 5.0, cache_size: int = 4096) -> None:
         self.url = base_url.rstrip("/") + "/tokenize"
-        self._timeout = timeout
+        # One pooled client for every thread that counts (httpx's Client is thread-safe).
+        self._http = httpx.Client(timeout=timeout, limits=httpx.Limits(keepalive_expiry=KEEPALIVE_SECONDS))
         self._cache: OrderedDict[str, int] = OrderedDict()
         self._cache_size = cache_size
         self._lock = threading.Lock()
@@ -125,7 +133,7 @@ class ServerTokenCounter:
 
     def _server_count(self, text: str) -> int | None:
         try:
-            return _token_count(httpx.post(self.url, json=_tokenize_body(text), timeout=self._timeout))
+            return _token_count(self._http.post(self.url, json=_tokenize_body(text)))
         except httpx.HTTPError:
             return None
 
@@ -263,6 +271,10 @@ class LLMClient:
 
     `timeout` bounds connecting and each wait for the next bytes (a stalled stream), not the
     whole generation.
+
+    Requests go through one pooled `httpx.AsyncClient` per event loop (a connection belongs to the
+    loop that opened it): the portal's web process runs every turn on its one loop, so they share
+    the pool; a loop that has closed has its pool forgotten. Safe to share between threads.
     """
 
     def __init__(self, base_url: str, *, timeout: float = 60.0, connect_timeout: float = 5.0,
@@ -273,10 +285,26 @@ class LLMClient:
         self.model = model
         self._timeout = httpx.Timeout(timeout, connect=connect_timeout)
         self._continues_prefill: bool | None = None  # the server's answer, once it has given one
+        self._pools: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
+        self._pools_lock = threading.Lock()
 
     @property
     def url(self) -> str:
         return f"{self.base_url}/v1/chat/completions"
+
+    def _http(self) -> httpx.AsyncClient:
+        """The running event loop's pooled client, made on its first request."""
+        loop = asyncio.get_running_loop()
+        with self._pools_lock:
+            client = self._pools.get(loop)
+            if client is None:
+                # A closed loop's connections cannot be closed any more; dropping the client lets
+                # them be collected (their sockets close then).
+                for closed in [other for other in self._pools if other.is_closed()]:
+                    del self._pools[closed]
+                client = self._pools[loop] = httpx.AsyncClient(
+                    timeout=self._timeout, limits=httpx.Limits(keepalive_expiry=KEEPALIVE_SECONDS))
+            return client
 
     def payload(self, messages: Sequence[dict[str, str]], settings: GenerationSettings) -> dict[str, Any]:
         body = {
@@ -316,8 +344,7 @@ class LLMClient:
         messages = [{"role": "user", "content": "Hello."}, {"role": "assistant", "content": PREFILL_PROBE}]
         body = {"messages": messages, **CONTINUE_FINAL_MESSAGE}
         try:
-            async with httpx.AsyncClient(timeout=self._timeout) as client:
-                response = await client.post(f"{self.base_url}/apply-template", json=body)
+            response = await self._http().post(f"{self.base_url}/apply-template", json=body)
             prompt = response.json().get("prompt") if response.status_code == 200 else None
         except httpx.HTTPError:
             return False
@@ -330,8 +357,7 @@ class LLMClient:
         """Tokens of `text` by the server's own tokenizer (llama.cpp's `/tokenize`), without
         special tokens; None where the server cannot say (no endpoint, an error, unreachable)."""
         try:
-            async with httpx.AsyncClient(timeout=self._timeout) as client:
-                return _token_count(await client.post(f"{self.base_url}/tokenize", json=_tokenize_body(text)))
+            return _token_count(await self._http().post(f"{self.base_url}/tokenize", json=_tokenize_body(text)))
         except httpx.HTTPError:
             return None
 
@@ -350,18 +376,26 @@ class LLMClient:
         usage: Usage | None = None
         recitation = RecitationCut()
         try:
-            async with httpx.AsyncClient(timeout=self._timeout) as client, \
-                    client.stream("POST", self.url, json=payload) as response:
+            # Leaving early (a cut, a cancelled turn) closes the response with its body unread, so
+            # the pool closes that connection rather than keeping it: llama.cpp stops generating.
+            async with self._http().stream("POST", self.url, json=payload) as response:
                 if response.status_code != 200:
                     body = (await response.aread()).decode("utf-8", errors="replace")
                     raise LLMHTTPError(f"LLM server at {self.base_url} answered HTTP {response.status_code}: "
                                        f"{_error_text(body)}", response.status_code)
+                done = False
                 async for line in response.aiter_lines():
+                    if done:
+                        # Read to the response's end (the chunked body's last chunk follows [DONE]):
+                        # a response read whole leaves its connection in the pool for the next one
+                        # where the server keeps it (this llama.cpp closes it after a stream).
+                        continue
                     event = self._parse_line(line)
                     if event is None:
                         continue
                     if event == "[DONE]":
-                        break
+                        done = True
+                        continue
                     for choice in event.get("choices") or []:
                         text = (choice.get("delta") or {}).get("content")
                         if text:

@@ -349,8 +349,9 @@ def chroma_client() -> Any:
 
 
 def llm_client() -> LLMClient:
-    """The client for the configured server, kept: it holds no connection between calls, and it
-    remembers what it has learnt of the server (whether it continues an answer)."""
+    """The client for the configured server, kept: its pooled HTTP client (one per event loop) is
+    made once, not per request, and it remembers what it has learnt of the server (whether it
+    continues an answer)."""
     url, timeout = settings.LLM_BASE_URL, float(settings.LLM_TIMEOUT_SECONDS)
     return _clients.get((url, timeout), lambda: LLMClient(url, timeout=timeout))
 

@@ -4,8 +4,13 @@ with the real Gemma tokenizer (token counts checked against the server's own usa
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import random
+import threading
 import time
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 
 import httpx
@@ -238,6 +243,107 @@ async def test_non_sse_stream_is_a_protocol_error():
             await _collect(LLMClient(url), QUESTION)
 
 
+def _keep_alive_server(connections: list[int]):
+    """An HTTP/1.1 server that answers every request on a connection until the client closes it
+    (`/tokenize`: a token a word; `/apply-template`; chat: two deltas and a stop, as SSE), and
+    counts in `connections` the connections it accepted. A fake: what is measured is how many
+    connections the client opens, which the real server does not report."""
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                body = json.loads(await reader.readexactly(length))
+                if b" /tokenize " in head:
+                    kind, answer = b"application/json", json.dumps({"tokens": [0] * len(body["content"].split())})
+                elif b" /apply-template " in head:
+                    kind, answer = b"application/json", json.dumps({"prompt": "<start_of_turn>user\nHello."})
+                else:
+                    kind = b"text/event-stream"
+                    answer = "".join(f"data: {json.dumps(event)}\n\n" for event in (
+                        {"choices": [{"delta": {"content": "Red, "}}]},
+                        {"choices": [{"delta": {"content": "green."}, "finish_reason": "stop"}]})) + "data: [DONE]\n\n"
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s"
+                             % (kind, len(answer.encode()), answer.encode()))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionResetError):
+            pass
+        finally:
+            writer.close()
+    return handle
+
+
+@contextlib.contextmanager
+def _threaded_keep_alive_server(connections: list[int]) -> Iterator[str]:
+    """`_keep_alive_server` on an event loop of its own thread, for clients on other threads; its URL."""
+    ready, state = threading.Event(), {}
+
+    async def serve() -> None:
+        server = await asyncio.start_server(_keep_alive_server(connections), "127.0.0.1", 0)
+        state["url"], state["stop"] = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", asyncio.Event()
+        state["loop"] = asyncio.get_running_loop()
+        ready.set()
+        async with server:
+            await state["stop"].wait()
+
+    thread = threading.Thread(target=asyncio.run, args=(serve(),), daemon=True)
+    thread.start()
+    assert ready.wait(10)
+    try:
+        yield state["url"]
+    finally:
+        state["loop"].call_soon_threadsafe(state["stop"].set)
+        thread.join(10)
+
+
+async def test_requests_on_one_event_loop_share_one_kept_connection():
+    """One pooled client per event loop, not one per call: a count, the prefill probe and two
+    answers in a row go over one connection."""
+    connections: list[int] = []
+    server = await asyncio.start_server(_keep_alive_server(connections), "127.0.0.1", 0)
+    client = LLMClient(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+    async with server:
+        assert await client.count_tokens("three words here") == 3
+        assert await client.continues_prefill() is False
+        for _ in range(2):
+            assert "".join(chunk.delta for chunk in await _collect(client, QUESTION)) == "Red, green."
+    assert len(connections) == 1
+
+
+def test_a_client_shared_by_threads_keeps_a_pool_per_event_loop():
+    """Threads, each running event loops of its own one after the other, share one client: every
+    answer arrives, each loop opens its own connection (one belongs to the loop that opened it)
+    and reuses it, and a closed loop's pool does not break the next loop's requests."""
+    connections: list[int] = []
+
+    async def three_answers() -> list[str]:
+        return ["".join(chunk.delta for chunk in await _collect(client, QUESTION)) for _ in range(3)]
+
+    def two_loops(_: int) -> list[str]:
+        return asyncio.run(three_answers()) + asyncio.run(three_answers())
+
+    with _threaded_keep_alive_server(connections) as url, ThreadPoolExecutor(4) as pool:
+        client = LLMClient(url)
+        answers = [answer for answers in pool.map(two_loops, range(4)) for answer in answers]
+    assert answers == ["Red, green."] * 24
+    assert len(connections) == 8  # one per event loop, each used for its three answers
+
+
+def test_the_token_counter_reuses_one_connection_from_many_threads():
+    connections: list[int] = []
+    texts = [" ".join(WORDS[:n]) for n in range(1, len(WORDS) + 1)]
+    with _threaded_keep_alive_server(connections) as url:
+        counter = ServerTokenCounter(url)
+        for text in texts[:3]:  # one after the other: one connection
+            counter.count_tokens(text)
+        assert len(connections) == 1
+        with ThreadPoolExecutor(4) as pool:  # at once: at most a connection per thread
+            counts = list(pool.map(counter.count_tokens, texts))
+    assert counts == list(range(1, len(WORDS) + 1))
+    assert len(connections) <= 4
+
+
 async def _processing_slots(base_url: str) -> int:
     async with httpx.AsyncClient() as http:
         return sum(slot["is_processing"] for slot in (await http.get(f"{base_url}/slots")).json())
@@ -258,6 +364,8 @@ async def test_closing_the_stream_stops_generation_on_the_server(llama_server):
     while await _processing_slots(llama_server.base_url) and time.monotonic() < deadline:
         await asyncio.sleep(0.1)
     assert await _processing_slots(llama_server.base_url) == 0
+    # The pool dropped that connection rather than keeping it half-read: the next answer comes whole.
+    assert (await _collect(client, QUESTION))[-1].finish_reason in ("stop", "length")
 
 
 async def test_cancelling_the_task_stops_generation_on_the_server(llama_server):
