@@ -36,6 +36,8 @@ PASSWORD = "browser-test-password-1"
 USERS = ("alice", "bob")
 STAFF = "carol"
 # Screenshots of every page the tests visit; CI keeps them as artifacts, the README uses some.
+# The longest a step may take before it counts as a hang (a machine busy with another portal).
+BUSY_MACHINE_SECONDS = 180
 SCREENSHOT_DIR = Path(os.environ.get("BROWSER_SCREENSHOTS", ROOT / "var" / "test" / "screenshots"))
 
 
@@ -101,7 +103,7 @@ def live_portal(llama_server, embedding_cache) -> Iterator[LivePortal]:
                                                   start_new_session=True))
         portal = LivePortal(f"http://127.0.0.1:{port}", data_dir, log_dir)
         try:
-            _wait_for(f"{portal.url}/healthz", 90, processes)
+            _wait_for(f"{portal.url}/healthz", BUSY_MACHINE_SECONDS, processes)
         except (RuntimeError, TimeoutError) as error:
             pytest.fail(f"the live portal did not start: {error}\n{portal.logs()}", pytrace=False)
         yield portal
@@ -152,7 +154,9 @@ def screenshot():
 def log_in(browser, portal: LivePortal, username: str, *, dark: bool = False):  # noqa: ANN001, ANN201
     """A fresh context (own cookies) logged in through the real login page; returns its page."""
     context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme="dark" if dark else "light")
-    context.set_default_timeout(20_000)
+    # Waits are on states (a selector, a status); the timeouts only bound a hang, and are long
+    # enough for a machine busy with another portal or test run (issue 30.7).
+    context.set_default_timeout(BUSY_MACHINE_SECONDS * 1000)
     page = context.new_page()
     page.goto(f"{portal.url}/accounts/login/")
     page.get_by_label("Username").fill(username)
@@ -171,7 +175,7 @@ def assert_labelled(page) -> None:  # noqa: ANN001 - playwright Page
     assert unlabelled == [], (page.url, unlabelled)
 
 
-def wait_until(page, expression: str, *, timeout: float = 60.0) -> None:  # noqa: ANN001 - playwright Page
+def wait_until(page, expression: str, *, timeout: float = BUSY_MACHINE_SECONDS) -> None:  # noqa: ANN001 - playwright Page
     """Poll a JavaScript expression from here until it is true. Playwright's own wait_for_function
     builds its predicate with eval inside the page, which the portal's Content-Security-Policy
     (script-src 'self', no 'unsafe-eval') rightly refuses; page.evaluate goes through DevTools."""

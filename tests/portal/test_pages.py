@@ -9,6 +9,7 @@ import pytest
 from django.urls import reverse
 
 from corpus.models import Dataset, Memory
+from memory.services import memories_search
 from memory.svg import nice_ticks
 from tests.portal.conftest import TEXTS, build_now, login, upload
 
@@ -44,9 +45,16 @@ def test_dashboard_hides_other_peoples_private_corpora(corpus, outsider):
 def test_search_ranks_by_score_and_shows_the_pipeline_one_toggle_away(built, owner):
     client = login(owner)
     page = client.get(reverse("memory:search"), {"q": "storming of the Bastille in Paris"}).content.decode()
-    scores = [int(s.replace(",", "")) for s in re.findall(r'<span class="score"[^>]*>([\d,]+)</span>', page)]
-    assert len(scores) >= 2 and scores == sorted(scores, reverse=True)
-    assert "ranked by score" in page and 'id="pipeline"' not in page
+    # The first score of each result is what the page ranks by, shown in order, and the page says
+    # which it is: the fused ranking where the corpus's rule fuses exact words, else HDC (issue 31.3).
+    heads = re.findall(r'<div class="result-head">\s*<span class="score"[^>]*>([^<]+)</span>', page)
+    keys = [float(h.split()[-1].replace(",", "")) for h in heads]
+    assert len(keys) >= 2 and keys == sorted(keys, reverse=True), heads
+    scores = keys
+    fused = heads[0].startswith("rank ")
+    assert all(h.startswith("rank ") == fused for h in heads)
+    assert ("ranked by the fused ranking" if fused else "ranked by HDC score") in page
+    assert 'id="pipeline"' not in page
     assert "<mark>Bastille</mark>" in page and "<mark>Paris</mark>" in page and "<mark>the</mark>" not in page
     toggle = re.search(r'id="order-toggle" href="\?([^"]+)"', page).group(1).replace("&amp;", "&")
     pipeline = client.get(reverse("memory:search") + "?" + toggle).content.decode()
@@ -55,6 +63,27 @@ def test_search_ranks_by_score_and_shows_the_pipeline_one_toggle_away(built, own
     counts = [int(s.replace(",", "")) for s in stages]
     assert counts[0] >= counts[1] >= counts[2] >= counts[3] == len(scores)
     assert "pick #1" in pipeline and "in the order the pipeline picked them" in pipeline
+
+
+def test_searching_several_corpora_ranks_by_a_key_comparable_across_them(
+        built, owner, django_capture_on_commit_callbacks):
+    from corpus.services.corpora import corpus_create
+
+    other = corpus_create(owner=owner, name="Other notes", hdc_dimensions=1024, hdc_ngram=3)
+    upload(other, owner, ["Tides follow the moon because of its gravitational pull on the oceans.",
+                          "A sextant measures the angle between a star and the horizon at sea.",
+                          "Glaciers carve valleys as they slide slowly downhill under their own weight.",
+                          "The capital of France is Paris, on the river Seine, where the storming began."])
+    assert build_now(other, owner, django_capture_on_commit_callbacks).status == "succeeded"
+    found = memories_search(user=owner, corpus_ids=[built.pk, other.pk], query="storming of the Bastille in Paris")
+    assert {r["corpus_id"] for r in found} == {built.pk, other.pk}, [(r["corpus"], r["merge_score"]) for r in found]
+    page = login(owner).get(reverse("memory:search"), {"q": "storming of the Bastille in Paris"}).content.decode()
+    assert "ranked across corpora" in page, re.search(r"id=.result-count.>(.*?)</p>", page, re.S).group(1)
+    heads = re.findall(r'<div class="result-head">\s*<span class="score"[^>]*>([^<]+)</span>', page)
+    keys = [float(h.split()[-1]) for h in heads]
+    assert heads and all(h.startswith("z ") for h in heads) and keys == sorted(keys, reverse=True)
+    first = re.search(r'<p class="excerpt">(.*?)</p>', page, re.S).group(1)
+    assert "Bastille" in first  # the corpus that holds the answer comes first
 
 
 def test_a_hit_opens_the_memory_with_source_and_neighbours(built, owner, outsider):
