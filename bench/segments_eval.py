@@ -43,6 +43,7 @@ class State:
         self.dirs: list[Path] = []
         self.row_document: dict[int, int] = {}
         self.files: dict[int, list[int]] = {}  # source id -> the document of each JSONL line
+        self.ids: set[str] = set()  # content ids of the rows: an append skips what the state holds
 
     def write(self, path: Path, source_id: int, documents: list[tuple[int, str]]) -> Path:
         self.files[source_id] = [number for number, _ in documents]
@@ -54,6 +55,7 @@ class State:
         for record in records:  # JSONL lines are 1-based; a long document's chunks share its line
             document = self.files[record["source_id"]][record["metadata"]["record"] - 1]
             self.row_document[record["hdv_idx"]] = document
+            self.ids.add(record["id"])
 
     def rank(self, retriever, queries: list[str]) -> np.ndarray:  # noqa: ANN001 - engine.retrieval.Retriever
         from engine.segments import load_state
@@ -141,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
                     start = time.perf_counter()
                     result = append_segment(previous_dir=state.dirs[-1], datasets=[(2 + number, f"a{number}", state.write(
                         root / f"a-{share}-{number}.jsonl", 2 + number, [documents[i] for i in part]))], out_dir=out,
-                        gguf_path=gguf_path, tokenizer=tokenizer, sink=state.sink, word_index=False)
+                        gguf_path=gguf_path, tokenizer=tokenizer, sink=state.sink, word_index=False,
+                        known=lambda ids, state=state: set(ids) & state.ids)
                     seconds.append(time.perf_counter() - start)
                     oov.append(result.manifest["segment"]["oov_share"])
                     state.dirs.append(out)

@@ -139,6 +139,15 @@ def build_memory_texts(*, build_id: int) -> Iterator[str]:
         yield text
 
 
+def memory_hashes_among(*, build_ids: list[int], hashes: list[str]) -> set[str]:
+    """Which of `hashes` (content ids) the memory rows of those builds hold: an append's check for
+    documents its state has already (one indexed lookup per batch, whatever the corpus's size)."""
+    if not hashes:
+        return set()
+    return set(Memory.objects.filter(build_id__in=build_ids, content_hash__in=set(hashes))
+               .values_list("content_hash", flat=True))
+
+
 def memory_counts_by_dataset(*, build_ids: list[int]) -> dict[int, int]:
     """{dataset id: memories of those builds from it}; memories of a deleted dataset are left out."""
     if not build_ids:

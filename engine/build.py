@@ -136,8 +136,12 @@ class _Tokenized:
 
 
 def _tokenize_pass(datasets: list[tuple[int, str, Path]], tokenizer: Tokenizer, chunk_size: int, spool: _Spool,
-                   batch_docs: int, report: Progress, checkpoint: Callable[[], None]) -> _Tokenized:
-    """Pass 1: read, deduplicate and tokenize every dataset into the spool; count document frequencies."""
+                   batch_docs: int, report: Progress, checkpoint: Callable[[], None],
+                   known: Callable[[list[str]], set[str]] | None = None) -> _Tokenized:
+    """Pass 1: read, deduplicate and tokenize every dataset into the spool; count document frequencies.
+
+    `known(ids)`, when given, says which of a batch's content ids are held elsewhere already (an
+    append's state): those are duplicates too."""
     vocab_total = int(tokenizer.vocab_size)
     document_frequency = np.zeros(vocab_total, dtype=np.int64)
     seen: set[str] = set()
@@ -150,8 +154,9 @@ def _tokenize_pass(datasets: list[tuple[int, str, Path]], tokenizer: Tokenizer, 
             for batch in _batched(items, batch_docs):
                 checkpoint()
                 fresh = []
+                held = known([item["id"] for item in batch]) if known is not None else set()
                 for item in batch:
-                    if item["id"] in seen:
+                    if item["id"] in seen or item["id"] in held:
                         counts["duplicates"] += 1
                     else:
                         seen.add(item["id"])

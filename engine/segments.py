@@ -273,7 +273,8 @@ def state_word_index(state: LoadedCorpus, word_index: Callable[[LoadedCorpus], W
 def append_segment(*, previous_dir: str | Path, datasets: Iterable[tuple[int, str, str | Path]],
                    out_dir: str | Path, gguf_path: str | Path, tokenizer: Tokenizer, sink: Sink | None = None,
                    progress: Progress | None = None, should_cancel: Callable[[], bool] | None = None,
-                   batch_docs: int = BATCH_DOCS, word_index: bool = True) -> BuildResult:
+                   batch_docs: int = BATCH_DOCS, word_index: bool = True,
+                   known: Callable[[list[str]], set[str]] | None = None) -> BuildResult:
     """Write an append segment of `datasets` = [(source_id, name, path)] after the state whose
     newest segment is `previous_dir` (see the module docstring); returns it as a build result.
 
@@ -282,8 +283,8 @@ def append_segment(*, previous_dir: str | Path, datasets: Iterable[tuple[int, st
     records (`hdv_idx` numbered across the state) go to `sink`. With `word_index`, the segment's
     `words.npz` is written too. Verified and completed like a build (manifest last); a failure or
     `BuildCancelled` leaves `out_dir` without a manifest for the caller to delete. Duplicates are
-    dropped within the append; a document the state already holds is added again (the
-    retriever's dedup keeps one of them; a merge drops it).
+    dropped within the append, and, with `known(ids)` (which of a batch's content ids the state
+    holds), a document the state already holds, as a full build of the same documents would.
     """
     previous_dir, out_dir = Path(previous_dir), Path(out_dir)
     previous = read_manifest(previous_dir)
@@ -306,7 +307,7 @@ def append_segment(*, previous_dir: str | Path, datasets: Iterable[tuple[int, st
     spool = _Spool(spool_dir / "tokens.i32", spool_dir / "records.jsonl")
     with _timed(timings, "tokenize"):
         tokenized = _tokenize_pass(datasets, tokenizer, int(previous["chunk_size"]), spool, batch_docs, report,
-                                   checkpoint)
+                                   checkpoint, known)
     offsets = np.asarray(spool.offsets, dtype=np.int64)
     n_docs = offsets.size - 1
     if n_docs == 0:

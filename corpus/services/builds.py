@@ -38,7 +38,13 @@ from django.utils import timezone
 from corpus.chroma import store_for
 from corpus.events import send_build_event, send_event
 from corpus.files import build_dir
-from corpus.memory_rows import BuildMemoryStore, MemoryWriter, build_memory_texts, memories_delete_for_build
+from corpus.memory_rows import (
+    BuildMemoryStore,
+    MemoryWriter,
+    build_memory_texts,
+    memories_delete_for_build,
+    memory_hashes_among,
+)
 from corpus.models import Corpus, Dataset, IndexBuild
 from corpus.object_store import fetch_dataset, publish_build, unpublish_build
 from corpus.services.appends import (
@@ -327,6 +333,7 @@ def _execute_append(build: IndexBuild, reporter: _Reporter) -> None:
     datasets = append_datasets(build)
     _local_datasets(datasets)
     previous_dir = append_previous_dir(build)
+    state = [build.parameters["base_build"], *build.parameters.get("previous", [])]
     out_dir = build_dir(build.corpus_id, build.pk)
     IndexBuild.objects.filter(pk=build.pk).update(build_dir=str(out_dir))
     reporter.estimate = sum(d.record_count for d in datasets)
@@ -337,7 +344,8 @@ def _execute_append(build: IndexBuild, reporter: _Reporter) -> None:
     result = append_segment(
         previous_dir=previous_dir, datasets=[(d.pk, d.name, d.file.path) for d in datasets], out_dir=out_dir,
         gguf_path=gguf_path, tokenizer=tokenizer, sink=writer.add, progress=reporter.progress,
-        should_cancel=reporter.should_cancel, word_index=bool(build.parameters.get("word_channel")))
+        should_cancel=reporter.should_cancel, word_index=bool(build.parameters.get("word_channel")),
+        known=lambda ids: memory_hashes_among(build_ids=state, hashes=ids))
     writer.flush()
     reporter.progress("activate", 0, 1)
     stored = build.memories.count()

@@ -178,3 +178,14 @@ def test_an_append_needs_an_active_build_without_late_interaction(
     corpus.save()
     with pytest.raises(ApplicationError, match="full build"):
         append_start(corpus=corpus, user=owner)
+
+
+def test_an_append_skips_documents_the_state_already_holds(corpus, owner, django_capture_on_commit_callbacks):
+    client = login(owner)
+    page_upload(client, corpus, TEXTS, "notes.jsonl", django_capture_on_commit_callbacks)
+    page_upload(client, corpus, [TEXTS[3], *NEW], "overlap.jsonl", django_capture_on_commit_callbacks)
+    append = IndexBuild.objects.get(corpus=corpus, kind=Kind.APPEND)
+    assert append.status == Status.SUCCEEDED, append.error
+    # As a full build of both files would: the Bastille text once, from the first file.
+    assert append.documents == len(NEW) and append.duplicates == 1
+    assert Memory.objects.filter(corpus=corpus, text=TEXTS[3]).count() == 1
