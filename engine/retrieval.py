@@ -55,12 +55,12 @@ from __future__ import annotations
 
 import re
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
+from cachetools import LRUCache
 
 from engine import bits
 from engine.config import Config
@@ -269,24 +269,21 @@ class Retriever:
         self.tokenizer = tokenizer
         self.config = config
         self.candidates = candidates
-        self._cache: OrderedDict[tuple[str, str], tuple[np.ndarray, np.ndarray, int]] = OrderedDict()
-        self._cache_size = cache_size
+        self._cache: LRUCache[tuple[str, str], tuple[np.ndarray, np.ndarray, int]] = LRUCache(maxsize=cache_size)
         self._lock = threading.Lock()
 
     def encode_text(self, corpus: LoadedCorpus, text: str) -> tuple[np.ndarray, np.ndarray, int]:
         """(pos, neg, content_count) of `text` under `corpus`'s encoder; cached per (build, text)."""
         key = (corpus.key, text)
         with self._lock:
-            if key in self._cache:
-                self._cache.move_to_end(key)
-                return self._cache[key]
+            cached = self._cache.get(key)
+        if cached is not None:
+            return cached
         tokens = self.tokenizer.tokenize(text)
         pos, neg = corpus.encoder.encode([tokens])
         value = (pos[0], neg[0], corpus.encoder.content_count(tokens))
         with self._lock:
             self._cache[key] = value
-            while len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
         return value
 
     def query_vector(self, corpus: LoadedCorpus, query: str, blend: BlendState | None = None

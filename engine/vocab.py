@@ -38,12 +38,12 @@ import math
 import os
 import struct
 import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from cachetools import LRUCache
 
 from engine import gguf, kernels
 from engine.bits import permute_bits, quantize_ternary, words
@@ -191,7 +191,7 @@ class VocabIndex:
     directions: np.ndarray | None = None
     projection: np.ndarray | None = None
     column_scale: np.ndarray | None = None
-    _cache: OrderedDict = dataclasses.field(default_factory=OrderedDict, repr=False)
+    _cache: LRUCache = dataclasses.field(default_factory=lambda: LRUCache(maxsize=CACHED_ROWS), repr=False)
     _lock: threading.Lock = dataclasses.field(default_factory=threading.Lock, repr=False)
 
     @property
@@ -230,7 +230,7 @@ class VocabIndex:
 
     def with_tables(self, unigram: np.ndarray, bitmaps: np.ndarray) -> VocabIndex:
         """This index with full tables attached (what a build encodes with)."""
-        return dataclasses.replace(self, unigram=unigram, bitmaps=bitmaps, _cache=OrderedDict(),
+        return dataclasses.replace(self, unigram=unigram, bitmaps=bitmaps, _cache=LRUCache(maxsize=CACHED_ROWS),
                                    _lock=threading.Lock())
 
     def project(self, local: np.ndarray) -> np.ndarray:
@@ -260,11 +260,8 @@ class VocabIndex:
         n_words, tau, ngram = int(self.header["words"]), float(self.header["tau"]), int(self.header["ngram"])
         unigram = np.empty((local.size, self.dims), dtype=np.float16)
         base = np.empty((local.size, 2, n_words), dtype=np.uint64)
-        with self._lock:
+        with self._lock:  # a read of an LRU cache reorders it
             cached = [self._cache.get(int(row)) for row in local]
-            for row, hit in zip(local, cached, strict=True):
-                if hit is not None:
-                    self._cache.move_to_end(int(row))
         missing = [i for i, hit in enumerate(cached) if hit is None]
         if missing:
             projected = self.project(local[missing])
@@ -274,8 +271,6 @@ class VocabIndex:
                 for k, i in enumerate(missing):
                     cached[i] = (fresh[k], np.stack([pos[k], neg[k]]))
                     self._cache[int(local[i])] = cached[i]
-                while len(self._cache) > CACHED_ROWS:
-                    self._cache.popitem(last=False)
         for i, (row, bits) in enumerate(cached):
             unigram[i], base[i] = row, bits
         bitmaps = np.empty((ngram, local.size, 2, n_words), dtype=np.uint64)

@@ -18,14 +18,15 @@ the disk space comes back; at most `LOADED_BUILDS` builds stay mapped, least rec
 from __future__ import annotations
 
 import functools
+import sys
 import threading
-from collections import OrderedDict
 from collections.abc import Callable, Hashable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 import yaml
+from cachetools import LRUCache
 from django.conf import settings
 
 from engine.config import Config
@@ -48,7 +49,8 @@ V = TypeVar("V")
 
 
 class BoundedCache(Generic[K, V]):
-    """A thread-safe LRU map whose values are made on first use, once per key.
+    """A thread-safe LRU map (cachetools' `LRUCache` under a lock) whose values are made on first
+    use, once per key.
 
     A value is made outside the map's lock, under a lock of its own key: two requests for a new key
     make it once (the second waits for the first), and a slow one (a tokenizer takes about a
@@ -59,7 +61,8 @@ class BoundedCache(Generic[K, V]):
         """At most `size` values; with `max_bytes` (read on each insert, so a setting can change it)
         and `weigh`, also at most that many bytes of them (the newest value always stays)."""
         self.size = size
-        self._items: OrderedDict[K, V] = OrderedDict()
+        # Its recency order and popitem; both bounds are applied by `_evict` (`size` can change).
+        self._items: LRUCache[K, V] = LRUCache(maxsize=sys.maxsize)
         self._weights: dict[K, int] = {}
         self._max_bytes, self._weigh = max_bytes, weigh
         self._lock = threading.Lock()
@@ -74,19 +77,17 @@ class BoundedCache(Generic[K, V]):
         limit = self._max_bytes() if self._max_bytes is not None else None
         while len(self._items) > self.size or (
                 limit is not None and len(self._items) > 1 and sum(self._weights.values()) > limit):
-            key, _ = self._items.popitem(last=False)
+            key, _ = self._items.popitem()  # the least recently used
             self._weights.pop(key, None)
 
     def get(self, key: K, make: Callable[[], V]) -> V:
         with self._lock:
             if key in self._items:
-                self._items.move_to_end(key)
-                return self._items[key]
+                return self._items[key]  # a read marks it recently used
             making = self._making.setdefault(key, threading.Lock())
         with making:
             with self._lock:
                 if key in self._items:  # made meanwhile by the request this one waited for
-                    self._items.move_to_end(key)
                     return self._items[key]
             try:
                 value = make()
@@ -97,7 +98,6 @@ class BoundedCache(Generic[K, V]):
             weight = self._weigh(value) if self._weigh is not None else 0
             with self._lock:  # one step: a request arriving now finds the value, never a second maker
                 self._items[key] = value
-                self._items.move_to_end(key)
                 self._weights[key] = weight
                 self._evict()
                 self._making.pop(key, None)

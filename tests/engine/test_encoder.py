@@ -341,6 +341,7 @@ def test_derived_formats_are_small_and_row_cache_is_bounded(tmp_path, monkeypatc
     from engine import vocab as vocab_module
 
     make_encoder(tmp_path, dims=4096, ngram=5, name="v1.idx", format_version=1)
+    monkeypatch.setattr(vocab_module, "CACHED_ROWS", 8)  # the row cache is sized when the index opens
     derived = make_encoder(tmp_path, dims=4096, ngram=5, name="v2.idx", format_version=version)
     v1_bytes, v2_bytes = (tmp_path / "v1.idx").stat().st_size, (tmp_path / "v2.idx").stat().st_size
     # Format 1: v * (2 * dims + ngram * 2 * dims / 8) bytes; format 2: v * emb_dim * 4 bytes (F32 rows
@@ -348,7 +349,6 @@ def test_derived_formats_are_small_and_row_cache_is_bounded(tmp_path, monkeypatc
     # format 4 the float32 projection.
     projection_bytes = {2: 0, 3: EMB_DIM * 4096 + 8 * 4096, 4: EMB_DIM * 4096 * 4}[version]
     assert v1_bytes > 20 * (v2_bytes - projection_bytes)
-    monkeypatch.setattr(vocab_module, "CACHED_ROWS", 8)
     derived.encode(random_docs(3, [50, 50]))
     assert len(derived.vocab._cache) == 8
 
