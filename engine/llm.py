@@ -30,12 +30,12 @@ import asyncio
 import contextlib
 import json
 import threading
-from collections import OrderedDict
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
 import httpx
+from cachetools import LRUCache
 
 from engine.config import Config
 from engine.repetition import RepetitionGuard
@@ -113,22 +113,19 @@ class ServerTokenCounter:
         self.url = base_url.rstrip("/") + "/tokenize"
         # One pooled client for every thread that counts (httpx's Client is thread-safe).
         self._http = httpx.Client(timeout=timeout, limits=httpx.Limits(keepalive_expiry=KEEPALIVE_SECONDS))
-        self._cache: OrderedDict[str, int] = OrderedDict()
-        self._cache_size = cache_size
+        self._cache: LRUCache[str, int] = LRUCache(maxsize=cache_size)
         self._lock = threading.Lock()
 
     def count_tokens(self, text: str) -> int:
         with self._lock:
-            if text in self._cache:
-                self._cache.move_to_end(text)
-                return self._cache[text]
+            cached = self._cache.get(text)
+        if cached is not None:
+            return cached
         count = self._server_count(text)
         if count is None:
             return (len(text.encode("utf-8")) + 1) // 2
         with self._lock:
             self._cache[text] = count
-            if len(self._cache) > self._cache_size:
-                self._cache.popitem(last=False)
         return count
 
     def _server_count(self, text: str) -> int | None:
@@ -180,6 +177,9 @@ class PromptTooLongError(LLMError):
     """The new user turn and system prompt alone leave no room in the context."""
 
 
+_DEFAULTS = Config()
+
+
 @dataclass(frozen=True)
 class GenerationSettings:
     """Sampling parameters sent with each request (llama.cpp's names for the non-OpenAI ones:
@@ -187,16 +187,17 @@ class GenerationSettings:
     `dry_base`, `dry_allowed_length` and `dry_penalty_last_n` (-1: the whole context); other
     OpenAI-compatible servers ignore or map them)."""
 
-    temperature: float = 0.7
-    top_p: float = 0.8
-    max_tokens: int = 4096
-    top_k: int = 20
-    min_p: float = 0.0
-    repeat_penalty: float = 1.05
-    dry_multiplier: float = 0.0
-    dry_base: float = 1.75
-    dry_allowed_length: int = 2
-    dry_penalty_last_n: int = -1
+    # The defaults are the engine config's (declared once, in engine.config.Config).
+    temperature: float = _DEFAULTS.temperature
+    top_p: float = _DEFAULTS.top_p
+    max_tokens: int = _DEFAULTS.max_new_tokens
+    top_k: int = _DEFAULTS.top_k
+    min_p: float = _DEFAULTS.min_p
+    repeat_penalty: float = _DEFAULTS.repeat_penalty
+    dry_multiplier: float = _DEFAULTS.dry_multiplier
+    dry_base: float = _DEFAULTS.dry_base
+    dry_allowed_length: int = _DEFAULTS.dry_allowed_length
+    dry_penalty_last_n: int = _DEFAULTS.dry_penalty_last_n
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.temperature <= 5.0:

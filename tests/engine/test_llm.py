@@ -532,3 +532,8 @@ async def test_estimate_bounds_the_servers_prompt_tokens(llama_server, tokenizer
     assert actual <= plan.prompt_tokens <= budget.prompt
     # An upper bound, but a tight one: a few tokens per message at most.
     assert plan.prompt_tokens - actual <= 2 * len(plan.messages) + TEMPLATE_TOKENS
+
+
+def test_sampling_defaults_are_declared_once():
+    # The generation settings' defaults are the engine config's, never a second copy of them.
+    assert GenerationSettings() == GenerationSettings.from_config(Config())
