@@ -457,7 +457,7 @@ def main() -> int:
     args = _parse()
     print_hardware()
     from engine.llama_server import LlamaServer
-    from engine.models import default_chat_gguf_path
+    from engine.model_files import default_chat_gguf_path
 
     source, texts, make_corpus = SETS[args.set]
     questions = [tuple(item) for item in json.loads((DATA / source).read_text(encoding="utf-8"))]

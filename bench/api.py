@@ -251,7 +251,7 @@ def main() -> int:
     # Latencies here are only as quiet as the machine: say how busy it was.
     print(f"load average (1, 5, 15 min): {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     from bench.chat import corpus_build, corpus_rows
-    from engine.models import default_gguf_path
+    from engine.model_files import default_gguf_path
 
     gguf_path = default_gguf_path()
     build_dir, records_file, dataset = corpus_build(args.memories, args.seed, gguf_path)

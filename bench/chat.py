@@ -299,7 +299,7 @@ def main() -> int:
     args = _parse()
     print_hardware()
     from engine.llama_server import LlamaServer
-    from engine.models import default_chat_gguf_path, default_gguf_path
+    from engine.model_files import default_chat_gguf_path, default_gguf_path
 
     gguf_path = default_gguf_path()
     build_dir, records_file, dataset = corpus_build(args.memories, args.seed, gguf_path)

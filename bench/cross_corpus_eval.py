@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from engine.config import Config
-    from engine.models import default_gguf_path
+    from engine.model_files import default_gguf_path
     from engine.retrieval import DEFAULT_K, Retriever, merge_targets
     from engine.spm import GGUFTokenizer
 

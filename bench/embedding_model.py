@@ -53,7 +53,7 @@ class TokenizationSpeed:
 
 def resolve_gguf(choice: str | None) -> Path:
     """`--gguf`: None or "embeddings" (packaged Gemma), "chat" (packaged Qwen chat model), or a path."""
-    from engine.models import default_chat_gguf_path, default_gguf_path
+    from engine.model_files import default_chat_gguf_path, default_gguf_path
 
     if choice in (None, "", "embeddings"):
         return default_gguf_path()

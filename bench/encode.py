@@ -94,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     from engine import gguf
     from engine.datasets import chunk_spans
     from engine.encoder import HDCEncoder, compute_idf, flatten
-    from engine.models import default_gguf_path
+    from engine.model_files import default_gguf_path
     from engine.tokenizer import GGUFTokenizer
     from engine.vocab import write_vocab_index
 

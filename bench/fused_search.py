@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     from engine.config import Config
     from engine.fusion import FusionChoice
     from engine.loaded_build import load_corpus
-    from engine.models import default_gguf_path
+    from engine.model_files import default_gguf_path
     from engine.multivector import ChromaClient
     from engine.retrieval import Retriever, SearchTarget
     from engine.spm import GGUFTokenizer

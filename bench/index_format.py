@@ -47,7 +47,10 @@ import json, sys
 from pathlib import Path
 from engine.build import build_index
 from engine.config import Config
-from engine.models import default_gguf_path
+try:
+    from engine.model_files import default_gguf_path
+except ModuleNotFoundError:  # engines before the module's rename (the issue-14 baseline)
+    from engine.models import default_gguf_path
 from engine.tokenizer import GGUFTokenizer
 dataset, out, version = sys.argv[1], sys.argv[2], sys.argv[3]
 gguf = default_gguf_path()
@@ -67,7 +70,10 @@ try:
     from engine.loaded_build import load_corpus
 except ModuleNotFoundError:  # engines before the module's split (the issue-14 baseline)
     from engine.corpus import load_corpus
-from engine.models import default_gguf_path
+try:
+    from engine.model_files import default_gguf_path
+except ModuleNotFoundError:  # engines before the module's rename (the issue-14 baseline)
+    from engine.models import default_gguf_path
 from engine.retrieval import Retriever
 from engine.tokenizer import GGUFTokenizer
 imported = time.perf_counter()

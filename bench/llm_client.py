@@ -111,7 +111,7 @@ def _time_counts(base_url: str, runs: int, gap: float) -> tuple[list[float], lis
 def main() -> None:
     args = _parse()
     from engine.llama_server import LlamaServer
-    from engine.models import default_chat_gguf_path
+    from engine.model_files import default_chat_gguf_path
 
     print_hardware()
     print(f"== setup ==\n  runs {args.runs} per arm, gap {args.gap} s, llama.cpp threads {args.threads}")

@@ -381,7 +381,7 @@ def main() -> int:
     args = _parse()
     print_hardware()
     from engine.llama_server import LlamaServer, free_port
-    from engine.models import default_chat_gguf_path
+    from engine.model_files import default_chat_gguf_path
 
     user_counts = [int(n) for n in args.users.split(",")]
     policies = ["fcfs", "parallel"] if args.policies == "both" else args.policies.split(",")

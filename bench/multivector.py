@@ -111,7 +111,7 @@ def compression_report(args: argparse.Namespace) -> None:
     rng = np.random.default_rng(args.seed)
     datasets = {"random normal": rng.standard_normal((8, args.seq, args.dim)).astype(np.float32)}
     try:
-        from engine.models import default_gguf_path
+        from engine.model_files import default_gguf_path
         from engine.multivector.model_like import gguf_token_sequences
 
         datasets["Gemma token rows"] = gguf_token_sequences(

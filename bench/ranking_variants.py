@@ -46,7 +46,7 @@ def hubness(ranked: np.ndarray, k: int = 10) -> dict[str, float]:
             "distinct_share": float(np.count_nonzero(counts) / max(1, int((top >= 0).sum())))}
 
 
-def _nonzeros(corpus) -> np.ndarray:  # noqa: ANN001 - engine.loaded_build.LoadedCorpus
+def _nonzeros(corpus) -> np.ndarray:  # noqa: ANN001 - engine.loaded_build.LoadedIndex
     pos, neg = corpus.index.get_bitmaps(np.arange(corpus.count))
     return np.bitwise_count(pos | neg).sum(axis=1).astype(np.float64)
 

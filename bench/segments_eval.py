@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from engine.build import build_index
     from engine.config import Config
-    from engine.models import default_gguf_path
+    from engine.model_files import default_gguf_path
     from engine.retrieval import Retriever
     from engine.segments import append_segment
     from engine.spm import GGUFTokenizer

@@ -21,7 +21,7 @@ import time  # noqa: E402
 
 from bench._hw import print_hardware  # noqa: E402
 from engine.llama_server import LlamaServer  # noqa: E402
-from engine.models import default_gguf_path  # noqa: E402
+from engine.model_files import default_gguf_path  # noqa: E402
 from engine.tokenizer import GGUFTokenizer, LlamaCppTokenizer  # noqa: E402
 
 

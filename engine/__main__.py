@@ -28,7 +28,7 @@ def _tokenizer(gguf_path: Path):
 
 
 def _gguf(path: str | None) -> Path:
-    from engine.models import default_gguf_path
+    from engine.model_files import default_gguf_path
 
     return Path(path) if path else default_gguf_path()
 

@@ -91,8 +91,10 @@ class SqliteMemoryStore:
 
 
 @dataclass
-class LoadedCorpus:
-    """A searchable build: `encoder` (vocabulary index) and `index` (bitmaps), both memory-mapped.
+class LoadedIndex:
+    """A searchable index: one build (`load_corpus`), or a state of segments (a build and its
+    appends, `engine.segments.load_state`): `encoder` (vocabulary index) and `index` (bitmaps),
+    memory-mapped.
 
     `store` is the build's own SQLite store when it has one; the portal passes its own store
     to the retriever instead. `source_names` maps source ids to dataset names.
@@ -105,7 +107,7 @@ class LoadedCorpus:
     store: MemoryStore | None = None
     # A state of several segments (`engine.segments.load_state`): the loaded segments, base first;
     # empty for one build.
-    segments: tuple[LoadedCorpus, ...] = ()
+    segments: tuple[LoadedIndex, ...] = ()
 
     @property
     def dims(self) -> int:
@@ -142,7 +144,7 @@ def read_manifest(build_dir: str | Path) -> dict[str, Any]:
     return manifest
 
 
-def load_corpus(build_dir: str | Path) -> LoadedCorpus:
+def load_corpus(build_dir: str | Path) -> LoadedIndex:
     """Open a completed build. Raises CorpusError when the manifest and the files disagree."""
     build_dir = Path(build_dir).resolve()
     manifest = read_manifest(build_dir)
@@ -154,5 +156,5 @@ def load_corpus(build_dir: str | Path) -> LoadedCorpus:
         raise CorpusError(f"{build_dir}: manifest (dims, ngram, seed, documents) = {expected}, files hold {found}")
     store_path = build_dir / MEMORIES_DB
     store = SqliteMemoryStore(store_path) if store_path.exists() else None
-    return LoadedCorpus(encoder=encoder, index=index, manifest=manifest, build_dir=build_dir, store=store)
+    return LoadedIndex(encoder=encoder, index=index, manifest=manifest, build_dir=build_dir, store=store)
 

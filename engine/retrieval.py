@@ -65,7 +65,7 @@ from cachetools import LRUCache
 from engine import bits
 from engine.config import Config
 from engine.fusion import DEFAULT_K, FusionChoice, choose_fusion, fuse_scores, self_queries
-from engine.loaded_build import LoadedCorpus, MemoryStore
+from engine.loaded_build import LoadedIndex, MemoryStore
 from engine.tokenizer import Tokenizer
 
 CONTEXT_DELIMITER = "\n\n---\n\n"
@@ -184,7 +184,7 @@ class SearchTarget:
     that fuses the two (None: "rrf:1", equal weights); with rule "hdc", `late` is not called.
     """
 
-    corpus: LoadedCorpus
+    corpus: LoadedIndex
     store: MemoryStore
     name: str = ""
     enabled_sources: frozenset[int] | None = None
@@ -272,7 +272,7 @@ class Retriever:
         self._cache: LRUCache[tuple[str, str], tuple[np.ndarray, np.ndarray, int]] = LRUCache(maxsize=cache_size)
         self._lock = threading.Lock()
 
-    def encode_text(self, corpus: LoadedCorpus, text: str) -> tuple[np.ndarray, np.ndarray, int]:
+    def encode_text(self, corpus: LoadedIndex, text: str) -> tuple[np.ndarray, np.ndarray, int]:
         """(pos, neg, content_count) of `text` under `corpus`'s encoder; cached per (build, text)."""
         key = (corpus.key, text)
         with self._lock:
@@ -286,7 +286,7 @@ class Retriever:
             self._cache[key] = value
         return value
 
-    def query_vector(self, corpus: LoadedCorpus, query: str, blend: BlendState | None = None
+    def query_vector(self, corpus: LoadedIndex, query: str, blend: BlendState | None = None
                      ) -> tuple[np.ndarray, np.ndarray]:
         """The blended query bitmaps (pos, neg) (words,) uint64 for one corpus (the query's question
         template removed, `query_terms`)."""

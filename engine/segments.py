@@ -10,7 +10,7 @@ state's: a query is encoded once, with it, and searched in every segment.
 
 Rows are numbered across the state: an append's row r is the state's row `row_offset + r`, where
 `row_offset` is the number of rows before it, so (state, row) names a memory as (build, row) does
-for one build. `load_state` opens a list of segment directories as one `LoadedCorpus` whose index
+for one build. `load_state` opens a list of segment directories as one `LoadedIndex` whose index
 (`SegmentedIndex`) searches every segment and merges their results (best score first, lower row
 first on ties: exactly one index's order over the same rows), and `SegmentedWordIndex` scores
 BM25 with the statistics of all segments together (document count, document frequencies and mean
@@ -55,7 +55,7 @@ from engine.build import (
 from engine.encoder import HDCEncoder, compute_idf
 from engine.index import SAMPLED_SEARCH_MIN_ROWS, BitmapIndex
 from engine.lexical import WORDS_FILE, WordIndex, bm25_weights, words
-from engine.loaded_build import VOCAB_FILE, CorpusError, LoadedCorpus, load_corpus, read_manifest
+from engine.loaded_build import VOCAB_FILE, CorpusError, LoadedIndex, load_corpus, read_manifest
 from engine.tokenizer import Tokenizer
 from engine.vocab import VocabIndex, extend_vocab_index
 
@@ -229,7 +229,7 @@ class SegmentedWordIndex:
 
 
 def load_state(build_dirs: Sequence[str | Path], *,
-               load: Callable[[str | Path], LoadedCorpus] = load_corpus) -> LoadedCorpus:
+               load: Callable[[str | Path], LoadedIndex] = load_corpus) -> LoadedIndex:
     """The segments `build_dirs` (base first, then appends, oldest first) as one searchable corpus.
 
     One directory is returned as `load` gives it. Otherwise the result's `encoder` is the newest
@@ -254,11 +254,11 @@ def load_state(build_dirs: Sequence[str | Path], *,
     manifest = {**parts[0].manifest, "documents": rows,
                 "sources": [s for part in parts for s in part.manifest.get("sources", [])],
                 "segments": [str(part.build_dir) for part in parts]}
-    return LoadedCorpus(encoder=parts[-1].encoder, index=SegmentedIndex([p.index for p in parts]),
+    return LoadedIndex(encoder=parts[-1].encoder, index=SegmentedIndex([p.index for p in parts]),
                         manifest=manifest, build_dir=parts[-1].build_dir, segments=tuple(parts))
 
 
-def state_word_index(state: LoadedCorpus, word_index: Callable[[LoadedCorpus], WordIndex | None]
+def state_word_index(state: LoadedIndex, word_index: Callable[[LoadedIndex], WordIndex | None]
                      ) -> WordIndex | SegmentedWordIndex | None:
     """The exact-word index of a state: the segment's own for one segment, else every segment's
     together (None when any segment has none: the search then runs on HDC alone)."""
@@ -359,7 +359,7 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def segment_rows(state: LoadedCorpus) -> list[tuple[Path | None, int, int]]:
+def segment_rows(state: LoadedIndex) -> list[tuple[Path | None, int, int]]:
     """[(segment directory, first row, rows)] of a state, base first."""
     parts = state.segments or (state,)
     starts = [0, *np.cumsum([p.count for p in parts]).tolist()]

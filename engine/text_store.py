@@ -41,7 +41,7 @@ import numpy as np
 
 from engine import gguf
 from engine.build import BuildCancelled
-from engine.loaded_build import LoadedCorpus, MemoryStore
+from engine.loaded_build import LoadedIndex, MemoryStore
 from engine.multivector import ChromaClient
 from engine.multivector.late_interaction import maxsim_many
 from engine.multivector.token_vectors import EmptySequenceError, TokenVectorEncoder
@@ -79,7 +79,7 @@ def text_doc_id(build_id: str | int, source_id: int) -> str:
     return f"build{_check_build_id(build_id)}-source{int(source_id)}"
 
 
-def text_encoder_for(corpus: LoadedCorpus, *, gguf_path: str | Path, tokenizer: Tokenizer,
+def text_encoder_for(corpus: LoadedIndex, *, gguf_path: str | Path, tokenizer: Tokenizer,
                      cache_dir: str | Path | None = None, dim: int = 768, **options: Any) -> TokenVectorEncoder:
     """The `TokenVectorEncoder` of a build: its GGUF's token embeddings (memory-mapped from
     `cache_dir` when given), IDF from the build's vocabulary, the tokenizer's special ids dropped.
@@ -91,7 +91,7 @@ def text_encoder_for(corpus: LoadedCorpus, *, gguf_path: str | Path, tokenizer: 
     return TokenVectorEncoder.for_corpus(corpus, embeddings, special_ids=special, dim=dim, **options)
 
 
-def text_store_fill(*, store: ChromaClient, corpus: LoadedCorpus, encoder: TokenVectorEncoder, tokenizer: Tokenizer,
+def text_store_fill(*, store: ChromaClient, corpus: LoadedIndex, encoder: TokenVectorEncoder, tokenizer: Tokenizer,
                     build_id: str | int, memories: MemoryStore | None = None, progress: Progress | None = None,
                     should_cancel: Callable[[], bool] | None = None, batch_rows: int = BATCH_ROWS
                     ) -> TextStoreResult:
@@ -236,7 +236,7 @@ class LateScorer:
         self.count = self.offsets.size - 1
 
     @classmethod
-    def for_build(cls, corpus: LoadedCorpus, *, encoder: TokenVectorEncoder, tokenizer: Tokenizer) -> LateScorer | None:
+    def for_build(cls, corpus: LoadedIndex, *, encoder: TokenVectorEncoder, tokenizer: Tokenizer) -> LateScorer | None:
         """The scorer of a build whose fill wrote `LATE_FILE`; None for a build without one."""
         path = Path(corpus.build_dir) / LATE_FILE if corpus.build_dir is not None else None
         return cls(path, encoder=encoder, tokenizer=tokenizer) if path is not None and path.is_file() else None

@@ -31,7 +31,7 @@ from django.conf import settings
 
 from engine.config import Config
 from engine.llm import ContextBudget, GenerationSettings, LLMClient, ServerTokenCounter, TokenCounter
-from engine.loaded_build import MANIFEST, LoadedCorpus, load_corpus
+from engine.loaded_build import MANIFEST, LoadedIndex, load_corpus
 from engine.retrieval import Retriever
 from hdrag_site.llm_queue import LLMQueue
 
@@ -138,8 +138,8 @@ _text_encoders: BoundedCache[tuple[str, str], Any] = BoundedCache(TEXT_ENCODERS)
 _late_scorers: BoundedCache[tuple[str, str], Any] = BoundedCache(TEXT_ENCODERS, max_bytes=_in_memory_bytes,
                                                                  weigh=array_bytes)
 _word_indexes: BoundedCache[str, Any] = BoundedCache(LOADED_BUILDS, max_bytes=_in_memory_bytes, weigh=array_bytes)
-_builds: BoundedCache[str, LoadedCorpus] = BoundedCache(LOADED_BUILDS)
-_states: BoundedCache[tuple[str, ...], LoadedCorpus] = BoundedCache(LOADED_BUILDS)
+_builds: BoundedCache[str, LoadedIndex] = BoundedCache(LOADED_BUILDS)
+_states: BoundedCache[tuple[str, ...], LoadedIndex] = BoundedCache(LOADED_BUILDS)
 _chroma: BoundedCache[tuple[str, str, float], Any] = BoundedCache(CHROMA_CLIENTS)
 _counters: BoundedCache[str, ServerTokenCounter] = BoundedCache(TOKEN_COUNTERS)
 _clients: BoundedCache[tuple[str, float], LLMClient] = BoundedCache(LLM_CLIENTS)
@@ -183,7 +183,7 @@ def default_gguf() -> Path:
     """`GGUF_PATH`, or the packaged Gemma 3 270M (assembled into .cache on first use)."""
     if settings.GGUF_PATH:
         return Path(settings.GGUF_PATH)
-    from engine.models import default_gguf_path
+    from engine.model_files import default_gguf_path
 
     return default_gguf_path()
 
@@ -209,7 +209,7 @@ def model_for(parameters: dict) -> Path:
     cache, `GGUF_PATH` or the packaged default (assembled on first use). Raises ApplicationError
     naming the model when none matches (a model of that name with another checksum is refused).
     Builds made before models were recorded by identity have only their path."""
-    from engine.models import models_dir
+    from engine.model_files import models_dir
     from hdrag_site.errors import ApplicationError
 
     recorded = Path(parameters.get("gguf_path", ""))
@@ -247,7 +247,7 @@ def retriever_for(gguf_path: str | Path) -> Retriever:
     return _retrievers.get(key, lambda: Retriever(tokenizer_for(gguf_path), config))
 
 
-def text_encoder_for(build: LoadedCorpus, gguf_path: str | Path):  # noqa: ANN201 - TokenVectorEncoder
+def text_encoder_for(build: LoadedIndex, gguf_path: str | Path):  # noqa: ANN201 - TokenVectorEncoder
     """The token-vector encoder a late-interaction build was filled with (made as in the build;
     making one costs the isotropy correction of the build's vocabulary, an SVD)."""
     from engine.text_store import text_encoder_for as make_encoder
@@ -258,7 +258,7 @@ def text_encoder_for(build: LoadedCorpus, gguf_path: str | Path):  # noqa: ANN20
         dim=settings.MULTIVECTOR_DIM))
 
 
-def late_scorer_for(build: LoadedCorpus, gguf_path: str | Path):  # noqa: ANN201 - text_store.LateScorer | None
+def late_scorer_for(build: LoadedIndex, gguf_path: str | Path):  # noqa: ANN201 - text_store.LateScorer | None
     """The exact late-interaction scorer of a build its fill left token vectors for (`late.npz`,
     read into memory once: a few bytes per token of the corpus and ~1.5 kB per vocabulary token);
     None for a build without them."""
@@ -269,7 +269,7 @@ def late_scorer_for(build: LoadedCorpus, gguf_path: str | Path):  # noqa: ANN201
         build, encoder=text_encoder_for(build, gguf_path), tokenizer=tokenizer_for(gguf_path)))
 
 
-def word_index_for(build: LoadedCorpus):  # noqa: ANN201 - engine.lexical.WordIndex | None
+def word_index_for(build: LoadedIndex):  # noqa: ANN201 - engine.lexical.WordIndex | None
     """The exact-word (BM25) index a build wrote (`words.npz`, read into memory once: about 6
     bytes per distinct word of each memory); None for a build without one."""
     from engine.lexical import WordIndex
@@ -277,14 +277,14 @@ def word_index_for(build: LoadedCorpus):  # noqa: ANN201 - engine.lexical.WordIn
     return _word_indexes.get(str(build.build_dir), lambda: WordIndex.for_build(build.build_dir))
 
 
-def loaded_build(build_dir: str | Path) -> LoadedCorpus:
+def loaded_build(build_dir: str | Path) -> LoadedIndex:
     """The build at `build_dir`, memory-mapped once per process (see the module docstring)."""
     forget_vanished_builds()
     key = str(Path(build_dir).resolve())
     return _builds.get(key, lambda: load_corpus(key))
 
 
-def loaded_state(build_dirs: list[str | Path]) -> LoadedCorpus:
+def loaded_state(build_dirs: list[str | Path]) -> LoadedIndex:
     """A corpus's state: its full build and append segments (`engine.segments.load_state`), each
     segment memory-mapped once per process; one directory is `loaded_build`."""
     from engine.segments import load_state
@@ -296,7 +296,7 @@ def loaded_state(build_dirs: list[str | Path]) -> LoadedCorpus:
     return _states.get(key, lambda: load_state(list(key), load=loaded_build))
 
 
-def state_word_index(state: LoadedCorpus):  # noqa: ANN201 - WordIndex | SegmentedWordIndex | None
+def state_word_index(state: LoadedIndex):  # noqa: ANN201 - WordIndex | SegmentedWordIndex | None
     """The exact-word index of a state: every segment's `word_index_for`, scored together."""
     from engine.segments import state_word_index as together
 

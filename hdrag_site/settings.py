@@ -169,7 +169,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 
 # Engine and services
-GGUF_PATH = envstr("GGUF_PATH", "")  # blank: the packaged Gemma 3 270M (engine.models.default_gguf_path)
+GGUF_PATH = envstr("GGUF_PATH", "")  # blank: the packaged Gemma 3 270M (engine.model_files.default_gguf_path)
 HDRAG_CONFIG_FILE = envstr("HDRAG_CONFIG_FILE", "")  # optional YAML of engine.config.Config values
 # Engine searches a process runs at once; more wait for a slot (hdrag_site.runtime.search_slot).
 SEARCH_CONCURRENCY = envint("SEARCH_CONCURRENCY", 2, minimum=1)

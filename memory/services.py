@@ -21,7 +21,7 @@ from corpus.segment_cache import segment_path
 from corpus.selectors import corpora_readable_among
 from engine.fusion import FusionChoice
 from engine.lexical import WordIndex, WordIndexError
-from engine.loaded_build import LoadedCorpus
+from engine.loaded_build import LoadedIndex
 from engine.retrieval import BlendState, Retriever, SearchTarget, standardised
 from engine.text_store import LateScorer, TextStoreError
 from hdrag_site import runtime
@@ -30,7 +30,7 @@ from hdrag_site.errors import ApplicationError
 logger = logging.getLogger(__name__)
 
 
-def _late_scorer(*, corpus_id: int, corpus: LoadedCorpus, gguf_path: str) -> LateScorer | None:
+def _late_scorer(*, corpus_id: int, corpus: LoadedIndex, gguf_path: str) -> LateScorer | None:
     """SearchTarget.late of a late-interaction build: the exact MaxSim of its rows from the token
     vectors its fill kept (`engine.text_store.LateScorer`); None for a build filled before they
     were kept, or when they cannot be read (the search then runs on HDC alone)."""
@@ -41,7 +41,7 @@ def _late_scorer(*, corpus_id: int, corpus: LoadedCorpus, gguf_path: str) -> Lat
         return None
 
 
-def _word_index(*, corpus_id: int, corpus: LoadedCorpus) -> WordIndex | None:
+def _word_index(*, corpus_id: int, corpus: LoadedIndex) -> WordIndex | None:
     """SearchTarget.late of a state whose segments wrote exact-word indexes (`engine.lexical`,
     scored together over segments); None when one cannot be read (the search then runs on HDC
     alone)."""

@@ -12,7 +12,7 @@ pytest_plugins = ["tests.plugins.llama", "tests.plugins.s3"]
 @pytest.fixture(scope="session")
 def gemma_gguf() -> Path:
     """The real default model (Gemma 3 270M GGUF), assembled once into the repo's .cache."""
-    from engine.models import default_gguf_path
+    from engine.model_files import default_gguf_path
 
     return default_gguf_path()
 

@@ -27,7 +27,7 @@ def real_text_index(directory: Path, *, queries: int, dims: int,
     from engine.build import build_index
     from engine.config import Config
     from engine.loaded_build import load_corpus
-    from engine.models import default_gguf_path
+    from engine.model_files import default_gguf_path
     from engine.retrieval import Retriever
     from engine.tokenizer import GGUFTokenizer
 

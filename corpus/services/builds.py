@@ -61,7 +61,7 @@ from engine.build import BuildCancelled, BuildResult, build_index, verify_build
 from engine.config import Config
 from engine.fusion import FusionChoice
 from engine.lexical import WORDS_FILE, WordIndex
-from engine.loaded_build import LoadedCorpus, MemoryStore, load_corpus
+from engine.loaded_build import LoadedIndex, MemoryStore, load_corpus
 from engine.multivector.token_vectors import TokenVectorEncoder
 from engine.retrieval import Retriever, SearchTarget, fusion_evidence
 from engine.segments import append_segment
@@ -304,7 +304,7 @@ def index_after_upload(*, corpus: Corpus, user: AbstractBaseUser | None) -> Inde
     return append_start(corpus=corpus, user=user)
 
 
-def _fusion_evidence(*, build: IndexBuild, corpus: LoadedCorpus, config: Config, tokenizer: Tokenizer,
+def _fusion_evidence(*, build: IndexBuild, corpus: LoadedIndex, config: Config, tokenizer: Tokenizer,
                      encoder: TokenVectorEncoder, memories: MemoryStore) -> FusionChoice:
     """The fusion rule for this build, from its own held-out self-queries
     (`engine.retrieval.fusion_evidence`), scored by the token vectors the fill kept beside the

@@ -37,7 +37,7 @@ from engine.multivector.records import MAX_PAYLOAD_BYTES
 from engine.vocab import corrected_rows, isotropy_correction, unit_rows
 
 if TYPE_CHECKING:
-    from engine.loaded_build import LoadedCorpus
+    from engine.loaded_build import LoadedIndex
 
 DEFAULT_SEED = 20240611
 DEFAULT_MAX_ROWS = 256
@@ -124,7 +124,7 @@ class TokenVectorEncoder:
         self.projection = (rng.standard_normal((emb_dim, dim)) / np.sqrt(dim)).astype(np.float32)
 
     @classmethod
-    def for_corpus(cls, corpus: LoadedCorpus, embeddings: np.ndarray, *, special_ids: Iterable[int] = (),
+    def for_corpus(cls, corpus: LoadedIndex, embeddings: np.ndarray, *, special_ids: Iterable[int] = (),
                    drop_components: int = DEFAULT_DROP_COMPONENTS, **options: Any) -> TokenVectorEncoder:
         """The encoder of a finished HDC build: IDF from its vocabulary index (`vocab.idx`), the
         isotropy correction (mean and `drop_components` directions; 0: none) of that vocabulary,

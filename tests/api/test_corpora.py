@@ -50,7 +50,7 @@ def test_corpus_input_is_validated(owner, outsider, writers):
 
 
 def test_an_embedding_model_the_engine_cannot_tokenize_is_refused_like_the_form(staff, gemma_gguf):
-    from engine.models import default_chat_gguf_path
+    from engine.model_files import default_chat_gguf_path
 
     client = token_client(staff)
     refused = client.post("/api/v1/corpora/", {"name": "Qwen", "gguf_path": str(default_chat_gguf_path())},

@@ -12,7 +12,7 @@ import requests
 from bench.embedding_compare import parse
 from bench.embedding_model import measure_tokenization, open_embedding_model, resolve_gguf
 from bench.retrieval_eval import HDCRanker, LateInteractionRanker
-from engine.models import default_chat_gguf_path
+from engine.model_files import default_chat_gguf_path
 from engine.spm import GGUFTokenizer
 
 DOCUMENTS = [

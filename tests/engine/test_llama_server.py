@@ -184,7 +184,7 @@ def test_a_server_whose_owner_is_killed_shuts_down(gemma_gguf, tmp_path):
 def test_the_chat_model_is_served_with_its_own_template():
     """The packaged instruct model runs with the ChatML template its GGUF carries (Jinja), not a
     built-in one: its end-of-turn token then ends every answer."""
-    from engine.models import default_chat_gguf_path
+    from engine.model_files import default_chat_gguf_path
 
     with LlamaServer(default_chat_gguf_path(), ctx_size=1024, parallel=1) as server:
         props = requests.get(f"{server.base_url}/props", timeout=10).json()

@@ -12,7 +12,7 @@ from engine.bits import adaptive_threshold, pack_ternary, unpack_ternary
 from engine.config import Config
 from engine.fusion import FusionChoice
 from engine.index import BitmapIndex
-from engine.loaded_build import LoadedCorpus
+from engine.loaded_build import LoadedIndex
 from engine.retrieval import (
     CONTEXT_DELIMITER,
     FUSION_DEPTH,
@@ -66,14 +66,14 @@ def ternary(rng: np.random.Generator, n: int, density: float = 0.3) -> np.ndarra
     return (rng.choice([-1, 1], size=(n, DIMS)) * (rng.random((n, DIMS)) < density)).astype(np.int8)
 
 
-def make_corpus(tmp_path, name: str, vectors: np.ndarray, source_ids=None) -> LoadedCorpus:
+def make_corpus(tmp_path, name: str, vectors: np.ndarray, source_ids=None) -> LoadedIndex:
     index = BitmapIndex.create(tmp_path / f"{name}.idx", DIMS)
     pos, neg = pack_ternary(vectors)
     index.append(pos, neg, token_counts=np.full(len(vectors), 10),
                  source_ids=np.zeros(len(vectors), np.int32) if source_ids is None else source_ids)
     index.finalize()
     encoder = make_encoder(tmp_path, dims=DIMS, ngram=3, name=f"{name}.vocab")
-    return LoadedCorpus(encoder=encoder, index=BitmapIndex.open(tmp_path / f"{name}.idx"), build_dir=tmp_path / name)
+    return LoadedIndex(encoder=encoder, index=BitmapIndex.open(tmp_path / f"{name}.idx"), build_dir=tmp_path / name)
 
 
 def packed(vector: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -247,7 +247,7 @@ def test_several_corpora_merge_and_require_equal_dims(tmp_path):
                SearchTarget(b, DictStore([f"b{i} words" for i in range(50)]), "b")]
     results = Retriever(WordTokenizer(), Config(min_context=0)).search_vectors([packed(query)] * 2, targets)
     assert [(r["corpus"], r["memory"]["hdv_idx"]) for r in results[:2]] == [("a", 7), ("b", 3)]
-    odd = LoadedCorpus(encoder=make_encoder(tmp_path, dims=256, name="odd.vocab"), index=a.index)
+    odd = LoadedIndex(encoder=make_encoder(tmp_path, dims=256, name="odd.vocab"), index=a.index)
     with pytest.raises(ValueError, match="dimensions"):
         Retriever(WordTokenizer(), Config()).search("q", [targets[0], SearchTarget(odd, targets[0].store)])
 
@@ -327,7 +327,7 @@ def test_fusion_evidence_moves_off_hdc_only_for_a_scorer_that_finds_held_out_tex
     index = BitmapIndex.create(tmp_path / "e.idx", encoder.dims)
     index.append(pos, neg, token_counts=[30] * 60, source_ids=[1] * 60)
     index.finalize()
-    corpus = LoadedCorpus(encoder=encoder, index=BitmapIndex.open(tmp_path / "e.idx"))
+    corpus = LoadedIndex(encoder=encoder, index=BitmapIndex.open(tmp_path / "e.idx"))
     retriever = Retriever(tokenizer, Config())
     useless = SearchTarget(corpus, DictStore(texts), "e", late=FixedScorer({r: 1.0 for r in range(60)}, 0.0))
     choice = fusion_evidence(retriever=retriever, target=useless, samples=20)
@@ -355,7 +355,7 @@ def test_query_terms_drop_the_question_template(query, terms):
 
 def test_query_vector_encodes_the_query_without_its_template(tmp_path):
     encoder = make_encoder(tmp_path, dims=512)
-    corpus = LoadedCorpus(encoder=encoder, index=None)
+    corpus = LoadedIndex(encoder=encoder, index=None)
     retriever = Retriever(WordTokenizer(), Config())
     q_pos, q_neg = retriever.query_vector(corpus, "What is alpha beta?")
     pos, neg, _ = retriever.encode_text(corpus, "alpha beta")

@@ -11,7 +11,7 @@ import pytest
 
 from engine.build import BuildCancelled, build_index
 from engine.config import Config
-from engine.loaded_build import LoadedCorpus, load_corpus
+from engine.loaded_build import LoadedIndex, load_corpus
 from engine.multivector import ChromaClient
 from engine.multivector.late_interaction import maxsim_many
 from engine.multivector.token_vectors import TokenVectorEncoder
@@ -144,7 +144,7 @@ def test_scores_are_the_store_sequences_maxsim(scorer, filled, corpus, encoder, 
 
 
 def test_a_build_without_kept_vectors_has_no_scorer(tmp_path, corpus, encoder, tokenizer):
-    bare = LoadedCorpus(encoder=corpus.encoder, index=corpus.index, manifest=corpus.manifest, build_dir=tmp_path)
+    bare = LoadedIndex(encoder=corpus.encoder, index=corpus.index, manifest=corpus.manifest, build_dir=tmp_path)
     assert LateScorer.for_build(bare, encoder=encoder, tokenizer=tokenizer) is None
     other = TokenVectorEncoder(encoder.embeddings, dim=64)
     with pytest.raises(TextStoreError, match="written by encoder"):

@@ -210,7 +210,7 @@ def test_an_embedding_model_the_engine_cannot_tokenize_is_refused_by_the_form(st
     """The chat model (byte-level BPE) is a fine LLM but cannot build an index: the corpus form
     says so at once instead of a build failing later."""
     from corpus.forms import CorpusForm
-    from engine.models import default_chat_gguf_path
+    from engine.model_files import default_chat_gguf_path
 
     values = {"name": "Notes", "visibility": "private", "hdc_dimensions": 1024, "hdc_seed": 42, "hdc_ngram": 3,
               "chunk_size": 256}

@@ -150,8 +150,8 @@ if __name__ == "__main__":
 
     role = sys.argv[1] if len(sys.argv) > 1 else "chat"
     if role not in ("chat", "chat-packaged", "embeddings"):
-        sys.exit("usage: python -m engine.models [chat|chat-packaged|embeddings]")
+        sys.exit("usage: python -m engine.model_files [chat|chat-packaged|embeddings]")
     try:
         print(default_gguf_path() if role == "embeddings" else default_chat_gguf_path(packaged=role == "chat-packaged"))
     except (ModelAssemblyError, RequantizeError) as exc:
-        sys.exit(f"engine.models: {exc}")
+        sys.exit(f"engine.model_files: {exc}")

@@ -1,4 +1,4 @@
-"""engine.models: packaged models assembled from parts, refused unless they are the pinned file."""
+"""engine.model_files: packaged models assembled from parts, refused unless they are the pinned file."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from engine.gguf import read_metadata
 from engine.llama_server import resolve_chat_template
-from engine.models import (
+from engine.model_files import (
     CHAT_MODEL,
     CHAT_REQUANTIZE_PLAN,
     ModelAssemblyError,
