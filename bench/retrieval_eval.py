@@ -108,6 +108,29 @@ class BM25Ranker:
         return ranked
 
 
+class WordsRanker:
+    """The portal's own exact-word channel (`engine.lexical.WordIndex`, BM25 over words without
+    stop words) ranking every document, beside bm25s (issue 30.11: keep it only if it holds up)."""
+
+    name = "BM25 (engine.lexical)"
+
+    def index(self, documents: list[str]) -> None:
+        from engine.lexical import WordIndex
+
+        self._index = WordIndex.build(documents)
+
+    def rank(self, queries: list[str], k: int) -> np.ndarray:
+        ranked = np.full((len(queries), k), -1, dtype=np.int64)
+        for position, query in enumerate(queries):
+            scores = self._index.score_all(query)
+            if scores is None:
+                continue
+            top = np.argsort(-scores, kind="stable")[:k]
+            top = top[scores[top] > 0]
+            ranked[position, : top.size] = top
+        return ranked
+
+
 class HDCRanker:
     """The engine end to end: `build_index` on the documents (as a JSONL dataset), `load_corpus`,
     queries encoded by the `Retriever`, ranked by the index's exact search (no blend/threshold/MMR)."""
@@ -306,6 +329,7 @@ class StoreLateInteractionRanker(LateInteractionRanker):
 # A ranker is one more column. "rrf" is not indexed: it fuses the hdc and li columns' rankings.
 RANKERS: dict[str, Callable[[argparse.Namespace], Ranker]] = {
     "bm25": lambda args: BM25Ranker(),
+    "words": lambda args: WordsRanker(),
     "hdc": HDCRanker,
     "li": LateInteractionRanker,
     "li-store": StoreLateInteractionRanker,
