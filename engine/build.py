@@ -330,13 +330,24 @@ def build_index(*, datasets: Iterable[tuple[int, str, str | Path]], out_dir: str
         shutil.rmtree(spool_dir)
         manifest = _manifest(config=config, gguf_path=gguf_path, vocab=vocab, offsets=offsets,
                              sources=tokenized.sources, skipped=len(tokenized.skipped), sink=sink)
-        manifest["files"] = {p.name: _file_digest(p) for p in _index_files(out_dir)}
-        _verify(out_dir, manifest, check_hashes=False)
-        report("verify", n_docs, n_docs)
+        _seal(out_dir, manifest, report)
+    return _complete(out_dir, manifest, timings, tokenized.skipped)
+
+
+def _seal(out_dir: Path, manifest: dict[str, Any], report: Progress) -> None:
+    """Record the index files' digests in the manifest and verify the directory against it."""
+    manifest["files"] = {p.name: _file_digest(p) for p in _index_files(out_dir)}
+    _verify(out_dir, manifest, check_hashes=False)
+    report("verify", manifest["documents"], manifest["documents"])
+
+
+def _complete(out_dir: Path, manifest: dict[str, Any], timings: dict[str, float],
+              skipped: list[DatasetIssue]) -> BuildResult:
+    """Write the manifest, last: from now on the directory is a complete, verified build."""
     manifest["timings"] = {k: round(v, 3) for k, v in timings.items()}
     _write_manifest(out_dir, manifest)
-    return BuildResult(out_dir=out_dir, documents=n_docs, duplicates=manifest["duplicates"],
-                       vocab_size=vocab.size, manifest=manifest, skipped=tokenized.skipped)
+    return BuildResult(out_dir=out_dir, documents=manifest["documents"], duplicates=manifest["duplicates"],
+                       vocab_size=manifest["vocab_size"], manifest=manifest, skipped=skipped)
 
 
 def _verify(build_dir: Path, manifest: dict[str, Any], *, check_hashes: bool) -> None:

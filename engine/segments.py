@@ -41,15 +41,13 @@ from engine.build import (
     Progress,
     Sink,
     _check_out_dir,
+    _complete,
     _corpus_vocabulary,
     _encode_pass,
-    _file_digest,
-    _index_files,
+    _seal,
     _Spool,
     _timed,
     _tokenize_pass,
-    _verify,
-    _write_manifest,
     _write_verify_sample,
 )
 from engine.encoder import HDCEncoder, compute_idf
@@ -346,13 +344,8 @@ def append_segment(*, previous_dir: str | Path, datasets: Iterable[tuple[int, st
             SEGMENT: {"kind": "append", "row_offset": row_offset, "previous": previous_dir.name,
                       "new_tokens": int(unseen.size), "oov_share": round(oov_share, 6)},
         }
-        manifest["files"] = {p.name: _file_digest(p) for p in _index_files(out_dir)}
-        _verify(out_dir, manifest, check_hashes=False)
-        report("verify", n_docs, n_docs)
-    manifest["timings"] = {k: round(v, 3) for k, v in timings.items()}
-    _write_manifest(out_dir, manifest)
-    return BuildResult(out_dir=out_dir, documents=n_docs, duplicates=manifest["duplicates"],
-                       vocab_size=vocab.size, manifest=manifest, skipped=tokenized.skipped)
+        _seal(out_dir, manifest, report)
+    return _complete(out_dir, manifest, timings, tokenized.skipped)
 
 
 def _now() -> str:

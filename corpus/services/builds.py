@@ -346,12 +346,7 @@ def _execute_append(build: IndexBuild, reporter: _Reporter) -> None:
         gguf_path=gguf_path, tokenizer=tokenizer, sink=writer.add, progress=reporter.progress,
         should_cancel=reporter.should_cancel, word_index=bool(build.parameters.get("word_channel")),
         known=lambda ids: memory_hashes_among(build_ids=state, hashes=ids))
-    writer.flush()
-    reporter.progress("activate", 0, 1)
-    stored = build.memories.count()
-    if stored != result.documents:
-        raise ApplicationError(f"memory rows: {stored} stored, the segment holds {result.documents}")
-    verify_build(out_dir)
+    _check_written(build, writer, result, reporter)
     if reporter.should_cancel():
         raise BuildCancelled(f"append {build.pk} cancelled")
     reporter.progress("publish", 0, 1)
@@ -360,6 +355,16 @@ def _execute_append(build: IndexBuild, reporter: _Reporter) -> None:
     timings = {**result.manifest.get("timings", {}), **{f"portal_{k}": v for k, v in reporter.timings.items()},
                "memory_insert": round(writer.seconds, 3)}
     append_activate(build=build, result=result, timings=timings, published=published)
+
+
+def _check_written(build: IndexBuild, writer: MemoryWriter, result: BuildResult, reporter: _Reporter) -> None:
+    """The checks before a switch: every memory row in, and the directory verified again."""
+    writer.flush()
+    reporter.progress("activate", 0, 1)
+    stored = build.memories.count()
+    if stored != result.documents:
+        raise ApplicationError(f"memory rows: {stored} stored, the index holds {result.documents}")
+    verify_build(result.out_dir)
 
 
 def _local_datasets(datasets: list[Dataset]) -> None:
@@ -398,12 +403,7 @@ def _execute(build: IndexBuild, reporter: _Reporter) -> None:
         datasets=[(d.pk, d.name, d.file.path) for d in datasets], out_dir=out_dir, gguf_path=gguf_path,
         tokenizer=tokenizer, config=config, sink=writer.add, progress=reporter.progress,
         should_cancel=reporter.should_cancel, cache_dir=settings.EMBEDDING_CACHE_DIR)
-    writer.flush()
-    reporter.progress("activate", 0, 1)
-    stored = build.memories.count()
-    if stored != result.documents:
-        raise ApplicationError(f"memory rows: {stored} stored, the index holds {result.documents}")
-    verify_build(out_dir)
+    _check_written(build, writer, result, reporter)
     if values.get("late_interaction"):
         # Before activation: the serving build keeps its own records (ids carry the build) until
         # the switch; a failure here fails this build, which `_discard` cleans up.
