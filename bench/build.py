@@ -144,6 +144,12 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
 
 
 PAGE_WORDS = 450  # a page of prose
+# One made-up fact per new document, each in words of its own (so that one document's sentence is
+# not a near copy of another's: it must find its own document, not the last one appended).
+FACTS = [("quokka", "Rottnest", "zymurgists", "xylophone mead"), ("axolotl", "Xochimilco", "glassblowers", "obsidian"),
+         ("narwhal", "Baffin", "cartographers", "walrus ivory"), ("pangolin", "Borneo", "beekeepers", "rattan honey"),
+         ("okapi", "Ituri", "luthiers", "ebony fiddles"), ("tardigrade", "Svalbard", "glaziers", "moss lanterns"),
+         ("capybara", "Pantanal", "weavers", "palm hammocks"), ("kakapo", "Whenua Hou", "coopers", "rimu barrels")]
 
 
 def ten_pages(number: int, seed: int) -> tuple[str, str]:
@@ -151,8 +157,8 @@ def ten_pages(number: int, seed: int) -> tuple[str, str]:
     its middle, and that sentence (the query that must find it)."""
     words = " ".join(synthetic_docs(400, seed=seed)).split()
     pages = [" ".join(words[i * PAGE_WORDS:(i + 1) * PAGE_WORDS]) for i in range(10)]
-    marker = (f"The quokka census number {number} on Rottnest counted {1000 + 37 * number} zymurgists "
-              f"brewing xylophone mead in cave {number}.")
+    animal, place, people, goods = FACTS[number % len(FACTS)]
+    marker = f"The {animal} census on {place} counted {1000 + 37 * number} {people} trading {goods}."
     pages[5] = pages[5] + " " + marker
     return "\n\n".join(pages), marker
 

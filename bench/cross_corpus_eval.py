@@ -74,10 +74,12 @@ def _orders(retriever, query: str, targets, fused: bool):  # noqa: ANN001, ANN20
     from engine.retrieval import _by_target, _Candidate, _rows_scorer
 
     candidates = []
+    nonzero = {}
     for number, target in enumerate(targets):
         q_pos, q_neg = retriever.query_vector(target.corpus, query)
         if not (q_pos.any() or q_neg.any()):
             continue
+        nonzero[number] = int(np.bitwise_count(q_pos | q_neg).sum())
         found, scores = target.corpus.index.search_exact(q_pos, q_neg, min(CANDIDATES, target.corpus.count))
         candidates.extend(_Candidate(number, int(r), int(s)) for r, s in zip(found, scores, strict=True))
     candidates.sort(key=lambda c: (-c.score, c.target, c.row))
@@ -85,8 +87,8 @@ def _orders(retriever, query: str, targets, fused: bool):  # noqa: ANN001, ANN20
         late = [_rows_scorer(t.late, query) if t.uses_late else None for t in targets]
         orders = retriever._fuse(targets, late, candidates)
         if orders is not None:
-            return orders
-    return _by_target(candidates)
+            return orders, nonzero
+    return _by_target(candidates), nonzero
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
     config = Config(hdc_dimensions=args.dims)
     retriever = Retriever(tokenizer, config)
     print(f"\n{'pair':<22} {'queries of':<10} {'mode':<6} {'alone R@10':>10} {'raw R@10':>9} {'z R@10':>7} "
-          f"{'alone MRR':>9} {'raw MRR':>8} {'z MRR':>7}")
+          f"{'q R@10':>7} {'alone MRR':>9} {'raw MRR':>8} {'z MRR':>7} {'q MRR':>7}")
     for pair in [p.strip() for p in args.pairs.split(",") if p.strip()]:
         names = pair.split("+")
         with tempfile.TemporaryDirectory(prefix="hdrag-cross-") as scratch:
@@ -130,26 +132,30 @@ def main(argv: list[str] | None = None) -> int:
             for own, data in enumerate(sets):
                 relevant = np.asarray(data.relevant, dtype=np.int64)
                 for fused in (False, True):
-                    ranked = {mode: np.full((len(data.queries), K), -1, dtype=np.int64) for mode in ("alone", "raw", "z")}
+                    modes = ("alone", "raw", "z", "q")
+                    ranked = {mode: np.full((len(data.queries), K), -1, dtype=np.int64) for mode in modes}
                     for position, query in enumerate(data.queries):
-                        alone = _orders(retriever, query, [targets[own]], fused).get(0, [])
-                        orders = _orders(retriever, query, targets, fused)
+                        alone = _orders(retriever, query, [targets[own]], fused)[0].get(0, [])
+                        orders, nonzero = _orders(retriever, query, targets, fused)
                         both = [c for o in orders.values() for c in o]
                         if fused:
                             raw = sorted(both, key=lambda c: (-c.fused, -c.score, c.target, c.row))
                         else:
                             raw = sorted(both, key=lambda c: (-c.score, c.target, c.row))
-                        z = merge_targets(orders)
-                        for mode, order in (("alone", alone), ("raw", raw), ("z", z)):
+                        z = list(merge_targets(orders))
+                        q = list(merge_targets(orders, nonzero))
+                        for mode, order in (("alone", alone), ("raw", raw), ("z", z), ("q", q)):
                             hits = [int(mappings[own][c.row]) if (mode == "alone" or c.target == own) else -2
                                     for c in order[:K]]
                             ranked[mode][position, :len(hits)] = hits
                     results = {mode: score(r, relevant) for mode, r in ranked.items()}
                     print(f"{pair:<22} {names[own]:<10} {'fused' if fused else 'hdc':<6} "
                           f"{results['alone'][0]:>10.4f} {results['raw'][0]:>9.4f} {results['z'][0]:>7.4f} "
-                          f"{results['alone'][1]:>9.4f} {results['raw'][1]:>8.4f} {results['z'][1]:>7.4f}", flush=True)
+                          f"{results['q'][0]:>7.4f} {results['alone'][1]:>9.4f} {results['raw'][1]:>8.4f} "
+                          f"{results['z'][1]:>7.4f} {results['q'][1]:>7.4f}", flush=True)
     print(f"\nalone: the query's own corpus only (the baseline); raw: both by raw HDC score (hdc) or by "
-          f"1/({DEFAULT_K}+rank) in each corpus's fused order (fused); z: engine.retrieval.merge_targets.")
+          f"1/({DEFAULT_K}+rank) in each corpus's fused order (fused); z: engine.retrieval.merge_targets (z-scores); "
+          f"q: merge_targets by score / sqrt(the query's nonzero dims in that corpus).")
     return 0
 
 

@@ -462,7 +462,8 @@ def standardised(scores: np.ndarray) -> np.ndarray:
     return (scores - scores.mean()) / max(float(scores.std()), 1.0)
 
 
-def merge_targets(orders: dict[int, list[_Candidate]]) -> list[_Candidate]:
+def merge_targets(orders: dict[int, list[_Candidate]], query_nonzero: dict[int, int] | None = None
+                  ) -> list[_Candidate]:
     """Several targets' candidates, each list in its target's own ranking (HDC, or fused), merged
     into one ranking by scores comparable across targets.
 
@@ -473,9 +474,13 @@ def merge_targets(orders: dict[int, list[_Candidate]]) -> list[_Candidate]:
     has an outlier at the top, one that does not has a flat head. Ties go to the lower target, then
     row. `fused` becomes 1 / (60 + rank in the merged ranking), what MMR weighs.
     """
-    for own in orders.values():
-        z = standardised(np.sort(np.array([float(c.score) for c in own]))[::-1])
-        for c, key in zip(own, z.tolist(), strict=True):
+    for number, own in orders.items():
+        ranked = np.sort(np.array([float(c.score) for c in own]))[::-1]
+        if query_nonzero is not None:  # the score per unit of the query's own length (its density differs)
+            keys = ranked / np.sqrt(max(query_nonzero.get(number, 1), 1))
+        else:
+            keys = standardised(ranked)
+        for c, key in zip(own, keys.tolist(), strict=True):
             c.merge = key
     merged = sorted((c for own in orders.values() for c in own), key=lambda c: (-c.merge, c.target, c.row))
     for rank, c in enumerate(merged, start=1):

@@ -58,6 +58,10 @@ from engine.tokenizer import Tokenizer
 from engine.vocab import VocabIndex, extend_vocab_index
 
 SEGMENT = "segment"  # manifest key: {"kind": "base" | "append", "row_offset", "previous"}
+# A segment of at most this many rows (an append) is scored in one gather of all its rows: the
+# index's chunked search launches a parallel kernel per column chunk, ~10 ms for 300 rows at
+# 10,000 dims, where one gather takes 0.35 ms (same rows, same order).
+SMALL_SEGMENT_ROWS = 4096
 _SPOOL = ".spool"
 
 
@@ -118,6 +122,9 @@ class SegmentedIndex:
                 found.append((np.zeros(0, np.int64), np.zeros(0, np.int32)))
                 continue
             mask = None if row_mask is None else row_mask[self.offsets[number]:self.offsets[number + 1]]
+            if part.count <= SMALL_SEGMENT_ROWS:
+                found.append(_search_small(part, q_pos, q_neg, k, options.get("allowed_sources"), mask))
+                continue
             extra = {} if mask is None else {"row_mask": mask}
             found.append(getattr(part, method)(q_pos, q_neg, min(k, part.count), **options, **extra))
         return self._merged(k, found)
@@ -158,6 +165,24 @@ class SegmentedIndex:
             at = np.flatnonzero(part == number)
             out[at] = self.parts[number].score_rows(local[at], q_pos, q_neg)
         return out
+
+
+def _search_small(part: BitmapIndex, q_pos: np.ndarray, q_neg: np.ndarray, k: int,
+                  allowed_sources: Iterable[int] | None, row_mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+    """The exact top k of a small segment from one gather of its rows (see SMALL_SEGMENT_ROWS):
+    the same rows and scores as `BitmapIndex.search_exact`, ties to the lower row."""
+    rows = np.arange(part.count, dtype=np.int64)
+    keep = np.ones(part.count, dtype=bool)
+    if allowed_sources is not None:
+        keep &= np.isin(part.source_ids, np.fromiter(allowed_sources, dtype=np.int64))
+    if row_mask is not None:
+        keep &= row_mask
+    rows = rows[keep]
+    if rows.size == 0 or k == 0:
+        return topk.empty_result()
+    scores = part.score_rows(rows, q_pos, q_neg)
+    order = np.lexsort((rows, -scores))[:k]
+    return rows[order], scores[order].astype(np.int32)
 
 
 class SegmentedWordIndex:
