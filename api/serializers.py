@@ -199,8 +199,8 @@ class MemoryResultSerializer(serializers.Serializer):
                                         help_text="What late_score is: late-interaction MaxSim, or BM25 over words.")
     fused_score = serializers.FloatField(allow_null=True, help_text="1 / (60 + rank) in the fused or merged ranking.")
     merge_score = serializers.FloatField(allow_null=True, help_text=(
-        "Several corpora searched together: the key they are merged by, the z-score of the result's rank "
-        "among its own corpus's candidates (results come in this order)."))
+        "Several corpora searched together: the key they are merged by, the HDC score (of the result's rank in "
+        "its corpus) per unit of the query's length in that corpus (results come in this order)."))
     token_count = serializers.IntegerField()
     text = serializers.CharField()
     metadata = serializers.JSONField()

@@ -8,8 +8,8 @@ one relevant document:
 * alone: the query's own corpus only (the baseline: what searching the right corpus finds);
 * raw merge: both corpora's candidates by raw HDC score (what the retriever did before), or, fused,
   by 1 / (60 + rank) in each corpus's fused order (rank interleaving);
-* z merge: `engine.retrieval.merge_targets`, each corpus's ranking kept and the corpora interleaved by
-  the z-score of their r-th best HDC score among their own candidates (what it does now).
+* merged: `engine.retrieval.merge_targets`, each corpus's ranking kept and the corpora interleaved by
+  their r-th best HDC score per unit of the query's length in that corpus (what it does now).
 
     .venv/bin/python -m bench.cross_corpus_eval --docs 2000 --queries 200
 """
@@ -71,7 +71,7 @@ def _build(root: Path, name: str, documents: list[str], *, gguf_path: Path, toke
 
 def _orders(retriever, query: str, targets, fused: bool):  # noqa: ANN001, ANN202
     """Each target's candidates in its own ranking (HDC, or fused), as the retriever makes them."""
-    from engine.retrieval import _by_target, _Candidate, _rows_scorer
+    from engine.retrieval import _by_target, _Candidate, _rows_scorer, query_length
 
     candidates = []
     nonzero = {}
@@ -79,7 +79,7 @@ def _orders(retriever, query: str, targets, fused: bool):  # noqa: ANN001, ANN20
         q_pos, q_neg = retriever.query_vector(target.corpus, query)
         if not (q_pos.any() or q_neg.any()):
             continue
-        nonzero[number] = int(np.bitwise_count(q_pos | q_neg).sum())
+        nonzero[number] = query_length(q_pos, q_neg)
         found, scores = target.corpus.index.search_exact(q_pos, q_neg, min(CANDIDATES, target.corpus.count))
         candidates.extend(_Candidate(number, int(r), int(s)) for r, s in zip(found, scores, strict=True))
     candidates.sort(key=lambda c: (-c.score, c.target, c.row))
@@ -115,8 +115,8 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = GGUFTokenizer.from_gguf(str(gguf_path))
     config = Config(hdc_dimensions=args.dims)
     retriever = Retriever(tokenizer, config)
-    print(f"\n{'pair':<22} {'queries of':<10} {'mode':<6} {'alone R@10':>10} {'raw R@10':>9} {'z R@10':>7} "
-          f"{'q R@10':>7} {'alone MRR':>9} {'raw MRR':>8} {'z MRR':>7} {'q MRR':>7}")
+    print(f"\n{'pair':<22} {'queries of':<10} {'mode':<6} {'alone R@10':>10} {'raw R@10':>9} {'merged R@10':>11} "
+          f"{'alone MRR':>9} {'raw MRR':>8} {'merged MRR':>10}")
     for pair in [p.strip() for p in args.pairs.split(",") if p.strip()]:
         names = pair.split("+")
         with tempfile.TemporaryDirectory(prefix="hdrag-cross-") as scratch:
@@ -132,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
             for own, data in enumerate(sets):
                 relevant = np.asarray(data.relevant, dtype=np.int64)
                 for fused in (False, True):
-                    modes = ("alone", "raw", "z", "q")
+                    modes = ("alone", "raw", "merged")
                     ranked = {mode: np.full((len(data.queries), K), -1, dtype=np.int64) for mode in modes}
                     for position, query in enumerate(data.queries):
                         alone = _orders(retriever, query, [targets[own]], fused)[0].get(0, [])
@@ -142,20 +142,19 @@ def main(argv: list[str] | None = None) -> int:
                             raw = sorted(both, key=lambda c: (-c.fused, -c.score, c.target, c.row))
                         else:
                             raw = sorted(both, key=lambda c: (-c.score, c.target, c.row))
-                        z = list(merge_targets(orders))
-                        q = list(merge_targets(orders, nonzero))
-                        for mode, order in (("alone", alone), ("raw", raw), ("z", z), ("q", q)):
+                        merged = merge_targets(orders, nonzero)
+                        for mode, order in (("alone", alone), ("raw", raw), ("merged", merged)):
                             hits = [int(mappings[own][c.row]) if (mode == "alone" or c.target == own) else -2
                                     for c in order[:K]]
                             ranked[mode][position, :len(hits)] = hits
                     results = {mode: score(r, relevant) for mode, r in ranked.items()}
                     print(f"{pair:<22} {names[own]:<10} {'fused' if fused else 'hdc':<6} "
-                          f"{results['alone'][0]:>10.4f} {results['raw'][0]:>9.4f} {results['z'][0]:>7.4f} "
-                          f"{results['q'][0]:>7.4f} {results['alone'][1]:>9.4f} {results['raw'][1]:>8.4f} "
-                          f"{results['z'][1]:>7.4f} {results['q'][1]:>7.4f}", flush=True)
+                          f"{results['alone'][0]:>10.4f} {results['raw'][0]:>9.4f} {results['merged'][0]:>11.4f} "
+                          f"{results['alone'][1]:>9.4f} {results['raw'][1]:>8.4f} {results['merged'][1]:>10.4f}",
+                          flush=True)
     print(f"\nalone: the query's own corpus only (the baseline); raw: both by raw HDC score (hdc) or by "
-          f"1/({DEFAULT_K}+rank) in each corpus's fused order (fused); z: engine.retrieval.merge_targets (z-scores); "
-          f"q: merge_targets by score / sqrt(the query's nonzero dims in that corpus).")
+          f"1/({DEFAULT_K}+rank) in each corpus's fused order (fused); merged: engine.retrieval.merge_targets "
+          f"(score per unit of the query's length in each corpus).")
     return 0
 
 

@@ -46,9 +46,9 @@ Choices the spec leaves open:
 * Several targets (corpora searched together): their HDC scores are not comparable (each corpus has
   its own vocabulary, weights and query density), so each target's ranking (HDC, or fused) is kept
   and the targets are interleaved by `merge_targets`: the rank-r candidate of a target is keyed by
-  the z-score of that target's r-th best HDC score among its own candidates. The threshold is the
-  adaptive threshold over those keys, the merged order is the ranking MMR weighs (1 / (60 + rank)),
-  and each result carries its key as `merge_score` (bench/cross_corpus_eval.py measures it).
+  that target's r-th best HDC score per unit of its query's length (sqrt of its nonzero dims). The
+  threshold is the adaptive threshold over those keys, the merged order is the ranking MMR weighs
+  (1 / (60 + rank)), and each result carries its key as `merge_score` (bench/cross_corpus_eval.py).
 """
 
 from __future__ import annotations
@@ -335,10 +335,11 @@ class Retriever:
         orders = self._fuse(targets, late, candidates) if late is not None else None
         fused = orders is not None
         if len({c.target for c in candidates}) > 1:
-            # Several corpora: their HDC scores are on scales of their own (vocabularies, weights,
-            # query densities differ), so they are merged by how far each stands out in its own
-            # corpus (`merge_targets`), and that merged order is the ranking from here on.
-            candidates = merge_targets(orders if fused else _by_target(candidates))
+            # Several corpora: their HDC scores are on scales of their own (each encodes the query
+            # with its own vocabulary), so they are merged by score per unit of query length
+            # (`merge_targets`), and that merged order is the ranking from here on.
+            lengths = {number: query_length(*vector) for number, vector in enumerate(vectors)}
+            candidates = merge_targets(orders if fused else _by_target(candidates), lengths)
             fused = True
             cut = bits.adaptive_threshold(np.array([c.merge for c in candidates]))
             kept = [c for c in candidates if c.merge >= cut and c.score > 0]
@@ -453,33 +454,25 @@ def _by_target(candidates: list[_Candidate]) -> dict[int, list[_Candidate]]:
     return by_target
 
 
-def standardised(scores: np.ndarray) -> np.ndarray:
-    """z-scores (n,) float64 of one target's candidate scores (n,): (s - mean) / sd, sd at least 1
-    (HDC scores are integers: a flat list must not blow up)."""
-    scores = np.asarray(scores, dtype=np.float64)
-    if scores.size == 0:
-        return scores
-    return (scores - scores.mean()) / max(float(scores.std()), 1.0)
+def query_length(q_pos: np.ndarray, q_neg: np.ndarray) -> float:
+    """sqrt of a query vector's nonzero dimensions: what its HDC scores grow with."""
+    return max(float(np.sqrt(np.bitwise_count(q_pos | q_neg).sum())), 1.0)
 
 
-def merge_targets(orders: dict[int, list[_Candidate]], query_nonzero: dict[int, int] | None = None
-                  ) -> list[_Candidate]:
+def merge_targets(orders: dict[int, list[_Candidate]], lengths: dict[int, float]) -> list[_Candidate]:
     """Several targets' candidates, each list in its target's own ranking (HDC, or fused), merged
     into one ranking by scores comparable across targets.
 
-    A target's raw HDC scores are standardised against its own candidates (z = (s - mean) / sd,
-    sd at least 1): the rank-r candidate of a target gets the z of that target's r-th best HDC
-    score as its key (`merge`), so each target's own order is kept and the targets interleave by how
-    far their r-th best stands out from the rest of their candidates: a corpus that holds the answer
-    has an outlier at the top, one that does not has a flat head. Ties go to the lower target, then
-    row. `fused` becomes 1 / (60 + rank in the merged ranking), what MMR weighs.
+    A target's HDC scores grow with its query vector's length (each corpus encodes the query with
+    its own vocabulary and weights, so the query has more or fewer nonzero dimensions in one than in
+    another): the rank-r candidate of a target is keyed by that target's r-th best HDC score divided
+    by `lengths[target]` (`query_length`), so each target keeps its own order and the targets
+    interleave by score per unit of query length. Ties go to the lower target, then row. `fused`
+    becomes 1 / (60 + rank in the merged ranking), what MMR weighs. Measured against z-scores and
+    raw scores by bench/cross_corpus_eval.py (docs/engine-v2-measurements.md §6).
     """
     for number, own in orders.items():
-        ranked = np.sort(np.array([float(c.score) for c in own]))[::-1]
-        if query_nonzero is not None:  # the score per unit of the query's own length (its density differs)
-            keys = ranked / np.sqrt(max(query_nonzero.get(number, 1), 1))
-        else:
-            keys = standardised(ranked)
+        keys = np.sort(np.array([float(c.score) for c in own]))[::-1] / lengths.get(number, 1.0)
         for c, key in zip(own, keys.tolist(), strict=True):
             c.merge = key
     merged = sorted((c for own in orders.values() for c in own), key=lambda c: (-c.merge, c.target, c.row))

@@ -22,7 +22,7 @@ from corpus.selectors import corpora_readable_among
 from engine.fusion import FusionChoice
 from engine.lexical import WordIndex, WordIndexError
 from engine.loaded_build import LoadedIndex
-from engine.retrieval import BlendState, Retriever, SearchTarget, standardised
+from engine.retrieval import BlendState, Retriever, SearchTarget, query_length
 from engine.text_store import LateScorer, TextStoreError
 from hdrag_site import runtime
 from hdrag_site.errors import ApplicationError
@@ -146,7 +146,7 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
 def _search_raw(retriever: Retriever, query: str, targets: list[SearchTarget], *, blend: BlendState | None,
                 limit: int) -> list[dict[str, Any]]:
     """The index's own top `limit` rows over all targets, by HDC score (ties: target, row); several
-    targets are merged by their standardised scores, as the pipeline merges them (`merge_targets`)."""
+    targets are merged by score per unit of query length, as the pipeline merges them (`merge_targets`)."""
     found: list[tuple[int, np.ndarray, np.ndarray]] = []
     for number, target in enumerate(targets):
         if target.corpus.count == 0:
@@ -156,11 +156,11 @@ def _search_raw(retriever: Retriever, query: str, targets: list[SearchTarget], *
             continue
         rows, scores = target.corpus.index.search(q_pos, q_neg, min(limit, target.corpus.count),
                                                   allowed_sources=target.enabled_sources)
-        found.append((number, rows, scores))
+        found.append((number, rows, scores, query_length(q_pos, q_neg)))
     several = len(found) > 1
     ranked: list[tuple[float, int, int, int]] = []
-    for number, rows, scores in found:
-        keys = standardised(scores) if several else scores.astype(np.float64)
+    for number, rows, scores, length in found:
+        keys = scores.astype(np.float64) / (length if several else 1.0)
         ranked.extend((-float(key), number, int(row), int(score))
                       for row, score, key in zip(rows, scores, keys, strict=True))
     ranked.sort()

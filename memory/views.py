@@ -31,7 +31,7 @@ def _rank_key(result: dict) -> float:
 def ranking_basis(results: list[dict]) -> str:
     """The words the page uses for what the results are ranked by."""
     if any(r.get("merge_score") is not None for r in results):
-        return "across corpora: each memory's score against the rest of its own corpus's candidates (z)"
+        return "across corpora: HDC score per unit of the query's length in each corpus (comparable across them)"
     if any(r.get("fused_score") is not None for r in results):
         return "by the fused ranking (HDC and exact words)"
     return "by HDC score"

@@ -364,21 +364,20 @@ def test_query_vector_encodes_the_query_without_its_template(tmp_path):
     assert not np.array_equal(q_pos, retriever.encode_text(corpus, "What is alpha beta?")[0])
 
 
-def test_targets_are_merged_by_how_far_each_stands_out_in_its_own_candidates():
-    from engine.retrieval import _Candidate, merge_targets, standardised
+def test_targets_are_merged_by_score_per_unit_of_query_length():
+    from engine.retrieval import _Candidate, merge_targets, query_length
 
-    # Target 0 has one outlier at its top (the answer); target 1's scores are higher but flat.
-    holds = [_Candidate(0, row, score) for row, score in enumerate([900, 400, 390, 380, 370, 360])]
-    flat = [_Candidate(1, row, score) for row, score in enumerate([1500, 1490, 1480, 1470, 1460, 1450])]
-    merged = merge_targets({0: holds, 1: flat})
-    assert (merged[0].target, merged[0].row) == (0, 0)  # by raw score it would come seventh
-    # Each target's own order is kept, and the keys are its own standardised scores.
-    assert [c.row for c in merged if c.target == 0] == list(range(6))
-    assert [c.row for c in merged if c.target == 1] == list(range(6))
-    assert np.allclose([c.merge for c in holds], standardised(np.array([900, 400, 390, 380, 370, 360])))
+    # Target 1's query is four times as long in its corpus: its raw scores are higher for the same
+    # match, and per unit of length the best of target 0 comes first.
+    short = [_Candidate(0, row, score) for row, score in enumerate([400, 200, 100])]
+    long = [_Candidate(1, row, score) for row, score in enumerate([1000, 900, 800])]
+    merged = merge_targets({0: short, 1: long}, {0: 10.0, 1: 40.0})
+    assert [(c.target, c.row) for c in merged] == [(0, 0), (1, 0), (1, 1), (0, 1), (1, 2), (0, 2)]
+    assert [c.merge for c in merged] == [40.0, 25.0, 22.5, 20.0, 20.0, 10.0]
     assert [c.fused for c in merged] == sorted((c.fused for c in merged), reverse=True)
-    # A flat list does not blow up: its standard deviation counts as at least 1.
-    assert np.allclose(standardised(np.array([5, 5, 5])), 0.0) and standardised(np.array([])).size == 0
+    q_pos = np.array([0b1011], dtype=np.uint64)
+    assert query_length(q_pos, np.array([0b0100], dtype=np.uint64)) == 2.0
+    assert query_length(np.zeros(1, np.uint64), np.zeros(1, np.uint64)) == 1.0
 
 
 def test_a_fused_target_keeps_its_fused_order_when_merged():
@@ -386,7 +385,7 @@ def test_a_fused_target_keeps_its_fused_order_when_merged():
 
     fused_order = [_Candidate(0, row, score) for row, score in ((3, 500), (0, 700), (1, 650), (2, 600))]
     other = [_Candidate(1, row, score) for row, score in enumerate([400, 390, 380])]
-    merged = merge_targets({0: fused_order, 1: other})
+    merged = merge_targets({0: fused_order, 1: other}, {0: 1.0, 1: 1.0})
     assert [c.row for c in merged if c.target == 0] == [3, 0, 1, 2]
     # Its first place takes the key of its best HDC score, whichever candidate holds it.
-    assert fused_order[0].merge == max(c.merge for c in fused_order)
+    assert fused_order[0].merge == 700.0
