@@ -50,7 +50,7 @@ from engine.loaded_build import (
     read_manifest,
 )
 from engine.tokenizer import Tokenizer
-from engine.vocab import VocabIndex, write_vocab_index
+from engine.vocab import VocabIndex, open_shared, write_vocab_index
 
 BATCH_DOCS = 256
 VERIFY_SAMPLE = 64
@@ -351,7 +351,7 @@ def _complete(out_dir: Path, manifest: dict[str, Any], timings: dict[str, float]
 
 
 def _verify(build_dir: Path, manifest: dict[str, Any], *, check_hashes: bool) -> None:
-    encoder = HDCEncoder(VocabIndex.open(build_dir / VOCAB_FILE))
+    encoder = HDCEncoder(open_shared(build_dir / VOCAB_FILE))
     index = BitmapIndex.open(build_dir / INDEX_FILE)
     if index.count != manifest["documents"]:
         raise BuildVerificationError(f"{build_dir}: index holds {index.count} rows, manifest {manifest['documents']}")

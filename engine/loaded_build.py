@@ -23,7 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 
 from engine.encoder import HDCEncoder
 from engine.index import BitmapIndex
-from engine.vocab import VocabIndex
+from engine.vocab import open_shared
 
 MANIFEST = "manifest.json"
 VOCAB_FILE = "vocab.idx"
@@ -148,7 +148,7 @@ def load_corpus(build_dir: str | Path) -> LoadedIndex:
     """Open a completed build. Raises CorpusError when the manifest and the files disagree."""
     build_dir = Path(build_dir).resolve()
     manifest = read_manifest(build_dir)
-    encoder = HDCEncoder(VocabIndex.open(build_dir / VOCAB_FILE))
+    encoder = HDCEncoder(open_shared(build_dir / VOCAB_FILE))
     index = BitmapIndex.open(build_dir / INDEX_FILE)
     expected = (manifest["dims"], manifest["ngram"], manifest["seed"], manifest["documents"])
     found = (encoder.dims, encoder.ngram, encoder.seed, index.count)

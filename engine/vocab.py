@@ -582,9 +582,26 @@ def extend_vocab_index(base: VocabIndex, path: str | Path, *, token_ids: np.ndar
             handle.write(np.ascontiguousarray(array, dtype=dtype).tobytes())
         handle.flush()
         os.fsync(handle.fileno())
+    return open_shared(path)
+
+
+@functools.lru_cache(maxsize=4)
+def _shared(path: str, inode: int, mtime_ns: int, size: int) -> VocabIndex:
     return VocabIndex.open(path)
 
 
+def open_shared(path: str | Path) -> VocabIndex:
+    """The opened index of a file, one per file version in this process, so that whoever opens it
+    shares its derived rows: an append encodes, verifies and is checked before its switch with one
+    projection of its new tokens instead of three (~1.7 ms a token). A rewritten file (another
+    inode, time or size) is opened anew."""
+    path = Path(path).resolve()
+    stat = path.stat()
+    return _shared(str(path), stat.st_ino, stat.st_mtime_ns, stat.st_size)
+
+
 def clear_caches() -> None:
-    """Forget the module's own cache (the float64 projection of format 2 indexes)."""
+    """Forget the module's own caches (the float64 projection of format 2 indexes, the shared
+    opened indexes)."""
     _projection64.cache_clear()
+    _shared.cache_clear()

@@ -305,6 +305,9 @@ def state_word_index(state: LoadedIndex):  # noqa: ANN201 - WordIndex | Segmente
 
 def forget_build(build_dir: str | Path) -> None:
     """Unmap a build (before its directory is deleted) and drop what was made for it."""
+    from engine.vocab import clear_caches
+
+    clear_caches()  # the engine's shared opened vocabularies may hold this build's
     key = str(Path(build_dir).resolve())
     _builds.drop(lambda cached: cached != key)
     _states.drop(lambda cached: key not in cached)

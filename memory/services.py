@@ -147,7 +147,7 @@ def _search_raw(retriever: Retriever, query: str, targets: list[SearchTarget], *
                 limit: int) -> list[dict[str, Any]]:
     """The index's own top `limit` rows over all targets, by HDC score (ties: target, row); several
     targets are merged by score per unit of query length, as the pipeline merges them (`merge_targets`)."""
-    found: list[tuple[int, np.ndarray, np.ndarray]] = []
+    found: list[tuple[int, np.ndarray, np.ndarray, float]] = []
     for number, target in enumerate(targets):
         if target.corpus.count == 0:
             continue

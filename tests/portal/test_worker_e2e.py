@@ -121,3 +121,85 @@ def test_web_and_worker_on_separate_disks_share_only_postgres_redis_and_the_stor
     assert (tmp_path / "web" / build / "manifest.json").is_file()
     assert list((tmp_path / "worker" / f"corpora/{outcome['corpus']}/datasets").iterdir())
     assert f"{build}/corpus.idx" in s3_server.objects(s3_prefix)
+
+
+TWO_CORPORA = r"""
+import json, sys, time
+import django
+django.setup()
+from django.contrib.auth.models import User
+from django.core.files.uploadedfile import SimpleUploadedFile
+from corpus.models import Corpus, IndexBuild
+from corpus.services.builds import build_start
+from corpus.services.corpora import corpus_create, dataset_upload
+from memory.services import memories_search
+
+step = sys.argv[1]
+if step == "build":  # web process A: two uploads, two builds queued at once
+    owner = User.objects.create_user("two-owner")
+    builds = []
+    for name, texts in json.loads(sys.argv[2]).items():
+        corpus = corpus_create(owner=owner, name=name, hdc_dimensions=1024, hdc_ngram=3)
+        body = "".join(json.dumps({"text": t}) + "\n" for t in texts).encode()
+        dataset_upload(corpus=corpus, user=owner, uploaded_file=SimpleUploadedFile(f"{name}.jsonl", body))
+        builds.append(build_start(corpus=corpus, user=owner))
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline and IndexBuild.objects.filter(status__in=["queued", "running"]).exists():
+        time.sleep(0.3)
+    print(json.dumps([{"status": b.status, "error": b.error, "worker": b.worker, "documents": b.documents,
+                       "memories": b.memories.count()} for b in IndexBuild.objects.order_by("pk")]))
+else:  # web process B, another disk: searches both corpora
+    owner = User.objects.get(username="two-owner")
+    found = {}
+    queries = json.loads(sys.argv[2])
+    for corpus in Corpus.objects.order_by("pk"):
+        results = memories_search(user=owner, corpus_ids=[corpus.pk], query=queries[corpus.name], top_document=True)
+        found[corpus.name] = results[0]["memory"]["text"] if results else None
+    print(json.dumps(found))
+"""
+
+
+def test_two_workers_and_two_web_processes_on_four_disks(e2e_database, redis_url, s3_server, s3_prefix, tmp_path):
+    """Issue 28: two workers and two web processes, each with a disk of its own, sharing PostgreSQL,
+    Redis and the store: two builds run at once, each once, on whichever worker took it, and a web
+    process that took no upload serves both corpora."""
+    queue = f"e2e-two-{uuid.uuid4().hex[:8]}"
+    shared = {**os.environ, "DJANGO_SETTINGS_MODULE": "hdrag_site.settings", "HDRAG_ENV": "development",
+              "DATABASE_URL": e2e_database, "REDIS_URL": redis_url, "CELERY_QUEUE": queue,
+              "CELERY_TASK_ALWAYS_EAGER": "0", "INDEX_ON_UPLOAD": "0", "PYTHONPATH": str(ROOT),
+              **s3_server.env(s3_prefix)}
+    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT,
+                   env={**shared, "DATA_DIR": str(tmp_path / "web-a")}, check=True, timeout=300)
+    workers, logs = [], []
+    for name in ("worker-a", "worker-b"):
+        logs.append(tmp_path / f"{name}.log")
+        with open(logs[-1], "wb") as log:
+            workers.append(subprocess.Popen(
+                [sys.executable, "-m", "celery", "-A", "hdrag_site", "worker", "-Q", queue, "--pool=solo", "-n",
+                 f"{name}@%h", "--without-gossip", "--without-mingle", "-l", "info"],
+                cwd=ROOT, env={**shared, "DATA_DIR": str(tmp_path / name)}, stdout=log, stderr=subprocess.STDOUT,
+                start_new_session=True))
+    corpora = {"history": TEXTS, "nature": ["Quokkas are small marsupials that live on Rottnest Island.",
+                                            "Tides follow the moon because of its gravitational pull."]}
+    try:
+        built = subprocess.run([sys.executable, "-c", TWO_CORPORA, "build", json.dumps(corpora)], cwd=ROOT,
+                               env={**shared, "DATA_DIR": str(tmp_path / "web-a")}, capture_output=True, text=True,
+                               timeout=400)
+        queries = {"history": "storming of the Bastille in Paris", "nature": "Quokkas on Rottnest Island"}
+        searched = subprocess.run([sys.executable, "-c", TWO_CORPORA, "search", json.dumps(queries)],
+                                  cwd=ROOT, env={**shared, "DATA_DIR": str(tmp_path / "web-b")}, capture_output=True,
+                                  text=True, timeout=300)
+    finally:
+        for worker in workers:
+            os.killpg(worker.pid, signal.SIGTERM)
+        for worker in workers:
+            worker.wait(timeout=60)
+    log_tail = "".join(log.read_text(errors="replace")[-2000:] for log in logs)
+    assert built.returncode == 0, built.stderr[-3000:] + log_tail
+    assert searched.returncode == 0, searched.stderr[-3000:] + log_tail
+    builds = json.loads(built.stdout.strip().splitlines()[-1])
+    assert [b["status"] for b in builds] == ["succeeded", "succeeded"], (builds, log_tail)
+    assert [b["documents"] for b in builds] == [b["memories"] for b in builds] == [len(TEXTS), 2]  # each ran once
+    found = json.loads(searched.stdout.strip().splitlines()[-1])
+    assert found["nature"].startswith("Quokkas") and found["history"] == TEXTS[3]
+    assert not (tmp_path / "web-b" / "corpora").joinpath("1", "datasets").exists()  # it took no upload
