@@ -435,6 +435,20 @@ class BitmapIndex:
         order = np.lexsort((rows, -scores))[:k]
         return rows[order], scores[order].astype(np.int32)
 
+    def sample_scores(self, q_pos: np.ndarray, q_neg: np.ndarray, *, sample_chunks: int = DEFAULT_SAMPLE_CHUNKS,
+                      allowed_sources: Iterable[int] | None = None) -> np.ndarray:
+        """`search_sampled`'s first pass alone: each row's score on the first `sample_chunks` column
+        chunks. Shapes: q (words,) uint64 → int32 (count,); a row outside `allowed_sources` holds a
+        value below any score. Several indexes of one dims and chunk width give comparable values
+        (`engine.segments.SegmentedIndex.search_sampled` picks one shortlist across them)."""
+        qp, qn, _, mask = self._check_query(q_pos, q_neg, 0, allowed_sources, None)
+        partial = self._new_partial(mask)
+        done = 0
+        for start, width in self._chunks()[:sample_chunks]:
+            done += topk.nnz(qp[start : start + width], qn[start : start + width])
+            self._dense_chunk(start, width, qp, qn, partial, mask, -done)
+        return partial
+
     def search_auto(self, q_pos: np.ndarray, q_neg: np.ndarray, k: int, *,
                     allowed_sources: Iterable[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The retriever's search: `search_sampled` from SAMPLED_SEARCH_MIN_ROWS rows on (a fraction

@@ -51,7 +51,13 @@ from engine.build import (
     _write_verify_sample,
 )
 from engine.encoder import HDCEncoder, compute_idf
-from engine.index import SAMPLED_SEARCH_MIN_ROWS, BitmapIndex
+from engine.index import (
+    DEFAULT_SAMPLE_CHUNKS,
+    DEFAULT_SHORTLIST,
+    SAMPLED_SEARCH_MIN_ROWS,
+    SHORTLIST_PER_RESULT,
+    BitmapIndex,
+)
 from engine.lexical import WORDS_FILE, WordIndex, bm25_weights, words
 from engine.loaded_build import VOCAB_FILE, CorpusError, LoadedIndex, load_corpus, read_manifest
 from engine.tokenizer import Tokenizer
@@ -62,6 +68,7 @@ SEGMENT = "segment"  # manifest key: {"kind": "base" | "append", "row_offset", "
 # index's chunked search launches a parallel kernel per column chunk, ~10 ms for 300 rows at
 # 10,000 dims, where one gather takes 0.35 ms (same rows, same order).
 SMALL_SEGMENT_ROWS = 4096
+_EXCLUDED = -(2**30)  # engine.index: the first pass's value of a row outside the dataset filter
 _SPOOL = ".spool"
 
 
@@ -145,8 +152,46 @@ class SegmentedIndex:
         SAMPLED_SEARCH_MIN_ROWS rows on, every segment is searched sampled (a segment no larger
         than the shortlist is searched exactly by `search_sampled` itself), so ten segments of a
         large corpus read what one would, instead of scanning each in full."""
-        method = "search_sampled" if self.count >= SAMPLED_SEARCH_MIN_ROWS else "search"
-        return self._each(method, q_pos, q_neg, k, None, allowed_sources=allowed_sources)
+        if self.count >= SAMPLED_SEARCH_MIN_ROWS:
+            return self.search_sampled(q_pos, q_neg, k, allowed_sources=allowed_sources)
+        return self._each("search", q_pos, q_neg, k, None, allowed_sources=allowed_sources)
+
+    def search_sampled(self, q_pos: np.ndarray, q_neg: np.ndarray, k: int, *,
+                       sample_chunks: int = DEFAULT_SAMPLE_CHUNKS, shortlist: int | None = None,
+                       allowed_sources: Iterable[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """`BitmapIndex.search_sampled` over the state as over one index: every large segment's
+        first pass (`sample_scores`), one shortlist of the best partial scores across them, re-ranked
+        exactly; small segments are scored exactly in full (`_search_small`). So ten segments read
+        what one index of their rows reads, plus one shortlist, not ten."""
+        shortlist = shortlist if shortlist is not None else max(DEFAULT_SHORTLIST, SHORTLIST_PER_RESULT * k)
+        found, partials = [], []
+        for number, part in enumerate(self.parts):
+            if part.count <= SMALL_SEGMENT_ROWS:
+                rows, scores = _search_small(part, q_pos, q_neg, k, allowed_sources, None)
+                found.append((rows + self.offsets[number], scores.astype(np.int64)))
+            else:
+                partials.append((number, part.sample_scores(q_pos, q_neg, sample_chunks=sample_chunks,
+                                                            allowed_sources=allowed_sources)))
+        if partials:
+            values = np.concatenate([p for _, p in partials])
+            owner = np.concatenate([np.full(p.size, n, dtype=np.int64) for n, p in partials])
+            local = np.concatenate([np.arange(p.size, dtype=np.int64) for _, p in partials])
+            take = min(shortlist, int(np.count_nonzero(values > _EXCLUDED)))
+            if take:
+                # The take-th best partial score, and the rows above it, then its ties lower row first:
+                # the shortlist one index of the same rows picks (`topk.rows_at_least`).
+                kth = int(np.partition(values, values.size - take)[values.size - take])
+                best = topk.rows_at_least(values, kth, take)
+                for number in np.unique(owner[best]):
+                    rows = local[best][owner[best] == number]
+                    scores = self.parts[number].score_rows(rows, q_pos, q_neg)
+                    found.append((rows + self.offsets[number], scores))
+        if not found:
+            return topk.empty_result()
+        rows = np.concatenate([r for r, _ in found])
+        scores = np.concatenate([s for _, s in found])
+        order = np.lexsort((rows, -scores))[:k]
+        return rows[order], scores[order].astype(np.int32)
 
     def get_bitmaps(self, rows: np.ndarray | Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
         """Shapes: rows (m,) state rows → (pos, neg) uint64 (m, words)."""

@@ -166,3 +166,39 @@ def test_a_cancelled_append_leaves_no_manifest(state, tmp_path, gemma_gguf, toke
     assert not (out / "manifest.json").exists()
     with pytest.raises(CorpusError):
         load_corpus(out)
+
+
+def test_a_sampled_search_over_segments_picks_one_shortlist_as_one_index_would(tmp_path, monkeypatch):
+    from engine import segments
+    from engine.bits import pack_ternary
+    from engine.segments import SegmentedIndex
+
+    monkeypatch.setattr(segments, "SMALL_SEGMENT_ROWS", 0)  # every segment takes the sampled path
+    rng = np.random.default_rng(3)
+    dims, n = 1024, 3000
+    ternary = rng.choice(np.array([-1, 0, 1], dtype=np.int8), size=(n, dims), p=[0.25, 0.5, 0.25])
+    pos, neg = pack_ternary(ternary)
+    whole = BitmapIndex.create(tmp_path / "whole.idx", dims)
+    whole.append(pos, neg, token_counts=np.ones(n, np.int32), source_ids=(np.arange(n) % 3).astype(np.int32))
+    whole.finalize()
+    parts = []
+    for number, (lo, hi) in enumerate(((0, 1000), (1000, 2200), (2200, 3000))):
+        part = BitmapIndex.create(tmp_path / f"part{number}.idx", dims)
+        part.append(pos[lo:hi], neg[lo:hi], token_counts=np.ones(hi - lo, np.int32),
+                    source_ids=(np.arange(lo, hi) % 3).astype(np.int32))
+        part.finalize()
+        parts.append(BitmapIndex.open(part.path))
+    state = SegmentedIndex(parts)
+    whole = BitmapIndex.open(whole.path)
+    for row in rng.choice(n, size=12, replace=False):
+        noisy = ternary[row].copy()
+        flip = rng.choice(dims, size=60, replace=False)
+        noisy[flip] = -noisy[flip]
+        q_pos, q_neg = pack_ternary(noisy[None])
+        for sources in (None, {0, 2}):
+            one = whole.search_sampled(q_pos[0], q_neg[0], 10, sample_chunks=2, shortlist=300, allowed_sources=sources)
+            many = state.search_sampled(q_pos[0], q_neg[0], 10, sample_chunks=2, shortlist=300,
+                                        allowed_sources=sources)
+            assert np.array_equal(one[0], many[0]) and np.array_equal(one[1], many[1])
+            if sources is None:
+                assert many[0][0] == row  # the noisy copy's own row comes first
