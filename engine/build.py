@@ -257,7 +257,7 @@ def _manifest(*, config: Config, gguf_path: str | Path, vocab: VocabIndex, offse
               sources: list[dict[str, Any]], skipped: int, sink: Sink | None) -> dict[str, Any]:
     return {
         "format_version": vocab.format_version,
-        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+        "created": _created(),
         "dims": config.hdc_dimensions, "seed": config.hdc_seed, "ngram": config.hdc_ngram,
         "drop_components": config.hdc_drop_components, "chunk_size": config.chunk_size,
         "model": {"path": str(gguf_path), "fingerprint": gguf.model_fingerprint(gguf_path)},
@@ -268,6 +268,11 @@ def _manifest(*, config: Config, gguf_path: str | Path, vocab: VocabIndex, offse
         "sources": sources,
         "memories": "sink" if sink is not None else MEMORIES_DB,
     }
+
+
+def _created() -> str:
+    """A manifest's creation time: UTC, to the second."""
+    return datetime.now(UTC).isoformat(timespec="seconds")
 
 
 def _write_manifest(out_dir: Path, manifest: dict[str, Any]) -> None:

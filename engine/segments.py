@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import shutil
 from collections.abc import Callable, Iterable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +33,7 @@ import numpy as np
 
 from engine import gguf, topk
 from engine.build import (
+    _SPOOL,
     BATCH_DOCS,
     BuildCancelled,
     BuildError,
@@ -43,6 +43,7 @@ from engine.build import (
     _check_out_dir,
     _complete,
     _corpus_vocabulary,
+    _created,
     _encode_pass,
     _seal,
     _Spool,
@@ -52,6 +53,7 @@ from engine.build import (
 )
 from engine.encoder import HDCEncoder, compute_idf
 from engine.index import (
+    _EXCLUDED,
     DEFAULT_SAMPLE_CHUNKS,
     DEFAULT_SHORTLIST,
     SAMPLED_SEARCH_MIN_ROWS,
@@ -68,8 +70,6 @@ SEGMENT = "segment"  # manifest key: {"kind": "base" | "append", "row_offset", "
 # index's chunked search launches a parallel kernel per column chunk, ~10 ms for 300 rows at
 # 10,000 dims, where one gather takes 0.35 ms (same rows, same order).
 SMALL_SEGMENT_ROWS = 4096
-_EXCLUDED = -(2**30)  # engine.index: the first pass's value of a row outside the dataset filter
-_SPOOL = ".spool"
 
 
 def segment_info(manifest: dict[str, Any]) -> dict[str, Any]:
@@ -92,10 +92,6 @@ class SegmentedIndex:
         self.dims = parts[0].dims
         self.words = parts[0].words
         self.count = int(self.offsets[-1])
-
-    @property
-    def token_counts(self) -> np.ndarray:
-        return np.concatenate([p.token_counts for p in self.parts])
 
     @property
     def source_ids(self) -> np.ndarray:
@@ -203,14 +199,6 @@ class SegmentedIndex:
             pos[at], neg[at] = self.parts[number].get_bitmaps(local[at])
         return pos, neg
 
-    def score_rows(self, rows: np.ndarray | Iterable[int], q_pos: np.ndarray, q_neg: np.ndarray) -> np.ndarray:
-        part, local = self._split(rows)
-        out = np.zeros(local.size, dtype=np.int64)
-        for number in np.unique(part):
-            at = np.flatnonzero(part == number)
-            out[at] = self.parts[number].score_rows(local[at], q_pos, q_neg)
-        return out
-
 
 def _search_small(part: BitmapIndex, q_pos: np.ndarray, q_neg: np.ndarray, k: int,
                   allowed_sources: Iterable[int] | None, row_mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
@@ -250,8 +238,9 @@ class SegmentedWordIndex:
     def _statistics(self, query: str) -> tuple[list[str], np.ndarray]:
         """The query's words that some segment indexed, and their idf over all segments."""
         frequency: dict[str, int] = {}
+        asked = set(words(query))
         for part in self.parts:
-            for word in set(words(query)):
+            for word in asked:
                 number = part.vocabulary.get(word)
                 if number is not None:
                     frequency[word] = frequency.get(word, 0) + int(part.starts[number + 1] - part.starts[number])
@@ -407,7 +396,7 @@ def append_segment(*, previous_dir: str | Path, datasets: Iterable[tuple[int, st
         manifest = {
             **{k: previous[k] for k in ("format_version", "dims", "seed", "ngram", "drop_components", "chunk_size",
                                         "model", "encoder") if k in previous},
-            "created": _now(), "documents": n_docs, "duplicates": sum(s["duplicates"] for s in tokenized.sources),
+            "created": _created(), "documents": n_docs, "duplicates": sum(s["duplicates"] for s in tokenized.sources),
             "skipped_records": len(tokenized.skipped), "vocab_size": vocab.size,
             "median_doc_length": float(np.median(np.diff(offsets))), "sources": tokenized.sources,
             "memories": "sink" if sink is not None else "memories.sqlite",
@@ -417,13 +406,3 @@ def append_segment(*, previous_dir: str | Path, datasets: Iterable[tuple[int, st
         _seal(out_dir, manifest, report)
     return _complete(out_dir, manifest, timings, tokenized.skipped)
 
-
-def _now() -> str:
-    return datetime.now(UTC).isoformat(timespec="seconds")
-
-
-def segment_rows(state: LoadedIndex) -> list[tuple[Path | None, int, int]]:
-    """[(segment directory, first row, rows)] of a state, base first."""
-    parts = state.segments or (state,)
-    starts = [0, *np.cumsum([p.count for p in parts]).tolist()]
-    return [(p.build_dir, int(starts[i]), int(p.count)) for i, p in enumerate(parts)]

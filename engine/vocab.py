@@ -35,7 +35,6 @@ import dataclasses
 import functools
 import json
 import math
-import os
 import struct
 import threading
 from dataclasses import dataclass
@@ -439,10 +438,7 @@ def write_vocab_index(path: str | Path, *, token_ids: np.ndarray, idf: np.ndarra
     else:
         def project(rows: np.ndarray) -> np.ndarray:
             return project_rows(rows, mean=mean, directions=directions, dims=dims, seed=seed)
-    sections, offset = {}, HEADER_BYTES
-    for name, (dtype, shape) in shapes.items():
-        sections[name] = [offset, dtype, shape]
-        offset += -(-np.dtype(dtype).itemsize * math.prod(shape) // _ALIGN) * _ALIGN
+    sections, offset = _section_table(shapes)
     with atomic_write(path) as tmp:
         with open(tmp, "wb") as handle:
             handle.truncate(max(offset, HEADER_BYTES))
@@ -492,13 +488,8 @@ def write_vocab_index(path: str | Path, *, token_ids: np.ndarray, idf: np.ndarra
             header["rows_type"] = rows_type
         if format_version == 3:
             header["fixed_point_one"] = FIXED_POINT_ONE
-        blob = json.dumps(header, sort_keys=True).encode("utf-8")
-        if 12 + len(blob) > HEADER_BYTES:
-            raise ValueError("vocabulary index header does not fit in 4096 bytes")
         with open(tmp, "r+b") as handle:
-            handle.write(MAGIC + struct.pack("<I", len(blob)) + blob)
-            handle.flush()
-            os.fsync(handle.fileno())
+            handle.write(_header_bytes(header))
     vocab = VocabIndex.open(path)
     if derived and tables is not None:
         vocab = vocab.with_tables(*_open_scratch_tables(tables_dir))
@@ -563,26 +554,36 @@ def extend_vocab_index(base: VocabIndex, path: str | Path, *, token_ids: np.ndar
         arrays["column_scale"] = base.column_scale
     header = {**base.header, "vocab_size": int(merged_ids.size),
               "extends_vocab_size": int(base.header.get("extends_vocab_size", base.size))}
-    sections, offset = {}, HEADER_BYTES
-    for name, array in arrays.items():
-        dtype = base.header["sections"][name][1]
-        sections[name] = [offset, dtype, list(array.shape)]
-        offset += -(-np.dtype(dtype).itemsize * math.prod(array.shape) // _ALIGN) * _ALIGN
+    sections, offset = _section_table({name: (base.header["sections"][name][1], list(array.shape))
+                                       for name, array in arrays.items()})
     header["sections"] = sections
-    blob = json.dumps(header, sort_keys=True).encode("utf-8")
-    if 12 + len(blob) > HEADER_BYTES:
-        raise ValueError("vocabulary index header does not fit in 4096 bytes")
-    path = Path(path)
+    blob = _header_bytes(header)
     with atomic_write(path) as tmp, open(tmp, "wb") as handle:
         handle.truncate(offset)
-        handle.write(MAGIC + struct.pack("<I", len(blob)) + blob)
+        handle.write(blob)
         for name, array in arrays.items():
             start, dtype, _ = sections[name]
             handle.seek(start)
             handle.write(np.ascontiguousarray(array, dtype=dtype).tobytes())
-        handle.flush()
-        os.fsync(handle.fileno())
     return open_shared(path)
+
+
+def _section_table(shapes: dict[str, tuple[str, list[int]]]) -> tuple[dict[str, list], int]:
+    """{name: [offset, dtype, shape]} of sections laid out one after the other from HEADER_BYTES,
+    each aligned to 64 bytes, and the file's length."""
+    sections, offset = {}, HEADER_BYTES
+    for name, (dtype, shape) in shapes.items():
+        sections[name] = [offset, dtype, list(shape)]
+        offset += -(-np.dtype(dtype).itemsize * math.prod(shape) // _ALIGN) * _ALIGN
+    return sections, offset
+
+
+def _header_bytes(header: dict[str, Any]) -> bytes:
+    """The file's first bytes: magic, length, and the header as JSON (it must fit in HEADER_BYTES)."""
+    blob = json.dumps(header, sort_keys=True).encode("utf-8")
+    if 12 + len(blob) > HEADER_BYTES:
+        raise ValueError("vocabulary index header does not fit in 4096 bytes")
+    return MAGIC + struct.pack("<I", len(blob)) + blob
 
 
 @functools.lru_cache(maxsize=4)
