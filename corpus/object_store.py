@@ -16,6 +16,7 @@ cache, is never memory-mapped.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import os
@@ -121,22 +122,23 @@ class ObjectStore:
         self._call(f"delete {relative}", self.client.delete_object, Bucket=self.bucket, Key=self.key(relative))
 
 
-_clients: dict[tuple, Any] = {}
-
-
 def _client() -> Any:  # noqa: ANN401
-    """One boto3 client per process and environment (boto3 clients are thread-safe). Short
-    timeouts, so a store that is down fails a request in seconds; checksums are asked for only
-    where S3 requires them (S3-compatible servers differ, and every file is checked by sha256)."""
+    """The boto3 client of this process's environment (boto3 clients are thread-safe)."""
+    return _client_for(*(os.environ.get(name, "") for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID",
+                                                               "AWS_DEFAULT_REGION")))
+
+
+@functools.lru_cache(maxsize=4)
+def _client_for(endpoint: str, access_key: str, region: str) -> Any:  # noqa: ANN401 - one per environment
+    """Short timeouts, so a store that is down fails a request in seconds; checksums are asked for
+    only where S3 requires them (S3-compatible servers differ, and every file is checked by sha256).
+    boto3 reads the AWS_* variables itself; the arguments only key the cache."""
     import boto3
     from botocore.config import Config
 
-    key = tuple(os.environ.get(name, "") for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_DEFAULT_REGION"))
-    if key not in _clients:
-        config = Config(connect_timeout=5, read_timeout=60, retries={"max_attempts": 2, "mode": "standard"},
-                        request_checksum_calculation="when_required", response_checksum_validation="when_required")
-        _clients[key] = boto3.client("s3", config=config)
-    return _clients[key]
+    config = Config(connect_timeout=5, read_timeout=60, retries={"max_attempts": 2, "mode": "standard"},
+                    request_checksum_calculation="when_required", response_checksum_validation="when_required")
+    return boto3.client("s3", config=config)
 
 
 def object_store() -> ObjectStore | None:

@@ -55,7 +55,6 @@ from corpus.services.appends import (
     append_start,
     appends_allowed,
     merge_due,
-    pending_datasets,
 )
 from engine.build import BuildCancelled, BuildResult, build_index, verify_build
 from engine.config import Config
@@ -299,9 +298,9 @@ def index_after_upload(*, corpus: Corpus, user: AbstractBaseUser | None) -> Inde
             return build_start(corpus=corpus, user=user)
         except BuildAlreadyActive:
             return None
-    if not appends_allowed(corpus) or not pending_datasets(corpus):
+    if not appends_allowed(corpus):
         return None
-    return append_start(corpus=corpus, user=user)
+    return append_start(corpus=corpus, user=user)  # None when nothing is pending
 
 
 def _fusion_evidence(*, build: IndexBuild, corpus: LoadedIndex, config: Config, tokenizer: Tokenizer,
