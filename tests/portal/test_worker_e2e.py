@@ -10,6 +10,8 @@ import signal
 import subprocess
 import sys
 import uuid
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
 import psycopg
@@ -23,6 +25,34 @@ PG_URL = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/p
 REDIS_URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
 
 pytestmark = pytest.mark.service
+
+
+def e2e_env(database: str, redis_url: str, queue: str, data_dir: Path, **extra: str) -> dict[str, str]:
+    """The environment of a portal process (web, driver or worker) in these tests."""
+    return {**os.environ, "DJANGO_SETTINGS_MODULE": "hdrag_site.settings", "HDRAG_ENV": "development",
+            "DATABASE_URL": database, "REDIS_URL": redis_url, "CELERY_QUEUE": queue, "CELERY_TASK_ALWAYS_EAGER": "0",
+            "DATA_DIR": str(data_dir), "PYTHONPATH": str(ROOT), **extra}
+
+
+def migrate(env: dict[str, str]) -> None:
+    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True,
+                   timeout=300)
+
+
+@contextmanager
+def celery_worker(env: dict[str, str], log_path: Path, *options: str) -> Iterator[subprocess.Popen]:
+    """A real Celery worker on `env`'s queue, logging to `log_path`, stopped (SIGTERM to its process
+    group, then waited for) when the block ends."""
+    with open(log_path, "wb") as log:
+        worker = subprocess.Popen(
+            [sys.executable, "-m", "celery", "-A", "hdrag_site", "worker", "-Q", env["CELERY_QUEUE"], *options,
+             "--without-gossip", "--without-mingle", "-l", "info"],
+            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        yield worker
+    finally:
+        os.killpg(worker.pid, signal.SIGTERM)
+        worker.wait(timeout=60)
 
 
 def _with_database(url: str, name: str) -> str:
@@ -55,25 +85,13 @@ def redis_url() -> str:
 
 
 def test_real_worker_builds_on_redis_and_postgres(e2e_database, redis_url, tmp_path):
-    queue = f"e2e-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "hdrag_site.settings", "HDRAG_ENV": "development",
-           "DATABASE_URL": e2e_database, "REDIS_URL": redis_url, "CELERY_QUEUE": queue,
-           "CELERY_TASK_ALWAYS_EAGER": "0", "DATA_DIR": str(tmp_path / "data"), "PYTHONPATH": str(ROOT)}
-    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True,
-                   timeout=300)
+    env = e2e_env(e2e_database, redis_url, f"e2e-{uuid.uuid4().hex[:8]}", tmp_path / "data")
+    migrate(env)
     worker_log = tmp_path / "worker.log"
-    with open(worker_log, "wb") as log:
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "hdrag_site", "worker", "-Q", queue, "--pool=solo",
-             "--without-gossip", "--without-mingle", "-l", "info"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
+    with celery_worker(env, worker_log, "--pool=solo"):
         driver = subprocess.run([sys.executable, str(ROOT / "tests/portal/e2e_worker_script.py"), json.dumps(TEXTS),
                                  "storming of the Bastille in Paris"],
                                 cwd=ROOT, env=env, capture_output=True, text=True, timeout=400)
-    finally:
-        os.killpg(worker.pid, signal.SIGTERM)
-        worker.wait(timeout=60)
     log_tail = worker_log.read_text(errors="replace")[-3000:]
     assert driver.returncode == 0, driver.stderr[-3000:] + log_tail
     outcome = json.loads(driver.stdout.strip().splitlines()[-1])
@@ -88,28 +106,15 @@ def test_web_and_worker_on_separate_disks_share_only_postgres_redis_and_the_stor
         e2e_database, redis_url, s3_server, s3_prefix, tmp_path):
     """Issue 28: the worker and the web process each with a DATA_DIR of its own; the upload reaches
     the worker, and the build the web, only through the object store (`rclone serve s3`)."""
-    queue = f"e2e-s3-{uuid.uuid4().hex[:8]}"
-    shared = {**os.environ, "DJANGO_SETTINGS_MODULE": "hdrag_site.settings", "HDRAG_ENV": "development",
-              "DATABASE_URL": e2e_database, "REDIS_URL": redis_url, "CELERY_QUEUE": queue,
-              "CELERY_TASK_ALWAYS_EAGER": "0", "INDEX_ON_UPLOAD": "0", "PYTHONPATH": str(ROOT),
-              **s3_server.env(s3_prefix)}
-    web = {**shared, "DATA_DIR": str(tmp_path / "web")}
-    worker_env = {**shared, "DATA_DIR": str(tmp_path / "worker")}
-    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=web, check=True,
-                   timeout=300)
+    queue, extra = f"e2e-s3-{uuid.uuid4().hex[:8]}", {"INDEX_ON_UPLOAD": "0", **s3_server.env(s3_prefix)}
+    web = e2e_env(e2e_database, redis_url, queue, tmp_path / "web", **extra)
+    migrate(web)
     worker_log = tmp_path / "worker.log"
-    with open(worker_log, "wb") as log:
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "hdrag_site", "worker", "-Q", queue, "--pool=solo",
-             "--without-gossip", "--without-mingle", "-l", "info"],
-            cwd=ROOT, env=worker_env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
+    with celery_worker(e2e_env(e2e_database, redis_url, queue, tmp_path / "worker", **extra), worker_log,
+                       "--pool=solo"):
         driver = subprocess.run([sys.executable, str(ROOT / "tests/portal/e2e_worker_script.py"), json.dumps(TEXTS),
                                  "storming of the Bastille in Paris"],
                                 cwd=ROOT, env=web, capture_output=True, text=True, timeout=400)
-    finally:
-        os.killpg(worker.pid, signal.SIGTERM)
-        worker.wait(timeout=60)
     log_tail = worker_log.read_text(errors="replace")[-3000:]
     assert driver.returncode == 0, driver.stderr[-3000:] + log_tail
     outcome = json.loads(driver.stdout.strip().splitlines()[-1])
@@ -163,37 +168,22 @@ def test_two_workers_and_two_web_processes_on_four_disks(e2e_database, redis_url
     """Issue 28: two workers and two web processes, each with a disk of its own, sharing PostgreSQL,
     Redis and the store: two builds run at once, each once, on whichever worker took it, and a web
     process that took no upload serves both corpora."""
-    queue = f"e2e-two-{uuid.uuid4().hex[:8]}"
-    shared = {**os.environ, "DJANGO_SETTINGS_MODULE": "hdrag_site.settings", "HDRAG_ENV": "development",
-              "DATABASE_URL": e2e_database, "REDIS_URL": redis_url, "CELERY_QUEUE": queue,
-              "CELERY_TASK_ALWAYS_EAGER": "0", "INDEX_ON_UPLOAD": "0", "PYTHONPATH": str(ROOT),
-              **s3_server.env(s3_prefix)}
-    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT,
-                   env={**shared, "DATA_DIR": str(tmp_path / "web-a")}, check=True, timeout=300)
-    workers, logs = [], []
-    for name in ("worker-a", "worker-b"):
-        logs.append(tmp_path / f"{name}.log")
-        with open(logs[-1], "wb") as log:
-            workers.append(subprocess.Popen(
-                [sys.executable, "-m", "celery", "-A", "hdrag_site", "worker", "-Q", queue, "--pool=solo", "-n",
-                 f"{name}@%h", "--without-gossip", "--without-mingle", "-l", "info"],
-                cwd=ROOT, env={**shared, "DATA_DIR": str(tmp_path / name)}, stdout=log, stderr=subprocess.STDOUT,
-                start_new_session=True))
+    queue, extra = f"e2e-two-{uuid.uuid4().hex[:8]}", {"INDEX_ON_UPLOAD": "0", **s3_server.env(s3_prefix)}
+    migrate(e2e_env(e2e_database, redis_url, queue, tmp_path / "web-a", **extra))
+    logs = [tmp_path / "worker-a.log", tmp_path / "worker-b.log"]
     corpora = {"history": TEXTS, "nature": ["Quokkas are small marsupials that live on Rottnest Island.",
                                             "Tides follow the moon because of its gravitational pull."]}
-    try:
+    with ExitStack() as workers:
+        for log in logs:
+            workers.enter_context(celery_worker(e2e_env(e2e_database, redis_url, queue, tmp_path / log.stem, **extra),
+                                                log, "--pool=solo", "-n", f"{log.stem}@%h"))
         built = subprocess.run([sys.executable, "-c", TWO_CORPORA, "build", json.dumps(corpora)], cwd=ROOT,
-                               env={**shared, "DATA_DIR": str(tmp_path / "web-a")}, capture_output=True, text=True,
-                               timeout=400)
+                               env=e2e_env(e2e_database, redis_url, queue, tmp_path / "web-a", **extra),
+                               capture_output=True, text=True, timeout=400)
         queries = {"history": "storming of the Bastille in Paris", "nature": "Quokkas on Rottnest Island"}
-        searched = subprocess.run([sys.executable, "-c", TWO_CORPORA, "search", json.dumps(queries)],
-                                  cwd=ROOT, env={**shared, "DATA_DIR": str(tmp_path / "web-b")}, capture_output=True,
-                                  text=True, timeout=300)
-    finally:
-        for worker in workers:
-            os.killpg(worker.pid, signal.SIGTERM)
-        for worker in workers:
-            worker.wait(timeout=60)
+        searched = subprocess.run([sys.executable, "-c", TWO_CORPORA, "search", json.dumps(queries)], cwd=ROOT,
+                                  env=e2e_env(e2e_database, redis_url, queue, tmp_path / "web-b", **extra),
+                                  capture_output=True, text=True, timeout=300)
     log_tail = "".join(log.read_text(errors="replace")[-2000:] for log in logs)
     assert built.returncode == 0, built.stderr[-3000:] + log_tail
     assert searched.returncode == 0, searched.stderr[-3000:] + log_tail

@@ -5,15 +5,20 @@ hour here, so the heartbeat sweep cannot be what frees the corpus), and a new bu
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import uuid
 
 import pytest
 
-from tests.portal.test_worker_e2e import ROOT, e2e_database, redis_url  # noqa: F401 - fixtures
+from tests.portal.test_worker_e2e import (  # noqa: F401 - e2e_database and redis_url are fixtures
+    ROOT,
+    celery_worker,
+    e2e_database,
+    e2e_env,
+    migrate,
+    redis_url,
+)
 
 pytestmark = pytest.mark.service
 
@@ -55,24 +60,13 @@ print(json.dumps({"status": build.status, "error": build.error, "seconds": secon
 
 
 def test_a_killed_pool_child_fails_its_build_at_redelivery(e2e_database, redis_url, tmp_path):  # noqa: F811
-    queue = f"e2e-killed-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "hdrag_site.settings", "HDRAG_ENV": "development",
-           "DATABASE_URL": e2e_database, "REDIS_URL": redis_url, "CELERY_QUEUE": queue, "BUILD_STALE_SECONDS": "3600",
-           "CELERY_TASK_ALWAYS_EAGER": "0", "DATA_DIR": str(tmp_path / "data"), "PYTHONPATH": str(ROOT)}
-    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True,
-                   timeout=300)
+    env = e2e_env(e2e_database, redis_url, f"e2e-killed-{uuid.uuid4().hex[:8]}", tmp_path / "data",
+                  BUILD_STALE_SECONDS="3600")
+    migrate(env)
     worker_log = tmp_path / "worker.log"
-    with open(worker_log, "wb") as log:
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "hdrag_site", "worker", "-Q", queue, "--concurrency", "1",
-             "--without-gossip", "--without-mingle", "-l", "info"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
+    with celery_worker(env, worker_log, "--concurrency", "1"):
         driver = subprocess.run([sys.executable, "-c", DRIVER], cwd=ROOT, env=env, capture_output=True, text=True,
                                 timeout=400)
-    finally:
-        os.killpg(worker.pid, signal.SIGTERM)
-        worker.wait(timeout=60)
     log_tail = worker_log.read_text(errors="replace")[-4000:]
     assert driver.returncode == 0, driver.stderr[-3000:] + log_tail
     outcome = json.loads(driver.stdout.strip().splitlines()[-1])
@@ -141,25 +135,13 @@ print(json.dumps(outcome))
 
 def test_an_upload_is_appended_by_the_real_worker_and_a_killed_append_leaves_nothing(
         e2e_database, redis_url, tmp_path):  # noqa: F811
-    queue = f"e2e-append-{uuid.uuid4().hex[:8]}"
-    env = {**os.environ, "DJANGO_SETTINGS_MODULE": "hdrag_site.settings", "HDRAG_ENV": "development",
-           "DATABASE_URL": e2e_database, "REDIS_URL": redis_url, "CELERY_QUEUE": queue, "BUILD_STALE_SECONDS": "3600",
-           "CELERY_TASK_ALWAYS_EAGER": "0", "INDEX_ON_UPLOAD": "1", "DATA_DIR": str(tmp_path / "data"),
-           "PYTHONPATH": str(ROOT)}
-    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True,
-                   timeout=300)
+    env = e2e_env(e2e_database, redis_url, f"e2e-append-{uuid.uuid4().hex[:8]}", tmp_path / "data",
+                  BUILD_STALE_SECONDS="3600", INDEX_ON_UPLOAD="1")
+    migrate(env)
     worker_log = tmp_path / "worker.log"
-    with open(worker_log, "wb") as log:
-        worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "hdrag_site", "worker", "-Q", queue, "--concurrency", "1",
-             "--without-gossip", "--without-mingle", "-l", "info"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    try:
+    with celery_worker(env, worker_log, "--concurrency", "1"):
         driver = subprocess.run([sys.executable, "-c", APPEND_DRIVER], cwd=ROOT, env=env, capture_output=True,
                                 text=True, timeout=500)
-    finally:
-        os.killpg(worker.pid, signal.SIGTERM)
-        worker.wait(timeout=60)
     log_tail = worker_log.read_text(errors="replace")[-4000:]
     assert driver.returncode == 0, driver.stderr[-3000:] + log_tail
     outcome = json.loads(driver.stdout.strip().splitlines()[-1])
