@@ -21,8 +21,10 @@ the full build of the corpus above as the baseline:
     .venv/bin/python bench/build.py --docs 100000 --append 5 --no-baseline
 
 `--store` publishes to a real S3-compatible store (`rclone serve s3` on loopback, as the tests do):
-it prints the publish time, and the first search of a web process with an empty disk (which fetches
-the build) against the first search on the worker's disk:
+it prints the publish time, the first search of a web process with an empty disk (which fetches
+the build) against the first search on the worker's disk, and then searches once each disk's copy is
+mapped: the same distinct queries, in alternating blocks, served from the web's cache against the
+worker's own build (the baseline):
 
     .venv/bin/python bench/build.py --docs 100000 --store --no-baseline
 """
@@ -145,6 +147,7 @@ def store_figures(corpus, owner, build, scratch: Path) -> None:  # noqa: ANN001
     started = time.perf_counter()
     memories_search(user=owner, corpus_ids=[corpus.pk], query=query)
     local = time.perf_counter() - started
+    worker_disk = settings.DATA_DIR
     settings.DATA_DIR = scratch / "web"  # a web process on another machine: an empty disk
     runtime.reset()
     started = time.perf_counter()
@@ -152,6 +155,38 @@ def store_figures(corpus, owner, build, scratch: Path) -> None:  # noqa: ANN001
     fetched = time.perf_counter() - started
     print(f"first search on the worker's disk {local:.2f} s (baseline); on an empty web disk {fetched:.2f} s "
           f"(fetch, check and map included): {fetched / local:.1f}x")
+    steady_search(owner, corpus, {"worker's disk (built locally)": worker_disk,
+                                  "web cache (fetched from the store)": settings.DATA_DIR})
+
+
+def steady_search(owner, corpus, disks: dict[str, Path | str], *, rounds: int = 4, block: int = 25) -> None:  # noqa: ANN001
+    """Searches once the state is mapped: the same distinct queries served from each disk in turn,
+    in blocks of `block` (order alternating from round to round, each disk's process state loaded
+    afresh and warmed by 3 searches before its block), p50 and p95 of each, and the ratio to the first."""
+    from django.conf import settings
+
+    from hdrag_site import runtime
+    from memory.services import memories_search
+
+    queries = [" ".join(d.split()[1:9]) for d in synthetic_docs(rounds * block, seed=7)]
+    times: dict[str, list[float]] = {name: [] for name in disks}
+    for number in range(rounds):
+        order = list(disks.items()) if number % 2 == 0 else list(reversed(disks.items()))
+        for name, data_dir in order:
+            settings.DATA_DIR = data_dir
+            runtime.reset()
+            for query in ("warm up one", "warm up two", "warm up three"):
+                memories_search(user=owner, corpus_ids=[corpus.pk], query=query)
+            for query in queries[number * block:(number + 1) * block]:
+                started = time.perf_counter()
+                memories_search(user=owner, corpus_ids=[corpus.pk], query=query)
+                times[name].append(time.perf_counter() - started)
+    base = None
+    for name, values in times.items():
+        p50, p95 = np.percentile(values, 50) * 1000, np.percentile(values, 95) * 1000
+        base = base or p50
+        print(f"searches on the {name}: p50 {p50:.1f} ms, p95 {p95:.1f} ms over {len(values)} queries "
+              f"({p50 / base:.2f}x the first)")
 
 
 def run(args: argparse.Namespace, scratch: Path) -> None:
