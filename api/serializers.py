@@ -17,6 +17,7 @@ from chat.services import MAX_MESSAGE_CHARS
 from corpus.models import Corpus
 from engine.gguf import GGUFError, read_metadata
 from engine.tokenizer import index_tokenizer_refusal
+from memory.services import MemoryResult
 
 
 class ErrorDetailSerializer(serializers.Serializer):
@@ -204,6 +205,19 @@ class MemoryResultSerializer(serializers.Serializer):
     token_count = serializers.IntegerField()
     text = serializers.CharField()
     metadata = serializers.JSONField()
+
+
+def search_result_json(result: MemoryResult) -> dict[str, Any]:
+    """A search result in the shape `MemoryResultSerializer` documents: "corpus" and "dataset" are
+    primary keys, "corpus_name" and "dataset_name" their names, "id" the memory row's and "key" its
+    content hash."""
+    memory = result.memory
+    return {"id": result.memory_id, "key": str(memory.get("id", "")), "corpus": result.corpus_id,
+            "corpus_name": result.corpus_name, "dataset": result.dataset_id, "dataset_name": result.dataset_name,
+            "score": result.hdc_score, "late_score": result.late_score, "late_kind": result.late_kind,
+            "fused_score": result.fused_score, "merge_score": result.merge_score,
+            "token_count": int(memory.get("token_count") or 0),
+            "text": memory.get("text", ""), "metadata": memory.get("metadata") or {}}
 
 
 class SearchResponseSerializer(serializers.Serializer):

@@ -292,7 +292,7 @@ def appends(args: argparse.Namespace, scratch: Path, corpus, owner, full_seconds
             raise SystemExit(f"append {job.status}: {job.error}")
         results = memories_search(user=owner, corpus_ids=[corpus.pk], query=marker, top_document=True)
         elapsed = time.perf_counter() - started
-        hit = bool(results) and marker in results[0]["memory"]["text"]
+        hit = bool(results) and marker in results[0].memory["text"]
         found += hit
         seconds.append(elapsed)
         print(f"  #{number + 1}: {elapsed:.2f} s, {job.documents} memories, top hit {'yes' if hit else 'NO'}; "

@@ -37,7 +37,7 @@ class ModelNotFound(ApplicationError):
 def completion_citations(*, prepared: PreparedTurn, answer: str) -> dict[str, Any]:
     """The reply's `hdrag` object: {"grounding", "grounding_word", "citations"} (`chat.citations`)."""
     return answer_citations(question=prepared.question, answer=answer,
-                            memory_texts=[r["memory"]["text"] for r in prepared.memories]).to_json()
+                            memory_texts=[r.memory["text"] for r in prepared.memories]).to_json()
 
 
 def completion_models(*, user: AbstractBaseUser) -> list[dict[str, Any]]:

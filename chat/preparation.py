@@ -25,7 +25,7 @@ from engine.llm import GenerationSettings, PromptPlan, Role, assemble_prompt
 from engine.retrieval import BlendState
 from hdrag_site import runtime
 from hdrag_site.errors import ApplicationError
-from memory.services import memories_search
+from memory.services import MemoryResult, memories_search
 
 
 @dataclass(frozen=True)
@@ -62,17 +62,15 @@ class PreparedTurn:
 
     question: str
     plan: PromptPlan
-    memories: list[dict]  # the results that primed it (`memories_search`'s shape), best first
+    memories: list[MemoryResult]  # the results that primed it, best first
     retrieval_seconds: float
     generation: GenerationSettings
     loop_retries: int  # continuations after a loop (engine Config.loop_retries)
 
 
 def turn_memories(*, user: AbstractBaseUser, state: ConversationState, question: str,
-                  token_budget: int) -> list[dict]:
-    """Ranked memories for `question` from the state's corpora, with its blend and `top_document`:
-    [{"memory": {id, pk, text, hdv_idx, metadata, token_count, dataset_id}, "hdc_score",
-    "corpus_id", "corpus" (name), "dataset" (name), ...}]."""
+                  token_budget: int) -> list[MemoryResult]:
+    """Ranked memories for `question` from the state's corpora, with its blend and `top_document`."""
     if not state.corpus_ids:
         return []
     return memories_search(user=user, corpus_ids=state.corpus_ids, query=question, blend=state.blend,
@@ -95,14 +93,14 @@ def turn_prepare(*, user: AbstractBaseUser, state: ConversationState, question: 
     tokenizer = runtime.token_counter()
     system_prompt = state.system_prompt or config.system_prompt
     started = time.perf_counter()
-    results: list[dict] = []
+    results: list[MemoryResult] = []
     if state.corpus_ids:
         search_budget = budget.search_budget(system_prompt=system_prompt, user_message=question, tokenizer=tokenizer,
                                              requested=runtime.memory_budget(state.token_budget, waiting=waiting))
         if search_budget > 0:
             results = turn_memories(user=user, state=state, question=question, token_budget=search_budget)
     retrieval = time.perf_counter() - started
-    texts = [r["memory"]["text"] for r in results]
+    texts = [r.memory["text"] for r in results]
     if state.compress_context:
         texts = [compress_context(text) for text in texts]
     plan = assemble_prompt(system_prompt=system_prompt, history=state.history, user_message=question,

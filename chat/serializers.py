@@ -8,6 +8,7 @@ from django.urls import reverse
 
 from chat.models import Conversation, Message, MessageMemory
 from engine.citations import grounding_word
+from memory.services import MemoryResult
 
 EXCERPT_PREVIEW_CHARS = 600
 
@@ -21,18 +22,14 @@ def memory_json(memory: MessageMemory) -> dict[str, Any]:
             "token_count": memory.token_count, "excerpt": memory.excerpt}
 
 
-def memory_source(result: dict[str, Any]) -> str:
-    """Where a retrieved memory came from: its dataset's name, else its metadata's "source"."""
-    return str(result.get("dataset") or (result["memory"].get("metadata") or {}).get("source") or "")
-
-
-def memory_result_json(result: dict[str, Any], *, rank: int) -> dict[str, Any]:
-    """A retrieval result (engine format) as the chat page shows it, before it is stored (as
-    `memory_json` will show it: `rank` counts from 0 in retrieval order)."""
-    memory = result["memory"]
-    return {"rank": rank, "memory_id": memory.get("pk"), "key": str(memory.get("id", "")),
-            "corpus": str(result.get("corpus", "")), "source": memory_source(result),
-            "score": float(result["hdc_score"]), "token_count": int(memory.get("token_count") or 0),
+def memory_result_json(result: MemoryResult, *, rank: int) -> dict[str, Any]:
+    """A search result as the chat page shows it (the `chat.memories` event), before it is stored
+    (as `memory_json` will show it: `rank` counts from 0 in retrieval order, "corpus" is the
+    corpus's name)."""
+    memory = result.memory
+    return {"rank": rank, "memory_id": result.memory_id, "key": str(memory.get("id", "")),
+            "corpus": result.corpus_name, "source": result.source,
+            "score": result.hdc_score, "token_count": int(memory.get("token_count") or 0),
             "excerpt": str(memory.get("text", ""))[:MessageMemory.EXCERPT_CHARS]}
 
 

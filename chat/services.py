@@ -20,12 +20,12 @@ from chat.models import (
     MessageMemory,
 )
 from chat.selectors import conversation_latest
-from chat.serializers import memory_source
 from corpus.models import Memory
 from corpus.selectors import corpora_visible_to
 from engine.llm import Usage
 from engine.retrieval import BlendState
 from hdrag_site.errors import ApplicationError
+from memory.services import MemoryResult
 
 TITLE_CHARS = 60
 MAX_MESSAGE_CHARS = 32_000
@@ -198,30 +198,29 @@ def _unused_title(conversation: Conversation, title: str) -> str:
     return candidate
 
 
-def _memory_rows(results: Sequence[dict], message: Message) -> list[MessageMemory]:
+def _memory_rows(results: Sequence[MemoryResult], message: Message) -> list[MessageMemory]:
     # A rebuild may have deleted a row since it was retrieved; the snapshot is kept without the link.
-    wanted = [r["memory"].get("pk") for r in results if r["memory"].get("pk") is not None]
+    wanted = [r.memory_id for r in results if r.memory_id is not None]
     existing = set(Memory.objects.filter(pk__in=wanted).values_list("pk", flat=True))
     rows = []
     for rank, result in enumerate(results):
-        memory = result["memory"]
+        memory = result.memory
         rows.append(MessageMemory(
-            message=message, rank=rank, memory_id=memory.get("pk") if memory.get("pk") in existing else None, memory_key=str(memory.get("id", ""))[:64],
-            corpus_name=str(result.get("corpus", ""))[:200], source=memory_source(result)[:500],
-            score=float(result["hdc_score"]), token_count=int(memory.get("token_count") or 0),
+            message=message, rank=rank, memory_id=result.memory_id if result.memory_id in existing else None, memory_key=str(memory.get("id", ""))[:64],
+            corpus_name=result.corpus_name[:200], source=result.source[:500],
+            score=result.hdc_score, token_count=int(memory.get("token_count") or 0),
             excerpt=str(memory.get("text", ""))[:MessageMemory.EXCERPT_CHARS]))
     return rows
 
 
 @transaction.atomic
-def message_create_assistant(*, conversation_id: int, content: str, status: str, memories: Sequence[dict] = (),
+def message_create_assistant(*, conversation_id: int, content: str, status: str, memories: Sequence[MemoryResult] = (),
                              usage: Usage | None = None, finish_reason: str = "", error: str = "",
                              citations: AnswerCitations | None = None) -> Message:
     """Store an answer (complete, stopped or failed) with the memories that primed it and its
     `citations` (`chat.citations.answer_citations`) when given.
 
-    `memories` are `memory.services.memories_search` results (the engine's format, with "corpus"
-    and "dataset" names and the memory row's "pk").
+    `memories` are `memory.services.memories_search` results.
     """
     if status not in Message.Status.values:
         raise ValueError(f"status must be one of {Message.Status.values}, got {status!r}")

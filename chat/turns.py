@@ -65,6 +65,7 @@ from engine.repetition import restates_question
 from hdrag_site import runtime
 from hdrag_site.errors import ApplicationError
 from hdrag_site.llm_queue import Ticket
+from memory.services import MemoryResult
 
 logger = logging.getLogger(__name__)
 
@@ -168,7 +169,7 @@ async def _run_turn(*, conversation_id: int, content: str, emit: Emit, regenerat
     result = TurnResult(status=Message.Status.ERROR, user_message_id=user_message.pk)
     title = await _db(conversation_title)(conversation_id=conversation_id)
     await emit({"type": "chat.accepted", "message": message_json(user_message), "title": title})
-    memories: list[dict] = []
+    memories: list[MemoryResult] = []
     parts: list[str] = []
     # `memories` is filled in place, so every outcome below stores what primed the answer so far.
     common: dict[str, Any] = {"conversation_id": conversation_id, "memories": memories, "emit": emit,
@@ -248,7 +249,7 @@ async def _run_turn(*, conversation_id: int, content: str, emit: Emit, regenerat
     return result
 
 
-async def _finish(result: TurnResult, *, conversation_id: int, content: str, status: str, memories: list[dict],
+async def _finish(result: TurnResult, *, conversation_id: int, content: str, status: str, memories: list[MemoryResult],
                   emit: Emit, started: float, question: str, usage: Usage | None = None, finish_reason: str = "",
                   error: str = "", error_code: str = "") -> None:
     """Store the answer in whatever state it ended, with its citations (unless it failed), update
@@ -256,7 +257,7 @@ async def _finish(result: TurnResult, *, conversation_id: int, content: str, sta
     citations = None
     if status != Message.Status.ERROR:
         citations = answer_citations(question=question, answer=content,
-                                     memory_texts=[r["memory"]["text"] for r in memories])
+                                     memory_texts=[r.memory["text"] for r in memories])
     message = await _db(message_create_assistant)(
         conversation_id=conversation_id, content=content, status=status, memories=memories, usage=usage,
         finish_reason=finish_reason, error=error, citations=citations)

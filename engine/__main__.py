@@ -83,9 +83,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     results = retriever.search(args.query, [target], token_budget=args.budget, top_document=args.top_document)
     elapsed = time.perf_counter() - started
     for rank, result in enumerate(results, start=1):
-        memory = result["memory"]
+        memory = result.memory
         snippet = " ".join(memory["text"].split())[:160]
-        print(f"{rank:3d}. score {result['hdc_score']:7.0f}  row {memory['hdv_idx']:<7d} "
+        print(f"{rank:3d}. score {result.hdc_score:7.0f}  row {memory['hdv_idx']:<7d} "
               f"{memory['metadata'].get('source', '')}  ({memory['token_count']} tokens)\n     {snippet}")
     print(f"{len(results)} memories in {elapsed * 1000:.0f} ms", file=sys.stderr)
     return 0

@@ -200,6 +200,27 @@ class SearchTarget:
         return self.fusion.rule if self.fusion is not None else "rrf:1"
 
 
+@dataclass(frozen=True)
+class SearchResult:
+    """One memory a search found (`Retriever.search` returns them best first).
+
+    `memory` is its store's row (`MemoryStore.get_memories`: "id", "text", "metadata",
+    "token_count", and whatever else that store keeps) with "hdv_idx", its bitmap row. `target` is
+    the `SearchTarget.name` it came from: the caller's label, not necessarily a corpus's name (the
+    portal labels each target with its corpus's primary key).
+    `hdc_score`: its ternary HDC score; `late_score`: its target's late scorer's, where that scored
+    it; `fused_score`: 1 / (60 + rank) in the fused or merged ranking, where the search fused or
+    merged; `merge_score`: the key several targets were merged by (`merge_targets`), else None.
+    """
+
+    memory: dict[str, Any]
+    hdc_score: float
+    target: str
+    late_score: float | None
+    fused_score: float | None
+    merge_score: float | None
+
+
 @dataclass
 class _Candidate:
     target: int
@@ -295,8 +316,9 @@ class Retriever:
         return blend_vectors((q_pos, q_neg), content, history, corpus.encoder.ngram, corpus.dims)
 
     def search(self, query: str, targets: Sequence[SearchTarget], *, blend: BlendState | None = None,
-               token_budget: int | None = None, top_document: bool = False, trace: dict | None = None) -> list[dict]:
-        """Ranked memories: [{"memory": {id, text, hdv_idx, metadata, token_count}, "hdc_score", "corpus"}].
+               token_budget: int | None = None, top_document: bool = False, trace: dict | None = None
+               ) -> list[SearchResult]:
+        """Ranked memories, best first.
 
         `trace`, when given, receives how many candidates each stage kept: {"candidates",
         "threshold", "dedup", "selected"} and the threshold's score cut "cut" (None when fused)."""
@@ -308,7 +330,7 @@ class Retriever:
     def search_vectors(self, vectors: Sequence[tuple[np.ndarray, np.ndarray]], targets: Sequence[SearchTarget], *,
                        token_budget: int | None = None, top_document: bool = False,
                        late: Sequence[RowScorer | None] | None = None,
-                       trace: dict | None = None) -> list[dict]:
+                       trace: dict | None = None) -> list[SearchResult]:
         """`search` from already blended query bitmaps, one (pos, neg) (words,) uint64 per target,
         and optionally one late scorer of rows per target (rows (m,) -> scores (m,), nan: not
         scored; None: that target is not fused)."""
@@ -397,7 +419,7 @@ class Retriever:
                     token_budget: int | None = None, top_document: bool = False, compress: bool = False) -> str:
         """The retrieved texts joined by "\\n\\n---\\n\\n" (each compressed when `compress`)."""
         results = self.search(query, targets, blend=blend, token_budget=token_budget, top_document=top_document)
-        texts = [r["memory"]["text"] for r in results]
+        texts = [r.memory["text"] for r in results]
         return CONTEXT_DELIMITER.join(bits.compress_context(t) if compress else t for t in texts)
 
     def _threshold(self, ranked: list[_Candidate]) -> list[_Candidate]:
@@ -440,9 +462,9 @@ class Retriever:
         return hdc_mmr(pos, neg, scores, tokens, dims, budget, self.config.min_context)
 
     @staticmethod
-    def _results(targets: Sequence[SearchTarget], chosen: list[_Candidate], fused: bool = False) -> list[dict]:
-        return [{"memory": c.memory, "hdc_score": float(c.score), "corpus": targets[c.target].name,
-                 "late_score": c.late, "fused_score": c.fused if fused else None, "merge_score": c.merge}
+    def _results(targets: Sequence[SearchTarget], chosen: list[_Candidate], fused: bool = False) -> list[SearchResult]:
+        return [SearchResult(memory=c.memory, hdc_score=float(c.score), target=targets[c.target].name,
+                             late_score=c.late, fused_score=c.fused if fused else None, merge_score=c.merge)
                 for c in chosen]
 
 

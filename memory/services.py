@@ -3,14 +3,15 @@
 Search applies access control before retrieval: only corpora the user may read, with an active
 build, are loaded and searched, and only their enabled datasets pass the index's source filter.
 Loaded builds, retrievers and late-interaction encoders and scorers are the process's, in `hdrag_site.runtime`.
+A result is a `MemoryResult`: the engine's `SearchResult` and where the memory lives in the portal.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
+from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
@@ -22,12 +23,43 @@ from corpus.selectors import corpora_readable_among
 from engine.fusion import FusionChoice
 from engine.lexical import WordIndex, WordIndexError
 from engine.loaded_build import LoadedIndex
-from engine.retrieval import BlendState, Retriever, SearchTarget, query_length
+from engine.retrieval import BlendState, Retriever, SearchResult, SearchTarget, query_length
 from engine.text_store import LateScorer, TextStoreError
 from hdrag_site import runtime
 from hdrag_site.errors import ApplicationError
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class MemoryResult(SearchResult):
+    """A `SearchResult` as `memories_search` returns it, with where the memory lives: its corpus by
+    primary key (`corpus_id`) and by name (`corpus_name`), its dataset's name (`dataset_name`, ""
+    where unknown), and what `late_score` is (`late_kind`: "maxsim", late interaction; "bm25",
+    exact words; None where `late_score` is None). `memory` also holds the row's "pk" and
+    "dataset_id" (`corpus.memory_rows.StateMemoryStore`). The API's shape is derived from it by
+    `api.serializers.search_result_json`, the chat's (websocket and stored snapshot) by
+    `chat.serializers.memory_result_json` and `chat.services.message_create_assistant`.
+    """
+
+    corpus_id: int
+    corpus_name: str
+    dataset_name: str
+    late_kind: str | None
+
+    @property
+    def memory_id(self) -> int | None:
+        """The Memory row's primary key (None: not a stored row)."""
+        return self.memory.get("pk")
+
+    @property
+    def dataset_id(self) -> int | None:
+        return self.memory.get("dataset_id")
+
+    @property
+    def source(self) -> str:
+        """Where the memory came from: its dataset's name, else its metadata's "source"."""
+        return str(self.dataset_name or (self.memory.get("metadata") or {}).get("source") or "")
 
 
 def _late_scorer(*, corpus_id: int, corpus: LoadedIndex, gguf_path: str) -> LateScorer | None:
@@ -56,15 +88,11 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
                     corpora: Iterable[Corpus] | None = None, query: str,
                     blend: BlendState | None = None, token_budget: int | None = None,
                     top_document: bool = False, dataset_ids: Iterable[int] | None = None,
-                    raw_limit: int | None = None, trace: dict | None = None) -> list[dict[str, Any]]:
+                    raw_limit: int | None = None, trace: dict | None = None) -> list[MemoryResult]:
     """Retrieve memories for `query` from the corpora in `corpus_ids` that `user` may read.
 
     Ids the user may not read, or of corpora without an active build, are ignored (an outsider
-    cannot tell them from missing ones). Returns, best first:
-    [{"memory": {"id", "pk", "text", "hdv_idx", "metadata", "token_count", "dataset_id"},
-      "hdc_score": float, "late_score": float or None, "fused_score": float or None,
-      "late_kind": "maxsim" (late interaction) or "bm25" (exact words) where late_score is set, else None,
-      "corpus_id": int, "corpus": name, "dataset": dataset name or ""}].
+    cannot tell them from missing ones). Returns `MemoryResult`s, best first.
     Corpora whose active build used late interaction have their HDC candidates re-scored by exact
     MaxSim over the token vectors the build kept and fused under the build's measured rule (HDC
     alone when the rule says so, or for a build without those vectors); the other builds that wrote
@@ -137,14 +165,19 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
                                                               top_document=top_document, trace=trace)
     by_id: dict[int, Corpus] = {c.pk: c for c in corpora}
     dataset_names = {pk: name for _, pk, name, _ in datasets}
-    return [{**result, "corpus_id": int(result["corpus"]), "corpus": by_id[int(result["corpus"])].name,
-             "dataset": dataset_names.get(result["memory"].get("dataset_id"), ""),
-             "late_kind": late_kinds.get(int(result["corpus"])) if result.get("late_score") is not None else None}
-            for result in results]
+    found = []
+    for result in results:
+        corpus = by_id[int(result.target)]  # each target is named by its corpus's primary key
+        found.append(MemoryResult(
+            **{field.name: getattr(result, field.name) for field in fields(SearchResult)},
+            corpus_id=corpus.pk, corpus_name=corpus.name,
+            dataset_name=dataset_names.get(result.memory.get("dataset_id"), ""),
+            late_kind=late_kinds.get(corpus.pk) if result.late_score is not None else None))
+    return found
 
 
 def _search_raw(retriever: Retriever, query: str, targets: list[SearchTarget], *, blend: BlendState | None,
-                limit: int) -> list[dict[str, Any]]:
+                limit: int) -> list[SearchResult]:
     """The index's own top `limit` rows over all targets, by HDC score (ties: target, row); several
     targets are merged by score per unit of query length, as the pipeline merges them (`merge_targets`)."""
     found: list[tuple[int, np.ndarray, np.ndarray, float]] = []
@@ -170,7 +203,7 @@ def _search_raw(retriever: Retriever, query: str, targets: list[SearchTarget], *
         rows = [row for _, n, row, _ in ranked if n == number]
         if rows:
             memories[number] = target.store.get_memories(rows)
-    return [{"memory": {**memories[number][row], "hdv_idx": row}, "hdc_score": float(score),
-             "corpus": targets[number].name, "late_score": None, "fused_score": None,
-             "merge_score": -negative if several else None}
+    return [SearchResult(memory={**memories[number][row], "hdv_idx": row}, hdc_score=float(score),
+                         target=targets[number].name, late_score=None, fused_score=None,
+                         merge_score=-negative if several else None)
             for negative, number, row, score in ranked if row in memories.get(number, {})]

@@ -13,39 +13,36 @@ from corpus.selectors import corpora_visible_to, get_corpus_for_user
 from hdrag_site.errors import ApplicationError
 from memory.forms import SearchForm
 from memory.selectors import get_memory_for_user, memory_neighbours
-from memory.services import memories_search
+from memory.services import MemoryResult, memories_search
 from memory.stats import corpus_stats
 
 ORDERS = ("score", "pipeline")
 
 
-def _rank_key(result: dict) -> float:
+def _rank_key(result: MemoryResult) -> float:
     """What the search ranked by: across corpora the merge key, in one fused corpus the fused
     score, else the HDC score (`engine.retrieval`)."""
-    for key in ("merge_score", "fused_score"):
-        if result.get(key) is not None:
-            return float(result[key])
-    return float(result["hdc_score"])
+    for score in (result.merge_score, result.fused_score):
+        if score is not None:
+            return score
+    return result.hdc_score
 
 
-def ranking_basis(results: list[dict]) -> str:
+def ranking_basis(results: list[MemoryResult]) -> str:
     """The words the page uses for what the results are ranked by."""
-    if any(r.get("merge_score") is not None for r in results):
+    if any(r.merge_score is not None for r in results):
         return "across corpora: HDC score per unit of the query's length in each corpus (comparable across them)"
-    if any(r.get("fused_score") is not None for r in results):
+    if any(r.fused_score is not None for r in results):
         return "by the fused ranking (HDC and exact words)"
     return "by HDC score"
 
 
-def _ranked(results: list[dict], order: str) -> list[dict]:
-    """Number the results in the pipeline's order (MMR picks), then sort them by what the search
-    ranked by (`_rank_key`) unless the pipeline's own order was asked for."""
-    for position, result in enumerate(results, start=1):
-        result["pick"] = position
-        result["rank_key"] = _rank_key(result)
+def _ranked(results: list[MemoryResult], order: str) -> list[MemoryResult]:
+    """The results in the pipeline's order (MMR picks, which the page numbers), or sorted by what
+    the search ranked by (`_rank_key`; a tie keeps the pipeline's order)."""
     if order == "pipeline":
         return results
-    return sorted(results, key=lambda r: (-r["rank_key"], r["pick"]))
+    return sorted(results, key=lambda r: -_rank_key(r))
 
 
 @require_GET

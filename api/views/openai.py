@@ -14,7 +14,12 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from api.serializers import ChatCompletionRequestSerializer, ModelListSerializer, ModelSerializer
+from api.serializers import (
+    ChatCompletionRequestSerializer,
+    ModelListSerializer,
+    ModelSerializer,
+    search_result_json,
+)
 from api.views.base import ApiView, errors
 from api.views.sse import sse_frame, sse_response
 from chat.completions import (
@@ -57,7 +62,9 @@ COMPLETION_SCHEMA = {
         "usage": {"type": "object", "properties": {"prompt_tokens": {"type": "integer"},
                                                    "completion_tokens": {"type": "integer"},
                                                    "total_tokens": {"type": "integer"}}},
-        "memories": {"type": "array", "description": "The memories that primed the answer.",
+        "memories": {"type": "array", "description": "The memories that primed the answer, best first: "
+                     "the search result's id, corpus, corpus_name, dataset, dataset_name, score and token_count "
+                     "(corpus and dataset are ids).",
                      "items": {"type": "object"}},
         "hdrag": HDRAG_SCHEMA,
     },
@@ -99,9 +106,13 @@ def _usage(usage: Usage | None) -> dict[str, int] | None:
             "total_tokens": usage.prompt_tokens + usage.completion_tokens}
 
 
+# The keys of a search result (`search_result_json`) that a completion's memories carry.
+COMPLETION_MEMORY_KEYS = ("id", "corpus", "corpus_name", "dataset", "dataset_name", "score", "token_count")
+
+
 def _memories(prepared: PreparedTurn) -> list[dict[str, Any]]:
-    return [{"id": r["memory"].get("pk"), "corpus": r["corpus_id"], "dataset": r["dataset"], "score": r["hdc_score"],
-             "token_count": int(r["memory"].get("token_count") or 0)} for r in prepared.memories]
+    return [{key: shape[key] for key in COMPLETION_MEMORY_KEYS}
+            for shape in map(search_result_json, prepared.memories)]
 
 
 class ChatCompletions(ApiView):

@@ -14,6 +14,7 @@ from api.serializers import (
     MultiSearchQuerySerializer,
     SearchQuerySerializer,
     SearchResponseSerializer,
+    search_result_json,
 )
 from api.views.base import PAGE_PARAMETERS, ApiView, errors, id_path
 from corpus.models import Corpus
@@ -39,16 +40,6 @@ SEARCH_PARAMETERS = [
 ]
 
 
-def _result_json(result: dict) -> dict:
-    memory = result["memory"]
-    return {"id": memory.get("pk"), "key": str(memory.get("id", "")), "corpus": result["corpus_id"],
-            "corpus_name": result["corpus"], "dataset": memory.get("dataset_id"), "dataset_name": result["dataset"],
-            "score": result["hdc_score"], "late_score": result.get("late_score"), "late_kind": result.get("late_kind"),
-            "fused_score": result.get("fused_score"), "merge_score": result.get("merge_score"),
-            "token_count": int(memory.get("token_count") or 0),
-            "text": memory.get("text", ""), "metadata": memory.get("metadata") or {}}
-
-
 class _Search(ApiView):
     def search(self, request: Request, params: dict, *, corpus_ids: Iterable[int] = (),
                corpora: list[Corpus] | None = None) -> Response:
@@ -60,7 +51,7 @@ class _Search(ApiView):
         if not raw and "limit" in request.query_params:
             results = results[:params["limit"]]  # the best ones: pipeline results are in rank order
         took_ms = round((time.perf_counter() - started) * 1000, 3)
-        response = self.paginated(results, lambda page: [_result_json(r) for r in page], took_ms=took_ms)
+        response = self.paginated(results, lambda page: [search_result_json(r) for r in page], took_ms=took_ms)
         response["Server-Timing"] = f"search;dur={took_ms}"
         return response
 

@@ -133,13 +133,13 @@ def test_completion_is_primed_by_the_corpus_and_the_blend(chat_settings, owner, 
     primed = completion_prepare(user=owner, model=f"corpus-{corpus.pk}",
                                 messages=[{"role": "user", "content": QUESTION}])
     assert not plain.memories and primed.memories
-    assert primed.memories[0]["memory"]["text"][:80] in primed.plan.messages[-1]["content"]
+    assert primed.memories[0].memory["text"][:80] in primed.plan.messages[-1]["content"]
     assert primed.plan.messages[-1]["content"].endswith(QUESTION)
     blended = completion_prepare(user=owner, model=f"corpus-{corpus.pk}", messages=[
         {"role": "user", "content": "Tell me about sockets."},
         {"role": "assistant", "content": "Sockets connect processes over a network with send and recv calls."},
         {"role": "user", "content": QUESTION}])
-    assert [m["memory"]["pk"] for m in blended.memories] != [m["memory"]["pk"] for m in primed.memories]
+    assert [m.memory["pk"] for m in blended.memories] != [m.memory["pk"] for m in primed.memories]
 
 
 @pytest.mark.parametrize(("body", "status"), [
@@ -237,6 +237,13 @@ def _memory_text(memory_id: int) -> str:
     return Memory.objects.get(pk=memory_id).text
 
 
+def _memory_dataset(memory_id: int) -> tuple[int, str]:
+    from corpus.models import Memory
+
+    memory = Memory.objects.select_related("dataset").get(pk=memory_id)
+    return memory.dataset_id, memory.dataset.name
+
+
 async def test_the_chat_and_the_openai_endpoint_send_llama_cpp_the_same_request(chat_settings, live_api, owner, secret,
                                                                                pydoc_build):
     """One turn preparation (`chat.preparation.turn_prepare`): a conversation's turn, and a completion
@@ -269,6 +276,11 @@ async def test_the_chat_and_the_openai_endpoint_send_llama_cpp_the_same_request(
     # The conversation's settings are what made it: one memory (top_document), compressed.
     primed = listed[-1]["memories"]
     assert len(primed) == 1 and completion.json()["memories"][0]["id"] == primed[0]["memory_id"]
+    # A completion's memory is a search result's: its corpus and dataset by id, their names beside them.
+    memory = completion.json()["memories"][0]
+    assert (memory["corpus"], memory["corpus_name"]) == (corpus.pk, corpus.name) == (corpus.pk, primed[0]["corpus"])
+    dataset = await database_sync_to_async(_memory_dataset)(primed[0]["memory_id"])
+    assert (memory["dataset"], memory["dataset_name"]) == dataset
     prompt = chat_request["messages"][-1]["content"]
     assert prompt.count("<memory>") == 1 and prompt.endswith(QUESTION)
     text = await database_sync_to_async(_memory_text)(primed[0]["memory_id"])

@@ -10,13 +10,15 @@ from django.urls import reverse
 
 from chat.models import DEFAULT_TITLE, Conversation, Message
 from chat.services import conversation_add_response, message_create_assistant, message_create_user
+from memory.services import MemoryResult
 from tests.chat.conftest import make_corpus
 
 pytestmark = pytest.mark.django_db
 
-MEMORY = {"memory": {"id": "abc123", "pk": None, "text": "Generators pause at yield.", "hdv_idx": 3,
-                     "metadata": {"source": "pydoc-topics.jsonl"}, "token_count": 7},
-          "hdc_score": 812.0, "corpus": "pydoc", "dataset": "pydoc-topics.jsonl"}
+MEMORY = MemoryResult(memory={"id": "abc123", "pk": None, "text": "Generators pause at yield.", "hdv_idx": 3,
+                              "metadata": {"source": "pydoc-topics.jsonl"}, "token_count": 7},
+                      hdc_score=812.0, target="1", late_score=None, fused_score=None, merge_score=None,
+                      corpus_id=1, corpus_name="pydoc", dataset_name="pydoc-topics.jsonl", late_kind=None)
 
 
 def _client(user) -> Client:

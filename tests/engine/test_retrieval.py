@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import zlib
 
@@ -19,6 +20,7 @@ from engine.retrieval import (
     BlendState,
     LateUnavailable,
     Retriever,
+    SearchResult,
     SearchTarget,
     _Candidate,
     blend_vectors,
@@ -160,7 +162,7 @@ def test_threshold_dedup_and_mmr_on_constructed_case(tmp_path):
     scores = rows @ query.astype(np.int64)
     assert scores[0] > scores[3] > scores[4] > scores[5:].max()
     results = retriever.search_vectors([q], targets)
-    picked = [r["memory"]["hdv_idx"] for r in results]
+    picked = [r.memory["hdv_idx"] for r in results]
     assert 1 not in picked and 2 not in picked        # exact duplicate and contained text removed
     assert picked[:2] == [0, 4]                       # the other aspect before the near copy,
     # The near copy adds no coverage after row 0: it only comes back once later choices have
@@ -168,10 +170,21 @@ def test_threshold_dedup_and_mmr_on_constructed_case(tmp_path):
     assert 3 not in picked or picked.index(3) > 5
     top = np.sort(scores)[::-1][:100]
     cut = adaptive_threshold(top.astype(np.float64))
-    assert all(r["hdc_score"] >= cut for r in results)
+    assert all(r.hdc_score >= cut for r in results)
     assert sum(1 for s in top if s >= cut) < 100      # the threshold did cut candidates
-    assert results[0]["hdc_score"] == float(scores[0]) and results[0]["corpus"] == "case"
-    assert set(results[0]["memory"]) >= {"id", "text", "hdv_idx", "metadata", "token_count"}
+    assert results[0].hdc_score == float(scores[0]) and results[0].target == "case"
+    assert set(results[0].memory) >= {"id", "text", "hdv_idx", "metadata", "token_count"}
+
+
+def test_results_are_search_results_that_name_their_target_not_a_corpus(tmp_path):
+    retriever, targets, q, rows, query = constructed_case(tmp_path)
+    results = retriever.search_vectors([q], targets)
+    assert results and all(type(r) is SearchResult for r in results)
+    best = results[0]
+    assert best.target == targets[0].name and best.hdc_score == float((rows @ query.astype(np.int64))[0])
+    assert (best.late_score, best.fused_score, best.merge_score) == (None, None, None)  # one target, HDC alone
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        best.target = "another"  # type: ignore[misc]
 
 
 def test_threshold_tops_up_to_min_context():
@@ -186,7 +199,7 @@ def test_threshold_tops_up_to_min_context():
 def test_top_document_and_context(tmp_path):
     retriever, targets, q, _, _ = constructed_case(tmp_path)
     top = retriever.search_vectors([q], targets, top_document=True)
-    assert [r["memory"]["hdv_idx"] for r in top] == [0]
+    assert [r.memory["hdv_idx"] for r in top] == [0]
     retriever.query_vector = lambda corpus, query, blend=None: q  # the query text is irrelevant here
     context = retriever.get_context("anything", targets)
     parts = context.split(CONTEXT_DELIMITER)
@@ -199,8 +212,8 @@ def test_token_budget_is_never_exceeded(tmp_path):
     retriever, targets, q, _, _ = constructed_case(tmp_path, min_context=6)
     assert len(retriever.search_vectors([q], targets)) >= 6
     small = retriever.search_vectors([q], targets, token_budget=9)
-    assert sum(r["memory"]["token_count"] for r in small) <= 9
-    assert [r["memory"]["hdv_idx"] for r in small] == [0, 4]  # 4 + 3 tokens, then nothing fits
+    assert sum(r.memory["token_count"] for r in small) <= 9
+    assert [r.memory["hdv_idx"] for r in small] == [0, 4]  # 4 + 3 tokens, then nothing fits
     assert retriever.search_vectors([q], targets, token_budget=1) == []
 
 
@@ -229,7 +242,7 @@ def test_filter_applies_before_pruning(tmp_path):
     store = DictStore([f"text {i} {i}x" for i in range(40)])
     retriever = Retriever(WordTokenizer(), Config(min_context=0), candidates=20)
     target = SearchTarget(corpus, store, "f", enabled_sources=frozenset({2}))
-    picked = {r["memory"]["hdv_idx"] for r in retriever.search_vectors([packed(query)], [target])}
+    picked = {r.memory["hdv_idx"] for r in retriever.search_vectors([packed(query)], [target])}
     assert picked and picked <= set(range(30, 40)) and {30, 31, 32} <= picked
 
 
@@ -246,7 +259,7 @@ def test_several_corpora_merge_and_require_equal_dims(tmp_path):
     targets = [SearchTarget(a, DictStore([f"a{i} text" for i in range(50)]), "a"),
                SearchTarget(b, DictStore([f"b{i} words" for i in range(50)]), "b")]
     results = Retriever(WordTokenizer(), Config(min_context=0)).search_vectors([packed(query)] * 2, targets)
-    assert [(r["corpus"], r["memory"]["hdv_idx"]) for r in results[:2]] == [("a", 7), ("b", 3)]
+    assert [(r.target, r.memory["hdv_idx"]) for r in results[:2]] == [("a", 7), ("b", 3)]
     odd = LoadedIndex(encoder=make_encoder(tmp_path, dims=256, name="odd.vocab"), index=a.index)
     with pytest.raises(ValueError, match="dimensions"):
         Retriever(WordTokenizer(), Config()).search("q", [targets[0], SearchTarget(odd, targets[0].store)])
@@ -274,7 +287,7 @@ def test_fusion_reorders_hdc_candidates_and_keeps_hdc_only_searches_unchanged(tm
     scores = rows @ query.astype(np.int64)
     plain = retriever.search_vectors([q], targets)
     assert retriever.search_vectors([q], targets, late=[None]) == plain
-    assert all(r["late_score"] is None and r["fused_score"] is None for r in plain)
+    assert all(r.late_score is None and r.fused_score is None for r in plain)
     # Late scores: row 4 best, then rows 0-2, the noise rows 0; row 3 not scored. Rule "late".
     scorer = FixedScorer({4: 9.0, 0: 1.0, 1: 1.0, 2: 1.0} | {r: 0.0 for r in range(5, 305)})
     asked: list[np.ndarray] = []
@@ -284,20 +297,20 @@ def test_fusion_reorders_hdc_candidates_and_keeps_hdc_only_searches_unchanged(tm
     # Only HDC's top FUSION_DEPTH candidates are re-scored: the late scorer adds no rows.
     hdc_order = [int(r) for r in np.lexsort((np.arange(len(scores)), -scores))]
     assert asked[0].tolist() == hdc_order[:min(FUSION_DEPTH, retriever.candidates)]
-    by_row = {r["memory"]["hdv_idx"]: r for r in fused}
-    assert [r["memory"]["hdv_idx"] for r in fused][:2] == [4, 0]  # late order; 1 and 2 deduplicated
-    assert by_row[4]["late_score"] == 9.0 and by_row[0]["late_score"] == 1.0
+    by_row = {r.memory["hdv_idx"]: r for r in fused}
+    assert [r.memory["hdv_idx"] for r in fused][:2] == [4, 0]  # late order; 1 and 2 deduplicated
+    assert by_row[4].late_score == 9.0 and by_row[0].late_score == 1.0
     # The fused score is the rank in the target's fused order: 1 / (60 + rank).
-    assert by_row[4]["fused_score"] == pytest.approx(1 / 61) and by_row[0]["fused_score"] == pytest.approx(1 / 62)
-    assert 3 not in [r["memory"]["hdv_idx"] for r in fused[:2]]  # unscored: after every scored candidate
+    assert by_row[4].fused_score == pytest.approx(1 / 61) and by_row[0].fused_score == pytest.approx(1 / 62)
+    assert 3 not in [r.memory["hdv_idx"] for r in fused[:2]]  # unscored: after every scored candidate
     # The dataset filter holds before any scoring.
     filtered = SearchTarget(targets[0].corpus, targets[0].store, "case", enabled_sources=frozenset({1}))
     assert retriever.search_vectors([q], [filtered], late=[scorer.score_rows.__get__(scorer)]) == []
     # Through `search`, the target's own scorer is asked with the query text.
     retriever.query_vector = lambda corpus, query, blend=None: q
     target = SearchTarget(targets[0].corpus, targets[0].store, "case", late=scorer, fusion=FusionChoice("late"))
-    assert [r["memory"]["hdv_idx"] for r in retriever.search("the question", [target])] == \
-        [r["memory"]["hdv_idx"] for r in fused]
+    assert [r.memory["hdv_idx"] for r in retriever.search("the question", [target])] == \
+        [r.memory["hdv_idx"] for r in fused]
     assert scorer.asked[-1][0] == "the question"
 
 
@@ -309,13 +322,13 @@ def test_the_fusion_rule_decides_whether_and_how_the_late_scorer_counts(tmp_path
     off = SearchTarget(targets[0].corpus, targets[0].store, "case", late=scorer, fusion=FusionChoice("hdc"))
     assert retriever.search("the question", [off]) == plain and scorer.asked == []  # HDC alone, not asked
     alone = SearchTarget(targets[0].corpus, targets[0].store, "case", late=scorer, fusion=FusionChoice("late"))
-    ranked = [r["memory"]["hdv_idx"] for r in retriever.search("the question", [alone])]
+    ranked = [r.memory["hdv_idx"] for r in retriever.search("the question", [alone])]
     assert ranked[0] == 4 and len(scorer.asked) == 1  # row 300 is no HDC candidate: never added
     assert 300 not in scorer.asked[0][1]
     down = SearchTarget(targets[0].corpus, targets[0].store, "case", late=FixedScorer({}, unavailable=True),
                         fusion=FusionChoice("late"))
-    assert [r["memory"]["hdv_idx"] for r in retriever.search("the question", [down])] == \
-        [r["memory"]["hdv_idx"] for r in plain]  # an unavailable scorer: HDC order
+    assert [r.memory["hdv_idx"] for r in retriever.search("the question", [down])] == \
+        [r.memory["hdv_idx"] for r in plain]  # an unavailable scorer: HDC order
 
 
 def test_fusion_evidence_moves_off_hdc_only_for_a_scorer_that_finds_held_out_texts(tmp_path):

@@ -131,7 +131,7 @@ def test_an_appended_document_is_found_by_a_sentence_of_it(state, tokenizer):
     target = SearchTarget(corpus=loaded, store=state["records"], name="c")
     for text in FIRST_APPEND + SECOND_APPEND:
         results = retriever.search(text, [target], top_document=True)
-        assert results[0]["memory"]["text"] == text
+        assert results[0].memory["text"] == text
 
 
 def test_bm25_over_segments_scores_as_one_word_index(state):

@@ -12,6 +12,8 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
+from api.serializers import search_result_json
+from chat.serializers import memory_result_json
 from corpus.files import build_dir
 from corpus.models import Corpus, IndexBuild, Memory
 from corpus.services.builds import (
@@ -26,7 +28,7 @@ from corpus.services.corpora import corpus_create
 from corpus.tasks import run_build
 from engine.loaded_build import load_corpus
 from hdrag_site.errors import ApplicationError
-from memory.services import memories_search
+from memory.services import MemoryResult, memories_search
 from tests.portal.conftest import SMALL_HDC, TEXTS, build_now, login, upload
 
 Status = IndexBuild.Status
@@ -86,9 +88,9 @@ def test_search_returns_the_matching_memory_and_respects_enabled_datasets(
         corpus, owner, member, outsider, dataset, django_capture_on_commit_callbacks):
     build_now(corpus, owner, django_capture_on_commit_callbacks)
     results = memories_search(user=member, corpus_ids=[corpus.pk], query="storming of the Bastille in Paris")
-    assert results and results[0]["memory"]["text"] == TEXTS[3]
-    assert results[0]["corpus_id"] == corpus.pk and results[0]["dataset"] == dataset.name
-    assert results[0]["hdc_score"] > 0
+    assert results and results[0].memory["text"] == TEXTS[3]
+    assert results[0].corpus_id == corpus.pk and results[0].dataset_name == dataset.name
+    assert results[0].hdc_score > 0
     assert memories_search(user=outsider, corpus_ids=[corpus.pk], query="storming of the Bastille") == []
     # Rows the caller has loaded (what the API's search view passes) are searched under the same rule.
     loaded = Corpus.objects.select_related("active_build").get(pk=corpus.pk)
@@ -97,6 +99,23 @@ def test_search_returns_the_matching_memory_and_respects_enabled_datasets(
     dataset.enabled = False
     dataset.save()
     assert memories_search(user=owner, corpus_ids=[corpus.pk], query="storming of the Bastille") == []
+
+
+def test_a_search_result_says_its_corpus_by_id_and_by_name_and_each_shape_keeps_them_apart(
+        corpus, owner, member, dataset, django_capture_on_commit_callbacks):
+    build_now(corpus, owner, django_capture_on_commit_callbacks)
+    best = memories_search(user=member, corpus_ids=[corpus.pk], query="storming of the Bastille in Paris")[0]
+    assert type(best) is MemoryResult and best.memory["text"] == TEXTS[3]
+    assert (best.corpus_id, best.corpus_name, best.dataset_id, best.dataset_name) == \
+        (corpus.pk, "Team notes", dataset.pk, dataset.name)
+    assert best.memory_id == Memory.objects.get(build=corpus.active_build_id, hdv_idx=3).pk
+    # The API names both by id, with their names beside them; the chat shows the corpus's name.
+    api = search_result_json(best)
+    assert (api["corpus"], api["corpus_name"], api["dataset"], api["dataset_name"]) == \
+        (corpus.pk, "Team notes", dataset.pk, dataset.name)
+    assert (api["id"], api["score"], api["text"]) == (best.memory_id, best.hdc_score, TEXTS[3])
+    chat = memory_result_json(best, rank=0)
+    assert (chat["corpus"], chat["source"], chat["memory_id"]) == ("Team notes", dataset.name, best.memory_id)
 
 
 def test_failed_build_keeps_previous_build_active(corpus, owner, dataset, django_capture_on_commit_callbacks):
@@ -111,7 +130,7 @@ def test_failed_build_keeps_previous_build_active(corpus, owner, dataset, django
     assert not Memory.objects.filter(build=second).exists()
     assert Memory.objects.filter(build=first).count() == len(TEXTS)
     results = memories_search(user=owner, corpus_ids=[corpus.pk], query="binary search interval comparison")
-    assert results[0]["memory"]["text"] == TEXTS[2]
+    assert results[0].memory["text"] == TEXTS[2]
 
 
 def test_corrupt_model_fails_with_error_on_row(corpus, owner, dataset, tmp_path, django_capture_on_commit_callbacks):
@@ -252,6 +271,6 @@ def test_a_long_record_becomes_memories_a_chat_budget_can_hold(corpus, owner, dj
     assert build.memories.filter(metadata__record=1).get().text == TEXTS[0]  # short records stay whole
     results = memories_search(user=owner, corpus_ids=[corpus.pk], query="What does the finally clause do?",
                               token_budget=512)
-    assert any(r["memory"]["pk"] in {m.pk for m in parts[1:]} for r in results)
+    assert any(r.memory["pk"] in {m.pk for m in parts[1:]} for r in results)
     page = login(owner).get(reverse("memory:detail", args=[parts[1].pk])).content.decode()
     assert f"record {len(TEXTS) + 1}, part 2" in page

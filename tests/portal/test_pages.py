@@ -76,7 +76,7 @@ def test_searching_several_corpora_ranks_by_a_key_comparable_across_them(
                           "The capital of France is Paris, on the river Seine, where the storming began."])
     assert build_now(other, owner, django_capture_on_commit_callbacks).status == "succeeded"
     found = memories_search(user=owner, corpus_ids=[built.pk, other.pk], query="storming of the Bastille in Paris")
-    assert {r["corpus_id"] for r in found} == {built.pk, other.pk}, [(r["corpus"], r["merge_score"]) for r in found]
+    assert {r.corpus_id for r in found} == {built.pk, other.pk}, [(r.corpus_name, r.merge_score) for r in found]
     page = login(owner).get(reverse("memory:search"), {"q": "storming of the Bastille in Paris"}).content.decode()
     assert "ranked across corpora" in page, re.search(r"id=.result-count.>(.*?)</p>", page, re.S).group(1)
     heads = re.findall(r'<div class="result-head">\s*<span class="score"[^>]*>([^<]+)</span>', page)

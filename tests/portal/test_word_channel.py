@@ -48,9 +48,9 @@ def test_searches_fuse_bm25_under_the_builds_rule(corpus, owner, member, outside
     build = build_now(corpus, owner, django_capture_on_commit_callbacks)
     with_rule(build, "z:1")
     results = memories_search(user=member, corpus_ids=[corpus.pk], query="Which organelles produce ATP?")
-    assert results[0]["memory"]["text"] == TEXTS[4]
-    assert results[0]["late_score"] > 0 and results[0]["fused_score"] is not None
-    assert results[0]["late_kind"] == "bm25"  # what the search page and the API label the score
+    assert results[0].memory["text"] == TEXTS[4]
+    assert results[0].late_score > 0 and results[0].fused_score is not None
+    assert results[0].late_kind == "bm25"  # what the search page and the API label the score
     assert memories_search(user=outsider, corpus_ids=[corpus.pk], query="Which organelles produce ATP?") == []
     page = Client()
     page.force_login(member)
@@ -59,7 +59,7 @@ def test_searches_fuse_bm25_under_the_builds_rule(corpus, owner, member, outside
     assert 'title="BM25 score of the memory' in html and ">BM25 " in html and ">LI " not in html
     with_rule(build, "hdc")  # the evidence's "HDC alone": the word index is not asked
     results = memories_search(user=member, corpus_ids=[corpus.pk], query="Which organelles produce ATP?")
-    assert all(r["late_score"] is None and r["fused_score"] is None and r["late_kind"] is None for r in results)
+    assert all(r.late_score is None and r.fused_score is None and r.late_kind is None for r in results)
 
 
 def test_a_build_without_the_channel_searches_as_before(corpus, owner, member, dataset,
@@ -68,8 +68,8 @@ def test_a_build_without_the_channel_searches_as_before(corpus, owner, member, d
     with_rule(build, None)
     (Path(build.build_dir) / WORDS_FILE).unlink()
     results = memories_search(user=member, corpus_ids=[corpus.pk], query=TEXTS[2])
-    assert results[0]["memory"]["text"] == TEXTS[2]
-    assert all(r["late_score"] is None and r["fused_score"] is None for r in results)
+    assert results[0].memory["text"] == TEXTS[2]
+    assert all(r.late_score is None and r.fused_score is None for r in results)
 
 
 def test_a_damaged_words_file_falls_back_to_hdc_alone_and_says_so(corpus, owner, member, dataset, caplog,
@@ -80,6 +80,6 @@ def test_a_damaged_words_file_falls_back_to_hdc_alone_and_says_so(corpus, owner,
     runtime.forget_build(build.build_dir)
     with caplog.at_level(logging.WARNING, logger="memory.services"):
         results = memories_search(user=member, corpus_ids=[corpus.pk], query=TEXTS[5])
-    assert results[0]["memory"]["text"] == TEXTS[5]
-    assert all(r["late_score"] is None for r in results)
+    assert results[0].memory["text"] == TEXTS[5]
+    assert all(r.late_score is None for r in results)
     assert "exact-word scores unavailable, HDC alone" in caplog.text
