@@ -8,8 +8,10 @@ one relevant document:
 * alone: the query's own corpus only (the baseline: what searching the right corpus finds);
 * raw merge: both corpora's candidates by raw HDC score (what the retriever did before), or, fused,
   by 1 / (60 + rank) in each corpus's fused order (rank interleaving);
-* merged: `engine.retrieval.merge_targets`, each corpus's ranking kept and the corpora interleaved by
-  their r-th best HDC score per unit of the query's length in that corpus (what it does now).
+* per length: each corpus's ranking kept and the corpora interleaved by their r-th best HDC score
+  per unit of the query's length in that corpus (what the retriever did before);
+* merged: `engine.retrieval.merge_targets` as the retriever calls it, that key times 1 + the corpus's
+  word coverage (the largest share of the query's words one of its first 10 candidates holds).
 
     .venv/bin/python -m bench.cross_corpus_eval --docs 2000 --queries 200
 """
@@ -106,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from engine.config import Config
     from engine.model_files import default_gguf_path
-    from engine.retrieval import DEFAULT_K, Retriever, merge_targets
+    from engine.retrieval import COVERAGE_DEPTH, DEFAULT_K, Retriever, merge_targets, word_coverage
     from engine.spm import GGUFTokenizer
 
     torch.set_num_threads(args.threads)
@@ -115,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = GGUFTokenizer.from_gguf(str(gguf_path))
     config = Config(hdc_dimensions=args.dims)
     retriever = Retriever(tokenizer, config)
-    print(f"\n{'pair':<22} {'queries of':<10} {'mode':<6} {'alone R@10':>10} {'raw R@10':>9} {'merged R@10':>11} "
-          f"{'alone MRR':>9} {'raw MRR':>8} {'merged MRR':>10}")
+    print(f"\n{'pair':<22} {'queries of':<10} {'mode':<6} {'alone R@10':>10} {'raw R@10':>9} {'length R@10':>11} "
+          f"{'merged R@10':>11} {'alone MRR':>9} {'raw MRR':>8} {'length MRR':>10} {'merged MRR':>10}")
     for pair in [p.strip() for p in args.pairs.split(",") if p.strip()]:
         names = pair.split("+")
         with tempfile.TemporaryDirectory(prefix="hdrag-cross-") as scratch:
@@ -132,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
             for own, data in enumerate(sets):
                 relevant = np.asarray(data.relevant, dtype=np.int64)
                 for fused in (False, True):
-                    modes = ("alone", "raw", "merged")
+                    modes = ("alone", "raw", "length", "merged")
                     ranked = {mode: np.full((len(data.queries), K), -1, dtype=np.int64) for mode in modes}
                     for position, query in enumerate(data.queries):
                         alone = _orders(retriever, query, [targets[own]], fused)[0].get(0, [])
@@ -142,19 +144,23 @@ def main(argv: list[str] | None = None) -> int:
                             raw = sorted(both, key=lambda c: (-c.fused, -c.score, c.target, c.row))
                         else:
                             raw = sorted(both, key=lambda c: (-c.score, c.target, c.row))
-                        merged = merge_targets(orders, nonzero)
-                        for mode, order in (("alone", alone), ("raw", raw), ("merged", merged)):
+                        length = list(merge_targets(orders, nonzero))
+                        coverage = {t: word_coverage(query, [m["text"] for m in targets[t].store.get_memories(
+                            [c.row for c in own[:COVERAGE_DEPTH]]).values()]) for t, own in orders.items()}
+                        merged = merge_targets(orders, nonzero, coverage)
+                        for mode, order in (("alone", alone), ("raw", raw), ("length", length), ("merged", merged)):
                             hits = [int(mappings[own][c.row]) if (mode == "alone" or c.target == own) else -2
                                     for c in order[:K]]
                             ranked[mode][position, :len(hits)] = hits
                     results = {mode: score(r, relevant) for mode, r in ranked.items()}
                     print(f"{pair:<22} {names[own]:<10} {'fused' if fused else 'hdc':<6} "
-                          f"{results['alone'][0]:>10.4f} {results['raw'][0]:>9.4f} {results['merged'][0]:>11.4f} "
-                          f"{results['alone'][1]:>9.4f} {results['raw'][1]:>8.4f} {results['merged'][1]:>10.4f}",
+                          f"{results['alone'][0]:>10.4f} {results['raw'][0]:>9.4f} {results['length'][0]:>11.4f} "
+                          f"{results['merged'][0]:>11.4f} {results['alone'][1]:>9.4f} {results['raw'][1]:>8.4f} "
+                          f"{results['length'][1]:>10.4f} {results['merged'][1]:>10.4f}",
                           flush=True)
     print(f"\nalone: the query's own corpus only (the baseline); raw: both by raw HDC score (hdc) or by "
-          f"1/({DEFAULT_K}+rank) in each corpus's fused order (fused); merged: engine.retrieval.merge_targets "
-          f"(score per unit of the query's length in each corpus).")
+          f"1/({DEFAULT_K}+rank) in each corpus's fused order (fused); length: score per unit of the query's "
+          f"length in each corpus; merged: engine.retrieval.merge_targets, that times 1 + the corpus's word coverage.")
     return 0
 
 

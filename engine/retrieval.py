@@ -46,7 +46,9 @@ Choices the spec leaves open:
 * Several targets (corpora searched together): their HDC scores are not comparable (each corpus has
   its own vocabulary, weights and query density), so each target's ranking (HDC, or fused) is kept
   and the targets are interleaved by `merge_targets`: the rank-r candidate of a target is keyed by
-  that target's r-th best HDC score per unit of its query's length (sqrt of its nonzero dims). The
+  that target's r-th best HDC score per unit of its query's length (sqrt of its nonzero dims),
+  times 1 + the target's word coverage (the largest share of the query's words that one of its
+  first `COVERAGE_DEPTH` candidates holds: a measure every corpus takes on one scale). The
   threshold is the adaptive threshold over those keys, the merged order is the ranking MMR weighs
   (1 / (60 + rank)), and each result carries its key as `merge_score` (bench/cross_corpus_eval.py).
 """
@@ -65,6 +67,7 @@ from cachetools import LRUCache
 from engine import bits
 from engine.config import Config
 from engine.fusion import DEFAULT_K, FusionChoice, choose_fusion, fuse_scores, self_queries
+from engine.lexical import words
 from engine.loaded_build import LoadedIndex, MemoryStore
 from engine.tokenizer import Tokenizer
 
@@ -72,6 +75,9 @@ CONTEXT_DELIMITER = "\n\n---\n\n"
 # HDC candidates the late scorer re-scores and the fusion rule reorders (bench/fusion_eval.py:
 # on WordNet, 100 cost late interaction 0.015 of recall@10 that 200 keeps).
 FUSION_DEPTH = 200
+# Several targets: how many of each one's first candidates its word coverage is taken over
+# (`word_coverage`; 10 and 50 measured the same, bench/cross_corpus_eval.py).
+COVERAGE_DEPTH = 10
 _WORDS = re.compile(r"\w+")
 # The question template of a query ("What is X?", "Tell me about X"): English question and stop
 # words. In a corpus where they are rare (a glossary), their IDF is high, so they dominate a short
@@ -325,15 +331,39 @@ class Retriever:
         vectors = [self.query_vector(target.corpus, query, blend) for target in targets]
         late = [_rows_scorer(target.late, query) if target.uses_late else None for target in targets]
         return self.search_vectors(vectors, targets, token_budget=token_budget, top_document=top_document,
-                                   late=late, trace=trace)
+                                   late=late, trace=trace, query=query)
+
+    def search_raw(self, query: str, targets: Sequence[SearchTarget], *, blend: BlendState | None = None,
+                   limit: int = 10) -> list[SearchResult]:
+        """The indexes' own top `limit` rows, by HDC score (no threshold, fusion, dedup or MMR: what
+        the index alone finds); several targets are merged as `search` merges them
+        (`merge_targets`, with the targets' word coverage)."""
+        orders: dict[int, list[_Candidate]] = {}
+        lengths: dict[int, float] = {}
+        for number, target in enumerate(targets):
+            if target.corpus.count == 0:
+                continue
+            q_pos, q_neg = self.query_vector(target.corpus, query, blend)
+            if not (q_pos.any() or q_neg.any()):
+                continue
+            rows, scores = target.corpus.index.search(q_pos, q_neg, min(limit, target.corpus.count),
+                                                      allowed_sources=target.enabled_sources)
+            orders[number] = [_Candidate(number, int(r), int(s)) for r, s in zip(rows, scores, strict=True)]
+            lengths[number] = query_length(q_pos, q_neg)
+        if len(orders) > 1:
+            ranked = merge_targets(orders, lengths, self._coverage(targets, orders, query))[:limit]
+        else:
+            ranked = sorted((c for own in orders.values() for c in own), key=lambda c: (-c.score, c.row))
+        return self._results(targets, self._with_memories(targets, ranked))
 
     def search_vectors(self, vectors: Sequence[tuple[np.ndarray, np.ndarray]], targets: Sequence[SearchTarget], *,
                        token_budget: int | None = None, top_document: bool = False,
                        late: Sequence[RowScorer | None] | None = None,
-                       trace: dict | None = None) -> list[SearchResult]:
+                       trace: dict | None = None, query: str = "") -> list[SearchResult]:
         """`search` from already blended query bitmaps, one (pos, neg) (words,) uint64 per target,
         and optionally one late scorer of rows per target (rows (m,) -> scores (m,), nan: not
-        scored; None: that target is not fused)."""
+        scored; None: that target is not fused). `query`, the text, weighs several targets by their
+        word coverage (`merge_targets`); without it they are merged by score per length alone."""
         if len(vectors) != len(targets):
             raise ValueError(f"one query vector per target expected, got {len(vectors)} for {len(targets)}")
         if not targets:
@@ -361,7 +391,8 @@ class Retriever:
             # with its own vocabulary), so they are merged by score per unit of query length
             # (`merge_targets`), and that merged order is the ranking from here on.
             lengths = {number: query_length(*vector) for number, vector in enumerate(vectors)}
-            candidates = merge_targets(orders if fused else _by_target(candidates), lengths)
+            orders = orders if fused else _by_target(candidates)
+            candidates = merge_targets(orders, lengths, self._coverage(targets, orders, query))
             fused = True
             cut = bits.adaptive_threshold(np.array([c.merge for c in candidates]))
             kept = [c for c in candidates if c.merge >= cut and c.score > 0]
@@ -431,6 +462,19 @@ class Retriever:
             kept = [c for c in ranked if c.score > 0][: max(self.config.min_context, len(kept))]
         return kept
 
+    @staticmethod
+    def _coverage(targets: Sequence[SearchTarget], orders: dict[int, list[_Candidate]], query: str
+                  ) -> dict[int, float]:
+        """Each target's `word_coverage` of `query` over its first `COVERAGE_DEPTH` candidates (in its
+        own order); empty for a query without a counted word."""
+        if not words(query):
+            return {}
+        out = {}
+        for number, own in orders.items():
+            memories = targets[number].store.get_memories([c.row for c in own[:COVERAGE_DEPTH]])
+            out[number] = word_coverage(query, [m["text"] for m in memories.values()])
+        return out
+
     def _with_memories(self, targets: Sequence[SearchTarget], candidates: list[_Candidate]) -> list[_Candidate]:
         by_target: dict[int, list[int]] = {}
         for c in candidates:
@@ -481,20 +525,34 @@ def query_length(q_pos: np.ndarray, q_neg: np.ndarray) -> float:
     return max(float(np.sqrt(np.bitwise_count(q_pos | q_neg).sum())), 1.0)
 
 
-def merge_targets(orders: dict[int, list[_Candidate]], lengths: dict[int, float]) -> list[_Candidate]:
+def word_coverage(query: str, texts: Iterable[str]) -> float:
+    """The largest share of the query's distinct words (`engine.lexical.words`) that one of `texts`
+    holds: 0 to 1 whatever the corpus, since it counts words, not a corpus's weights."""
+    asked = set(words(query))
+    if not asked:
+        return 0.0
+    return max((len(asked & set(words(text))) / len(asked) for text in texts), default=0.0)
+
+
+def merge_targets(orders: dict[int, list[_Candidate]], lengths: dict[int, float],
+                  coverage: dict[int, float] | None = None) -> list[_Candidate]:
     """Several targets' candidates, each list in its target's own ranking (HDC, or fused), merged
     into one ranking by scores comparable across targets.
 
     A target's HDC scores grow with its query vector's length (each corpus encodes the query with
     its own vocabulary and weights, so the query has more or fewer nonzero dimensions in one than in
     another): the rank-r candidate of a target is keyed by that target's r-th best HDC score divided
-    by `lengths[target]` (`query_length`), so each target keeps its own order and the targets
-    interleave by score per unit of query length. Ties go to the lower target, then row. `fused`
-    becomes 1 / (60 + rank in the merged ranking), what MMR weighs. Measured against z-scores and
-    raw scores by bench/cross_corpus_eval.py (docs/engine-v2-measurements.md §6).
+    by `lengths[target]` (`query_length`), times 1 + `coverage[target]` (`word_coverage` of its
+    first candidates: a corpus that holds the query's words outranks one whose best candidates only
+    resemble it), so each target keeps its own order and the targets interleave by that key. Ties go
+    to the lower target, then row. `fused` becomes 1 / (60 + rank in the merged ranking), what MMR
+    weighs. Measured against z-scores, raw scores and gates that drop a corpus by
+    bench/cross_corpus_eval.py (docs/engine-v2-measurements.md §6).
     """
+    coverage = coverage or {}
     for number, own in orders.items():
-        keys = np.sort(np.array([float(c.score) for c in own]))[::-1] / lengths.get(number, 1.0)
+        keys = (np.sort(np.array([float(c.score) for c in own]))[::-1] / lengths.get(number, 1.0)
+                * (1.0 + coverage.get(number, 0.0)))
         for c, key in zip(own, keys.tolist(), strict=True):
             c.merge = key
     merged = sorted((c for own in orders.values() for c in own), key=lambda c: (-c.merge, c.target, c.row))

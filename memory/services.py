@@ -13,7 +13,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-import numpy as np
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from corpus.memory_rows import StateMemoryStore
@@ -23,7 +22,7 @@ from corpus.selectors import corpora_readable_among
 from engine.fusion import FusionChoice
 from engine.lexical import WordIndex, WordIndexError
 from engine.loaded_build import LoadedIndex
-from engine.retrieval import BlendState, Retriever, SearchResult, SearchTarget, query_length
+from engine.retrieval import BlendState, SearchResult, SearchTarget
 from engine.text_store import LateScorer, TextStoreError
 from hdrag_site import runtime
 from hdrag_site.errors import ApplicationError
@@ -159,7 +158,7 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
                                     name=str(corpus.pk), enabled_sources=enabled, late=late, fusion=fusion))
     with runtime.search_slot():
         if raw_limit is not None:
-            results = _search_raw(runtime.retriever_for(gguf_path), query, targets, blend=blend, limit=raw_limit)
+            results = runtime.retriever_for(gguf_path).search_raw(query, targets, blend=blend, limit=raw_limit)
         else:
             results = runtime.retriever_for(gguf_path).search(query, targets, blend=blend, token_budget=token_budget,
                                                               top_document=top_document, trace=trace)
@@ -174,36 +173,3 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
             dataset_name=dataset_names.get(result.memory.get("dataset_id"), ""),
             late_kind=late_kinds.get(corpus.pk) if result.late_score is not None else None))
     return found
-
-
-def _search_raw(retriever: Retriever, query: str, targets: list[SearchTarget], *, blend: BlendState | None,
-                limit: int) -> list[SearchResult]:
-    """The index's own top `limit` rows over all targets, by HDC score (ties: target, row); several
-    targets are merged by score per unit of query length, as the pipeline merges them (`merge_targets`)."""
-    found: list[tuple[int, np.ndarray, np.ndarray, float]] = []
-    for number, target in enumerate(targets):
-        if target.corpus.count == 0:
-            continue
-        q_pos, q_neg = retriever.query_vector(target.corpus, query, blend)
-        if not (q_pos.any() or q_neg.any()):
-            continue
-        rows, scores = target.corpus.index.search(q_pos, q_neg, min(limit, target.corpus.count),
-                                                  allowed_sources=target.enabled_sources)
-        found.append((number, rows, scores, query_length(q_pos, q_neg)))
-    several = len(found) > 1
-    ranked: list[tuple[float, int, int, int]] = []
-    for number, rows, scores, length in found:
-        keys = scores.astype(np.float64) / (length if several else 1.0)
-        ranked.extend((-float(key), number, int(row), int(score))
-                      for row, score, key in zip(rows, scores, keys, strict=True))
-    ranked.sort()
-    ranked = ranked[:limit]
-    memories: dict[int, dict[int, dict]] = {}
-    for number, target in enumerate(targets):
-        rows = [row for _, n, row, _ in ranked if n == number]
-        if rows:
-            memories[number] = target.store.get_memories(rows)
-    return [SearchResult(memory={**memories[number][row], "hdv_idx": row}, hdc_score=float(score),
-                         target=targets[number].name, late_score=None, fused_score=None,
-                         merge_score=-negative if several else None)
-            for negative, number, row, score in ranked if row in memories.get(number, {})]

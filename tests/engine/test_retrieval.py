@@ -393,6 +393,43 @@ def test_targets_are_merged_by_score_per_unit_of_query_length():
     assert query_length(np.zeros(1, np.uint64), np.zeros(1, np.uint64)) == 1.0
 
 
+def test_a_target_that_holds_the_query_words_outranks_one_that_only_resembles_it():
+    from engine.retrieval import _Candidate, merge_targets, word_coverage
+
+    # Per unit of length target 1 leads (25 against 20); target 0's first candidates hold every word
+    # of the query and target 1's one word in four: 20 * 2 = 40 against 25 * 1.25 = 31.25.
+    assert word_coverage("cure period of the licence", ["the cure of the licence", "a licence"]) == 2 / 3
+    assert word_coverage("the of", ["anything"]) == 0.0  # stop words only: nothing to cover
+    mine = [_Candidate(0, row, score) for row, score in enumerate([200, 100])]
+    other = [_Candidate(1, row, score) for row, score in enumerate([1000, 900])]
+    merged = merge_targets({0: mine, 1: other}, {0: 10.0, 1: 40.0}, {0: 1.0, 1: 0.25})
+    assert [(c.target, c.row) for c in merged] == [(0, 0), (1, 0), (1, 1), (0, 1)]
+    assert [c.merge for c in merged] == [40.0, 31.25, 28.125, 20.0]
+    # Without coverage, the order is by score per length alone.
+    plain = merge_targets({0: mine, 1: other}, {0: 10.0, 1: 40.0})
+    assert [(c.target, c.row) for c in plain] == [(1, 0), (1, 1), (0, 0), (0, 1)]
+
+
+def test_a_search_of_several_corpora_weighs_each_by_the_query_words_its_memories_hold(tmp_path):
+    rng = np.random.default_rng(6)
+    query = ternary(rng, 1, 0.4)[0]
+    a_rows, b_rows = ternary(rng, 50, 0.3), ternary(rng, 50, 0.3)
+    support = np.flatnonzero(query)
+    a_rows[7] = b_rows[3] = 0
+    a_rows[7, support[:100]] = query[support[:100]]  # a's best matches the query less well in HDC...
+    b_rows[3, support[100:215]] = query[support[100:215]]
+    a = make_corpus(tmp_path, "a", a_rows)
+    b = make_corpus(tmp_path, "b", b_rows)
+    a_texts = [f"a{i} text" for i in range(50)]
+    a_texts[7] = "the quokka lives on rottnest island"  # ...but holds the query's words
+    targets = [SearchTarget(a, DictStore(a_texts), "a"), SearchTarget(b, DictStore([f"b{i} words" for i in range(50)]), "b")]
+    retriever = Retriever(WordTokenizer(), Config(min_context=0))
+    plain = retriever.search_vectors([packed(query)] * 2, targets)
+    assert [(r.target, r.memory["hdv_idx"]) for r in plain[:2]] == [("b", 3), ("a", 7)]
+    weighed = retriever.search_vectors([packed(query)] * 2, targets, query="Where does the quokka live?")
+    assert [(r.target, r.memory["hdv_idx"]) for r in weighed[:2]] == [("a", 7), ("b", 3)]
+
+
 def test_a_fused_target_keeps_its_fused_order_when_merged():
     from engine.retrieval import _Candidate, merge_targets
 
