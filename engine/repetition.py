@@ -25,29 +25,40 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from engine.lexical import STOP_WORDS
+
 _WORD = re.compile(r"\w+")
-# An answer restates its question when at most RESTATED_NEW_SHARE of its words (and at least one)
-# are words the question does not have, and it is at most RESTATED_LENGTH times the question's length
-# (plus RESTATED_SLACK words).
-RESTATED_NEW_SHARE = 0.1
+# A quoted or backticked value: what an answer names, even when it is a common word ("all").
+_QUOTED = re.compile(r"[\"'`\u201c\u2018]([^\"'`\u201d\u2019\n]{1,40})[\"'`\u201d\u2019]")
+# An answer restates its question when it brings no word of its own (`_new_content`) and it is at
+# most RESTATED_LENGTH times the question's length (plus RESTATED_SLACK words).
 RESTATED_LENGTH = 1.5
 RESTATED_SLACK = 3
 
 
+def _new_content(question: str, answer: str) -> list[str]:
+    """The answer's words the question lacks that say something: not function words
+    (`engine.lexical.STOP_WORDS`) nor single letters ("n." is an abbreviation copied from a glossary
+    entry), but any number ("is 32.") and any quoted or backticked value."""
+    asked = set(_WORD.findall(question.lower()))
+    quoted = {word for value in _QUOTED.findall(answer) for word in _WORD.findall(value.lower())}
+    return [word for word in _WORD.findall(answer.lower()) if word not in asked
+            and (word in quoted or word.isdigit() or (len(word) > 1 and word not in STOP_WORDS))]
+
+
 def restates_question(question: str, answer: str) -> bool:
-    """Whether `answer` says nothing but its question again: nearly all of its words are the
-    question's, and it is not much longer. Seen: asked about the MPL 2.0's cure period with the
-    right memory retrieved first, the 0.5B chat model answered with the question itself. An answer
-    that uses the question's words to say something ("The cure period of the MPL 2.0 is 30 days.")
-    brings words of its own (a fact is a word the question lacks) and is not one; nor is an answer
-    of one or two words ("Yes.")."""
+    """Whether `answer` says nothing but its question again. Seen: asked about the MPL 2.0's cure
+    period with the right memory retrieved first, the 0.5B chat model answered with the question
+    itself; asked which flag or type does something, it wrote "The `kcmp()` type checks whether ..."
+    with the question's own words. An answer that uses the question's words to say something ("The
+    maximum length of the name passed to memfd_create() is 32.", seen flagged by an earlier rule that
+    allowed one new word in ten) brings a word of its own and is not one; nor is an answer of one or
+    two words ("Yes.")."""
     answer_words = _WORD.findall(answer.lower())
     question_words = _WORD.findall(question.lower())
     if len(answer_words) < 3 or not question_words:
         return False
-    known = set(question_words)
-    new = sum(word not in known for word in answer_words)
-    return (new <= max(1, RESTATED_NEW_SHARE * len(answer_words))
+    return (not _new_content(question, answer)
             and len(answer_words) <= RESTATED_LENGTH * len(question_words) + RESTATED_SLACK)
 
 

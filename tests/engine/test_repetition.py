@@ -121,3 +121,31 @@ def test_bad_parameters_are_refused():
 def test_an_answer_that_restates_its_question(answer, restated):
     question = "What is the cure period of the MPL 2.0 after a notice of non-compliance?"
     assert restates_question(question, answer) is restated
+
+
+# Answers of bench.answers (the 0.5B chat model with memories, 2026-11-26): the first six restate
+# their question; the last five answer it in its words, and all five were marked as loops by a rule
+# that allowed one new word in ten (three of them are right: 32, 10 and 256).
+@pytest.mark.parametrize(("question", "answer", "restated"), [
+    ("What is creeping elegance?", "Creeping elegance is n.", True),
+    ("What are drop-ins on a terminal?", "drop-ins: n.", True),
+    ("Which glibc versions shipped a broken pldd that just hung when it was run?",
+     "The glibc versions shipped a broken pldd that just hung when it was run.", True),
+    ("Which kcmp() type checks whether two processes share the same address space?",
+     "The `kcmp()` type checks whether two processes share the same address space.", True),
+    ("Which sync_file_range() flag waits for pages already submitted for write-out before performing any write?",
+     "sync_file_range() flag waits for pages already submitted for write-out before performing any write.", True),
+    ("Which Landlock system call enforces a ruleset on the calling thread?",
+     "The Landlock system call enforces a ruleset on the calling thread.", True),
+    ("What is the maximum length of the name passed to memfd_create()?",
+     "The maximum length of the name passed to memfd_create() is 32.", False),
+    ("What is the largest value resolv.conf accepts for the ndots option?",
+     "The largest value resolv.conf accepts for the ndots option is 10.", False),
+    ("What is the default system-wide limit on the number of POSIX message queues (queues_max)?",
+     "The default system-wide limit on the number of POSIX message queues (queues_max) is 256.", False),
+    ("Which book is the Cinderella Book?", "The Cinderella Book is the Aluminum Book.", False),
+    ("Which Landlock system call enforces a ruleset on the calling thread?",
+     "The Landlock system call `sys_call` enforces a ruleset on the calling thread.", False),
+])
+def test_an_answer_in_the_questions_words_restates_it_only_when_it_adds_nothing(question, answer, restated):
+    assert restates_question(question, answer) is restated
