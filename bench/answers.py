@@ -25,7 +25,8 @@ that no prompt or setting is tuned to one:
 
 Printed per mode: grounded-answer rate (the answer contains the fact), the share of answers that
 stopped by themselves (finish reason "stop"), the share cut for repetition (it looped again after
-the chat's continuation from the cut; how many answers began looping at all is printed beside it),
+the chat's continuation from the cut; how many answers began looping at all is printed beside it,
+and how many restated the question, which the chat stores as a loop but which never looped),
 retrieval recall (a primed memory contains the fact), the share that recite the memories (a
 <memory> tag, or 25 consecutive words of a primed memory, in the answer), time to first token
 p50/p95 and generation tokens/s. With `--rounds N` every question is asked N times in each mode:
@@ -288,7 +289,10 @@ def grounded_share(rows: list[dict], facts: dict[str, str]) -> float:
 def summary(name: str, rows: list[dict], facts: dict[str, str]) -> dict:
     n = len(rows)
     stopped = sum(r["finish_reason"] == "stop" for r in rows)
-    loops = sum(r["status"] == "repetition" for r in rows)
+    # An answer that restated its question is stored as a loop is (status repetition, finish reason
+    # "restated"), but it never looped: counted apart.
+    restated = sum(r["finish_reason"] == "restated" for r in rows)
+    loops = sum(r["status"] == "repetition" for r in rows) - restated
     began = sum(r.get("began_looping", 0) > 0 for r in rows)
     errors = sum(r["status"] == "error" for r in rows)
     recalled = sum(any(re.search(facts[r["question"]], t, re.I) for t in r["memory_texts"]) for r in rows)
@@ -301,7 +305,8 @@ def summary(name: str, rows: list[dict], facts: dict[str, str]) -> dict:
                "completion_tokens": statistics.median(r["completion_tokens"] for r in rows)}
     print(f"{name:<16} n={n:<3} grounded {figures['grounded']:6.1%}  stopped by itself {figures['stopped']:6.1%}  "
           f"loops {figures['loops']:5.1%}  errors {figures['errors']:5.1%}  fact in a memory {figures['recall']:6.1%}  "
-          f"recited {figures['recited']:5.1%}  began looping {began} (continued past the cut: {began - loops})\n"
+          f"recited {figures['recited']:5.1%}  restated the question {restated}  began looping {began} "
+          f"(recovered after the cut: {began - loops})\n"
           f"{'':<16} TTFT p50 {figures['ttft_p50']:5.2f} s  p95 {figures['ttft_p95']:5.2f} s  "
           f"{figures['tokens_per_s']:5.1f} tok/s  prompt {figures['prompt_tokens']:5.0f} tok  "
           f"answer {figures['completion_tokens']:4.0f} tok (medians)")
