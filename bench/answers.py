@@ -95,6 +95,8 @@ def _parse() -> argparse.Namespace:
                         help="ask every question this many times in each mode; figures and verdicts pool the "
                              "rounds, and each round's lift is printed (sampling moves one round's rates)")
     parser.add_argument("--out", type=Path, help="write every answer as JSONL here")
+    parser.add_argument("--rescore", type=Path, metavar="JSONL",
+                        help="no model: the grounding report of the answers an earlier --out wrote (text channels)")
     parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", type=_setting,
                         help="an engine setting for this run (YAML value), e.g. repeat_penalty=1.0; repeatable")
     parser.add_argument("--versus", action="append", default=[], metavar="KEY=VALUE", type=_setting,
@@ -324,29 +326,46 @@ def roc_auc(scores: list[float], positive: list[bool]) -> float:
 
 
 # Channels and thresholds `grounding_report` compares; the portal's is chat.citations'.
-CHANNEL_THRESHOLDS = {"words": (0.34, 0.5, 0.67), "hdc": (0.15, 0.25, 0.35), "words+hdc": (0.3, 0.4, 0.5)}
+CHANNEL_THRESHOLDS = {"words": (0.34, 0.5, 0.67), "subject window 10": (0.34, 0.5, 0.67),
+                      "subject window 15": (0.34, 0.5, 0.67), "subject window 25": (0.34, 0.5, 0.67),
+                      "hdc": (0.15, 0.25, 0.35), "words+hdc": (0.3, 0.4, 0.5)}
 
 
-def grounding_report(rows: dict[str, list[dict]], facts: dict[str, str], corpus_id: int) -> None:
+def text_scorers() -> dict:
+    """The channels that read only the texts (no build needed)."""
+    from engine.citations import SubjectWindowSupport, WordSupport
+
+    return {"words": WordSupport(), **{f"subject window {w}": SubjectWindowSupport(w) for w in (10, 15, 25)}}
+
+
+def channel_scorers(corpus_id: int) -> dict:
+    """Every channel: the text ones and the HDC ones, with the corpus's build."""
+    from corpus.models import Corpus
+    from engine.citations import HDCSupport, MeanSupport, WordSupport
+    from hdrag_site import runtime
+
+    build = Corpus.objects.select_related("active_build").get(pk=corpus_id).active_build
+    hdc = HDCSupport(runtime.tokenizer_for(build.parameters["gguf_path"]), runtime.loaded_build(build.build_dir).encoder)
+    return {**text_scorers(), "hdc": hdc, "words+hdc": MeanSupport(WordSupport(), hdc)}
+
+
+def grounding_report(rows: dict[str, list[dict]], facts: dict[str, str], scorers: dict) -> None:
     """How each channel's grounding score separates the answers the fact judge calls grounded from
     the others: ROC AUC, and the share of each class at or above the *grounded* cut. Answers with
     memories are scored against the memories that primed them; the model alone's against those the
     same question primed with memories (same round): does the answer agree with the corpus? An
     answer without a claim counts as grounding 0. Also the attribution's time per answer."""
-    from chat.citations import CITATION_THRESHOLD
-    from corpus.models import Corpus
-    from engine.citations import HDCSupport, MeanSupport, WordSupport, attribute, grounding_word
-    from hdrag_site import runtime
+    from chat.citations import CITATION_THRESHOLD, SCORER
+    from engine.citations import attribute, grounding_word
 
-    build = Corpus.objects.select_related("active_build").get(pk=corpus_id).active_build
-    hdc = HDCSupport(runtime.tokenizer_for(build.parameters["gguf_path"]), runtime.loaded_build(build.build_dir).encoder)
-    scorers = {"words": WordSupport(), "hdc": hdc, "words+hdc": MeanSupport(WordSupport(), hdc)}
     primed = {(r["question"], r["round"]): r["memory_texts"] for r in rows["with memories"]}
-    print(f"\ngrounding against the fact judge (portal: words, threshold {CITATION_THRESHOLD}; "
+    print(f"\ngrounding against the fact judge (portal: {SCORER.name}, threshold {CITATION_THRESHOLD}; "
           f"'grounded' cut {0.75:.0%} of claims):")
     for mode, mode_rows in rows.items():
         judged = [grounded(r, facts) for r in mode_rows]
         for name, thresholds in CHANNEL_THRESHOLDS.items():
+            if name not in scorers:
+                continue
             for threshold in thresholds:
                 scores, times = [], []
                 for row in mode_rows:
@@ -427,7 +446,8 @@ async def run(args: argparse.Namespace, user, corpus_id: int, questions: list[tu
     for arm, settings in arms.items():
         print(f"\narm {arm}: settings {settings or 'the defaults'}" if arm else "")
         report(args, {mode: rows[(arm, mode)] for mode in MODES}, facts)
-        await database_sync_to_async(grounding_report)({mode: rows[(arm, mode)] for mode in MODES}, facts, corpus_id)
+        scorers = await database_sync_to_async(channel_scorers)(corpus_id)
+        grounding_report({mode: rows[(arm, mode)] for mode in MODES}, facts, scorers)
     if len(arms) > 1:
         paired(rows, facts)
     if args.out:
@@ -467,6 +487,13 @@ def main() -> int:
     source, texts, make_corpus = SETS[args.set]
     questions = [tuple(item) for item in json.loads((DATA / source).read_text(encoding="utf-8"))]
     questions = questions[:args.questions] if args.questions else questions
+    if args.rescore:
+        saved = [json.loads(line) for line in args.rescore.read_text(encoding="utf-8").splitlines() if line.strip()]
+        for arm in dict.fromkeys(row.get("arm", "") for row in saved):
+            print(f"\n{args.rescore} ({args.set}){f', arm {arm}' if arm else ''}:")
+            grounding_report({mode: [r for r in saved if r.get("arm", "") == arm and r["memory"] == use]
+                              for mode, use in MODES.items()}, dict(questions), text_scorers())
+        return 0
     check_facts(questions, texts(), source)
     gguf = args.gguf or default_chat_gguf_path()
     with tempfile.TemporaryDirectory(prefix="bench-answers-") as data_dir, \

@@ -1,8 +1,9 @@
 """An answer's citations and grounding (`engine.citations`), as the chat and the API store and send them.
 
 The channel and threshold were chosen with `bench.answers` against its fact judge
-(docs/answer-measurements.md): the exact-word channel, a sentence citing the memories that hold
-at least `CITATION_THRESHOLD` of its claim words.
+(docs/answer-measurements.md): the exact words near the sentence's subject
+(`engine.citations.SubjectWindowSupport`), a sentence citing the memories that hold at least
+`CITATION_THRESHOLD` of its claim words within `SUBJECT_WINDOW` words after its subject.
 """
 
 from __future__ import annotations
@@ -11,10 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from engine.citations import WordSupport, attribute, grounding_word
+from engine.citations import SubjectWindowSupport, attribute, grounding_word
 
 CITATION_THRESHOLD = 0.5
-_SCORER = WordSupport()
+SUBJECT_WINDOW = 15
+SCORER = SubjectWindowSupport(SUBJECT_WINDOW)
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,6 @@ def answer_citations(*, question: str, answer: str, memory_texts: Sequence[str])
     without memories, or without a sentence that states something, has none (grounding None)."""
     if not memory_texts or not answer.strip():
         return AnswerCitations()
-    attribution = attribute(answer, memory_texts, scorer=_SCORER, threshold=CITATION_THRESHOLD, question=question)
+    attribution = attribute(answer, memory_texts, scorer=SCORER, threshold=CITATION_THRESHOLD, question=question)
     return AnswerCitations(grounding=attribution.grounding,
                            citations=tuple(sentence.to_dict() for sentence in attribution.sentences))

@@ -2,16 +2,27 @@
 
 No second model call: an answer is split into sentences (`sentences`), each sentence's *claim*
 (its words that are not stop words and not already in the question, `claim_words`) is scored
-against every primed memory by one or both of the engine's channels, and a sentence whose best
-score reaches the threshold cites every memory at or above it (best first). A sentence with a
-claim that reaches no memory is *unsupported*; a sentence without a claim ("Sure!", "Here is an
-example:", the question said again) is neither and is left out of the grounding.
+against every primed memory by one of the engine's channels, and a sentence whose best score
+reaches the threshold cites every memory at or above it (best first). A sentence with a claim
+that reaches no memory is *unsupported*; a sentence without a claim ("Sure!", "Here is an
+example:", the question said again) is neither and is left out of the grounding. A claim is two
+or more words, or one named value (a word with a digit or an underscore, or one written in
+capitals or in backticks: "`MLOCK_ONFAULT`.", "It is 256.").
+
+The sentence's *subject* is its words that the question has too (`subject_words`): "A psyton is a
+person who ..." answers "What is a psyton?" about "psyton".
 
 Channels (`SupportScorer`), each a score in [0, 1] per (sentence, memory):
 
 * `WordSupport`: the share of the claim's distinct words that the memory holds, as whole words
-  (`engine.lexical.words`: lowercased, two or more word characters). Exact names and values,
+  (`claim_tokens`: lowercased, two or more word characters, or a number). Exact names and values,
   which is what a made-up sentence gets wrong.
+* `SubjectWindowSupport`: the same share, but within `window` words after an occurrence of the
+  sentence's subject in the memory (the whole memory for a sentence without one). A memory
+  holds several entries, pages or paragraphs side by side, and the 0.5B model's commonest
+  made-up answer gives the asked term the definition of its neighbour ("A psyton is a person
+  who has decided to be in management", the words of the entry after it): every word is in the
+  memory, none near the psyton.
 * `HDCSupport`: the claim and the memories encoded by a build's `HDCEncoder` (token embeddings
   bound into n-grams), and the ternary dot product over the claim's nonzero dimensions
   (`dot / nnz(claim)`): near 0 for a random memory, 1 when the memory agrees on every dimension.
@@ -35,11 +46,14 @@ import numpy as np
 
 from engine import bits
 from engine.encoder import HDCEncoder
-from engine.lexical import words
+from engine.lexical import STOP_WORDS
 from engine.tokenizer import Tokenizer
 
-# Fewer claim words than this and a sentence states nothing checkable.
+# Fewer claim words than this, and no named value, and a sentence states nothing checkable.
 MIN_CLAIM_WORDS = 2
+_TOKEN = re.compile(r"\w+")
+# A named value: a word with a digit or an underscore, in capitals, or in backticks.
+_NAMED = re.compile(r"`[^`\n]+`|\b\w*[\d_]\w*\b|\b[A-Z][A-Z0-9]+\b")
 
 _FENCE = re.compile(r"^[ \t]*(```|~~~)")
 # A line's block marker: list bullets and numbers, headings, quotes.
@@ -83,23 +97,46 @@ def sentences(answer: str) -> list[Sentence]:
     return out
 
 
+def claim_tokens(text: str) -> list[str]:
+    """The words of `text` a claim is made of, in order: lowercased runs of word characters, two or
+    more long or a number, not stop words (`engine.lexical.STOP_WORDS`)."""
+    return [w for w in _TOKEN.findall(text.lower()) if (len(w) > 1 or w.isdigit()) and w not in STOP_WORDS]
+
+
 def claim_words(sentence: str, question: str = "") -> list[str]:
-    """The sentence's distinct words (`engine.lexical.words`) that are not in `question`, in order."""
-    asked = set(words(question))
+    """The sentence's distinct words (`claim_tokens`) that are not in `question`, in order."""
+    asked = set(claim_tokens(question))
     seen: dict[str, None] = {}
-    for word in words(sentence):
+    for word in claim_tokens(sentence):
         if word not in asked:
             seen.setdefault(word, None)
     return list(seen)
 
 
+def subject_words(sentence: str, question: str) -> list[str]:
+    """The sentence's distinct words (`claim_tokens`) that `question` has too: what it is about."""
+    asked = set(claim_tokens(question))
+    return list(dict.fromkeys(w for w in claim_tokens(sentence) if w in asked))
+
+
+def is_claim(sentence: str, claim: Sequence[str]) -> bool:
+    """Whether a sentence with these claim words states something checkable: `MIN_CLAIM_WORDS`
+    of them, or one that is a named value."""
+    if len(claim) >= MIN_CLAIM_WORDS:
+        return True
+    named = {w for value in _NAMED.findall(sentence) for w in claim_tokens(value)}
+    return any(word in named for word in claim)
+
+
 class SupportScorer(Protocol):
     """Scores claims against memories. Shapes: claims (s,) word lists, memories (m,) texts ->
-    (s, m) float64 in [0, 1]."""
+    (s, m) float64 in [0, 1]. `subjects` (s,) word lists, when given, are the claims' subjects
+    (`subject_words`); a channel may ignore them."""
 
     name: str
 
-    def scores(self, claims: Sequence[Sequence[str]], memories: Sequence[str]) -> np.ndarray: ...
+    def scores(self, claims: Sequence[Sequence[str]], memories: Sequence[str],
+               subjects: Sequence[Sequence[str]] | None = None) -> np.ndarray: ...
 
 
 class WordSupport:
@@ -107,13 +144,49 @@ class WordSupport:
 
     name = "words"
 
-    def scores(self, claims: Sequence[Sequence[str]], memories: Sequence[str]) -> np.ndarray:
-        held = [set(words(text)) for text in memories]
+    def scores(self, claims: Sequence[Sequence[str]], memories: Sequence[str],
+               subjects: Sequence[Sequence[str]] | None = None) -> np.ndarray:
+        held = [set(claim_tokens(text)) for text in memories]
         out = np.zeros((len(claims), len(memories)))
         for row, claim in enumerate(claims):
             if claim:
                 for column, vocabulary in enumerate(held):
                     out[row, column] = sum(word in vocabulary for word in claim) / len(claim)
+        return out
+
+
+class SubjectWindowSupport:
+    """The share of a claim's words that the memory holds within `window` words after an occurrence
+    of one of the claim's subject words; the whole memory for a claim without a subject, 0 for a
+    memory where its subject does not occur."""
+
+    def __init__(self, window: int = 15) -> None:
+        if window < 1:
+            raise ValueError(f"window must be at least 1 word, got {window}")
+        self.window = window
+        self.name = f"subject window {window}"
+
+    def scores(self, claims: Sequence[Sequence[str]], memories: Sequence[str],
+               subjects: Sequence[Sequence[str]] | None = None) -> np.ndarray:
+        texts = [claim_tokens(text) for text in memories]
+        held = [set(tokens) for tokens in texts]
+        out = np.zeros((len(claims), len(memories)))
+        for row, claim in enumerate(claims):
+            if not claim:
+                continue
+            wanted = set(claim)
+            subject = set(subjects[row]) if subjects is not None else set()
+            for column, tokens in enumerate(texts):
+                if not subject:
+                    out[row, column] = len(wanted & held[column]) / len(wanted)
+                    continue
+                best = 0
+                for at, token in enumerate(tokens):
+                    if token in subject:
+                        best = max(best, len(wanted.intersection(tokens[at:at + self.window + 1])))
+                        if best == len(wanted):
+                            break
+                out[row, column] = best / len(wanted)
         return out
 
 
@@ -127,7 +200,8 @@ class HDCSupport:
         self.tokenizer = tokenizer
         self.encoder = encoder
 
-    def scores(self, claims: Sequence[Sequence[str]], memories: Sequence[str]) -> np.ndarray:
+    def scores(self, claims: Sequence[Sequence[str]], memories: Sequence[str],
+               subjects: Sequence[Sequence[str]] | None = None) -> np.ndarray:
         if not claims or not memories:
             return np.zeros((len(claims), len(memories)))
         texts = [" ".join(claim) for claim in claims] + list(memories)
@@ -147,8 +221,9 @@ class MeanSupport:
         self.channels = channels
         self.name = "+".join(channel.name for channel in channels)
 
-    def scores(self, claims: Sequence[Sequence[str]], memories: Sequence[str]) -> np.ndarray:
-        return np.mean([channel.scores(claims, memories) for channel in self.channels], axis=0)
+    def scores(self, claims: Sequence[Sequence[str]], memories: Sequence[str],
+               subjects: Sequence[Sequence[str]] | None = None) -> np.ndarray:
+        return np.mean([channel.scores(claims, memories, subjects) for channel in self.channels], axis=0)
 
 
 @dataclass(frozen=True)
@@ -190,18 +265,20 @@ def attribute(answer: str, memories: Sequence[str], *, scorer: SupportScorer, th
         raise ValueError(f"threshold must be in (0, 1], got {threshold}")
     found = sentences(answer)
     claims = [claim_words(sentence.text, question) for sentence in found]
-    is_claim = [len(claim) >= MIN_CLAIM_WORDS for claim in claims]
-    scored = [claim for claim, keep in zip(claims, is_claim, strict=True) if keep]
-    table = scorer.scores(scored, list(memories)) if scored and memories else np.zeros((len(scored), len(memories)))
+    claimed = [is_claim(sentence.text, claim) for sentence, claim in zip(found, claims, strict=True)]
+    scored = [claim for claim, keep in zip(claims, claimed, strict=True) if keep]
+    subjects = [subject_words(sentence.text, question) for sentence, keep in zip(found, claimed, strict=True) if keep]
+    table = scorer.scores(scored, list(memories), subjects) if scored and memories else \
+        np.zeros((len(scored), len(memories)))
     rows = iter(table)
     out: list[SentenceCitation] = []
-    for sentence, keep in zip(found, is_claim, strict=True):
+    for sentence, keep in zip(found, claimed, strict=True):
         row = next(rows) if keep else np.zeros(len(memories))
         order = np.argsort(-row, kind="stable")
         cited = tuple(int(i) for i in order if keep and row[i] >= threshold)
         out.append(SentenceCitation(sentence.start, sentence.end, sentence.text, keep, cited,
                                     tuple(float(score) for score in row)))
-    claim_count = sum(is_claim)
+    claim_count = sum(claimed)
     grounding = sum(c.supported for c in out) / claim_count if claim_count else None
     return Attribution(tuple(out), grounding)
 
