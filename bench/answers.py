@@ -1,7 +1,8 @@
 """Answer quality and speed through the real chat path, with memories and with the model alone.
 
     python -m bench.answers [--set demo|jargon|manpages] [--gguf CHAT.gguf] [--questions 52]
-                            [--max-tokens 1024] [--budget 512] [--rounds 3]
+                            [--max-tokens 1024] [--budget 512] [--rounds 3] [--out ANSWERS.jsonl]
+    python -m bench.answers --set jargon --rescore ANSWERS.jsonl   # the grounding report again, no model
 
 What runs: a corpus built by the real build service into a temporary SQLite portal, one real
 llama.cpp server on the chat model (default: the packaged instruction-tuned model), and
