@@ -246,18 +246,25 @@ def test_filter_applies_before_pruning(tmp_path):
     assert picked and picked <= set(range(30, 40)) and {30, 31, 32} <= picked
 
 
-def test_several_corpora_merge_and_require_equal_dims(tmp_path):
-    rng = np.random.default_rng(5)
+def two_corpora(tmp_path, seed: int, a_dims: int, b_dims: int, a_texts: list[str] | None = None):  # noqa: ANN201
+    """A query and two corpora of 50 random rows: a's row 7 agrees with the query on `a_dims` of its
+    nonzero dimensions, b's row 3 on `b_dims` others."""
+    rng = np.random.default_rng(seed)
     query = ternary(rng, 1, 0.4)[0]
     a_rows, b_rows = ternary(rng, 50, 0.3), ternary(rng, 50, 0.3)
     support = np.flatnonzero(query)
     a_rows[7] = b_rows[3] = 0
-    a_rows[7, support[:100]] = query[support[:100]]
-    b_rows[3, support[100:190]] = query[support[100:190]]
+    a_rows[7, support[:a_dims]] = query[support[:a_dims]]
+    b_rows[3, support[100:100 + b_dims]] = query[support[100:100 + b_dims]]
     a = make_corpus(tmp_path, "a", a_rows)
     b = make_corpus(tmp_path, "b", b_rows)
-    targets = [SearchTarget(a, DictStore([f"a{i} text" for i in range(50)]), "a"),
-               SearchTarget(b, DictStore([f"b{i} words" for i in range(50)]), "b")]
+    return query, [SearchTarget(a, DictStore(a_texts or [f"a{i} text" for i in range(50)]), "a"),
+                   SearchTarget(b, DictStore([f"b{i} words" for i in range(50)]), "b")]
+
+
+def test_several_corpora_merge_and_require_equal_dims(tmp_path):
+    query, targets = two_corpora(tmp_path, 5, 100, 90)
+    a = targets[0].corpus
     results = Retriever(WordTokenizer(), Config(min_context=0)).search_vectors([packed(query)] * 2, targets)
     assert [(r.target, r.memory["hdv_idx"]) for r in results[:2]] == [("a", 7), ("b", 3)]
     odd = LoadedIndex(encoder=make_encoder(tmp_path, dims=256, name="odd.vocab"), index=a.index)
@@ -411,18 +418,10 @@ def test_a_target_that_holds_the_query_words_outranks_one_that_only_resembles_it
 
 
 def test_a_search_of_several_corpora_weighs_each_by_the_query_words_its_memories_hold(tmp_path):
-    rng = np.random.default_rng(6)
-    query = ternary(rng, 1, 0.4)[0]
-    a_rows, b_rows = ternary(rng, 50, 0.3), ternary(rng, 50, 0.3)
-    support = np.flatnonzero(query)
-    a_rows[7] = b_rows[3] = 0
-    a_rows[7, support[:100]] = query[support[:100]]  # a's best matches the query less well in HDC...
-    b_rows[3, support[100:215]] = query[support[100:215]]
-    a = make_corpus(tmp_path, "a", a_rows)
-    b = make_corpus(tmp_path, "b", b_rows)
     a_texts = [f"a{i} text" for i in range(50)]
-    a_texts[7] = "the quokka lives on rottnest island"  # ...but holds the query's words
-    targets = [SearchTarget(a, DictStore(a_texts), "a"), SearchTarget(b, DictStore([f"b{i} words" for i in range(50)]), "b")]
+    a_texts[7] = "the quokka lives on rottnest island"
+    # a's best matches the query less well in HDC than b's, but holds the query's words.
+    query, targets = two_corpora(tmp_path, 6, 100, 115, a_texts)
     retriever = Retriever(WordTokenizer(), Config(min_context=0))
     plain = retriever.search_vectors([packed(query)] * 2, targets)
     assert [(r.target, r.memory["hdv_idx"]) for r in plain[:2]] == [("b", 3), ("a", 7)]
