@@ -436,18 +436,21 @@ class BitmapIndex:
         return rows[order], scores[order].astype(np.int32)
 
     def sample_scores(self, q_pos: np.ndarray, q_neg: np.ndarray, *, sample_chunks: int = DEFAULT_SAMPLE_CHUNKS,
-                      allowed_sources: Iterable[int] | None = None) -> np.ndarray:
+                      allowed_sources: Iterable[int] | None = None) -> tuple[np.ndarray, np.ndarray, int]:
         """`search_sampled`'s first pass alone: each row's score on the first `sample_chunks` column
-        chunks. Shapes: q (words,) uint64 → int32 (count,); a row outside `allowed_sources` holds a
-        value below any score. Several indexes of one dims and chunk width give comparable values
-        (`engine.segments.SegmentedIndex.search_sampled` picks one shortlist across them)."""
+        chunks, and their histogram. Shapes: q (words,) uint64 → partial int32 (count,), hist int64
+        (2 * -lo + 1,) counting the allowed rows' values lo..-lo, and lo; a row outside
+        `allowed_sources` holds a value below any score. Several indexes of one dims and chunk width
+        give comparable values and histograms of the same bins (`engine.segments.SegmentedIndex.
+        search_sampled` picks one shortlist across them)."""
         qp, qn, _, mask = self._check_query(q_pos, q_neg, 0, allowed_sources, None)
         partial = self._new_partial(mask)
         done = 0
+        hist = np.zeros(1, dtype=np.int64)
         for start, width in self._chunks()[:sample_chunks]:
             done += topk.nnz(qp[start : start + width], qn[start : start + width])
-            self._dense_chunk(start, width, qp, qn, partial, mask, -done)
-        return partial
+            hist = self._dense_chunk(start, width, qp, qn, partial, mask, -done)
+        return partial, hist, -done
 
     def search_auto(self, q_pos: np.ndarray, q_neg: np.ndarray, k: int, *,
                     allowed_sources: Iterable[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -458,13 +461,15 @@ class BitmapIndex:
             return self.search_sampled(q_pos, q_neg, k, allowed_sources=allowed_sources)
         return self.search(q_pos, q_neg, k, allowed_sources=allowed_sources)
 
-    def score_rows(self, rows: np.ndarray | Iterable[int], q_pos: np.ndarray, q_neg: np.ndarray) -> np.ndarray:
-        """Exact ternary scores int64 (m,) of the given rows (row indices (m,)) for the query."""
+    def score_rows(self, rows: np.ndarray | Iterable[int], q_pos: np.ndarray, q_neg: np.ndarray, *,
+                   first_chunk: int = 0) -> np.ndarray:
+        """Exact ternary scores int64 (m,) of the given rows (row indices (m,)) for the query; from
+        column chunk `first_chunk` on (what a first pass over the chunks before it leaves)."""
         rows = self._check_rows(rows)
         qp, qn, _, _ = self._check_query(q_pos, q_neg, 0, None, None)
         if rows.shape[0] == 0:
             return np.zeros(0, dtype=np.int64)
-        return self._exact_scores(rows, qp, qn)
+        return self._exact_scores(rows, qp, qn, first_chunk=first_chunk)
 
     def search_exact(
         self,

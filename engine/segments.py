@@ -53,7 +53,6 @@ from engine.build import (
 )
 from engine.encoder import HDCEncoder, compute_idf
 from engine.index import (
-    _EXCLUDED,
     DEFAULT_SAMPLE_CHUNKS,
     DEFAULT_SHORTLIST,
     SAMPLED_SEARCH_MIN_ROWS,
@@ -156,31 +155,33 @@ class SegmentedIndex:
                        sample_chunks: int = DEFAULT_SAMPLE_CHUNKS, shortlist: int | None = None,
                        allowed_sources: Iterable[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
         """`BitmapIndex.search_sampled` over the state as over one index: every large segment's
-        first pass (`sample_scores`), one shortlist of the best partial scores across them, re-ranked
-        exactly; small segments are scored exactly in full (`_search_small`). So ten segments read
-        what one index of their rows reads, plus one shortlist, not ten."""
+        first pass (`sample_scores`), one shortlist of the best partial scores across them (from the
+        sum of their histograms: no copy of the partial scores), re-ranked exactly on the chunks the
+        first pass left; small segments are scored exactly in full (`_search_small`). So ten
+        segments read what one index of their rows reads, plus one shortlist, not ten."""
         shortlist = shortlist if shortlist is not None else max(DEFAULT_SHORTLIST, SHORTLIST_PER_RESULT * k)
-        found, partials = [], []
+        found, passes = [], []
         for number, part in enumerate(self.parts):
             if part.count <= SMALL_SEGMENT_ROWS:
                 rows, scores = _search_small(part, q_pos, q_neg, k, allowed_sources, None)
                 found.append((rows + self.offsets[number], scores.astype(np.int64)))
             else:
-                partials.append((number, part.sample_scores(q_pos, q_neg, sample_chunks=sample_chunks,
-                                                            allowed_sources=allowed_sources)))
-        if partials:
-            values = np.concatenate([p for _, p in partials])
-            owner = np.concatenate([np.full(p.size, n, dtype=np.int64) for n, p in partials])
-            local = np.concatenate([np.arange(p.size, dtype=np.int64) for _, p in partials])
-            take = min(shortlist, int(np.count_nonzero(values > _EXCLUDED)))
-            if take:
-                # The take-th best partial score, and the rows above it, then its ties lower row first:
-                # the shortlist one index of the same rows picks (`topk.rows_at_least`).
-                kth = int(np.partition(values, values.size - take)[values.size - take])
-                best = topk.rows_at_least(values, kth, take)
-                for number in np.unique(owner[best]):
-                    rows = local[best][owner[best] == number]
-                    scores = self.parts[number].score_rows(rows, q_pos, q_neg)
+                passes.append((number, *part.sample_scores(q_pos, q_neg, sample_chunks=sample_chunks,
+                                                             allowed_sources=allowed_sources)))
+        if passes:
+            # The shortlist-th best partial score over every segment, all rows above it, then its ties
+            # lower state row first: the shortlist one index of the same rows picks
+            # (`topk.rows_at_least`). Every segment's histogram has the same bins (one query, one lo).
+            lo = passes[0][3]
+            hist = np.sum([h for _, _, h, _ in passes], axis=0)
+            kth = max(topk.kth_value(hist, lo, shortlist), lo)
+            ties_left = shortlist - int(hist[kth - lo + 1:].sum())
+            for number, partial, _, _ in passes:
+                rows = topk.rows_at_least(partial, kth, int(np.count_nonzero(partial > kth)) + max(ties_left, 0))
+                ties_left -= int(np.count_nonzero(partial[rows] == kth))
+                if rows.size:
+                    scores = partial[rows].astype(np.int64) + self.parts[number].score_rows(
+                        rows, q_pos, q_neg, first_chunk=sample_chunks)
                     found.append((rows + self.offsets[number], scores))
         if not found:
             return topk.empty_result()

@@ -202,3 +202,13 @@ def test_a_sampled_search_over_segments_picks_one_shortlist_as_one_index_would(t
             assert np.array_equal(one[0], many[0]) and np.array_equal(one[1], many[1])
             if sources is None:
                 assert many[0][0] == row  # the noisy copy's own row comes first
+    # Sparse queries: few partial values, many rows tied at the shortlist's cut, which both must
+    # break the same way (lower row first) for a short shortlist to hold the same rows.
+    for _ in range(12):
+        sparse = np.zeros(dims, dtype=np.int8)
+        support = rng.choice(dims, size=24, replace=False)
+        sparse[support] = rng.choice(np.array([-1, 1], dtype=np.int8), size=24)
+        q_pos, q_neg = pack_ternary(sparse[None])
+        one = whole.search_sampled(q_pos[0], q_neg[0], 10, sample_chunks=2, shortlist=12)
+        many = state.search_sampled(q_pos[0], q_neg[0], 10, sample_chunks=2, shortlist=12)
+        assert np.array_equal(one[0], many[0]) and np.array_equal(one[1], many[1])
