@@ -22,6 +22,12 @@ BIOLOGY = ["Mitochondria are the membrane-bound organelles that produce most of 
            "Photosynthesis converts light energy into chemical energy stored in glucose."]
 GUIDE = ("# Volcanoes\n\nVolcanoes erupt when magma from the mantle rises through cracks in the crust.\n\n"
          "## Lava\n\nBasaltic lava flows far; rhyolitic lava is thick and explosive.\n")
+# A second corpus's files: one about Paris too, but not about the storming of the Bastille (several,
+# so that its words have weights: a word in every memory of a corpus has none).
+TRAVEL = {"paris.txt": "Paris travel notes. The Louvre opens at nine; buy tickets online to skip the queue. "
+                       "Walk along the Seine from the Eiffel Tower to Notre-Dame in about an hour.",
+          "rome.txt": "Rome travel notes. The Colosseum sells timed tickets; the Vatican museums close early.",
+          "lisbon.txt": "Lisbon travel notes. Tram 28 climbs to the castle; pastries in Belem are worth the queue."}
 PAGE = "<html><body><h1>Search</h1><p>A binary search halves the remaining interval at every step.</p></body></html>"
 
 
@@ -180,6 +186,31 @@ def test_team_workflow(browser, live_portal, screenshot):
     assert page.locator("#members").get_by_text("bob").is_visible()
     assert_labelled(page)
     screenshot(page, "13-group")
+
+    # A second corpus, searched with the first (the default: all corpora): one ranking, in the order
+    # the page says, the memory that holds most of the query's words first (issue 31.3).
+    page.goto(f"{live_portal.url}/corpora/new/")
+    page.get_by_label("Name").fill("Travel notes")
+    page.get_by_label("HDC dimensions").fill("4096")
+    page.get_by_role("button", name="Create").click()
+    page.wait_for_url(re.compile(r"/corpora/\d+/$"))
+    notes = [[name, base64.b64encode(text.encode()).decode()] for name, text in TRAVEL.items()]
+    page.evaluate(DROP, [page.locator("#drop-zone").element_handle(), notes])
+    wait_until(page, "document.querySelectorAll('#upload-list .upload-item.ok').length === 3")
+    page.goto(page.url)
+    page.get_by_role("button", name="Build index").click()
+    page.wait_for_selector("#builds tbody tr:first-child .pill:text('active')", timeout=BUSY_MACHINE_SECONDS * 1000)
+    page.get_by_role("link", name="Search", exact=True).first.click()
+    page.get_by_label("Query").fill("storming of the Bastille and the Louvre in Paris")
+    page.get_by_role("button", name="Search").click()
+    assert "ranked across corpora" in page.locator("#result-count").inner_text()
+    merged = [float(s.split()[-1]) for s in page.locator(".result .result-head .score").all_inner_texts()
+              if s.startswith("merged ")]
+    assert len(merged) == page.locator(".result").count() and merged == sorted(merged, reverse=True)
+    corpora = page.locator(".result .result-head .muted a").all_inner_texts()
+    assert {"Field guide", "Travel notes"} <= set(corpora) and corpora[0] == "Field guide"
+    assert "Bastille" in page.locator(".result").first.inner_text()
+    screenshot(page, "05b-search-two-corpora")
     page.context.close()
 
     # The admin's lists of what was just made fit 1280 px, with human numbers.

@@ -81,7 +81,7 @@ def test_searching_several_corpora_ranks_by_a_key_comparable_across_them(
     assert "ranked across corpora" in page, re.search(r"id=.result-count.>(.*?)</p>", page, re.S).group(1)
     heads = re.findall(r'<div class="result-head">\s*<span class="score"[^>]*>([^<]+)</span>', page)
     keys = [float(h.split()[-1]) for h in heads]
-    assert heads and all(h.startswith("per length ") for h in heads) and keys == sorted(keys, reverse=True)
+    assert heads and all(h.startswith("merged ") for h in heads) and keys == sorted(keys, reverse=True)
     excerpts = re.findall(r'<p class="excerpt">(.*?)</p>', page, re.S)
     assert any("Bastille" in e for e in excerpts) and any("Seine" in e for e in excerpts)
 
