@@ -71,6 +71,10 @@ SHORTLIST_PER_RESULT = 2
 # `search_auto` (the retriever's search) samples from this many rows on; below, it searches exactly
 # (bench/search.py --real-text measures both at several index sizes).
 SAMPLED_SEARCH_MIN_ROWS = 100_000
+# An index of at most this many rows (a segment's append) takes `sample_scores`' first pass in one
+# gather of its rows' first chunks: the chunked pass launches a parallel kernel per column chunk,
+# which costs more than reading a few thousand rows (engine.segments.SMALL_SEGMENT_ROWS, measured).
+GATHERED_SAMPLE_ROWS = 4096
 
 
 class IndexFileError(ValueError):
@@ -444,10 +448,19 @@ class BitmapIndex:
         give comparable values and histograms of the same bins (`engine.segments.SegmentedIndex.
         search_sampled` picks one shortlist across them)."""
         qp, qn, _, mask = self._check_query(q_pos, q_neg, 0, allowed_sources, None)
+        chunks = self._chunks()[:sample_chunks]
+        if self.count <= GATHERED_SAMPLE_ROWS:
+            # One kernel over the rows' first chunks, not one per chunk (a small index: an append).
+            done = sum(topk.nnz(qp[start : start + width], qn[start : start + width]) for start, width in chunks)
+            rows = np.arange(self.count, dtype=np.int64) if mask is None else np.flatnonzero(mask)
+            partial = self._new_partial(mask)
+            partial[rows] = self._exact_scores(rows, qp, qn, stop_chunk=len(chunks))
+            hist = np.bincount(partial[rows].astype(np.int64) + done, minlength=2 * done + 1)
+            return partial, hist, -done
         partial = self._new_partial(mask)
         done = 0
         hist = np.zeros(1, dtype=np.int64)
-        for start, width in self._chunks()[:sample_chunks]:
+        for start, width in chunks:
             done += topk.nnz(qp[start : start + width], qn[start : start + width])
             hist = self._dense_chunk(start, width, qp, qn, partial, mask, -done)
         return partial, hist, -done
@@ -542,9 +555,11 @@ class BitmapIndex:
             partial[~mask] = _EXCLUDED
         return partial
 
-    def _exact_scores(self, rows: np.ndarray, qp, qn, first_chunk: int = 0) -> np.ndarray:
+    def _exact_scores(self, rows: np.ndarray, qp, qn, first_chunk: int = 0, stop_chunk: int | None = None) -> np.ndarray:
         out = np.empty(rows.shape[0], dtype=np.int64)
-        kernels.score_rows_chunks(self._body(), self.count, self.words, self.chunk_words, first_chunk, rows, qp, qn, out)
+        stop_chunk = len(self._chunks()) if stop_chunk is None else stop_chunk
+        kernels.score_rows_chunks(self._body(), self.count, self.words, self.chunk_words, first_chunk, stop_chunk,
+                                  rows, qp, qn, out)
         return out
 
     def _prune(self, qp, qn, k, candidates, mask, n_allowed) -> tuple[np.ndarray, np.ndarray]:

@@ -154,18 +154,15 @@ class SegmentedIndex:
     def search_sampled(self, q_pos: np.ndarray, q_neg: np.ndarray, k: int, *,
                        sample_chunks: int = DEFAULT_SAMPLE_CHUNKS, shortlist: int | None = None,
                        allowed_sources: Iterable[int] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """`BitmapIndex.search_sampled` over the state as over one index: every large segment's
-        first pass (`sample_scores`), one shortlist of the best partial scores across them (from the
-        sum of their histograms: no copy of the partial scores), re-ranked exactly on the chunks the
-        first pass left; small segments are scored exactly in full (`_search_small`). So ten
-        segments read what one index of their rows reads, plus one shortlist, not ten."""
+        """`BitmapIndex.search_sampled` over the state as over one index: every segment's first
+        pass (`sample_scores`; a small one's in one gather of its rows), one shortlist of the best
+        partial scores across them (from the sum of their histograms: no copy of the partial
+        scores), re-ranked exactly on the chunks the first pass left. So ten segments read what one
+        index of their rows reads, and find the same rows."""
         shortlist = shortlist if shortlist is not None else max(DEFAULT_SHORTLIST, SHORTLIST_PER_RESULT * k)
         found, passes = [], []
         for number, part in enumerate(self.parts):
-            if part.count <= SMALL_SEGMENT_ROWS:
-                rows, scores = _search_small(part, q_pos, q_neg, k, allowed_sources, None)
-                found.append((rows + self.offsets[number], scores.astype(np.int64)))
-            else:
+            if part.count:
                 passes.append((number, *part.sample_scores(q_pos, q_neg, sample_chunks=sample_chunks,
                                                              allowed_sources=allowed_sources)))
         if passes:
