@@ -71,10 +71,6 @@ SHORTLIST_PER_RESULT = 2
 # `search_auto` (the retriever's search) samples from this many rows on; below, it searches exactly
 # (bench/search.py --real-text measures both at several index sizes).
 SAMPLED_SEARCH_MIN_ROWS = 100_000
-# An index of at most this many rows (a segment's append) takes `sample_scores`' first pass in one
-# gather of its rows' first chunks: the chunked pass launches a parallel kernel per column chunk,
-# which costs more than reading a few thousand rows (engine.segments.SMALL_SEGMENT_ROWS, measured).
-GATHERED_SAMPLE_ROWS = 4096
 
 
 class IndexFileError(ValueError):
@@ -428,13 +424,8 @@ class BitmapIndex:
         chunks = self._chunks()
         if sample_chunks >= len(chunks) or n_allowed <= shortlist:
             return self._exact(qp, qn, k, mask)
-        partial = self._new_partial(mask)
-        done = 0
-        hist = np.zeros(1, dtype=np.int64)
-        for start, width in chunks[:sample_chunks]:
-            done += topk.nnz(qp[start : start + width], qn[start : start + width])
-            hist = self._dense_chunk(start, width, qp, qn, partial, mask, -done)
-        rows = topk.rows_at_least(partial, max(topk.kth_value(hist, -done, shortlist), -done), shortlist)
+        partial, hist, lo = self._sample_pass(qp, qn, mask, sample_chunks)
+        rows = topk.rows_at_least(partial, max(topk.kth_value(hist, lo, shortlist), lo), shortlist)
         scores = partial[rows].astype(np.int64) + self._exact_scores(rows, qp, qn, first_chunk=sample_chunks)
         order = np.lexsort((rows, -scores))[:k]
         return rows[order], scores[order].astype(np.int32)
@@ -448,22 +439,19 @@ class BitmapIndex:
         give comparable values and histograms of the same bins (`engine.segments.SegmentedIndex.
         search_sampled` picks one shortlist across them)."""
         qp, qn, _, mask = self._check_query(q_pos, q_neg, 0, allowed_sources, None)
+        return self._sample_pass(qp, qn, mask, sample_chunks)
+
+    def _sample_pass(self, qp, qn, mask, sample_chunks: int) -> tuple[np.ndarray, np.ndarray, int]:
         chunks = self._chunks()[:sample_chunks]
-        if self.count <= GATHERED_SAMPLE_ROWS:
-            # One kernel over the rows' first chunks, not one per chunk (a small index: an append).
-            done = sum(topk.nnz(qp[start : start + width], qn[start : start + width]) for start, width in chunks)
-            rows = np.arange(self.count, dtype=np.int64) if mask is None else np.flatnonzero(mask)
-            partial = self._new_partial(mask)
-            partial[rows] = self._exact_scores(rows, qp, qn, stop_chunk=len(chunks))
-            hist = np.bincount(partial[rows].astype(np.int64) + done, minlength=2 * done + 1)
-            return partial, hist, -done
+        done = sum(topk.nnz(qp[start : start + width], qn[start : start + width]) for start, width in chunks)
         partial = self._new_partial(mask)
-        done = 0
-        hist = np.zeros(1, dtype=np.int64)
-        for start, width in chunks:
-            done += topk.nnz(qp[start : start + width], qn[start : start + width])
-            hist = self._dense_chunk(start, width, qp, qn, partial, mask, -done)
-        return partial, hist, -done
+        hist = np.zeros((numba.get_num_threads(), 2 * done + 1), dtype=np.int64)
+        # One kernel launch for all the sampled chunks, not one per chunk (each waits for every
+        # thread: a state of ten segments made ten times the launches of one index).
+        kernels.score_chunks_dense(self._body(), self.count, self.words, self.chunk_words, len(chunks), qp, qn,
+                                   partial, mask if mask is not None else np.zeros(0, dtype=np.bool_),
+                                   mask is not None, hist, -done)
+        return partial, hist.sum(axis=0), -done
 
     def search_auto(self, q_pos: np.ndarray, q_neg: np.ndarray, k: int, *,
                     allowed_sources: Iterable[int] | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -124,6 +124,35 @@ def score_block_dense(block, wc, qp, qn, partial, mask, use_mask, hist, lo):
 
 
 @njit(parallel=True, cache=True)
+def score_chunks_dense(data, count, n_words, chunk_words, n_chunks, qp, qn, partial, mask, use_mask, hist, lo):
+    """partial[i] += the score of every (allowed) row over the column chunks 0..n_chunks - 1, in one
+    launch; hist[t, v - lo] counts the rows' final values. Each of the hist.shape[0] threads owns a
+    contiguous row range and reads it chunk after chunk (each chunk's rows lie one after another)."""
+    n_threads, n_bins = hist.shape
+    step = (count + n_threads - 1) // n_threads
+    for t in prange(n_threads):
+        first = t * step
+        last = min(count, first + step)
+        start = 0
+        for _ in range(n_chunks):
+            wc = min(chunk_words, n_words - start)
+            block = data[count * 2 * start : count * 2 * (start + wc)].reshape((count, 2 * wc))
+            cp = qp[start : start + wc]
+            cn = qn[start : start + wc]
+            for i in range(first, last):
+                if use_mask and not mask[i]:
+                    continue
+                partial[i] += _chunk_score(block, i, wc, cp, cn)
+            start += wc
+        for i in range(first, last):
+            if use_mask and not mask[i]:
+                continue
+            v = partial[i] - lo
+            if v >= 0 and v < n_bins:
+                hist[t, v] += 1
+
+
+@njit(parallel=True, cache=True)
 def score_block_rows(block, wc, rows, qp, qn, partial):
     """partial[j] += chunk score of row rows[j] (survivors only)."""
     for j in prange(rows.shape[0]):

@@ -168,14 +168,10 @@ def test_a_cancelled_append_leaves_no_manifest(state, tmp_path, gemma_gguf, toke
         load_corpus(out)
 
 
-@pytest.mark.parametrize("gathered", [0, 4096], ids=["chunked first pass", "gathered first pass"])
-def test_a_sampled_search_over_segments_picks_one_shortlist_as_one_index_would(tmp_path, monkeypatch, gathered):
-    from engine import index
+def test_a_sampled_search_over_segments_picks_one_shortlist_as_one_index_would(tmp_path):
     from engine.bits import pack_ternary
     from engine.segments import SegmentedIndex
 
-    # The segments' first pass chunk by chunk, or in one gather of their rows (each holds <= 1,200).
-    monkeypatch.setattr(index, "GATHERED_SAMPLE_ROWS", gathered)
     rng = np.random.default_rng(3)
     dims, n = 1024, 3000
     ternary = rng.choice(np.array([-1, 0, 1], dtype=np.int8), size=(n, dims), p=[0.25, 0.5, 0.25])
