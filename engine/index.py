@@ -543,11 +543,9 @@ class BitmapIndex:
             partial[~mask] = _EXCLUDED
         return partial
 
-    def _exact_scores(self, rows: np.ndarray, qp, qn, first_chunk: int = 0, stop_chunk: int | None = None) -> np.ndarray:
+    def _exact_scores(self, rows: np.ndarray, qp, qn, first_chunk: int = 0) -> np.ndarray:
         out = np.empty(rows.shape[0], dtype=np.int64)
-        stop_chunk = len(self._chunks()) if stop_chunk is None else stop_chunk
-        kernels.score_rows_chunks(self._body(), self.count, self.words, self.chunk_words, first_chunk, stop_chunk,
-                                  rows, qp, qn, out)
+        kernels.score_rows_chunks(self._body(), self.count, self.words, self.chunk_words, first_chunk, rows, qp, qn, out)
         return out
 
     def _prune(self, qp, qn, k, candidates, mask, n_allowed) -> tuple[np.ndarray, np.ndarray]:

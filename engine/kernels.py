@@ -160,14 +160,13 @@ def score_block_rows(block, wc, rows, qp, qn, partial):
 
 
 @njit(parallel=True, cache=True)
-def score_rows_chunks(data, count, n_words, chunk_words, first_chunk, stop_chunk, rows, qp, qn, out):
-    """out[j] = score of row rows[j] over the chunks first_chunk..stop_chunk - 1."""
-    stop = min(stop_chunk * chunk_words, n_words)
+def score_rows_chunks(data, count, n_words, chunk_words, first_chunk, rows, qp, qn, out):
+    """out[j] = score of row rows[j] over the chunks first_chunk.. (all remaining words)."""
     for j in prange(rows.shape[0]):
         row = rows[j]
         total = np.int64(0)
         start = first_chunk * chunk_words
-        while start < stop:
+        while start < n_words:
             wc = min(chunk_words, n_words - start)
             base = count * 2 * start + row * 2 * wc
             for w in range(wc):
