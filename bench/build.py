@@ -19,6 +19,7 @@ the full build of the corpus above as the baseline:
 
     .venv/bin/python bench/build.py --docs 10000 --append 5 --no-baseline
     .venv/bin/python bench/build.py --docs 100000 --append 5 --no-baseline
+    .venv/bin/python bench/build.py --real-text .cache/bench --append 5 --no-baseline   # ~567,000 memories
 
 `--store` publishes to a real S3-compatible store (`rclone serve s3` on loopback, as the tests do):
 it prints the publish time, the first search of a web process with an empty disk (which fetches
@@ -73,6 +74,9 @@ def main() -> None:
                         or "postgres://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--no-baseline", action="store_true", help="skip the engine-only build")
     parser.add_argument("--append", type=int, default=0, help="then append this many 10-page documents, timed")
+    parser.add_argument("--real-text", type=Path, metavar="DIR",
+                        help="build bench.search --real-text's corpus (its dataset files, written once under "
+                             "DIR/real-text) instead of --docs synthetic documents")
     parser.add_argument("--store", action="store_true",
                         help="publish to a real S3-compatible store (rclone serve s3 on loopback): the publish time, "
                              "and the first search of a web process with an empty disk against one on the worker's")
@@ -203,15 +207,24 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
 
     call_command("migrate", verbosity=0)
     print_hardware()
-    print(f"PostgreSQL: {django.db.connection.cursor().connection.info.server_version}; docs {args.docs:,}; "
-          f"dims {args.dims}")
-    docs = synthetic_docs(args.docs)
-    path = scratch / "bench.jsonl"
-    path.write_text("".join(json.dumps({"text": d}) + "\n" for d in docs), encoding="utf-8")
+    if args.real_text:
+        from bench.data.real_corpus import write_real_corpus
+        from bench.data.real_index import MANUAL_CHARS
+
+        files = write_real_corpus(args.real_text / "real-text", manual_chars=MANUAL_CHARS, queries=0).datasets
+        print(f"PostgreSQL: {django.db.connection.cursor().connection.info.server_version}; the real-text corpus "
+              f"({len(files)} dataset files, bench/data/real_corpus.py); dims {args.dims}")
+    else:
+        print(f"PostgreSQL: {django.db.connection.cursor().connection.info.server_version}; docs {args.docs:,}; "
+              f"dims {args.dims}")
+        path = scratch / "bench.jsonl"
+        path.write_text("".join(json.dumps({"text": d}) + "\n" for d in synthetic_docs(args.docs)), encoding="utf-8")
+        files = [("bench", path)]
     owner = User.objects.create_user("bench")
     corpus = corpus_create(owner=owner, name="bench", hdc_dimensions=args.dims)
-    with open(path, "rb") as handle:
-        dataset_upload(corpus=corpus, user=owner, uploaded_file=File(handle, name="bench.jsonl"))
+    for _, path in files:
+        with open(path, "rb") as handle:
+            dataset_upload(corpus=corpus, user=owner, uploaded_file=File(handle, name=path.name))
 
     started = time.perf_counter()
     build = build_start(corpus=corpus, user=owner)  # autocommit: on_commit runs the (eager) task now
@@ -236,7 +249,8 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
         gguf = default_gguf()
         config = engine_config().replace(hdc_dimensions=args.dims)
         started = time.perf_counter()
-        result = build_index(datasets=[(1, "bench", path)], out_dir=scratch / "baseline", gguf_path=gguf,
+        result = build_index(datasets=[(number, name, path) for number, (name, path) in enumerate(files, start=1)],
+                             out_dir=scratch / "baseline", gguf_path=gguf,
                              tokenizer=tokenizer_for(gguf), config=config, cache_dir=settings.EMBEDDING_CACHE_DIR)
         baseline = time.perf_counter() - started
         print(f"\nbaseline engine-only build (SQLite memory store): {baseline:.1f} s, "

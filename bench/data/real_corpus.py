@@ -38,6 +38,10 @@ POSTGRES_DOCS = Path("/usr/share/doc/postgresql-doc-15/html")
 MAN_PAGES = Path("/usr/share/man")
 INFO_PAGES = Path("/usr/share/info")
 PACKAGE_DOCS = Path("/usr/share/doc")
+# The Debian package each manual source is read from (a source with no text names its package).
+PACKAGES = {"python-docs": "python3-doc", "perl-pod": "perl-doc", "kernel-docs": "linux-doc-6.1",
+            "postgres-docs": "postgresql-doc-15", "man-pages": "manpages manpages-dev",
+            "info-pages": "(a package with GNU info manuals)", "changelogs": "(any package's changelog)"}
 # Manual sections read, English pages only (the translations live in per-language folders).
 _MAN_SECTIONS = ("man1", "man2", "man3", "man4", "man5", "man7", "man8")
 _ROFF_FONT = re.compile(r"\\f(?:\[[^\]]*\]|\(..|.)")
@@ -167,6 +171,12 @@ def write_real_corpus(directory: Path, *, manual_chars: int, queries: int, seed:
                        for name, path in manual_paths.items()}
             for source, text in _manual_texts(limits):
                 handles[source].write(_CONTROL.sub(" ", text).strip() + "\n\n")
+        empty = [name for name, path in manual_paths.items() if path.with_suffix(".tmp").stat().st_size == 0]
+        if empty:
+            for path in manual_paths.values():
+                path.with_suffix(".tmp").unlink()
+            raise SystemExit(f"no text found for {', '.join(empty)}: install "
+                             f"{' '.join(PACKAGES.get(name, name) for name in empty)} (see this module's docstring)")
         for path in manual_paths.values():
             path.with_suffix(".tmp").rename(path)
     datasets += list(manual_paths.items())
