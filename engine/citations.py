@@ -103,20 +103,24 @@ def claim_tokens(text: str) -> list[str]:
     return [w for w in _TOKEN.findall(text.lower()) if (len(w) > 1 or w.isdigit()) and w not in STOP_WORDS]
 
 
+def _claim_and_subject(sentence: str, asked: set[str]) -> tuple[list[str], list[str]]:
+    """The sentence's distinct words (`claim_tokens`) in order: those not in `asked` (its claim) and
+    those in it (its subject)."""
+    claim: list[str] = []
+    subject: list[str] = []
+    for word in dict.fromkeys(claim_tokens(sentence)):
+        (subject if word in asked else claim).append(word)
+    return claim, subject
+
+
 def claim_words(sentence: str, question: str = "") -> list[str]:
     """The sentence's distinct words (`claim_tokens`) that are not in `question`, in order."""
-    asked = set(claim_tokens(question))
-    seen: dict[str, None] = {}
-    for word in claim_tokens(sentence):
-        if word not in asked:
-            seen.setdefault(word, None)
-    return list(seen)
+    return _claim_and_subject(sentence, set(claim_tokens(question)))[0]
 
 
 def subject_words(sentence: str, question: str) -> list[str]:
     """The sentence's distinct words (`claim_tokens`) that `question` has too: what it is about."""
-    asked = set(claim_tokens(question))
-    return list(dict.fromkeys(w for w in claim_tokens(sentence) if w in asked))
+    return _claim_and_subject(sentence, set(claim_tokens(question)))[1]
 
 
 def is_claim(sentence: str, claim: Sequence[str]) -> bool:
@@ -264,10 +268,11 @@ def attribute(answer: str, memories: Sequence[str], *, scorer: SupportScorer, th
     if not 0.0 < threshold <= 1.0:
         raise ValueError(f"threshold must be in (0, 1], got {threshold}")
     found = sentences(answer)
-    claims = [claim_words(sentence.text, question) for sentence in found]
-    claimed = [is_claim(sentence.text, claim) for sentence, claim in zip(found, claims, strict=True)]
-    scored = [claim for claim, keep in zip(claims, claimed, strict=True) if keep]
-    subjects = [subject_words(sentence.text, question) for sentence, keep in zip(found, claimed, strict=True) if keep]
+    asked = set(claim_tokens(question))
+    split = [_claim_and_subject(sentence.text, asked) for sentence in found]
+    claimed = [is_claim(sentence.text, claim) for sentence, (claim, _) in zip(found, split, strict=True)]
+    scored = [claim for (claim, _), keep in zip(split, claimed, strict=True) if keep]
+    subjects = [subject for (_, subject), keep in zip(split, claimed, strict=True) if keep]
     table = scorer.scores(scored, list(memories), subjects) if scored and memories else \
         np.zeros((len(scored), len(memories)))
     rows = iter(table)

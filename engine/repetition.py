@@ -36,13 +36,12 @@ RESTATED_LENGTH = 1.5
 RESTATED_SLACK = 3
 
 
-def _new_content(question: str, answer: str) -> list[str]:
-    """The answer's words the question lacks that say something: not function words
-    (`engine.lexical.STOP_WORDS`) nor single letters ("n." is an abbreviation copied from a glossary
-    entry), but any number ("is 32.") and any quoted or backticked value."""
-    asked = set(_WORD.findall(question.lower()))
+def _new_content(asked: set[str], answer_words: list[str], answer: str) -> list[str]:
+    """The answer's words (`answer_words`, lowercased) not `asked` that say something: not function
+    words (`engine.lexical.STOP_WORDS`) nor single letters ("n." is an abbreviation copied from a
+    glossary entry), but any number ("is 32.") and any quoted or backticked value of `answer`."""
     quoted = {word for value in _QUOTED.findall(answer) for word in _WORD.findall(value.lower())}
-    return [word for word in _WORD.findall(answer.lower()) if word not in asked
+    return [word for word in answer_words if word not in asked
             and (word in quoted or word.isdigit() or (len(word) > 1 and word not in STOP_WORDS))]
 
 
@@ -58,8 +57,8 @@ def restates_question(question: str, answer: str) -> bool:
     question_words = _WORD.findall(question.lower())
     if len(answer_words) < 3 or not question_words:
         return False
-    return (not _new_content(question, answer)
-            and len(answer_words) <= RESTATED_LENGTH * len(question_words) + RESTATED_SLACK)
+    return (len(answer_words) <= RESTATED_LENGTH * len(question_words) + RESTATED_SLACK
+            and not _new_content(set(question_words), answer_words, answer))
 
 
 @dataclass
