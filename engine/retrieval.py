@@ -462,31 +462,35 @@ class Retriever:
             kept = [c for c in ranked if c.score > 0][: max(self.config.min_context, len(kept))]
         return kept
 
-    @staticmethod
-    def _coverage(targets: Sequence[SearchTarget], orders: dict[int, list[_Candidate]], query: str
+    def _coverage(self, targets: Sequence[SearchTarget], orders: dict[int, list[_Candidate]], query: str
                   ) -> dict[int, float]:
         """Each target's `word_coverage` of `query` over its first `COVERAGE_DEPTH` candidates (in its
-        own order); empty for a query without a counted word."""
+        own order), whose memories it fetches (`_with_memories`: not fetched again later); empty for
+        a query without a counted word."""
         if not words(query):
             return {}
         out = {}
         for number, own in orders.items():
-            memories = targets[number].store.get_memories([c.row for c in own[:COVERAGE_DEPTH]])
-            out[number] = word_coverage(query, [m["text"] for m in memories.values()])
+            first = self._with_memories(targets, own[:COVERAGE_DEPTH])
+            out[number] = word_coverage(query, [c.memory["text"] for c in first])
         return out
 
     def _with_memories(self, targets: Sequence[SearchTarget], candidates: list[_Candidate]) -> list[_Candidate]:
+        """`candidates` with their memories (fetched from their stores where not yet), less the rows
+        a store no longer holds (e.g. deleted: they cannot be shown)."""
         by_target: dict[int, list[int]] = {}
         for c in candidates:
-            by_target.setdefault(c.target, []).append(c.row)
+            if c.memory is None:
+                by_target.setdefault(c.target, []).append(c.row)
         found = {number: targets[number].store.get_memories(rows) for number, rows in by_target.items()}
         out = []
         for c in candidates:
-            memory = found[c.target].get(c.row)
-            if memory is None:
-                continue  # a row the store no longer holds (e.g. deleted) cannot be shown
-            c.memory = {**memory, "hdv_idx": c.row}
-            c.words = frozenset(_WORDS.findall(memory["text"].lower()))
+            if c.memory is None:
+                memory = found[c.target].get(c.row)
+                if memory is None:
+                    continue
+                c.memory = {**memory, "hdv_idx": c.row}
+                c.words = frozenset(_WORDS.findall(memory["text"].lower()))
             out.append(c)
         return out
 

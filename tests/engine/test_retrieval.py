@@ -425,8 +425,14 @@ def test_a_search_of_several_corpora_weighs_each_by_the_query_words_its_memories
     retriever = Retriever(WordTokenizer(), Config(min_context=0))
     plain = retriever.search_vectors([packed(query)] * 2, targets)
     assert [(r.target, r.memory["hdv_idx"]) for r in plain[:2]] == [("b", 3), ("a", 7)]
+    for target in targets:
+        target.store.calls.clear()
     weighed = retriever.search_vectors([packed(query)] * 2, targets, query="Where does the quokka live?")
     assert [(r.target, r.memory["hdv_idx"]) for r in weighed[:2]] == [("a", 7), ("b", 3)]
+    # The memories the coverage read are not read from the store again.
+    for target in targets:
+        asked = [row for call in target.store.calls for row in call]
+        assert asked and len(asked) == len(set(asked)), target.store.calls
 
 
 def test_a_fused_target_keeps_its_fused_order_when_merged():
