@@ -39,36 +39,32 @@ def popcount_array(flat, out):
         out[i] = popcount_word(flat[i])
 
 
+@njit(inline="always", cache=True)
+def _row_score(dp, dn, i, qp, qn):
+    """agree - disagree of doc row i of (n, w) against one query (w,)."""
+    agree = np.int64(0)
+    disagree = np.int64(0)
+    for j in range(dp.shape[1]):
+        p = dp[i, j]
+        m = dn[i, j]
+        agree += popcount_word((p & qp[j]) | (m & qn[j]))
+        disagree += popcount_word((p & qn[j]) | (m & qp[j]))
+    return agree - disagree
+
+
 @njit(parallel=True, cache=True)
 def score_rows(dp, dn, qp, qn, out):
     """out[i] = agree - disagree of docs (n, w) against one query (w,)."""
-    n, w = dp.shape
-    for i in prange(n):
-        agree = np.int64(0)
-        disagree = np.int64(0)
-        for j in range(w):
-            p = dp[i, j]
-            m = dn[i, j]
-            agree += popcount_word((p & qp[j]) | (m & qn[j]))
-            disagree += popcount_word((p & qn[j]) | (m & qp[j]))
-        out[i] = agree - disagree
+    for i in prange(dp.shape[0]):
+        out[i] = _row_score(dp, dn, i, qp, qn)
 
 
 @njit(parallel=True, cache=True)
 def score_rows_batch(dp, dn, qp, qn, out):
     """out[q, i] for docs (n, w) against queries (nq, w); each doc row is loaded once."""
-    n, w = dp.shape
-    nq = qp.shape[0]
-    for i in prange(n):
-        for q in range(nq):
-            agree = np.int64(0)
-            disagree = np.int64(0)
-            for j in range(w):
-                p = dp[i, j]
-                m = dn[i, j]
-                agree += popcount_word((p & qp[q, j]) | (m & qn[q, j]))
-                disagree += popcount_word((p & qn[q, j]) | (m & qp[q, j]))
-            out[q, i] = agree - disagree
+    for i in prange(dp.shape[0]):
+        for q in range(qp.shape[0]):
+            out[q, i] = _row_score(dp, dn, i, qp[q], qn[q])
 
 
 @njit(parallel=True, cache=True)
