@@ -38,6 +38,9 @@ from hdrag_site.errors import ApplicationError
 
 CORPUS = id_path("corpus_id", "corpus")
 TAGS = ["store"]
+# What each add answers: the ids of the records written, in the order given.
+ADDED = {201: {"type": "object", "properties": {"ids": {"type": "array", "items": {"type": "string"}}}},
+         **errors(400, 403, 413, 503)}
 
 
 def _add(request: Request, corpus_id: int, kind: str) -> Response:
@@ -61,9 +64,7 @@ class StoreStats(ApiView):
 class StorePages(ApiView):
     @extend_schema(operation_id="store_add_page", summary="Add (upsert) one page's multi-vector (visual)",
                    parameters=[CORPUS], request=StoreAddSerializer,
-                   responses={201: {"type": "object", "properties": {"ids": {"type": "array",
-                                                                              "items": {"type": "string"}}}},
-                              **errors(400, 403, 413, 503)}, tags=TAGS)
+                   responses=ADDED, tags=TAGS)
     def post(self, request: Request, corpus_id: int) -> Response:
         return _add(request, corpus_id, "visual")
 
@@ -71,9 +72,7 @@ class StorePages(ApiView):
 class StoreChunks(ApiView):
     @extend_schema(operation_id="store_add_chunk", summary="Add (upsert) one chunk's multi-vector (text)",
                    parameters=[CORPUS], request=StoreAddSerializer,
-                   responses={201: {"type": "object", "properties": {"ids": {"type": "array",
-                                                                              "items": {"type": "string"}}}},
-                              **errors(400, 403, 413, 503)}, tags=TAGS)
+                   responses=ADDED, tags=TAGS)
     def post(self, request: Request, corpus_id: int) -> Response:
         return _add(request, corpus_id, "text")
 
@@ -81,9 +80,7 @@ class StoreChunks(ApiView):
 class StoreBatch(ApiView):
     @extend_schema(operation_id="store_add_batch", summary="Add several pages or chunks of one document at once "
                    "(all validated before any is written)", parameters=[CORPUS], request=StoreBatchSerializer,
-                   responses={201: {"type": "object", "properties": {"ids": {"type": "array",
-                                                                              "items": {"type": "string"}}}},
-                              **errors(400, 403, 413, 503)}, tags=TAGS)
+                   responses=ADDED, tags=TAGS)
     def post(self, request: Request, corpus_id: int) -> Response:
         serializer = StoreBatchSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
