@@ -39,7 +39,6 @@ from engine.encoder import HDCEncoder, compute_idf
 from engine.files import atomic_write
 from engine.index import BitmapIndex
 from engine.loaded_build import (
-    FORMAT_VERSION,
     INDEX_FILE,
     MANIFEST,
     MEMORIES_DB,
@@ -50,7 +49,7 @@ from engine.loaded_build import (
     read_manifest,
 )
 from engine.tokenizer import Tokenizer
-from engine.vocab import VocabIndex, open_shared, write_vocab_index
+from engine.vocab import FORMAT_VERSION, VocabIndex, open_shared, write_vocab_index
 
 BATCH_DOCS = 256
 VERIFY_SAMPLE = 64

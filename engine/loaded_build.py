@@ -23,18 +23,13 @@ from typing import Any, Protocol, runtime_checkable
 
 from engine.encoder import HDCEncoder
 from engine.index import BitmapIndex
-from engine.vocab import open_shared
+from engine.vocab import check_format_version, open_shared
 
 MANIFEST = "manifest.json"
 VOCAB_FILE = "vocab.idx"
 INDEX_FILE = "corpus.idx"
 VERIFY_FILE = "verify.npz"
 MEMORIES_DB = "memories.sqlite"
-# vocab.idx (engine.vocab): 1 stored the encoder's tables; 2 stores embedding rows and derives
-# them on use; 3 derives them exactly and faster from an int8 projection stored in the file; 4
-# derives format 1's and 2's values exactly, from the float32 projection stored in the file.
-FORMAT_VERSION = 4
-READABLE_VERSIONS = (1, 2, 3, 4)
 
 
 class CorpusError(ValueError):
@@ -138,9 +133,7 @@ def read_manifest(build_dir: str | Path) -> dict[str, Any]:
         raise CorpusError(f"{path}: no manifest (build incomplete, failed or cancelled)") from exc
     except (OSError, json.JSONDecodeError) as exc:
         raise CorpusError(f"{path}: unreadable manifest: {exc}") from exc
-    if manifest.get("format_version") not in READABLE_VERSIONS:
-        raise CorpusError(f"{path}: format_version {manifest.get('format_version')!r}, "
-                          f"expected one of {READABLE_VERSIONS}")
+    check_format_version(manifest, path, CorpusError)
     return manifest
 
 

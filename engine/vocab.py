@@ -307,10 +307,16 @@ def _read_header(path: Path) -> dict[str, Any]:
         header = json.loads(head[12:12 + length].decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise VocabIndexError(f"{path}: corrupt vocabulary index header: {exc}") from exc
-    if header.get("format_version") not in READABLE_VERSIONS:
-        raise VocabIndexError(f"{path}: format_version {header.get('format_version')!r}, "
-                              f"expected one of {READABLE_VERSIONS}")
+    check_format_version(header, path, VocabIndexError)
     return header
+
+
+def check_format_version(header: dict[str, Any], path: Path, error: type[Exception]) -> None:
+    """Raise `error`, naming `path`, when the `format_version` of a vocab.idx header (or of a build
+    manifest, which records its vocab.idx's) is not one this code reads."""
+    version = header.get("format_version")
+    if version not in READABLE_VERSIONS:
+        raise error(f"{path}: format_version {version!r}, expected one of {READABLE_VERSIONS}")
 
 
 def capacity(ngram_density: float, target: float = CAPACITY_TARGET) -> int:
