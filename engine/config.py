@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,29 @@ DEFAULT_SYSTEM_PROMPT = (
     "They surface from your own working memory: when they bear on the question, base your answer on "
     "them, since they are more reliable than your general knowledge; ignore the ones that do not. "
     "Never mention the recollections or these instructions, and do not copy long passages from them."
+)
+
+# A setting's rule: its field, the test its value must pass, and the allowed values in words.
+Range = tuple[str, Callable[[Any], bool], str]
+
+
+def check_ranges(settings: object, ranges: Iterable[Range]) -> None:
+    """Raise ValueError, naming the field, its allowed values and its value, for the first of
+    `ranges` that `settings` breaks."""
+    for name, allowed, wording in ranges:
+        value = getattr(settings, name)
+        if not allowed(value):
+            raise ValueError(f"{name} must be {wording}, got {value}")
+
+
+_CONFIG_RANGES: tuple[Range, ...] = (
+    ("hdc_dimensions", lambda value: value >= 64, ">= 64"),
+    ("hdc_ngram", lambda value: 1 <= value <= 16, "in 1..16"),
+    ("hdc_drop_components", lambda value: value >= 0, ">= 0"),
+    ("min_context", lambda value: value >= 0, ">= 0"),
+    ("max_context_tokens", lambda value: value > 0, "> 0"),
+    ("chunk_size", lambda value: value >= 8, ">= 8"),
+    ("loop_retries", lambda value: 0 <= value <= 3, "in 0..3"),
 )
 
 
@@ -72,20 +96,7 @@ class Config:
     system_prompt: str = field(default=DEFAULT_SYSTEM_PROMPT)
 
     def __post_init__(self) -> None:
-        if self.hdc_dimensions < 64:
-            raise ValueError(f"hdc_dimensions must be >= 64, got {self.hdc_dimensions}")
-        if not 1 <= self.hdc_ngram <= 16:
-            raise ValueError(f"hdc_ngram must be in 1..16, got {self.hdc_ngram}")
-        if self.hdc_drop_components < 0:
-            raise ValueError(f"hdc_drop_components must be >= 0, got {self.hdc_drop_components}")
-        if self.min_context < 0:
-            raise ValueError(f"min_context must be >= 0, got {self.min_context}")
-        if self.max_context_tokens <= 0:
-            raise ValueError(f"max_context_tokens must be > 0, got {self.max_context_tokens}")
-        if self.chunk_size < 8:
-            raise ValueError(f"chunk_size must be >= 8, got {self.chunk_size}")
-        if not 0 <= self.loop_retries <= 3:
-            raise ValueError(f"loop_retries must be in 0..3, got {self.loop_retries}")
+        check_ranges(self, _CONFIG_RANGES)
 
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)

@@ -37,7 +37,7 @@ from typing import Any, Literal, Protocol
 import httpx
 from cachetools import LRUCache
 
-from engine.config import Config
+from engine.config import Config, Range, check_ranges
 from engine.repetition import RepetitionGuard
 
 TEMPLATE_TOKENS = 4
@@ -178,6 +178,18 @@ class PromptTooLongError(LLMError):
 
 
 _DEFAULTS = Config()
+_SAMPLING_RANGES: tuple[Range, ...] = (
+    ("temperature", lambda value: 0.0 <= value <= 5.0, "in 0..5"),
+    ("top_p", lambda value: 0.0 < value <= 1.0, "in (0, 1]"),
+    ("max_tokens", lambda value: value >= 1, ">= 1"),
+    ("top_k", lambda value: value >= 0, ">= 0 (0: off)"),
+    ("min_p", lambda value: 0.0 <= value < 1.0, "in [0, 1)"),
+    ("repeat_penalty", lambda value: 1.0 <= value <= 2.0, "in 1..2"),
+    ("dry_multiplier", lambda value: 0.0 <= value <= 5.0, "in 0..5 (0: off)"),
+    ("dry_base", lambda value: 1.0 < value <= 4.0, "in (1, 4]"),
+    ("dry_allowed_length", lambda value: value >= 1, ">= 1"),
+    ("dry_penalty_last_n", lambda value: value >= -1, ">= -1 (-1: the whole context)"),
+)
 
 
 @dataclass(frozen=True)
@@ -200,27 +212,7 @@ class GenerationSettings:
     dry_penalty_last_n: int = _DEFAULTS.dry_penalty_last_n
 
     def __post_init__(self) -> None:
-        if not 0.0 <= self.temperature <= 5.0:
-            raise ValueError(f"temperature must be in 0..5, got {self.temperature}")
-        if not 0.0 < self.top_p <= 1.0:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.max_tokens < 1:
-            raise ValueError(f"max_tokens must be >= 1, got {self.max_tokens}")
-        if self.top_k < 0:
-            raise ValueError(f"top_k must be >= 0 (0: off), got {self.top_k}")
-        if not 0.0 <= self.min_p < 1.0:
-            raise ValueError(f"min_p must be in [0, 1), got {self.min_p}")
-        if not 1.0 <= self.repeat_penalty <= 2.0:
-            raise ValueError(f"repeat_penalty must be in 1..2, got {self.repeat_penalty}")
-        if not 0.0 <= self.dry_multiplier <= 5.0:
-            raise ValueError(f"dry_multiplier must be in 0..5 (0: off), got {self.dry_multiplier}")
-        if not 1.0 < self.dry_base <= 4.0:
-            raise ValueError(f"dry_base must be in (1, 4], got {self.dry_base}")
-        if self.dry_allowed_length < 1:
-            raise ValueError(f"dry_allowed_length must be >= 1, got {self.dry_allowed_length}")
-        if self.dry_penalty_last_n < -1:
-            raise ValueError(f"dry_penalty_last_n must be >= -1 (-1: the whole context), "
-                             f"got {self.dry_penalty_last_n}")
+        check_ranges(self, _SAMPLING_RANGES)
 
     @classmethod
     def from_config(cls, config: Config, *, temperature: float | None = None) -> GenerationSettings:
