@@ -2,9 +2,10 @@
 
     python -m bench.load [--set demo|manpages] [--users 1,2,4,8,16] [--turns 2] [--think 1-4]
                          [--policies fcfs,parallel] [--mode ws|openai] [--max-tokens 128]
+                         [--floor together|separate|both|none]
 
-What runs: one real llama.cpp server (the packaged chat model, `--parallel` slots sharing one 8192
-KV cache, 2 threads) and the portal's web process as `./portal run` starts it (Uvicorn, a child
+What runs: one real llama.cpp server (the packaged chat model, `--parallel` slots sharing one
+16384-token KV cache, 2 threads) and the portal's web process as `./portal run` starts it (Uvicorn, a child
 process, SQLite in a temporary DATA_DIR), on the corpus of `bench.answers`'s `--set` (the demo
 corpus, or the 57 Linux manual pages: a larger one). For each policy of the queue into the LLM
 (`hdrag_site.llm_queue`: `fcfs`, one prefill at a time, the default; `parallel`, every turn sent
@@ -16,6 +17,12 @@ questions at once, then each after its own think time (seeded).
 The floor, in the same run: the prompts the portal sent (rebuilt from what it stored: the history
 before each turn and the memories that primed it, assembled by the same `engine.llm.assemble_prompt`)
 sent straight to the same llama.cpp server with the same concurrency, pattern and think times.
+The targets' floor (`--floor together`) sends the first turns, which every user sends at the same
+moment, as one request (`/completion` with a list of prompts), so that they reach llama.cpp in one
+scheduling step: "all prompts sent at once". Separate requests sent at once (`--floor separate`)
+land in one step only when they beat the server's next step; one that loses is read alone first,
+which makes that floor first come, first served by chance (seen both ways here). `both` runs and
+prints both; the targets are judged against the first.
 
 Printed per policy and user count: TTFT p50/p95 (at the client: sending the turn to its first
 streamed text), the ratio to the floor's, time per output token, answers per minute, errors and
@@ -41,12 +48,17 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from bench._hw import print_hardware  # noqa: E402
 from bench.answers import DATA, SETS, build_corpus, percentile, portal_setup  # noqa: E402
+from engine.llama_server import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL  # noqa: E402
+
+if TYPE_CHECKING:
+    from engine.llm import GenerationSettings
 
 STUCK_SECONDS = 600  # a turn without an end after this long is reported stuck
 
@@ -60,12 +72,16 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--policies", default="fcfs", help="fcfs (one prefill at a time), parallel, or both")
     parser.add_argument("--mode", choices=("ws", "openai"), default="ws")
     parser.add_argument("--max-tokens", type=int, default=128, help="answer cap (the engine's max_new_tokens)")
-    parser.add_argument("--parallel", type=int, default=4, help="llama.cpp slots (and the portal's LLM_STREAMS)")
+    parser.add_argument("--parallel", type=int, default=DEFAULT_PARALLEL,
+                        help="llama.cpp slots (and the portal's LLM_STREAMS)")
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp compute threads")
     parser.add_argument("--batch", type=int, default=2048, help="llama.cpp prompt tokens per step (n_batch)")
-    parser.add_argument("--ctx-size", type=int, default=8192, help="llama.cpp KV cache, shared by the slots")
-    parser.add_argument("--no-floor", action="store_true", help="skip llama.cpp alone")
+    parser.add_argument("--ctx-size", type=int, default=DEFAULT_CTX_SIZE, help="llama.cpp KV cache, shared by the slots")
+    parser.add_argument("--floor", choices=("together", "separate", "both", "none"), default="both",
+                        help="llama.cpp alone: the burst as one request (lands in one step: the targets' floor), "
+                             "as separate requests, both, or none")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--web-nice", type=int, default=0, help="niceness of the web process")
     parser.add_argument("--verbose", action="store_true", help="print every turn beside its floor")
     return parser.parse_args()
 
@@ -115,14 +131,14 @@ def plan_turns(users: int, turns: int, questions: list[str], think: tuple[float,
 # ---------------------------------------------------------------- the portal
 
 
-def start_web(data_dir: Path, llm_url: str, policy: str, streams: int) -> tuple[subprocess.Popen, str]:
+def start_web(data_dir: Path, llm_url: str, policy: str, streams: int, nice: int = 0) -> tuple[subprocess.Popen, str]:
     from engine.llama_server import free_port
 
     port = free_port()
     env = {**os.environ, "DEBUG": "0", "LLM_BASE_URL": llm_url, "LLM_STREAMS": str(streams if policy == "fcfs" else 64),
            "LLM_PREFILL_AT_ONCE": "1" if policy == "fcfs" else "0", "LLM_QUEUE_LIMIT": "64", "LOG_LEVEL": "WARNING"}
     with open(data_dir / f"web-{policy}.log", "ab") as log:
-        web = subprocess.Popen([sys.executable, "-m", "uvicorn", "hdrag_site.asgi:application", "--host", "127.0.0.1",
+        web = subprocess.Popen(["nice", "-n", str(nice), sys.executable, "-m", "uvicorn", "hdrag_site.asgi:application", "--host", "127.0.0.1",
                                 "--port", str(port), "--log-level", "warning", "--ws-max-size", "1048576"],
                                cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log)
     import httpx
@@ -259,8 +275,61 @@ def portal_prompts(accounts: list[dict], turns: list[Turn], mode: str) -> None:
         turn.messages = plan.messages
 
 
-async def floor_phase(llm_url: str, portal: Phase, plans: list[list[tuple[str, float]]]) -> Phase:
-    """The portal phase's prompts straight to llama.cpp: same users, order and think times."""
+async def burst_together(llm_url: str, sources: list[Turn], settings: GenerationSettings, turns: list[Turn],
+                         ended: dict[int, asyncio.Event]) -> None:
+    """The first turns of every user as ONE request to llama.cpp (`/completion` with a list of
+    prompts, each rendered by the server's own chat template): its tasks reach the server's queue
+    together, so they land in one scheduling step whatever the client's timing. Separate requests
+    sent "at once" land together only when they beat the server's next step; one that does not is
+    read alone first (seen both ways on this machine), which makes the floor first come, first
+    served by chance. TTFT per prompt: from sending the request to that prompt's first text."""
+    import httpx
+
+    async with httpx.AsyncClient(timeout=STUCK_SECONDS) as http:
+        prompts = []
+        for source in sources:
+            rendered = await http.post(f"{llm_url}/apply-template", json={"messages": source.messages})
+            rendered.raise_for_status()
+            prompts.append(rendered.json()["prompt"])
+        body = {"prompt": prompts, "stream": True, "cache_prompt": True, "n_predict": settings.max_tokens,
+                "temperature": settings.temperature, "top_p": settings.top_p, "top_k": settings.top_k,
+                "min_p": settings.min_p, "repeat_penalty": settings.repeat_penalty,
+                "dry_multiplier": settings.dry_multiplier, "dry_base": settings.dry_base,
+                "dry_allowed_length": settings.dry_allowed_length}
+        if settings.dry_penalty_last_n >= 0:
+            body["dry_penalty_last_n"] = settings.dry_penalty_last_n
+        sent = time.perf_counter()
+        mine = [Turn(source.user, source.number, source.question, sent=sent) for source in sources]
+        turns.extend(mine)
+        try:
+            async with http.stream("POST", f"{llm_url}/completion", json=body) as response:
+                response.raise_for_status()
+                async for line in response.aiter_lines():
+                    data = line.removeprefix("data: ").strip()
+                    if not line.startswith("data: ") or not data.startswith("{"):
+                        continue
+                    event = json.loads(data)
+                    turn = mine[event.get("index", 0)]
+                    if event.get("content") and turn.ttft is None:
+                        turn.ttft = time.perf_counter() - sent
+                    if event.get("stop"):
+                        turn.total = time.perf_counter() - sent
+                        turn.completion_tokens = event.get("tokens_predicted")
+                        turn.prompt_tokens = event.get("tokens_evaluated")
+                        turn.status = "complete"
+                        ended[turn.user].set()
+        except httpx.HTTPError as error:
+            for turn in mine:
+                if turn.status != "complete":
+                    turn.status, turn.error = "error", str(error)[:200]
+        finally:
+            for turn in mine:
+                ended[turn.user].set()
+
+
+async def floor_phase(llm_url: str, portal: Phase, plans: list[list[tuple[str, float]]], together: bool) -> Phase:
+    """The portal phase's prompts straight to llama.cpp: same users, order and think times; with
+    `together`, the turns every user sends at the start (a burst) go as one request."""
     from engine.llm import LLMClient, LLMError
     from hdrag_site import runtime
 
@@ -270,10 +339,16 @@ async def floor_phase(llm_url: str, portal: Phase, plans: list[list[tuple[str, f
     for turn in sorted(portal.turns, key=lambda t: (t.user, t.number)):
         by_user.setdefault(turn.user, []).append(turn)
     turns: list[Turn] = []
+    burst = [ts[0] for ts in by_user.values() if ts and ts[0].number == 0 and ts[0].messages is not None] \
+        if together else []
+    ended = {turn.user: asyncio.Event() for turn in burst}
 
     async def user(index: int) -> None:
         for source, (_, think) in zip(by_user.get(index, []), plans[index], strict=False):
             await asyncio.sleep(think)
+            if source in burst:
+                await ended[index].wait()  # the user reads its answer before the next question
+                continue
             if source.messages is None:
                 continue
             turn = Turn(index, source.number, source.question, sent=time.perf_counter())
@@ -291,8 +366,11 @@ async def floor_phase(llm_url: str, portal: Phase, plans: list[list[tuple[str, f
             turn.total = time.perf_counter() - turn.sent
 
     started = time.perf_counter()
-    await asyncio.gather(*(user(index) for index in range(portal.users)))
-    return Phase("floor", portal.users, turns, time.perf_counter() - started)
+    tasks = [user(index) for index in range(portal.users)]
+    if burst:
+        tasks.append(burst_together(llm_url, burst, settings, turns, ended))
+    await asyncio.gather(*tasks)
+    return Phase("floor" if together else "floor-sep", portal.users, turns, time.perf_counter() - started)
 
 
 async def portal_phase(name: str, host: str, accounts: list[dict], plans: list[list[tuple[str, float]]],
@@ -342,6 +420,9 @@ def print_row(row: dict) -> None:
           f"TTFT p50 {_s(row['p50'], 1):>6} s  p95 {_s(row['p95'], 1):>6} s  {ratio_text:<16} "
           f"{_s(row['per_token'] and row['per_token'] * 1000, 0):>5} ms/token  {per_minute} answers/min  "
           f"errors {row['errors']}  refused {row['refused']}  lost {row['lost']}")
+    if row.get("ratio_separate"):
+        separate = row["ratio_separate"]
+        print(f"            against the floor of separate requests: {_s(separate[0])}x / {_s(separate[1])}x")
 
 
 def print_breakdown(phase: Phase) -> None:
@@ -406,7 +487,7 @@ def main() -> int:
         _, corpus_id = build_corpus(make_corpus)
         results: list[dict] = []
         for policy in policies:
-            web, host = start_web(Path(data_dir), llm_url, policy, args.parallel)
+            web, host = start_web(Path(data_dir), llm_url, policy, args.parallel, args.web_nice)
             try:
                 print(f"\n== policy {policy} ==")
                 for users in user_counts:
@@ -420,13 +501,19 @@ def main() -> int:
                     plans = plan_turns(users, args.turns, questions, think, args.seed)
                     with llm():
                         phase = asyncio.run(portal_phase(policy, host, accounts, plans, args.mode))
-                    floor = None
-                    if not args.no_floor:
+                    floors: dict[str, Phase] = {}
+                    if args.floor != "none":
+                        portal_prompts(accounts, phase.turns, args.mode)
+                    for together in {"together": [True], "separate": [False], "both": [True, False],
+                                     "none": []}[args.floor]:
                         with llm():
-                            portal_prompts(accounts, phase.turns, args.mode)
-                            floor = asyncio.run(floor_phase(llm_url, phase, plans))
+                            floor = asyncio.run(floor_phase(llm_url, phase, plans, together))
+                        floors[floor.name] = floor
                         print_row(line(floor, None))
+                    floor = floors.get("floor") or floors.get("floor-sep")
                     row = line(phase, floor)
+                    if "floor" in floors and "floor-sep" in floors:
+                        row["ratio_separate"] = line(phase, floors["floor-sep"]).get("ratio")
                     results.append(row)
                     print_row(row)
                     print_breakdown(phase)

@@ -3,7 +3,7 @@
 llama.cpp's own server provides `/health`, `/tokenize`, `/detokenize`, `/props` and the
 OpenAI-compatible `/v1/chat/completions` (with SSE streaming). Run it as its own process:
 
-    python -m engine.llama_server --gguf PATH --port 8080 --ctx-size 8192 --threads 2
+    python -m engine.llama_server --gguf PATH --port 8080 --ctx-size 16384 --threads 2
 
 It shuts down cleanly on SIGTERM or SIGINT. Tests and the portal's dev mode use
 `LlamaServer`, which starts that command on a free port and waits for `/health`.
@@ -29,11 +29,14 @@ from typing import NoReturn
 import requests
 
 DEFAULT_HOST = "127.0.0.1"
-# A small model on a 2-core machine: two compute threads, four slots sharing one unified
-# 8192-token KV cache, so several chats can run while each may use the whole context.
+# A small model on a 2-core machine: two compute threads, eight slots sharing one unified
+# 16384-token KV cache, so several chats can run while each may use the whole context. Eight
+# slots let every turn of a burst of eight start its prefill when the portal's queue admits it
+# (one at a time) instead of waiting for an answer to end (docs/load-measurements.md: 8 users at
+# once 0.68x the floor's median wait with 8 slots, against 1.03x with 4).
 DEFAULT_THREADS = 2
-DEFAULT_CTX_SIZE = 8192
-DEFAULT_PARALLEL = 4
+DEFAULT_CTX_SIZE = 16384
+DEFAULT_PARALLEL = 8
 # Prompt tokens llama.cpp takes into one step (n_batch; n_ubatch, the physical batch, is at most it):
 # a step also carries one token of every answer being decoded, so a smaller batch lets running
 # answers go on between pieces of a new prompt (bench.load measures the choice).

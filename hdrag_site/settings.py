@@ -186,7 +186,7 @@ LLM_MAX_NEW_TOKENS = envint("LLM_MAX_NEW_TOKENS", 1024, minimum=1)
 # batches prefill, a GPU), at most LLM_STREAMS with a request open (the server's slots: `./portal run`
 # starts llama.cpp with as many), at most LLM_QUEUE_LIMIT waiting in all and LLM_QUEUE_PER_USER per user.
 LLM_PREFILL_AT_ONCE = envint("LLM_PREFILL_AT_ONCE", 1, minimum=0)
-LLM_STREAMS = envint("LLM_STREAMS", 4, minimum=1)
+LLM_STREAMS = envint("LLM_STREAMS", 8, minimum=1)
 LLM_QUEUE_LIMIT = envint("LLM_QUEUE_LIMIT", 32, minimum=1)
 LLM_QUEUE_PER_USER = envint("LLM_QUEUE_PER_USER", 2, minimum=1)
 # Memory tokens of a turn that has to wait for the LLM (0: the conversation's own budget always).
