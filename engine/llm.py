@@ -110,6 +110,8 @@ class ServerTokenCounter:
     """
 
     def __init__(self, base_url: str, *, timeout: float = 5.0, cache_size: int = 4096) -> None:
+        if cache_size < 1:  # cachetools refuses every insert into a cache of size 0
+            raise ValueError(f"cache_size must be >= 1, got {cache_size}")
         self.url = base_url.rstrip("/") + "/tokenize"
         # One pooled client for every thread that counts (httpx's Client is thread-safe).
         self._http = httpx.Client(timeout=timeout, limits=httpx.Limits(keepalive_expiry=KEEPALIVE_SECONDS))

@@ -291,8 +291,9 @@ class Retriever:
     """Search over one or several loaded corpora. Stateless apart from a bounded encoding cache."""
 
     def __init__(self, tokenizer: Tokenizer, config: Config, *, candidates: int = 500, cache_size: int = 512) -> None:
-        if candidates < 1:
-            raise ValueError(f"candidates must be >= 1, got {candidates}")
+        if candidates < 1 or cache_size < 1:
+            # cachetools refuses every insert into a cache of size 0 (ValueError: value too large).
+            raise ValueError(f"candidates and cache_size must be >= 1, got {candidates} and {cache_size}")
         self.tokenizer = tokenizer
         self.config = config
         self.candidates = candidates

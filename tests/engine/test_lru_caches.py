@@ -78,3 +78,12 @@ def test_each_bounded_cache_is_a_cachetools_lru_and_keeps_what_was_used_last(cac
         lookup(key)
     assert made == MADE
     assert isinstance(store, LRUCache), f"{type(store).__name__} is a hand-written cache, not cachetools'"
+
+
+def test_a_cache_of_no_room_is_refused_when_made_not_at_its_first_insert():
+    """cachetools refuses every insert into an LRUCache of size 0; a retriever or token counter
+    asked for one says so when it is made, not at its first search or count."""
+    with pytest.raises(ValueError, match="cache_size must be >= 1"):
+        Retriever(SimpleNamespace(), Config(), cache_size=0)
+    with pytest.raises(ValueError, match="cache_size must be >= 1"):
+        ServerTokenCounter("http://127.0.0.1:9", cache_size=0)
