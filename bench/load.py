@@ -502,11 +502,11 @@ def main() -> int:
                     with llm():
                         phase = asyncio.run(portal_phase(policy, host, accounts, plans, args.mode))
                     floors: dict[str, Phase] = {}
-                    if args.floor != "none":
-                        portal_prompts(accounts, phase.turns, args.mode)
-                    for together in {"together": [True], "separate": [False], "both": [True, False],
-                                     "none": []}[args.floor]:
+                    for number, together in enumerate({"together": [True], "separate": [False],
+                                                       "both": [True, False], "none": []}[args.floor]):
                         with llm():
+                            if number == 0:  # counted by the served model's own tokenizer, as the portal did
+                                portal_prompts(accounts, phase.turns, args.mode)
                             floor = asyncio.run(floor_phase(llm_url, phase, plans, together))
                         floors[floor.name] = floor
                         print_row(line(floor, None))
