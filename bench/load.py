@@ -58,7 +58,7 @@ from bench.answers import DATA, SETS, build_corpus, percentile, portal_setup  # 
 from engine.llama_server import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL  # noqa: E402
 
 if TYPE_CHECKING:
-    from engine.llm import GenerationSettings
+    from engine.llm import GenerationSettings, LLMClient
 
 STUCK_SECONDS = 600  # a turn without an end after this long is reported stuck
 
@@ -275,29 +275,27 @@ def portal_prompts(accounts: list[dict], turns: list[Turn], mode: str) -> None:
         turn.messages = plan.messages
 
 
-async def burst_together(llm_url: str, sources: list[Turn], settings: GenerationSettings, turns: list[Turn],
+async def burst_together(client: LLMClient, sources: list[Turn], settings: GenerationSettings, turns: list[Turn],
                          ended: dict[int, asyncio.Event]) -> None:
     """The first turns of every user as ONE request to llama.cpp (`/completion` with a list of
     prompts, each rendered by the server's own chat template): its tasks reach the server's queue
     together, so they land in one scheduling step whatever the client's timing. Separate requests
     sent "at once" land together only when they beat the server's next step; one that does not is
     read alone first (seen both ways on this machine), which makes the floor first come, first
-    served by chance. TTFT per prompt: from sending the request to that prompt's first text."""
+    served by chance. TTFT per prompt: from sending the request to that prompt's first text. The
+    sampling is the client's own request's (`LLMClient.payload`; llama.cpp's `/completion` reads the
+    same fields, `max_tokens` as `n_predict`)."""
     import httpx
 
+    llm_url = client.base_url
     async with httpx.AsyncClient(timeout=STUCK_SECONDS) as http:
         prompts = []
         for source in sources:
             rendered = await http.post(f"{llm_url}/apply-template", json={"messages": source.messages})
             rendered.raise_for_status()
             prompts.append(rendered.json()["prompt"])
-        body = {"prompt": prompts, "stream": True, "cache_prompt": True, "n_predict": settings.max_tokens,
-                "temperature": settings.temperature, "top_p": settings.top_p, "top_k": settings.top_k,
-                "min_p": settings.min_p, "repeat_penalty": settings.repeat_penalty,
-                "dry_multiplier": settings.dry_multiplier, "dry_base": settings.dry_base,
-                "dry_allowed_length": settings.dry_allowed_length}
-        if settings.dry_penalty_last_n >= 0:
-            body["dry_penalty_last_n"] = settings.dry_penalty_last_n
+        sampling = {key: value for key, value in client.payload([], settings).items() if key not in ("model", "messages")}
+        body = {**sampling, "prompt": prompts, "cache_prompt": True}
         sent = time.perf_counter()
         mine = [Turn(source.user, source.number, source.question, sent=sent) for source in sources]
         turns.extend(mine)
@@ -368,7 +366,7 @@ async def floor_phase(llm_url: str, portal: Phase, plans: list[list[tuple[str, f
     started = time.perf_counter()
     tasks = [user(index) for index in range(portal.users)]
     if burst:
-        tasks.append(burst_together(llm_url, burst, settings, turns, ended))
+        tasks.append(burst_together(client, burst, settings, turns, ended))
     await asyncio.gather(*tasks)
     return Phase("floor" if together else "floor-sep", portal.users, turns, time.perf_counter() - started)
 
