@@ -1,6 +1,6 @@
 """Answer quality and speed through the real chat path, with memories and with the model alone.
 
-    python -m bench.answers [--set demo|jargon|manpages] [--gguf CHAT.gguf] [--questions 52]
+    python -m bench.answers [--set demo|jargon|manpages|kernel] [--gguf CHAT.gguf] [--questions 52]
                             [--max-tokens 1024] [--budget 512] [--rounds 3] [--out ANSWERS.jsonl]
     python -m bench.answers --set jargon --rescore ANSWERS.jsonl   # the grounding report again, no model
 
@@ -9,7 +9,7 @@ llama.cpp server on the chat model (default: the packaged instruction-tuned mode
 `chat.turns.run_turn` — the service the websocket consumer calls — for every question of the set,
 once in a conversation over the corpus and once with memory off (the baseline: the model alone,
 same path). Each question comes with a regular expression for the fact a right answer contains;
-the bench checks first that every fact is in the corpus. Three sets, from different real sources, so
+the bench checks first that every fact is in the corpus. Four sets, from different real sources, so
 that no prompt or setting is tuned to one:
 
 * `demo` (the acceptance set of issue 9): the demo corpus (`manage.py portal_bootstrap`'s Python
@@ -23,6 +23,12 @@ that no prompt or setting is tuned to one:
   `man` shows them, saved one after the other into one plain-text dataset cut into the corpus's
   default chunks, and the 45 questions of `bench/data/manpages_questions.json`, each on a detail
   of one page (a flag, an errno, a default, a limit), written from the rendered text.
+* `kernel`: 44 pages of the Linux kernel's own documentation (Debian's `linux-doc-6.1`: the sysctl
+  references, administrator guides, memory-management, filesystem, networking, scheduler, block and
+  power pages, a fixed list in `bench.data.kerneldocs.ANSWER_DOCS`), the reStructuredText as
+  installed, saved one after the other into one plain-text dataset cut into the corpus's default
+  chunks, and the 45 questions of `bench/data/kernel_questions.json`, each on a detail of one page
+  (a sysctl default, a file name under /proc or /sys, a flag or option name, a limit, a unit).
 
 Printed per mode: grounded-answer rate (the answer contains the fact), the share of answers that
 stopped by themselves (finish reason "stop"), the share cut for repetition (it looped again after
@@ -95,6 +101,9 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=1,
                         help="ask every question this many times in each mode; figures and verdicts pool the "
                              "rounds, and each round's lift is printed (sampling moves one round's rates)")
+    parser.add_argument("--memories-only", action="store_true",
+                        help="ask with memories only (no model-alone answers: no lift, no verdicts); for a larger "
+                             "sample of the grounding score in the same time")
     parser.add_argument("--out", type=Path, help="write every answer as JSONL here")
     parser.add_argument("--rescore", type=Path, metavar="JSONL",
                         help="no model: the grounding report of the answers an earlier --out wrote (text channels)")
@@ -166,6 +175,15 @@ def manpages_texts() -> list[str]:
         raise SystemExit(str(error)) from None
 
 
+def kernel_texts() -> list[str]:
+    from bench.data.kerneldocs import KernelDocsMissing, answer_corpus_docs
+
+    try:
+        return answer_corpus_docs()
+    except KernelDocsMissing as error:
+        raise SystemExit(str(error)) from None
+
+
 def demo_corpus() -> int:
     """The demo corpus as `./portal run` creates it (`portal_bootstrap`)."""
     from django.core.management import call_command
@@ -204,9 +222,15 @@ def manpages_corpus() -> int:
     return text_corpus("Linux manual pages", "manpages.txt", "\n".join(manpages_texts()))
 
 
+def kernel_corpus() -> int:
+    """The kernel documentation pages saved one after the other, as installed, into one plain-text dataset."""
+    return text_corpus("Linux kernel documentation", "kerneldocs.txt", "\n".join(kernel_texts()))
+
+
 SETS = {"demo": ("demo_questions.json", demo_texts, demo_corpus),
         "jargon": ("jargon_questions.json", jargon_texts, jargon_corpus),
-        "manpages": ("manpages_questions.json", manpages_texts, manpages_corpus)}
+        "manpages": ("manpages_questions.json", manpages_texts, manpages_corpus),
+        "kernel": ("kernel_questions.json", kernel_texts, kernel_corpus)}
 
 
 def build_corpus(make_corpus) -> tuple[object, int]:  # noqa: ANN001
@@ -410,7 +434,7 @@ def verdicts(alone: dict, primed: dict) -> None:
 def paired(rows: dict[tuple[str, str], list[dict]], facts: dict[str, str]) -> None:
     """Per mode, the answers grounded in one arm only (rows pair up by question and round)."""
     print("\npaired, arm A against arm B (same question, same round):")
-    for mode in MODES:
+    for mode in dict.fromkeys(mode for _, mode in rows):
         a, b = rows[("A", mode)], rows[("B", mode)]
         pairs = [(grounded(x, facts), grounded(y, facts)) for x, y in zip(a, b, strict=True)]
         only_a = sum(x and not y for x, y in pairs)
@@ -427,7 +451,8 @@ async def run(args: argparse.Namespace, user, corpus_id: int, questions: list[tu
     from channels.db import database_sync_to_async
 
     arms = {"A": args.config, "B": [*args.config, *args.versus]} if args.versus else {"": args.config}
-    rows: dict[tuple[str, str], list[dict]] = {(arm, mode): [] for arm in arms for mode in MODES}
+    modes = {"with memories": True} if args.memories_only else MODES
+    rows: dict[tuple[str, str], list[dict]] = {(arm, mode): [] for arm in arms for mode in modes}
     await ask(user, corpus_id, "Hello!", use_memory=False, budget=args.budget, temperature=args.temperature)
     started = time.perf_counter()
     for round_number in range(args.rounds):
@@ -436,7 +461,7 @@ async def run(args: argparse.Namespace, user, corpus_id: int, questions: list[tu
             for arm, settings in arms.items():
                 if len(arms) > 1:
                     use_settings(config_file, args.max_tokens, settings)
-                for mode, use_memory in MODES.items():
+                for mode, use_memory in modes.items():
                     row = await ask(user, corpus_id, question, use_memory=use_memory, budget=args.budget,
                                     temperature=args.temperature)
                     rows[(arm, mode)].append({**row, "round": round_number, "arm": arm})
@@ -446,9 +471,9 @@ async def run(args: argparse.Namespace, user, corpus_id: int, questions: list[tu
     facts = dict(questions)
     for arm, settings in arms.items():
         print(f"\narm {arm}: settings {settings or 'the defaults'}" if arm else "")
-        report(args, {mode: rows[(arm, mode)] for mode in MODES}, facts)
+        report(args, {mode: rows[(arm, mode)] for mode in modes}, facts)
         scorers = await database_sync_to_async(channel_scorers)(corpus_id)
-        grounding_report({mode: rows[(arm, mode)] for mode in MODES}, facts, scorers)
+        grounding_report({mode: rows[(arm, mode)] for mode in modes}, facts, scorers)
     if len(arms) > 1:
         paired(rows, facts)
     if args.out:
@@ -458,8 +483,10 @@ async def run(args: argparse.Namespace, user, corpus_id: int, questions: list[tu
 
 
 def report(args: argparse.Namespace, rows: dict[str, list[dict]], facts: dict[str, str]) -> None:
-    """One arm's figures: each round's lift, each mode's summary, a few answers, the targets."""
-    if args.rounds > 1:
+    """One arm's figures: each round's lift, each mode's summary, a few answers, the targets (the
+    lift and the targets need both modes)."""
+    both = len(rows) == len(MODES)
+    if args.rounds > 1 and both:
         lifts = []
         for round_number in range(args.rounds):
             shares = {mode: grounded_share([r for r in mode_rows if r["round"] == round_number], facts)
@@ -476,7 +503,8 @@ def report(args: argparse.Namespace, rows: dict[str, list[dict]], facts: dict[st
         for row in mode_rows[:args.show]:
             print(f"\n[{mode}] Q: {row['question']}\nA ({row['status']}, {row['finish_reason']}): {row['answer'][:600]}")
     print()
-    verdicts(figures["model alone"], figures["with memories"])
+    if both:
+        verdicts(figures["model alone"], figures["with memories"])
 
 
 def main() -> int:
@@ -493,7 +521,8 @@ def main() -> int:
         for arm in dict.fromkeys(row.get("arm", "") for row in saved):
             print(f"\n{args.rescore} ({args.set}){f', arm {arm}' if arm else ''}:")
             grounding_report({mode: [r for r in saved if r.get("arm", "") == arm and r["memory"] == use]
-                              for mode, use in MODES.items()}, dict(questions), text_scorers())
+                              for mode, use in MODES.items() if any(r["memory"] == use for r in saved)},
+                             dict(questions), text_scorers())
         return 0
     check_facts(questions, texts(), source)
     gguf = args.gguf or default_chat_gguf_path()
