@@ -290,6 +290,11 @@ class CitationSerializer(serializers.Serializer):
         "Ranks (0: the first) of the memories that support it, best first; empty for a claim: unsupported."))
     scores = serializers.ListField(child=serializers.FloatField(),
                                    help_text="Its support (0..1) by each memory, in rank order.")
+    certainty = serializers.FloatField(allow_null=True, required=False, help_text=(
+        "For a claim: the geometric mean of the probabilities the model gave its claim words' tokens "
+        "(0..1); null where the LLM server sent no log-probabilities (and in answers stored before)."))
+    unsure = serializers.BooleanField(required=False, help_text=(
+        "Supported by a memory, but the model was unsure of its words (certainty under 0.5)."))
 
 
 class MessageSerializer(serializers.Serializer):
@@ -304,8 +309,9 @@ class MessageSerializer(serializers.Serializer):
     finish_reason = serializers.CharField()
     memories = MessageMemorySerializer(many=True)
     grounding = serializers.FloatField(allow_null=True, help_text=(
-        "Share (0..1) of the answer's claim sentences that a primed memory supports; null: nothing "
-        "to check (no memories, or no sentence that states something)."))
+        "Share (0..1) of the answer's claim sentences that a primed memory supports, each weighed by "
+        "its certainty where known; null: nothing to check (no memories, or no sentence that states "
+        "something)."))
     grounding_word = serializers.ChoiceField(choices=["grounded", "partly", "not grounded", ""],
                                              help_text="The grounding in a word; empty when it is null.")
     citations = CitationSerializer(many=True)

@@ -281,7 +281,8 @@ async def ask(user, corpus_id: int, question: str, *, use_memory: bool, budget: 
             "finish_reason": (final.get("message") or {}).get("finish_reason", ""), "error": final.get("error", ""),
             "ttft": first, "tokens_per_s": rate, "prompt_tokens": usage.prompt_tokens if usage else 0,
             "completion_tokens": usage.completion_tokens if usage else 0, "began_looping": result.loops,
-            "memory_texts": [m["excerpt"] for m in memories]}
+            "memory_texts": [m["excerpt"] for m in memories],
+            "token_logprobs": [[start, end, round(logprob, 4)] for start, end, logprob in result.token_logprobs]}
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -379,33 +380,40 @@ def grounding_report(rows: dict[str, list[dict]], facts: dict[str, str], scorers
     the others: ROC AUC, and the share of each class at or above the *grounded* cut. Answers with
     memories are scored against the memories that primed them; the model alone's against those the
     same question primed with memories (same round): does the answer agree with the corpus? An
-    answer without a claim counts as grounding 0. Also the attribution's time per answer."""
+    answer without a claim counts as grounding 0. Each claim is weighed by its certainty (the
+    answer's token log-probabilities, as the portal does) where the answers have them; the portal's
+    channel also without ("plain"). Also the attribution's time per answer."""
     from chat.citations import CITATION_THRESHOLD, SCORER
     from engine.citations import attribute, grounding_word
 
     primed = {(r["question"], r["round"]): r["memory_texts"] for r in rows["with memories"]}
-    print(f"\ngrounding against the fact judge (portal: {SCORER.name}, threshold {CITATION_THRESHOLD}; "
-          f"'grounded' cut {0.75:.0%} of claims):")
+    with_tokens = sum(bool(r.get("token_logprobs")) for mode_rows in rows.values() for r in mode_rows)
+    print(f"\ngrounding against the fact judge (portal: {SCORER.name}, threshold {CITATION_THRESHOLD}, weighed by "
+          f"certainty; {with_tokens} of {sum(map(len, rows.values()))} answers have token log-probabilities; "
+          f"'grounded' cut {0.75:.0%}):")
+    variants = [(name, threshold, True) for name, thresholds in CHANNEL_THRESHOLDS.items() if name in scorers
+                for threshold in thresholds]
+    if SCORER.name in scorers:
+        variants.insert(0, (SCORER.name, CITATION_THRESHOLD, False))
     for mode, mode_rows in rows.items():
         judged = [grounded(r, facts) for r in mode_rows]
-        for name, thresholds in CHANNEL_THRESHOLDS.items():
-            if name not in scorers:
-                continue
-            for threshold in thresholds:
-                scores, times = [], []
-                for row in mode_rows:
-                    started = time.perf_counter()
-                    result = attribute(row["answer"], primed[(row["question"], row["round"])],
-                                       scorer=scorers[name], threshold=threshold, question=row["question"])
-                    times.append(time.perf_counter() - started)
-                    scores.append(result.grounding or 0.0)
-                above = [grounding_word(score) == "grounded" for score in scores]
-                share = {flag: (sum(a for a, j in zip(above, judged, strict=True) if j == flag)
-                                / max(1, sum(j == flag for j in judged))) for flag in (True, False)}
-                print(f"  {mode:<14} {name:<10} threshold {threshold:4.2f}: AUC {roc_auc(scores, judged):.3f}  "
-                      f"above the cut: judged grounded {share[True]:6.1%}, others {share[False]:6.1%}  "
-                      f"(n {sum(judged)}/{len(judged) - sum(judged)})  attribution p50 {percentile(times, 0.5) * 1000:5.1f} ms"
-                      f", p95 {percentile(times, 0.95) * 1000:5.1f} ms")
+        for name, threshold, weighed in variants:
+            scores, times = [], []
+            for row in mode_rows:
+                started = time.perf_counter()
+                result = attribute(row["answer"], primed[(row["question"], row["round"])],
+                                   scorer=scorers[name], threshold=threshold, question=row["question"],
+                                   token_logprobs=row.get("token_logprobs", ()) if weighed else ())
+                times.append(time.perf_counter() - started)
+                scores.append(result.grounding or 0.0)
+            above = [grounding_word(score) == "grounded" for score in scores]
+            share = {flag: (sum(a for a, j in zip(above, judged, strict=True) if j == flag)
+                            / max(1, sum(j == flag for j in judged))) for flag in (True, False)}
+            print(f"  {mode:<14} {name:<17} {'' if weighed else 'plain'} threshold {threshold:4.2f}: "
+                  f"AUC {roc_auc(scores, judged):.3f}  "
+                  f"above the cut: judged grounded {share[True]:6.1%}, others {share[False]:6.1%}  "
+                  f"(n {sum(judged)}/{len(judged) - sum(judged)})  attribution p50 {percentile(times, 0.5) * 1000:5.1f} ms"
+                  f", p95 {percentile(times, 0.95) * 1000:5.1f} ms")
 
 
 def sign_test(only_a: int, only_b: int) -> float:

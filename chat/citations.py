@@ -3,7 +3,9 @@
 The channel and threshold were chosen with `bench.answers` against its fact judge
 (docs/answer-measurements.md): the exact words near the sentence's subject
 (`engine.citations.SubjectWindowSupport`), a sentence citing the memories that hold at least
-`CITATION_THRESHOLD` of its claim words within `SUBJECT_WINDOW` words after its subject.
+`CITATION_THRESHOLD` of its claim words within `SUBJECT_WINDOW` words after its subject; the
+grounding weighs each supported sentence by the model's certainty of its claim words (the answer
+tokens' log-probabilities, `engine.citations.claim_certainty`) where the server sent them.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.citations import SubjectWindowSupport, attribute, grounding_word
+from engine.llm import TokenSpan
 
 CITATION_THRESHOLD = 0.5
 SUBJECT_WINDOW = 15
@@ -34,8 +37,9 @@ class AnswerCitations:
 
 def cited_markdown(content: str, citations: Sequence[dict[str, Any]]) -> str:
     """`content` with a marker after each sentence: the numbers of the memories that support it
-    (`[1][3]`, counted from 1 as the memories are listed) or `(unsupported)` for a claim that none
-    supports. Sentences are found in order (a stored sentence is a slice of the content)."""
+    (`[1][3]`, counted from 1 as the memories are listed; `[1] (unsure)` where the model was unsure
+    of its words) or `(unsupported)` for a claim that none supports. Sentences are found in order (a
+    stored sentence is a slice of the content)."""
     out: list[str] = []
     cursor = 0
     for citation in citations:
@@ -43,18 +47,25 @@ def cited_markdown(content: str, citations: Sequence[dict[str, Any]]) -> str:
         if found < 0:
             continue
         end = found + len(citation["text"])
-        marker = "".join(f"[{rank + 1}]" for rank in citation["memories"]) if citation["memories"] else \
-            ("(unsupported)" if citation["claim"] else "")
+        if citation["memories"]:
+            marker = "".join(f"[{rank + 1}]" for rank in citation["memories"]) + \
+                (" (unsure)" if citation.get("unsure") else "")
+        else:
+            marker = "(unsupported)" if citation["claim"] else ""
         out.append(content[cursor:end] + (f" {marker}" if marker else ""))
         cursor = end
     return "".join(out) + content[cursor:]
 
 
-def answer_citations(*, question: str, answer: str, memory_texts: Sequence[str]) -> AnswerCitations:
-    """The citations of `answer` to the memories that primed it (texts in rank order). An answer
-    without memories, or without a sentence that states something, has none (grounding None)."""
+def answer_citations(*, question: str, answer: str, memory_texts: Sequence[str],
+                     token_logprobs: Sequence[TokenSpan] = ()) -> AnswerCitations:
+    """The citations of `answer` to the memories that primed it (texts in rank order), each claim
+    weighed by the model's certainty where `token_logprobs` (`engine.llm.AnswerTokens.spans`) are
+    given. An answer without memories, or without a sentence that states something, has none
+    (grounding None)."""
     if not memory_texts or not answer.strip():
         return AnswerCitations()
-    attribution = attribute(answer, memory_texts, scorer=SCORER, threshold=CITATION_THRESHOLD, question=question)
+    attribution = attribute(answer, memory_texts, scorer=SCORER, threshold=CITATION_THRESHOLD, question=question,
+                            token_logprobs=token_logprobs)
     return AnswerCitations(grounding=attribution.grounding,
                            citations=tuple(sentence.to_dict() for sentence in attribution.sentences))

@@ -11,6 +11,7 @@ Models: `none` (no memories) and `corpus-<id>` for each corpus the user may read
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
@@ -21,6 +22,7 @@ from chat.models import DEFAULT_TOKEN_BUDGET
 from chat.preparation import ConversationState, PreparedTurn, turn_prepare
 from corpus.models import Corpus
 from corpus.selectors import corpora_visible_to, get_corpus_for_user
+from engine.llm import TokenSpan
 from engine.retrieval import BlendState
 from hdrag_site.errors import ApplicationError
 
@@ -34,10 +36,12 @@ class ModelNotFound(ApplicationError):
     status = 404
 
 
-def completion_citations(*, prepared: PreparedTurn, answer: str) -> dict[str, Any]:
+def completion_citations(*, prepared: PreparedTurn, answer: str, token_logprobs: Sequence[TokenSpan] = ()
+                         ) -> dict[str, Any]:
     """The reply's `hdrag` object: {"grounding", "grounding_word", "citations"} (`chat.citations`)."""
     return answer_citations(question=prepared.question, answer=answer,
-                            memory_texts=[r.memory["text"] for r in prepared.memories]).to_json()
+                            memory_texts=[r.memory["text"] for r in prepared.memories],
+                            token_logprobs=token_logprobs).to_json()
 
 
 def completion_models(*, user: AbstractBaseUser) -> list[dict[str, Any]]:

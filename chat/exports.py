@@ -31,7 +31,8 @@ def _quote(text: str) -> str:
 
 def conversation_export_markdown(*, conversation: Conversation) -> str:
     """The conversation as Markdown, with each answer's citations (the numbers of the memories
-    that support a sentence, or "(unsupported)"), its grounding and its priming memories (source, score)."""
+    that support a sentence, "(unsure)" after them where the model was unsure of its words, or
+    "(unsupported)"), its grounding and its priming memories (source, score)."""
     lines = [f"# {conversation.title}", "", f"_Exported conversation {conversation.pk}, "
              f"started {conversation.created:%Y-%m-%d %H:%M} UTC._", ""]
     for message in conversation_messages(conversation=conversation):
@@ -40,8 +41,8 @@ def conversation_export_markdown(*, conversation: Conversation) -> str:
         text = cited_markdown(message.content, message.citations).strip() if message.citations else message.content.strip()
         lines += [f"## {speaker}{status}", "", text or "_(no text)_", ""]
         if message.grounding is not None:
-            lines += [f"_Grounding: {message.grounding:.0%} of its claims supported by a memory "
-                      f"({grounding_word(message.grounding)})._", ""]
+            lines += [f"_Grounding: {message.grounding:.0%} ({grounding_word(message.grounding)}): the share of its "
+                      f"claims a memory supports, each weighed by the model's certainty of its words._", ""]
         if message.error:
             lines += [_quote(f"Error: {message.error}"), ""]
         memories = list(message.memories.all())

@@ -51,6 +51,7 @@ from chat.services import (
 )
 from engine.llm import (
     AnswerEnd,
+    AnswerTokens,
     LLMConnectionError,
     LLMError,
     LLMHTTPError,
@@ -58,6 +59,7 @@ from engine.llm import (
     LLMTimeoutError,
     PromptTooLongError,
     Rewind,
+    TokenSpan,
     Usage,
     stream_answer,
 )
@@ -110,6 +112,7 @@ class TurnResult:
     usage: Usage | None = None
     timings: TurnTimings = field(default_factory=TurnTimings)
     loops: int = 0  # times the answer began looping (each cut, then continued or ended)
+    token_logprobs: list[TokenSpan] = field(default_factory=list)  # the answer's (engine.llm.AnswerTokens)
 
 
 def _db(func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
@@ -171,9 +174,11 @@ async def _run_turn(*, conversation_id: int, content: str, emit: Emit, regenerat
     await emit({"type": "chat.accepted", "message": message_json(user_message), "title": title})
     memories: list[MemoryResult] = []
     parts: list[str] = []
-    # `memories` is filled in place, so every outcome below stores what primed the answer so far.
+    tokens = AnswerTokens()
+    # `memories` and `tokens` are filled in place, so every outcome below stores what primed the
+    # answer so far, and cites what was said with the certainty it was said with.
     common: dict[str, Any] = {"conversation_id": conversation_id, "memories": memories, "emit": emit,
-                              "started": started, "question": user_message.content}
+                              "started": started, "question": user_message.content, "tokens": tokens}
     try:
         prepare_started = time.perf_counter()
         prepared = await _in_worker(_prepare)(conversation_id, user_message.pk, user_message.content,
@@ -195,6 +200,7 @@ async def _run_turn(*, conversation_id: int, content: str, emit: Emit, regenerat
         # aclosing: leaving early (the turn cancelled) closes the HTTP stream, and llama.cpp stops.
         async with contextlib.aclosing(answer):
             async for event in answer:
+                tokens.feed(event)
                 if isinstance(event, AnswerEnd):
                     end = event
                 elif isinstance(event, Rewind):
@@ -250,14 +256,15 @@ async def _run_turn(*, conversation_id: int, content: str, emit: Emit, regenerat
 
 
 async def _finish(result: TurnResult, *, conversation_id: int, content: str, status: str, memories: list[MemoryResult],
-                  emit: Emit, started: float, question: str, usage: Usage | None = None, finish_reason: str = "",
-                  error: str = "", error_code: str = "") -> None:
+                  emit: Emit, started: float, question: str, tokens: AnswerTokens, usage: Usage | None = None,
+                  finish_reason: str = "", error: str = "", error_code: str = "") -> None:
     """Store the answer in whatever state it ended, with its citations (unless it failed), update
     the blend, and report it."""
     citations = None
+    result.token_logprobs = tokens.spans
     if status != Message.Status.ERROR:
         citations = answer_citations(question=question, answer=content,
-                                     memory_texts=[r.memory["text"] for r in memories])
+                                     memory_texts=[r.memory["text"] for r in memories], token_logprobs=tokens.spans)
     message = await _db(message_create_assistant)(
         conversation_id=conversation_id, content=content, status=status, memories=memories, usage=usage,
         finish_reason=finish_reason, error=error, citations=citations)

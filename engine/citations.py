@@ -29,14 +29,21 @@ Channels (`SupportScorer`), each a score in [0, 1] per (sentence, memory):
   Finds paraphrases the word channel misses, and counts only words of the corpus's vocabulary.
 * `MeanSupport`: the mean of several channels.
 
-The grounding of an answer is the share of its claim sentences that are supported; None for an
-answer without any (nothing to check), and 0 for an answer with claims but no memories.
-Which channel and threshold the portal uses was measured with `bench.answers` against its fact
-judge (docs/answer-measurements.md).
+The grounding of an answer is the share of its claim sentences that are supported, each weighed
+by the model's *certainty* of it where the server sent the answer tokens' log-probabilities
+(`engine.llm.AnswerTokens`): the geometric mean of the probabilities its claim words' tokens were
+sampled with (`claim_certainty`). A sentence whose words a memory holds but whose value the model
+picked among others ("The largest value ... is 1.", "KCMP_FILE" for KCMP_VM) counts little; one it
+read off a memory counts fully. Without log-probabilities the grounding is the plain share. None
+for an answer without claims (nothing to check), and 0 for an answer with claims but no memories.
+Which channel and threshold the portal uses, and the weighing, were measured with `bench.answers`
+against its fact judge (docs/answer-measurements.md).
 """
 
 from __future__ import annotations
 
+import bisect
+import math
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -51,6 +58,8 @@ from engine.tokenizer import Tokenizer
 
 # Fewer claim words than this, and no named value, and a sentence states nothing checkable.
 MIN_CLAIM_WORDS = 2
+# A supported sentence the model was less certain of than this is shown as unsure.
+UNSURE_BELOW = 0.5
 _TOKEN = re.compile(r"\w+")
 # A named value: a word with a digit or an underscore, in capitals, or in backticks.
 _NAMED = re.compile(r"`[^`\n]+`|\b\w*[\d_]\w*\b|\b[A-Z][A-Z0-9]+\b")
@@ -241,30 +250,81 @@ class SentenceCitation:
     claim: bool
     memories: tuple[int, ...]
     scores: tuple[float, ...]
+    certainty: float | None = None  # `claim_certainty`; None: not known (no log-probabilities)
 
     @property
     def supported(self) -> bool:
         return bool(self.memories)
 
+    @property
+    def unsure(self) -> bool:
+        """Supported, but the model was less certain of its words than `UNSURE_BELOW`."""
+        return self.supported and self.certainty is not None and self.certainty < UNSURE_BELOW
+
+    @property
+    def weight(self) -> float:
+        """What the sentence adds to the grounding: its certainty if supported (1 if not known)."""
+        if not self.supported:
+            return 0.0
+        return 1.0 if self.certainty is None else self.certainty
+
     def to_dict(self) -> dict[str, Any]:
         return {"text": self.text, "claim": self.claim, "memories": list(self.memories),
-                "scores": [round(score, 3) for score in self.scores]}
+                "scores": [round(score, 3) for score in self.scores],
+                "certainty": None if self.certainty is None else round(self.certainty, 3), "unsure": self.unsure}
 
 
 @dataclass(frozen=True)
 class Attribution:
     sentences: tuple[SentenceCitation, ...]
-    grounding: float | None  # supported claims / claims; None without claims
+    grounding: float | None  # the claims' weights (`SentenceCitation.weight`) / claims; None without claims
 
     @property
     def claims(self) -> int:
         return sum(sentence.claim for sentence in self.sentences)
 
 
+class TokenProbabilities:
+    """An answer's token log-probabilities (`engine.llm.AnswerTokens.spans`: [start, end) byte
+    offsets in its UTF-8 text, sorted), looked up by character ranges of the answer."""
+
+    def __init__(self, answer: str, spans: Sequence[tuple[int, int, float]]) -> None:
+        self._bytes_before = [0]  # UTF-8 offset of each character
+        for character in answer:
+            self._bytes_before.append(self._bytes_before[-1] + len(character.encode("utf-8")))
+        self._spans = list(spans)
+        self._ends = [span[1] for span in self._spans]
+
+    def __bool__(self) -> bool:
+        return bool(self._spans)
+
+    def logprobs(self, start: int, end: int) -> list[float]:
+        """The log-probabilities of the tokens overlapping characters [start, end)."""
+        low, high = self._bytes_before[start], self._bytes_before[end]
+        out = []
+        for span in self._spans[bisect.bisect_right(self._ends, low):]:
+            if span[0] >= high:
+                break
+            out.append(span[2])
+        return out
+
+
+def claim_certainty(sentence: Sentence, claim: Sequence[str], tokens: TokenProbabilities) -> float | None:
+    """The geometric mean of the probabilities of the tokens that make up the sentence's claim
+    words (each occurrence, as `claim_tokens` reads them); None when none is covered."""
+    wanted = set(claim)
+    logprobs: list[float] = []
+    for match in _TOKEN.finditer(sentence.text):
+        if match.group().lower() in wanted:
+            logprobs += tokens.logprobs(sentence.start + match.start(), sentence.start + match.end())
+    return math.exp(sum(logprobs) / len(logprobs)) if logprobs else None
+
+
 def attribute(answer: str, memories: Sequence[str], *, scorer: SupportScorer, threshold: float,
-              question: str = "") -> Attribution:
+              question: str = "", token_logprobs: Sequence[tuple[int, int, float]] = ()) -> Attribution:
     """Split `answer` into sentences and cite, for each claim, the `memories` (texts, in their
-    order: index i is memory i) whose support reaches `threshold`."""
+    order: index i is memory i) whose support reaches `threshold`; with `token_logprobs`
+    (`engine.llm.AnswerTokens.spans`) each claim also gets its `claim_certainty`."""
     if not 0.0 < threshold <= 1.0:
         raise ValueError(f"threshold must be in (0, 1], got {threshold}")
     found = sentences(answer)
@@ -276,15 +336,17 @@ def attribute(answer: str, memories: Sequence[str], *, scorer: SupportScorer, th
     table = scorer.scores(scored, list(memories), subjects) if scored and memories else \
         np.zeros((len(scored), len(memories)))
     rows = iter(table)
+    tokens = TokenProbabilities(answer, token_logprobs)
     out: list[SentenceCitation] = []
-    for sentence, keep in zip(found, claimed, strict=True):
+    for sentence, (claim, _), keep in zip(found, split, claimed, strict=True):
         row = next(rows) if keep else np.zeros(len(memories))
         order = np.argsort(-row, kind="stable")
         cited = tuple(int(i) for i in order if keep and row[i] >= threshold)
+        certainty = claim_certainty(sentence, claim, tokens) if keep and tokens else None
         out.append(SentenceCitation(sentence.start, sentence.end, sentence.text, keep, cited,
-                                    tuple(float(score) for score in row)))
+                                    tuple(float(score) for score in row), certainty))
     claim_count = sum(claimed)
-    grounding = sum(c.supported for c in out) / claim_count if claim_count else None
+    grounding = sum(c.weight for c in out if c.claim) / claim_count if claim_count else None
     return Attribution(tuple(out), grounding)
 
 

@@ -93,6 +93,10 @@ class Config:
     # the demo set (67.9 and 65.4 % against 74.4 and 71.2 %); after a loop only, it costs nothing
     # where nothing loops.
     loop_retries: int = 1
+    # Ask the server for each answer token's log-probability (OpenAI's `logprobs`, one top
+    # alternative): the citations weigh each supported sentence by how sure the model was of its
+    # words (engine.citations). A server that sends none leaves the support alone to decide.
+    answer_logprobs: bool = True
     system_prompt: str = field(default=DEFAULT_SYSTEM_PROMPT)
 
     def __post_init__(self) -> None:

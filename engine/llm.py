@@ -212,6 +212,7 @@ class GenerationSettings:
     dry_base: float = _DEFAULTS.dry_base
     dry_allowed_length: int = _DEFAULTS.dry_allowed_length
     dry_penalty_last_n: int = _DEFAULTS.dry_penalty_last_n
+    logprobs: bool = _DEFAULTS.answer_logprobs
 
     def __post_init__(self) -> None:
         check_ranges(self, _SAMPLING_RANGES)
@@ -223,7 +224,7 @@ class GenerationSettings:
                    max_tokens=config.max_new_tokens, top_k=config.top_k, min_p=config.min_p,
                    repeat_penalty=config.repeat_penalty, dry_multiplier=config.dry_multiplier,
                    dry_base=config.dry_base, dry_allowed_length=config.dry_allowed_length,
-                   dry_penalty_last_n=config.dry_penalty_last_n)
+                   dry_penalty_last_n=config.dry_penalty_last_n, logprobs=config.answer_logprobs)
 
 
 # Asks for a trailing assistant message to be continued, not answered anew (vLLM's names, which
@@ -253,12 +254,23 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class TokenLogprob:
+    """One generated token: its length in UTF-8 bytes and the log-probability it was sampled with."""
+
+    size: int
+    logprob: float
+
+
+@dataclass(frozen=True)
 class ChatChunk:
-    """One streamed piece: a text delta, or (last) the finish reason and the usage."""
+    """One streamed piece: a text delta, or (last) the finish reason and the usage. `tokens`: the
+    tokens that arrived since the previous chunk, in order (empty where the server sent no
+    log-probabilities); their text is the deltas', though one chunk's tokens need not be its delta."""
 
     delta: str = ""
     finish_reason: str | None = None
     usage: Usage | None = None
+    tokens: tuple[TokenLogprob, ...] = ()
 
 
 class LLMClient:
@@ -321,6 +333,9 @@ class LLMClient:
         # field's range (xllamacpp's) refuse -1 with HTTP 400.
         if settings.dry_penalty_last_n >= 0:
             body["dry_penalty_last_n"] = settings.dry_penalty_last_n
+        if settings.logprobs:
+            # The sampled token's log-probability; llama.cpp sends none with top_logprobs 0.
+            body.update(logprobs=True, top_logprobs=1)
         if messages and messages[-1]["role"] == "assistant":
             # A trailing assistant message is a prefill the answer continues: llama.cpp does so by
             # default under a Jinja template; these fields ask for it explicitly.
@@ -370,6 +385,11 @@ class LLMClient:
         finish_reason: str | None = None
         usage: Usage | None = None
         recitation = RecitationCut()
+        tokens: list[TokenLogprob] = []  # arrived, not yet handed on with a chunk
+        # Log-probabilities are kept while every byte of text so far came with its tokens; once
+        # one is missing or malformed, later tokens could not be placed in the text: none are kept.
+        placed = settings.logprobs
+        token_bytes = text_bytes = 0
         try:
             # Leaving early (a cut, a cancelled turn) closes the response with its body unread, so
             # the pool closes that connection rather than keeping it: llama.cpp stops generating.
@@ -393,10 +413,20 @@ class LLMClient:
                         continue
                     for choice in event.get("choices") or []:
                         text = (choice.get("delta") or {}).get("content")
+                        if placed:
+                            received = _token_logprobs(choice)
+                            token_bytes += sum(token.size for token in received or ())
+                            text_bytes += len(text.encode("utf-8")) if isinstance(text, str) else 0
+                            if received is None or token_bytes < text_bytes:
+                                placed = False
+                                tokens.clear()
+                            else:
+                                tokens.extend(received)
                         if text:
                             shown = recitation.feed(text)
                             if shown:
-                                yield ChatChunk(delta=shown)
+                                yield ChatChunk(delta=shown, tokens=tuple(tokens))
+                                tokens.clear()
                             if recitation.cut:
                                 break
                         finish_reason = choice.get("finish_reason") or finish_reason
@@ -413,7 +443,7 @@ class LLMClient:
             raise LLMConnectionError(f"LLM request to {self.base_url} failed: {exc or type(exc).__name__}") from exc
         held = recitation.flush()
         if held:
-            yield ChatChunk(delta=held)
+            yield ChatChunk(delta=held, tokens=tuple(tokens))
         yield ChatChunk(finish_reason=finish_reason, usage=usage)
 
     async def complete(self, messages: Sequence[dict[str, str]], settings: GenerationSettings
@@ -449,6 +479,22 @@ class LLMClient:
         return event
 
 
+def _token_logprobs(choice: dict[str, Any]) -> list[TokenLogprob] | None:
+    """The tokens a streamed choice carries log-probabilities for (OpenAI's `logprobs.content`,
+    each token's size from its `bytes`, else its text); None when an entry is malformed."""
+    logprobs = choice.get("logprobs") or {}
+    items = logprobs.get("content") if isinstance(logprobs, dict) else None
+    out: list[TokenLogprob] = []
+    for item in items or ():
+        if not isinstance(item, dict) or isinstance(item.get("logprob"), bool) \
+                or not isinstance(item.get("logprob"), int | float):
+            return None
+        raw = item.get("bytes")
+        size = len(raw) if isinstance(raw, list) else len(str(item.get("token", "")).encode("utf-8"))
+        out.append(TokenLogprob(size, float(item["logprob"])))
+    return out
+
+
 @dataclass(frozen=True)
 class Rewind:
     """The answer began looping: what streamed after `kept` is taken back, and it goes on from `kept`."""
@@ -466,6 +512,30 @@ class AnswerEnd:
     usage: Usage | None
     loops: int
     looping: bool
+
+
+# A token's place in an answer: [start, end) in the UTF-8 bytes of its text, and its log-probability.
+TokenSpan = tuple[int, int, float]
+
+
+class AnswerTokens:
+    """The log-probabilities of a guarded answer's tokens (`stream_answer`'s events fed in order),
+    as byte spans of its text: a `Rewind` drops the tokens past the kept text, and the
+    continuation's follow it. Tokens past the answer's end (a cut tail) are left for the reader
+    to ignore. Empty where the server sent none."""
+
+    def __init__(self) -> None:
+        self.spans: list[TokenSpan] = []
+        self._end = 0
+
+    def feed(self, event: ChatChunk | Rewind | AnswerEnd) -> None:
+        if isinstance(event, Rewind):
+            self._end = len(event.kept.encode("utf-8"))
+            self.spans = [span for span in self.spans if span[1] <= self._end]
+        elif isinstance(event, ChatChunk):
+            for token in event.tokens:
+                self.spans.append((self._end, self._end + token.size, token.logprob))
+                self._end += token.size
 
 
 async def stream_answer(client: LLMClient, messages: list[dict[str, str]], settings: GenerationSettings, *,

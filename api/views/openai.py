@@ -29,7 +29,7 @@ from chat.completions import (
     completion_prepare,
 )
 from chat.preparation import PreparedTurn
-from engine.llm import AnswerEnd, LLMError, PromptTooLongError, Usage, stream_answer
+from engine.llm import AnswerEnd, AnswerTokens, LLMError, PromptTooLongError, TokenSpan, Usage, stream_answer
 from hdrag_site import runtime
 from hdrag_site.errors import ApplicationError
 from hdrag_site.llm_queue import Ticket
@@ -153,7 +153,7 @@ class ChatCompletions(ApiView):
                                                                  include_usage),
                                 on_close=ticket.close)
         try:
-            text, finish_reason, usage = async_to_sync(_complete)(prepared, ticket)
+            text, finish_reason, usage, tokens = async_to_sync(_complete)(prepared, ticket)
         except LLMError as error:
             raise LLMUnavailable(f"The language model failed: {error}") from None
         finally:
@@ -163,7 +163,8 @@ class ChatCompletions(ApiView):
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                          "finish_reason": finish_reason or "stop"}],
             "usage": _usage(usage) or {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-            "memories": _memories(prepared), "hdrag": completion_citations(prepared=prepared, answer=text)})
+            "memories": _memories(prepared),
+            "hdrag": completion_citations(prepared=prepared, answer=text, token_logprobs=tokens)})
 
 
 # An answer that starts looping is cut as in the portal's chat (engine.repetition): leaving the
@@ -174,21 +175,24 @@ class ChatCompletions(ApiView):
 LOOP_FINISH_REASON = "length"
 
 
-async def _complete(prepared: PreparedTurn, ticket: Ticket) -> tuple[str, str, Usage | None]:
-    """The whole answer, once the turn's place in the LLM queue comes. Nothing was sent yet, so a loop
-    is continued from the cut as in the portal's chat (`engine.llm.stream_answer`, up to
-    `loop_retries` times); one that loops again ends at the cut with LOOP_FINISH_REASON."""
+async def _complete(prepared: PreparedTurn, ticket: Ticket) -> tuple[str, str, Usage | None, list[TokenSpan]]:
+    """The whole answer, once the turn's place in the LLM queue comes, with its finish reason, usage
+    and token log-probabilities. Nothing was sent yet, so a loop is continued from the cut as in the
+    portal's chat (`engine.llm.stream_answer`, up to `loop_retries` times); one that loops again
+    ends at the cut with LOOP_FINISH_REASON."""
     async with ticket:
         await ticket.wait()
         answer = stream_answer(runtime.llm_client(), prepared.plan.messages, prepared.generation,
                                loop_retries=prepared.loop_retries)
         end = None
+        tokens = AnswerTokens()
         async with contextlib.aclosing(answer):
             async for event in answer:
                 ticket.streaming()
+                tokens.feed(event)
                 if isinstance(event, AnswerEnd):
                     end = event
-    return end.content, LOOP_FINISH_REASON if end.looping else end.finish_reason, end.usage
+    return end.content, LOOP_FINISH_REASON if end.looping else end.finish_reason, end.usage, tokens.spans
 
 
 async def _stream(emit, prepared: PreparedTurn, ticket: Ticket, completion_id: str, created: int,  # noqa: ANN001
@@ -199,9 +203,11 @@ async def _stream(emit, prepared: PreparedTurn, ticket: Ticket, completion_id: s
             await ticket.wait()
             # No continuation (loop_retries 0): what a stream sent cannot be taken back.
             answer = stream_answer(runtime.llm_client(), prepared.plan.messages, prepared.generation, loop_retries=0)
+            tokens = AnswerTokens()
             async with contextlib.aclosing(answer):
                 async for event in answer:
                     ticket.streaming()
+                    tokens.feed(event)
                     if isinstance(event, AnswerEnd):
                         end = event
                     else:
@@ -212,7 +218,7 @@ async def _stream(emit, prepared: PreparedTurn, ticket: Ticket, completion_id: s
         return
     finish_reason = LOOP_FINISH_REASON if end.looping else end.finish_reason or "stop"
     # The citations of what was streamed, on the finish chunk and (when sent) the usage chunk after it.
-    hdrag = completion_citations(prepared=prepared, answer=end.content)
+    hdrag = completion_citations(prepared=prepared, answer=end.content, token_logprobs=tokens.spans)
     await emit(sse_frame({**_chunk(completion_id, created, model, {}, finish_reason), "hdrag": hdrag}))
     if include_usage and end.usage is not None:
         await emit(sse_frame({"id": completion_id, "object": "chat.completion.chunk", "created": created,

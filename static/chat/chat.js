@@ -70,9 +70,18 @@
     return String(text).replace(/[&<>"']/g, (c) => HTML_ESCAPES[c]);
   }
 
+  function unsureTag(citation) {
+    // A supported sentence whose words the model was unsure of (engine.citations.UNSURE_BELOW).
+    if (!citation.unsure) return "";
+    const percent = Math.round(citation.certainty * 100);
+    return ` <span class="chat-unsure" title="A memory holds these words, but the model gave them a probability of ${percent} %: `
+      + `it may have picked them among others">unsure</span>`;
+  }
+
   function citationMarker(citation, memories) {
     // After a sentence: a link per memory that supports it (hover: its text; click: its page),
-    // or a visible "unsupported" tag on a claim that none supports.
+    // and an "unsure" tag where the model was unsure of its words; or a visible "unsupported" tag
+    // on a claim that none supports.
     if (citation.memories.length) {
       return " " + citation.memories.map((rank) => {
         const memory = memories.find((m) => m.rank === rank) || {};
@@ -82,7 +91,7 @@
         return memory.url
           ? `<a class="chat-cite" href="${escapeHtml(memory.url)}" title="${title}" aria-label="${aria}">${label}</a>`
           : `<span class="chat-cite" title="${title}" aria-label="${aria}">${label}</span>`;
-      }).join("");
+      }).join("") + unsureTag(citation);
     }
     return citation.claim
       ? ' <span class="chat-unsupported" title="No memory that primed this answer supports this sentence">unsupported</span>'
@@ -108,8 +117,11 @@
     if (message.grounding == null || !message.grounding_word) return null;
     const claims = (message.citations || []).filter((c) => c.claim);
     const supported = claims.filter((c) => c.memories.length).length;
+    const unsure = claims.filter((c) => c.unsure).length;
     const element = note(`${GROUNDING_TEXT[message.grounding_word]}: ${supported} of ${claims.length} `
-      + `claim${claims.length === 1 ? "" : "s"} supported by its memories (${Math.round(message.grounding * 100)} %)`,
+      + `claim${claims.length === 1 ? "" : "s"} supported by its memories`
+      + (unsure ? `, ${unsure} of them unsure` : "")
+      + ` (grounding ${Math.round(message.grounding * 100)} %)`,
     "grounding");
     element.dataset.grounding = message.grounding_word;
     return element;

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import re
 import threading
 from collections.abc import Iterator
@@ -16,6 +17,7 @@ import openai
 import pytest
 
 from api.services import api_token_create
+from chat.citations import cited_markdown
 from chat.models import Message
 from hdrag_site import runtime
 from tests.api.conftest import make_corpus
@@ -23,6 +25,8 @@ from tests.api.conftest import make_corpus
 QUESTION = "How does a generator function pause at yield and resume where it left off?"
 MADE_UP = "Bananas orbit the purple moon every Tuesday afternoon."
 COPIED_WORDS = 14
+# Each answer token's probability, sent when the request asks for log-probabilities (as llama.cpp does).
+TOKEN_PROBABILITY = 0.9
 
 
 def _answer(prompt: str) -> str:
@@ -48,7 +52,11 @@ def _fake_llm(requests: list[dict]):  # noqa: ANN202 - an asyncio server callbac
             return
         requests.append(json.loads(body))
         text = _answer(requests[-1]["messages"][-1]["content"])
-        events = [{"choices": [{"delta": {"content": piece}, "finish_reason": None}]}
+        logprobs = requests[-1].get("logprobs")
+        events = [{"choices": [{"delta": {"content": piece}, "finish_reason": None,
+                                **({"logprobs": {"content": [{"token": piece, "bytes": list(piece.encode()),
+                                                              "logprob": math.log(TOKEN_PROBABILITY)}]}}
+                                   if logprobs else {})}]}
                   for piece in re.findall(r"\S+\s*", text)]
         events.append({"choices": [{"delta": {}, "finish_reason": "stop"}],
                        "usage": {"prompt_tokens": 50, "completion_tokens": len(events)}})
@@ -88,7 +96,9 @@ def _check(hdrag: dict, answer: str) -> None:
     assert copied and all(c["memories"][:1] == [0] for c in copied)
     assert citations[-1]["claim"] and citations[-1]["memories"] == []
     assert len(citations[-1]["scores"]) >= 1 and max(citations[-1]["scores"]) < 0.5
-    assert hdrag["grounding"] == pytest.approx(len(copied) / (len(copied) + 1))
+    # Every claim's certainty is its tokens' probability; a supported one counts by it.
+    assert all(c["certainty"] == pytest.approx(TOKEN_PROBABILITY) and not c["unsure"] for c in citations if c["claim"])
+    assert hdrag["grounding"] == pytest.approx(TOKEN_PROBABILITY * len(copied) / (len(copied) + 1), abs=1e-3)
     assert hdrag["grounding_word"] in ("partly", "grounded")
 
 
@@ -118,7 +128,8 @@ def test_a_turn_stores_sends_lists_and_exports_its_citations(fake_llm, live_api,
         assert record["conversations"][1]["citations"] == done["citations"]
         markdown = http.get(f"{base}/conversations/{conversation}/export/", params={"format": "md"}).text
         assert f"{MADE_UP} (unsupported)" in markdown and "[1]" in markdown
-        assert f"_Grounding: {done['grounding']:.0%} of its claims supported by a memory" in markdown
+        assert f"_Grounding: {done['grounding']:.0%} ({done['grounding_word']}): the share of its claims" in markdown
+        assert "(unsure)" not in markdown
         assert "\n1. **pydoc / pydoc-topics.jsonl**" in markdown
 
 
@@ -141,3 +152,13 @@ def test_the_openai_reply_carries_hdrag_whole_and_on_the_last_chunks(fake_llm, l
 
     alone = client.chat.completions.create(model="none", messages=messages)
     assert alone.model_extra["hdrag"] == {"grounding": None, "grounding_word": "", "citations": []}
+
+
+def test_markdown_marks_an_unsure_sentence_after_its_memories():
+    # The last citation is as answers stored before certainties were kept: no "unsure" key.
+    citations = [{"text": "Alpha one.", "claim": True, "memories": [0], "unsure": False},
+                 {"text": "Beta two.", "claim": True, "memories": [1, 0], "unsure": True},
+                 {"text": "Gamma three.", "claim": True, "memories": []},
+                 {"text": "Delta four.", "claim": True, "memories": [2]}]
+    assert cited_markdown("Alpha one. Beta two. Gamma three. Delta four.", citations) == \
+        "Alpha one. [1] Beta two. [2][1] (unsure) Gamma three. (unsupported) Delta four. [3]"

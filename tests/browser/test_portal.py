@@ -333,21 +333,28 @@ def test_api_docs_render_under_the_content_security_policy(browser, live_portal,
 
 
 CITED = "Volcanoes erupt when magma from the mantle rises through cracks in the crust."
+UNSURE = "The magma cools into basalt near the vent."
 UNSUPPORTED = "Bananas orbit the purple moon every Tuesday."
 
 
 def test_citations_link_to_memories_and_unsupported_sentences_say_so(browser, live_portal, screenshot):
     """Issue 29: a cited sentence carries its memory's number (hover: the memory's text, click: its
-    page), an unsupported one a visible tag in words, and the answer its grounding. The turn is
-    served by a Playwright WebSocket route, so the answer and its citations are known."""
+    page), one the model was unsure of an "unsure" tag as well, an unsupported one a visible tag in
+    words, and the answer its grounding. The turn is served by a Playwright WebSocket route, so the
+    answer and its citations are known."""
     page = log_in(browser, live_portal, "bob")
     memory = {"rank": 0, "memory_id": 7, "url": "/memory/7/", "key": "k", "corpus": "Guides",
               "source": "volcanoes.md", "score": 812.0, "token_count": 20, "excerpt": CITED}
-    message = {"id": 99, "role": "assistant", "content": f"{CITED} {UNSUPPORTED}", "status": "complete",
+    grounding = (0.95 + 0.3) / 3
+    message = {"id": 99, "role": "assistant", "content": f"{CITED} {UNSURE} {UNSUPPORTED}", "status": "complete",
                "error": "", "created": "2026-11-25T12:00:00+00:00", "prompt_tokens": 50, "completion_tokens": 20,
-               "finish_reason": "stop", "memories": [memory], "grounding": 0.5, "grounding_word": "partly",
-               "citations": [{"text": CITED, "claim": True, "memories": [0], "scores": [1.0]},
-                             {"text": UNSUPPORTED, "claim": True, "memories": [], "scores": [0.0]}]}
+               "finish_reason": "stop", "memories": [memory], "grounding": grounding, "grounding_word": "partly",
+               "citations": [{"text": CITED, "claim": True, "memories": [0], "scores": [1.0], "certainty": 0.95,
+                              "unsure": False},
+                             {"text": UNSURE, "claim": True, "memories": [0], "scores": [0.6], "certainty": 0.3,
+                              "unsure": True},
+                             {"text": UNSUPPORTED, "claim": True, "memories": [], "scores": [0.0], "certainty": 0.9,
+                              "unsure": False}]}
 
     def route(ws) -> None:  # noqa: ANN001 - playwright WebSocketRoute
         def from_page(text: str) -> None:
@@ -359,7 +366,8 @@ def test_citations_link_to_memories_and_unsupported_sentences_say_so(browser, li
             ws.send(json.dumps({"type": "chat.memories", "memories": [memory], "retrieval_ms": 1.0}))
             ws.send(json.dumps({"type": "chat.delta", "delta": message["content"]}))
             ws.send(json.dumps({"type": "chat.done", "status": "complete", "message": message, "blend_turns": 1,
-                                "grounding": 0.5, "grounding_word": "partly", "citations": message["citations"]}))
+                                "grounding": grounding, "grounding_word": "partly",
+                                "citations": message["citations"]}))
 
         ws.on_message(from_page)
 
@@ -371,14 +379,18 @@ def test_citations_link_to_memories_and_unsupported_sentences_say_so(browser, li
     page.get_by_role("button", name="Send").click()
     answer = page.locator("#chat-messages li[data-status=complete]").last
     answer.wait_for(timeout=BUSY_MACHINE_SECONDS * 1000)
-    cite = answer.get_by_role("link", name="Supported by memory 1")
+    cite = answer.get_by_role("link", name="Supported by memory 1").first
     assert cite.inner_text() == "[1]" and cite.get_attribute("title") == CITED
+    unsure = answer.locator(".chat-unsure")
+    assert unsure.count() == 1 and unsure.is_visible() and unsure.inner_text().strip().endswith("unsure")
+    assert "30 %" in unsure.get_attribute("title")
     unsupported = answer.locator(".chat-unsupported")
     assert unsupported.is_visible() and unsupported.inner_text().strip().endswith("unsupported")
     body = answer.locator(".chat-body").inner_text()
-    assert body.index(CITED) < body.index("[1]") < body.index(UNSUPPORTED) < body.index("unsupported")
+    assert body.index(CITED) < body.index("[1]") < body.index(UNSURE) < body.index("unsure") \
+        < body.index(UNSUPPORTED) < body.index("unsupported")
     assert answer.locator(".chat-note-grounding").inner_text() == \
-        "Partly grounded: 1 of 2 claims supported by its memories (50 %)"
+        "Partly grounded: 2 of 3 claims supported by its memories, 1 of them unsure (grounding 42 %)"
     screenshot(page, "14-chat-citations")
     cite.click()
     page.wait_for_url(re.compile(r"/memory/7/$"))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -80,14 +82,54 @@ def test_attribute_cites_supporting_memories_and_marks_unsupported_claims():
     assert made_up.claim and made_up.memories == () and not made_up.supported
     assert result.claims == 2 and result.grounding == 0.5
     assert cited.to_dict() == {"text": cited.text, "claim": True, "memories": [0],
-                               "scores": [round(s, 3) for s in cited.scores]}
+                               "scores": [round(s, 3) for s in cited.scores], "certainty": None, "unsure": False}
 
 
-def test_attribute_without_memories_or_claims():
-    assert attribute("Bananas orbit purple moons.", [], scorer=WordSupport(), threshold=0.5).grounding == 0.0
-    assert attribute("Sure! Done.", MEMORIES, scorer=WordSupport(), threshold=0.5).grounding is None
-    with pytest.raises(ValueError, match="threshold"):
-        attribute("x", MEMORIES, scorer=WordSupport(), threshold=0.0)
+def _spans(answer: str, logprob_of) -> list[tuple[int, int, float]]:  # noqa: ANN001
+    """Token spans as engine.llm.AnswerTokens makes them: one token per word or run of other
+    characters, each with `logprob_of(token text)`; byte offsets of the UTF-8 text."""
+    import re
+
+    spans, at = [], 0
+    for token in re.findall(r"\w+|\W+", answer):
+        size = len(token.encode("utf-8"))
+        spans.append((at, at + size, logprob_of(token)))
+        at += size
+    return spans
+
+
+def test_certainty_weighs_each_supported_claim_by_its_words_probabilities():
+    # Non-ASCII text before the claims: the token spans are UTF-8 byte offsets, the sentences characters.
+    answer = ("Ça — ça! Generators pause at yield and resume later. Generators resume at 512 "
+              "calls. Bananas orbit purple moons every Tuesday.")
+    sure, guessed = math.log(0.9), math.log(0.05)
+    spans = _spans(answer, lambda token: guessed if token == "512" else sure)
+    memories = [*MEMORIES, "Generators resume at 256 or 512 calls when they pause."]
+    result = attribute(answer, memories, scorer=WordSupport(), threshold=0.5, question="What do generators do?",
+                       token_logprobs=spans)
+    _, cited, valued, made_up = result.sentences
+    assert cited.supported and cited.certainty == pytest.approx(0.9) and not cited.unsure
+    # Its claim words are resume, 512 and calls ("generators" is the question's): the geometric mean.
+    assert valued.supported and valued.certainty == pytest.approx((0.9 * 0.05 * 0.9) ** (1 / 3))
+    assert valued.unsure and valued.to_dict()["unsure"] is True
+    assert not made_up.supported and made_up.certainty == pytest.approx(0.9)
+    assert result.grounding == pytest.approx((cited.certainty + valued.certainty) / 3)
+    # Without log-probabilities (a server that sends none) the grounding is the plain share.
+    plain = attribute(answer, memories, scorer=WordSupport(), threshold=0.5, question="What do generators do?")
+    assert plain.grounding == pytest.approx(2 / 3) and plain.sentences[1].certainty is None
+
+
+def test_certainty_ignores_tokens_past_the_answer_and_words_no_token_covers():
+    answer = "Generators pause at yield."
+    spans = _spans(answer, lambda token: math.log(0.8) if token == "Generators" else math.log(0.5))
+    past_the_end = (len(answer) + 5, len(answer) + 9, -9.0)  # a cut tail's token
+    result = attribute(answer, MEMORIES, scorer=WordSupport(), threshold=0.5, token_logprobs=[*spans, past_the_end])
+    assert result.sentences[0].certainty == pytest.approx((0.8 * 0.5 * 0.5) ** (1 / 3))
+    # Tokens for the first word only (the rest was taken back): the certainty is that word's.
+    partial = attribute(answer, MEMORIES, scorer=WordSupport(), threshold=0.5, token_logprobs=spans[:1])
+    assert partial.sentences[0].certainty == pytest.approx(0.8)
+    assert attribute(answer, MEMORIES, scorer=WordSupport(), threshold=0.5,
+                     token_logprobs=[]).sentences[0].certainty is None
 
 
 # The Jargon File memory bench.answers primed "What is a psyton?" with (2026-11-26): three entries side by side.

@@ -23,6 +23,8 @@ from engine.llm import (
     LOOP_RETRY_DRY_MULTIPLIER,
     MESSAGE_TOKENS,
     TEMPLATE_TOKENS,
+    AnswerTokens,
+    ChatChunk,
     ContextBudget,
     GenerationSettings,
     LLMClient,
@@ -32,7 +34,9 @@ from engine.llm import (
     LLMTimeoutError,
     PromptTooLongError,
     RecitationCut,
+    Rewind,
     ServerTokenCounter,
+    TokenLogprob,
     assemble_prompt,
     loop_retry_settings,
     user_turn_with_memories,
@@ -74,6 +78,41 @@ async def test_max_tokens_and_sampling_settings_are_sent_and_honoured(llama_serv
     chunks = await _collect(client, [{"role": "user", "content": "Write a long story about a dragon."}], settings)
     assert chunks[-1].finish_reason == "length"
     assert chunks[-1].usage.completion_tokens == 3
+
+
+async def test_each_answer_token_comes_with_its_log_probability_covering_the_text(llama_server):
+    client = LLMClient(llama_server.base_url)
+    settings = GenerationSettings(max_tokens=24)
+    assert (client.payload(QUESTION, settings)["logprobs"], client.payload(QUESTION, settings)["top_logprobs"]) == \
+        (True, 1)
+    tokens = AnswerTokens()
+    chunks = await _collect(client, [{"role": "user", "content": "Name three colours, in French with accents."}],
+                            settings)
+    for chunk in chunks:
+        tokens.feed(chunk)
+    text = "".join(chunk.delta for chunk in chunks).encode("utf-8")
+    spans = tokens.spans
+    # A span per generated token (the end-of-turn token may have none), end to end over the
+    # answer's UTF-8 bytes, each a log-probability (at most 0).
+    assert chunks[-1].usage.completion_tokens - 1 <= len(spans) <= chunks[-1].usage.completion_tokens
+    assert spans[0][0] == 0 and spans[-1][1] == len(text)
+    assert all(a[1] == b[0] and a[0] < a[1] for a, b in zip(spans, spans[1:]))
+    assert all(logprob <= 0.0 for _, _, logprob in spans) and any(logprob < 0.0 for _, _, logprob in spans)
+    # Turned off: nothing asked, nothing sent.
+    off = replace(settings, logprobs=False)
+    assert "logprobs" not in client.payload(QUESTION, off)
+    assert all(not chunk.tokens for chunk in await _collect(client, QUESTION, off))
+
+
+def test_answer_tokens_drop_what_a_rewind_takes_back_and_follow_the_continuation():
+    tokens = AnswerTokens()
+    tokens.feed(ChatChunk("ab", tokens=(TokenLogprob(1, -0.1), TokenLogprob(1, -0.2))))
+    tokens.feed(ChatChunk("cdé", tokens=(TokenLogprob(2, -0.3), TokenLogprob(2, -0.4))))  # "é" is two bytes
+    assert tokens.spans == [(0, 1, -0.1), (1, 2, -0.2), (2, 4, -0.3), (4, 6, -0.4)]
+    tokens.feed(Rewind("abc"))  # kept mid-token: the token "cd" straddles the cut and goes
+    assert tokens.spans == [(0, 1, -0.1), (1, 2, -0.2)]
+    tokens.feed(ChatChunk("X", tokens=(TokenLogprob(1, -0.5),)))
+    assert tokens.spans[-1] == (3, 4, -0.5)
 
 
 async def test_a_trailing_assistant_message_asks_to_be_continued_where_the_server_can(llama_server):
@@ -241,6 +280,40 @@ async def test_non_sse_stream_is_a_protocol_error():
     async with server:
         with pytest.raises(LLMProtocolError, match="non-SSE"):
             await _collect(LLMClient(url), QUESTION)
+
+
+@pytest.mark.parametrize("second", [
+    {"token": ", ", "logprob": "high"},  # malformed
+    None,  # missing: the text's bytes outrun the tokens'
+])
+async def test_tokens_after_a_malformed_or_missing_log_probability_are_not_kept(second):
+    entries = [{"token": "Red", "bytes": [82, 101, 100], "logprob": -0.5}] + ([second] if second else [])
+    events = [{"choices": [{"delta": {"content": "Red, "}, "logprobs": {"content": entries}}]},
+              {"choices": [{"delta": {"content": "green."}, "logprobs": {"content": [
+                  {"token": "green.", "logprob": -0.25}]}, "finish_reason": "stop"}]}]
+    body = "".join(f"data: {json.dumps(event)}\n\n" for event in events).encode() + b"data: [DONE]\n\n"
+    server, url = await _silent_server(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                                       b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    async with server:
+        chunks = await _collect(LLMClient(url), QUESTION, replace(GREEDY, logprobs=True))
+    # No error, the text whole, and no token placed where it may not belong ("green." after "Red").
+    assert "".join(c.delta for c in chunks) == "Red, green."
+    assert all(not c.tokens for c in chunks)
+
+
+async def test_a_stream_whose_tokens_cover_its_text_keeps_them_all():
+    events = [{"choices": [{"delta": {"content": "Red, "}, "logprobs": {"content": [
+                  {"token": "Red", "bytes": [82, 101, 100], "logprob": -0.5}, {"token": ", ", "logprob": -1}]}}]},
+              {"choices": [{"delta": {"content": "green."}, "logprobs": {"content": [
+                  {"token": "green.", "logprob": -0.25}]}, "finish_reason": "stop"}]}]
+    body = "".join(f"data: {json.dumps(event)}\n\n" for event in events).encode() + b"data: [DONE]\n\n"
+    server, url = await _silent_server(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                                       b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
+    async with server:
+        chunks = await _collect(LLMClient(url), QUESTION, replace(GREEDY, logprobs=True))
+    assert "".join(c.delta for c in chunks) == "Red, green."
+    assert [c.tokens for c in chunks if c.delta] == [(TokenLogprob(3, -0.5), TokenLogprob(2, -1.0)),
+                                                      (TokenLogprob(6, -0.25),)]
 
 
 def _keep_alive_server(connections: list[int]):
