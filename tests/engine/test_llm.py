@@ -96,7 +96,7 @@ async def test_each_answer_token_comes_with_its_log_probability_covering_the_tex
     # answer's UTF-8 bytes, each a log-probability (at most 0).
     assert chunks[-1].usage.completion_tokens - 1 <= len(spans) <= chunks[-1].usage.completion_tokens
     assert spans[0][0] == 0 and spans[-1][1] == len(text)
-    assert all(a[1] == b[0] and a[0] < a[1] for a, b in zip(spans, spans[1:]))
+    assert all(a[1] == b[0] and a[0] < a[1] for a, b in zip(spans, spans[1:], strict=False))
     assert all(logprob <= 0.0 for _, _, logprob in spans) and any(logprob < 0.0 for _, _, logprob in spans)
     # Turned off: nothing asked, nothing sent.
     off = replace(settings, logprobs=False)
