@@ -384,13 +384,13 @@ def grounding_report(rows: dict[str, list[dict]], facts: dict[str, str], scorers
     answer's token log-probabilities, as the portal does) where the answers have them; the portal's
     channel also without ("plain"). Also the attribution's time per answer."""
     from chat.citations import CITATION_THRESHOLD, SCORER
-    from engine.citations import attribute, grounding_word
+    from engine.citations import GROUNDED_FROM, attribute, grounding_word
 
     primed = {(r["question"], r["round"]): r["memory_texts"] for r in rows["with memories"]}
     with_tokens = sum(bool(r.get("token_logprobs")) for mode_rows in rows.values() for r in mode_rows)
     print(f"\ngrounding against the fact judge (portal: {SCORER.name}, threshold {CITATION_THRESHOLD}, weighed by "
           f"certainty; {with_tokens} of {sum(map(len, rows.values()))} answers have token log-probabilities; "
-          f"'grounded' cut {0.75:.0%}):")
+          f"'grounded' cut {GROUNDED_FROM:.0%}):")
     variants = [(name, threshold, True) for name, thresholds in CHANNEL_THRESHOLDS.items() if name in scorers
                 for threshold in thresholds]
     if SCORER.name in scorers:

@@ -350,7 +350,14 @@ def attribute(answer: str, memories: Sequence[str], *, scorer: SupportScorer, th
     return Attribution(tuple(out), grounding)
 
 
-def grounding_word(grounding: float | None, *, grounded: float = 0.75, partly: float = 0.25) -> str:
+# The *grounded* cut: where the weighed grounding best separates the answers bench.answers' fact
+# judge calls grounded from the others (Youden's J, the same 0.6-0.65 on the Jargon File, manual
+# pages and kernel documentation; docs/answer-measurements.md). 0.75 suited the plain share.
+GROUNDED_FROM = 0.6
+PARTLY_FROM = 0.25
+
+
+def grounding_word(grounding: float | None, *, grounded: float = GROUNDED_FROM, partly: float = PARTLY_FROM) -> str:
     """The plain word for a grounding: "grounded" (at least `grounded`), "partly" (at least
     `partly`), "not grounded"; "" when there was nothing to check (None)."""
     if grounding is None:

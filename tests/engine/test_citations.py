@@ -177,7 +177,7 @@ def test_a_named_value_alone_is_a_claim_and_numbers_are_claim_words():
 
 
 @pytest.mark.parametrize(("grounding", "word"), [(None, ""), (0.0, "not grounded"), (0.24, "not grounded"),
-                                                 (0.25, "partly"), (0.74, "partly"), (0.75, "grounded"),
+                                                 (0.25, "partly"), (0.59, "partly"), (0.6, "grounded"),
                                                  (1.0, "grounded")])
 def test_grounding_words(grounding, word):
     assert grounding_word(grounding) == word
