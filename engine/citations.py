@@ -33,8 +33,8 @@ The grounding of an answer is the share of its claim sentences that are supporte
 by the model's *certainty* of it where the server sent the answer tokens' log-probabilities
 (`engine.llm.AnswerTokens`): the geometric mean of the probabilities its claim words' tokens were
 sampled with (`claim_certainty`). A sentence whose words a memory holds but whose value the model
-picked among others ("The largest value ... is 1.", "KCMP_FILE" for KCMP_VM) counts little; one it
-read off a memory counts fully. Without log-probabilities the grounding is the plain share. None
+picked among others counts little ("The largest value an eventfd counter can hold is 1.", 0.46);
+one it read off a memory counts nearly fully. Without log-probabilities the grounding is the plain share. None
 for an answer without claims (nothing to check), and 0 for an answer with claims but no memories.
 Which channel and threshold the portal uses, and the weighing, were measured with `bench.answers`
 against its fact judge (docs/answer-measurements.md).
