@@ -282,11 +282,15 @@ async def test_non_sse_stream_is_a_protocol_error():
             await _collect(LLMClient(url), QUESTION)
 
 
-@pytest.mark.parametrize("second", [
-    {"token": ", ", "logprob": "high"},  # malformed
-    None,  # missing: the text's bytes outrun the tokens'
+KEPT = [(TokenLogprob(3, -0.5), TokenLogprob(2, -1.0)), (TokenLogprob(6, -0.25),)]
+
+
+@pytest.mark.parametrize(("second", "kept"), [
+    ({"token": ", ", "logprob": -1}, KEPT),  # every byte of text with its token: all kept
+    ({"token": ", ", "logprob": "high"}, [(), ()]),  # malformed
+    (None, [(), ()]),  # missing: the text's bytes outrun the tokens'
 ])
-async def test_tokens_after_a_malformed_or_missing_log_probability_are_not_kept(second):
+async def test_tokens_are_kept_while_they_cover_the_text_and_none_after_a_bad_one(second, kept):
     entries = [{"token": "Red", "bytes": [82, 101, 100], "logprob": -0.5}] + ([second] if second else [])
     events = [{"choices": [{"delta": {"content": "Red, "}, "logprobs": {"content": entries}}]},
               {"choices": [{"delta": {"content": "green."}, "logprobs": {"content": [
@@ -298,22 +302,7 @@ async def test_tokens_after_a_malformed_or_missing_log_probability_are_not_kept(
         chunks = await _collect(LLMClient(url), QUESTION, replace(GREEDY, logprobs=True))
     # No error, the text whole, and no token placed where it may not belong ("green." after "Red").
     assert "".join(c.delta for c in chunks) == "Red, green."
-    assert all(not c.tokens for c in chunks)
-
-
-async def test_a_stream_whose_tokens_cover_its_text_keeps_them_all():
-    events = [{"choices": [{"delta": {"content": "Red, "}, "logprobs": {"content": [
-                  {"token": "Red", "bytes": [82, 101, 100], "logprob": -0.5}, {"token": ", ", "logprob": -1}]}}]},
-              {"choices": [{"delta": {"content": "green."}, "logprobs": {"content": [
-                  {"token": "green.", "logprob": -0.25}]}, "finish_reason": "stop"}]}]
-    body = "".join(f"data: {json.dumps(event)}\n\n" for event in events).encode() + b"data: [DONE]\n\n"
-    server, url = await _silent_server(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
-                                       b"Content-Length: %d\r\n\r\n%s" % (len(body), body))
-    async with server:
-        chunks = await _collect(LLMClient(url), QUESTION, replace(GREEDY, logprobs=True))
-    assert "".join(c.delta for c in chunks) == "Red, green."
-    assert [c.tokens for c in chunks if c.delta] == [(TokenLogprob(3, -0.5), TokenLogprob(2, -1.0)),
-                                                      (TokenLogprob(6, -0.25),)]
+    assert [c.tokens for c in chunks if c.delta] == kept
 
 
 def _keep_alive_server(connections: list[int]):
