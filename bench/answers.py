@@ -43,7 +43,8 @@ least 25 points above the model alone.
 
 Then, per mode, how the answers' grounding score (`engine.citations`, issue 29) separates those
 the fact judge calls grounded from the others, for each channel (exact words, HDC, their mean) and
-a few thresholds: ROC AUC, the share of each class at or above the *grounded* cut, and the
+a few thresholds, each claim weighed by the model's certainty as the portal does (and the portal's
+channel also without): ROC AUC, the share of each class at or above the *grounded* cut, and the
 attribution's time per answer (`grounding_report`).
 
 `--versus KEY=VALUE` (repeatable) compares two arms paired: arm A runs with the `--config`
