@@ -393,7 +393,7 @@ class LLMClient:
         try:
             # Leaving early (a cut, a cancelled turn) closes the response with its body unread, so
             # the pool closes that connection rather than keeping it: llama.cpp stops generating.
-            async with self._http().stream("POST", self.url, json=payload) as response:
+            async with self._stream(payload) as response:
                 if response.status_code != 200:
                     body = (await response.aread()).decode("utf-8", errors="replace")
                     raise LLMHTTPError(f"LLM server at {self.base_url} answered HTTP {response.status_code}: "
@@ -445,6 +445,23 @@ class LLMClient:
         if held:
             yield ChatChunk(delta=held, tokens=tuple(tokens))
         yield ChatChunk(finish_reason=finish_reason, usage=usage)
+
+    @contextlib.asynccontextmanager
+    async def _stream(self, payload: dict[str, Any]) -> AsyncIterator[httpx.Response]:
+        """The chat request's streamed response. A kept-alive connection the server closed as the
+        request went out ("Server disconnected without sending a response": no byte was answered)
+        is tried once more, on a new connection: servers and proxies close idle connections on
+        their own clocks, and the pool cannot see it coming."""
+        http = self._http()
+        request = http.build_request("POST", self.url, json=payload)
+        try:
+            response = await http.send(request, stream=True)
+        except httpx.RemoteProtocolError:
+            response = await http.send(request, stream=True)
+        try:
+            yield response
+        finally:
+            await response.aclose()
 
     async def complete(self, messages: Sequence[dict[str, str]], settings: GenerationSettings
                        ) -> tuple[str, ChatChunk]:

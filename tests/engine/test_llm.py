@@ -373,6 +373,43 @@ async def test_requests_on_one_event_loop_share_one_kept_connection():
     assert len(connections) == 1
 
 
+async def test_a_kept_connection_the_server_closes_as_a_request_goes_out_is_tried_again_on_a_new_one():
+    """A fake: it answers one chat request a connection and closes the connection when the next
+    request arrives, without answering, as a server closing an idle connection does when a request
+    crosses its close (a race a real server cannot be made to lose on demand)."""
+    connections: list[int] = []
+    answer = "".join(f"data: {json.dumps(event)}\n\n" for event in (
+        {"choices": [{"delta": {"content": "Red, "}}]},
+        {"choices": [{"delta": {"content": "green."}, "finish_reason": "stop"}]})).encode() + b"data: [DONE]\n\n"
+
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connections.append(1)
+        answered = False
+        try:
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                               if line.lower().startswith(b"content-length:")), 0)
+                await reader.readexactly(length)
+                if answered:
+                    break
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s"
+                             % (len(answer), answer))
+                await writer.drain()
+                answered = True
+        except (asyncio.IncompleteReadError, ConnectionResetError):
+            pass
+        finally:
+            writer.close()
+
+    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+    client = LLMClient(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
+    async with server:
+        for _ in range(3):
+            assert "".join(chunk.delta for chunk in await _collect(client, QUESTION)) == "Red, green."
+    # The second and third requests each met a closed connection and went again on a new one.
+    assert len(connections) == 3
+
+
 def test_a_client_shared_by_threads_keeps_a_pool_per_event_loop():
     """Threads, each running event loops of its own one after the other, share one client: every
     answer arrives, each loop opens its own connection (one belongs to the loop that opened it)
