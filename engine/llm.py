@@ -273,6 +273,19 @@ class ChatChunk:
     tokens: tuple[TokenLogprob, ...] = ()
 
 
+class _RetryClosedConnection(httpx.AsyncHTTPTransport):
+    """httpx's transport, sending a request once more, on a new connection, when the kept-alive
+    connection it went out on was closed by the server as it arrived ("Server disconnected without
+    sending a response": nothing was answered). Servers and proxies close idle connections on their
+    own clocks, and the pool cannot see it coming. Only before a response: no body is read twice."""
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            return await super().handle_async_request(request)
+        except httpx.RemoteProtocolError:
+            return await super().handle_async_request(request)
+
+
 class LLMClient:
     """Streams chat completions from an OpenAI-compatible server (llama.cpp `llama-server`).
 
@@ -309,8 +322,8 @@ class LLMClient:
                 # them be collected (their sockets close then).
                 for closed in [other for other in self._pools if other.is_closed()]:
                     del self._pools[closed]
-                client = self._pools[loop] = httpx.AsyncClient(
-                    timeout=self._timeout, limits=httpx.Limits(keepalive_expiry=KEEPALIVE_SECONDS))
+                client = self._pools[loop] = httpx.AsyncClient(timeout=self._timeout, transport=_RetryClosedConnection(
+                    limits=httpx.Limits(keepalive_expiry=KEEPALIVE_SECONDS)))
             return client
 
     def payload(self, messages: Sequence[dict[str, str]], settings: GenerationSettings) -> dict[str, Any]:
@@ -393,7 +406,7 @@ class LLMClient:
         try:
             # Leaving early (a cut, a cancelled turn) closes the response with its body unread, so
             # the pool closes that connection rather than keeping it: llama.cpp stops generating.
-            async with self._stream(payload) as response:
+            async with self._http().stream("POST", self.url, json=payload) as response:
                 if response.status_code != 200:
                     body = (await response.aread()).decode("utf-8", errors="replace")
                     raise LLMHTTPError(f"LLM server at {self.base_url} answered HTTP {response.status_code}: "
@@ -445,23 +458,6 @@ class LLMClient:
         if held:
             yield ChatChunk(delta=held, tokens=tuple(tokens))
         yield ChatChunk(finish_reason=finish_reason, usage=usage)
-
-    @contextlib.asynccontextmanager
-    async def _stream(self, payload: dict[str, Any]) -> AsyncIterator[httpx.Response]:
-        """The chat request's streamed response. A kept-alive connection the server closed as the
-        request went out ("Server disconnected without sending a response": no byte was answered)
-        is tried once more, on a new connection: servers and proxies close idle connections on
-        their own clocks, and the pool cannot see it coming."""
-        http = self._http()
-        request = http.build_request("POST", self.url, json=payload)
-        try:
-            response = await http.send(request, stream=True)
-        except httpx.RemoteProtocolError:
-            response = await http.send(request, stream=True)
-        try:
-            yield response
-        finally:
-            await response.aclose()
 
     async def complete(self, messages: Sequence[dict[str, str]], settings: GenerationSettings
                        ) -> tuple[str, ChatChunk]:

@@ -374,9 +374,10 @@ async def test_requests_on_one_event_loop_share_one_kept_connection():
 
 
 async def test_a_kept_connection_the_server_closes_as_a_request_goes_out_is_tried_again_on_a_new_one():
-    """A fake: it answers one chat request a connection and closes the connection when the next
-    request arrives, without answering, as a server closing an idle connection does when a request
-    crosses its close (a race a real server cannot be made to lose on demand)."""
+    """A fake: it answers one request a connection (a chat answer, or a count on /tokenize) and
+    closes the connection when the next request arrives, without answering, as a server closing an
+    idle connection does when a request crosses its close (a race a real server cannot be made to
+    lose on demand). Every request to the server is sent again, not the chat's alone."""
     connections: list[int] = []
     answer = "".join(f"data: {json.dumps(event)}\n\n" for event in (
         {"choices": [{"delta": {"content": "Red, "}}]},
@@ -389,11 +390,14 @@ async def test_a_kept_connection_the_server_closes_as_a_request_goes_out_is_trie
             while head := await reader.readuntil(b"\r\n\r\n"):
                 length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
                                if line.lower().startswith(b"content-length:")), 0)
-                await reader.readexactly(length)
+                body = await reader.readexactly(length)
                 if answered:
                     break
-                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nContent-Length: %d\r\n\r\n%s"
-                             % (len(answer), answer))
+                kind, reply = b"text/event-stream", answer
+                if b" /tokenize " in head:
+                    kind, reply = b"application/json", json.dumps({"tokens": [0] * len(json.loads(body)["content"].split())}).encode()
+                writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s"
+                             % (kind, len(reply), reply))
                 await writer.drain()
                 answered = True
         except (asyncio.IncompleteReadError, ConnectionResetError):
@@ -404,10 +408,11 @@ async def test_a_kept_connection_the_server_closes_as_a_request_goes_out_is_trie
     server = await asyncio.start_server(handle, "127.0.0.1", 0)
     client = LLMClient(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
     async with server:
-        for _ in range(3):
+        for _ in range(2):
+            assert await client.count_tokens("three words here") == 3
             assert "".join(chunk.delta for chunk in await _collect(client, QUESTION)) == "Red, green."
-    # The second and third requests each met a closed connection and went again on a new one.
-    assert len(connections) == 3
+    # Every request after the first met a closed connection and went again on a new one.
+    assert len(connections) == 4
 
 
 def test_a_client_shared_by_threads_keeps_a_pool_per_event_loop():
