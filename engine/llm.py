@@ -114,7 +114,8 @@ class ServerTokenCounter:
             raise ValueError(f"cache_size must be >= 1, got {cache_size}")
         self.url = base_url.rstrip("/") + "/tokenize"
         # One pooled client for every thread that counts (httpx's Client is thread-safe).
-        self._http = httpx.Client(timeout=timeout, limits=httpx.Limits(keepalive_expiry=KEEPALIVE_SECONDS))
+        self._http = httpx.Client(timeout=timeout, transport=_RetryClosedConnectionSync(
+            limits=httpx.Limits(keepalive_expiry=KEEPALIVE_SECONDS)))
         self._cache: LRUCache[str, int] = LRUCache(maxsize=cache_size)
         self._lock = threading.Lock()
 
@@ -284,6 +285,16 @@ class _RetryClosedConnection(httpx.AsyncHTTPTransport):
             return await super().handle_async_request(request)
         except httpx.RemoteProtocolError:
             return await super().handle_async_request(request)
+
+
+class _RetryClosedConnectionSync(httpx.HTTPTransport):
+    """`_RetryClosedConnection` for the synchronous client (`ServerTokenCounter`)."""
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        try:
+            return super().handle_request(request)
+        except httpx.RemoteProtocolError:
+            return super().handle_request(request)
 
 
 class LLMClient:

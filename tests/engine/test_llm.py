@@ -337,12 +337,13 @@ def _keep_alive_server(connections: list[int]):
 
 
 @contextlib.contextmanager
-def _threaded_keep_alive_server(connections: list[int]) -> Iterator[str]:
-    """`_keep_alive_server` on an event loop of its own thread, for clients on other threads; its URL."""
+def _threaded_keep_alive_server(connections: list[int], server_factory=_keep_alive_server) -> Iterator[str]:  # noqa: ANN001
+    """`_keep_alive_server` (or another fake, `server_factory`) on an event loop of its own thread, for
+    clients on other threads; its URL."""
     ready, state = threading.Event(), {}
 
     async def serve() -> None:
-        server = await asyncio.start_server(_keep_alive_server(connections), "127.0.0.1", 0)
+        server = await asyncio.start_server(server_factory(connections), "127.0.0.1", 0)
         state["url"], state["stop"] = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", asyncio.Event()
         state["loop"] = asyncio.get_running_loop()
         ready.set()
@@ -373,12 +374,11 @@ async def test_requests_on_one_event_loop_share_one_kept_connection():
     assert len(connections) == 1
 
 
-async def test_a_kept_connection_the_server_closes_as_a_request_goes_out_is_tried_again_on_a_new_one():
+def _closing_server(connections: list[int]):
     """A fake: it answers one request a connection (a chat answer, or a count on /tokenize) and
     closes the connection when the next request arrives, without answering, as a server closing an
     idle connection does when a request crosses its close (a race a real server cannot be made to
-    lose on demand). Every request to the server is sent again, not the chat's alone."""
-    connections: list[int] = []
+    lose on demand). Counts in `connections` the connections it accepted."""
     answer = "".join(f"data: {json.dumps(event)}\n\n" for event in (
         {"choices": [{"delta": {"content": "Red, "}}]},
         {"choices": [{"delta": {"content": "green."}, "finish_reason": "stop"}]})).encode() + b"data: [DONE]\n\n"
@@ -404,14 +404,30 @@ async def test_a_kept_connection_the_server_closes_as_a_request_goes_out_is_trie
             pass
         finally:
             writer.close()
+    return handle
 
-    server = await asyncio.start_server(handle, "127.0.0.1", 0)
+
+async def test_a_kept_connection_the_server_closes_as_a_request_goes_out_is_tried_again_on_a_new_one():
+    """Every request to the server is sent again (`_closing_server`), not the chat's alone."""
+    connections: list[int] = []
+    server = await asyncio.start_server(_closing_server(connections), "127.0.0.1", 0)
     client = LLMClient(f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}")
     async with server:
         for _ in range(2):
             assert await client.count_tokens("three words here") == 3
             assert "".join(chunk.delta for chunk in await _collect(client, QUESTION)) == "Red, green."
     # Every request after the first met a closed connection and went again on a new one.
+    assert len(connections) == 4
+
+
+def test_the_token_counter_sends_a_count_again_when_its_kept_connection_was_closed():
+    """The synchronous counter too (`_closing_server`): a count is the server's, not the UTF-8
+    estimate it falls back to when the server cannot count (four words would read 9)."""
+    connections: list[int] = []
+    with _threaded_keep_alive_server(connections, _closing_server) as url:
+        counter = ServerTokenCounter(url)
+        counts = [counter.count_tokens(text) for text in ("one", "one two", "one two three", "four words in here")]
+    assert counts == [1, 2, 3, 4]
     assert len(connections) == 4
 
 
