@@ -6,11 +6,19 @@ against every primed memory by one of the engine's channels, and a sentence whos
 reaches the threshold cites every memory at or above it (best first). A sentence with a claim
 that reaches no memory is *unsupported*; a sentence without a claim ("Sure!", "Here is an
 example:", the question said again) is neither and is left out of the grounding. A claim is two
-or more words, or one named value (a word with a digit or an underscore, or one written in
-capitals or in backticks: "`MLOCK_ONFAULT`.", "It is 256.").
+or more words, or one named value (a word with a digit or an underscore, one written in capitals
+or in backticks, an option, a file name or a path: "`MLOCK_ONFAULT`.", "It is 256.", "It is
+-rdynamic.", "libmemusage.so").
 
 The sentence's *subject* is its words that the question has too (`subject_words`): "A psyton is a
 person who ..." answers "What is a psyton?" about "psyton".
+
+A memory supports nothing when the question names something it does not mention
+(`asked_names`: the question's named values and the functions it calls, "memfd_create()"): "The
+maximum length of the name passed to memfd_create() is 256." takes its 256 from getentropy's page,
+where "maximum ... length ... 256" stand together and memfd_create is not. A name counts as
+mentioned inside a longer one (a chunk of sync_file_range's page that names only
+SYNC_FILE_RANGE_WAIT_BEFORE); a question that names nothing asks nothing of the memories.
 
 Channels (`SupportScorer`), each a score in [0, 1] per (sentence, memory):
 
@@ -18,7 +26,8 @@ Channels (`SupportScorer`), each a score in [0, 1] per (sentence, memory):
   (`claim_tokens`: lowercased, two or more word characters, or a number). Exact names and values,
   which is what a made-up sentence gets wrong.
 * `SubjectWindowSupport`: the same share, but within `window` words after an occurrence of the
-  sentence's subject in the memory (the whole memory for a sentence without one). A memory
+  sentence's subject in the memory (a named value also a few words before it, as a manual page
+  names a flag and then describes it; the whole memory for a sentence without a subject). A memory
   holds several entries, pages or paragraphs side by side, and the 0.5B model's commonest
   made-up answer gives the asked term the definition of its neighbour ("A psyton is a person
   who has decided to be in management", the words of the entry after it): every word is in the
@@ -61,8 +70,14 @@ MIN_CLAIM_WORDS = 2
 # A supported sentence the model was less certain of than this is shown as unsure.
 UNSURE_BELOW = 0.5
 _TOKEN = re.compile(r"\w+")
-# A named value: a word with a digit or an underscore, in capitals, or in backticks.
-_NAMED = re.compile(r"`[^`\n]+`|\b\w*[\d_]\w*\b|\b[A-Z][A-Z0-9]+\b")
+# A named value: a word with a digit or an underscore, in capitals, or in backticks; an option
+# ("-rdynamic", "--all"), a file name ("libmemusage.so") or a path ("/dev/shm").
+_NAMED = re.compile(r"`[^`\n]+`|\b\w*[\d_]\w*\b|\b[A-Z][A-Z0-9]+\b"
+                    r"|(?<![\w-])-{1,2}[A-Za-z][\w-]*|\b\w{2,}(?:\.\w+)+\b|(?<!\w)/\w[\w/.-]*")
+# A claim word (`claim_tokens`, lowercased) that names a value: a digit or an underscore in it.
+_IDENTIFIER = re.compile(r"[\d_]")
+# A function a text calls by name: "memfd_create()", "mincore( )".
+_CALLED = re.compile(r"\b(\w+)\(\s*\)")
 
 _FENCE = re.compile(r"^[ \t]*(```|~~~)")
 # A line's block marker: list bullets and numbers, headings, quotes.
@@ -132,6 +147,20 @@ def subject_words(sentence: str, question: str) -> list[str]:
     return _claim_and_subject(sentence, set(claim_tokens(question)))[1]
 
 
+def asked_names(question: str) -> set[str]:
+    """What the question names, lowercased: its named values (`_NAMED`, numbers left out: "mode 2"
+    names nothing) and the functions it calls ("mincore()")."""
+    found = {word for value in _NAMED.findall(question) + _CALLED.findall(question) for word in claim_tokens(value)}
+    return {word for word in found if not word.isdigit()}
+
+
+def mentions(memory: str, names: set[str]) -> bool:
+    """Whether `memory` mentions one of `names` (`asked_names`), inside a longer word too; True
+    when there are no names."""
+    text = memory.lower()
+    return not names or any(name in text for name in names)
+
+
 def is_claim(sentence: str, claim: Sequence[str]) -> bool:
     """Whether a sentence with these claim words states something checkable: `MIN_CLAIM_WORDS`
     of them, or one that is a named value."""
@@ -170,13 +199,18 @@ class WordSupport:
 
 class SubjectWindowSupport:
     """The share of a claim's words that the memory holds within `window` words after an occurrence
-    of one of the claim's subject words; the whole memory for a claim without a subject, 0 for a
-    memory where its subject does not occur."""
+    of one of the claim's subject words, or, for a claim word with a digit or an underscore (a flag,
+    a field, a number), within `before` words before it too: a manual page names a flag first and
+    describes it after ("SYNC_FILE_RANGE_WAIT_BEFORE  Wait upon write-out of all pages ...").
+    The whole memory for a claim without a subject, 0 for a memory where its subject does not occur."""
 
-    def __init__(self, window: int = 15) -> None:
+    def __init__(self, window: int = 15, before: int = 10) -> None:
         if window < 1:
             raise ValueError(f"window must be at least 1 word, got {window}")
+        if before < 0:
+            raise ValueError(f"before must be at least 0 words, got {before}")
         self.window = window
+        self.before = before
         self.name = f"subject window {window}"
 
     def scores(self, claims: Sequence[Sequence[str]], memories: Sequence[str],
@@ -188,6 +222,7 @@ class SubjectWindowSupport:
             if not claim:
                 continue
             wanted = set(claim)
+            values = {word for word in wanted if _IDENTIFIER.search(word)} if self.before else set()
             subject = set(subjects[row]) if subjects is not None else set()
             for column, tokens in enumerate(texts):
                 if not subject:
@@ -196,7 +231,10 @@ class SubjectWindowSupport:
                 best = 0
                 for at, token in enumerate(tokens):
                     if token in subject:
-                        best = max(best, len(wanted.intersection(tokens[at:at + self.window + 1])))
+                        near = wanted.intersection(tokens[at:at + self.window + 1])
+                        if values:
+                            near |= values.intersection(tokens[max(0, at - self.before):at])
+                        best = max(best, len(near))
                         if best == len(wanted):
                             break
                 out[row, column] = best / len(wanted)
@@ -323,7 +361,8 @@ def claim_certainty(sentence: Sentence, claim: Sequence[str], tokens: TokenProba
 def attribute(answer: str, memories: Sequence[str], *, scorer: SupportScorer, threshold: float,
               question: str = "", token_logprobs: Sequence[tuple[int, int, float]] = ()) -> Attribution:
     """Split `answer` into sentences and cite, for each claim, the `memories` (texts, in their
-    order: index i is memory i) whose support reaches `threshold`; with `token_logprobs`
+    order: index i is memory i) whose support reaches `threshold` (0 for a memory that does not
+    mention what the question names, `asked_names`); with `token_logprobs`
     (`engine.llm.AnswerTokens.spans`) each claim also gets its `claim_certainty`."""
     if not 0.0 < threshold <= 1.0:
         raise ValueError(f"threshold must be in (0, 1], got {threshold}")
@@ -335,6 +374,8 @@ def attribute(answer: str, memories: Sequence[str], *, scorer: SupportScorer, th
     subjects = [subject for (_, subject), keep in zip(split, claimed, strict=True) if keep]
     table = scorer.scores(scored, list(memories), subjects) if scored and memories else \
         np.zeros((len(scored), len(memories)))
+    names = asked_names(question)
+    table[:, [not mentions(text, names) for text in memories]] = 0.0
     rows = iter(table)
     tokens = TokenProbabilities(answer, token_logprobs)
     out: list[SentenceCitation] = []

@@ -12,11 +12,13 @@ from engine.citations import (
     MeanSupport,
     SubjectWindowSupport,
     WordSupport,
+    asked_names,
     attribute,
     claim_tokens,
     claim_words,
     grounding_word,
     is_claim,
+    mentions,
     sentences,
     subject_words,
 )
@@ -172,8 +174,55 @@ def test_a_named_value_alone_is_a_claim_and_numbers_are_claim_words():
     assert claim_tokens("It is 1 of 256 slots, the M_MMAP_THRESHOLD.") == ["1", "256", "slots", "m_mmap_threshold"]
     assert is_claim("`MLOCK_ONFAULT`.", ["mlock_onfault"])
     assert is_claim("It is 256.", ["256"])
+    # Options, file names and paths are named values too (the model's one-word answers).
+    assert is_claim("It is -rdynamic.", ["rdynamic"])
+    assert is_claim("It preloads libmemusage.so.", ["libmemusage"])
+    assert is_claim("Under /dev/shm.", ["shm"])
+    assert not is_claim("Fine.", ["fine"]) and not is_claim("Yes, e.g.", ["yes"])
     assert not is_claim("Sure!", ["sure"])
     assert not is_claim("Done.", [])
+
+
+GETENTROPY = ("getentropy() writes length bytes of high-quality random data to the buffer starting at the "
+              "location pointed to by buffer.  The maximum permitted value for the length argument is 256.")
+MEMFD = ("memfd_create() creates an anonymous file.  The name supplied in name is used as a filename and "
+         "will be displayed as the target of the corresponding symbolic link.  The name is limited to 249 bytes.")
+
+
+def test_a_memory_that_does_not_mention_what_the_question_names_supports_nothing():
+    question = "What is the maximum length of the name passed to memfd_create()?"
+    assert asked_names(question) == {"memfd_create"}
+    assert asked_names("What is mode 2 of the sysctl?") == set()  # a number names nothing
+    assert asked_names("What does mincore( ) fill?") == {"mincore"}
+    # The 0.5B model's answer when the retrieval missed memfd_create's page: getentropy's 256, beside
+    # "maximum" and "length" in the memory, but memfd_create is not in it.
+    made_up = "The maximum length of the name passed to memfd_create() is 256."
+    window = SubjectWindowSupport(15)
+    assert window.scores([claim_words(made_up, question)], [GETENTROPY], [subject_words(made_up, question)])[0, 0] == 1.0
+    result = attribute(made_up, [GETENTROPY, MEMFD], scorer=window, threshold=0.5, question=question)
+    assert result.sentences[0].scores[0] == 0.0 and not result.sentences[0].supported and result.grounding == 0.0
+    right = "The name passed to memfd_create() can be up to 249 bytes long."
+    assert attribute(right, [GETENTROPY, MEMFD], scorer=window, threshold=0.5, question=question).grounding == 1.0
+    # Without a question, or one that names nothing, every memory may support.
+    assert attribute(made_up, [GETENTROPY], scorer=window, threshold=0.5).grounding == 1.0
+    # A name inside a longer one is mentioned: a chunk of sync_file_range's page naming only its flag.
+    assert mentions("SYNC_FILE_RANGE_WAIT_BEFORE  Wait upon write-out", {"sync_file_range"})
+    assert not mentions(GETENTROPY, {"memfd_create"}) and mentions(GETENTROPY, set())
+
+
+def test_a_named_value_may_stand_just_before_the_subject_as_a_flag_before_its_description():
+    question = "Which sync_file_range() flag waits for pages already submitted for write-out before performing any write?"
+    memory = ("SYNC_FILE_RANGE_WAIT_BEFORE\n       Wait upon write-out of all pages in the specified range that "
+              "have already been submitted to the device driver for write-out before performing any write.")
+    answer = "The sync_file_range() flag that waits for pages already submitted is `SYNC_FILE_RANGE_WAIT_BEFORE`."
+    assert claim_words(answer, question) == ["sync_file_range_wait_before"]
+    assert attribute(answer, [memory], scorer=SubjectWindowSupport(15), threshold=0.5, question=question).grounding == 1.0
+    # Without `before`, the flag before the subject is not counted; nor is a plain word with it.
+    assert attribute(answer, [memory], scorer=SubjectWindowSupport(15, before=0), threshold=0.5,
+                     question=question).grounding == 0.0
+    assert SubjectWindowSupport(15).scores([["device", "drivers"]], ["device drivers pages"], [["pages"]])[0, 0] == 0.0
+    with pytest.raises(ValueError, match="before"):
+        SubjectWindowSupport(15, before=-1)
 
 
 @pytest.mark.parametrize(("grounding", "word"), [(None, ""), (0.0, "not grounded"), (0.24, "not grounded"),
