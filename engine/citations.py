@@ -20,6 +20,12 @@ where "maximum ... length ... 256" stand together and memfd_create is not. A nam
 mentioned inside a longer one (a chunk of sync_file_range's page that names only
 SYNC_FILE_RANGE_WAIT_BEFORE); a question that names nothing asks nothing of the memories.
 
+Nor does a memory support a value taken from the wrong line of one of its lists
+(`misbound_values`): documentation names a value and then describes it, and when the memory
+describes another of its values in clearly more of the question's words (`RIVAL_MARGIN`) than the
+one the sentence gives, the model picked the neighbour ("`TLS_TX_ZEROCOPY_RO`" for the option
+that expects the sender not to pad records, which the memory says of TLS_RX_EXPECT_NO_PAD).
+
 Channels (`SupportScorer`), each a score in [0, 1] per (sentence, memory):
 
 * `WordSupport`: the share of the claim's distinct words that the memory holds, as whole words
@@ -76,6 +82,11 @@ _NAMED = re.compile(r"`[^`\n]+`|\b\w*[\d_]\w*\b|\b[A-Z][A-Z0-9]+\b"
                     r"|(?<![\w-])-{1,2}[A-Za-z][\w-]*|\b\w{2,}(?:\.\w+)+\b|(?<!\w)/\w[\w/.-]*")
 # A claim word (`claim_tokens`, lowercased) that names a value: a digit or an underscore in it.
 _IDENTIFIER = re.compile(r"[\d_]")
+# A value's description: the words after it in a memory, up to this many.
+DESCRIPTION_WORDS = 15
+# Another value of the memory described in this many more of the question's words than the
+# sentence's value makes the sentence's value misbound there (`misbound_values`).
+RIVAL_MARGIN = 4
 # A function a text calls by name: "memfd_create()", "mincore( )".
 _CALLED = re.compile(r"\b(\w+)\(\s*\)")
 
@@ -159,6 +170,27 @@ def mentions(memory: str, names: set[str]) -> bool:
     when there are no names."""
     text = memory.lower()
     return not names or any(name in text for name in names)
+
+
+def _is_value(word: str) -> bool:
+    """A claim word that names a value (a digit or an underscore in it) and is not a plain number."""
+    return bool(_IDENTIFIER.search(word)) and not word.isdigit()
+
+
+def misbound_values(values: set[str], memory: Sequence[str], question: set[str]) -> bool:
+    """Whether the memory (its `claim_tokens`) describes another of its values in `RIVAL_MARGIN`
+    more of the `question` words than it describes any of `values` (each value's description: the
+    `DESCRIPTION_WORDS` words after an occurrence). False when the memory holds none of `values`."""
+    described: dict[str, int] = {}
+    for at, token in enumerate(memory):
+        if _is_value(token):
+            shared = len(question.intersection(memory[at + 1:at + 1 + DESCRIPTION_WORDS]))
+            described[token] = max(described.get(token, 0), shared)
+    mine = max((described[value] for value in values if value in described), default=None)
+    if mine is None:
+        return False
+    rival = max((shared for token, shared in described.items() if token not in values), default=0)
+    return rival >= mine + RIVAL_MARGIN
 
 
 def is_claim(sentence: str, claim: Sequence[str]) -> bool:
@@ -362,7 +394,8 @@ def attribute(answer: str, memories: Sequence[str], *, scorer: SupportScorer, th
               question: str = "", token_logprobs: Sequence[tuple[int, int, float]] = ()) -> Attribution:
     """Split `answer` into sentences and cite, for each claim, the `memories` (texts, in their
     order: index i is memory i) whose support reaches `threshold` (0 for a memory that does not
-    mention what the question names, `asked_names`); with `token_logprobs`
+    mention what the question names, `asked_names`, and for one that binds the sentence's value to
+    less of the question than another value, `misbound_values`); with `token_logprobs`
     (`engine.llm.AnswerTokens.spans`) each claim also gets its `claim_certainty`."""
     if not 0.0 < threshold <= 1.0:
         raise ValueError(f"threshold must be in (0, 1], got {threshold}")
@@ -376,6 +409,15 @@ def attribute(answer: str, memories: Sequence[str], *, scorer: SupportScorer, th
         np.zeros((len(scored), len(memories)))
     names = asked_names(question)
     table[:, [not mentions(text, names) for text in memories]] = 0.0
+    asked_words = asked - names
+    memory_tokens: list[list[str]] | None = None
+    for row, claim in enumerate(scored):
+        values = {word for word in claim if _is_value(word)}
+        if values and (table[row] >= threshold).any():
+            memory_tokens = memory_tokens or [claim_tokens(text) for text in memories]
+            for column in np.flatnonzero(table[row] >= threshold):
+                if misbound_values(values, memory_tokens[column], asked_words):
+                    table[row, column] = 0.0
     rows = iter(table)
     tokens = TokenProbabilities(answer, token_logprobs)
     out: list[SentenceCitation] = []

@@ -19,6 +19,7 @@ from engine.citations import (
     grounding_word,
     is_claim,
     mentions,
+    misbound_values,
     sentences,
     subject_words,
 )
@@ -223,6 +224,45 @@ def test_a_named_value_may_stand_just_before_the_subject_as_a_flag_before_its_de
     assert SubjectWindowSupport(15).scores([["device", "drivers"]], ["device drivers pages"], [["pages"]])[0, 0] == 0.0
     with pytest.raises(ValueError, match="before"):
         SubjectWindowSupport(15, before=-1)
+
+
+# A memory of Documentation/networking/tls.rst (linux-doc-6.1) as the kernel set primes it: two
+# options, each named and then described.
+TLS_OPTIONS = ("are certain condition-specific optimizations the TLS ULP can make,\nif requested. Those "
+               "optimizations are either not universally beneficial\nor may impact correctness, hence they require "
+               "an opt-in.\nAll options are set per-socket using setsockopt(), and their\nstate can be checked using "
+               "getsockopt() and via socket diag (``ss``).\n\nTLS_TX_ZEROCOPY_RO\n~~~~~~~~~~~~~~~~~~\n\nFor device "
+               "offload only. Allow sendfile() data to be transmitted directly\nto the NIC without making an "
+               "in-kernel copy. This allows true zero-copy\nbehavior when device offload is enabled.\n\nThe "
+               "application must make sure that the data is not modified between being\nsubmitted and transmission "
+               "completing. In other words this is mostly\napplicable if the data sent on a socket via sendfile() "
+               "is read-only.\n\nModifying the data may result in different versions of the data being used\nfor "
+               "the original TCP transmission and TCP retransmissions. To the receiver\nthis will look like TLS "
+               "records had been tampered with and will result\nin record authentication failures.\n\n"
+               "TLS_RX_EXPECT_NO_PAD\n~~~~~~~~~~~~~~~~~~~~\n\nTLS 1.3 only. Expect the sender to not pad records. "
+               "This allows the data")
+
+
+def test_a_value_taken_from_the_wrong_line_of_a_list_is_unsupported():
+    question = "Which kTLS socket option, for TLS 1.3 only, tells the kernel to expect the sender not to pad records?"
+    window = SubjectWindowSupport(15)
+    # The 0.5B model's answer: the option listed before the right one. Its words are all in the
+    # memory, near the subject; the memory describes TLS_RX_EXPECT_NO_PAD in the question's words.
+    wrong = "The kTLS socket option `TLS_TX_ZEROCOPY_RO` tells the kernel to expect the sender not to pad records."
+    right = "The kTLS socket option `TLS_RX_EXPECT_NO_PAD` tells the kernel to expect the sender not to pad records."
+    assert window.scores([claim_words(wrong, question)], [TLS_OPTIONS], [subject_words(wrong, question)])[0, 0] == 1.0
+    assert attribute(wrong, [TLS_OPTIONS], scorer=window, threshold=0.5, question=question).grounding == 0.0
+    assert attribute("`TLS_TX_ZEROCOPY_RO`", [TLS_OPTIONS], scorer=window, threshold=0.5,
+                     question=question).grounding == 0.0
+    assert attribute(right, [TLS_OPTIONS], scorer=window, threshold=0.5, question=question).grounding == 1.0
+    # The rule itself: a rival described in RIVAL_MARGIN more of the question's words, no fewer.
+    asked = {"expect", "sender", "pad", "records", "kernel"}
+    memory = claim_tokens("rx_one expect sender pad records kernel. tx_two expect other words entirely")
+    assert misbound_values({"tx_two"}, memory, asked)  # 5 against 1
+    assert not misbound_values({"rx_one"}, memory, asked)
+    assert not misbound_values({"absent_value"}, memory, asked)  # not in the memory: nothing to say
+    close = claim_tokens("rx_one expect sender pad records. tx_two expect other words entirely")
+    assert not misbound_values({"tx_two"}, close, asked)  # 4 against 1: within the margin
 
 
 @pytest.mark.parametrize(("grounding", "word"), [(None, ""), (0.0, "not grounded"), (0.24, "not grounded"),
