@@ -131,8 +131,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             # Refused before anything was stored: the page puts the message back in the composer.
             await self._emit({"type": "chat.error", "code": exc.code, "error": exc.message,
                               "retry_after": exc.retry_after})
-        except ApplicationError as exc:
-            await self._emit({"type": "chat.error", "code": "invalid", "error": exc.message})
+        except ApplicationError as exc:  # e.g. an empty message (invalid), the shared queue's Redis down
+            await self._emit({"type": "chat.error", "code": exc.code, "error": exc.message})
         except asyncio.CancelledError:
             # A stop from this client: run_turn stored the partial answer and reported it.
             return

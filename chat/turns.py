@@ -67,6 +67,7 @@ from engine.repetition import restates_question
 from hdrag_site import runtime
 from hdrag_site.errors import ApplicationError
 from hdrag_site.llm_queue import Ticket
+from hdrag_site.llm_queue_redis import QueueUnavailable
 from memory.services import MemoryResult
 
 logger = logging.getLogger(__name__)
@@ -225,9 +226,9 @@ async def _run_turn(*, conversation_id: int, content: str, emit: Emit, regenerat
         await _finish(result, status=Message.Status.ERROR, content="".join(parts), error=str(exc),
                       error_code=ERROR_CODES.get(type(exc), "llm_error"), **common)
         return result
-    except ApplicationError as exc:
+    except ApplicationError as exc:  # from the preparation, or the shared queue's Redis lost while waiting
         await _finish(result, status=Message.Status.ERROR, content="".join(parts), error=exc.message,
-                      error_code="retrieval", **common)
+                      error_code=exc.code if isinstance(exc, QueueUnavailable) else "retrieval", **common)
         return result
     except Exception:
         # Retrieval failed in an unforeseen way (e.g. a build's files removed under us): the user

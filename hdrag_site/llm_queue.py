@@ -18,7 +18,9 @@ before it (`on_wait(ahead)`); leaving (a stop, a closed socket, a client gone) f
 
 One queue per LLM server and web process (`hdrag_site.runtime.llm_queue`). State is guarded by
 a thread lock and waiters are woken on their own event loop, so a turn may wait from the chat's
-event loop or from a view's `async_to_sync`.
+event loop or from a view's `async_to_sync`. Several web processes in front of one LLM server
+share one queue in Redis instead (`LLM_QUEUE_REDIS_URL`: `hdrag_site.llm_queue_redis`, the same
+interface and policy over all of them).
 """
 
 from __future__ import annotations
@@ -33,8 +35,8 @@ from types import TracebackType
 from hdrag_site.errors import ApplicationError
 
 # A turn's seconds in the LLM (admission to the end), smoothed: the Retry-After of a refusal.
-_EWMA_WEIGHT = 0.2
-_FIRST_GUESS_SECONDS = 10.0
+EWMA_WEIGHT = 0.2
+FIRST_GUESS_SECONDS = 10.0
 
 
 class QueueFull(ApplicationError):
@@ -46,6 +48,28 @@ class QueueFull(ApplicationError):
     def __init__(self, message: str, *, retry_after: int, details: dict | None = None) -> None:
         super().__init__(message, {**(details or {}), "retry_after": retry_after})
         self.retry_after = retry_after
+
+
+def check_policy(*, prefill: int, streams: int, limit: int, per_user: int) -> None:
+    if prefill < 0 or streams < 1 or limit < 1 or per_user < 1:
+        raise ValueError(f"LLM queue: prefill >= 0, streams, limit and per_user >= 1; got prefill={prefill}, "
+                         f"streams={streams}, limit={limit}, per_user={per_user}")
+
+
+def retry_after(turn_seconds: float, *, waiting: int, streams: int) -> int:
+    """Seconds until a place is likely free: the queue ahead, drained `streams` turns at a time."""
+    return max(1, math.ceil(turn_seconds * (waiting + 1) / streams))
+
+
+def queue_full(*, waiting: int, mine: int, per_user: int, retry_after: int) -> QueueFull:
+    """The refusal of a turn past the caps: `mine` of the `waiting` turns are this user's."""
+    if mine >= per_user:
+        message = (f"You already have {mine} answer{'s' if mine != 1 else ''} waiting for the model; "
+                   f"wait for {'them' if mine != 1 else 'it'} or stop one, then try again.")
+    else:
+        message = (f"The model is busy: {waiting} answer{'s are' if waiting != 1 else ' is'} waiting. "
+                   f"Try again in about {retry_after} s.")
+    return QueueFull(message, retry_after=retry_after, details={"waiting": waiting, "yours": mine})
 
 
 class Ticket:
@@ -112,29 +136,21 @@ class LLMQueue:
     turns with a request open (the server's slots); `limit`, `per_user`: turns waiting."""
 
     def __init__(self, *, prefill: int = 1, streams: int = 4, limit: int = 32, per_user: int = 2) -> None:
-        if prefill < 0 or streams < 1 or limit < 1 or per_user < 1:
-            raise ValueError(f"LLM queue: prefill >= 0, streams, limit and per_user >= 1; got prefill={prefill}, "
-                             f"streams={streams}, limit={limit}, per_user={per_user}")
+        check_policy(prefill=prefill, streams=streams, limit=limit, per_user=per_user)
         self.prefill, self.streams, self.limit, self.per_user = prefill, streams, limit, per_user
         self._lock = threading.Lock()
         self._waiting: list[Ticket] = []
         self._admitted: set[Ticket] = set()
-        self._turn_seconds = _FIRST_GUESS_SECONDS
+        self._turn_seconds = FIRST_GUESS_SECONDS
 
     def enter(self, user: Hashable) -> Ticket:
         """A place at the back of the queue (admitted at once when there is room), or QueueFull."""
         with self._lock:
             mine = sum(1 for ticket in self._waiting if ticket.user == user)
             if mine >= self.per_user or len(self._waiting) >= self.limit:
-                retry = self._retry_after(len(self._waiting))
-                if mine >= self.per_user:
-                    message = (f"You already have {mine} answer{'s' if mine != 1 else ''} waiting for the model; "
-                               f"wait for {'them' if mine != 1 else 'it'} or stop one, then try again.")
-                else:
-                    waiting = len(self._waiting)
-                    message = (f"The model is busy: {waiting} answer{'s are' if waiting != 1 else ' is'} waiting. "
-                               f"Try again in about {retry} s.")
-                raise QueueFull(message, retry_after=retry, details={"waiting": len(self._waiting), "yours": mine})
+                raise queue_full(waiting=len(self._waiting), mine=mine, per_user=self.per_user,
+                                 retry_after=retry_after(self._turn_seconds, waiting=len(self._waiting),
+                                                         streams=self.streams))
             ticket = Ticket(self, user)
             self._waiting.append(ticket)
             self._dispatch()
@@ -169,7 +185,7 @@ class LLMQueue:
             if ticket in self._admitted:
                 self._admitted.discard(ticket)
                 seconds = time.monotonic() - ticket.admitted_at
-                self._turn_seconds += _EWMA_WEIGHT * (seconds - self._turn_seconds)
+                self._turn_seconds += EWMA_WEIGHT * (seconds - self._turn_seconds)
             else:
                 self._waiting.remove(ticket)
             self._dispatch()
@@ -188,6 +204,3 @@ class LLMQueue:
         for ticket in self._waiting:
             ticket._poke()
 
-    def _retry_after(self, waiting: int) -> int:
-        """Seconds until a place is likely free: the queue ahead, drained `streams` turns at a time."""
-        return max(1, math.ceil(self._turn_seconds * (waiting + 1) / self.streams))

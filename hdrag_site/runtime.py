@@ -34,6 +34,7 @@ from engine.llm import ContextBudget, GenerationSettings, LLMClient, ServerToken
 from engine.loaded_build import MANIFEST, LoadedIndex, load_corpus
 from engine.retrieval import Retriever
 from hdrag_site.llm_queue import LLMQueue
+from hdrag_site.llm_queue_redis import RedisLLMQueue
 
 LOADED_BUILDS = 32
 TOKENIZERS = 4
@@ -143,7 +144,7 @@ _states: BoundedCache[tuple[str, ...], LoadedIndex] = BoundedCache(LOADED_BUILDS
 _chroma: BoundedCache[tuple[str, str, float], Any] = BoundedCache(CHROMA_CLIENTS)
 _counters: BoundedCache[str, ServerTokenCounter] = BoundedCache(TOKEN_COUNTERS)
 _clients: BoundedCache[tuple[str, float], LLMClient] = BoundedCache(LLM_CLIENTS)
-_queues: BoundedCache[tuple[str, int, int, int, int], LLMQueue] = BoundedCache(LLM_CLIENTS)
+_queues: BoundedCache[tuple[str, int, int, int, int, str], LLMQueue | RedisLLMQueue] = BoundedCache(LLM_CLIENTS)
 _executor_lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None
 
@@ -359,11 +360,15 @@ def llm_client() -> LLMClient:
     return _clients.get((url, timeout), lambda: LLMClient(url, timeout=timeout))
 
 
-def llm_queue() -> LLMQueue:
-    """The queue of turns into the configured LLM server, one per server (and policy) in this process."""
+def llm_queue() -> LLMQueue | RedisLLMQueue:
+    """The queue of turns into the configured LLM server, one per server (and policy) in this process;
+    with `LLM_QUEUE_REDIS_URL`, this process's handle on the queue every process shares in Redis."""
     key = (settings.LLM_BASE_URL, settings.LLM_PREFILL_AT_ONCE, settings.LLM_STREAMS, settings.LLM_QUEUE_LIMIT,
-           settings.LLM_QUEUE_PER_USER)
-    return _queues.get(key, lambda: LLMQueue(prefill=key[1], streams=key[2], limit=key[3], per_user=key[4]))
+           settings.LLM_QUEUE_PER_USER, settings.LLM_QUEUE_REDIS_URL)
+    policy = {"prefill": key[1], "streams": key[2], "limit": key[3], "per_user": key[4]}
+    if settings.LLM_QUEUE_REDIS_URL:
+        return _queues.get(key, lambda: RedisLLMQueue(redis_url=key[5], server_url=key[0], **policy))
+    return _queues.get(key, lambda: LLMQueue(**policy))
 
 
 def memory_budget(requested: int, *, waiting: bool) -> int:

@@ -16,6 +16,7 @@ from __future__ import annotations
 from datetime import timedelta
 from ipaddress import ip_network
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
@@ -181,7 +182,7 @@ LLM_TIMEOUT_SECONDS = envint("LLM_TIMEOUT_SECONDS", 120, minimum=1)
 # `./portal run` starts llama.cpp with this context. Gemma 270M rambles, so answers are capped.
 LLM_CONTEXT_SIZE = envint("LLM_CONTEXT_SIZE", 8192, minimum=512)
 LLM_MAX_NEW_TOKENS = envint("LLM_MAX_NEW_TOKENS", 1024, minimum=1)
-# Turns into the LLM (chat.llm_queue): at most LLM_PREFILL_AT_ONCE in prefill (1: first come, first
+# Turns into the LLM (hdrag_site.llm_queue): at most LLM_PREFILL_AT_ONCE in prefill (1: first come, first
 # served, right for a CPU server, where prefill is compute-bound; 0: no limit, for a server that
 # batches prefill, a GPU), at most LLM_STREAMS with a request open (the server's slots: `./portal run`
 # starts llama.cpp with as many), at most LLM_QUEUE_LIMIT waiting in all and LLM_QUEUE_PER_USER per user.
@@ -189,6 +190,14 @@ LLM_PREFILL_AT_ONCE = envint("LLM_PREFILL_AT_ONCE", 1, minimum=0)
 LLM_STREAMS = envint("LLM_STREAMS", 8, minimum=1)
 LLM_QUEUE_LIMIT = envint("LLM_QUEUE_LIMIT", 32, minimum=1)
 LLM_QUEUE_PER_USER = envint("LLM_QUEUE_PER_USER", 2, minimum=1)
+# Several web processes (or machines) in front of one LLM server: unset, each process keeps its own
+# queue and admits its own turns, so their prompts are read together; redis://HOST:PORT/DB (may be
+# REDIS_URL), one queue in that Redis shared by every process that names the same LLM_BASE_URL and
+# policy (hdrag_site.llm_queue_redis: a process that dies frees its places within a 10 s lease).
+LLM_QUEUE_REDIS_URL = envstr("LLM_QUEUE_REDIS_URL", "")
+if LLM_QUEUE_REDIS_URL and urlsplit(LLM_QUEUE_REDIS_URL).scheme not in ("redis", "rediss", "unix"):
+    raise ImproperlyConfigured(f"LLM_QUEUE_REDIS_URL: expected a redis://, rediss:// or unix:// URL, got "
+                               f"{urlsplit(LLM_QUEUE_REDIS_URL).scheme or 'no'} scheme")
 # Memory tokens of a turn that has to wait for the LLM (0: the conversation's own budget always).
 LLM_BUSY_TOKEN_BUDGET = envint("LLM_BUSY_TOKEN_BUDGET", 0, minimum=0)
 CHROMA_URL = envstr("CHROMA_URL", "")
