@@ -2,7 +2,7 @@
 
     python -m bench.load [--set demo|manpages] [--users 1,2,4,8,16] [--turns 2] [--think 1-4]
                          [--policies fcfs,parallel] [--mode ws|openai] [--max-tokens 128]
-                         [--floor together|separate|both|none]
+                         [--floor together|separate|both|none] [--web-processes 2 [--shared-queue]]
 
 What runs: one real llama.cpp server (the packaged chat model, `--parallel` slots sharing one
 16384-token KV cache, 2 threads) and the portal's web process as `./portal run` starts it (Uvicorn, a child
@@ -23,6 +23,10 @@ scheduling step: "all prompts sent at once". Separate requests sent at once (`--
 land in one step only when they beat the server's next step; one that loses is read alone first,
 which makes that floor first come, first served by chance (seen both ways here). `both` runs and
 prints both; the targets are judged against the first.
+
+`--web-processes N` serves the portal from N web processes, each on its own port, user i on
+process i mod N (a load balancer's round robin): each keeps its own queue of turns, or with
+`--shared-queue` they share one in Redis (`LLM_QUEUE_REDIS_URL`, `hdrag_site.llm_queue_redis`).
 
 Printed per policy and user count: TTFT p50/p95 (at the client: sending the turn to its first
 streamed text), the ratio to the floor's, time per output token, answers per minute, errors and
@@ -82,6 +86,11 @@ def _parse() -> argparse.Namespace:
                              "as separate requests, both, or none")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--web-nice", type=int, default=0, help="niceness of the web process")
+    parser.add_argument("--web-processes", type=int, default=1,
+                        help="web processes in front of the one llama.cpp, each on its own port; user i on process i mod N")
+    parser.add_argument("--shared-queue", action="store_true",
+                        help="the web processes share one queue of turns in Redis (LLM_QUEUE_REDIS_URL=REDIS_URL, "
+                             "else the local Redis)")
     parser.add_argument("--verbose", action="store_true", help="print every turn beside its floor")
     return parser.parse_args()
 
@@ -131,13 +140,17 @@ def plan_turns(users: int, turns: int, questions: list[str], think: tuple[float,
 # ---------------------------------------------------------------- the portal
 
 
-def start_web(data_dir: Path, llm_url: str, policy: str, streams: int, nice: int = 0) -> tuple[subprocess.Popen, str]:
+def start_web(data_dir: Path, llm_url: str, policy: str, streams: int, nice: int = 0, queue_redis: str = "",
+              name: str = "") -> tuple[subprocess.Popen, str]:
+    """One web process of the portal (its own queue of turns, or with `queue_redis` the queue it
+    shares with the others in that Redis); its log is `web-{policy}{name}.log`."""
     from engine.llama_server import free_port
 
     port = free_port()
     env = {**os.environ, "DEBUG": "0", "LLM_BASE_URL": llm_url, "LLM_STREAMS": str(streams if policy == "fcfs" else 64),
-           "LLM_PREFILL_AT_ONCE": "1" if policy == "fcfs" else "0", "LLM_QUEUE_LIMIT": "64", "LOG_LEVEL": "WARNING"}
-    with open(data_dir / f"web-{policy}.log", "ab") as log:
+           "LLM_PREFILL_AT_ONCE": "1" if policy == "fcfs" else "0", "LLM_QUEUE_LIMIT": "64", "LOG_LEVEL": "WARNING",
+           "LLM_QUEUE_REDIS_URL": queue_redis}
+    with open(data_dir / f"web-{policy}{name}.log", "ab") as log:
         web = subprocess.Popen(["nice", "-n", str(nice), sys.executable, "-m", "uvicorn", "hdrag_site.asgi:application", "--host", "127.0.0.1",
                                 "--port", str(port), "--log-level", "warning", "--ws-max-size", "1048576"],
                                cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log)
@@ -150,7 +163,7 @@ def start_web(data_dir: Path, llm_url: str, policy: str, streams: int, nice: int
             return web, f"127.0.0.1:{port}"
         except httpx.HTTPError:
             if web.poll() is not None:
-                raise SystemExit(f"the web process exited; see {data_dir / f'web-{policy}.log'}") from None
+                raise SystemExit(f"the web process exited; see {data_dir / f'web-{policy}{name}.log'}") from None
             time.sleep(0.3)
     raise SystemExit("the web process did not start in 120 s")
 
@@ -371,12 +384,13 @@ async def floor_phase(llm_url: str, portal: Phase, plans: list[list[tuple[str, f
     return Phase("floor" if together else "floor-sep", portal.users, turns, time.perf_counter() - started)
 
 
-async def portal_phase(name: str, host: str, accounts: list[dict], plans: list[list[tuple[str, float]]],
+async def portal_phase(name: str, hosts: list[str], accounts: list[dict], plans: list[list[tuple[str, float]]],
                        mode: str) -> Phase:
+    """Every user's turns, user i on web process i mod len(hosts) (a load balancer's round robin)."""
     turns: list[Turn] = []
     run_user = ws_user if mode == "ws" else openai_user
     started = time.perf_counter()
-    await asyncio.gather(*(run_user(host, account, plan, index, turns)
+    await asyncio.gather(*(run_user(hosts[index % len(hosts)], account, plan, index, turns)
                            for index, (account, plan) in enumerate(zip(accounts, plans, strict=True))))
     return Phase(name, len(accounts), turns, time.perf_counter() - started)
 
@@ -476,29 +490,36 @@ def main() -> int:
                            batch=args.batch)
 
     llm_url = f"http://127.0.0.1:{port}"
+    queue_redis = (os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0") if args.shared_queue else ""
     with tempfile.TemporaryDirectory(prefix="bench-load-") as data_dir:
         print(f"set {args.set}; chat model {gguf.name} on llama.cpp ({args.parallel} slots, {args.threads} threads, "
               f"batch {args.batch}, KV cache {args.ctx_size}, "
               f"a fresh server per phase); mode {args.mode}; {args.turns} turns per user, think {args.think} s; "
-              f"answers up to {args.max_tokens} tokens; policies {', '.join(policies)}; users {args.users}")
+              f"answers up to {args.max_tokens} tokens; policies {', '.join(policies)}; users {args.users}; "
+              f"{args.web_processes} web process{'es' if args.web_processes > 1 else ''}"
+              + (f", one queue in Redis {queue_redis}" if queue_redis else ", a queue in each"))
         portal_setup(Path(data_dir), llm_url, args.max_tokens)
         _, corpus_id = build_corpus(make_corpus)
         results: list[dict] = []
         for policy in policies:
-            web, host = start_web(Path(data_dir), llm_url, policy, args.parallel, args.web_nice)
+            webs = [start_web(Path(data_dir), llm_url, policy, args.parallel, args.web_nice, queue_redis,
+                              f"-{number}" if args.web_processes > 1 else "") for number in range(args.web_processes)]
+            hosts = [host for _, host in webs]
             try:
                 print(f"\n== policy {policy} ==")
                 for users in user_counts:
                     accounts = make_users(users, corpus_id, args.mode)
                     try:
-                        warm_up(host, accounts[0] if args.mode == "ws" else make_users(1, corpus_id, "ws")[0],
-                                questions)
+                        for host in hosts:
+                            warm_up(host, accounts[0] if args.mode == "ws" else make_users(1, corpus_id, "ws")[0],
+                                    questions)
                     except Exception:
-                        print((Path(data_dir) / f"web-{policy}.log").read_text()[-3000:])
+                        for log in sorted(Path(data_dir).glob(f"web-{policy}*.log")):
+                            print(log.read_text()[-3000:])
                         raise
                     plans = plan_turns(users, args.turns, questions, think, args.seed)
                     with llm():
-                        phase = asyncio.run(portal_phase(policy, host, accounts, plans, args.mode))
+                        phase = asyncio.run(portal_phase(policy, hosts, accounts, plans, args.mode))
                     floors: dict[str, Phase] = {}
                     for number, together in enumerate({"together": [True], "separate": [False],
                                                        "both": [True, False], "none": []}[args.floor]):
@@ -521,8 +542,10 @@ def main() -> int:
                         if turn.error and turn.status not in ("llm_busy", "429"):
                             print(f"            error: user {turn.user} turn {turn.number}: {turn.error[:160]}")
             finally:
-                web.terminate()
-                web.wait(timeout=30)
+                for web, _ in webs:
+                    web.terminate()
+                for web, _ in webs:
+                    web.wait(timeout=30)
         print("\n== targets (issue 26) ==")
         for row in results:
             ratio = row.get("ratio")
