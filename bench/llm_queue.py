@@ -40,6 +40,7 @@ sys.path.insert(0, str(REPO))
 import redis  # noqa: E402
 
 from bench._hw import print_hardware  # noqa: E402
+from bench.answers import percentile  # noqa: E402
 from hdrag_site.llm_queue_redis import namespace, redacted  # noqa: E402
 
 
@@ -55,8 +56,13 @@ def _parse() -> argparse.Namespace:
     return parser.parse_args()
 
 
+def _policy(users: int) -> dict[str, int]:
+    """One prefill at a time, a slot for every user, no cap that binds."""
+    return {"prefill": 1, "streams": users + 1, "limit": 10_000, "per_user": 2}
+
+
 def _queue(arm: str, redis_url: str, server_url: str, users: int):  # noqa: ANN202 - LLMQueue | RedisLLMQueue
-    policy = {"prefill": 1, "streams": users + 1, "limit": 10_000, "per_user": 2}
+    policy = _policy(users)
     if arm == "process":
         from hdrag_site.llm_queue import LLMQueue
 
@@ -119,7 +125,7 @@ def _run(arm: str, processes: int, users: int, args: argparse.Namespace, *, work
         results = [json.loads(worker.communicate()[0]) for worker in workers]
     if arm == "redis":  # only this run's keys: the Redis may be shared
         client = redis.Redis.from_url(args.redis)
-        prefix = namespace(job["server"], prefill=1, streams=users + 1, limit=10_000, per_user=2)
+        prefix = namespace(job["server"], **_policy(users))
         client.delete(*client.scan_iter(match=f"{prefix}:*"))
     releases = sorted(t for r in results for t in r["releases"])
     handovers = []
@@ -131,16 +137,11 @@ def _run(arm: str, processes: int, users: int, args: argparse.Namespace, *, work
     return {"cycles": cycles, "handovers": handovers, "turns_per_s": len(cycles) / max(r["wall"] for r in results)}
 
 
-def _p(values: list[float], share: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, round(share * (len(ordered) - 1)))]
-
-
 def _row(name: str, values: list[float], baseline: list[float] | None, extra: str = "") -> str:
     if not values:
         return f"  {name:<22} (no turn waited)"
     ratio = f"   ratio p50 {statistics.median(values) / statistics.median(baseline):6.1f}x" if baseline else ""
-    return (f"  {name:<22} p50 {statistics.median(values) * 1e3:8.3f} ms   p95 {_p(values, 0.95) * 1e3:8.3f} ms"
+    return (f"  {name:<22} p50 {statistics.median(values) * 1e3:8.3f} ms   p95 {percentile(values, 0.95) * 1e3:8.3f} ms"
             f"{ratio}{extra}")
 
 

@@ -510,9 +510,9 @@ def main() -> int:
                 for users in user_counts:
                     accounts = make_users(users, corpus_id, args.mode)
                     try:
+                        warm = accounts[0] if args.mode == "ws" else make_users(1, corpus_id, "ws")[0]
                         for host in hosts:
-                            warm_up(host, accounts[0] if args.mode == "ws" else make_users(1, corpus_id, "ws")[0],
-                                    questions)
+                            warm_up(host, warm, questions)
                     except Exception:
                         for log in sorted(Path(data_dir).glob(f"web-{policy}*.log")):
                             print(log.read_text()[-3000:])

@@ -158,10 +158,15 @@ def subject_words(sentence: str, question: str) -> list[str]:
     return _claim_and_subject(sentence, set(claim_tokens(question)))[1]
 
 
+def _named_words(text: str, pattern: re.Pattern[str] = _NAMED) -> set[str]:
+    """The words (`claim_tokens`) of the `pattern` matches in `text` (its named values)."""
+    return {word for value in pattern.findall(text) for word in claim_tokens(value)}
+
+
 def asked_names(question: str) -> set[str]:
     """What the question names, lowercased: its named values (`_NAMED`, numbers left out: "mode 2"
     names nothing) and the functions it calls ("mincore()")."""
-    found = {word for value in _NAMED.findall(question) + _CALLED.findall(question) for word in claim_tokens(value)}
+    found = _named_words(question) | _named_words(question, _CALLED)
     return {word for word in found if not word.isdigit()}
 
 
@@ -198,7 +203,7 @@ def is_claim(sentence: str, claim: Sequence[str]) -> bool:
     of them, or one that is a named value."""
     if len(claim) >= MIN_CLAIM_WORDS:
         return True
-    named = {w for value in _NAMED.findall(sentence) for w in claim_tokens(value)}
+    named = _named_words(sentence)
     return any(word in named for word in claim)
 
 
