@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import html
 import json
+import re
 
 from chat.citations import cited_markdown
 from chat.models import Conversation, Message
@@ -23,6 +25,16 @@ def conversation_export_jsonl(*, conversation: Conversation) -> str:
              for m in conversation_messages(conversation=conversation) if m.content.strip()]
     record = {"id": conversation.pk, "title": conversation.title, "conversations": turns}
     return json.dumps(record, ensure_ascii=False) + "\n"
+
+
+# Markdown's punctuation that could start emphasis, code, a link, a heading or a table cell.
+MARKDOWN_PUNCTUATION = re.compile(r"([\\`*_\[\]#|~])")
+
+
+def _plain(text: str) -> str:
+    """Text from a memory or a file name as plain text in Markdown: its markup escaped, so that
+    neither HTML tags nor Markdown syntax of its own change the export around it."""
+    return MARKDOWN_PUNCTUATION.sub(r"\\\1", html.escape(text, quote=False))
 
 
 def _quote(text: str) -> str:
@@ -51,6 +63,6 @@ def conversation_export_markdown(*, conversation: Conversation) -> str:
             for memory in memories:
                 where = " / ".join(part for part in (memory.corpus_name, memory.source) if part) or "unknown source"
                 excerpt = " ".join(memory.excerpt.split())[:280]
-                lines.append(f"{memory.rank + 1}. **{where}** (score {memory.score:g}): {excerpt}")
+                lines.append(f"{memory.rank + 1}. **{_plain(where)}** (score {memory.score:g}): {_plain(excerpt)}")
             lines += ["", "</details>", ""]
     return "\n".join(lines).rstrip() + "\n"

@@ -64,53 +64,114 @@
   }
 
   const GROUNDING_TEXT = { grounded: "Grounded", partly: "Partly grounded", "not grounded": "Not grounded" };
-  const HTML_ESCAPES = { "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" };
 
-  function escapeHtml(text) {
-    return String(text).replace(/[&<>"']/g, (c) => HTML_ESCAPES[c]);
+  // Citations are added to the rendered answer, never to its Markdown: a memory's text (quotes,
+  // blank lines, Markdown of its own) must not reach the renderer or any HTML string. The Markdown
+  // carries only placeholders, one per cited sentence, made of private-use characters that
+  // Markdown gives no meaning to; each is then replaced by elements built with the DOM.
+  const MARK_OPEN = "\uE000";
+  const MARK_CLOSE = "\uE001";
+  const MARK_DIGIT = 0xE010; // a placeholder's number, one private-use character per decimal digit
+  const PLACEHOLDER = /\uE000([\uE010-\uE019]+)\uE001/g;
+  const STRAY_MARKS = /[\uE000\uE001\uE010-\uE019]/g;
+  const HAS_MARK = /[\uE000\uE001\uE010-\uE019]/;
+
+  function placeholder(index) {
+    const digits = [...String(index)].map((d) => String.fromCharCode(MARK_DIGIT + Number(d))).join("");
+    return MARK_OPEN + digits + MARK_CLOSE;
   }
 
-  function unsureTag(citation) {
-    // A supported sentence whose words the model was unsure of (engine.citations.UNSURE_BELOW).
-    if (!citation.unsure) return "";
-    const percent = Math.round(citation.certainty * 100);
-    return ` <span class="chat-unsure" title="A memory holds these words, but the model gave them a probability of ${percent} %: `
-      + `it may have picked them among others">unsure</span>`;
+  function placeholderIndex(digits) {
+    return Number([...digits].map((c) => c.charCodeAt(0) - MARK_DIGIT).join(""));
   }
 
-  function citationMarker(citation, memories) {
+  function tag(name, className, text, title) {
+    const element = document.createElement(name);
+    element.className = className;
+    element.textContent = text;
+    if (title) element.title = title;
+    return element;
+  }
+
+  function citationMarks(citation, memories) {
     // After a sentence: a link per memory that supports it (hover: its text; click: its page),
     // and an "unsure" tag where the model was unsure of its words; or a visible "unsupported" tag
-    // on a claim that none supports.
+    // on a claim that none supports. One span holds all of it, so the answer's own text is what
+    // remains without it.
+    const marks = document.createElement("span");
+    marks.className = "chat-marks";
+    marks.append(" ");
     if (citation.memories.length) {
-      return " " + citation.memories.map((rank) => {
+      for (const rank of citation.memories) {
         const memory = memories.find((m) => m.rank === rank) || {};
-        const label = `[${rank + 1}]`;
-        const title = escapeHtml((memory.excerpt || "").slice(0, 500));
-        const aria = `Supported by memory ${rank + 1}`;
-        return memory.url
-          ? `<a class="chat-cite" href="${escapeHtml(memory.url)}" title="${title}" aria-label="${aria}">${label}</a>`
-          : `<span class="chat-cite" title="${title}" aria-label="${aria}">${label}</span>`;
-      }).join("") + unsureTag(citation);
+        const cite = tag(memory.url ? "a" : "span", "chat-cite", `[${rank + 1}]`, memory.excerpt || "");
+        if (memory.url) cite.href = memory.url;
+        cite.setAttribute("aria-label", `Supported by memory ${rank + 1}`);
+        marks.append(cite);
+      }
+      if (citation.unsure) {
+        // A supported sentence whose words the model was unsure of (engine.citations.UNSURE_BELOW).
+        const percent = Math.round(citation.certainty * 100);
+        marks.append(" ", tag("span", "chat-unsure", "unsure", "A memory holds these words, but the model gave "
+          + `them a probability of ${percent} %: it may have picked them among others`));
+      }
+      return marks;
     }
-    return citation.claim
-      ? ' <span class="chat-unsupported" title="No memory that primed this answer supports this sentence">unsupported</span>'
-      : "";
+    if (!citation.claim) return null;
+    marks.append(tag("span", "chat-unsupported", "unsupported",
+      "No memory that primed this answer supports this sentence"));
+    return marks;
   }
 
-  function citedMarkdown(message) {
-    // The stored sentences are slices of the answer, in order: each is found from where the last ended.
-    const text = message.content || "";
+  function placeCitations(text, citations) {
+    // The answer's Markdown with a placeholder after each cited sentence, and the placeholders'
+    // citations. The stored sentences are slices of the answer, in order: each is found from
+    // where the last ended.
     let out = "";
     let cursor = 0;
-    for (const citation of message.citations || []) {
+    const placed = [];
+    for (const citation of citations) {
       const at = text.indexOf(citation.text, cursor);
       if (at < 0) continue;
       const end = at + citation.text.length;
-      out += text.slice(cursor, end) + citationMarker(citation, message.memories || []);
+      out += text.slice(cursor, end) + placeholder(placed.length);
+      placed.push(citation);
       cursor = end;
     }
-    return out + text.slice(cursor);
+    return { markdown: out + text.slice(cursor), placed };
+  }
+
+  function renderAnswer(element, message) {
+    // The answer rendered from its Markdown, then each placeholder replaced by its citation marks.
+    const text = message.content || "";
+    const { markdown, placed } = placeCitations(text, message.citations || []);
+    renderMarkdown(element, markdown);
+    if (!placed.length) return;
+    const walker = document.createTreeWalker(element, NodeFilter.SHOW_TEXT);
+    const nodes = [];
+    while (walker.nextNode()) {
+      if (walker.currentNode.nodeValue.includes(MARK_OPEN)) nodes.push(walker.currentNode);
+    }
+    for (const node of nodes) {
+      const parts = node.nodeValue.split(PLACEHOLDER); // text, digits, text, digits, ..., text
+      const replacement = document.createDocumentFragment();
+      parts.forEach((part, i) => {
+        if (i % 2 === 0) {
+          if (part) replacement.append(part.replace(STRAY_MARKS, ""));
+          return;
+        }
+        const marks = citationMarks(placed[placeholderIndex(part)], message.memories || []);
+        if (marks) replacement.append(marks);
+      });
+      node.replaceWith(replacement);
+    }
+    // A placeholder the renderer took into an attribute (a bare URL that ends a sentence becomes
+    // a link whose href swallows it) is dropped there.
+    for (const node of element.querySelectorAll("*")) {
+      for (const attribute of [...node.attributes]) {
+        if (HAS_MARK.test(attribute.value)) node.setAttribute(attribute.name, attribute.value.replace(STRAY_MARKS, ""));
+      }
+    }
   }
 
   function groundingNote(message) {
@@ -162,7 +223,7 @@
     if (message.role === "user") {
       body.textContent = message.content;
     } else {
-      renderMarkdown(body, citedMarkdown(message));
+      renderAnswer(body, message);
     }
     item.append(who, body);
     if (message.role === "assistant") {
@@ -244,7 +305,7 @@
     pending = null;
     item.classList.remove("chat-streaming");
     item.dataset.id = message.id;
-    renderMarkdown(body, citedMarkdown(message));
+    renderAnswer(body, message);
     decorateAnswer(item, message);
     setGenerating(false);
   }

@@ -11,6 +11,7 @@ download is never used. A missing browser fails the tests; it never skips them.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -35,9 +36,21 @@ CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic"
 PASSWORD = "browser-test-password-1"
 USERS = ("alice", "bob")
 STAFF = "carol"
-# Screenshots of every page the tests visit; CI keeps them as artifacts, the README uses some.
 # The longest a step may take before it counts as a hang (a machine busy with another portal).
 BUSY_MACHINE_SECONDS = 180
+# Files dropped on a drop zone as a person drops them: [zone, [[name, base64 data], ...]].
+DROP = """([zone, files]) => {
+  const transfer = new DataTransfer();
+  for (const [name, data] of files) {
+    const bytes = Uint8Array.from(atob(data), (c) => c.charCodeAt(0));
+    transfer.items.add(new File([bytes], name));
+  }
+  for (const type of ["dragenter", "dragover", "drop"]) {
+    zone.dispatchEvent(new DragEvent(type, { dataTransfer: transfer, bubbles: true, cancelable: true }));
+  }
+}"""
+
+# Screenshots of every page the tests visit; CI keeps them as artifacts, the README uses some.
 SCREENSHOT_DIR = Path(os.environ.get("BROWSER_SCREENSHOTS", ROOT / "var" / "test" / "screenshots"))
 
 
@@ -52,6 +65,16 @@ class LivePortal:
     url: str
     data_dir: Path
     log_dir: Path
+    env: dict[str, str]
+
+    def shell(self, code: str, **variables: object) -> str:
+        """Run `code` in `manage.py shell` against the live portal's database; `variables` reach it
+        as JSON in the environment (`json.loads(os.environ["NAME"])`). Returns what it printed."""
+        env = {**self.env, **{name: json.dumps(value) for name, value in variables.items()}}
+        done = subprocess.run([sys.executable, "manage.py", "shell", "--no-imports", "-c", code], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stdout
 
     def logs(self) -> str:
         return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(self.log_dir.glob("*.log")))
@@ -101,7 +124,7 @@ def live_portal(llama_server, embedding_cache) -> Iterator[LivePortal]:
             with open(log_dir / f"{name}.log", "wb") as log:
                 processes.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                                                   start_new_session=True))
-        portal = LivePortal(f"http://127.0.0.1:{port}", data_dir, log_dir)
+        portal = LivePortal(f"http://127.0.0.1:{port}", data_dir, log_dir, env)
         try:
             _wait_for(f"{portal.url}/healthz", BUSY_MACHINE_SECONDS, processes)
         except (RuntimeError, TimeoutError) as error:

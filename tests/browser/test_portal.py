@@ -12,7 +12,7 @@ import re
 import time
 import zipfile
 
-from tests.browser.conftest import BUSY_MACHINE_SECONDS, STAFF, assert_labelled, log_in, wait_until
+from tests.browser.conftest import BUSY_MACHINE_SECONDS, DROP, STAFF, assert_labelled, log_in, wait_until
 from tests.documents import docx_bytes, pdf_bytes
 
 HISTORY = [["The storming of the Bastille took place in Paris on 14 July 1789.",
@@ -50,17 +50,6 @@ FILES = {
     # Plain text named as Debian's common-licenses are: a version number where an extension would be.
     "Apache-2.0": b"Apache License, Version 2.0. Licensed works may be reproduced and distributed.",
 }
-
-DROP = """([zone, files]) => {
-  const transfer = new DataTransfer();
-  for (const [name, data] of files) {
-    const bytes = Uint8Array.from(atob(data), (c) => c.charCodeAt(0));
-    transfer.items.add(new File([bytes], name));
-  }
-  for (const type of ["dragenter", "dragover", "drop"]) {
-    zone.dispatchEvent(new DragEvent(type, { dataTransfer: transfer, bubbles: true, cancelable: true }));
-  }
-}"""
 
 def test_team_workflow(browser, live_portal, screenshot):
     page = log_in(browser, live_portal, "alice")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -153,6 +154,21 @@ def test_exports(users, chat):
     assert "## Assistant\n\nA function that **yields**." in markdown
     assert "**pydoc / pydoc-topics.jsonl** (score 812): Generators pause at yield." in markdown
     assert "## Assistant (error)" in markdown and "> Error: LLM server unreachable" in markdown
+
+
+def test_markdown_export_keeps_a_memorys_markup_as_text(users, chat):
+    """A memory's excerpt and source name are text in the export: its tags, code and emphasis are
+    escaped, so they neither run as HTML inside the <details> block nor restyle the lines around."""
+    owner, _, _ = users
+    text = "A <script>alert(1)</script> & `code`\n\n*not emphasis* | # not a heading"
+    marked = dataclasses.replace(MEMORY, memory={**MEMORY.memory, "text": text, "metadata": {"source": "notes_*draft*.md"}},
+                                 dataset_name="notes_*draft*.md")
+    message_create_assistant(conversation_id=chat.pk, content="Marked.", status="complete", memories=[marked])
+    markdown = _client(owner).get(reverse("chat:export_markdown", args=[chat.pk])).content.decode()
+    line = next(line for line in markdown.splitlines() if "alert(1)" in line)
+    assert line == (r"1. **pydoc / notes\_\*draft\*.md** (score 812): A &lt;script&gt;alert(1)&lt;/script&gt; &amp; "
+                    r"\`code\` \*not emphasis\* \| \# not a heading")
+    assert "<script>" not in markdown
 
 
 def test_outsider_sees_nothing_and_changes_nothing(users, chat):
