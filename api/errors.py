@@ -16,9 +16,9 @@ from django.views.decorators.csrf import csrf_exempt
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
+from core.errors import ApplicationError
 from engine.multivector import DocumentNotFoundError
 from engine.multivector import ValidationError as StoreValidationError
-from hdrag_site.errors import ApplicationError
 
 logger = logging.getLogger(__name__)
 
@@ -61,7 +61,7 @@ def exception_handler(exc: Exception, context: dict) -> Response:
         return Response(error_body("permission_denied", str(exc) or "You may not do this."),
                         status=status.HTTP_403_FORBIDDEN)
     if isinstance(exc, ApplicationError):
-        retry_after = getattr(exc, "retry_after", None)  # hdrag_site.llm_queue.QueueFull
+        retry_after = getattr(exc, "retry_after", None)  # chat.llm.queue.QueueFull
         headers = {"Retry-After": str(retry_after)} if retry_after else None
         return Response(error_body(exc.code, exc.message, exc.details), status=exc.status, headers=headers)
     if isinstance(exc, RequestDataTooBig):

@@ -15,7 +15,7 @@ from django.http import Http404
 from django.utils import timezone
 
 from api.models import ApiToken
-from hdrag_site.errors import ApplicationError
+from core.errors import ApplicationError
 
 TOKEN_PREFIX = "hdr_"
 MAX_TOKENS_PER_USER = 50

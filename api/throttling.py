@@ -9,8 +9,8 @@ from django.conf import settings
 from rest_framework.request import Request
 from rest_framework.throttling import SimpleRateThrottle
 
+from accounts.throttle import client_address
 from api.authentication import request_token
-from hdrag_site.throttle import client_address
 
 
 class TokenRateThrottle(SimpleRateThrottle):

@@ -8,7 +8,7 @@ from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
 from api.services import api_token_create, api_token_revoke, api_tokens_for_user, get_api_token_for_user
-from hdrag_site.errors import ApplicationError
+from core.errors import ApplicationError
 
 
 def token_list(request: HttpRequest) -> HttpResponse:

@@ -4,8 +4,8 @@
                               [--prefill-ms 5] [--decode-ms 20]
 
 What runs: no LLM, only the queue (`prefill=1`, a slot for every user, no caps that bind). Two
-arms: the in-process `hdrag_site.llm_queue.LLMQueue` (the baseline and the floor: a lock and a
-future, the users on one event loop), and the shared `hdrag_site.llm_queue_redis.RedisLLMQueue`
+arms: the in-process `chat.llm.queue.LLMQueue` (the baseline and the floor: a lock and a
+future, the users on one event loop), and the shared `chat.llm.queue_redis.RedisLLMQueue`
 on the real Redis of `--redis` (default: REDIS_URL, else the local one), its users on one process
 and, spread round robin, on `--processes` OS processes (each its own queue object, event loop,
 connections and listening thread: the web processes it is for).
@@ -41,7 +41,7 @@ import redis  # noqa: E402
 
 from bench._hw import print_hardware  # noqa: E402
 from bench.answers import percentile  # noqa: E402
-from hdrag_site.llm_queue_redis import namespace, redacted  # noqa: E402
+from chat.llm.queue_redis import namespace, redacted  # noqa: E402
 
 
 def _parse() -> argparse.Namespace:
@@ -64,10 +64,10 @@ def _policy(users: int) -> dict[str, int]:
 def _queue(arm: str, redis_url: str, server_url: str, users: int):  # noqa: ANN202 - LLMQueue | RedisLLMQueue
     policy = _policy(users)
     if arm == "process":
-        from hdrag_site.llm_queue import LLMQueue
+        from chat.llm.queue import LLMQueue
 
         return LLMQueue(**policy)
-    from hdrag_site.llm_queue_redis import RedisLLMQueue
+    from chat.llm.queue_redis import RedisLLMQueue
 
     return RedisLLMQueue(redis_url=redis_url, server_url=server_url, **policy)
 

@@ -8,7 +8,7 @@ What runs: one real llama.cpp server (the packaged chat model, `--parallel` slot
 16384-token KV cache, 2 threads) and the portal's web process as `./portal run` starts it (Uvicorn, a child
 process, SQLite in a temporary DATA_DIR), on the corpus of `bench.answers`'s `--set` (the demo
 corpus, or the 57 Linux manual pages: a larger one). For each policy of the queue into the LLM
-(`hdrag_site.llm_queue`: `fcfs`, one prefill at a time, the default; `parallel`, every turn sent
+(`chat.llm.queue`: `fcfs`, one prefill at a time, the default; `parallel`, every turn sent
 at once as before it existed) and each user count, every user opens a fresh conversation and
 asks `--turns` questions of the set over the real websocket (`--mode openai`: the official
 `openai` client on the OpenAI-compatible endpoint, the history held by the client), all first
@@ -26,7 +26,7 @@ prints both; the targets are judged against the first.
 
 `--web-processes N` serves the portal from N web processes, each on its own port, user i on
 process i mod N (a load balancer's round robin): each keeps its own queue of turns, or with
-`--shared-queue` they share one in Redis (`LLM_QUEUE_REDIS_URL`, `hdrag_site.llm_queue_redis`).
+`--shared-queue` they share one in Redis (`LLM_QUEUE_REDIS_URL`, `chat.llm.queue_redis`).
 
 Printed per policy and user count: TTFT p50/p95 (at the client: sending the turn to its first
 streamed text), the ratio to the floor's, time per output token, answers per minute, errors and

@@ -20,11 +20,11 @@ from django.http import Http404
 from chat.citations import answer_citations
 from chat.models import DEFAULT_TOKEN_BUDGET
 from chat.preparation import ConversationState, PreparedTurn, turn_prepare
+from core.errors import ApplicationError
 from corpus.models import Corpus
 from corpus.selectors import corpora_visible_to, get_corpus_for_user
 from engine.llm import TokenSpan
 from engine.retrieval import BlendState
-from hdrag_site.errors import ApplicationError
 
 MODEL_NONE = "none"
 MODEL_PREFIX = "corpus-"

@@ -29,11 +29,11 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from chat.llm.queue import QueueFull
 from chat.selectors import conversation_find_for_user
 from chat.turns import run_turn
-from hdrag_site.errors import ApplicationError
-from hdrag_site.llm_queue import QueueFull
-from hdrag_site.sockets import session_user_is_current
+from core.errors import ApplicationError
+from core.sockets import session_user_is_current
 
 logger = logging.getLogger(__name__)
 

@@ -20,11 +20,11 @@ from django.contrib.auth.models import AbstractBaseUser
 
 from chat.models import DEFAULT_TOKEN_BUDGET, Conversation
 from chat.selectors import conversation_history
+from core.errors import ApplicationError
 from engine.bits import compress_context
 from engine.llm import GenerationSettings, PromptPlan, Role, assemble_prompt
 from engine.retrieval import BlendState
 from hdrag_site import runtime
-from hdrag_site.errors import ApplicationError
 from memory.services import MemoryResult, memories_search
 
 

@@ -20,11 +20,11 @@ from chat.models import (
     MessageMemory,
 )
 from chat.selectors import conversation_latest
+from core.errors import ApplicationError
 from corpus.models import Memory
 from corpus.selectors import corpora_visible_to
 from engine.llm import Usage
 from engine.retrieval import BlendState
-from hdrag_site.errors import ApplicationError
 from memory.services import MemoryResult
 
 TITLE_CHARS = 60

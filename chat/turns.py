@@ -18,7 +18,7 @@ receives plain event dicts with a `type`:
     chat.error     {"error": str, "code": str, "message": {...}}   the failed answer, as stored
 
 All state is local to one call: nothing here is shared between conversations or connections,
-except the process's queue of turns into the LLM (`hdrag_site.llm_queue`), which the turn enters
+except the process's queue of turns into the LLM (`chat.llm.queue`), which the turn enters
 on arrival and waits on only after its own retrieval and prompt assembly. Cancelling the task
 running `run_turn` leaves that queue, closes the LLM stream (llama.cpp stops) and stores the
 partial answer as "stopped".
@@ -39,6 +39,8 @@ from channels.db import database_sync_to_async
 from django.db import connection
 
 from chat.citations import answer_citations
+from chat.llm.queue import Ticket
+from chat.llm.queue_redis import QueueUnavailable
 from chat.models import Message
 from chat.preparation import ConversationState, PreparedTurn, turn_prepare
 from chat.selectors import conversation_for_turn, conversation_title, message_with_memories
@@ -49,6 +51,7 @@ from chat.services import (
     message_create_user,
     message_prepare_regenerate,
 )
+from core.errors import ApplicationError
 from engine.llm import (
     AnswerEnd,
     AnswerTokens,
@@ -65,9 +68,6 @@ from engine.llm import (
 )
 from engine.repetition import restates_question
 from hdrag_site import runtime
-from hdrag_site.errors import ApplicationError
-from hdrag_site.llm_queue import Ticket
-from hdrag_site.llm_queue_redis import QueueUnavailable
 from memory.services import MemoryResult
 
 logger = logging.getLogger(__name__)

@@ -10,12 +10,12 @@ from django.template.defaultfilters import filesizeformat
 from django.utils import timezone
 from django.utils.html import format_html
 
+from core.errors import ApplicationError
 from corpus.models import Corpus, Dataset, GroupManager, IndexBuild
 from corpus.services.builds import build_cancel, build_start
 from corpus.services.corpora import dataset_set_enabled, dataset_upload
 from corpus.services.multivector import StoreUnavailable, store_collection_stats
 from corpus.templatetags.portal import num, rate, seconds
-from hdrag_site.errors import ApplicationError
 
 
 @admin.register(Corpus)

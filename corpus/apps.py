@@ -26,11 +26,11 @@ class CorpusConfig(AppConfig):
     def ready(self) -> None:
         from django.conf import settings
 
+        from core import sockets  # noqa: F401 - closes a session's sockets at logout
         from corpus import (
             signals,  # noqa: F401 - connects the receivers
             tasks,  # noqa: F401 - registers the build task in every process (queued by name)
         )
-        from hdrag_site import sockets  # noqa: F401 - closes a session's sockets at logout
 
         checks.register(_engine_settings_check)
 

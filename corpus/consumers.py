@@ -2,7 +2,7 @@
 
 Like the chat socket, an outsider's handshake is accepted and then closed with 4404 (4401 when
 not logged in): a browser only sees the close code of an accepted socket, and both sockets
-behave alike. A logout closes the session's sockets (`hdrag_site.sockets`).
+behave alike. A logout closes the session's sockets (`core.sockets`).
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.http import Http404
 
+from core.sockets import CLOSE_LOGGED_OUT, session_group
 from corpus.events import corpus_group
 from corpus.selectors import get_corpus_for_user
-from hdrag_site.sockets import CLOSE_LOGGED_OUT, session_group
 
 CLOSE_NOT_FOUND = 4404
 

@@ -13,8 +13,8 @@ from django.conf import settings
 from django.db import connection
 from django.db.models import Count
 
+from core.errors import ApplicationError
 from corpus.models import IndexBuild, Memory
-from hdrag_site.errors import ApplicationError
 
 _COLUMNS = ("corpus_id", "build_id", "hdv_idx", "content_hash", "text", "dataset_id", "metadata", "token_count")
 

@@ -27,8 +27,8 @@ from urllib.parse import urlparse
 
 from django.conf import settings
 
+from core.errors import ApplicationError
 from engine.files import atomic_write
-from hdrag_site.errors import ApplicationError
 
 logger = logging.getLogger(__name__)
 MANIFEST = "manifest.json"

@@ -8,6 +8,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
+from core.errors import ApplicationError
+from core.flash import flash
 from corpus.models import Corpus
 from corpus.selectors import corpus_can_manage, get_corpus_for_user
 from corpus.services.sharing import (
@@ -22,8 +24,6 @@ from corpus.services.sharing import (
     group_remove_member,
     groups_for_user,
 )
-from hdrag_site.errors import ApplicationError
-from hdrag_site.flash import flash
 
 
 def _managed_corpus(request: HttpRequest, pk: int) -> Corpus:

@@ -11,6 +11,8 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from core.errors import ApplicationError
+from core.flash import flash
 from corpus.forms import CorpusForm, DatasetUploadForm
 from corpus.models import Corpus, IndexBuild
 from corpus.quotas import storage_usage
@@ -36,8 +38,6 @@ from corpus.services.corpora import (
 )
 from corpus.services.multivector import StoreUnavailable, store_document_delete, store_documents, store_stats
 from corpus.services.sharing import corpus_access_list, groups_shareable_by
-from hdrag_site.errors import ApplicationError
-from hdrag_site.flash import flash
 
 PAGE_SIZE = 20
 STORE_PAGE_SIZE = 50

@@ -24,8 +24,8 @@ from channels.routing import ProtocolTypeRouter, URLRouter  # noqa: E402
 
 import chat.routing  # noqa: E402
 import corpus.routing  # noqa: E402
-from hdrag_site.bodylimit import BodyLimitMiddleware  # noqa: E402
-from hdrag_site.sockets import SameOriginValidator  # noqa: E402
+from core.bodylimit import BodyLimitMiddleware  # noqa: E402
+from core.sockets import SameOriginValidator  # noqa: E402
 
 application = ProtocolTypeRouter({
     "http": BodyLimitMiddleware(django_asgi_app),

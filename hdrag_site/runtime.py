@@ -29,12 +29,12 @@ import yaml
 from cachetools import LRUCache
 from django.conf import settings
 
+from chat.llm.queue import LLMQueue
+from chat.llm.queue_redis import RedisLLMQueue
 from engine.config import Config
 from engine.llm import ContextBudget, GenerationSettings, LLMClient, ServerTokenCounter, TokenCounter
 from engine.loaded_build import MANIFEST, LoadedIndex, load_corpus
 from engine.retrieval import Retriever
-from hdrag_site.llm_queue import LLMQueue
-from hdrag_site.llm_queue_redis import RedisLLMQueue
 
 LOADED_BUILDS = 32
 TOKENIZERS = 4
@@ -210,8 +210,8 @@ def model_for(parameters: dict) -> Path:
     cache, `GGUF_PATH` or the packaged default (assembled on first use). Raises ApplicationError
     naming the model when none matches (a model of that name with another checksum is refused).
     Builds made before models were recorded by identity have only their path."""
+    from core.errors import ApplicationError
     from engine.model_files import models_dir
-    from hdrag_site.errors import ApplicationError
 
     recorded = Path(parameters.get("gguf_path", ""))
     name, sha256 = parameters.get("model_name"), parameters.get("model_sha256")

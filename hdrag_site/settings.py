@@ -21,8 +21,8 @@ from urllib.parse import urlsplit
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from hdrag_site.env import envbool, envint, envlist, envstr
-from hdrag_site.security import DEFAULT_POLICY
+from core.env import envbool, envint, envlist, envstr
+from core.security import DEFAULT_POLICY
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -87,7 +87,7 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
-    "hdrag_site.security.ContentSecurityPolicyMiddleware",
+    "core.security.ContentSecurityPolicyMiddleware",
     # Last: it sees the credentials a login view passes to authenticate() and refuses locked-out ones.
     "axes.middleware.AxesMiddleware",
 ]
@@ -182,7 +182,7 @@ LLM_TIMEOUT_SECONDS = envint("LLM_TIMEOUT_SECONDS", 120, minimum=1)
 # `./portal run` starts llama.cpp with this context. Gemma 270M rambles, so answers are capped.
 LLM_CONTEXT_SIZE = envint("LLM_CONTEXT_SIZE", 8192, minimum=512)
 LLM_MAX_NEW_TOKENS = envint("LLM_MAX_NEW_TOKENS", 1024, minimum=1)
-# Turns into the LLM (hdrag_site.llm_queue): at most LLM_PREFILL_AT_ONCE in prefill (1: first come, first
+# Turns into the LLM (chat.llm.queue): at most LLM_PREFILL_AT_ONCE in prefill (1: first come, first
 # served, right for a CPU server, where prefill is compute-bound; 0: no limit, for a server that
 # batches prefill, a GPU), at most LLM_STREAMS with a request open (the server's slots: `./portal run`
 # starts llama.cpp with as many), at most LLM_QUEUE_LIMIT waiting in all and LLM_QUEUE_PER_USER per user.
@@ -193,7 +193,7 @@ LLM_QUEUE_PER_USER = envint("LLM_QUEUE_PER_USER", 2, minimum=1)
 # Several web processes (or machines) in front of one LLM server: unset, each process keeps its own
 # queue and admits its own turns, so their prompts are read together; redis://HOST:PORT/DB (may be
 # REDIS_URL), one queue in that Redis shared by every process that names the same LLM_BASE_URL and
-# policy (hdrag_site.llm_queue_redis: a process that dies frees its places within a 10 s lease).
+# policy (chat.llm.queue_redis: a process that dies frees its places within a 10 s lease).
 LLM_QUEUE_REDIS_URL = envstr("LLM_QUEUE_REDIS_URL", "")
 if LLM_QUEUE_REDIS_URL and urlsplit(LLM_QUEUE_REDIS_URL).scheme not in ("redis", "rediss", "unix"):
     raise ImproperlyConfigured(f"LLM_QUEUE_REDIS_URL: expected a redis://, rediss:// or unix:// URL, got "
@@ -244,11 +244,11 @@ UPLOAD_MAX_BYTES = envint("UPLOAD_MAX_BYTES", 512 * 1024 * 1024, minimum=1)
 # USER_STORAGE_QUOTA_BYTES of the datasets they uploaded, in all corpora (staff: no limit; 0: none).
 UPLOAD_MAX_EXPANDED_BYTES = envint("UPLOAD_MAX_EXPANDED_BYTES", 2 * UPLOAD_MAX_BYTES, minimum=1)
 USER_STORAGE_QUOTA_BYTES = envint("USER_STORAGE_QUOTA_BYTES", 10 * 1024**3, minimum=0)
-# Every request body is bounded in front of Django (hdrag_site.bodylimit): REQUEST_MAX_BYTES, or
+# Every request body is bounded in front of Django (core.bodylimit): REQUEST_MAX_BYTES, or
 # UPLOAD_MAX_BYTES on these paths (dataset uploads of the pages and the API, the API's multi-vector
 # store) for a request that declares its Content-Length and logs in: a session, or one of
 # BODY_LIMIT_CREDENTIAL_CHECKS (dotted paths of functions of a request and its Authorization header,
-# which check through hdrag_site.throttle).
+# which check through accounts.throttle).
 REQUEST_MAX_BYTES = envint("REQUEST_MAX_BYTES", 2_621_440, minimum=1024)
 UPLOAD_PATH_PATTERN = r"(/api/v1)?/corpora/\d+/datasets/|/api/v1/corpora/\d+/store/.*"
 BODY_LIMIT_CREDENTIAL_CHECKS = ["api.authentication.bearer_token_check"]
@@ -292,7 +292,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
     {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
 ]
-# Login throttling, one path for every credential check (hdrag_site.throttle: the login form, API
+# Login throttling, one path for every credential check (accounts.throttle: the login form, API
 # tokens, the body-limit layer), counted by django-axes:
 # * an account: after LOGIN_FAILURE_LIMIT (10) failures for it, from any address, it is refused for
 #   LOGIN_LOCKOUT_MINUTES (15) after the last one (a page that says so; 429 on the API);
@@ -303,7 +303,7 @@ AUTH_PASSWORD_VALIDATORS = [
 # Staff unlock at once by deleting the "access attempts" in the admin, or with
 # `manage.py axes_reset_username NAME` / `axes_reset_ip ADDRESS`. A right password resets the account.
 AUTHENTICATION_BACKENDS = ["axes.backends.AxesStandaloneBackend", "django.contrib.auth.backends.ModelBackend"]
-AXES_HANDLER = "hdrag_site.throttle.AddressLimitHandler"
+AXES_HANDLER = "accounts.throttle.AddressLimitHandler"
 AXES_FAILURE_LIMIT = envint("LOGIN_FAILURE_LIMIT", 10, minimum=1)
 LOGIN_ADDRESS_FAILURE_LIMIT = envint("LOGIN_ADDRESS_FAILURE_LIMIT", 50, minimum=1)
 AXES_COOLOFF_TIME = timedelta(minutes=envint("LOGIN_LOCKOUT_MINUTES", 15, minimum=1))
@@ -318,7 +318,7 @@ AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_VERBOSE = False
 # The client address: REMOTE_ADDR, or from X-Forwarded-For only on a request from one of these
-# proxies (addresses or CIDR networks; hdrag_site.throttle.client_address). Empty: the header is
+# proxies (addresses or CIDR networks; accounts.throttle.client_address). Empty: the header is
 # never read, since any client can send one.
 TRUSTED_PROXIES = envlist("TRUSTED_PROXIES", [])
 for proxy in TRUSTED_PROXIES:
@@ -326,7 +326,7 @@ for proxy in TRUSTED_PROXIES:
         ip_network(proxy, strict=False)
     except ValueError:
         raise ImproperlyConfigured(f"TRUSTED_PROXIES: {proxy!r} is not an IP address or network") from None
-AXES_CLIENT_IP_CALLABLE = "hdrag_site.throttle.client_address"
+AXES_CLIENT_IP_CALLABLE = "accounts.throttle.client_address"
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
+from core.errors import ApplicationError
 from corpus.memory_rows import StateMemoryStore
 from corpus.models import Corpus, Dataset, IndexBuild
 from corpus.segment_cache import segment_path
@@ -25,7 +26,6 @@ from engine.loaded_build import LoadedIndex
 from engine.retrieval import BlendState, SearchResult, SearchTarget
 from engine.text_store import LateScorer, TextStoreError
 from hdrag_site import runtime
-from hdrag_site.errors import ApplicationError
 
 logger = logging.getLogger(__name__)
 

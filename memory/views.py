@@ -9,8 +9,8 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from core.errors import ApplicationError
 from corpus.selectors import corpora_visible_to, get_corpus_for_user
-from hdrag_site.errors import ApplicationError
 from memory.forms import SearchForm
 from memory.selectors import get_memory_for_user, memory_neighbours
 from memory.services import MemoryResult, memories_search

@@ -24,8 +24,8 @@ from chat.selectors import conversation_get_for_user, conversation_messages, con
 from chat.serializers import conversation_json, message_json
 from chat.services import conversation_create, conversation_delete, conversation_update
 from chat.turns import run_turn
+from core.errors import ApplicationError
 from hdrag_site import runtime
-from hdrag_site.errors import ApplicationError
 
 CONVERSATION = id_path("conversation_id", "conversation")
 # A failed answer (the user's turn is kept): the LLM was unreachable or timed out (503) or the

@@ -28,11 +28,11 @@ from chat.completions import (
     completion_models,
     completion_prepare,
 )
+from chat.llm.queue import Ticket
 from chat.preparation import PreparedTurn
+from core.errors import ApplicationError
 from engine.llm import AnswerEnd, AnswerTokens, LLMError, PromptTooLongError, TokenSpan, Usage, stream_answer
 from hdrag_site import runtime
-from hdrag_site.errors import ApplicationError
-from hdrag_site.llm_queue import Ticket
 
 TAGS = ["openai"]
 # The request's extra fields that are a conversation's settings (`completion_prepare`).

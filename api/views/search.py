@@ -17,9 +17,9 @@ from api.serializers import (
     search_result_json,
 )
 from api.views.base import PAGE_PARAMETERS, ApiView, errors, id_path
+from core.errors import ConflictError
 from corpus.models import Corpus
 from corpus.selectors import corpora_visible_to, get_corpus_for_user
-from hdrag_site.errors import ConflictError
 from memory.selectors import get_memory_for_user
 from memory.services import memories_search
 

@@ -25,6 +25,7 @@ from api.serializers import (
     StoreStatsSerializer,
 )
 from api.views.base import PAGE_PARAMETERS, ApiView, errors, id_path, page_of
+from core.errors import ApplicationError
 from corpus.services.multivector import (
     store_add,
     store_document_delete,
@@ -34,7 +35,6 @@ from corpus.services.multivector import (
     store_search_multivector,
     store_stats,
 )
-from hdrag_site.errors import ApplicationError
 
 CORPUS = id_path("corpus_id", "corpus")
 TAGS = ["store"]

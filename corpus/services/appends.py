@@ -22,12 +22,12 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from core.errors import ApplicationError
 from corpus.events import send_build_event, send_event
 from corpus.models import Corpus, Dataset, IndexBuild
 from corpus.segment_cache import segment_path
 from engine.build import BuildCancelled, BuildResult
 from hdrag_site.celery import app as celery_app
-from hdrag_site.errors import ApplicationError
 
 RUN_BUILD_TASK = "corpus.run_build"  # corpus.tasks.run_build: builds and appends alike
 Kind, Status = IndexBuild.Kind, IndexBuild.Status

@@ -35,6 +35,7 @@ from django.db import IntegrityError, connection, transaction
 from django.db.models import Q, QuerySet
 from django.utils import timezone
 
+from core.errors import ApplicationError, ConflictError
 from corpus.chroma import store_for
 from corpus.events import send_build_event, send_event
 from corpus.files import build_dir
@@ -74,7 +75,6 @@ from engine.text_store import (
 )
 from engine.tokenizer import Tokenizer
 from hdrag_site.celery import app as celery_app
-from hdrag_site.errors import ApplicationError, ConflictError
 from hdrag_site.runtime import (
     default_gguf,
     engine_config,

@@ -17,11 +17,11 @@ from typing import Any
 import numpy as np
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
+from core.errors import ApplicationError
 from corpus.chroma import collection_names, drop_store, store_exists, store_for, stored_corpus_ids
 from corpus.models import Corpus
 from corpus.selectors import get_corpus_for_user
 from engine.multivector import DocumentNotFoundError, StorageError, ValidationError, doc_id_of
-from hdrag_site.errors import ApplicationError
 
 logger = logging.getLogger(__name__)
 

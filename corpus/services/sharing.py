@@ -16,8 +16,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q, QuerySet
 from django.http import Http404
 
+from core.errors import ApplicationError
 from corpus.models import Corpus, GroupManager
-from hdrag_site.errors import ApplicationError
 
 ACCESS_LEVELS = ("read", "write")
 

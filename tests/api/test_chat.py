@@ -200,7 +200,7 @@ async def test_a_completion_that_loops_again_is_cut_whole_and_streamed(chat_sett
 
 
 def test_a_full_llm_queue_is_429_with_retry_after_and_nothing_is_stored(chat_settings, live_api, owner, secret):
-    """Past the caps of the queue into the LLM (hdrag_site.llm_queue) both chat APIs refuse at once:
+    """Past the caps of the queue into the LLM (chat.llm.queue) both chat APIs refuse at once:
     429 with Retry-After (the official client raises RateLimitError), nothing stored; once a place
     is free the same request is answered."""
     chat_settings.LLM_STREAMS, chat_settings.LLM_QUEUE_LIMIT = 1, 1

@@ -10,13 +10,13 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
+from core.errors import ApplicationError
 from corpus.files import build_dir
 from corpus.models import Corpus, IndexBuild, Memory
 from corpus.services.appends import append_start, covered_dataset_ids, merge_due, pending_datasets
 from corpus.services.corpora import dataset_delete
 from corpus.tasks import run_build
 from engine.segments import segment_info
-from hdrag_site.errors import ApplicationError
 from memory.services import memories_search
 from tests.portal.conftest import TEXTS, build_now, jsonl_bytes, login, upload
 

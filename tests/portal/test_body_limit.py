@@ -16,8 +16,8 @@ from django.test.client import BOUNDARY, MULTIPART_CONTENT, encode_multipart
 from rest_framework.test import APIClient
 
 from api.services import api_token_create, api_token_revoke
+from core.bodylimit import _upload_paths
 from hdrag_site.asgi import application
-from hdrag_site.bodylimit import _upload_paths
 from tests.portal.conftest import TEXTS, jsonl_bytes
 
 pytestmark = pytest.mark.django_db(transaction=True)

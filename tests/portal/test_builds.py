@@ -14,6 +14,7 @@ from django.utils import timezone
 
 from api.serializers import search_result_json
 from chat.serializers import memory_result_json
+from core.errors import ApplicationError
 from corpus.files import build_dir
 from corpus.models import Corpus, IndexBuild, Memory
 from corpus.services.builds import (
@@ -27,7 +28,6 @@ from corpus.services.builds import (
 from corpus.services.corpora import corpus_create
 from corpus.tasks import run_build
 from engine.loaded_build import load_corpus
-from hdrag_site.errors import ApplicationError
 from memory.services import MemoryResult, memories_search
 from tests.portal.conftest import SMALL_HDC, TEXTS, build_now, login, upload
 

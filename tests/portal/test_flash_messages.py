@@ -1,4 +1,4 @@
-"""The pages' one way to call a service and report it (hdrag_site.flash, issue 30.10): a success is
+"""The pages' one way to call a service and report it (core.flash, issue 30.10): a success is
 a message naming what the page shows, a refusal is the service's own error message, and either way
 the view redirects."""
 

@@ -1,4 +1,4 @@
-"""The queue of turns into the LLM (hdrag_site.llm_queue): order, gates, caps, leaving, threads."""
+"""The queue of turns into the LLM (chat.llm.queue): order, gates, caps, leaving, threads."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import threading
 
 import pytest
 
-from hdrag_site.llm_queue import LLMQueue, QueueFull
+from chat.llm.queue import LLMQueue, QueueFull
 
 
 async def _settle() -> None:

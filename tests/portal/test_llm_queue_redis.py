@@ -1,4 +1,4 @@
-"""The queue of turns shared through Redis (hdrag_site.llm_queue_redis): two queue objects stand
+"""The queue of turns shared through Redis (chat.llm.queue_redis): two queue objects stand
 for two web processes (and one test uses real OS processes); order, gates and caps hold over
 all of them, a dead owner's place is freed by its lease, and a Redis that cannot be reached is a
 clear error. Against the real Redis of REDIS_URL (default: the local one): fails, never skips,
@@ -24,9 +24,9 @@ import redis
 from rest_framework.test import APIClient
 
 from api.services import api_token_create
+from chat.llm.queue import LLMQueue, QueueFull
+from chat.llm.queue_redis import QueueUnavailable, RedisLLMQueue, namespace
 from hdrag_site import runtime
-from hdrag_site.llm_queue import LLMQueue, QueueFull
-from hdrag_site.llm_queue_redis import QueueUnavailable, RedisLLMQueue, namespace
 
 pytestmark = pytest.mark.service
 
@@ -171,7 +171,7 @@ async def test_a_ticket_no_one_renews_is_dropped_after_its_lease(make_queue):
 
 CHILD = """
 import sys, time
-from hdrag_site.llm_queue_redis import RedisLLMQueue
+from chat.llm.queue_redis import RedisLLMQueue
 queue = RedisLLMQueue(redis_url=sys.argv[1], server_url=sys.argv[2], prefill=1, streams=4,
                       lease_seconds=float(sys.argv[3]))
 ticket = queue.enter("child")

@@ -1,4 +1,4 @@
-"""Login throttling (hdrag_site.throttle over django-axes) through the real login page: an account
+"""Login throttling (accounts.throttle over django-axes) through the real login page: an account
 is locked from everywhere, an address only for failures across many accounts, the address is
 taken from X-Forwarded-For only from a trusted proxy; a clear page, an admin unlock."""
 
@@ -10,7 +10,7 @@ import pytest
 from axes.models import AccessAttempt
 from django.test import Client
 
-from hdrag_site.throttle import client_address
+from accounts.throttle import client_address
 from tests.portal.conftest import PASSWORD, login
 
 LOGIN = "/accounts/login/"

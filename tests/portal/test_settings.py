@@ -12,7 +12,7 @@ import pytest
 from django.core.exceptions import ImproperlyConfigured
 from django.core.management import call_command
 
-from hdrag_site.env import envbool, envint, envlist, envstr
+from core.env import envbool, envint, envlist, envstr
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -8,7 +8,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from api.models import ApiToken
 from api.services import api_token_create, api_token_revoke, api_tokens_for_user
-from hdrag_site.errors import ApplicationError
+from core.errors import ApplicationError
 
 
 class Command(BaseCommand):

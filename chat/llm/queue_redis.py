@@ -1,4 +1,4 @@
-"""The queue of turns into the LLM (`hdrag_site.llm_queue`), shared by every web process through Redis.
+"""The queue of turns into the LLM (`chat.llm.queue`), shared by every web process through Redis.
 
 With several web processes (or machines) in front of one LLM server, a queue per process lets
 each admit its own turn into prefill, and the prompts are read together again (the very thing the
@@ -46,8 +46,7 @@ import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from hdrag_site.errors import ApplicationError
-from hdrag_site.llm_queue import (
+from chat.llm.queue import (
     EWMA_WEIGHT,
     FIRST_GUESS_SECONDS,
     Ticket,
@@ -55,6 +54,7 @@ from hdrag_site.llm_queue import (
     queue_full,
     retry_after,
 )
+from core.errors import ApplicationError
 
 logger = logging.getLogger(__name__)
 

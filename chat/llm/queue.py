@@ -19,7 +19,7 @@ before it (`on_wait(ahead)`); leaving (a stop, a closed socket, a client gone) f
 One queue per LLM server and web process (`hdrag_site.runtime.llm_queue`). State is guarded by
 a thread lock and waiters are woken on their own event loop, so a turn may wait from the chat's
 event loop or from a view's `async_to_sync`. Several web processes in front of one LLM server
-share one queue in Redis instead (`LLM_QUEUE_REDIS_URL`: `hdrag_site.llm_queue_redis`, the same
+share one queue in Redis instead (`LLM_QUEUE_REDIS_URL`: `chat.llm.queue_redis`, the same
 interface and policy over all of them).
 """
 
@@ -32,7 +32,7 @@ import time
 from collections.abc import Awaitable, Callable, Hashable
 from types import TracebackType
 
-from hdrag_site.errors import ApplicationError
+from core.errors import ApplicationError
 
 # A turn's seconds in the LLM (admission to the end), smoothed: the Retry-After of a refusal.
 EWMA_WEIGHT = 0.2

@@ -9,7 +9,7 @@ from typing import TypeVar
 from django.contrib import messages
 from django.http import HttpRequest
 
-from hdrag_site.errors import ApplicationError
+from core.errors import ApplicationError
 
 T = TypeVar("T")
 

@@ -15,7 +15,7 @@ Limits:
   API's tokens; named by setting, as Django names its session engine). An anonymous client cannot
   make the server store more than `REQUEST_MAX_BYTES`.
 
-A token checked here goes through the credential throttle (`hdrag_site.throttle`) like any other:
+A token checked here goes through the credential throttle (`accounts.throttle`) like any other:
 a wrong one is counted, and while the token or the client address is locked out the answer is 429.
 """
 
@@ -34,7 +34,7 @@ from django.http import HttpRequest
 from django.http.cookie import parse_cookie
 from django.utils.module_loading import import_string
 
-from hdrag_site.throttle import CredentialsLockedOut
+from accounts.throttle import CredentialsLockedOut
 
 logger = logging.getLogger(__name__)
 MULTIPART_ENVELOPE_BYTES = 1024 * 1024

@@ -1,0 +1,1 @@
+"""Accounts: users, groups, API tokens and the credential throttle."""
