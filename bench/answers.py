@@ -131,8 +131,8 @@ def write_config(config_file: Path, max_tokens: int, settings: list[str] = ()) -
 
 def use_settings(config_file: Path, max_tokens: int, settings: list[str]) -> None:
     """Switch the running portal to another arm's settings: rewrite its config file and drop the
-    cached engine config, which every turn reads afresh (`hdrag_site.runtime.engine_config`)."""
-    from hdrag_site import runtime
+    cached engine config, which every turn reads afresh (`core.runtime.engine_config`)."""
+    from core import runtime
 
     write_config(config_file, max_tokens, settings)
     runtime.engine_config.cache_clear()
@@ -367,12 +367,12 @@ def text_scorers() -> dict:
 
 def channel_scorers(corpus_id: int) -> dict:
     """Every channel: the text ones and the HDC ones, with the corpus's build."""
+    from corpus import serving
     from corpus.models import Corpus
     from engine.citations import HDCSupport, MeanSupport, WordSupport
-    from hdrag_site import runtime
 
     build = Corpus.objects.select_related("active_build").get(pk=corpus_id).active_build
-    hdc = HDCSupport(runtime.tokenizer_for(build.parameters["gguf_path"]), runtime.loaded_build(build.build_dir).encoder)
+    hdc = HDCSupport(serving.tokenizer_for(build.parameters["gguf_path"]), serving.loaded_build(build.build_dir).encoder)
     return {**text_scorers(), "hdc": hdc, "words+hdc": MeanSupport(WordSupport(), hdc)}
 
 

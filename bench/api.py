@@ -269,11 +269,12 @@ def main() -> int:
         from django.contrib.auth import get_user_model
 
         from api.services import api_token_create
+        from core.runtime import default_gguf, engine_config
         from corpus.memory_rows import BuildMemoryStore
         from corpus.models import Corpus
+        from corpus.serving import tokenizer_for
         from engine.loaded_build import load_corpus
         from engine.retrieval import Retriever, SearchTarget
-        from hdrag_site.runtime import default_gguf, engine_config, tokenizer_for
         from memory.services import memories_search
 
         user = get_user_model().objects.create_user("bench")

@@ -137,8 +137,8 @@ def store_figures(corpus, owner, build, scratch: Path) -> None:  # noqa: ANN001
     one of a web process whose disk holds nothing (it fetches the build from the store first)."""
     from django.conf import settings
 
+    from core import runtime
     from corpus.models import IndexBuild
-    from hdrag_site import runtime
     from memory.services import memories_search
 
     build = IndexBuild.objects.get(pk=build.pk)
@@ -169,7 +169,7 @@ def steady_search(owner, corpus, disks: dict[str, Path | str], *, rounds: int = 
     afresh and warmed by 3 searches before its block), p50 and p95 of each, and the ratio to the first."""
     from django.conf import settings
 
-    from hdrag_site import runtime
+    from core import runtime
     from memory.services import memories_search
 
     queries = [" ".join(d.split()[1:9]) for d in synthetic_docs(rounds * block, seed=7)]
@@ -243,8 +243,9 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
           f"(target {TARGET_ROWS_PER_SECOND:,}: {rate / TARGET_ROWS_PER_SECOND:.2f}x)")
 
     if not args.no_baseline:
+        from core.runtime import default_gguf, engine_config
+        from corpus.serving import tokenizer_for
         from engine.build import build_index
-        from hdrag_site.runtime import default_gguf, engine_config, tokenizer_for
 
         gguf = default_gguf()
         config = engine_config().replace(hdc_dimensions=args.dims)

@@ -218,10 +218,11 @@ def _median_ms(func, items) -> float:  # noqa: ANN001 - any callable of one item
 def retrieval_breakdown(args: argparse.Namespace, user, corpus_id: int) -> None:  # noqa: ANN001 - Django user
     """Where retrieval time goes: the index scan (pruned vs the exact full scan, the baseline),
     the engine's whole pipeline, and the portal's memory search (access control, SQL rows)."""
+    from core.runtime import default_gguf, engine_config
     from corpus.memory_rows import BuildMemoryStore
     from corpus.models import Corpus
+    from corpus.serving import loaded_build, tokenizer_for
     from engine.retrieval import Retriever, SearchTarget
-    from hdrag_site.runtime import default_gguf, engine_config, loaded_build, tokenizer_for
     from memory.services import memories_search
 
     corpus = Corpus.objects.select_related("active_build").get(pk=corpus_id)

@@ -7,7 +7,7 @@ own clients in this process (`engine.llm`). Two arms, asked alternately on one e
 
 * **per call** (the baseline, what the client did before): a new `LLMClient` for every request,
   so a new httpx client (a new SSL context with the CA bundle loaded) and a new connection;
-* **pooled**: one `LLMClient` kept, as `hdrag_site.runtime.llm_client` keeps it.
+* **pooled**: one `LLMClient` kept, as `chat.llm.clients.llm_client` keeps it.
 
 Each request is the same short chat turn answered with one token, so llama.cpp serves it from its
 prompt cache and what is left is the client's own setup plus one decode step. `--gap` seconds pass

@@ -260,12 +260,13 @@ def portal_prompts(accounts: list[dict], turns: list[Turn], mode: str) -> None:
     """Each turn's prompt as the portal sent it: ws, rebuilt from the stored history and memories;
     openai, prepared again by the endpoint's own `completion_prepare` on the same messages."""
     from chat.completions import completion_prepare
+    from chat.llm import clients
     from chat.models import Message
     from chat.selectors import conversation_history
+    from core import runtime
     from engine.llm import assemble_prompt
-    from hdrag_site import runtime
 
-    config, budget, counter = runtime.engine_config(), runtime.context_budget(), runtime.token_counter()
+    config, budget, counter = runtime.engine_config(), clients.context_budget(), clients.token_counter()
     for turn in turns:
         account = accounts[turn.user]
         if mode == "openai":
@@ -341,11 +342,11 @@ async def burst_together(client: LLMClient, sources: list[Turn], settings: Gener
 async def floor_phase(llm_url: str, portal: Phase, plans: list[list[tuple[str, float]]], together: bool) -> Phase:
     """The portal phase's prompts straight to llama.cpp: same users, order and think times; with
     `together`, the turns every user sends at the start (a burst) go as one request."""
+    from chat.llm import clients
     from engine.llm import LLMClient, LLMError
-    from hdrag_site import runtime
 
     client = LLMClient(llm_url, timeout=STUCK_SECONDS)
-    settings = runtime.generation_settings()
+    settings = clients.generation_settings()
     by_user: dict[int, list[Turn]] = {}
     for turn in sorted(portal.turns, key=lambda t: (t.user, t.number)):
         by_user.setdefault(turn.user, []).append(turn)

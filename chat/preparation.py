@@ -18,13 +18,14 @@ from dataclasses import dataclass, field, replace
 
 from django.contrib.auth.models import AbstractBaseUser
 
+from chat.llm import clients
 from chat.models import DEFAULT_TOKEN_BUDGET, Conversation
 from chat.selectors import conversation_history
+from core import runtime
 from core.errors import ApplicationError
 from engine.bits import compress_context
 from engine.llm import GenerationSettings, PromptPlan, Role, assemble_prompt
 from engine.retrieval import BlendState
-from hdrag_site import runtime
 from memory.services import MemoryResult, memories_search
 
 
@@ -82,21 +83,21 @@ def turn_prepare(*, user: AbstractBaseUser, state: ConversationState, question: 
     """Retrieve for `question` as `user` and assemble the prompt: the system prompt, the history
     that fits, and the new user turn carrying the memories that fit (each compressed with
     `compress_context`). A turn `waiting` for the LLM gets at most `LLM_BUSY_TOKEN_BUDGET` memory
-    tokens (when set, `runtime.memory_budget`): a shorter prompt is a shorter prefill for it and for
+    tokens (when set, `clients.memory_budget`): a shorter prompt is a shorter prefill for it and for
     every turn behind it.
 
     Raises ApplicationError for sampling values out of range, PromptTooLongError.
     """
     config = runtime.engine_config()
     generation = _generation(state)
-    budget = runtime.context_budget()
-    tokenizer = runtime.token_counter()
+    budget = clients.context_budget()
+    tokenizer = clients.token_counter()
     system_prompt = state.system_prompt or config.system_prompt
     started = time.perf_counter()
     results: list[MemoryResult] = []
     if state.corpus_ids:
         search_budget = budget.search_budget(system_prompt=system_prompt, user_message=question, tokenizer=tokenizer,
-                                             requested=runtime.memory_budget(state.token_budget, waiting=waiting))
+                                             requested=clients.memory_budget(state.token_budget, waiting=waiting))
         if search_budget > 0:
             results = turn_memories(user=user, state=state, question=question, token_budget=search_budget)
     retrieval = time.perf_counter() - started
@@ -111,7 +112,7 @@ def turn_prepare(*, user: AbstractBaseUser, state: ConversationState, question: 
 
 def _generation(state: ConversationState) -> GenerationSettings:
     try:
-        defaults = runtime.generation_settings(temperature=state.temperature)
+        defaults = clients.generation_settings(temperature=state.temperature)
         return replace(defaults, top_p=defaults.top_p if state.top_p is None else float(state.top_p),
                        # The context budget reserves the configured answer length; a longer one would not fit.
                        max_tokens=min(int(state.max_tokens), defaults.max_tokens) if state.max_tokens

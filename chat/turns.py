@@ -39,6 +39,7 @@ from channels.db import database_sync_to_async
 from django.db import connection
 
 from chat.citations import answer_citations
+from chat.llm import clients
 from chat.llm.queue import Ticket
 from chat.llm.queue_redis import QueueUnavailable
 from chat.models import Message
@@ -67,7 +68,6 @@ from engine.llm import (
     stream_answer,
 )
 from engine.repetition import restates_question
-from hdrag_site import runtime
 from memory.services import MemoryResult
 
 logger = logging.getLogger(__name__)
@@ -134,7 +134,7 @@ def _in_worker(func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
 
     async def call(*args: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(runtime.retrieval_executor(),
+        return await loop.run_in_executor(clients.retrieval_executor(),
                                           functools.partial(run_and_close, *args, **kwargs))
 
     return call
@@ -158,7 +158,7 @@ async def run_turn(*, conversation_id: int, user_id: int, content: str = "", emi
     empty or oversized message, a regeneration with no user turn, or a full queue (`QueueFull`).
     """
     started = time.perf_counter()
-    ticket = ticket or runtime.llm_queue().enter(user_id)
+    ticket = ticket or clients.llm_queue().enter(user_id)
     async with ticket:
         return await _run_turn(conversation_id=conversation_id, content=content, emit=emit, regenerate=regenerate,
                                ticket=ticket, started=started)
@@ -196,7 +196,7 @@ async def _run_turn(*, conversation_id: int, content: str, emit: Emit, regenerat
         await ticket.wait(lambda ahead: emit({"type": "chat.queued", "ahead": ahead}))
         admitted = time.perf_counter()
         timings.queue = admitted - queued
-        answer = stream_answer(runtime.llm_client(), plan.messages, prepared.generation,
+        answer = stream_answer(clients.llm_client(), plan.messages, prepared.generation,
                                loop_retries=prepared.loop_retries)
         # aclosing: leaving early (the turn cancelled) closes the HTTP stream, and llama.cpp stops.
         async with contextlib.aclosing(answer):

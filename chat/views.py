@@ -18,9 +18,9 @@ from chat.services import (
     conversation_delete,
     conversation_update,
 )
+from core import runtime
 from core.errors import ApplicationError
 from corpus.selectors import corpora_visible_to
-from hdrag_site import runtime
 
 
 def _page(request: HttpRequest, conversation=None) -> HttpResponse:  # noqa: ANN001 - Conversation | None

@@ -9,7 +9,7 @@ from django.core.exceptions import ImproperlyConfigured
 
 def _engine_settings_check(app_configs: object = None, **kwargs: object) -> list[checks.CheckMessage]:
     """`manage.py check` (and migrate, which `./portal run` starts with) refuses bad engine settings."""
-    from hdrag_site import runtime
+    from core import runtime
 
     try:
         runtime.check_engine_settings()

@@ -11,9 +11,9 @@ import re
 
 from django.conf import settings
 
+from corpus import serving
 from engine.multivector import ChromaClient, ChromaDBError
 from engine.multivector.errors import ChromaDBConnectionError
-from hdrag_site import runtime
 
 _COLLECTION = re.compile(r"^hdrag_corpus(\d+)_(visual|text)$")
 
@@ -25,19 +25,19 @@ def collection_names(corpus_id: int) -> tuple[str, str]:
 
 def store_for(corpus_id: int) -> ChromaClient:
     """The corpus's store, for a write or a search (collections created on first use); on the
-    process's one Chroma connection (`hdrag_site.runtime.chroma_client`). Callers check access first.
+    process's one Chroma connection (`corpus.serving.chroma_client`). Callers check access first.
 
     Raises ChromaDBConnectionError naming the URL or path when Chroma cannot be reached.
     """
     visual, text = collection_names(corpus_id)
     return ChromaClient(visual_collection=visual, text_collection=text, dim=settings.MULTIVECTOR_DIM,
-                        storage_version=settings.MULTIVECTOR_STORAGE_VERSION, client=runtime.chroma_client())
+                        storage_version=settings.MULTIVECTOR_STORAGE_VERSION, client=serving.chroma_client())
 
 
 def store_exists(corpus_id: int) -> bool:
     """Whether the corpus has a store yet, asked without creating one (pages only read)."""
     names = set(collection_names(corpus_id))
-    return any(_name(c) in names for c in runtime.chroma_client().list_collections())
+    return any(_name(c) in names for c in serving.chroma_client().list_collections())
 
 
 def drop_store(corpus_id: int) -> None:
@@ -49,7 +49,7 @@ def drop_store(corpus_id: int) -> None:
 def stored_corpus_ids() -> dict[int, list[str]]:
     """{corpus id: its collection names} for every portal collection on the Chroma server or store."""
     found: dict[int, list[str]] = {}
-    for collection in runtime.chroma_client().list_collections():
+    for collection in serving.chroma_client().list_collections():
         match = _COLLECTION.match(_name(collection))
         if match:
             found.setdefault(int(match.group(1)), []).append(match.group(0))

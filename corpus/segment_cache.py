@@ -25,7 +25,7 @@ from django.conf import settings
 from corpus.files import build_dir
 from corpus.models import Corpus, IndexBuild
 from corpus.object_store import MANIFEST, fetch_build, object_store, verify_local
-from hdrag_site.runtime import forget_build
+from corpus.serving import forget_build
 
 logger = logging.getLogger(__name__)
 _USED = ".used"  # touched on every use: the cache's recency

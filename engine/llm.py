@@ -369,7 +369,7 @@ class LLMClient:
     async def continues_prefill(self) -> bool:
         """Whether the server continues a trailing assistant message rather than closing that turn
         and answering anew: the prompt llama.cpp's `/apply-template` renders for one must end with
-        it. Asked once per client (the portal keeps one per server: `hdrag_site.runtime.llm_client`).
+        it. Asked once per client (the portal keeps one per server: `chat.llm.clients.llm_client`).
         False where it does not (this llama.cpp closes the turn under the built-in Gemma template,
         and continues under a model's own Jinja template such as Qwen's), and for a server without
         the endpoint; an unreachable server is asked again next time."""

@@ -9,7 +9,7 @@ Build directory layout (written by `engine.build.build_index`):
     memories.sqlite        memory text (only when the build ran without a caller's sink)
 
 Loading memory-maps the two index files; nothing is read into RAM up front, so a process can
-hold many corpora (the portal keeps them in `hdrag_site.runtime`).
+hold many corpora (the portal keeps them in `corpus.serving`).
 """
 
 from __future__ import annotations

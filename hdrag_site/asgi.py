@@ -11,7 +11,7 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "hdrag_site.settings")
 # Django must be set up before the routing modules import models (what get_asgi_application does).
 django.setup(set_prefix=False)
 
-from hdrag_site import runtime  # noqa: E402
+from core import runtime  # noqa: E402
 
 runtime.check_engine_settings()  # a bad setting stops the web process now, not at the first turn
 

@@ -19,7 +19,7 @@ def _check_settings(**_: object) -> None:
     """A bad engine setting stops the worker when it starts, not at its first build."""
     from django.core.exceptions import ImproperlyConfigured
 
-    from hdrag_site import runtime
+    from core import runtime
 
     try:
         runtime.check_engine_settings()

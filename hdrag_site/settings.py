@@ -172,7 +172,7 @@ CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # Engine and services
 GGUF_PATH = envstr("GGUF_PATH", "")  # blank: the packaged Gemma 3 270M (engine.model_files.default_gguf_path)
 HDRAG_CONFIG_FILE = envstr("HDRAG_CONFIG_FILE", "")  # optional YAML of engine.config.Config values
-# Engine searches a process runs at once; more wait for a slot (hdrag_site.runtime.search_slot).
+# Engine searches a process runs at once; more wait for a slot (corpus.serving.search_slot).
 SEARCH_CONCURRENCY = envint("SEARCH_CONCURRENCY", 2, minimum=1)
 EMBEDDING_CACHE_DIR = Path(envstr("EMBEDDING_CACHE_DIR", str(BASE_DIR / ".cache" / "embeddings")))
 LLAMA_PORT = envint("LLAMA_PORT", 8081, minimum=1)
@@ -229,7 +229,7 @@ SEGMENT_MERGE_PERCENT = envint("SEGMENT_MERGE_PERCENT", 25, minimum=1)
 # at most SEGMENT_CACHE_BYTES of segments that no corpus serves (corpus.segment_cache).
 BUILD_STORAGE_URL = envstr("BUILD_STORAGE_URL", "")
 # Exact-word indexes and late-interaction scorers are read into RAM (index files are mapped): each
-# process keeps at most this many bytes of them (hdrag_site.runtime).
+# process keeps at most this many bytes of them (corpus.serving).
 INDEX_MEMORY_CACHE_BYTES = envint("INDEX_MEMORY_CACHE_BYTES", 2 * 1024**3, minimum=0)
 SEGMENT_CACHE_BYTES = envint("SEGMENT_CACHE_BYTES", 20 * 1024**3, minimum=0)
 BUILD_PROGRESS_INTERVAL = 0.5  # seconds between progress writes/events while a build runs

@@ -2,7 +2,7 @@
 
 Search applies access control before retrieval: only corpora the user may read, with an active
 build, are loaded and searched, and only their enabled datasets pass the index's source filter.
-Loaded builds, retrievers and late-interaction encoders and scorers are the process's, in `hdrag_site.runtime`.
+Loaded builds, retrievers and late-interaction encoders and scorers are the process's, in `corpus.serving`.
 A result is a `MemoryResult`: the engine's `SearchResult` and where the memory lives in the portal.
 """
 
@@ -16,6 +16,7 @@ from pathlib import Path
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from core.errors import ApplicationError
+from corpus import serving
 from corpus.memory_rows import StateMemoryStore
 from corpus.models import Corpus, Dataset, IndexBuild
 from corpus.segment_cache import segment_path
@@ -25,7 +26,6 @@ from engine.lexical import WordIndex, WordIndexError
 from engine.loaded_build import LoadedIndex
 from engine.retrieval import BlendState, SearchResult, SearchTarget
 from engine.text_store import LateScorer, TextStoreError
-from hdrag_site import runtime
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ def _late_scorer(*, corpus_id: int, corpus: LoadedIndex, gguf_path: str) -> Late
     vectors its fill kept (`engine.text_store.LateScorer`); None for a build filled before they
     were kept, or when they cannot be read (the search then runs on HDC alone)."""
     try:
-        return runtime.late_scorer_for(corpus, gguf_path)
+        return serving.late_scorer_for(corpus, gguf_path)
     except (OSError, ValueError, TextStoreError) as error:
         logger.warning("corpus %s: late-interaction scores unavailable, HDC alone: %s", corpus_id, error)
         return None
@@ -77,7 +77,7 @@ def _word_index(*, corpus_id: int, corpus: LoadedIndex) -> WordIndex | None:
     scored together over segments); None when one cannot be read (the search then runs on HDC
     alone)."""
     try:
-        return runtime.state_word_index(corpus)
+        return serving.state_word_index(corpus)
     except (OSError, WordIndexError) as error:
         logger.warning("corpus %s: exact-word scores unavailable, HDC alone: %s", corpus_id, error)
         return None
@@ -125,7 +125,7 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
                           f"{Path(c.active_build.parameters.get('gguf_path', '')).name})" for c in corpora)
         raise ApplicationError(f"These corpora use different models or HDC dimensions and cannot be searched "
                                f"together: {names}.", {"corpus_ids": sorted(c.pk for c in corpora)})
-    gguf_path = str(runtime.model_for(corpora[0].active_build.parameters))
+    gguf_path = str(serving.model_for(corpora[0].active_build.parameters))
     appended = [int(i) for c in corpora for i in c.active_appends or []]
     appends = IndexBuild.objects.in_bulk(appended) if appended else {}
     chosen = None if dataset_ids is None else {int(i) for i in dataset_ids}
@@ -139,7 +139,7 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
                             if owner == corpus.pk and on and (chosen is None or pk in chosen))
         segments = corpus.serving_build_ids
         # This machine's copies, fetched from the object store when it lacks them (corpus.segment_cache).
-        loaded = runtime.loaded_state([segment_path(corpus.active_build),
+        loaded = serving.loaded_state([segment_path(corpus.active_build),
                                        *[segment_path(appends[i]) for i in segments[1:]]])
         late = fusion = None
         parameters = corpus.active_build.parameters
@@ -156,11 +156,11 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
             late_kinds[corpus.pk] = "bm25"
         targets.append(SearchTarget(corpus=loaded, store=StateMemoryStore(tuple(segments)),
                                     name=str(corpus.pk), enabled_sources=enabled, late=late, fusion=fusion))
-    with runtime.search_slot():
+    with serving.search_slot():
         if raw_limit is not None:
-            results = runtime.retriever_for(gguf_path).search_raw(query, targets, blend=blend, limit=raw_limit)
+            results = serving.retriever_for(gguf_path).search_raw(query, targets, blend=blend, limit=raw_limit)
         else:
-            results = runtime.retriever_for(gguf_path).search(query, targets, blend=blend, token_budget=token_budget,
+            results = serving.retriever_for(gguf_path).search(query, targets, blend=blend, token_budget=token_budget,
                                                               top_document=top_document, trace=trace)
     by_id: dict[int, Corpus] = {c.pk: c for c in corpora}
     dataset_names = {pk: name for _, pk, name, _ in datasets}

@@ -13,11 +13,11 @@ from typing import Any
 
 import numpy as np
 
+from corpus import serving
 from corpus.memory_rows import memory_counts_by_dataset
 from corpus.models import Corpus
 from corpus.segment_cache import segment_path
 from engine import bits
-from hdrag_site import runtime
 from memory.svg import bar_chart, hbar_chart
 
 SAMPLE_ROWS = 400
@@ -60,7 +60,7 @@ def corpus_stats(*, corpus: Corpus, sample_rows: int = SAMPLE_ROWS, seed: int = 
     if build is None:
         return {"empty": True}
     directory = segment_path(build)
-    loaded = runtime.loaded_build(directory)
+    loaded = serving.loaded_build(directory)
     count, dims = loaded.count, loaded.dims
     rng = np.random.default_rng(seed)
     rows = np.sort(rng.choice(count, size=min(sample_rows, count), replace=False))

@@ -20,12 +20,12 @@ from api.serializers import (
 from api.views.base import PAGE_PARAMETERS, ApiView, errors, id_path, page_of
 from api.views.sse import sse_frame, sse_response
 from chat.exports import conversation_export_jsonl, conversation_export_markdown
+from chat.llm import clients
 from chat.selectors import conversation_get_for_user, conversation_messages, conversations_for_user
 from chat.serializers import conversation_json, message_json
 from chat.services import conversation_create, conversation_delete, conversation_update
 from chat.turns import run_turn
 from core.errors import ApplicationError
-from hdrag_site import runtime
 
 CONVERSATION = id_path("conversation_id", "conversation")
 # A failed answer (the user's turn is kept): the LLM was unreachable or timed out (503) or the
@@ -116,7 +116,7 @@ class MessageList(ApiView):
         if not content.strip():
             raise ApplicationError("The message must not be empty.", {"content": content})
         # A place in the LLM queue before anything is stored: a full queue is a 429 with Retry-After.
-        ticket = runtime.llm_queue().enter(request.user.pk)
+        ticket = clients.llm_queue().enter(request.user.pk)
         turn = {"conversation_id": conversation.pk, "user_id": request.user.pk, "content": content, "ticket": ticket}
         if serializer.validated_data["stream"]:
             async def produce(emit) -> None:  # noqa: ANN001

@@ -28,11 +28,11 @@ from chat.completions import (
     completion_models,
     completion_prepare,
 )
+from chat.llm import clients
 from chat.llm.queue import Ticket
 from chat.preparation import PreparedTurn
 from core.errors import ApplicationError
 from engine.llm import AnswerEnd, AnswerTokens, LLMError, PromptTooLongError, TokenSpan, Usage, stream_answer
-from hdrag_site import runtime
 
 TAGS = ["openai"]
 # The request's extra fields that are a conversation's settings (`completion_prepare`).
@@ -135,7 +135,7 @@ class ChatCompletions(ApiView):
         data = serializer.validated_data
         max_tokens = data.get("max_completion_tokens") or data.get("max_tokens")
         # A place in the LLM queue first (a full queue: 429 with Retry-After); retrieval runs meanwhile.
-        ticket = runtime.llm_queue().enter(request.user.pk)
+        ticket = clients.llm_queue().enter(request.user.pk)
         try:
             prepared = completion_prepare(user=request.user, model=data["model"], messages=data["messages"],
                                           temperature=data.get("temperature"), top_p=data.get("top_p"),
@@ -182,7 +182,7 @@ async def _complete(prepared: PreparedTurn, ticket: Ticket) -> tuple[str, str, U
     ends at the cut with LOOP_FINISH_REASON."""
     async with ticket:
         await ticket.wait()
-        answer = stream_answer(runtime.llm_client(), prepared.plan.messages, prepared.generation,
+        answer = stream_answer(clients.llm_client(), prepared.plan.messages, prepared.generation,
                                loop_retries=prepared.loop_retries)
         end = None
         tokens = AnswerTokens()
@@ -202,7 +202,7 @@ async def _stream(emit, prepared: PreparedTurn, ticket: Ticket, completion_id: s
         async with ticket:
             await ticket.wait()
             # No continuation (loop_retries 0): what a stream sent cannot be taken back.
-            answer = stream_answer(runtime.llm_client(), prepared.plan.messages, prepared.generation, loop_retries=0)
+            answer = stream_answer(clients.llm_client(), prepared.plan.messages, prepared.generation, loop_retries=0)
             tokens = AnswerTokens()
             async with contextlib.aclosing(answer):
                 async for event in answer:

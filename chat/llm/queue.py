@@ -16,7 +16,7 @@ Fairness: the order is arrival order, and one user may have at most `per_user` t
 so one user's burst cannot starve the others. A waiting turn learns how many answers will start
 before it (`on_wait(ahead)`); leaving (a stop, a closed socket, a client gone) frees its place.
 
-One queue per LLM server and web process (`hdrag_site.runtime.llm_queue`). State is guarded by
+One queue per LLM server and web process (`chat.llm.clients.llm_queue`). State is guarded by
 a thread lock and waiters are woken on their own event loop, so a turn may wait from the chat's
 event loop or from a view's `async_to_sync`. Several web processes in front of one LLM server
 share one queue in Redis instead (`LLM_QUEUE_REDIS_URL`: `chat.llm.queue_redis`, the same

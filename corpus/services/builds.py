@@ -36,6 +36,7 @@ from django.db.models import Q, QuerySet
 from django.utils import timezone
 
 from core.errors import ApplicationError, ConflictError
+from core.runtime import default_gguf, engine_config
 from corpus.chroma import store_for
 from corpus.events import send_build_event, send_event
 from corpus.files import build_dir
@@ -57,6 +58,7 @@ from corpus.services.appends import (
     appends_allowed,
     merge_due,
 )
+from corpus.serving import forget_build, model_for, model_identity, tokenizer_for
 from engine.build import BuildCancelled, BuildResult, build_index, verify_build
 from engine.config import Config
 from engine.fusion import FusionChoice
@@ -75,14 +77,6 @@ from engine.text_store import (
 )
 from engine.tokenizer import Tokenizer
 from hdrag_site.celery import app as celery_app
-from hdrag_site.runtime import (
-    default_gguf,
-    engine_config,
-    forget_build,
-    model_for,
-    model_identity,
-    tokenizer_for,
-)
 
 logger = logging.getLogger(__name__)
 Kind, Status = IndexBuild.Kind, IndexBuild.Status

@@ -19,15 +19,16 @@ from django.core.files.uploadedfile import UploadedFile
 from django.db import IntegrityError, transaction
 
 from core.errors import ApplicationError, ConflictError
+from core.runtime import default_gguf
 from corpus.chroma import store_for
 from corpus.files import corpus_dir, staging_dir
 from corpus.models import Corpus, Dataset
 from corpus.object_store import delete_corpus_objects, delete_dataset, put_dataset
 from corpus.quotas import storage_usage
+from corpus.serving import forget_build, tokenizer_for
 from corpus.uploads import upload_limit_message
 from engine.datasets import DatasetError, validate_dataset
 from engine.text_store import text_store_delete_source
-from hdrag_site.runtime import default_gguf, forget_build, tokenizer_for
 
 CORPUS_SETTINGS = ("description", "visibility", "hdc_dimensions", "hdc_seed", "hdc_ngram", "chunk_size", "gguf_path",
                    "late_interaction", "append_on_upload")

@@ -12,9 +12,10 @@ import pytest
 from channels.db import database_sync_to_async
 
 from api.services import api_token_create
+from chat.llm import clients
 from chat.models import Message
+from core import runtime
 from engine.config import Config
-from hdrag_site import runtime
 from tests.api.conftest import error_of, make_corpus, token_client
 from tests.chat.test_answers import COMPLETION_TOKENS, CONTINUATION, KEPT, PROMPT_TOKENS, _looping_llm
 
@@ -204,7 +205,7 @@ def test_a_full_llm_queue_is_429_with_retry_after_and_nothing_is_stored(chat_set
     429 with Retry-After (the official client raises RateLimitError), nothing stored; once a place
     is free the same request is answered."""
     chat_settings.LLM_STREAMS, chat_settings.LLM_QUEUE_LIMIT = 1, 1
-    queue = runtime.llm_queue()
+    queue = clients.llm_queue()
     running, waiting = queue.enter("someone"), queue.enter("someone else")  # real places, held by this test
     client = openai.OpenAI(base_url=f"{live_api.url}/api/v1", api_key=secret, max_retries=0, timeout=120)
     with pytest.raises(openai.RateLimitError) as refused:

@@ -19,7 +19,7 @@ import pytest
 from api.services import api_token_create
 from chat.citations import cited_markdown
 from chat.models import Message
-from hdrag_site import runtime
+from core import runtime
 from tests.api.conftest import make_corpus
 
 QUESTION = "How does a generator function pause at yield and resume where it left off?"

@@ -56,7 +56,7 @@ def pydoc_build(tmp_path_factory, gemma_gguf) -> PydocBuild:
 @pytest.fixture
 def chat_settings(settings, llama_server, tmp_path) -> Iterator:
     """Point the portal at the session's llama.cpp server with a small, greedy generation config."""
-    from hdrag_site import runtime
+    from core import runtime
 
     config_file = tmp_path / "engine.yaml"
     config_file.write_text(yaml.safe_dump({"max_new_tokens": MAX_NEW_TOKENS, "llama_context_size": CONTEXT_SIZE,
@@ -73,7 +73,7 @@ def chat_settings(settings, llama_server, tmp_path) -> Iterator:
 
 def set_engine_config(settings, tmp_path: Path, **values) -> None:
     """Replace the engine config file's values (generation length, context size) mid-test."""
-    from hdrag_site import runtime
+    from core import runtime
 
     config_file = tmp_path / "engine-override.yaml"
     base = {"max_new_tokens": MAX_NEW_TOKENS, "llama_context_size": CONTEXT_SIZE, "temperature": 0.0, "top_p": 1.0}

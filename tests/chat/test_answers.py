@@ -12,8 +12,8 @@ from django.db import connections
 
 from chat.models import Conversation, Message
 from chat.services import conversation_create
+from core import runtime
 from engine.config import Config
-from hdrag_site import runtime
 from tests.chat.conftest import TOKEN_BUDGET, events_until, make_corpus, open_socket
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -459,16 +459,16 @@ async def test_a_waiting_turn_shows_its_place_then_streams(chat_settings, users,
 
 
 async def test_stopping_a_waiting_turn_frees_its_place(chat_settings, users, tmp_path):
-    from hdrag_site import runtime
+    from chat.llm import clients
 
     conversations, sockets = await _one_streaming_one_waiting(chat_settings, users, tmp_path)
     first, waiting, later = sockets
-    assert runtime.llm_queue().snapshot()["waiting"] == 1
+    assert clients.llm_queue().snapshot()["waiting"] == 1
     await waiting.send_json_to({"type": "chat.stop"})
     stopped = await events_until(waiting, "chat.done", "chat.error")
     assert stopped[-1]["type"] == "chat.done" and stopped[-1]["status"] == "stopped"
     assert not _deltas(stopped)
-    assert runtime.llm_queue().snapshot()["waiting"] == 0
+    assert clients.llm_queue().snapshot()["waiting"] == 0
     # The user's turn is kept, with an empty stopped answer; the next turn is next in line.
     user_turn, answer = await db(_messages)(conversations[1].pk)
     assert user_turn.content == "Tell me about rivers." and answer.status == "stopped" and answer.content == ""

@@ -1,6 +1,6 @@
 """The bounded LRU caches are cachetools' LRUCache (issue 30.11), and each keeps what was used last.
 
-Four caches: the runtime's made-once map (hdrag_site.runtime.BoundedCache, behind every loaded
+Four caches: the runtime's made-once map (core.cache.BoundedCache, behind every loaded
 build, tokenizer and client), the retriever's query encodings, a vocabulary's derived rows and the
 served model's token counts. Each is asked for a, b, a, c, a, b with room for two: an LRU cache
 makes a, b, c and then b again (c pushed b out, a was used since); a first-in-first-out one would
@@ -17,12 +17,12 @@ import numpy as np
 import pytest
 from cachetools import LRUCache
 
+from core.cache import BoundedCache
 from engine import vocab as vocab_module
 from engine.config import Config
 from engine.llm import ServerTokenCounter
 from engine.retrieval import Retriever
 from engine.vocab import VocabIndex, write_vocab_index
-from hdrag_site.runtime import BoundedCache
 
 ASKED = ["a", "b", "a", "c", "a", "b"]
 MADE = ["a", "b", "c", "b"]

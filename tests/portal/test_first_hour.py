@@ -5,9 +5,9 @@ from __future__ import annotations
 from django.urls import reverse
 
 from chat.services import conversation_create, message_create_user
+from core import runtime
 from corpus.models import Corpus
 from corpus.services.corpora import corpus_create
-from hdrag_site import runtime
 from tests.portal.conftest import SMALL_HDC, login
 
 

@@ -11,6 +11,7 @@ import pytest
 from django.test import Client
 from django.urls import reverse
 
+from core import runtime
 from corpus.chroma import store_for
 from corpus.models import Corpus, IndexBuild, Memory
 from corpus.services import builds as build_services
@@ -18,7 +19,6 @@ from corpus.services.builds import build_cancel
 from corpus.services.corpora import dataset_delete
 from engine.fusion import CHOSEN_RULES
 from engine.text_store import LATE_FILE
-from hdrag_site import runtime
 from memory.services import memories_search
 from tests.engine.multivector.conftest import free_port
 from tests.portal.conftest import TEXTS, build_now, upload

@@ -24,9 +24,9 @@ import redis
 from rest_framework.test import APIClient
 
 from api.services import api_token_create
+from chat.llm import clients
 from chat.llm.queue import LLMQueue, QueueFull
 from chat.llm.queue_redis import QueueUnavailable, RedisLLMQueue, namespace
-from hdrag_site import runtime
 
 pytestmark = pytest.mark.service
 
@@ -339,10 +339,10 @@ def test_a_loopback_server_is_each_machines_own(monkeypatch, url, shared):
 def test_the_setting_picks_the_shared_queue_and_a_bad_one_stops_the_start(settings, redis_url, tmp_path):
     settings.LLM_QUEUE_REDIS_URL = redis_url
     settings.LLM_BASE_URL = f"http://llm-{uuid.uuid4().hex[:8]}.test:8081"
-    queue = runtime.llm_queue()
-    assert isinstance(queue, RedisLLMQueue) and runtime.llm_queue() is queue
+    queue = clients.llm_queue()
+    assert isinstance(queue, RedisLLMQueue) and clients.llm_queue() is queue
     settings.LLM_QUEUE_REDIS_URL = ""
-    assert isinstance(runtime.llm_queue(), LLMQueue)
+    assert isinstance(clients.llm_queue(), LLMQueue)
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "hdrag_site.settings", "DATA_DIR": str(tmp_path),
            "LLM_QUEUE_REDIS_URL": "http://portal:s3cret@redis.example:6379"}
     started = subprocess.run([sys.executable, "-c", "import django; django.setup()"], cwd=ROOT, env=env,
@@ -396,7 +396,7 @@ async def test_a_chat_turn_waiting_when_the_queue_is_lost_ends_with_the_queue_er
     url, server = own_redis
     settings.LLM_QUEUE_REDIS_URL = url
     settings.LLM_BASE_URL = f"http://llm-{uuid.uuid4().hex[:8]}.test:8081"  # never reached: the turn waits
-    holder = runtime.llm_queue().enter("another user")  # in prefill: the turn below waits behind it
+    holder = clients.llm_queue().enter("another user")  # in prefill: the turn below waits behind it
     conversation = await database_sync_to_async(conversation_create)(user=owner, use_memory=False)
     socket, connected, _ = await open_socket(owner, conversation.pk)
     assert connected and (await socket.receive_json_from())["type"] == "chat.ready"

@@ -11,13 +11,12 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
-from corpus import segment_cache
+from corpus import segment_cache, serving
 from corpus.files import build_dir
 from corpus.models import IndexBuild
 from corpus.object_store import ObjectStoreUnavailable, file_digest
 from corpus.services.builds import index_after_upload
 from corpus.services.corpora import dataset_upload
-from hdrag_site import runtime
 from memory.services import memories_search
 from tests.portal.conftest import TEXTS, build_now, jsonl_bytes, login, upload
 
@@ -89,7 +88,7 @@ def test_an_empty_cache_a_corrupted_file_and_a_store_that_is_down(
     index_file = build_dir(corpus.pk, build.pk) / "corpus.idx"
     data = bytearray(index_file.read_bytes())
     data[-100:] = bytes(100)
-    runtime.forget_build(index_file.parent)
+    serving.forget_build(index_file.parent)
     index_file.write_bytes(bytes(data))
     segment_cache._checked.clear()  # what a new process starts with
     assert top_text(owner, corpus, TEXTS[3]) == TEXTS[3]
@@ -125,15 +124,15 @@ def test_a_build_records_its_model_by_identity_and_refuses_another(
     upload(corpus, owner)
     build = build_now(corpus, owner, django_capture_on_commit_callbacks)
     parameters = build.parameters
-    assert runtime.model_for(parameters) == Path(parameters["gguf_path"])
+    assert serving.model_for(parameters) == Path(parameters["gguf_path"])
     # Another machine keeps its models elsewhere: the name finds it in this machine's model cache.
     moved = {**parameters, "gguf_path": str(tmp_path / "elsewhere" / parameters["model_name"])}
-    assert runtime.model_for(moved).name == parameters["model_name"]
+    assert serving.model_for(moved).name == parameters["model_name"]
     # A file of that name with other content is refused, naming the model.
     impostor = tmp_path / "models" / parameters["model_name"]
     impostor.parent.mkdir()
     impostor.write_bytes(b"GGUF" + bytes(1000))
     settings.GGUF_PATH = str(impostor)
     with pytest.raises(Exception, match=parameters["model_name"]):
-        runtime.model_for({**parameters, "gguf_path": str(impostor), "model_sha256": "0" * 64})
+        serving.model_for({**parameters, "gguf_path": str(impostor), "model_sha256": "0" * 64})
     assert json.dumps(parameters)  # the row stays plain JSON

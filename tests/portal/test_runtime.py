@@ -13,12 +13,15 @@ import pytest
 from django.core.management import call_command
 from django.urls import reverse
 
+from chat.llm import clients
+from core import runtime
+from core.cache import BoundedCache, array_bytes
+from corpus import serving
 from corpus.chroma import collection_names, store_for, stored_corpus_ids
 from corpus.models import Corpus
 from corpus.services.corpora import corpus_create
 from engine.multivector.client import connect_chroma
 from engine.multivector.errors import ChromaDBConnectionError
-from hdrag_site import runtime
 from memory.services import memories_search
 from tests.portal.conftest import SMALL_HDC, build_now, login, upload
 
@@ -49,7 +52,7 @@ def test_a_build_deleted_by_another_process_is_unmapped_and_its_disk_space_freed
     # The next search, of any corpus, lets go of it.
     memories_search(user=owner, corpus_ids=[other.pk], query="binary search interval")
     assert _mapped(old.build_dir) == []
-    assert str(Path(old.build_dir).resolve()) not in runtime.loaded_build_dirs()
+    assert str(Path(old.build_dir).resolve()) not in serving.loaded_build_dirs()
 
 
 def test_a_search_waits_while_every_search_slot_is_taken(
@@ -59,7 +62,7 @@ def test_a_search_waits_while_every_search_slot_is_taken(
     taken, released = threading.Event(), []
 
     def hold_the_slot() -> None:
-        with runtime.search_slot():
+        with serving.search_slot():
             taken.set()
             time.sleep(0.5)
             released.append(time.monotonic())
@@ -75,7 +78,7 @@ def test_a_search_waits_while_every_search_slot_is_taken(
 
 
 def test_loaded_builds_are_bounded(corpus, owner, dataset, django_capture_on_commit_callbacks, monkeypatch):
-    monkeypatch.setattr(runtime._builds, "size", 1)
+    monkeypatch.setattr(serving._builds, "size", 1)
     build_now(corpus, owner, django_capture_on_commit_callbacks)
     other = corpus_create(owner=owner, name="Other", **SMALL_HDC)
     upload(other, owner)
@@ -83,13 +86,13 @@ def test_loaded_builds_are_bounded(corpus, owner, dataset, django_capture_on_com
     for corpus_id in (corpus.pk, other.pk):
         memories_search(user=owner, corpus_ids=[corpus_id], query="binary search interval")
     other.refresh_from_db()
-    assert runtime.loaded_build_dirs() == [str(Path(other.active_build.build_dir).resolve())]
+    assert serving.loaded_build_dirs() == [str(Path(other.active_build.build_dir).resolve())]
 
 
 def test_every_store_shares_one_chroma_connection(corpus, owner):
     other = corpus_create(owner=owner, name="Other")
     first, second = store_for(corpus.pk), store_for(other.pk)
-    assert first._client is second._client is runtime.chroma_client()
+    assert first._client is second._client is serving.chroma_client()
 
 
 def test_a_page_view_creates_no_collections(corpus, owner):
@@ -151,22 +154,22 @@ def test_a_chroma_host_that_never_answers_fails_within_the_timeout():
 def test_one_llm_client_is_kept_per_server_and_forgotten_on_reset(settings):
     # The client remembers whether its server continues an answer: one per server, so it asks once.
     settings.LLM_BASE_URL = "http://127.0.0.1:9"
-    client = runtime.llm_client()
-    assert runtime.llm_client() is client and client.base_url == "http://127.0.0.1:9"
+    client = clients.llm_client()
+    assert clients.llm_client() is client and client.base_url == "http://127.0.0.1:9"
     settings.LLM_BASE_URL = "http://127.0.0.1:10"
-    assert runtime.llm_client() is not client and runtime.llm_client().base_url == "http://127.0.0.1:10"
+    assert clients.llm_client() is not client and clients.llm_client().base_url == "http://127.0.0.1:10"
     settings.LLM_BASE_URL = "http://127.0.0.1:9"
-    assert runtime.llm_client() is client
+    assert clients.llm_client() is client
     runtime.reset()
-    assert runtime.llm_client() is not client
+    assert clients.llm_client() is not client
 
 
 def test_a_slow_load_keeps_no_other_key_waiting_and_makes_its_own_value_once():
-    """runtime.BoundedCache (issue 30.4): a value is made outside the map's lock, once per key."""
+    """cache.BoundedCache (issue 30.4): a value is made outside the map's lock, once per key."""
     import threading
     import time
 
-    from hdrag_site.runtime import BoundedCache
+    from core.cache import BoundedCache
 
     cache: BoundedCache[str, object] = BoundedCache(4)
     cache.get("ready", lambda: "value")
@@ -195,7 +198,7 @@ def test_a_slow_load_keeps_no_other_key_waiting_and_makes_its_own_value_once():
 
 
 def test_a_failed_load_is_tried_again_by_the_next_request():
-    from hdrag_site.runtime import BoundedCache
+    from core.cache import BoundedCache
 
     cache: BoundedCache[str, int] = BoundedCache(2)
 
@@ -215,7 +218,7 @@ def test_caches_read_into_memory_are_bounded_by_bytes(settings):
         def __init__(self, megabytes: int) -> None:
             self.rows = np.zeros(megabytes * 1024 * 1024, dtype=np.uint8)
 
-    cache = runtime.BoundedCache(32, max_bytes=lambda: settings.INDEX_MEMORY_CACHE_BYTES, weigh=runtime.array_bytes)
+    cache = BoundedCache(32, max_bytes=lambda: settings.INDEX_MEMORY_CACHE_BYTES, weigh=array_bytes)
     settings.INDEX_MEMORY_CACHE_BYTES = 3 * 1024 * 1024
     for key in ("a", "b", "c", "d"):
         cache.get(key, lambda: Held(1))
@@ -227,13 +230,13 @@ def test_caches_read_into_memory_are_bounded_by_bytes(settings):
 def test_a_word_index_whose_build_vanished_is_forgotten_without_its_build(
         corpus, owner, dataset, django_capture_on_commit_callbacks):
     build = build_now(corpus, owner, django_capture_on_commit_callbacks)
-    loaded = runtime.loaded_build(build.build_dir)
-    assert runtime.word_index_for(loaded) is not None
-    runtime._builds.clear()  # evicted from the builds' cache, its word index still held
-    assert runtime._word_indexes.snapshot()
+    loaded = serving.loaded_build(build.build_dir)
+    assert serving.word_index_for(loaded) is not None
+    serving._builds.clear()  # evicted from the builds' cache, its word index still held
+    assert serving._word_indexes.snapshot()
     shutil.rmtree(build.build_dir)  # deleted by another process
-    runtime.forget_vanished_builds()
-    assert runtime._word_indexes.snapshot() == []
+    serving.forget_vanished_builds()
+    assert serving._word_indexes.snapshot() == []
 
 
 def test_deleting_a_corpus_forgets_its_mapped_builds(corpus, owner, dataset, django_capture_on_commit_callbacks):
@@ -241,10 +244,10 @@ def test_deleting_a_corpus_forgets_its_mapped_builds(corpus, owner, dataset, dja
 
     build = build_now(corpus, owner, django_capture_on_commit_callbacks)
     assert memories_search(user=owner, corpus_ids=[corpus.pk], query="storming of the Bastille")
-    assert str(Path(build.build_dir).resolve()) in runtime.loaded_build_dirs()
+    assert str(Path(build.build_dir).resolve()) in serving.loaded_build_dirs()
     with django_capture_on_commit_callbacks(execute=True):
         corpus_delete(corpus=corpus)
-    assert runtime.loaded_build_dirs() == [] and runtime._word_indexes.snapshot() == []
+    assert serving.loaded_build_dirs() == [] and serving._word_indexes.snapshot() == []
     assert not Path(build.build_dir).exists()
 
 

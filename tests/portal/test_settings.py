@@ -91,7 +91,7 @@ def test_migrations_are_complete():
 
 
 def test_engine_config_layers_portal_settings_under_the_yaml_file(settings, tmp_path):
-    from hdrag_site import runtime
+    from core import runtime
 
     settings.LLM_CONTEXT_SIZE, settings.LLM_MAX_NEW_TOKENS, settings.HDRAG_CONFIG_FILE = 4096, 300, ""
     runtime.engine_config.cache_clear()

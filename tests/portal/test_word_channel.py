@@ -10,10 +10,10 @@ from pathlib import Path
 from django.test import Client
 from django.urls import reverse
 
+from corpus import serving
 from corpus.models import IndexBuild
 from engine.fusion import CHOSEN_RULES
 from engine.lexical import WORDS_FILE, WordIndex
-from hdrag_site import runtime
 from memory.services import memories_search
 from tests.portal.conftest import TEXTS, build_now
 
@@ -77,7 +77,7 @@ def test_a_damaged_words_file_falls_back_to_hdc_alone_and_says_so(corpus, owner,
     build = build_now(corpus, owner, django_capture_on_commit_callbacks)
     with_rule(build, "z:1")
     (Path(build.build_dir) / WORDS_FILE).write_bytes(b"not a zip file")
-    runtime.forget_build(build.build_dir)
+    serving.forget_build(build.build_dir)
     with caplog.at_level(logging.WARNING, logger="memory.services"):
         results = memories_search(user=member, corpus_ids=[corpus.pk], query=TEXTS[5])
     assert results[0].memory["text"] == TEXTS[5]

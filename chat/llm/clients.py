@@ -1,0 +1,79 @@
+"""The process's LLM side of a chat turn: the client and token counter of the configured server, its
+queue of turns, the prompt's budgets and sampling, and the threads a turn's retrieval runs on.
+Each cache is bounded (`core.cache`); `core.runtime.reset()` empties them."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+from django.conf import settings
+
+from chat.llm.queue import LLMQueue
+from chat.llm.queue_redis import RedisLLMQueue
+from core.cache import BoundedCache
+from core.runtime import engine_config
+from engine.llm import ContextBudget, GenerationSettings, LLMClient, ServerTokenCounter, TokenCounter
+
+TOKEN_COUNTERS = 4  # one per LLM server URL
+LLM_CLIENTS = 4  # one per LLM server URL and timeout
+RETRIEVAL_THREADS = 2
+
+_counters: BoundedCache[str, ServerTokenCounter] = BoundedCache(TOKEN_COUNTERS)
+_clients: BoundedCache[tuple[str, float], LLMClient] = BoundedCache(LLM_CLIENTS)
+_queues: BoundedCache[tuple[str, int, int, int, int, str], LLMQueue | RedisLLMQueue] = BoundedCache(LLM_CLIENTS)
+_executor_lock = threading.Lock()
+_executor: ThreadPoolExecutor | None = None
+
+
+def llm_client() -> LLMClient:
+    """The client for the configured server, kept: its pooled HTTP client (one per event loop) is
+    made once, not per request, and it remembers what it has learnt of the server (whether it
+    continues an answer)."""
+    url, timeout = settings.LLM_BASE_URL, float(settings.LLM_TIMEOUT_SECONDS)
+    return _clients.get((url, timeout), lambda: LLMClient(url, timeout=timeout))
+
+
+def llm_queue() -> LLMQueue | RedisLLMQueue:
+    """The queue of turns into the configured LLM server, one per server (and policy) in this process;
+    with `LLM_QUEUE_REDIS_URL`, this process's handle on the queue every process shares in Redis."""
+    key = (settings.LLM_BASE_URL, settings.LLM_PREFILL_AT_ONCE, settings.LLM_STREAMS, settings.LLM_QUEUE_LIMIT,
+           settings.LLM_QUEUE_PER_USER, settings.LLM_QUEUE_REDIS_URL)
+    policy = {"prefill": key[1], "streams": key[2], "limit": key[3], "per_user": key[4]}
+    if settings.LLM_QUEUE_REDIS_URL:
+        return _queues.get(key, lambda: RedisLLMQueue(redis_url=key[5], server_url=key[0], **policy))
+    return _queues.get(key, lambda: LLMQueue(**policy))
+
+
+def memory_budget(requested: int, *, waiting: bool) -> int:
+    """Memory tokens for a turn's prompt: `requested`, capped at `LLM_BUSY_TOKEN_BUDGET` (when set)
+    for a turn that has to wait for the LLM."""
+    busy = settings.LLM_BUSY_TOKEN_BUDGET
+    return min(requested, busy) if waiting and busy else requested
+
+
+def generation_settings(*, temperature: float | None = None) -> GenerationSettings:
+    """The engine config's sampling, with a conversation's own `temperature` when it has one."""
+    return GenerationSettings.from_config(engine_config(), temperature=temperature)
+
+
+def context_budget() -> ContextBudget:
+    return ContextBudget.from_config(engine_config())
+
+
+def token_counter() -> TokenCounter:
+    """Counts in the served model's own tokens (its server's `/tokenize`, remembered per text):
+    the chat model's vocabulary is not the embedding model's."""
+    return _counters.get(settings.LLM_BASE_URL, lambda: ServerTokenCounter(settings.LLM_BASE_URL))
+
+
+def retrieval_executor() -> ThreadPoolExecutor:
+    """The threads chat retrieval runs on. Retrieval's kernels are already parallel (numba/OpenMP
+    over every core), so a few long-lived threads keep their OpenMP teams warm without
+    oversubscribing the cores (a fresh thread measured ~10 ms slower on its first searches); two,
+    so one slow search does not stall every chat."""
+    global _executor
+    with _executor_lock:
+        if _executor is None:
+            _executor = ThreadPoolExecutor(max_workers=RETRIEVAL_THREADS, thread_name_prefix="chat-retrieval")
+        return _executor
