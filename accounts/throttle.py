@@ -42,16 +42,10 @@ from django.contrib.auth.signals import user_login_failed
 from django.db.models import Sum
 from django.http import HttpRequest
 
+from core.errors import CredentialsLockedOut
+
 Checked = TypeVar("Checked")
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
-class CredentialsLockedOut(Exception):
-    """The account or the client address is locked out: the check is refused, and not counted."""
-
-    def __init__(self) -> None:
-        self.retry_after = int(settings.AXES_COOLOFF_TIME.total_seconds())  # at most this long
-        super().__init__("Too many failed credential checks for this account or from this address.")
 
 
 @cache

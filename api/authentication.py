@@ -2,7 +2,7 @@
 its session (DRF's SessionAuthentication, CSRF included) after this in the list.
 
 Every token check goes through `bearer_token_check`, which the body-limit layer calls too
-(`BODY_LIMIT_CREDENTIAL_CHECKS`), and so through the one credential throttle
+(registered by `ApiConfig.ready`, `core.bodylimit.body_limit_credential_check_register`), and so through the one credential throttle
 (`accounts.throttle`): a wrong token is counted like a wrong password, and while the string
 presented or the client address is locked out a wrong token is answered 429 with Retry-After, so
 guessing tokens is as slow as guessing passwords. A right one is admitted even then: it was not
@@ -18,9 +18,10 @@ from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.request import Request
 
-from accounts.throttle import CredentialsLockedOut, random_secret_check
+from accounts.throttle import random_secret_check
 from api.models import ApiToken
 from api.services import api_token_authenticate
+from core.errors import CredentialsLockedOut
 
 KEYWORD = "bearer"
 LONGEST_TOKEN = 200

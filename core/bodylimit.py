@@ -11,8 +11,8 @@ Limits:
 * `REQUEST_MAX_BYTES` (default 2.5 MiB, like Django's form limit) for every request;
 * `UPLOAD_MAX_BYTES` (+ 1 MiB for the multipart envelope) on the upload paths
   (`UPLOAD_PATH_PATTERN`), only for a request that declares its length and logs in a user: its
-  session, or its `Authorization` header as one of `BODY_LIMIT_CREDENTIAL_CHECKS` accepts (the
-  API's tokens; named by setting, as Django names its session engine). An anonymous client cannot
+  session, or its `Authorization` header as one of the registered credential checks accepts (the
+  API's tokens: `api` registers its check when it starts, so this layer names no app). An anonymous client cannot
   make the server store more than `REQUEST_MAX_BYTES`.
 
 A token checked here goes through the credential throttle (`accounts.throttle`) like any other:
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Callable
 from functools import cache
 from types import SimpleNamespace
 from typing import Any
@@ -34,10 +35,22 @@ from django.http import HttpRequest
 from django.http.cookie import parse_cookie
 from django.utils.module_loading import import_string
 
-from accounts.throttle import CredentialsLockedOut
+from core.errors import CredentialsLockedOut
 
 logger = logging.getLogger(__name__)
 MULTIPART_ENVELOPE_BYTES = 1024 * 1024
+
+# A function of a request (without its body) and its Authorization header: the credential it names
+# (truthy) or None; it may raise CredentialsLockedOut.
+CredentialCheck = Callable[..., object]
+_credential_checks: list[CredentialCheck] = []
+
+
+def body_limit_credential_check_register(check: CredentialCheck) -> None:
+    """Let a request whose `Authorization` header `check` accepts send an upload-sized body. An app
+    registers its tokens' check from its `AppConfig.ready`; registering one twice adds it once."""
+    if check not in _credential_checks:
+        _credential_checks.append(check)
 
 
 @cache
@@ -74,8 +87,7 @@ def _logs_in(scope: dict[str, Any], cookie_header: str, authorization: str) -> b
     """Raises CredentialsLockedOut while the token presented or the client address is locked out."""
     if authorization:
         request = _credential_request(scope)
-        if any(import_string(check)(request=request, authorization=authorization)
-               for check in settings.BODY_LIMIT_CREDENTIAL_CHECKS):
+        if any(check(request=request, authorization=authorization) for check in _credential_checks):
             return True
     return _session_logs_in(cookie_header)
 

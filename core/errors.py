@@ -25,3 +25,14 @@ class ConflictError(ApplicationError):
 
     code = "conflict"
     status = 409
+
+
+class CredentialsLockedOut(Exception):
+    """The account or the client address is locked out: the check is refused, and not counted
+    (raised by `accounts.throttle`, answered 429 by the API and the body limit)."""
+
+    def __init__(self) -> None:
+        from django.conf import settings
+
+        self.retry_after = int(settings.AXES_COOLOFF_TIME.total_seconds())  # at most this long
+        super().__init__("Too many failed credential checks for this account or from this address.")

@@ -246,12 +246,10 @@ UPLOAD_MAX_EXPANDED_BYTES = envint("UPLOAD_MAX_EXPANDED_BYTES", 2 * UPLOAD_MAX_B
 USER_STORAGE_QUOTA_BYTES = envint("USER_STORAGE_QUOTA_BYTES", 10 * 1024**3, minimum=0)
 # Every request body is bounded in front of Django (core.bodylimit): REQUEST_MAX_BYTES, or
 # UPLOAD_MAX_BYTES on these paths (dataset uploads of the pages and the API, the API's multi-vector
-# store) for a request that declares its Content-Length and logs in: a session, or one of
-# BODY_LIMIT_CREDENTIAL_CHECKS (dotted paths of functions of a request and its Authorization header,
-# which check through accounts.throttle).
+# store) for a request that declares its Content-Length and logs in: a session, or a credential
+# check an app registered (the API's tokens, through accounts.throttle).
 REQUEST_MAX_BYTES = envint("REQUEST_MAX_BYTES", 2_621_440, minimum=1024)
 UPLOAD_PATH_PATTERN = r"(/api/v1)?/corpora/\d+/datasets/|/api/v1/corpora/\d+/store/.*"
-BODY_LIMIT_CREDENTIAL_CHECKS = ["api.authentication.bearer_token_check"]
 FILE_UPLOAD_HANDLERS = ["corpus.uploads.LimitedHashingUploadHandler"]
 FILE_UPLOAD_TEMP_DIR = str(DATA_DIR / "tmp")
 FILE_UPLOAD_PERMISSIONS = 0o640

@@ -17,6 +17,7 @@ leave at the next merge.
 
 from __future__ import annotations
 
+from celery import current_app
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
@@ -27,7 +28,6 @@ from corpus.events import send_build_event, send_event
 from corpus.models import Corpus, Dataset, IndexBuild
 from corpus.segment_cache import segment_path
 from engine.build import BuildCancelled, BuildResult
-from hdrag_site.celery import app as celery_app
 
 RUN_BUILD_TASK = "corpus.run_build"  # corpus.tasks.run_build: builds and appends alike
 Kind, Status = IndexBuild.Kind, IndexBuild.Status
@@ -88,7 +88,7 @@ def append_start(*, corpus: Corpus, user: AbstractBaseUser | None,
     try:
         with transaction.atomic():
             job = IndexBuild.objects.create(corpus=corpus, kind=Kind.APPEND, created_by=user, parameters=parameters)
-            transaction.on_commit(lambda: celery_app.signature(RUN_BUILD_TASK, args=(job.pk,)).delay())
+            transaction.on_commit(lambda: current_app.signature(RUN_BUILD_TASK, args=(job.pk,)).delay())
     except IntegrityError:
         return None
     send_build_event(job, op="queued")

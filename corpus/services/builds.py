@@ -29,6 +29,7 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, connection, transaction
@@ -76,7 +77,6 @@ from engine.text_store import (
     text_store_prune,
 )
 from engine.tokenizer import Tokenizer
-from hdrag_site.celery import app as celery_app
 
 logger = logging.getLogger(__name__)
 Kind, Status = IndexBuild.Kind, IndexBuild.Status
@@ -106,7 +106,7 @@ def build_start(*, corpus: Corpus, user: AbstractBaseUser | None) -> IndexBuild:
         with transaction.atomic():
             build = IndexBuild.objects.create(corpus=corpus, created_by=user, parameters=_snapshot(corpus))
             # By name: the task module imports this one (tasks call services), not the other way.
-            transaction.on_commit(lambda: celery_app.signature(RUN_BUILD_TASK, args=(build.pk,)).delay())
+            transaction.on_commit(lambda: current_app.signature(RUN_BUILD_TASK, args=(build.pk,)).delay())
     except IntegrityError:
         raise BuildAlreadyActive("A build of this corpus is already queued or running; "
                                  "wait for it to finish or cancel it first.") from None
