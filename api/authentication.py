@@ -18,9 +18,9 @@ from rest_framework import exceptions
 from rest_framework.authentication import BaseAuthentication
 from rest_framework.request import Request
 
+from accounts.models import ApiToken
+from accounts.services.tokens import api_token_authenticate
 from accounts.throttle import random_secret_check
-from api.models import ApiToken
-from api.services import api_token_authenticate
 from core.errors import CredentialsLockedOut
 
 KEYWORD = "bearer"

@@ -268,7 +268,7 @@ def main() -> int:
         call_command("migrate", verbosity=0)
         from django.contrib.auth import get_user_model
 
-        from api.services import api_token_create
+        from accounts.services.tokens import api_token_create
         from core.runtime import default_gguf, engine_config
         from corpus.memory_rows import BuildMemoryStore
         from corpus.models import Corpus

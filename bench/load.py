@@ -174,7 +174,7 @@ def make_users(count: int, corpus_id: int, mode: str) -> list[dict]:
     from django.contrib.auth import get_user_model
     from django.test import Client
 
-    from api.services import api_token_create
+    from accounts.services.tokens import api_token_create
     from chat.services import conversation_create
     from corpus.models import Corpus
 

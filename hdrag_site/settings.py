@@ -70,6 +70,7 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    "accounts",
     "corpus",
     "memory",
     "chat",

@@ -27,7 +27,7 @@ admin.site.site_header = admin.site.site_title = "HdRAG administration"
 
 urlpatterns = [
     path("", dashboard, name="home"),
-    path("accounts/tokens/", include("api.token_urls")),
+    path("accounts/tokens/", include("accounts.token_urls")),
     path("accounts/", include("django.contrib.auth.urls")),
     path("api/", include(("api.urls", "api"))),
     path("admin/", admin.site.urls),

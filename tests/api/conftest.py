@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pytest
 from rest_framework.test import APIClient
 
-from api.services import api_token_create
+from accounts.services.tokens import api_token_create
 from tests.chat.conftest import chat_settings, make_corpus, pydoc_build  # noqa: F401 - shared fixtures
 from tests.portal.conftest import (  # noqa: F401 - fixtures shared with the portal tests
     PASSWORD,

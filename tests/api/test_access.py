@@ -11,8 +11,8 @@ import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 from rest_framework.test import APIClient
 
-from api.models import ApiToken
-from api.services import api_token_create, api_token_revoke
+from accounts.models import ApiToken
+from accounts.services.tokens import api_token_create, api_token_revoke
 from chat.services import conversation_create
 from corpus.models import IndexBuild, Memory
 from corpus.services.builds import build_start

@@ -11,7 +11,7 @@ import openai
 import pytest
 from channels.db import database_sync_to_async
 
-from api.services import api_token_create
+from accounts.services.tokens import api_token_create
 from chat.llm import clients
 from chat.models import Message
 from core import runtime

@@ -16,7 +16,7 @@ import httpx
 import openai
 import pytest
 
-from api.services import api_token_create
+from accounts.services.tokens import api_token_create
 from chat.citations import cited_markdown
 from chat.models import Message
 from core import runtime

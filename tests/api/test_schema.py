@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given
 from hypothesis import settings as hypothesis_settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
-from api.services import api_token_create
+from accounts.services.tokens import api_token_create
 from tests.api.conftest import upload
 
 EXAMPLES = 6

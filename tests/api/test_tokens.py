@@ -17,8 +17,8 @@ from django.core.signals import request_started
 from django.test import Client
 from rest_framework.test import APIClient
 
-from api.models import ApiToken
-from api.services import api_token_create, api_token_revoke
+from accounts.models import ApiToken
+from accounts.services.tokens import api_token_create, api_token_revoke
 from hdrag_site.asgi_http import KEPT_THREADS
 from tests.api.conftest import error_of, token_client
 from tests.portal.conftest import PASSWORD, login

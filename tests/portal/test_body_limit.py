@@ -15,7 +15,7 @@ from django.test import Client
 from django.test.client import BOUNDARY, MULTIPART_CONTENT, encode_multipart
 from rest_framework.test import APIClient
 
-from api.services import api_token_create, api_token_revoke
+from accounts.services.tokens import api_token_create, api_token_revoke
 from core.bodylimit import _upload_paths
 from hdrag_site.asgi import application
 from tests.portal.conftest import TEXTS, jsonl_bytes

@@ -23,7 +23,7 @@ import pytest
 import redis
 from rest_framework.test import APIClient
 
-from api.services import api_token_create
+from accounts.services.tokens import api_token_create
 from chat.llm import clients
 from chat.llm.queue import LLMQueue, QueueFull
 from chat.llm.queue_redis import QueueUnavailable, RedisLLMQueue, namespace

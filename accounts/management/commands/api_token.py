@@ -6,8 +6,8 @@ from __future__ import annotations
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from api.models import ApiToken
-from api.services import api_token_create, api_token_revoke, api_tokens_for_user
+from accounts.models import ApiToken
+from accounts.services.tokens import api_token_create, api_token_revoke, api_tokens_for_user
 from core.errors import ApplicationError
 
 

@@ -18,6 +18,7 @@ class ApiToken(models.Model):
     revoked = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        db_table = "api_apitoken"  # the table it was created as, when tokens were the API's
         ordering = ["-created", "-id"]
 
     def __str__(self) -> str:

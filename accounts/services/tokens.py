@@ -14,7 +14,7 @@ from django.db.models import QuerySet
 from django.http import Http404
 from django.utils import timezone
 
-from api.models import ApiToken
+from accounts.models import ApiToken
 from core.errors import ApplicationError
 
 TOKEN_PREFIX = "hdr_"

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from api import token_views
+from accounts import token_views
 
 app_name = "tokens"
 urlpatterns = [

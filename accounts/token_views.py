@@ -7,7 +7,12 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_POST
 
-from api.services import api_token_create, api_token_revoke, api_tokens_for_user, get_api_token_for_user
+from accounts.services.tokens import (
+    api_token_create,
+    api_token_revoke,
+    api_tokens_for_user,
+    get_api_token_for_user,
+)
 from core.errors import ApplicationError
 
 
@@ -24,7 +29,7 @@ def token_list(request: HttpRequest) -> HttpResponse:
             created = {"token": token, "secret": secret}
             status = 201
     tokens = api_tokens_for_user(user=request.user)
-    response = render(request, "api/tokens.html", {"tokens": tokens, "created": created}, status=status)
+    response = render(request, "accounts/tokens.html", {"tokens": tokens, "created": created}, status=status)
     response["Cache-Control"] = "no-store"
     return response
 
