@@ -1,8 +1,10 @@
-"""API tokens: named, per user, stored as a SHA-256 hash (the secret is shown once, at creation)."""
+"""Accounts' own rows: API tokens (named, per user, stored as a SHA-256 hash; the secret is shown
+once, at creation) and who manages a group."""
 
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.auth.models import Group
 from django.db import models
 
 
@@ -27,3 +29,19 @@ class ApiToken(models.Model):
     @property
     def is_active(self) -> bool:
         return self.revoked is None
+
+
+class GroupManager(models.Model):
+    """A user who may add and remove the members of a group (its creator, or one the admin named).
+
+    Groups are Django's own; this row is what lets people other than staff run them."""
+
+    group = models.ForeignKey(Group, on_delete=models.CASCADE, related_name="managers")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="managed_groups")
+
+    class Meta:
+        db_table = "corpus_groupmanager"  # the table it was created as, when groups were corpus's
+        constraints = [models.UniqueConstraint(fields=["group", "user"], name="groupmanager_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.user} manages {self.group}"

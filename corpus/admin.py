@@ -11,7 +11,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 
 from core.errors import ApplicationError
-from corpus.models import Corpus, Dataset, GroupManager, IndexBuild
+from corpus.models import Corpus, Dataset, IndexBuild
 from corpus.services.builds import build_cancel, build_start
 from corpus.services.corpora import dataset_set_enabled, dataset_upload
 from corpus.services.multivector import StoreUnavailable, store_collection_stats
@@ -190,13 +190,3 @@ class IndexBuildAdmin(admin.ModelAdmin):
                 self.message_user(request, error.message, messages.WARNING)
             else:
                 self.message_user(request, f"Build {build.pk}: cancellation requested.", messages.SUCCESS)
-
-
-@admin.register(GroupManager)
-class GroupManagerAdmin(admin.ModelAdmin):
-    """Who may run a group's membership from the portal's Groups page (its creator, or whom staff name)."""
-
-    list_display = ["group", "user"]
-    list_select_related = ["group", "user"]
-    search_fields = ["group__name", "user__username"]
-    raw_id_fields = ["user"]

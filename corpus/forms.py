@@ -3,8 +3,8 @@ from __future__ import annotations
 from django import forms
 from django.core.validators import MaxValueValidator, MinValueValidator
 
+from accounts.services.groups import groups_shareable_by
 from corpus.models import Corpus
-from corpus.services.sharing import groups_shareable_by
 from engine.gguf import GGUFError, read_metadata
 from engine.tokenizer import index_tokenizer_refusal
 

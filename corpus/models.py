@@ -239,18 +239,3 @@ class Memory(models.Model):
 
     def __str__(self) -> str:
         return f"{self.content_hash[:8]}: {self.text[:60]}"
-
-
-class GroupManager(models.Model):
-    """A user who may add and remove the members of a group (its creator, or one the admin named).
-
-    Groups are Django's own; this row is what lets people other than staff run them."""
-
-    group = models.ForeignKey(Group, on_delete=models.CASCADE, related_name="managers")
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="managed_groups")
-
-    class Meta:
-        constraints = [models.UniqueConstraint(fields=["group", "user"], name="groupmanager_unique")]
-
-    def __str__(self) -> str:
-        return f"{self.user} manages {self.group}"

@@ -11,6 +11,7 @@ from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.views.decorators.http import require_GET, require_POST
 
+from accounts.services.groups import groups_shareable_by
 from core.errors import ApplicationError
 from core.flash import flash
 from corpus.forms import CorpusForm, DatasetUploadForm
@@ -37,7 +38,7 @@ from corpus.services.corpora import (
     dataset_set_enabled,
 )
 from corpus.services.multivector import StoreUnavailable, store_document_delete, store_documents, store_stats
-from corpus.services.sharing import corpus_access_list, groups_shareable_by
+from corpus.services.sharing import corpus_access_list
 
 PAGE_SIZE = 20
 STORE_PAGE_SIZE = 50

@@ -7,9 +7,9 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
+from accounts.services.groups import groups_for_user
 from chat.selectors import conversations_for_user
 from corpus.selectors import corpus_list_for_user
-from corpus.services.sharing import groups_for_user
 
 RECENT_CONVERSATIONS = 8
 DASHBOARD_CORPORA = 12

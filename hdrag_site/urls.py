@@ -32,7 +32,7 @@ urlpatterns = [
     path("api/", include(("api.urls", "api"))),
     path("admin/", admin.site.urls),
     path("corpora/", include("corpus.urls")),
-    path("groups/", include("corpus.group_urls")),
+    path("groups/", include("accounts.group_urls")),
     path("memory/", include("memory.urls")),
     path("chat/", include("chat.urls")),
     path("healthz", healthz, name="healthz"),

@@ -6,7 +6,8 @@ from __future__ import annotations
 from django.contrib.auth.models import Group
 from django.urls import reverse
 
-from corpus.models import Corpus, GroupManager
+from accounts.models import GroupManager
+from corpus.models import Corpus
 from corpus.services.corpora import corpus_create
 from tests.portal.conftest import _user, login
 
