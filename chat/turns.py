@@ -27,7 +27,6 @@ partial answer as "stopped".
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import functools
 import logging
 import time
@@ -40,6 +39,7 @@ from django.db import connection
 
 from chat.citations import answer_citations
 from chat.llm import clients
+from chat.llm.answer import AnswerClock, answer_stream
 from chat.llm.queue import Ticket
 from chat.llm.queue_redis import QueueUnavailable
 from chat.models import Message
@@ -54,7 +54,6 @@ from chat.services import (
 )
 from core.errors import ApplicationError
 from engine.llm import (
-    AnswerEnd,
     AnswerTokens,
     LLMConnectionError,
     LLMError,
@@ -62,10 +61,8 @@ from engine.llm import (
     LLMProtocolError,
     LLMTimeoutError,
     PromptTooLongError,
-    Rewind,
     TokenSpan,
     Usage,
-    stream_answer,
 )
 from engine.repetition import restates_question
 from memory.services import MemoryResult
@@ -114,6 +111,10 @@ class TurnResult:
     timings: TurnTimings = field(default_factory=TurnTimings)
     loops: int = 0  # times the answer began looping (each cut, then continued or ended)
     token_logprobs: list[TokenSpan] = field(default_factory=list)  # the answer's (engine.llm.AnswerTokens)
+    user_message: dict[str, Any] | None = None  # as sent in chat.accepted
+    message: dict[str, Any] | None = None  # the answer as stored and sent in chat.done or chat.error
+    error: str = ""
+    error_code: str = ""
 
 
 def _db(func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
@@ -171,53 +172,48 @@ async def _run_turn(*, conversation_id: int, content: str, emit: Emit, regenerat
     else:
         user_message = await _db(message_create_user)(conversation_id=conversation_id, content=content)
     result = TurnResult(status=Message.Status.ERROR, user_message_id=user_message.pk)
+    timings = result.timings
     title = await _db(conversation_title)(conversation_id=conversation_id)
-    await emit({"type": "chat.accepted", "message": message_json(user_message), "title": title})
+    result.user_message = message_json(user_message)
+    await emit({"type": "chat.accepted", "message": result.user_message, "title": title})
     memories: list[MemoryResult] = []
     parts: list[str] = []
     tokens = AnswerTokens()
     # `memories` and `tokens` are filled in place, so every outcome below stores what primed the
     # answer so far, and cites what was said with the certainty it was said with.
+    clock = AnswerClock()  # when the queue admitted the answer, and when its first piece came
     common: dict[str, Any] = {"conversation_id": conversation_id, "memories": memories, "emit": emit,
-                              "started": started, "question": user_message.content, "tokens": tokens}
+                              "started": started, "question": user_message.content, "tokens": tokens,
+                              "clock": clock}
     try:
         prepare_started = time.perf_counter()
         prepared = await _in_worker(_prepare)(conversation_id, user_message.pk, user_message.content,
                                               waiting=not ticket.admitted)
         plan = prepared.plan
         memories.extend(prepared.memories)
-        timings = result.timings
         timings.retrieval, timings.prepare = prepared.retrieval_seconds, time.perf_counter() - prepare_started
         await emit({"type": "chat.memories",
                     "memories": [memory_result_json(r, rank=rank) for rank, r in enumerate(memories)],
                     "retrieval_ms": round(prepared.retrieval_seconds * 1000, 3), "prompt_tokens_estimate": plan.prompt_tokens,
                     "history_dropped": plan.dropped_messages})
-        queued = time.perf_counter()
-        await ticket.wait(lambda ahead: emit({"type": "chat.queued", "ahead": ahead}))
-        admitted = time.perf_counter()
-        timings.queue = admitted - queued
-        answer = stream_answer(clients.llm_client(), plan.messages, prepared.generation,
-                               loop_retries=prepared.loop_retries)
-        # aclosing: leaving early (the turn cancelled) closes the HTTP stream, and llama.cpp stops.
-        async with contextlib.aclosing(answer):
-            async for event in answer:
-                tokens.feed(event)
-                if isinstance(event, AnswerEnd):
-                    end = event
-                elif isinstance(event, Rewind):
-                    # Continued from the cut, the looping tail taken back (engine.llm.stream_answer).
-                    result.loops += 1
-                    logger.info("chat answer in conversation %s began repeating itself; continuing from the cut",
-                                conversation_id)
-                    await emit({"type": "chat.rewind", "content": event.kept, "reason": "repetition"})
-                    parts[:] = [event.kept]
-                else:
-                    if timings.first_token is None:
-                        ticket.streaming()
-                        now = time.perf_counter()
-                        timings.first_token, timings.prefill = now - started, now - admitted
-                    parts.append(event.delta)
-                    await emit({"type": "chat.delta", "delta": event.delta})
+
+        async def on_delta(delta: str) -> None:
+            if timings.first_token is None:
+                timings.first_token, timings.prefill = clock.first_token - started, clock.first_token - clock.admitted
+            parts.append(delta)
+            await emit({"type": "chat.delta", "delta": delta})
+
+        async def on_rewind(kept: str) -> None:
+            # Continued from the cut, the looping tail taken back (engine.llm.stream_answer).
+            result.loops += 1
+            logger.info("chat answer in conversation %s began repeating itself; continuing from the cut",
+                        conversation_id)
+            await emit({"type": "chat.rewind", "content": kept, "reason": "repetition"})
+            parts[:] = [kept]
+
+        end = await answer_stream(ticket=ticket, prepared=prepared, loop_retries=prepared.loop_retries, tokens=tokens,
+                                  clock=clock, on_queued=lambda ahead: emit({"type": "chat.queued", "ahead": ahead}),
+                                  on_delta=on_delta, on_rewind=on_rewind)
     except asyncio.CancelledError:
         # Shielded: the stop must be recorded even though this task is being cancelled.
         await asyncio.shield(_finish(result, status=Message.Status.STOPPED, content="".join(parts), **common))
@@ -257,7 +253,8 @@ async def _run_turn(*, conversation_id: int, content: str, emit: Emit, regenerat
 
 
 async def _finish(result: TurnResult, *, conversation_id: int, content: str, status: str, memories: list[MemoryResult],
-                  emit: Emit, started: float, question: str, tokens: AnswerTokens, usage: Usage | None = None,
+                  emit: Emit, started: float, question: str, tokens: AnswerTokens, clock: AnswerClock,
+                  usage: Usage | None = None,
                   finish_reason: str = "", error: str = "", error_code: str = "") -> None:
     """Store the answer in whatever state it ended, with its citations (unless it failed), update
     the blend, and report it."""
@@ -276,10 +273,13 @@ async def _finish(result: TurnResult, *, conversation_id: int, content: str, sta
         blend_turns = len((await _db(conversation_add_response)(conversation_id=conversation_id,
                                                                  text=content))["responses"])
     timings = result.timings
+    if clock.admitted:
+        timings.queue = clock.admitted - clock.queued
     timings.total = time.perf_counter() - started
     if timings.first_token is not None:
         timings.generation = timings.total - timings.first_token
-    stored = await _db(_reload)(message.pk)
+    stored = result.message = await _db(_reload)(message.pk)
+    result.error, result.error_code = error, error_code
     if status == Message.Status.ERROR:
         await emit({"type": "chat.error", "code": error_code, "error": error, "message": stored})
     else:

@@ -210,3 +210,17 @@ def test_the_walk_finds_each_kind_of_violation(tmp_path):
                      "the ground reads CHECKS, which names an app's module (api.authentication.check): core.reads:2"):
         assert expected in found
     assert "chat.consumers" not in found and "hdrag_site.urls:1 -> api" not in found  # allowed: own app, roof
+
+
+def test_one_streaming_loop():
+    """Every answer the portal streams (the chat turn, the conversations API, both OpenAI-compatible
+    replies) goes through chat.llm.answer.answer_stream: no other product module calls the
+    engine's stream_answer."""
+    callers = set()
+    for path in product_files(ROOT):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call):
+                name = getattr(node.func, "id", None) or getattr(node.func, "attr", None)
+                if name == "stream_answer" and _package(module_name(path, ROOT)) != "engine":
+                    callers.add(module_name(path, ROOT))
+    assert callers == {"chat.llm.answer"}

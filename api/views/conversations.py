@@ -21,6 +21,7 @@ from api.views.base import PAGE_PARAMETERS, ApiView, errors, id_path, page_of
 from api.views.sse import sse_frame, sse_response
 from chat.exports import conversation_export_jsonl, conversation_export_markdown
 from chat.llm import clients
+from chat.models import Message
 from chat.selectors import conversation_get_for_user, conversation_messages, conversations_for_user
 from chat.serializers import conversation_json, message_json
 from chat.services import conversation_create, conversation_delete, conversation_update
@@ -126,19 +127,16 @@ class MessageList(ApiView):
                 await run_turn(**turn, emit=on_event)
 
             return sse_response(produce, on_close=ticket.close)
-        events: list[dict] = []
-
-        async def collect(event: dict) -> None:
-            events.append(event)
-
-        async_to_sync(run_turn)(**turn, emit=collect)
-        user_message = next(e["message"] for e in events if e["type"] == "chat.accepted")
-        final = events[-1]
-        if final["type"] == "chat.error":
-            raise TurnFailed(final["error"], code=final["code"],
-                             details={"user_message": user_message["id"], "message": final["message"]["id"]})
-        return Response({"status": final["status"], "user_message": user_message, "message": final["message"]},
+        result = async_to_sync(run_turn)(**turn, emit=_unheard)
+        if result.status == Message.Status.ERROR:
+            raise TurnFailed(result.error, code=result.error_code,
+                             details={"user_message": result.user_message_id, "message": result.assistant_message_id})
+        return Response({"status": result.status, "user_message": result.user_message, "message": result.message},
                         status=status.HTTP_201_CREATED)
+
+
+async def _unheard(event: dict) -> None:
+    """A whole reply reads the turn's result, not its events."""
 
 
 class ConversationExport(ApiView):

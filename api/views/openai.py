@@ -3,7 +3,6 @@ OpenAI chunk format), so the official clients work with `base_url=<site>/api/v1`
 
 from __future__ import annotations
 
-import contextlib
 import time
 import uuid
 from typing import Any
@@ -29,10 +28,11 @@ from chat.completions import (
     completion_prepare,
 )
 from chat.llm import clients
+from chat.llm.answer import answer_stream
 from chat.llm.queue import Ticket
 from chat.preparation import PreparedTurn
 from core.errors import ApplicationError
-from engine.llm import AnswerEnd, AnswerTokens, LLMError, PromptTooLongError, TokenSpan, Usage, stream_answer
+from engine.llm import AnswerTokens, LLMError, PromptTooLongError, TokenSpan, Usage
 
 TAGS = ["openai"]
 # The request's extra fields that are a conversation's settings (`completion_prepare`).
@@ -180,18 +180,9 @@ async def _complete(prepared: PreparedTurn, ticket: Ticket) -> tuple[str, str, U
     and token log-probabilities. Nothing was sent yet, so a loop is continued from the cut as in the
     portal's chat (`engine.llm.stream_answer`, up to `loop_retries` times); one that loops again
     ends at the cut with LOOP_FINISH_REASON."""
+    tokens = AnswerTokens()
     async with ticket:
-        await ticket.wait()
-        answer = stream_answer(clients.llm_client(), prepared.plan.messages, prepared.generation,
-                               loop_retries=prepared.loop_retries)
-        end = None
-        tokens = AnswerTokens()
-        async with contextlib.aclosing(answer):
-            async for event in answer:
-                ticket.streaming()
-                tokens.feed(event)
-                if isinstance(event, AnswerEnd):
-                    end = event
+        end = await answer_stream(ticket=ticket, prepared=prepared, loop_retries=prepared.loop_retries, tokens=tokens)
     return end.content, LOOP_FINISH_REASON if end.looping else end.finish_reason, end.usage, tokens.spans
 
 
@@ -199,19 +190,13 @@ async def _stream(emit, prepared: PreparedTurn, ticket: Ticket, completion_id: s
                   model: str, include_usage: bool) -> None:
     await emit(sse_frame(_chunk(completion_id, created, model, {"role": "assistant", "content": ""})))
     try:
+        async def on_delta(delta: str) -> None:
+            await emit(sse_frame(_chunk(completion_id, created, model, {"content": delta})))
+
+        tokens = AnswerTokens()
         async with ticket:
-            await ticket.wait()
             # No continuation (loop_retries 0): what a stream sent cannot be taken back.
-            answer = stream_answer(clients.llm_client(), prepared.plan.messages, prepared.generation, loop_retries=0)
-            tokens = AnswerTokens()
-            async with contextlib.aclosing(answer):
-                async for event in answer:
-                    ticket.streaming()
-                    tokens.feed(event)
-                    if isinstance(event, AnswerEnd):
-                        end = event
-                    else:
-                        await emit(sse_frame(_chunk(completion_id, created, model, {"content": event.delta})))
+            end = await answer_stream(ticket=ticket, prepared=prepared, loop_retries=0, tokens=tokens, on_delta=on_delta)
     except LLMError as error:
         await emit(sse_frame({"error": {"code": "llm_unavailable", "message": f"The language model failed: {error}",
                                         "details": {}}}))
