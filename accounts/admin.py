@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.contrib import admin
 
 from accounts.models import GroupManager
+from accounts.oidc import admin as sso_admin  # noqa: F401 - users' provider identities, managed groups
 
 
 @admin.register(GroupManager)

@@ -7,3 +7,6 @@ class AccountsConfig(AppConfig):
     default_auto_field = "django.db.models.BigAutoField"
     name = "accounts"
     verbose_name = "Accounts"
+
+    def ready(self) -> None:
+        from accounts.oidc import signals  # noqa: F401 - connects the sign-in and deactivation receivers

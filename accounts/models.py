@@ -45,3 +45,18 @@ class GroupManager(models.Model):
 
     def __str__(self) -> str:
         return f"{self.user} manages {self.group}"
+
+
+class ManagedGroup(models.Model):
+    """Marks a group whose memberships the identity provider keeps (accounts.oidc.groups): at each
+    sign-in a person is added to the managed groups their groups claim names and removed from the
+    others. Groups without this mark are made by hand and never touched by a sign-in."""
+
+    group = models.OneToOneField(Group, on_delete=models.CASCADE, primary_key=True, related_name="managed")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        verbose_name = "group managed by the identity provider"
+
+    def __str__(self) -> str:
+        return f"{self.group.name} (identity provider)"

@@ -6,6 +6,8 @@
   machine could open sockets with the user's cookies.
 * Logout ends sockets: `session_user_is_current` re-reads the session (the chat checks it per frame)
   and `user_logged_out` tells the sockets of that session, through the channel layer, to close.
+  Deactivating a person (`user_sockets_close`, on every save of an inactive user) tells all their
+  sockets to close; the chat's per-frame check refuses their next frame either way.
 """
 
 from __future__ import annotations
@@ -104,13 +106,28 @@ def session_group(session_key: str) -> str:
     return "session-" + hashlib.sha256(session_key.encode()).hexdigest()[:32]
 
 
+def user_group(user_id: int) -> str:
+    """The channel-layer group of all of one person's sockets (every session)."""
+    return f"user-{user_id}"
+
+
+def _sockets_end(group: str) -> None:
+    layer = get_channel_layer()
+    if layer is None:
+        return
+    try:
+        async_to_sync(layer.group_send)(group, {"type": "session.ended"})
+    except Exception:  # noqa: BLE001 - the logout itself must succeed; the chat still checks per frame
+        logger.warning("could not tell the sockets of %s to close", group, exc_info=True)
+
+
+def user_sockets_close(*, user_id: int) -> None:
+    """Close every socket of a person who may no longer sign in (deactivated)."""
+    _sockets_end(user_group(user_id))
+
+
 @receiver(user_logged_out)
 def close_sockets_on_logout(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
     session_key = getattr(getattr(request, "session", None), "session_key", None)
-    layer = get_channel_layer()
-    if not session_key or layer is None:
-        return
-    try:
-        async_to_sync(layer.group_send)(session_group(session_key), {"type": "session.ended"})
-    except Exception:  # noqa: BLE001 - the logout itself must succeed; the chat still checks per frame
-        logger.warning("could not tell the sockets of a logged-out session to close", exc_info=True)
+    if session_key:
+        _sockets_end(session_group(session_key))

@@ -2,7 +2,8 @@
 
 Like the chat socket, an outsider's handshake is accepted and then closed with 4404 (4401 when
 not logged in): a browser only sees the close code of an accepted socket, and both sockets
-behave alike. A logout closes the session's sockets (`core.sockets`).
+behave alike. A logout closes the session's sockets, a deactivation all the person's
+(`core.sockets`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,7 @@ from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 from django.http import Http404
 
-from core.sockets import CLOSE_LOGGED_OUT, session_group
+from core.sockets import CLOSE_LOGGED_OUT, session_group, user_group
 from corpus.events import corpus_group
 from corpus.selectors import get_corpus_for_user
 
@@ -33,7 +34,8 @@ class BuildProgressConsumer(AsyncJsonWebsocketConsumer):
         except Http404:
             await self.close(code=CLOSE_NOT_FOUND)
             return
-        self.groups_joined = (corpus_group(corpus_id), session_group(self.scope["session"].session_key))
+        self.groups_joined = (corpus_group(corpus_id), session_group(self.scope["session"].session_key),
+                              user_group(user.pk))
         for group in self.groups_joined:
             await self.channel_layer.group_add(group, self.channel_name)
 

@@ -57,6 +57,8 @@ SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = envbool("SECURE_COOKIES", PRODUCTIO
 if envbool("BEHIND_TLS_PROXY", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
+# Single sign-on (see its block below): django-allauth.
+SSO_APPS = ["allauth", "allauth.account", "allauth.socialaccount", "allauth.socialaccount.providers.openid_connect"]
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -75,6 +77,7 @@ INSTALLED_APPS = [
     "memory",
     "chat",
     "api",
+    *SSO_APPS,  # the single sign-on block below
 ]
 
 MIDDLEWARE = [
@@ -87,6 +90,7 @@ MIDDLEWARE = [
     # Every page needs a login unless its view is marked @login_not_required (login, health).
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    "allauth.account.middleware.AccountMiddleware",  # allauth's sign-in flows (single sign-on block)
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "core.security.ContentSecurityPolicyMiddleware",
     # Last: it sees the credentials a login view passes to authenticate() and refuses locked-out ones.
@@ -108,6 +112,7 @@ TEMPLATES = [
                 "django.template.context_processors.request",
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
+                "accounts.oidc.context.single_sign_on",
             ],
         },
     },
@@ -326,6 +331,60 @@ for proxy in TRUSTED_PROXIES:
     except ValueError:
         raise ImproperlyConfigured(f"TRUSTED_PROXIES: {proxy!r} is not an IP address or network") from None
 AXES_CLIENT_IP_CALLABLE = "accounts.throttle.client_address"
+
+# --- Single sign-on: OpenID Connect (accounts.oidc, docs/single-sign-on.md) -------------------------
+# Off unless OIDC_DISCOVERY_URL is set: then the login page offers "Sign in with OIDC_PROVIDER_NAME"
+# (django-allauth's openid_connect provider: discovery, code flow with PKCE S256, identity by issuer
+# + sub). OIDC_SIGNUP=0: only people who already have an account here may sign in. OIDC_ALLOWED_DOMAINS:
+# email domains that may sign in (blank: any). A first sign-in joins the local account of the same
+# email only when email_verified is true, or absent with OIDC_TRUST_EMAIL=1 (a risk: see the docs).
+# OIDC_GROUPS_CLAIM names the claim (dotted for nested ones) that lists a person's groups, applied
+# at every sign-in to the provider-managed groups (created unless OIDC_CREATE_GROUPS=0);
+# OIDC_ADMIN_GROUPS make staff, OIDC_BLOCKED_GROUPS are refused (and deactivated). LOCAL_LOGIN=0:
+# only superusers may use a password (the way in when the provider is down).
+OIDC_DISCOVERY_URL = envstr("OIDC_DISCOVERY_URL", "").strip()
+OIDC_CLIENT_ID = envstr("OIDC_CLIENT_ID", "").strip()
+OIDC_CLIENT_SECRET = envstr("OIDC_CLIENT_SECRET", "")
+OIDC_PROVIDER_NAME = envstr("OIDC_PROVIDER_NAME", "").strip() or "your identity provider"
+OIDC_SCOPES = envlist("OIDC_SCOPES", ["openid", "profile", "email"])
+OIDC_SIGNUP = envbool("OIDC_SIGNUP", True)
+OIDC_ALLOWED_DOMAINS = [domain.lower().lstrip("@") for domain in envlist("OIDC_ALLOWED_DOMAINS", [])]
+OIDC_TRUST_EMAIL = envbool("OIDC_TRUST_EMAIL", False)
+OIDC_GROUPS_CLAIM = envstr("OIDC_GROUPS_CLAIM", "").strip() or "groups"
+OIDC_CREATE_GROUPS = envbool("OIDC_CREATE_GROUPS", True)
+OIDC_ADMIN_GROUPS = envlist("OIDC_ADMIN_GROUPS", [])
+OIDC_BLOCKED_GROUPS = envlist("OIDC_BLOCKED_GROUPS", [])
+LOCAL_LOGIN = envbool("LOCAL_LOGIN", True)
+OIDC_ENABLED = bool(OIDC_DISCOVERY_URL)
+if OIDC_ENABLED:
+    if urlsplit(OIDC_DISCOVERY_URL).scheme not in ("https", "http") or not OIDC_CLIENT_ID:
+        raise ImproperlyConfigured("OIDC_DISCOVERY_URL must be the provider's http(s) issuer URL, and "
+                                   "OIDC_CLIENT_ID must be set with it")
+    if "openid" not in OIDC_SCOPES:
+        raise ImproperlyConfigured(f"OIDC_SCOPES={' '.join(OIDC_SCOPES)!r} must include openid")
+    # The sign-in and logout buttons are forms whose answer redirects to the provider, which
+    # browsers check against form-action: the provider's origin joins 'self' there.
+    _issuer = urlsplit(OIDC_DISCOVERY_URL)
+    CONTENT_SECURITY_POLICY = CONTENT_SECURITY_POLICY.replace(
+        "form-action 'self'", f"form-action 'self' {_issuer.scheme}://{_issuer.netloc}")
+elif OIDC_CLIENT_ID or OIDC_CLIENT_SECRET:
+    raise ImproperlyConfigured("OIDC_CLIENT_ID/OIDC_CLIENT_SECRET are set without OIDC_DISCOVERY_URL")
+if not LOCAL_LOGIN:
+    AUTHENTICATION_BACKENDS = [AUTHENTICATION_BACKENDS[0], "accounts.backends.SuperuserPasswordBackend"]
+ACCOUNT_ADAPTER = "accounts.oidc.adapter.PortalAccountAdapter"
+SOCIALACCOUNT_ADAPTER = "accounts.oidc.adapter.PortalSocialAccountAdapter"
+ACCOUNT_EMAIL_VERIFICATION = SOCIALACCOUNT_EMAIL_VERIFICATION = "none"  # the provider verifies addresses
+ACCOUNT_LOGIN_METHODS = {"username"}
+ACCOUNT_SIGNUP_FIELDS = ["username*", "email"]
+SOCIALACCOUNT_AUTO_SIGNUP = True
+SOCIALACCOUNT_EMAIL_AUTHENTICATION = True  # only as PortalSocialAccountAdapter.authenticate_by_email allows
+SOCIALACCOUNT_EMAIL_AUTHENTICATION_AUTO_CONNECT = True
+SOCIALACCOUNT_STORE_TOKENS = False  # the ID token for logout is kept in the session (accounts.oidc.views)
+SOCIALACCOUNT_PROVIDERS = {"openid_connect": {"OAUTH_PKCE_ENABLED": True, "SCOPE": OIDC_SCOPES, "APPS": [
+    {"provider_id": "sso", "name": OIDC_PROVIDER_NAME, "client_id": OIDC_CLIENT_ID, "secret": OIDC_CLIENT_SECRET,
+     "settings": {"server_url": OIDC_DISCOVERY_URL, "oauth_pkce_enabled": True}},
+] if OIDC_ENABLED else []}}
+# --- end of single sign-on ---------------------------------------------------------------------------
 
 LOGIN_URL = "login"
 LOGIN_REDIRECT_URL = "/"

@@ -6,6 +6,7 @@ from django.http import HttpRequest, HttpResponse, HttpResponsePermanentRedirect
 from django.templatetags.static import static
 from django.urls import include, path
 
+from accounts.oidc.views import portal_logout
 from hdrag_site.dashboard import dashboard
 
 
@@ -28,7 +29,9 @@ admin.site.site_header = admin.site.site_title = "HdRAG administration"
 urlpatterns = [
     path("", dashboard, name="home"),
     path("accounts/tokens/", include("accounts.token_urls")),
+    path("accounts/logout/", portal_logout, name="logout"),  # also ends the identity provider's session
     path("accounts/", include("django.contrib.auth.urls")),
+    path("accounts/", include("accounts.oidc.urls")),
     path("api/", include(("api.urls", "api"))),
     path("admin/", admin.site.urls),
     path("corpora/", include("corpus.urls")),
