@@ -129,6 +129,8 @@ def test_groups_from_the_claim_open_and_close_a_corpus_and_logout_ends_the_provi
         socket.onclose = (event) => { clearTimeout(timer); resolve(event.code); };
     })))""", [ids["Research notes"], ids["Owner private notes"]])
     assert socket_codes == ["open", 4404]
+    assert page.request.get(f"{sso_portal.url}/corpora/{ids['Research notes']}/").status == 200
+    assert page.request.get(f"{sso_portal.url}/corpora/{ids['Owner private notes']}/").status == 404
 
     # A replayed callback (its code and state used once already) is refused with a page, not a 500.
     replay = page.goto(callbacks[0])

@@ -142,3 +142,19 @@ def test_the_login_page_offers_the_provider_only_when_configured(settings):
     settings.OIDC_ENABLED, settings.OIDC_PROVIDER_NAME = True, "Acme SSO"
     page = Client().get("/accounts/login/").content.decode()
     assert "Sign in with Acme SSO" in page and 'action="/accounts/oidc/sso/login/"' in page
+
+
+@pytest.mark.django_db
+def test_the_admin_shows_provider_identities_and_managed_groups(staff):
+    dana = User.objects.create_user("dana")
+    SocialAccount.objects.create(user=dana, provider="sso", uid="sub-dana-42", extra_data={})
+    _managed("research")
+    Group.objects.create(name="hand-made")
+    client = Client()
+    client.force_login(staff)
+    users = client.get("/admin/auth/user/").content.decode().lower()
+    assert "last sign-in through the provider" in users
+    assert "sub-dana-42" in client.get(f"/admin/auth/user/{dana.pk}/change/").content.decode()
+    groups = client.get("/admin/auth/group/").content.decode().lower()
+    assert "managed by the identity provider" in groups
+    assert groups.count('alt="true"') == 1 and groups.count('alt="false"') == 1
