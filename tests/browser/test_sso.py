@@ -202,7 +202,7 @@ def test_a_blocked_group_is_refused_and_deactivates_tokens(
     _sign_in(page, sso_portal, oidc_provider, "gil")
     page.wait_for_url(f"{sso_portal.url}/")
     assert _shell_value(sso_portal, "User.objects.get(username='gil').is_staff") == "True"
-    token = _shell_value(sso_portal, "__import__('api.services').services.api_token_create("
+    token = _shell_value(sso_portal, "__import__('accounts.services.tokens').services.tokens.api_token_create("
                                      "user=User.objects.get(username='gil'), name='ci')[1]")
     request = urllib.request.Request(f"{sso_portal.url}/api/v1/corpora/", headers={"Authorization": f"Bearer {token}"})
     assert urllib.request.urlopen(request, timeout=30).status == 200
