@@ -60,6 +60,7 @@ from engine.llm import (
     LLMHTTPError,
     LLMProtocolError,
     LLMTimeoutError,
+    LLMUnauthorizedError,
     PromptTooLongError,
     TokenSpan,
     Usage,
@@ -73,6 +74,7 @@ ERROR_CODES: dict[type[LLMError], str] = {
     LLMConnectionError: "llm_unreachable",
     LLMTimeoutError: "llm_timeout",
     LLMHTTPError: "llm_http_error",
+    LLMUnauthorizedError: "llm_unauthorized",
     LLMProtocolError: "llm_protocol_error",
     PromptTooLongError: "prompt_too_long",
 }

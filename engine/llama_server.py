@@ -48,6 +48,10 @@ DEFAULT_CHAT_TEMPLATE = AUTO_TEMPLATE
 _BUILTIN_TEMPLATES = {"gemma": "gemma", "gemma2": "gemma", "gemma3": "gemma", "llama": "llama3", "qwen2": "chatml"}
 
 
+# The environment variable that gives the served API its key (clients send it as a Bearer token).
+API_KEY_VARIABLE = "LLAMA_API_KEY"
+
+
 class LlamaServerError(RuntimeError):
     """The llama.cpp server could not be started or stopped."""
 
@@ -115,6 +119,10 @@ def start_in_process(options: ServerOptions):  # noqa: ANN201 - xllamacpp.Server
     params.cpuparams.n_threads = options.threads
     params.cpuparams_batch.n_threads = options.threads
     params.n_gpu_layers = 0
+    # Its API key, from the environment (llama-server's own variable), never on a command line
+    # where any local user could read it.
+    if os.environ.get(API_KEY_VARIABLE):
+        params.api_keys = [os.environ[API_KEY_VARIABLE]]
     template = resolve_chat_template(options.gguf_path, options.chat_template)
     if template:
         # A built-in template name ("gemma", "chatml", ...) only works with Jinja off;
@@ -153,7 +161,9 @@ class LlamaServer:
         chat_template: str | None = DEFAULT_CHAT_TEMPLATE,
         startup_timeout: float = 120.0,
         batch: int = DEFAULT_BATCH,
+        api_key: str = "",
     ) -> None:
+        self.api_key = api_key  # required of every client when set (`API_KEY_VARIABLE`)
         self.options = ServerOptions(
             gguf_path=Path(gguf_path),
             host=host,
@@ -202,7 +212,8 @@ class LlamaServer:
         # Lives as long as the child and is closed in stop(): not a `with` block.
         self._log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)  # noqa: SIM115
         repo_root = Path(__file__).resolve().parent.parent
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")]))}
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")])),
+               API_KEY_VARIABLE: self.api_key}
         self._process = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:

@@ -38,6 +38,7 @@ import httpx
 from cachetools import LRUCache
 
 from engine.config import Config, Range, check_ranges
+from engine.llm_access import REFUSED_STATUSES, Offered, auth_headers, redacted, scrub
 from engine.repetition import RepetitionGuard
 
 TEMPLATE_TOKENS = 4
@@ -109,12 +110,13 @@ class ServerTokenCounter:
     upper bound for text in any BPE vocabulary of this size, so a prompt never overflows for it.
     """
 
-    def __init__(self, base_url: str, *, timeout: float = 5.0, cache_size: int = 4096) -> None:
+    def __init__(self, base_url: str, *, timeout: float = 5.0, cache_size: int = 4096, api_key: str = "") -> None:
         if cache_size < 1:  # cachetools refuses every insert into a cache of size 0
             raise ValueError(f"cache_size must be >= 1, got {cache_size}")
         self.url = base_url.rstrip("/") + "/tokenize"
+        self.offered = Offered()  # a server without `/tokenize` is asked once, not per count
         # One pooled client for every thread that counts (httpx's Client is thread-safe).
-        self._http = httpx.Client(timeout=timeout, transport=_RetryClosedConnectionSync(
+        self._http = httpx.Client(timeout=timeout, headers=auth_headers(api_key), transport=_RetryClosedConnectionSync(
             limits=httpx.Limits(keepalive_expiry=KEEPALIVE_SECONDS)))
         self._cache: LRUCache[str, int] = LRUCache(maxsize=cache_size)
         self._lock = threading.Lock()
@@ -132,10 +134,14 @@ class ServerTokenCounter:
         return count
 
     def _server_count(self, text: str) -> int | None:
+        if self.offered.get("tokenize") is False:
+            return None
         try:
-            return _token_count(self._http.post(self.url, json=_tokenize_body(text)))
+            response = self._http.post(self.url, json=_tokenize_body(text))
         except httpx.HTTPError:
             return None
+        self.offered.learn("tokenize", response.status_code)
+        return _token_count(response)
 
 
 def _tokenize_body(text: str) -> dict[str, Any]:
@@ -170,6 +176,10 @@ class LLMHTTPError(LLMError):
     def __init__(self, message: str, status: int) -> None:
         super().__init__(message)
         self.status = status
+
+
+class LLMUnauthorizedError(LLMHTTPError):
+    """The server refused the portal's credentials (HTTP 401 or 403): a wrong or missing API key."""
 
 
 class LLMProtocolError(LLMError):
@@ -309,11 +319,14 @@ class LLMClient:
     """
 
     def __init__(self, base_url: str, *, timeout: float = 60.0, connect_timeout: float = 5.0,
-                 model: str = "default") -> None:
+                 model: str = "default", api_key: str = "") -> None:
         if not base_url.startswith(("http://", "https://")):
-            raise ValueError(f"LLM base URL must start with http:// or https://, got {base_url!r}")
+            raise ValueError(f"LLM base URL must start with http:// or https://, got {redacted(base_url)!r}")
         self.base_url = base_url.rstrip("/")
+        self.shown_url = redacted(self.base_url)  # what messages name: no credentials
         self.model = model
+        self.offered = Offered()  # which of llama.cpp's endpoints the server has, learnt once each
+        self._api_key = api_key
         self._timeout = httpx.Timeout(timeout, connect=connect_timeout)
         self._continues_prefill: bool | None = None  # the server's answer, once it has given one
         self._pools: dict[asyncio.AbstractEventLoop, httpx.AsyncClient] = {}
@@ -333,7 +346,8 @@ class LLMClient:
                 # them be collected (their sockets close then).
                 for closed in [other for other in self._pools if other.is_closed()]:
                     del self._pools[closed]
-                client = self._pools[loop] = httpx.AsyncClient(timeout=self._timeout, transport=_RetryClosedConnection(
+                client = self._pools[loop] = httpx.AsyncClient(
+                    timeout=self._timeout, headers=auth_headers(self._api_key), transport=_RetryClosedConnection(
                     limits=httpx.Limits(keepalive_expiry=KEEPALIVE_SECONDS)))
             return client
 
@@ -379,6 +393,7 @@ class LLMClient:
         body = {"messages": messages, **CONTINUE_FINAL_MESSAGE}
         try:
             response = await self._http().post(f"{self.base_url}/apply-template", json=body)
+            self.offered.learn("apply-template", response.status_code)
             prompt = response.json().get("prompt") if response.status_code == 200 else None
         except httpx.HTTPError:
             return False
@@ -390,10 +405,14 @@ class LLMClient:
     async def count_tokens(self, text: str) -> int | None:
         """Tokens of `text` by the server's own tokenizer (llama.cpp's `/tokenize`), without
         special tokens; None where the server cannot say (no endpoint, an error, unreachable)."""
+        if self.offered.get("tokenize") is False:
+            return None
         try:
-            return _token_count(await self._http().post(f"{self.base_url}/tokenize", json=_tokenize_body(text)))
+            response = await self._http().post(f"{self.base_url}/tokenize", json=_tokenize_body(text))
         except httpx.HTTPError:
             return None
+        self.offered.learn("tokenize", response.status_code)
+        return _token_count(response)
 
     async def stream_chat(self, messages: Sequence[dict[str, str]], settings: GenerationSettings
                           ) -> AsyncIterator[ChatChunk]:
@@ -419,9 +438,7 @@ class LLMClient:
             # the pool closes that connection rather than keeping it: llama.cpp stops generating.
             async with self._http().stream("POST", self.url, json=payload) as response:
                 if response.status_code != 200:
-                    body = (await response.aread()).decode("utf-8", errors="replace")
-                    raise LLMHTTPError(f"LLM server at {self.base_url} answered HTTP {response.status_code}: "
-                                       f"{_error_text(body)}", response.status_code)
+                    raise await self._status_error(response)
                 done = False
                 async for line in response.aiter_lines():
                     if done:
@@ -458,13 +475,13 @@ class LLMClient:
                         finish_reason = "stop"
                         break
                     if event.get("usage"):
-                        usage = _usage(event["usage"], self.base_url)
+                        usage = _usage(event["usage"], self.shown_url)
         except httpx.TimeoutException as exc:
-            raise LLMTimeoutError(f"LLM server at {self.base_url} timed out ({type(exc).__name__})") from exc
+            raise LLMTimeoutError(f"LLM server at {self.shown_url} timed out ({type(exc).__name__})") from exc
         except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
-            raise LLMConnectionError(f"LLM server unreachable at {self.base_url}: {exc or type(exc).__name__}") from exc
+            raise LLMConnectionError(f"LLM server unreachable at {self.shown_url}: {exc or type(exc).__name__}") from exc
         except httpx.HTTPError as exc:
-            raise LLMConnectionError(f"LLM request to {self.base_url} failed: {exc or type(exc).__name__}") from exc
+            raise LLMConnectionError(f"LLM request to {self.shown_url} failed: {exc or type(exc).__name__}") from exc
         held = recitation.flush()
         if held:
             yield ChatChunk(delta=held, tokens=tuple(tokens))
@@ -481,6 +498,20 @@ class LLMClient:
                 final = chunk
         return "".join(parts), final
 
+    def _scrub(self, text: str) -> str:
+        return scrub(text, self._api_key)
+
+    async def _status_error(self, response: httpx.Response) -> LLMHTTPError:
+        """The error for a refused request: `LLMUnauthorizedError` for refused credentials, with
+        what the server said (its text, never the key)."""
+        said = self._scrub(_error_text((await response.aread()).decode("utf-8", errors="replace")))
+        status = response.status_code
+        if status in REFUSED_STATUSES:
+            key = "its API key (LLM_API_KEY)" if self._api_key else "no API key: set LLM_API_KEY"
+            return LLMUnauthorizedError(f"LLM server at {self.shown_url} refused the portal's credentials "
+                                        f"(HTTP {status}; the portal sent {key}): {said}", status)
+        return LLMHTTPError(f"LLM server at {self.shown_url} answered HTTP {status}: {said}", status)
+
     def _parse_line(self, line: str) -> dict[str, Any] | str | None:
         # SSE: "data: <json>" lines separated by blank lines; comments start with ":".
         if not line or line.startswith(":"):
@@ -488,18 +519,18 @@ class LLMClient:
         if not line.startswith("data:"):
             if line.startswith(("event:", "id:", "retry:")):
                 return None
-            raise LLMProtocolError(f"LLM server at {self.base_url} sent a non-SSE line: {line[:200]!r}")
+            raise LLMProtocolError(f"LLM server at {self.shown_url} sent a non-SSE line: {line[:200]!r}")
         data = line[5:].strip()
         if data == "[DONE]":
             return data
         try:
             event = json.loads(data)
         except json.JSONDecodeError as exc:
-            raise LLMProtocolError(f"LLM server at {self.base_url} sent invalid JSON in the stream: {data[:200]!r}") from exc
+            raise LLMProtocolError(f"LLM server at {self.shown_url} sent invalid JSON in the stream: {data[:200]!r}") from exc
         if not isinstance(event, dict):
-            raise LLMProtocolError(f"LLM server at {self.base_url} sent a non-object event: {data[:200]!r}")
+            raise LLMProtocolError(f"LLM server at {self.shown_url} sent a non-object event: {data[:200]!r}")
         if "error" in event:
-            raise LLMHTTPError(f"LLM server at {self.base_url} reported an error: {_error_text(data)}", 500)
+            raise LLMHTTPError(f"LLM server at {self.shown_url} reported an error: {self._scrub(_error_text(data))}", 500)
         return event
 
 

@@ -183,6 +183,8 @@ SEARCH_CONCURRENCY = envint("SEARCH_CONCURRENCY", 2, minimum=1)
 EMBEDDING_CACHE_DIR = Path(envstr("EMBEDDING_CACHE_DIR", str(BASE_DIR / ".cache" / "embeddings")))
 LLAMA_PORT = envint("LLAMA_PORT", 8081, minimum=1)
 LLM_BASE_URL = envstr("LLM_BASE_URL", f"http://127.0.0.1:{LLAMA_PORT}")
+# The LLM server's API key, sent as `Authorization: Bearer` (a vLLM --api-key, a gateway's key); never shown.
+LLM_API_KEY = envstr("LLM_API_KEY", "")
 LLM_TIMEOUT_SECONDS = envint("LLM_TIMEOUT_SECONDS", 120, minimum=1)
 # The chat's token budget (search + generation + system + history) must fit the server's context:
 # `./portal run` starts llama.cpp with this context. Gemma 270M rambles, so answers are capped.

@@ -29,10 +29,10 @@ from chat.turns import run_turn
 from core.errors import ApplicationError
 
 CONVERSATION = id_path("conversation_id", "conversation")
-# A failed answer (the user's turn is kept): the LLM was unreachable or timed out (503) or the
-# prompt could not be prepared (400).
+# A failed answer (the user's turn is kept): the LLM was unreachable or timed out (503), refused the
+# portal's credentials (502: a bad gateway, the operator's to mend) or the prompt could not be prepared (400).
 TURN_ERROR_STATUS = {"llm_unreachable": 503, "llm_timeout": 503, "llm_http_error": 503, "llm_protocol_error": 503,
-                     "prompt_too_long": 400}
+                     "llm_unauthorized": 502, "prompt_too_long": 400}
 
 
 class TurnFailed(ApplicationError):

@@ -32,7 +32,7 @@ from chat.llm.answer import answer_stream
 from chat.llm.queue import Ticket
 from chat.preparation import PreparedTurn
 from core.errors import ApplicationError
-from engine.llm import AnswerTokens, LLMError, PromptTooLongError, TokenSpan, Usage
+from engine.llm import AnswerTokens, LLMError, LLMUnauthorizedError, PromptTooLongError, TokenSpan, Usage
 
 TAGS = ["openai"]
 # The request's extra fields that are a conversation's settings (`completion_prepare`).
@@ -74,6 +74,18 @@ COMPLETION_SCHEMA = {
 class LLMUnavailable(ApplicationError):
     code = "llm_unavailable"
     status = 503
+
+
+class LLMUnauthorized(ApplicationError):
+    """The LLM server refused the portal's credentials: a bad gateway, the operator's to mend."""
+
+    code = "llm_unauthorized"
+    status = 502
+
+
+def _llm_failure(error: LLMError) -> ApplicationError:
+    kind = LLMUnauthorized if isinstance(error, LLMUnauthorizedError) else LLMUnavailable
+    return kind(f"The language model failed: {error}")
 
 
 class ModelList(ApiView):
@@ -128,7 +140,7 @@ class ChatCompletions(ApiView):
         responses={(200, "application/json"): OpenApiResponse(COMPLETION_SCHEMA, description="A `chat.completion`."),
                    (200, "text/event-stream"): OpenApiResponse(str, description="`chat.completion.chunk` events "
                                                                                 "(stream: true)."),
-                   **errors(400, 503)}, tags=TAGS)
+                   **errors(400, 502, 503)}, tags=TAGS)
     def post(self, request: Request) -> Response | HttpResponse:
         serializer = ChatCompletionRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -155,7 +167,7 @@ class ChatCompletions(ApiView):
         try:
             text, finish_reason, usage, tokens = async_to_sync(_complete)(prepared, ticket)
         except LLMError as error:
-            raise LLMUnavailable(f"The language model failed: {error}") from None
+            raise _llm_failure(error) from None
         finally:
             ticket.close()
         return Response({
@@ -198,8 +210,8 @@ async def _stream(emit, prepared: PreparedTurn, ticket: Ticket, completion_id: s
             # No continuation (loop_retries 0): what a stream sent cannot be taken back.
             end = await answer_stream(ticket=ticket, prepared=prepared, loop_retries=0, tokens=tokens, on_delta=on_delta)
     except LLMError as error:
-        await emit(sse_frame({"error": {"code": "llm_unavailable", "message": f"The language model failed: {error}",
-                                        "details": {}}}))
+        failure = _llm_failure(error)
+        await emit(sse_frame({"error": {"code": failure.code, "message": failure.message, "details": {}}}))
         return
     finish_reason = LOOP_FINISH_REASON if end.looping else end.finish_reason or "stop"
     # The citations of what was streamed, on the finish chunk and (when sent) the usage chunk after it.

@@ -19,8 +19,8 @@ TOKEN_COUNTERS = 4  # one per LLM server URL
 LLM_CLIENTS = 4  # one per LLM server URL and timeout
 RETRIEVAL_THREADS = 2
 
-_counters: BoundedCache[str, ServerTokenCounter] = BoundedCache(TOKEN_COUNTERS)
-_clients: BoundedCache[tuple[str, float], LLMClient] = BoundedCache(LLM_CLIENTS)
+_counters: BoundedCache[tuple[str, str], ServerTokenCounter] = BoundedCache(TOKEN_COUNTERS)
+_clients: BoundedCache[tuple[str, float, str], LLMClient] = BoundedCache(LLM_CLIENTS)
 _queues: BoundedCache[tuple[str, int, int, int, int, str], LLMQueue | RedisLLMQueue] = BoundedCache(LLM_CLIENTS)
 _executor_lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None
@@ -30,8 +30,8 @@ def llm_client() -> LLMClient:
     """The client for the configured server, kept: its pooled HTTP client (one per event loop) is
     made once, not per request, and it remembers what it has learnt of the server (whether it
     continues an answer)."""
-    url, timeout = settings.LLM_BASE_URL, float(settings.LLM_TIMEOUT_SECONDS)
-    return _clients.get((url, timeout), lambda: LLMClient(url, timeout=timeout))
+    url, timeout, key = settings.LLM_BASE_URL, float(settings.LLM_TIMEOUT_SECONDS), settings.LLM_API_KEY
+    return _clients.get((url, timeout, key), lambda: LLMClient(url, timeout=timeout, api_key=key))
 
 
 def llm_queue() -> LLMQueue | RedisLLMQueue:
@@ -64,7 +64,8 @@ def context_budget() -> ContextBudget:
 def token_counter() -> TokenCounter:
     """Counts in the served model's own tokens (its server's `/tokenize`, remembered per text):
     the chat model's vocabulary is not the embedding model's."""
-    return _counters.get(settings.LLM_BASE_URL, lambda: ServerTokenCounter(settings.LLM_BASE_URL))
+    url, key = settings.LLM_BASE_URL, settings.LLM_API_KEY
+    return _counters.get((url, key), lambda: ServerTokenCounter(url, api_key=key))
 
 
 def retrieval_executor() -> ThreadPoolExecutor:
