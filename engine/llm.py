@@ -38,7 +38,7 @@ import httpx
 from cachetools import LRUCache
 
 from engine.config import Config, Range, check_ranges
-from engine.llm_access import REFUSED_STATUSES, Offered, auth_headers, redacted, scrub
+from engine.llm_access import Offered, auth_headers, redacted, refused, scrub
 from engine.repetition import RepetitionGuard
 
 TEMPLATE_TOKENS = 4
@@ -504,9 +504,9 @@ class LLMClient:
     async def _status_error(self, response: httpx.Response) -> LLMHTTPError:
         """The error for a refused request: `LLMUnauthorizedError` for refused credentials, with
         what the server said (its text, never the key)."""
-        said = self._scrub(_error_text((await response.aread()).decode("utf-8", errors="replace")))
-        status = response.status_code
-        if status in REFUSED_STATUSES:
+        body = (await response.aread()).decode("utf-8", errors="replace")
+        said, status = self._scrub(_error_text(body)), response.status_code
+        if refused(status, body):
             key = "its API key (LLM_API_KEY)" if self._api_key else "no API key: set LLM_API_KEY"
             return LLMUnauthorizedError(f"LLM server at {self.shown_url} refused the portal's credentials "
                                         f"(HTTP {status}; the portal sent {key}): {said}", status)

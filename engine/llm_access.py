@@ -12,6 +12,7 @@ per client (`Offered`): a server that answers 404 for an endpoint is not asked a
 
 from __future__ import annotations
 
+import json
 import threading
 from urllib.parse import urlsplit, urlunsplit
 
@@ -22,6 +23,9 @@ HIDDEN = "[key hidden]"
 ABSENT_STATUSES = frozenset({404, 405, 501})
 # HTTP statuses by which a server refuses the credentials.
 REFUSED_STATUSES = frozenset({401, 403})
+# The error type LiteLLM's proxy answers a key it does not know with, as HTTP 400, when it runs
+# without a database (only its master key is known then: BerriAI/litellm#12273).
+LITELLM_UNKNOWN_KEY = "no_db_connection"
 
 
 def redacted(url: str) -> str:
@@ -38,6 +42,20 @@ def auth_headers(api_key: str) -> dict[str, str]:
 def scrub(text: str, api_key: str) -> str:
     """`text` with every occurrence of `api_key` (and of its userinfo-free form) hidden."""
     return text.replace(api_key, HIDDEN) if api_key else text
+
+
+def refused(status: int, body: str) -> bool:
+    """Whether an error answer (`status`, its JSON `body`) refuses the credentials: 401 or 403, or
+    LiteLLM's 400 for a key it does not know (`LITELLM_UNKNOWN_KEY`)."""
+    if status in REFUSED_STATUSES:
+        return True
+    if status != 400:
+        return False
+    try:
+        error = json.loads(body).get("error")
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(error, dict) and error.get("type") == LITELLM_UNKNOWN_KEY
 
 
 class Offered:

@@ -185,6 +185,9 @@ LLAMA_PORT = envint("LLAMA_PORT", 8081, minimum=1)
 LLM_BASE_URL = envstr("LLM_BASE_URL", f"http://127.0.0.1:{LLAMA_PORT}")
 # The LLM server's API key, sent as `Authorization: Bearer` (a vLLM --api-key, a gateway's key); never shown.
 LLM_API_KEY = envstr("LLM_API_KEY", "")
+# The model name sent with each request: llama.cpp serves its one model under any name; a gateway or
+# a server of several models needs the one it knows.
+LLM_MODEL = envstr("LLM_MODEL", "default")
 LLM_TIMEOUT_SECONDS = envint("LLM_TIMEOUT_SECONDS", 120, minimum=1)
 # The chat's token budget (search + generation + system + history) must fit the server's context:
 # `./portal run` starts llama.cpp with this context. Gemma 270M rambles, so answers are capped.

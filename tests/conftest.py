@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.plugins.llama", "tests.plugins.s3", "tests.plugins.oidc"]
+pytest_plugins = ["tests.plugins.llama", "tests.plugins.s3", "tests.plugins.oidc", "tests.plugins.gateway"]
 
 
 @pytest.fixture(scope="session")

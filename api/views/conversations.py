@@ -108,7 +108,7 @@ class MessageList(ApiView):
         parameters=[CONVERSATION], request=MessageSendSerializer,
         responses={201: TurnSerializer,
                    (200, "text/event-stream"): OpenApiResponse(str, description="Server-Sent Events (stream)."),
-                   **errors(400, 503)}, tags=["conversations"])
+                   **errors(400, 502, 503)}, tags=["conversations"])
     def post(self, request: Request, conversation_id: int) -> Response | HttpResponse:
         conversation = _conversation(request, conversation_id)
         serializer = MessageSendSerializer(data=request.data)

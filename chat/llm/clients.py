@@ -20,7 +20,7 @@ LLM_CLIENTS = 4  # one per LLM server URL and timeout
 RETRIEVAL_THREADS = 2
 
 _counters: BoundedCache[tuple[str, str], ServerTokenCounter] = BoundedCache(TOKEN_COUNTERS)
-_clients: BoundedCache[tuple[str, float, str], LLMClient] = BoundedCache(LLM_CLIENTS)
+_clients: BoundedCache[tuple[str, float, str, str], LLMClient] = BoundedCache(LLM_CLIENTS)
 _queues: BoundedCache[tuple[str, int, int, int, int, str], LLMQueue | RedisLLMQueue] = BoundedCache(LLM_CLIENTS)
 _executor_lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None
@@ -30,8 +30,9 @@ def llm_client() -> LLMClient:
     """The client for the configured server, kept: its pooled HTTP client (one per event loop) is
     made once, not per request, and it remembers what it has learnt of the server (whether it
     continues an answer)."""
-    url, timeout, key = settings.LLM_BASE_URL, float(settings.LLM_TIMEOUT_SECONDS), settings.LLM_API_KEY
-    return _clients.get((url, timeout, key), lambda: LLMClient(url, timeout=timeout, api_key=key))
+    url, timeout, key, model = (settings.LLM_BASE_URL, float(settings.LLM_TIMEOUT_SECONDS), settings.LLM_API_KEY,
+                                settings.LLM_MODEL)
+    return _clients.get((url, timeout, key, model), lambda: LLMClient(url, timeout=timeout, api_key=key, model=model))
 
 
 def llm_queue() -> LLMQueue | RedisLLMQueue:
