@@ -15,7 +15,7 @@ from channels.db import database_sync_to_async
 from django.db import connections
 from django.test import Client
 
-from api.services import api_token_create
+from accounts.services.tokens import api_token_create
 from chat.models import Message
 from chat.services import conversation_create
 from engine.llm import GenerationSettings, LLMClient
