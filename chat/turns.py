@@ -215,7 +215,7 @@ async def _run_turn(*, conversation_id: int, content: str, emit: Emit, regenerat
 
         end = await answer_stream(ticket=ticket, prepared=prepared, loop_retries=prepared.loop_retries, tokens=tokens,
                                   clock=clock, on_queued=lambda ahead: emit({"type": "chat.queued", "ahead": ahead}),
-                                  on_delta=on_delta, on_rewind=on_rewind)
+                                  on_delta=on_delta, on_rewind=on_rewind, affinity=conversation_id)
     except asyncio.CancelledError:
         # Shielded: the stop must be recorded even though this task is being cancelled.
         await asyncio.shield(_finish(result, status=Message.Status.STOPPED, content="".join(parts), **common))

@@ -188,6 +188,9 @@ LLM_API_KEY = envstr("LLM_API_KEY", "")
 # The model name sent with each request: llama.cpp serves its one model under any name; a gateway or
 # a server of several models needs the one it knows.
 LLM_MODEL = envstr("LLM_MODEL", "default")
+# Several LLM servers (chat.llm.servers): JSON in the variable or the path of a YAML file, a list of
+# {url, key, model, slots}; unset, the one server above.
+LLM_SERVERS = envstr("LLM_SERVERS", "")
 LLM_TIMEOUT_SECONDS = envint("LLM_TIMEOUT_SECONDS", 120, minimum=1)
 # The chat's token budget (search + generation + system + history) must fit the server's context:
 # `./portal run` starts llama.cpp with this context. Gemma 270M rambles, so answers are capped.

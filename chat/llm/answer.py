@@ -12,8 +12,18 @@ from dataclasses import dataclass
 
 from chat.llm import clients
 from chat.llm.queue import Ticket
+from chat.llm.servers import LLMServer
 from chat.preparation import PreparedTurn
-from engine.llm import AnswerEnd, AnswerTokens, Rewind, stream_answer
+from engine.llm import (
+    AnswerEnd,
+    AnswerTokens,
+    LLMClient,
+    LLMConnectionError,
+    LLMError,
+    LLMTimeoutError,
+    Rewind,
+    stream_answer,
+)
 
 
 @dataclass
@@ -23,24 +33,58 @@ class AnswerClock:
     queued: float = 0.0
     admitted: float = 0.0
     first_token: float | None = None
+    server: LLMServer | None = None  # the server that answered (chat.llm.servers)
 
 
 async def answer_stream(*, ticket: Ticket, prepared: PreparedTurn, loop_retries: int, tokens: AnswerTokens,
                         clock: AnswerClock | None = None,
                         on_queued: Callable[[int], Awaitable[None]] | None = None,
                         on_delta: Callable[[str], Awaitable[None]] | None = None,
-                        on_rewind: Callable[[str], Awaitable[None]] | None = None) -> AnswerEnd:
+                        on_rewind: Callable[[str], Awaitable[None]] | None = None,
+                        model: str = "", affinity: object = None) -> AnswerEnd:
     """Wait until `ticket` is admitted (`on_queued(ahead)` while it waits), then stream the prepared
     prompt: each piece to `on_delta`, each loop taken back to `on_rewind(kept)` (continued from the
     cut up to `loop_retries` times, `engine.llm.stream_answer`), every event into `tokens`. Returns
     the answer's end. Leaving early (cancelled) closes the HTTP stream, and llama.cpp stops; an
-    `LLMError` is raised as it comes. The caller holds `ticket` (`async with ticket`)."""
+    `LLMError` is raised as it comes. The caller holds `ticket` (`async with ticket`).
+
+    The answer comes from a server of `model` (the pool's first model when empty) that
+    `chat.llm.clients.server_pool` chooses, the one `affinity` (a conversation) used last where it
+    can: a server that cannot be reached before the first piece is taken out and the next one tried."""
     clock = clock or AnswerClock()
     clock.queued = time.perf_counter()
     await ticket.wait(on_queued)
     clock.admitted = time.perf_counter()
-    answer = stream_answer(clients.llm_client(), prepared.plan.messages, prepared.generation,
-                           loop_retries=loop_retries)
+    pool = clients.server_pool()
+    model = model or pool.default_model
+    tried: list[LLMServer] = []
+    failures: list[LLMError] = []
+    while True:
+        server = pool.choose(model, affinity, avoid=tried)
+        if server is None:
+            raise failures[-1] if failures else pool.unserved(model)
+        clock.server = server
+        try:
+            with pool.lease(server, affinity):
+                end = await _stream(clients.llm_client_for(server), ticket=ticket, prepared=prepared,
+                                    loop_retries=loop_retries, tokens=tokens, clock=clock, on_delta=on_delta,
+                                    on_rewind=on_rewind)
+        except (LLMConnectionError, LLMTimeoutError) as error:
+            # Out for a while; a turn that had not begun goes to another server of its model.
+            pool.mark_down(server)
+            if clock.first_token is not None:
+                raise
+            tried.append(server)
+            failures.append(error)
+            continue
+        pool.mark_up(server)
+        return end
+
+
+async def _stream(client: LLMClient, *, ticket: Ticket, prepared: PreparedTurn, loop_retries: int,
+                  tokens: AnswerTokens, clock: AnswerClock, on_delta: Callable[[str], Awaitable[None]] | None,
+                  on_rewind: Callable[[str], Awaitable[None]] | None) -> AnswerEnd:
+    answer = stream_answer(client, prepared.plan.messages, prepared.generation, loop_retries=loop_retries)
     end = None
     async with contextlib.aclosing(answer):
         async for event in answer:

@@ -11,6 +11,7 @@ from django.conf import settings
 
 from chat.llm.queue import LLMQueue
 from chat.llm.queue_redis import RedisLLMQueue
+from chat.llm.servers import LLMServer, ServerPool, servers_parse
 from core.cache import BoundedCache
 from core.runtime import engine_config
 from engine.llm import ContextBudget, GenerationSettings, LLMClient, ServerTokenCounter, TokenCounter
@@ -22,23 +23,47 @@ RETRIEVAL_THREADS = 2
 _counters: BoundedCache[tuple[str, str], ServerTokenCounter] = BoundedCache(TOKEN_COUNTERS)
 _clients: BoundedCache[tuple[str, float, str, str], LLMClient] = BoundedCache(LLM_CLIENTS)
 _queues: BoundedCache[tuple[str, int, int, int, int, str], LLMQueue | RedisLLMQueue] = BoundedCache(LLM_CLIENTS)
+_pools: BoundedCache[tuple[str, str, str, str, int], ServerPool] = BoundedCache(2)
 _executor_lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None
 
 
 def llm_client() -> LLMClient:
-    """The client for the configured server, kept: its pooled HTTP client (one per event loop) is
-    made once, not per request, and it remembers what it has learnt of the server (whether it
-    continues an answer)."""
-    url, timeout, key, model = (settings.LLM_BASE_URL, float(settings.LLM_TIMEOUT_SECONDS), settings.LLM_API_KEY,
-                                settings.LLM_MODEL)
+    """The client for the configured server (`LLM_BASE_URL`), kept: its pooled HTTP client (one per
+    event loop) is made once, not per request, and it remembers what it has learnt of the server
+    (whether it continues an answer)."""
+    return llm_client_for(LLMServer(url=settings.LLM_BASE_URL, key=settings.LLM_API_KEY, model=settings.LLM_MODEL,
+                                    slots=settings.LLM_STREAMS))
+
+
+def llm_client_for(server: LLMServer) -> LLMClient:
+    """The kept client of one server of the pool (`server_pool`)."""
+    url, timeout, key, model = server.url, float(settings.LLM_TIMEOUT_SECONDS), server.key, server.model
     return _clients.get((url, timeout, key, model), lambda: LLMClient(url, timeout=timeout, api_key=key, model=model))
+
+
+def llm_servers() -> list[LLMServer]:
+    """`LLM_SERVERS`, or the one server `LLM_BASE_URL` (with `LLM_API_KEY`, `LLM_MODEL`, `LLM_STREAMS` slots)."""
+    if settings.LLM_SERVERS:
+        return servers_parse(settings.LLM_SERVERS, default_model=settings.LLM_MODEL, default_slots=settings.LLM_STREAMS)
+    return [LLMServer(url=settings.LLM_BASE_URL.rstrip("/"), key=settings.LLM_API_KEY, model=settings.LLM_MODEL,
+                      slots=settings.LLM_STREAMS)]
+
+
+def server_pool() -> ServerPool:
+    """The process's pool of LLM servers (`chat.llm.servers`), one per setting of them."""
+    key = (settings.LLM_SERVERS, settings.LLM_BASE_URL, settings.LLM_API_KEY, settings.LLM_MODEL, settings.LLM_STREAMS)
+    return _pools.get(key, lambda: ServerPool(llm_servers()))
 
 
 def llm_queue() -> LLMQueue | RedisLLMQueue:
     """The queue of turns into the configured LLM server, one per server (and policy) in this process;
     with `LLM_QUEUE_REDIS_URL`, this process's handle on the queue every process shares in Redis."""
-    key = (settings.LLM_BASE_URL, settings.LLM_PREFILL_AT_ONCE, settings.LLM_STREAMS, settings.LLM_QUEUE_LIMIT,
+    # Several servers: the slots of all of them, and one prompt in prefill per server.
+    servers = llm_servers() if settings.LLM_SERVERS else []
+    streams = sum(server.slots for server in servers) if servers else settings.LLM_STREAMS
+    prefill = settings.LLM_PREFILL_AT_ONCE * max(1, len(servers))
+    key = (settings.LLM_SERVERS or settings.LLM_BASE_URL, prefill, streams, settings.LLM_QUEUE_LIMIT,
            settings.LLM_QUEUE_PER_USER, settings.LLM_QUEUE_REDIS_URL)
     policy = {"prefill": key[1], "streams": key[2], "limit": key[3], "per_user": key[4]}
     if settings.LLM_QUEUE_REDIS_URL:
