@@ -8,6 +8,7 @@ from django.shortcuts import render
 from django.views.decorators.http import require_GET
 
 from accounts.services.groups import groups_for_user
+from chat.llm.clients import server_pool
 from chat.selectors import conversations_for_user
 from corpus.selectors import corpus_list_for_user
 
@@ -27,5 +28,7 @@ def dashboard(request: HttpRequest) -> HttpResponse:
         "own_count": sum(1 for c in corpora if c.owner_id == request.user.pk),
         "searchable": any(c.active_build_id for c in corpora),
         "group_count": groups_for_user(request.user).count(),
+        # Staff see the LLM servers and which are up (URLs without credentials, never a key).
+        "llm_servers": server_pool().status() if request.user.is_staff else None,
     }
     return render(request, "dashboard.html", context)

@@ -32,8 +32,8 @@ def llm_client() -> LLMClient:
     """The client for the configured server (`LLM_BASE_URL`), kept: its pooled HTTP client (one per
     event loop) is made once, not per request, and it remembers what it has learnt of the server
     (whether it continues an answer)."""
-    return llm_client_for(LLMServer(url=settings.LLM_BASE_URL, key=settings.LLM_API_KEY, model=settings.LLM_MODEL,
-                                    slots=settings.LLM_STREAMS))
+    return llm_client_for(LLMServer(url=settings.LLM_BASE_URL.rstrip("/"), key=settings.LLM_API_KEY,
+                                    model=settings.LLM_MODEL, slots=settings.LLM_STREAMS))
 
 
 def llm_client_for(server: LLMServer) -> LLMClient:

@@ -48,6 +48,16 @@ def test_a_bad_setting_is_a_clear_error_that_shows_no_key(text, said):
     assert KEY not in str(caught.value)
 
 
+def test_a_bad_setting_stops_the_start_checks(settings):
+    from django.core.management import call_command
+    from django.core.management.base import SystemCheckError
+
+    settings.LLM_SERVERS = json.dumps([{"url": "http://127.0.0.1:1", "key": KEY, "slots": -1}])
+    with pytest.raises(SystemCheckError, match="slots must be an integer") as caught:
+        call_command("check")
+    assert KEY not in str(caught.value)
+
+
 def test_the_choice_spreads_sticks_and_skips_a_server_that_is_out():
     one, two = LLMServer("http://127.0.0.1:1", "m", 2), LLMServer("http://127.0.0.1:2", "m", 2)
     other = LLMServer("http://127.0.0.1:3", "big", 1)
@@ -64,6 +74,26 @@ def test_the_choice_spreads_sticks_and_skips_a_server_that_is_out():
     assert pool.choose("m", "a") == one  # all out: the one out longest is tried
     pool.mark_up(one)
     assert pool.choose("m", "b") == one
+
+
+@pytest.mark.django_db
+def test_staff_see_which_servers_are_up_without_credentials(settings, django_user_model):
+    from django.test import Client
+
+    settings.LLM_SERVERS = json.dumps([{"url": f"http://portal:{KEY}@127.0.0.1:7", "key": KEY, "model": "big"},
+                                       {"url": "http://127.0.0.1:8", "model": "small", "slots": 3}])
+    clients.server_pool().mark_down(clients.server_pool().servers[0])
+    staff = django_user_model.objects.create_user("staff", password="pw-staff-123", is_staff=True)
+    member = django_user_model.objects.create_user("member", password="pw-member-123")
+    page = Client()
+    page.force_login(staff)
+    html = page.get("/").content.decode()
+    table = html[html.index('id="dashboard-llm-servers"'):]
+    assert "http://127.0.0.1:7" in table and "out, tried again soon" in table
+    assert "http://127.0.0.1:8" in table and "0 / 3" in table and "small" in table
+    assert KEY not in html
+    page.force_login(member)
+    assert 'id="dashboard-llm-servers"' not in page.get("/").content.decode()
 
 
 def _start(gguf, port: int = 0) -> LlamaServer:
