@@ -372,7 +372,7 @@ def channel_scorers(corpus_id: int) -> dict:
     from engine.citations import HDCSupport, MeanSupport, WordSupport
 
     build = Corpus.objects.select_related("active_build").get(pk=corpus_id).active_build
-    hdc = HDCSupport(serving.tokenizer_for(build.parameters["gguf_path"]), serving.loaded_build(build.build_dir).encoder)
+    hdc = HDCSupport(serving.tokenizer_for(build.params.gguf_path), serving.loaded_build(build.build_dir).encoder)
     return {**text_scorers(), "hdc": hdc, "words+hdc": MeanSupport(WordSupport(), hdc)}
 
 

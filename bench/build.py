@@ -142,7 +142,7 @@ def store_figures(corpus, owner, build, scratch: Path) -> None:  # noqa: ANN001
     from memory.services import memories_search
 
     build = IndexBuild.objects.get(pk=build.pk)
-    published = build.parameters.get("published", {})
+    published = build.params.published or {}
     megabytes = sum(f["bytes"] for f in published.values()) / 1e6
     print(f"\nobject store: {len(published)} files, {megabytes:,.1f} MB published in "
           f"{build.timings.get('portal_publish', 0):.2f} s (of the build's {(build.finished - build.started).total_seconds():.1f} s)")

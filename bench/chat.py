@@ -122,6 +122,7 @@ def portal_setup(args: argparse.Namespace, data_dir: Path, base_url: str) -> Non
 
 def corpus_rows(build_dir: Path, records_file: Path, dataset: Path, gguf_path: Path, users: list) -> int:
     """The corpus, its dataset (source id 1) and its memory rows, as a finished build would leave them."""
+    from corpus.build_parameters import BuildParameters
     from corpus.memory_rows import MemoryWriter
     from corpus.models import Dataset, IndexBuild
     from corpus.services.corpora import corpus_create
@@ -131,7 +132,7 @@ def corpus_rows(build_dir: Path, records_file: Path, dataset: Path, gguf_path: P
                            size=dataset.stat().st_size, sha256="0" * 64, format="jsonl")
     build = IndexBuild.objects.create(
         corpus=corpus, status=IndexBuild.Status.SUCCEEDED, build_dir=str(build_dir),
-        parameters={"gguf_path": str(gguf_path), "hdc_dimensions": 10000, "hdc_seed": 42, "hdc_ngram": 5})
+        parameters=BuildParameters(gguf_path=str(gguf_path), hdc_dimensions=10000, hdc_seed=42, hdc_ngram=5).to_json())
     writer = MemoryWriter(build=build, dataset_ids=[1])
     with open(records_file, encoding="utf-8") as handle:
         batch = []

@@ -10,6 +10,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Max, Q
 
+from corpus.build_parameters import BuildParameters
 from corpus.files import data_storage
 from engine.config import Config
 
@@ -160,6 +161,7 @@ class IndexBuild(models.Model):
                                      help_text="Last sign of life of the worker running this build.")
     worker = models.CharField(max_length=300, blank=True,
                               help_text="The process running this build: host:pid:start time (see builds.owner_alive).")
+    # BuildParameters.to_json(); read through `params`.
     parameters = models.JSONField(default=dict, blank=True, help_text="HDC settings and model the build used.")
     timings = models.JSONField(default=dict, blank=True)
     build_dir = models.CharField(max_length=500, blank=True)
@@ -191,6 +193,11 @@ class IndexBuild(models.Model):
             last = IndexBuild.objects.filter(corpus_id=self.corpus_id).aggregate(last=Max("number"))["last"]
             self.number = (last or 0) + 1
         super().save(*args, **kwargs)
+
+    @property
+    def params(self) -> BuildParameters:
+        """`parameters` as a BuildParameters (any stored shape, old rows included)."""
+        return BuildParameters.from_json(self.parameters)
 
     @property
     def is_active(self) -> bool:

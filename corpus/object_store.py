@@ -9,7 +9,7 @@ writes them, a worker reads them), `PREFIX/corpora/<corpus>/builds/<build>/<file
 (a worker publishes them before activation, a web process fetches them into its local cache).
 
 Every file is published with its size and sha256 (recorded on the build row as
-`parameters["published"]`, committed with the activation), and every fetch is checked against
+`BuildParameters.published`, committed with the activation), and every fetch is checked against
 them before it is renamed into place: a file that was cut short, or corrupted in the store or the
 cache, is never memory-mapped.
 """

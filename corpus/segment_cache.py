@@ -42,7 +42,7 @@ def _lock(build_id: int) -> threading.Lock:
 def segment_path(build: IndexBuild) -> Path:
     """This machine's directory of `build`, complete and checked (see the module docstring).
     Raises ObjectStoreUnavailable when it must be fetched and the store cannot give it."""
-    published = (build.parameters or {}).get("published")
+    published = build.params.published
     if object_store() is None or not published:
         # One machine: where the worker wrote it (the row says; builds made by tools elsewhere too).
         return Path(build.build_dir) if build.build_dir else build_dir(build.corpus_id, build.pk)

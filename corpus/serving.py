@@ -23,6 +23,7 @@ from django.conf import settings
 
 from core.cache import BoundedCache, array_bytes
 from core.runtime import default_gguf, engine_config
+from corpus.build_parameters import BuildParameters
 from engine.config import Config
 from engine.loaded_build import MANIFEST, LoadedIndex, load_corpus
 from engine.retrieval import Retriever
@@ -64,7 +65,7 @@ def model_identity(gguf_path: str | Path) -> dict[str, str]:
     return {"model_name": path.name, "model_sha256": _model_sha256(str(path), stat.st_size, stat.st_mtime_ns)}
 
 
-def model_for(parameters: dict) -> Path:
+def model_for(parameters: BuildParameters) -> Path:
     """The GGUF a build used, on this machine. A build records its model by name and sha256: the
     recorded path when it holds that model, else a model of that name in this machine's model
     cache, `GGUF_PATH` or the packaged default (assembled on first use). Raises ApplicationError
@@ -73,8 +74,8 @@ def model_for(parameters: dict) -> Path:
     from core.errors import ApplicationError
     from engine.model_files import models_dir
 
-    recorded = Path(parameters.get("gguf_path", ""))
-    name, sha256 = parameters.get("model_name"), parameters.get("model_sha256")
+    recorded = Path(parameters.gguf_path)
+    name, sha256 = parameters.model_name, parameters.model_sha256
     if not sha256:
         return recorded
     candidates = [recorded, models_dir() / name]

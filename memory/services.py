@@ -117,15 +117,13 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
     if not corpora:
         return []
     # A model is its identity (name and sha256) where builds recorded it, else its path.
-    models = {c.active_build.parameters.get("model_sha256") or c.active_build.parameters.get("gguf_path", "")
-              for c in corpora}
-    dims = {c.active_build.parameters.get("hdc_dimensions") for c in corpora}
-    if len(models) != 1 or len(dims) != 1:
-        names = ", ".join(f"{c.name} ({c.active_build.parameters.get('hdc_dimensions')} dims, "
-                          f"{Path(c.active_build.parameters.get('gguf_path', '')).name})" for c in corpora)
+    params = {c.pk: c.active_build.params for c in corpora}
+    if len({p.model_key for p in params.values()}) != 1 or len({p.hdc_dimensions for p in params.values()}) != 1:
+        names = ", ".join(f"{c.name} ({params[c.pk].hdc_dimensions} dims, {Path(params[c.pk].gguf_path).name})"
+                          for c in corpora)
         raise ApplicationError(f"These corpora use different models or HDC dimensions and cannot be searched "
                                f"together: {names}.", {"corpus_ids": sorted(c.pk for c in corpora)})
-    gguf_path = str(serving.model_for(corpora[0].active_build.parameters))
+    gguf_path = str(serving.model_for(params[corpora[0].pk]))
     appended = [int(i) for c in corpora for i in c.active_appends or []]
     appends = IndexBuild.objects.in_bulk(appended) if appended else {}
     chosen = None if dataset_ids is None else {int(i) for i in dataset_ids}
@@ -142,17 +140,17 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
         loaded = serving.loaded_state([segment_path(corpus.active_build),
                                        *[segment_path(appends[i]) for i in segments[1:]]])
         late = fusion = None
-        parameters = corpus.active_build.parameters
-        if parameters.get("late_interaction"):
+        built = params[corpus.pk]
+        if built.late_interaction:
             late = _late_scorer(corpus_id=corpus.pk, corpus=loaded, gguf_path=gguf_path)
             # The rule measured on the build's own self-queries; a build made before it was
             # measured has none, and gets HDC alone: unweighted fusion lowered recall on real text.
-            fusion = FusionChoice.from_dict(parameters["fusion"]) if "fusion" in parameters else FusionChoice()
+            fusion = built.fusion or FusionChoice()
             late_kinds[corpus.pk] = "maxsim"
-        elif "word_fusion" in parameters:
+        elif built.word_fusion is not None:
             # The exact-word channel, under the rule the build measured on its own self-queries.
             late = _word_index(corpus_id=corpus.pk, corpus=loaded)
-            fusion = FusionChoice.from_dict(parameters["word_fusion"])
+            fusion = built.word_fusion
             late_kinds[corpus.pk] = "bm25"
         targets.append(SearchTarget(corpus=loaded, store=StateMemoryStore(tuple(segments)),
                                     name=str(corpus.pk), enabled_sources=enabled, late=late, fusion=fusion))

@@ -9,7 +9,7 @@ its worker encodes only the new datasets, with the state's frozen statistics
 UPDATE of the corpus row. A full build replaces the whole state (and empties the list): that is
 the merge.
 
-What a state covers: the datasets each of its segments recorded (`parameters["dataset_ids"]`;
+What a state covers: the datasets each of its segments recorded (`BuildParameters.dataset_ids`;
 a build made before it recorded them covers the datasets uploaded before it started). Deleting a
 dataset hides its rows at once, in every segment, through the search's dataset filter; its rows
 leave at the next merge.
@@ -44,9 +44,9 @@ def covered_dataset_ids(corpus: Corpus) -> set[int]:
     """The datasets the corpus's state holds (see the module docstring)."""
     covered: set[int] = set()
     for segment in state_segments(corpus):
-        recorded = (segment.parameters or {}).get("dataset_ids")
+        recorded = segment.params.dataset_ids
         if recorded is not None:
-            covered.update(int(i) for i in recorded)
+            covered.update(recorded)
         elif segment.started is not None:
             covered.update(corpus.datasets.filter(uploaded_at__lte=segment.started).values_list("pk", flat=True))
     return covered
@@ -62,8 +62,7 @@ def appends_allowed(corpus: Corpus) -> bool:
     """Whether new datasets can be appended: an active build whose format and channels allow it
     (late interaction fills per-build token vectors, so its corpora take a full build)."""
     base = corpus.active_build
-    return base is not None and not (base.parameters or {}).get("late_interaction") \
-        and not corpus.late_interaction
+    return base is not None and not base.params.late_interaction and not corpus.late_interaction
 
 
 def append_start(*, corpus: Corpus, user: AbstractBaseUser | None,
@@ -79,12 +78,8 @@ def append_start(*, corpus: Corpus, user: AbstractBaseUser | None,
     if not datasets:
         return None
     base = corpus.active_build
-    parameters = {key: value for key, value in (base.parameters or {}).items()
-                  if key in ("hdc_dimensions", "hdc_seed", "hdc_ngram", "hdc_drop_components", "chunk_size",
-                             "gguf_path", "model_name", "model_sha256", "late_interaction")}
-    parameters |= {"dataset_ids": [d.pk for d in datasets], "base_build": base.pk,
-                   "previous": [int(i) for i in corpus.active_appends or []],
-                   "word_channel": "word_fusion" in (base.parameters or {})}
+    parameters = base.params.for_append(dataset_ids=[d.pk for d in datasets], base_build=base.pk,
+                                        previous=[int(i) for i in corpus.active_appends or []]).to_json()
     try:
         with transaction.atomic():
             job = IndexBuild.objects.create(corpus=corpus, kind=Kind.APPEND, created_by=user, parameters=parameters)
@@ -97,7 +92,7 @@ def append_start(*, corpus: Corpus, user: AbstractBaseUser | None,
 
 def append_datasets(build: IndexBuild) -> list[Dataset]:
     """The datasets an append job will encode: those it was queued for that still exist."""
-    wanted = [int(i) for i in build.parameters.get("dataset_ids", [])]
+    wanted = list(build.params.dataset_ids or ())
     found = {d.pk: d for d in Dataset.objects.filter(pk__in=wanted)}
     datasets = [found[i] for i in wanted if i in found]
     if not datasets:
@@ -105,11 +100,17 @@ def append_datasets(build: IndexBuild) -> list[Dataset]:
     return datasets
 
 
+def append_state(build: IndexBuild) -> list[int]:
+    """The segments of the state an append job was queued on, base build first."""
+    params = build.params
+    return [params.base_build, *params.previous]
+
+
 def append_previous_dir(build: IndexBuild) -> str:
     """The build directory of the state's newest segment when the append was queued; refuses to
     run when the state changed since (the append's rows would be numbered after the wrong rows)."""
     corpus = Corpus.objects.get(pk=build.corpus_id)
-    expected = [build.parameters["base_build"], *build.parameters.get("previous", [])]
+    expected = append_state(build)
     if corpus.serving_build_ids != expected:
         raise ApplicationError("the corpus's index changed since this append was queued; "
                                "its datasets will be appended to the new one")
@@ -119,7 +120,7 @@ def append_previous_dir(build: IndexBuild) -> str:
 def append_activate(*, build: IndexBuild, result: BuildResult, timings: dict,
                     published: dict | None = None) -> None:
     """Mark the append succeeded and add it to the corpus's state, in one transaction."""
-    expected = [build.parameters["base_build"], *build.parameters.get("previous", [])]
+    expected = append_state(build)
     with transaction.atomic():
         row = IndexBuild.objects.select_for_update().get(pk=build.pk)
         if row.status != Status.RUNNING or row.cancel_requested:
@@ -131,8 +132,8 @@ def append_activate(*, build: IndexBuild, result: BuildResult, timings: dict,
             status=Status.SUCCEEDED, finished=timezone.now(), phase="done", done=result.documents,
             total=result.documents, documents=result.documents, duplicates=result.duplicates,
             vocab_size=result.vocab_size, timings=timings, heartbeat=timezone.now(),
-            parameters={**build.parameters, "segment": result.manifest.get("segment", {}),
-                        "published": published or {}})
+            parameters=build.params.replace(segment=result.manifest.get("segment", {}),
+                                            published=published or {}).to_json())
         Corpus.objects.filter(pk=corpus.pk).update(active_appends=[*expected[1:], build.pk])
         for source in result.manifest["sources"]:
             Dataset.objects.filter(pk=source["source_id"]).update(record_count=source["documents"],

@@ -27,7 +27,6 @@ import threading
 import time
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
 
 from celery import current_app
 from django.conf import settings
@@ -38,6 +37,7 @@ from django.utils import timezone
 
 from core.errors import ApplicationError, ConflictError
 from core.runtime import default_gguf, engine_config
+from corpus.build_parameters import BuildParameters
 from corpus.chroma import store_for
 from corpus.events import send_build_event, send_event
 from corpus.files import build_dir
@@ -56,6 +56,7 @@ from corpus.services.appends import (
     append_datasets,
     append_previous_dir,
     append_start,
+    append_state,
     appends_allowed,
     merge_due,
 )
@@ -90,11 +91,11 @@ class BuildNotCancellable(ConflictError):
     code = "build_finished"
 
 
-def _snapshot(corpus: Corpus) -> dict[str, Any]:
-    return {"hdc_dimensions": corpus.hdc_dimensions, "hdc_seed": corpus.hdc_seed, "hdc_ngram": corpus.hdc_ngram,
-            "hdc_drop_components": engine_config().hdc_drop_components, "chunk_size": corpus.chunk_size,
-            "gguf_path": str(Path(corpus.gguf_path) if corpus.gguf_path else default_gguf()),
-            "late_interaction": corpus.late_interaction}
+def _snapshot(corpus: Corpus) -> BuildParameters:
+    return BuildParameters(hdc_dimensions=corpus.hdc_dimensions, hdc_seed=corpus.hdc_seed, hdc_ngram=corpus.hdc_ngram,
+                           hdc_drop_components=engine_config().hdc_drop_components, chunk_size=corpus.chunk_size,
+                           gguf_path=str(Path(corpus.gguf_path) if corpus.gguf_path else default_gguf()),
+                           late_interaction=corpus.late_interaction)
 
 
 def build_start(*, corpus: Corpus, user: AbstractBaseUser | None) -> IndexBuild:
@@ -104,7 +105,7 @@ def build_start(*, corpus: Corpus, user: AbstractBaseUser | None) -> IndexBuild:
         raise ApplicationError("Upload at least one dataset before building the index.")
     try:
         with transaction.atomic():
-            build = IndexBuild.objects.create(corpus=corpus, created_by=user, parameters=_snapshot(corpus))
+            build = IndexBuild.objects.create(corpus=corpus, created_by=user, parameters=_snapshot(corpus).to_json())
             # By name: the task module imports this one (tasks call services), not the other way.
             transaction.on_commit(lambda: current_app.signature(RUN_BUILD_TASK, args=(build.pk,)).delay())
     except IntegrityError:
@@ -203,7 +204,7 @@ def _discard(build: IndexBuild, *, status: str, error: str) -> None:
     IndexBuild.objects.filter(pk=build.pk, status=Status.RUNNING).update(
         status=status, error=error[:10000], finished=timezone.now())
     memories_delete_for_build(build_id=build.pk)
-    if (build.parameters or {}).get("late_interaction"):
+    if build.params.late_interaction:
         _delete_text_records(build)
     directory = build_dir(build.corpus_id, build.pk)
     forget_build(directory)
@@ -301,7 +302,7 @@ def _fusion_evidence(*, build: IndexBuild, corpus: LoadedIndex, config: Config, 
                      encoder: TokenVectorEncoder, memories: MemoryStore) -> FusionChoice:
     """The fusion rule for this build, from its own held-out self-queries
     (`engine.retrieval.fusion_evidence`), scored by the token vectors the fill kept beside the
-    store; searches read it from `parameters["fusion"]`."""
+    store; searches read it from `BuildParameters.fusion`."""
     scorer = LateScorer.for_build(corpus, encoder=encoder, tokenizer=tokenizer)
     if scorer is None:
         raise TextStoreError(f"build {build.pk}: the fill left no late-interaction vectors in {corpus.build_dir}")
@@ -326,18 +327,19 @@ def _execute_append(build: IndexBuild, reporter: _Reporter) -> None:
     datasets = append_datasets(build)
     _local_datasets(datasets)
     previous_dir = append_previous_dir(build)
-    state = [build.parameters["base_build"], *build.parameters.get("previous", [])]
+    params = build.params
+    state = append_state(build)
     out_dir = build_dir(build.corpus_id, build.pk)
     IndexBuild.objects.filter(pk=build.pk).update(build_dir=str(out_dir))
     reporter.estimate = sum(d.record_count for d in datasets)
     reporter.progress("tokenizer", 0, 1)
-    gguf_path = model_for(build.parameters)
+    gguf_path = model_for(params)
     tokenizer = tokenizer_for(gguf_path)
     writer = MemoryWriter(build=build, dataset_ids=[d.pk for d in datasets])
     result = append_segment(
         previous_dir=previous_dir, datasets=[(d.pk, d.name, d.file.path) for d in datasets], out_dir=out_dir,
         gguf_path=gguf_path, tokenizer=tokenizer, sink=writer.add, progress=reporter.progress,
-        should_cancel=reporter.should_cancel, word_index=bool(build.parameters.get("word_channel")),
+        should_cancel=reporter.should_cancel, word_index=params.word_channel,
         known=lambda ids: memory_hashes_among(build_ids=state, hashes=ids))
     _check_written(build, writer, result, reporter)
     if reporter.should_cancel():
@@ -375,19 +377,18 @@ def _execute(build: IndexBuild, reporter: _Reporter) -> None:
     if not datasets:
         raise ApplicationError("the corpus has no datasets")
     _local_datasets(datasets)
-    values = build.parameters or _snapshot(corpus)
-    config = engine_config().replace(hdc_dimensions=values["hdc_dimensions"], hdc_seed=values["hdc_seed"],
-                                     hdc_ngram=values["hdc_ngram"], chunk_size=values["chunk_size"],
-                                     hdc_drop_components=values.get("hdc_drop_components",
-                                                                    engine_config().hdc_drop_components))
+    values = build.params if build.parameters else _snapshot(corpus)
+    drop = engine_config().hdc_drop_components if values.hdc_drop_components is None else values.hdc_drop_components
+    config = engine_config().replace(hdc_dimensions=values.hdc_dimensions, hdc_seed=values.hdc_seed,
+                                     hdc_ngram=values.hdc_ngram, chunk_size=values.chunk_size,
+                                     hdc_drop_components=drop)
     # The model by identity (name and sha256), resolved on this machine: the path recorded when the
     # build was queued is the web process's, and another machine keeps its models elsewhere.
-    gguf_path = Path(values["gguf_path"]) if Path(values["gguf_path"]).is_file() or corpus.gguf_path \
-        else default_gguf()
-    values = {**values, "dataset_ids": [d.pk for d in datasets], "gguf_path": str(gguf_path),
-              **model_identity(gguf_path)}
+    gguf_path = Path(values.gguf_path) if Path(values.gguf_path).is_file() or corpus.gguf_path else default_gguf()
+    values = values.replace(dataset_ids=tuple(d.pk for d in datasets), gguf_path=str(gguf_path),
+                            **model_identity(gguf_path))
     out_dir = build_dir(corpus.pk, build.pk)
-    IndexBuild.objects.filter(pk=build.pk).update(build_dir=str(out_dir), parameters=values)
+    IndexBuild.objects.filter(pk=build.pk).update(build_dir=str(out_dir), parameters=values.to_json())
     reporter.estimate = sum(d.record_count for d in datasets)
     reporter.progress("tokenizer", 0, 1)
     tokenizer = tokenizer_for(gguf_path)
@@ -397,7 +398,7 @@ def _execute(build: IndexBuild, reporter: _Reporter) -> None:
         tokenizer=tokenizer, config=config, sink=writer.add, progress=reporter.progress,
         should_cancel=reporter.should_cancel, cache_dir=settings.EMBEDDING_CACHE_DIR)
     _check_written(build, writer, result, reporter)
-    if values.get("late_interaction"):
+    if values.late_interaction:
         # Before activation: the serving build keeps its own records (ids carry the build) until
         # the switch; a failure here fails this build, which `_discard` cleans up.
         loaded = load_corpus(out_dir)
@@ -406,17 +407,18 @@ def _execute(build: IndexBuild, reporter: _Reporter) -> None:
         filled = text_store_fill(store=store_for(corpus.pk), corpus=loaded, encoder=encoder, tokenizer=tokenizer,
                                  build_id=build.pk, memories=BuildMemoryStore(build.pk),
                                  progress=reporter.progress, should_cancel=reporter.should_cancel)
-        values = {**values, "text_records": filled.records, "text_rows_skipped": len(filled.skipped_rows),
-                  "fusion": _fusion_evidence(build=build, corpus=loaded, config=config, tokenizer=tokenizer,
-                                             encoder=encoder, memories=BuildMemoryStore(build.pk)).to_dict()}
+        values = values.replace(
+            text_records=filled.records, text_rows_skipped=len(filled.skipped_rows),
+            fusion=_fusion_evidence(build=build, corpus=loaded, config=config, tokenizer=tokenizer, encoder=encoder,
+                                    memories=BuildMemoryStore(build.pk)))
     else:
         reporter.progress("words", 0, 1)
-        values = {**values, "word_fusion": _word_channel(build=build, out_dir=out_dir, config=config,
-                                                         tokenizer=tokenizer).to_dict()}
+        values = values.replace(word_fusion=_word_channel(build=build, out_dir=out_dir, config=config,
+                                                          tokenizer=tokenizer))
     if reporter.should_cancel():
         raise BuildCancelled(f"build {build.pk} cancelled")
     reporter.progress("publish", 0, 1)
-    values = {**values, "published": publish_build(corpus_id=corpus.pk, build_id=build.pk, directory=out_dir)}
+    values = values.replace(published=publish_build(corpus_id=corpus.pk, build_id=build.pk, directory=out_dir))
     reporter.close_phase()
     timings = {**result.manifest.get("timings", {}), **{f"portal_{k}": v for k, v in reporter.timings.items()},
                "memory_insert": round(writer.seconds, 3), "memory_rows_per_second": round(writer.rows_per_second)}
@@ -425,13 +427,14 @@ def _execute(build: IndexBuild, reporter: _Reporter) -> None:
     # The switch itself, so the phases on the stats page add up to the whole build.
     timings["portal_activation"] = round(time.monotonic() - activation, 3)
     IndexBuild.objects.filter(pk=build.pk).update(timings=timings)
-    if values.get("late_interaction") or previous.get("late_interaction"):
+    if values.late_interaction or previous.late_interaction:
         _prune_text_records(corpus_id=corpus.pk, keep_build_id=build.pk)
 
 
-def _activate(*, build: IndexBuild, result: BuildResult, timings: dict, parameters: dict) -> dict:
+def _activate(*, build: IndexBuild, result: BuildResult, timings: dict,
+              parameters: BuildParameters) -> BuildParameters:
     """Mark the build succeeded and make it the corpus's active build, in one transaction, then
-    tell the pages. Returns the parameters of the build it replaced ({} for none)."""
+    tell the pages. Returns the parameters of the build it replaced (all defaults for none)."""
     corpus_id = build.corpus_id
     counts = {s["source_id"]: s["documents"] for s in result.manifest["sources"]}
     with transaction.atomic():
@@ -440,11 +443,13 @@ def _activate(*, build: IndexBuild, result: BuildResult, timings: dict, paramete
         row = IndexBuild.objects.select_for_update().get(pk=build.pk)
         if row.status != Status.RUNNING or row.cancel_requested:
             raise BuildCancelled(f"build {build.pk} cancelled before activation")
-        previous = Corpus.objects.filter(pk=corpus_id).values_list("active_build__parameters", flat=True).first() or {}
+        previous = BuildParameters.from_json(
+            Corpus.objects.filter(pk=corpus_id).values_list("active_build__parameters", flat=True).first())
         IndexBuild.objects.filter(pk=build.pk).update(
             status=Status.SUCCEEDED, finished=timezone.now(), phase="done", done=result.documents,
             total=result.documents, documents=result.documents, duplicates=result.duplicates,
-            vocab_size=result.vocab_size, timings=timings, parameters=parameters, heartbeat=timezone.now())
+            vocab_size=result.vocab_size, timings=timings, parameters=parameters.to_json(),
+            heartbeat=timezone.now())
         # A full build holds every dataset: it replaces the whole state, appends included (a merge).
         Corpus.objects.filter(pk=corpus_id).update(active_build_id=build.pk, active_appends=[])
         for dataset_id, documents in counts.items():

@@ -20,6 +20,7 @@ from django.db import IntegrityError, transaction
 
 from core.errors import ApplicationError, ConflictError
 from core.runtime import default_gguf
+from corpus.build_parameters import BuildParameters
 from corpus.chroma import store_for
 from corpus.files import corpus_dir, staging_dir
 from corpus.models import Corpus, Dataset
@@ -138,12 +139,13 @@ def dataset_delete(*, dataset: Dataset) -> None:
     """
     path = Path(dataset.file.path)
     corpus_id, source_id = dataset.corpus_id, dataset.pk
-    active = Corpus.objects.filter(pk=corpus_id).values_list("active_build__parameters", flat=True).first()
+    active = BuildParameters.from_json(
+        Corpus.objects.filter(pk=corpus_id).values_list("active_build__parameters", flat=True).first())
     relative = dataset.file.name
     dataset.delete()
     transaction.on_commit(lambda: path.unlink(missing_ok=True))
     transaction.on_commit(lambda: delete_dataset(relative))
-    if (active or {}).get("late_interaction"):
+    if active.late_interaction:
         transaction.on_commit(lambda: _text_records_delete(corpus_id=corpus_id, source_id=source_id))
 
 

@@ -123,16 +123,16 @@ def test_a_build_records_its_model_by_identity_and_refuses_another(
         settings, corpus, owner, django_capture_on_commit_callbacks, tmp_path):
     upload(corpus, owner)
     build = build_now(corpus, owner, django_capture_on_commit_callbacks)
-    parameters = build.parameters
-    assert serving.model_for(parameters) == Path(parameters["gguf_path"])
+    parameters = build.params
+    assert serving.model_for(parameters) == Path(parameters.gguf_path)
     # Another machine keeps its models elsewhere: the name finds it in this machine's model cache.
-    moved = {**parameters, "gguf_path": str(tmp_path / "elsewhere" / parameters["model_name"])}
-    assert serving.model_for(moved).name == parameters["model_name"]
+    moved = parameters.replace(gguf_path=str(tmp_path / "elsewhere" / parameters.model_name))
+    assert serving.model_for(moved).name == parameters.model_name
     # A file of that name with other content is refused, naming the model.
-    impostor = tmp_path / "models" / parameters["model_name"]
+    impostor = tmp_path / "models" / parameters.model_name
     impostor.parent.mkdir()
     impostor.write_bytes(b"GGUF" + bytes(1000))
     settings.GGUF_PATH = str(impostor)
-    with pytest.raises(Exception, match=parameters["model_name"]):
-        serving.model_for({**parameters, "gguf_path": str(impostor), "model_sha256": "0" * 64})
-    assert json.dumps(parameters)  # the row stays plain JSON
+    with pytest.raises(Exception, match=parameters.model_name):
+        serving.model_for(parameters.replace(gguf_path=str(impostor), model_sha256="0" * 64))
+    assert json.dumps(build.parameters)  # the row stays plain JSON
