@@ -212,12 +212,11 @@ def search_result_json(result: MemoryResult) -> dict[str, Any]:
     primary keys, "corpus_name" and "dataset_name" their names, "id" the memory row's and "key" its
     content hash."""
     memory = result.memory
-    return {"id": result.memory_id, "key": str(memory.get("id", "")), "corpus": result.corpus_id,
+    return {"id": memory.memory_id, "key": memory.content_hash, "corpus": result.corpus_id,
             "corpus_name": result.corpus_name, "dataset": result.dataset_id, "dataset_name": result.dataset_name,
             "score": result.hdc_score, "late_score": result.late_score, "late_kind": result.late_kind,
             "fused_score": result.fused_score, "merge_score": result.merge_score,
-            "token_count": int(memory.get("token_count") or 0),
-            "text": memory.get("text", ""), "metadata": memory.get("metadata") or {}}
+            "token_count": memory.token_count, "text": memory.text, "metadata": memory.metadata}
 
 
 class SearchResponseSerializer(serializers.Serializer):

@@ -309,7 +309,7 @@ def appends(args: argparse.Namespace, scratch: Path, corpus, owner, full_seconds
         elapsed = time.perf_counter() - started
         # Where the new document's memory stands when it is not first (another memory may hold the
         # sentence's rarer words: a dictionary's own entry for one of them, say).
-        rank = next((place for place, result in enumerate(results, 1) if marker in result.memory["text"]), None)
+        rank = next((place for place, result in enumerate(results, 1) if marker in result.memory.text), None)
         hit = rank == 1
         found += hit
         seconds.append(elapsed)

@@ -41,7 +41,7 @@ def _build(root: Path, name: str, documents: list[str], *, gguf_path: Path, toke
     from engine.build import build_index
     from engine.fusion import FusionChoice
     from engine.lexical import WordIndex
-    from engine.loaded_build import load_corpus
+    from engine.loaded_build import MemoryRecord, load_corpus
     from engine.retrieval import SearchTarget, fusion_evidence
 
     path = root / f"{name}.jsonl"
@@ -60,8 +60,8 @@ def _build(root: Path, name: str, documents: list[str], *, gguf_path: Path, toke
     words = WordIndex.build(texts[r] for r in range(corpus.count))
 
     class Store:
-        def get_memories(self, wanted: list[int]) -> dict[int, dict]:
-            return {r: {"id": str(r), "text": texts[r], "hdv_idx": r, "metadata": {}, "token_count": 1}
+        def get_memories(self, wanted: list[int]) -> dict[int, MemoryRecord]:
+            return {r: MemoryRecord(hdv_idx=r, content_hash=str(r), text=texts[r], token_count=1)
                     for r in wanted if r in texts}
 
     target = SearchTarget(corpus=corpus, store=Store(), name=name, late=words)
@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
                         else:
                             raw = sorted(both, key=lambda c: (-c.score, c.target, c.row))
                         length = list(merge_targets(orders, nonzero))
-                        coverage = {t: word_coverage(query, [m["text"] for m in targets[t].store.get_memories(
+                        coverage = {t: word_coverage(query, [m.text for m in targets[t].store.get_memories(
                             [c.row for c in own[:COVERAGE_DEPTH]]).values()]) for t, own in orders.items()}
                         merged = merge_targets(orders, nonzero, coverage)
                         for mode, order in (("alone", alone), ("raw", raw), ("length", length), ("merged", merged)):

@@ -40,7 +40,7 @@ def completion_citations(*, prepared: PreparedTurn, answer: str, token_logprobs:
                          ) -> dict[str, Any]:
     """The reply's `hdrag` object: {"grounding", "grounding_word", "citations"} (`chat.citations`)."""
     return answer_citations(question=prepared.question, answer=answer,
-                            memory_texts=[r.memory["text"] for r in prepared.memories],
+                            memory_texts=[r.memory.text for r in prepared.memories],
                             token_logprobs=token_logprobs).to_json()
 
 

@@ -101,7 +101,7 @@ def turn_prepare(*, user: AbstractBaseUser, state: ConversationState, question: 
         if search_budget > 0:
             results = turn_memories(user=user, state=state, question=question, token_budget=search_budget)
     retrieval = time.perf_counter() - started
-    texts = [r.memory["text"] for r in results]
+    texts = [r.memory.text for r in results]
     if state.compress_context:
         texts = [compress_context(text) for text in texts]
     plan = assemble_prompt(system_prompt=system_prompt, history=state.history, user_message=question,

@@ -27,10 +27,10 @@ def memory_result_json(result: MemoryResult, *, rank: int) -> dict[str, Any]:
     (as `memory_json` will show it: `rank` counts from 0 in retrieval order, "corpus" is the
     corpus's name)."""
     memory = result.memory
-    return {"rank": rank, "memory_id": result.memory_id, "key": str(memory.get("id", "")),
+    return {"rank": rank, "memory_id": memory.memory_id, "key": memory.content_hash,
             "corpus": result.corpus_name, "source": result.source,
-            "score": result.hdc_score, "token_count": int(memory.get("token_count") or 0),
-            "excerpt": str(memory.get("text", ""))[:MessageMemory.EXCERPT_CHARS]}
+            "score": result.hdc_score, "token_count": memory.token_count,
+            "excerpt": memory.text[:MessageMemory.EXCERPT_CHARS]}
 
 
 def message_json(message: Message) -> dict[str, Any]:

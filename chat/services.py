@@ -206,10 +206,10 @@ def _memory_rows(results: Sequence[MemoryResult], message: Message) -> list[Mess
     for rank, result in enumerate(results):
         memory = result.memory
         rows.append(MessageMemory(
-            message=message, rank=rank, memory_id=result.memory_id if result.memory_id in existing else None, memory_key=str(memory.get("id", ""))[:64],
+            message=message, rank=rank, memory_id=result.memory_id if result.memory_id in existing else None, memory_key=memory.content_hash[:64],
             corpus_name=result.corpus_name[:200], source=result.source[:500],
-            score=result.hdc_score, token_count=int(memory.get("token_count") or 0),
-            excerpt=str(memory.get("text", ""))[:MessageMemory.EXCERPT_CHARS]))
+            score=result.hdc_score, token_count=memory.token_count,
+            excerpt=memory.text[:MessageMemory.EXCERPT_CHARS]))
     return rows
 
 

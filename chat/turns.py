@@ -264,7 +264,7 @@ async def _finish(result: TurnResult, *, conversation_id: int, content: str, sta
     result.token_logprobs = tokens.spans
     if status != Message.Status.ERROR:
         citations = answer_citations(question=question, answer=content,
-                                     memory_texts=[r.memory["text"] for r in memories], token_logprobs=tokens.spans)
+                                     memory_texts=[r.memory.text for r in memories], token_logprobs=tokens.spans)
     message = await _db(message_create_assistant)(
         conversation_id=conversation_id, content=content, status=status, memories=memories, usage=usage,
         finish_reason=finish_reason, error=error, citations=citations)

@@ -15,6 +15,7 @@ from django.db.models import Count
 
 from core.errors import ApplicationError
 from corpus.models import IndexBuild, Memory
+from engine.loaded_build import MemoryRecord
 
 _COLUMNS = ("corpus_id", "build_id", "hdv_idx", "content_hash", "text", "dataset_id", "metadata", "token_count")
 
@@ -109,15 +110,16 @@ class StateMemoryStore:
 
     build_ids: tuple[int, ...]
 
-    def get_memories(self, rows: list[int]) -> dict[int, dict]:
-        found: dict[int, dict] = {}
+    def get_memories(self, rows: list[int]) -> dict[int, MemoryRecord]:
+        found: dict[int, MemoryRecord] = {}
         wanted = sorted({int(r) for r in rows})
         for start in range(0, len(wanted), 1000):
             for row in (Memory.objects.filter(build_id__in=self.build_ids, hdv_idx__in=wanted[start:start + 1000])
                         .values("pk", "hdv_idx", "content_hash", "text", "metadata", "token_count", "dataset_id")):
-                found[row["hdv_idx"]] = {
-                    "id": row["content_hash"], "pk": row["pk"], "text": row["text"], "hdv_idx": row["hdv_idx"],
-                    "metadata": row["metadata"], "token_count": row["token_count"], "dataset_id": row["dataset_id"]}
+                found[row["hdv_idx"]] = MemoryRecord(
+                    hdv_idx=row["hdv_idx"], content_hash=row["content_hash"], text=row["text"],
+                    token_count=row["token_count"], metadata=row["metadata"] or {}, source_id=row["dataset_id"],
+                    memory_id=row["pk"])
         return found
 
 

@@ -84,9 +84,9 @@ def cmd_search(args: argparse.Namespace) -> int:
     elapsed = time.perf_counter() - started
     for rank, result in enumerate(results, start=1):
         memory = result.memory
-        snippet = " ".join(memory["text"].split())[:160]
-        print(f"{rank:3d}. score {result.hdc_score:7.0f}  row {memory['hdv_idx']:<7d} "
-              f"{memory['metadata'].get('source', '')}  ({memory['token_count']} tokens)\n     {snippet}")
+        snippet = " ".join(memory.text.split())[:160]
+        print(f"{rank:3d}. score {result.hdc_score:7.0f}  row {memory.hdv_idx:<7d} "
+              f"{memory.metadata.get('source', '')}  ({memory.token_count} tokens)\n     {snippet}")
     print(f"{len(results)} memories in {elapsed * 1000:.0f} ms", file=sys.stderr)
     return 0
 

@@ -36,15 +36,41 @@ class CorpusError(ValueError):
     """A build directory that cannot be loaded: missing manifest, mismatching files."""
 
 
+@dataclass(frozen=True)
+class MemoryRecord:
+    """One memory as a store holds it.
+
+    `hdv_idx`: its bitmap row (numbered across a state's segments); `content_hash`: the hash of its
+    text that a build deduplicates by (the same text has the same hash in every build); `memory_id`:
+    the row that stores it where the store is a database (the portal's `Memory` primary key), None
+    in the CLI's store; `source_id`: the dataset it came from.
+    """
+
+    hdv_idx: int
+    content_hash: str
+    text: str
+    token_count: int
+    metadata: dict[str, Any] = field(default_factory=dict)
+    source_id: int | None = None
+    memory_id: int | None = None
+
+    @classmethod
+    def from_build(cls, record: dict[str, Any]) -> MemoryRecord:
+        """A record as `engine.build.build_index` hands it to its sink ("id" is the content hash)."""
+        return cls(hdv_idx=int(record["hdv_idx"]), content_hash=str(record["id"]), text=record["text"],
+                   token_count=int(record["token_count"]), metadata=record.get("metadata") or {},
+                   source_id=record.get("source_id"))
+
+
 @runtime_checkable
 class MemoryStore(Protocol):
     """Where memory text lives. Rows are bitmap rows (`hdv_idx`) of one build.
 
-    `get_memories(rows)` returns {row: {"id", "text", "hdv_idx", "metadata", "token_count"}} for the
-    rows it knows; unknown rows are simply absent.
+    `get_memories(rows)` returns {row: MemoryRecord} for the rows it knows; unknown rows are simply
+    absent.
     """
 
-    def get_memories(self, rows: list[int]) -> dict[int, dict]: ...
+    def get_memories(self, rows: list[int]) -> dict[int, MemoryRecord]: ...
 
 
 class SqliteMemoryStore:
@@ -64,7 +90,7 @@ class SqliteMemoryStore:
                              r["token_count"]) for r in records])
         db.close()
 
-    def get_memories(self, rows: list[int]) -> dict[int, dict]:
+    def get_memories(self, rows: list[int]) -> dict[int, MemoryRecord]:
         if not rows:
             return {}
         if not self.path.exists():
@@ -76,10 +102,11 @@ class SqliteMemoryStore:
             for start in range(0, len(wanted), 500):
                 part = wanted[start:start + 500]
                 marks = ",".join("?" * len(part))
-                for hdv_idx, mem_id, text, _, metadata, token_count in db.execute(
+                for hdv_idx, content_hash, text, source_id, metadata, token_count in db.execute(
                         f"SELECT * FROM memories WHERE hdv_idx IN ({marks})", part):
-                    found[hdv_idx] = {"id": mem_id, "text": text, "hdv_idx": hdv_idx,
-                                      "metadata": json.loads(metadata), "token_count": token_count}
+                    found[hdv_idx] = MemoryRecord(hdv_idx=hdv_idx, content_hash=content_hash, text=text,
+                                                  token_count=token_count, metadata=json.loads(metadata),
+                                                  source_id=source_id)
             return found
         finally:
             db.close()

@@ -58,7 +58,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 import numpy as np
@@ -68,7 +68,7 @@ from engine import bits
 from engine.config import Config
 from engine.fusion import DEFAULT_K, FusionChoice, choose_fusion, fuse_scores, self_queries
 from engine.lexical import words
-from engine.loaded_build import LoadedIndex, MemoryStore
+from engine.loaded_build import LoadedIndex, MemoryRecord, MemoryStore
 from engine.tokenizer import Tokenizer
 
 CONTEXT_DELIMITER = "\n\n---\n\n"
@@ -210,8 +210,8 @@ class SearchTarget:
 class SearchResult:
     """One memory a search found (`Retriever.search` returns them best first).
 
-    `memory` is its store's row (`MemoryStore.get_memories`: "id", "text", "metadata",
-    "token_count", and whatever else that store keeps) with "hdv_idx", its bitmap row. `target` is
+    `memory` is its store's record (`engine.loaded_build.MemoryRecord`; `hdv_idx` its bitmap row,
+    `content_hash` the hash of its text, `memory_id` the store's row where it has rows). `target` is
     the `SearchTarget.name` it came from: the caller's label, not necessarily a corpus's name (the
     portal labels each target with its corpus's primary key).
     `hdc_score`: its ternary HDC score; `late_score`: its target's late scorer's, where that scored
@@ -219,7 +219,7 @@ class SearchResult:
     merged; `merge_score`: the key several targets were merged by (`merge_targets`), else None.
     """
 
-    memory: dict[str, Any]
+    memory: MemoryRecord
     hdc_score: float
     target: str
     late_score: float | None
@@ -232,7 +232,7 @@ class _Candidate:
     target: int
     row: int
     score: int
-    memory: dict | None = None
+    memory: MemoryRecord | None = None
     words: frozenset[str] = frozenset()
     late: float | None = None  # the late scorer's score, when it scored this row
     fused: float = 0.0  # 1 / (60 + rank in its target's fused order), when the search fuses
@@ -451,7 +451,7 @@ class Retriever:
                     token_budget: int | None = None, top_document: bool = False, compress: bool = False) -> str:
         """The retrieved texts joined by "\\n\\n---\\n\\n" (each compressed when `compress`)."""
         results = self.search(query, targets, blend=blend, token_budget=token_budget, top_document=top_document)
-        texts = [r.memory["text"] for r in results]
+        texts = [r.memory.text for r in results]
         return CONTEXT_DELIMITER.join(bits.compress_context(t) if compress else t for t in texts)
 
     def _threshold(self, ranked: list[_Candidate]) -> list[_Candidate]:
@@ -473,7 +473,7 @@ class Retriever:
         out = {}
         for number, own in orders.items():
             first = self._with_memories(targets, own[:COVERAGE_DEPTH])
-            out[number] = word_coverage(query, [c.memory["text"] for c in first])
+            out[number] = word_coverage(query, [c.memory.text for c in first])
         return out
 
     def _with_memories(self, targets: Sequence[SearchTarget], candidates: list[_Candidate]) -> list[_Candidate]:
@@ -490,8 +490,8 @@ class Retriever:
                 memory = found[c.target].get(c.row)
                 if memory is None:
                     continue
-                c.memory = {**memory, "hdv_idx": c.row}
-                c.words = frozenset(_WORDS.findall(memory["text"].lower()))
+                c.memory = memory if memory.hdv_idx == c.row else replace(memory, hdv_idx=c.row)
+                c.words = frozenset(_WORDS.findall(memory.text.lower()))
             out.append(c)
         return out
 
@@ -507,7 +507,7 @@ class Retriever:
             p, n = targets[number].corpus.index.get_bitmaps(np.array([kept[i].row for i in positions]))
             pos[positions], neg[positions] = p, n
         scores = np.array([c.fused if fused else c.score for c in kept], dtype=np.float64)
-        tokens = np.array([int(c.memory["token_count"]) for c in kept], dtype=np.int64)
+        tokens = np.array([c.memory.token_count for c in kept], dtype=np.int64)
         return hdc_mmr(pos, neg, scores, tokens, dims, budget, self.config.min_context)
 
     @staticmethod
@@ -594,7 +594,7 @@ def fusion_evidence(*, retriever: Retriever, target: SearchTarget, samples: int 
         if corpus.count else []
     memories = target.store.get_memories(rows)
     rows = [row for row in rows if row in memories]
-    queries = self_queries([memories[row]["text"] for row in rows], seed=seed)
+    queries = self_queries([memories[row].text for row in rows], seed=seed)
     hdc = np.full((len(queries), depth), -np.inf)
     late = np.full_like(hdc, np.nan)
     targets = np.full(len(queries), -1, dtype=np.int64)

@@ -128,7 +128,7 @@ def text_store_fill(*, store: ChromaClient, corpus: LoadedIndex, encoder: TokenV
             missing = [row for row in rows if row not in found]
             if missing:
                 raise TextStoreError(f"the memory store lacks rows {missing[:10]} of build {build}")
-            texts = [found[row]["text"] for row in rows]
+            texts = [found[row].text for row in rows]
             by_doc: dict[str, tuple[list[int], list[np.ndarray], list[dict]]] = {}
             for row, text, tokens in zip(rows, texts, tokenizer.bulk_tokenize(texts), strict=True):
                 try:
@@ -147,7 +147,7 @@ def text_store_fill(*, store: ChromaClient, corpus: LoadedIndex, encoder: TokenV
                     "filename": str(source.get("name") or f"source {source_id}"),
                     "source_path": str(source.get("path", "")),
                     "text": text, "row": row, "source_id": source_id, "index_build": build, "origin": ORIGIN,
-                    "memory_id": str(memory.get("id", "")), "token_count": int(memory.get("token_count", len(tokens))),
+                    "memory_id": memory.content_hash, "token_count": memory.token_count,
                     "vector_encoder": encoder.signature,
                 }
                 chunk_ids, sequences, fields = by_doc.setdefault(text_doc_id(build, source_id), ([], [], []))

@@ -35,10 +35,8 @@ class MemoryResult(SearchResult):
     """A `SearchResult` as `memories_search` returns it, with where the memory lives: its corpus by
     primary key (`corpus_id`) and by name (`corpus_name`), its dataset's name (`dataset_name`, ""
     where unknown), and what `late_score` is (`late_kind`: "maxsim", late interaction; "bm25",
-    exact words; None where `late_score` is None). `memory` also holds the row's "pk" and
-    "dataset_id" (`corpus.memory_rows.StateMemoryStore`). The API's shape is derived from it by
-    `api.serializers.search_result_json`, the chat's (websocket and stored snapshot) by
-    `chat.serializers.memory_result_json` and `chat.services.message_create_assistant`.
+    exact words; None where `late_score` is None). Its `memory` carries the Memory row's primary key
+    (`memory_id`) and its dataset (`source_id`: `corpus.memory_rows.StateMemoryStore`).
     """
 
     corpus_id: int
@@ -49,16 +47,16 @@ class MemoryResult(SearchResult):
     @property
     def memory_id(self) -> int | None:
         """The Memory row's primary key (None: not a stored row)."""
-        return self.memory.get("pk")
+        return self.memory.memory_id
 
     @property
     def dataset_id(self) -> int | None:
-        return self.memory.get("dataset_id")
+        return self.memory.source_id
 
     @property
     def source(self) -> str:
         """Where the memory came from: its dataset's name, else its metadata's "source"."""
-        return str(self.dataset_name or (self.memory.get("metadata") or {}).get("source") or "")
+        return str(self.dataset_name or self.memory.metadata.get("source") or "")
 
 
 def _late_scorer(*, corpus_id: int, corpus: LoadedIndex, gguf_path: str) -> LateScorer | None:
@@ -168,6 +166,6 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
         found.append(MemoryResult(
             **{field.name: getattr(result, field.name) for field in fields(SearchResult)},
             corpus_id=corpus.pk, corpus_name=corpus.name,
-            dataset_name=dataset_names.get(result.memory.get("dataset_id"), ""),
+            dataset_name=dataset_names.get(result.memory.source_id, ""),
             late_kind=late_kinds.get(corpus.pk) if result.late_score is not None else None))
     return found

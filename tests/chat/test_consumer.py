@@ -365,7 +365,7 @@ def _turn_memories(conversation_id: int, query: str) -> list[int]:
     conversation = Conversation.objects.get(pk=conversation_id)
     results = turn_memories(user=conversation.owner, state=ConversationState.of_conversation(conversation),
                             question=query, token_budget=TOKEN_BUDGET)
-    return [r.memory["hdv_idx"] for r in results]
+    return [r.memory.hdv_idx for r in results]
 
 
 async def test_retrieval_uses_the_conversations_own_blend(chat_settings, users, pydoc_build):
@@ -384,7 +384,7 @@ async def test_retrieval_uses_the_conversations_own_blend(chat_settings, users, 
 
         results = memories_search(user=owner, corpus_ids=[corpus.pk], query=follow_up, blend=blend,
                                   token_budget=TOKEN_BUDGET)
-        return [r.memory["hdv_idx"] for r in results]
+        return [r.memory.hdv_idx for r in results]
 
     from engine.retrieval import BlendState
 

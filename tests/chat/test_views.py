@@ -11,13 +11,14 @@ from django.urls import reverse
 
 from chat.models import DEFAULT_TITLE, Conversation, Message
 from chat.services import conversation_add_response, message_create_assistant, message_create_user
+from engine.loaded_build import MemoryRecord
 from memory.services import MemoryResult
 from tests.chat.conftest import make_corpus
 
 pytestmark = pytest.mark.django_db
 
-MEMORY = MemoryResult(memory={"id": "abc123", "pk": None, "text": "Generators pause at yield.", "hdv_idx": 3,
-                              "metadata": {"source": "pydoc-topics.jsonl"}, "token_count": 7},
+MEMORY = MemoryResult(memory=MemoryRecord(hdv_idx=3, content_hash="abc123", text="Generators pause at yield.",
+                                          token_count=7, metadata={"source": "pydoc-topics.jsonl"}),
                       hdc_score=812.0, target="1", late_score=None, fused_score=None, merge_score=None,
                       corpus_id=1, corpus_name="pydoc", dataset_name="pydoc-topics.jsonl", late_kind=None)
 
@@ -161,7 +162,8 @@ def test_markdown_export_keeps_a_memorys_markup_as_text(users, chat):
     escaped, so they neither run as HTML inside the <details> block nor restyle the lines around."""
     owner, _, _ = users
     text = "A <script>alert(1)</script> & `code`\n\n*not emphasis* | # not a heading"
-    marked = dataclasses.replace(MEMORY, memory={**MEMORY.memory, "text": text, "metadata": {"source": "notes_*draft*.md"}},
+    marked = dataclasses.replace(MEMORY, memory=dataclasses.replace(MEMORY.memory, text=text,
+                                                                   metadata={"source": "notes_*draft*.md"}),
                                  dataset_name="notes_*draft*.md")
     message_create_assistant(conversation_id=chat.pk, content="Marked.", status="complete", memories=[marked])
     markdown = _client(owner).get(reverse("chat:export_markdown", args=[chat.pk])).content.decode()

@@ -60,9 +60,9 @@ def test_build_counts_duplicates_once_and_writes_manifest_last(tmp_path, gemma_g
     assert corpus.count == 6 and corpus.source_counts() == {"first": 5, "second": 1}
     np.testing.assert_array_equal(corpus.index.source_ids, [4, 4, 4, 4, 4, 9])
     memories = corpus.store.get_memories([0, 5])
-    assert memories[5]["text"] == "Only here: tides follow the moon."
-    assert memories[0]["metadata"]["source"] == "first"
-    assert memories[0]["token_count"] == len(tokenizer.tokenize(PARAGRAPHS[0])) == corpus.index.token_counts[0]
+    assert memories[5].text == "Only here: tides follow the moon." and memories[5].source_id == 9
+    assert memories[0].metadata["source"] == "first" and memories[0].hdv_idx == 0
+    assert memories[0].token_count == len(tokenizer.tokenize(PARAGRAPHS[0])) == corpus.index.token_counts[0]
     assert verify_build(out)["documents"] == 6
 
 

@@ -48,19 +48,19 @@ def test_paraphrase_finds_its_topic(built):
     target = SearchTarget(corpus, corpus.store, "pydoc")
     for query, expected in QUERIES:
         results = retriever.search(query, [target])
-        found = [paragraph_topics[r.memory["metadata"]["record"] - 1] for r in results[:5]]
+        found = [paragraph_topics[r.memory.metadata["record"] - 1] for r in results[:5]]
         assert expected & set(found), f"{query!r}: top topics {found}"
-        assert sum(r.memory["token_count"] for r in results) <= Config().max_context_tokens
+        assert sum(r.memory.token_count for r in results) <= Config().max_context_tokens
 
     top = retriever.search(QUERIES[1][0], [target], top_document=True)
     q_pos, q_neg = retriever.query_vector(corpus, QUERIES[1][0])
     rows, scores = corpus.index.search_exact(q_pos, q_neg, 1)
-    assert [(r.memory["hdv_idx"], r.hdc_score) for r in top] == [(int(rows[0]), float(scores[0]))]
+    assert [(r.memory.hdv_idx, r.hdc_score) for r in top] == [(int(rows[0]), float(scores[0]))]
 
     context = retriever.get_context(QUERIES[0][0], [target], token_budget=1500)
     parts = context.split(CONTEXT_DELIMITER)
     assert len(parts) >= 2 and all(parts)
-    assert parts[0] == retriever.search(QUERIES[0][0], [target], token_budget=1500)[0].memory["text"]
+    assert parts[0] == retriever.search(QUERIES[0][0], [target], token_budget=1500)[0].memory.text
 
     # A short referential follow-up leans on the conversation's last response, not on its own words.
     response = "Generators pause at each yield and resume where they left off when next() is called."

@@ -13,7 +13,7 @@ from engine.bits import adaptive_threshold, pack_ternary, unpack_ternary
 from engine.config import Config
 from engine.fusion import FusionChoice
 from engine.index import BitmapIndex
-from engine.loaded_build import LoadedIndex
+from engine.loaded_build import LoadedIndex, MemoryRecord
 from engine.retrieval import (
     CONTEXT_DELIMITER,
     FUSION_DEPTH,
@@ -58,10 +58,10 @@ class DictStore:
         self.token_counts = token_counts or [len(t.split()) for t in texts]
         self.calls: list[list[int]] = []
 
-    def get_memories(self, rows: list[int]) -> dict[int, dict]:
+    def get_memories(self, rows: list[int]) -> dict[int, MemoryRecord]:
         self.calls.append(list(rows))
-        return {r: {"id": f"m{r}", "text": self.texts[r], "hdv_idx": r, "metadata": {"source": "s"},
-                    "token_count": self.token_counts[r]} for r in rows}
+        return {r: MemoryRecord(hdv_idx=r, content_hash=f"m{r}", text=self.texts[r], metadata={"source": "s"},
+                                token_count=self.token_counts[r]) for r in rows}
 
 
 def ternary(rng: np.random.Generator, n: int, density: float = 0.3) -> np.ndarray:
@@ -162,7 +162,7 @@ def test_threshold_dedup_and_mmr_on_constructed_case(tmp_path):
     scores = rows @ query.astype(np.int64)
     assert scores[0] > scores[3] > scores[4] > scores[5:].max()
     results = retriever.search_vectors([q], targets)
-    picked = [r.memory["hdv_idx"] for r in results]
+    picked = [r.memory.hdv_idx for r in results]
     assert 1 not in picked and 2 not in picked        # exact duplicate and contained text removed
     assert picked[:2] == [0, 4]                       # the other aspect before the near copy,
     # The near copy adds no coverage after row 0: it only comes back once later choices have
@@ -173,7 +173,9 @@ def test_threshold_dedup_and_mmr_on_constructed_case(tmp_path):
     assert all(r.hdc_score >= cut for r in results)
     assert sum(1 for s in top if s >= cut) < 100      # the threshold did cut candidates
     assert results[0].hdc_score == float(scores[0]) and results[0].target == "case"
-    assert set(results[0].memory) >= {"id", "text", "hdv_idx", "metadata", "token_count"}
+    memory = results[0].memory
+    assert (memory.content_hash, memory.text) == (f"m{memory.hdv_idx}", targets[0].store.texts[memory.hdv_idx]) \
+        and memory.metadata == {"source": "s"} and memory.memory_id is None
 
 
 def test_results_are_search_results_that_name_their_target_not_a_corpus(tmp_path):
@@ -199,7 +201,7 @@ def test_threshold_tops_up_to_min_context():
 def test_top_document_and_context(tmp_path):
     retriever, targets, q, _, _ = constructed_case(tmp_path)
     top = retriever.search_vectors([q], targets, top_document=True)
-    assert [r.memory["hdv_idx"] for r in top] == [0]
+    assert [r.memory.hdv_idx for r in top] == [0]
     retriever.query_vector = lambda corpus, query, blend=None: q  # the query text is irrelevant here
     context = retriever.get_context("anything", targets)
     parts = context.split(CONTEXT_DELIMITER)
@@ -212,8 +214,8 @@ def test_token_budget_is_never_exceeded(tmp_path):
     retriever, targets, q, _, _ = constructed_case(tmp_path, min_context=6)
     assert len(retriever.search_vectors([q], targets)) >= 6
     small = retriever.search_vectors([q], targets, token_budget=9)
-    assert sum(r.memory["token_count"] for r in small) <= 9
-    assert [r.memory["hdv_idx"] for r in small] == [0, 4]  # 4 + 3 tokens, then nothing fits
+    assert sum(r.memory.token_count for r in small) <= 9
+    assert [r.memory.hdv_idx for r in small] == [0, 4]  # 4 + 3 tokens, then nothing fits
     assert retriever.search_vectors([q], targets, token_budget=1) == []
 
 
@@ -242,7 +244,7 @@ def test_filter_applies_before_pruning(tmp_path):
     store = DictStore([f"text {i} {i}x" for i in range(40)])
     retriever = Retriever(WordTokenizer(), Config(min_context=0), candidates=20)
     target = SearchTarget(corpus, store, "f", enabled_sources=frozenset({2}))
-    picked = {r.memory["hdv_idx"] for r in retriever.search_vectors([packed(query)], [target])}
+    picked = {r.memory.hdv_idx for r in retriever.search_vectors([packed(query)], [target])}
     assert picked and picked <= set(range(30, 40)) and {30, 31, 32} <= picked
 
 
@@ -266,7 +268,7 @@ def test_several_corpora_merge_and_require_equal_dims(tmp_path):
     query, targets = two_corpora(tmp_path, 5, 100, 90)
     a = targets[0].corpus
     results = Retriever(WordTokenizer(), Config(min_context=0)).search_vectors([packed(query)] * 2, targets)
-    assert [(r.target, r.memory["hdv_idx"]) for r in results[:2]] == [("a", 7), ("b", 3)]
+    assert [(r.target, r.memory.hdv_idx) for r in results[:2]] == [("a", 7), ("b", 3)]
     odd = LoadedIndex(encoder=make_encoder(tmp_path, dims=256, name="odd.vocab"), index=a.index)
     with pytest.raises(ValueError, match="dimensions"):
         Retriever(WordTokenizer(), Config()).search("q", [targets[0], SearchTarget(odd, targets[0].store)])
@@ -304,20 +306,20 @@ def test_fusion_reorders_hdc_candidates_and_keeps_hdc_only_searches_unchanged(tm
     # Only HDC's top FUSION_DEPTH candidates are re-scored: the late scorer adds no rows.
     hdc_order = [int(r) for r in np.lexsort((np.arange(len(scores)), -scores))]
     assert asked[0].tolist() == hdc_order[:min(FUSION_DEPTH, retriever.candidates)]
-    by_row = {r.memory["hdv_idx"]: r for r in fused}
-    assert [r.memory["hdv_idx"] for r in fused][:2] == [4, 0]  # late order; 1 and 2 deduplicated
+    by_row = {r.memory.hdv_idx: r for r in fused}
+    assert [r.memory.hdv_idx for r in fused][:2] == [4, 0]  # late order; 1 and 2 deduplicated
     assert by_row[4].late_score == 9.0 and by_row[0].late_score == 1.0
     # The fused score is the rank in the target's fused order: 1 / (60 + rank).
     assert by_row[4].fused_score == pytest.approx(1 / 61) and by_row[0].fused_score == pytest.approx(1 / 62)
-    assert 3 not in [r.memory["hdv_idx"] for r in fused[:2]]  # unscored: after every scored candidate
+    assert 3 not in [r.memory.hdv_idx for r in fused[:2]]  # unscored: after every scored candidate
     # The dataset filter holds before any scoring.
     filtered = SearchTarget(targets[0].corpus, targets[0].store, "case", enabled_sources=frozenset({1}))
     assert retriever.search_vectors([q], [filtered], late=[scorer.score_rows.__get__(scorer)]) == []
     # Through `search`, the target's own scorer is asked with the query text.
     retriever.query_vector = lambda corpus, query, blend=None: q
     target = SearchTarget(targets[0].corpus, targets[0].store, "case", late=scorer, fusion=FusionChoice("late"))
-    assert [r.memory["hdv_idx"] for r in retriever.search("the question", [target])] == \
-        [r.memory["hdv_idx"] for r in fused]
+    assert [r.memory.hdv_idx for r in retriever.search("the question", [target])] == \
+        [r.memory.hdv_idx for r in fused]
     assert scorer.asked[-1][0] == "the question"
 
 
@@ -329,13 +331,13 @@ def test_the_fusion_rule_decides_whether_and_how_the_late_scorer_counts(tmp_path
     off = SearchTarget(targets[0].corpus, targets[0].store, "case", late=scorer, fusion=FusionChoice("hdc"))
     assert retriever.search("the question", [off]) == plain and scorer.asked == []  # HDC alone, not asked
     alone = SearchTarget(targets[0].corpus, targets[0].store, "case", late=scorer, fusion=FusionChoice("late"))
-    ranked = [r.memory["hdv_idx"] for r in retriever.search("the question", [alone])]
+    ranked = [r.memory.hdv_idx for r in retriever.search("the question", [alone])]
     assert ranked[0] == 4 and len(scorer.asked) == 1  # row 300 is no HDC candidate: never added
     assert 300 not in scorer.asked[0][1]
     down = SearchTarget(targets[0].corpus, targets[0].store, "case", late=FixedScorer({}, unavailable=True),
                         fusion=FusionChoice("late"))
-    assert [r.memory["hdv_idx"] for r in retriever.search("the question", [down])] == \
-        [r.memory["hdv_idx"] for r in plain]  # an unavailable scorer: HDC order
+    assert [r.memory.hdv_idx for r in retriever.search("the question", [down])] == \
+        [r.memory.hdv_idx for r in plain]  # an unavailable scorer: HDC order
 
 
 def test_fusion_evidence_moves_off_hdc_only_for_a_scorer_that_finds_held_out_texts(tmp_path):
@@ -424,11 +426,11 @@ def test_a_search_of_several_corpora_weighs_each_by_the_query_words_its_memories
     query, targets = two_corpora(tmp_path, 6, 100, 115, a_texts)
     retriever = Retriever(WordTokenizer(), Config(min_context=0))
     plain = retriever.search_vectors([packed(query)] * 2, targets)
-    assert [(r.target, r.memory["hdv_idx"]) for r in plain[:2]] == [("b", 3), ("a", 7)]
+    assert [(r.target, r.memory.hdv_idx) for r in plain[:2]] == [("b", 3), ("a", 7)]
     for target in targets:
         target.store.calls.clear()
     weighed = retriever.search_vectors([packed(query)] * 2, targets, query="Where does the quokka live?")
-    assert [(r.target, r.memory["hdv_idx"]) for r in weighed[:2]] == [("a", 7), ("b", 3)]
+    assert [(r.target, r.memory.hdv_idx) for r in weighed[:2]] == [("a", 7), ("b", 3)]
     # The memories the coverage read are not read from the store again.
     for target in targets:
         asked = [row for call in target.store.calls for row in call]

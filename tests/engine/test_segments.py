@@ -14,7 +14,7 @@ from engine.config import Config
 from engine.encoder import HDCEncoder, flatten
 from engine.index import BitmapIndex
 from engine.lexical import WordIndex
-from engine.loaded_build import CorpusError, load_corpus
+from engine.loaded_build import CorpusError, MemoryRecord, load_corpus
 from engine.retrieval import Retriever, SearchTarget
 from engine.segments import SegmentedWordIndex, append_segment, load_state, state_word_index
 from engine.vocab import VocabIndex
@@ -53,8 +53,8 @@ class Records:
         for record in records:
             self.rows[record["hdv_idx"]] = record
 
-    def get_memories(self, rows: list[int]) -> dict[int, dict]:
-        return {r: self.rows[r] for r in rows if r in self.rows}
+    def get_memories(self, rows: list[int]) -> dict[int, MemoryRecord]:
+        return {r: MemoryRecord.from_build(self.rows[r]) for r in rows if r in self.rows}
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +131,7 @@ def test_an_appended_document_is_found_by_a_sentence_of_it(state, tokenizer):
     target = SearchTarget(corpus=loaded, store=state["records"], name="c")
     for text in FIRST_APPEND + SECOND_APPEND:
         results = retriever.search(text, [target], top_document=True)
-        assert results[0].memory["text"] == text
+        assert results[0].memory.text == text
 
 
 def test_bm25_over_segments_scores_as_one_word_index(state):

@@ -78,7 +78,7 @@ def filled(tmp_path_factory, corpus, encoder, tokenizer) -> ChromaClient:
 
 def rows_of(corpus) -> dict[str, int]:
     memories = corpus.store.get_memories(list(range(corpus.count)))
-    return {memory["text"]: row for row, memory in memories.items()}
+    return {memory.text: row for row, memory in memories.items()}
 
 
 def test_fill_writes_one_record_per_row_with_its_row_key(store, corpus, encoder, tokenizer):
@@ -128,7 +128,7 @@ def test_scores_are_the_store_sequences_maxsim(scorer, filled, corpus, encoder, 
     query = "revolution energy of the cell"
     query_rows = encoder.encode(tokenizer.tokenize(query))
     texts = corpus.store.get_memories(list(range(corpus.count)))
-    expected = maxsim_many(query_rows, [encoder.encode(tokenizer.tokenize(texts[row]["text"]))
+    expected = maxsim_many(query_rows, [encoder.encode(tokenizer.tokenize(texts[row].text))
                                         for row in range(corpus.count)])
     rows = np.array([7, 0, 3, 3, -1, 99])
     scores = scorer.score_rows(query, rows)

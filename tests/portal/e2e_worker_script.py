@@ -37,7 +37,7 @@ corpus.refresh_from_db()
 results = memories_search(user=owner, corpus_ids=[corpus.pk], query=sys.argv[2])
 print(json.dumps({
     "status": build.status, "error": build.error, "documents": build.documents, "active": corpus.active_build_id,
-    "build": build.pk, "corpus": corpus.pk, "memories": build.memories.count(), "first": results[0].memory["text"] if results else None,
+    "build": build.pk, "corpus": corpus.pk, "memories": build.memories.count(), "first": results[0].memory.text if results else None,
     "outsider": len(memories_search(user=outsider, corpus_ids=[corpus.pk], query=sys.argv[2])),
     "vendor": django.db.connection.vendor,
 }))

@@ -47,7 +47,7 @@ def page_upload(client, corpus: Corpus, texts: list[str], name: str, capture):  
 
 def top_text(user, corpus: Corpus, query: str) -> str | None:  # noqa: ANN001
     results = memories_search(user=user, corpus_ids=[corpus.pk], query=query, top_document=True)
-    return results[0].memory["text"] if results else None
+    return results[0].memory.text if results else None
 
 
 def test_an_upload_is_searchable_without_a_click(corpus, owner, member, django_capture_on_commit_callbacks):
@@ -88,7 +88,7 @@ def test_deleting_a_dataset_hides_its_rows_at_once(corpus, owner, django_capture
     corpus.refresh_from_db()
     assert corpus.active_appends  # no rebuild happened: the rows are hidden, not gone
     found = memories_search(user=owner, corpus_ids=[corpus.pk], query=NEW[0])
-    assert all(result.memory["text"] not in NEW for result in found)
+    assert all(result.memory.text not in NEW for result in found)
 
 
 def test_the_api_upload_answers_with_the_job_that_makes_it_searchable(

@@ -88,7 +88,7 @@ def test_search_returns_the_matching_memory_and_respects_enabled_datasets(
         corpus, owner, member, outsider, dataset, django_capture_on_commit_callbacks):
     build_now(corpus, owner, django_capture_on_commit_callbacks)
     results = memories_search(user=member, corpus_ids=[corpus.pk], query="storming of the Bastille in Paris")
-    assert results and results[0].memory["text"] == TEXTS[3]
+    assert results and results[0].memory.text == TEXTS[3]
     assert results[0].corpus_id == corpus.pk and results[0].dataset_name == dataset.name
     assert results[0].hdc_score > 0
     assert memories_search(user=outsider, corpus_ids=[corpus.pk], query="storming of the Bastille") == []
@@ -105,7 +105,7 @@ def test_a_search_result_says_its_corpus_by_id_and_by_name_and_each_shape_keeps_
         corpus, owner, member, dataset, django_capture_on_commit_callbacks):
     build_now(corpus, owner, django_capture_on_commit_callbacks)
     best = memories_search(user=member, corpus_ids=[corpus.pk], query="storming of the Bastille in Paris")[0]
-    assert type(best) is MemoryResult and best.memory["text"] == TEXTS[3]
+    assert type(best) is MemoryResult and best.memory.text == TEXTS[3]
     assert (best.corpus_id, best.corpus_name, best.dataset_id, best.dataset_name) == \
         (corpus.pk, "Team notes", dataset.pk, dataset.name)
     assert best.memory_id == Memory.objects.get(build=corpus.active_build_id, hdv_idx=3).pk
@@ -130,7 +130,7 @@ def test_failed_build_keeps_previous_build_active(corpus, owner, dataset, django
     assert not Memory.objects.filter(build=second).exists()
     assert Memory.objects.filter(build=first).count() == len(TEXTS)
     results = memories_search(user=owner, corpus_ids=[corpus.pk], query="binary search interval comparison")
-    assert results[0].memory["text"] == TEXTS[2]
+    assert results[0].memory.text == TEXTS[2]
 
 
 def test_corrupt_model_fails_with_error_on_row(corpus, owner, dataset, tmp_path, django_capture_on_commit_callbacks):
@@ -271,6 +271,6 @@ def test_a_long_record_becomes_memories_a_chat_budget_can_hold(corpus, owner, dj
     assert build.memories.filter(metadata__record=1).get().text == TEXTS[0]  # short records stay whole
     results = memories_search(user=owner, corpus_ids=[corpus.pk], query="What does the finally clause do?",
                               token_budget=512)
-    assert any(r.memory["pk"] in {m.pk for m in parts[1:]} for r in results)
+    assert any(r.memory.memory_id in {m.pk for m in parts[1:]} for r in results)
     page = login(owner).get(reverse("memory:detail", args=[parts[1].pk])).content.decode()
     assert f"record {len(TEXTS) + 1}, part 2" in page

@@ -65,7 +65,7 @@ def test_build_measures_its_fusion_rule_and_rule_hdc_leaves_late_scores_out(
     IndexBuild.objects.filter(pk=build.pk).update(
         parameters={**build.parameters, "fusion": {"rule": "hdc", "evidence": {}}})
     results = memories_search(user=member, corpus_ids=[late_corpus.pk], query=TEXTS[3])
-    assert results[0].memory["text"] == TEXTS[3]
+    assert results[0].memory.text == TEXTS[3]
     assert all(r.late_score is None and r.fused_score is None for r in results)
 
 
@@ -116,7 +116,7 @@ def test_second_build_replaces_the_first_records_after_it_is_active(
     # Filled but not yet active: the first build served, with its own records, beside the new ones.
     assert seen["active"] == first.pk
     assert seen["builds"] == {str(first.pk), str(second.pk)}
-    assert seen["results"][0].memory["text"] == TEXTS[3] and seen["results"][0].late_score is not None
+    assert seen["results"][0].memory.text == TEXTS[3] and seen["results"][0].late_score is not None
     assert late_corpus.active_build_id == second.pk
     records = text_records(late_corpus.pk)
     assert {r["index_build"] for r in records} == {str(second.pk)}
@@ -160,7 +160,7 @@ def test_search_fuses_late_interaction_and_hides_it_from_outsiders(
         late_corpus, owner, member, outsider, dataset, django_capture_on_commit_callbacks):
     fuse_equally(build_now(late_corpus, owner, django_capture_on_commit_callbacks))
     results = memories_search(user=member, corpus_ids=[late_corpus.pk], query=TEXTS[3])
-    assert results and results[0].memory["text"] == TEXTS[3]
+    assert results and results[0].memory.text == TEXTS[3]
     own = results[0]
     assert own.late_score is not None and own.late_score > 0 and own.fused_score is not None
     assert own.hdc_score > 0 and own.corpus_id == late_corpus.pk
@@ -180,12 +180,12 @@ def test_search_needs_no_chroma_and_a_build_without_kept_vectors_uses_hdc_alone(
     fuse_equally(build)
     settings.CHROMA_URL = closed_chroma_url()  # searches read the build's own vectors
     results = memories_search(user=owner, corpus_ids=[late_corpus.pk], query=TEXTS[3])
-    assert results[0].memory["text"] == TEXTS[3] and results[0].late_score is not None
+    assert results[0].memory.text == TEXTS[3] and results[0].late_score is not None
     assert results[0].late_kind == "maxsim"
     runtime.reset()
     (Path(build.build_dir) / LATE_FILE).unlink()  # as a build filled before the vectors were kept
     results = memories_search(user=owner, corpus_ids=[late_corpus.pk], query=TEXTS[3])
-    assert results and results[0].memory["text"] == TEXTS[3]
+    assert results and results[0].memory.text == TEXTS[3]
     assert all(result.late_score is None for result in results)
 
 
@@ -199,7 +199,7 @@ def test_dataset_delete_removes_its_text_records(late_corpus, owner, dataset, dj
     records = text_records(late_corpus.pk)
     assert {r["source_id"] for r in records} == {dataset.pk} and len(records) == len(TEXTS)
     results = memories_search(user=owner, corpus_ids=[late_corpus.pk], query=MORE[0])
-    assert MORE[0] not in [result.memory["text"] for result in results]
+    assert MORE[0] not in [result.memory.text for result in results]
 
 def test_owner_turns_late_interaction_on_in_the_settings(corpus, owner, outsider, client_for):
     form = {"name": corpus.name, "description": "", "visibility": corpus.visibility,

@@ -34,7 +34,7 @@ def store(settings, monkeypatch, s3_server, s3_prefix):  # noqa: ANN201
 
 def top_text(user, corpus, query: str) -> str | None:  # noqa: ANN001
     results = memories_search(user=user, corpus_ids=[corpus.pk], query=query, top_document=True)
-    return results[0].memory["text"] if results else None
+    return results[0].memory.text if results else None
 
 
 def on_machine(settings, name: str) -> Path:  # noqa: ANN001

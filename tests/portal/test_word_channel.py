@@ -48,7 +48,7 @@ def test_searches_fuse_bm25_under_the_builds_rule(corpus, owner, member, outside
     build = build_now(corpus, owner, django_capture_on_commit_callbacks)
     with_rule(build, "z:1")
     results = memories_search(user=member, corpus_ids=[corpus.pk], query="Which organelles produce ATP?")
-    assert results[0].memory["text"] == TEXTS[4]
+    assert results[0].memory.text == TEXTS[4]
     assert results[0].late_score > 0 and results[0].fused_score is not None
     assert results[0].late_kind == "bm25"  # what the search page and the API label the score
     assert memories_search(user=outsider, corpus_ids=[corpus.pk], query="Which organelles produce ATP?") == []
@@ -68,7 +68,7 @@ def test_a_build_without_the_channel_searches_as_before(corpus, owner, member, d
     with_rule(build, None)
     (Path(build.build_dir) / WORDS_FILE).unlink()
     results = memories_search(user=member, corpus_ids=[corpus.pk], query=TEXTS[2])
-    assert results[0].memory["text"] == TEXTS[2]
+    assert results[0].memory.text == TEXTS[2]
     assert all(r.late_score is None and r.fused_score is None for r in results)
 
 
@@ -80,6 +80,6 @@ def test_a_damaged_words_file_falls_back_to_hdc_alone_and_says_so(corpus, owner,
     serving.forget_build(build.build_dir)
     with caplog.at_level(logging.WARNING, logger="memory.services"):
         results = memories_search(user=member, corpus_ids=[corpus.pk], query=TEXTS[5])
-    assert results[0].memory["text"] == TEXTS[5]
+    assert results[0].memory.text == TEXTS[5]
     assert all(r.late_score is None for r in results)
     assert "exact-word scores unavailable, HDC alone" in caplog.text

@@ -159,7 +159,7 @@ else:  # web process B, another disk: searches both corpora
     queries = json.loads(sys.argv[2])
     for corpus in Corpus.objects.order_by("pk"):
         results = memories_search(user=owner, corpus_ids=[corpus.pk], query=queries[corpus.name], top_document=True)
-        found[corpus.name] = results[0].memory["text"] if results else None
+        found[corpus.name] = results[0].memory.text if results else None
     print(json.dumps(found))
 """
 

@@ -108,7 +108,7 @@ def wait(job, condition, seconds):
 
 def top(query):
     found = memories_search(user=owner, corpus_ids=[corpus.pk], query=query, top_document=True)
-    return found[0].memory["text"] if found else None
+    return found[0].memory.text if found else None
 
 first = upload("first.jsonl", ["The storming of the Bastille began the French revolution in 1789.",
                                "Mitochondria produce most of the cell's chemical energy."])
