@@ -13,11 +13,12 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from chat.models import MAX_TOKEN_BUDGET, Message
+from chat.serializers import CitationSerializer, MessageSerializer
 from chat.services import MAX_MESSAGE_CHARS
 from corpus.models import Corpus
+from corpus.serializers import BuildSerializer
 from engine.gguf import GGUFError, read_metadata
 from engine.tokenizer import index_tokenizer_refusal
-from memory.services import MemoryResult
 
 
 class ErrorDetailSerializer(serializers.Serializer):
@@ -128,26 +129,6 @@ class DatasetUpdateSerializer(serializers.Serializer):
     enabled = serializers.BooleanField(help_text="Disabled datasets are left out of searches at once.")
 
 
-class BuildSerializer(serializers.Serializer):
-    id = serializers.IntegerField()
-    number = serializers.IntegerField(help_text="The build's number within its corpus (#1 is the first).")
-    kind = serializers.ChoiceField(choices=["build", "append"], help_text="A full build (every dataset; also what "
-                                   "merges appends) or an append (new datasets only, searchable in seconds).")
-    corpus = serializers.IntegerField()
-    status = serializers.ChoiceField(choices=["queued", "running", "succeeded", "failed", "cancelled"])
-    phase = serializers.CharField()
-    done = serializers.IntegerField()
-    total = serializers.IntegerField()
-    percent = serializers.IntegerField(help_text="The whole build's progress, every phase included.")
-    rate = serializers.FloatField()
-    error = serializers.CharField()
-    cancel_requested = serializers.BooleanField()
-    documents = serializers.IntegerField(allow_null=True)
-    started = serializers.DateTimeField(allow_null=True)
-    finished = serializers.DateTimeField(allow_null=True)
-    searchable = serializers.BooleanField(help_text="Its documents are searchable (it succeeded and serves).")
-
-
 class DatasetUploadedSerializer(DatasetSerializer):
     index_job = BuildSerializer(allow_null=True, help_text=(
         "The job that makes the upload searchable without a click (its first build, or an append): poll "
@@ -186,14 +167,24 @@ class MultiSearchQuerySerializer(SearchQuerySerializer):
         return _int_list(value, "corpora")
 
 
-class MemoryResultSerializer(serializers.Serializer):
-    id = serializers.IntegerField(allow_null=True, help_text="Memory id: GET memories/{id}/ for its full text.")
-    key = serializers.CharField(help_text="Content hash.")
-    corpus = serializers.IntegerField()
+class CompletionMemorySerializer(serializers.Serializer):
+    """A memory that primed an OpenAI-compatible completion: a search result's where and how much."""
+
+    id = serializers.IntegerField(source="memory.memory_id", allow_null=True,
+                                  help_text="Memory id: GET memories/{id}/ for its full text.")
+    corpus = serializers.IntegerField(source="corpus_id")
     corpus_name = serializers.CharField()
-    dataset = serializers.IntegerField(allow_null=True)
-    dataset_name = serializers.CharField()
-    score = serializers.FloatField(help_text="HDC score.")
+    dataset = serializers.IntegerField(source="dataset_id", allow_null=True)
+    dataset_name = serializers.CharField(allow_blank=True)
+    score = serializers.FloatField(source="hdc_score", help_text="HDC score.")
+    token_count = serializers.IntegerField(source="memory.token_count")
+
+
+class MemoryResultSerializer(CompletionMemorySerializer):
+    """A search result (`memory.services.MemoryResult`): "corpus" and "dataset" are primary keys,
+    "corpus_name" and "dataset_name" their names, "id" the memory row's and "key" its content hash."""
+
+    key = serializers.CharField(source="memory.content_hash", help_text="Content hash.")
     late_score = serializers.FloatField(allow_null=True,
                                         help_text="The second ranker's score, where the corpus fuses one.")
     late_kind = serializers.ChoiceField(choices=["maxsim", "bm25"], allow_null=True,
@@ -202,21 +193,8 @@ class MemoryResultSerializer(serializers.Serializer):
     merge_score = serializers.FloatField(allow_null=True, help_text=(
         "Several corpora searched together: the key they are merged by, the HDC score (of the result's rank in "
         "its corpus) per unit of the query's length in that corpus (results come in this order)."))
-    token_count = serializers.IntegerField()
-    text = serializers.CharField()
-    metadata = serializers.JSONField()
-
-
-def search_result_json(result: MemoryResult) -> dict[str, Any]:
-    """A search result in the shape `MemoryResultSerializer` documents: "corpus" and "dataset" are
-    primary keys, "corpus_name" and "dataset_name" their names, "id" the memory row's and "key" its
-    content hash."""
-    memory = result.memory
-    return {"id": memory.memory_id, "key": memory.content_hash, "corpus": result.corpus_id,
-            "corpus_name": result.corpus_name, "dataset": result.dataset_id, "dataset_name": result.dataset_name,
-            "score": result.hdc_score, "late_score": result.late_score, "late_kind": result.late_kind,
-            "fused_score": result.fused_score, "merge_score": result.merge_score,
-            "token_count": memory.token_count, "text": memory.text, "metadata": memory.metadata}
+    text = serializers.CharField(source="memory.text")
+    metadata = serializers.JSONField(source="memory.metadata")
 
 
 class SearchResponseSerializer(serializers.Serializer):
@@ -258,73 +236,26 @@ class ConversationWriteSerializer(serializers.Serializer):
                                          help_text="The answers' sampling temperature; null: the model's default.")
 
 
-class ConversationSerializer(serializers.Serializer):
-    id = serializers.IntegerField()
-    title = serializers.CharField()
-    corpora = serializers.ListField(child=serializers.IntegerField())
-    use_memory = serializers.BooleanField()
-    top_document = serializers.BooleanField()
-    compress_context = serializers.BooleanField()
-    token_budget = serializers.IntegerField()
-    temperature = serializers.FloatField(allow_null=True)
-    blend_turns = serializers.IntegerField()
-    updated = serializers.DateTimeField()
-
-
-class MessageMemorySerializer(serializers.Serializer):
-    rank = serializers.IntegerField(allow_null=True)
-    memory_id = serializers.IntegerField(allow_null=True)
-    key = serializers.CharField()
-    corpus = serializers.CharField()
-    source = serializers.CharField()
-    score = serializers.FloatField()
-    token_count = serializers.IntegerField()
-    excerpt = serializers.CharField()
-
-
-class CitationSerializer(serializers.Serializer):
-    text = serializers.CharField(help_text="One sentence of the answer, as written.")
-    claim = serializers.BooleanField(help_text="It states something to check (false: e.g. a greeting).")
-    memories = serializers.ListField(child=serializers.IntegerField(), help_text=(
-        "Ranks (0: the first) of the memories that support it, best first; empty for a claim: unsupported."))
-    scores = serializers.ListField(child=serializers.FloatField(),
-                                   help_text="Its support (0..1) by each memory, in rank order.")
-    certainty = serializers.FloatField(allow_null=True, required=False, help_text=(
-        "For a claim: the geometric mean of the probabilities the model gave its claim words' tokens "
-        "(0..1); null where the LLM server sent no log-probabilities (and in answers stored before)."))
-    unsure = serializers.BooleanField(required=False, help_text=(
-        "Supported by a memory, but the model was unsure of its words (certainty under 0.5)."))
-
-
-class MessageSerializer(serializers.Serializer):
-    id = serializers.IntegerField()
-    role = serializers.ChoiceField(choices=["user", "assistant"])
-    content = serializers.CharField()
-    status = serializers.ChoiceField(choices=Message.Status.values)
-    error = serializers.CharField()
-    created = serializers.DateTimeField()
-    prompt_tokens = serializers.IntegerField(allow_null=True)
-    completion_tokens = serializers.IntegerField(allow_null=True)
-    finish_reason = serializers.CharField()
-    memories = MessageMemorySerializer(many=True)
-    grounding = serializers.FloatField(allow_null=True, help_text=(
-        "Share (0..1) of the answer's claim sentences that a primed memory supports, each weighed by "
-        "its certainty where known; null: nothing to check (no memories, or no sentence that states "
-        "something)."))
-    grounding_word = serializers.ChoiceField(choices=["grounded", "partly", "not grounded", ""],
-                                             help_text="The grounding in a word; empty when it is null.")
-    citations = CitationSerializer(many=True)
-
-
 class MessageSendSerializer(serializers.Serializer):
     content = serializers.CharField(max_length=MAX_MESSAGE_CHARS, help_text="The user's turn.")
     stream = serializers.BooleanField(default=False, help_text="Server-Sent Events instead of one JSON reply.")
 
 
+@extend_schema_field(MessageSerializer)
+class SentMessageField(serializers.Field):
+    """A message as the turn sent it (`chat.turns.TurnResult`: `MessageSerializer`'s output, which
+    the turn's events carry too), passed on unchanged."""
+
+    def to_representation(self, value: dict[str, Any]) -> dict[str, Any]:
+        return value
+
+
 class TurnSerializer(serializers.Serializer):
+    """A whole turn's reply, from the `chat.turns.TurnResult` of a turn that did not fail."""
+
     status = serializers.ChoiceField(choices=[s for s in Message.Status.values if s != "error"])
-    user_message = MessageSerializer()
-    message = MessageSerializer()
+    user_message = SentMessageField()
+    message = SentMessageField()
 
 
 _FLOAT_ROWS = {"type": "array", "items": {"type": "array", "items": {"type": "number"}}}
@@ -433,6 +364,15 @@ class StoreStatsSerializer(serializers.Serializer):
     storage_size_mb = serializers.FloatField()
 
 
+class StoreAddedSerializer(serializers.Serializer):
+    ids = serializers.ListField(child=serializers.CharField(), help_text="The records written, in the order given.")
+
+
+class StoreDeletedSerializer(serializers.Serializer):
+    pages = serializers.IntegerField(help_text="Page records deleted.")
+    chunks = serializers.IntegerField(help_text="Chunk records deleted.")
+
+
 class StoreDocumentSerializer(serializers.Serializer):
     doc_id = serializers.CharField()
     pages = serializers.IntegerField()
@@ -489,5 +429,46 @@ class ModelSerializer(serializers.Serializer):
 
 
 class ModelListSerializer(serializers.Serializer):
-    object = serializers.CharField()
+    object = serializers.ChoiceField(choices=["list"])
     data = ModelSerializer(many=True)
+
+
+class CompletionMessageSerializer(serializers.Serializer):
+    role = serializers.ChoiceField(choices=["assistant"])
+    content = serializers.CharField(allow_blank=True)
+
+
+class CompletionChoiceSerializer(serializers.Serializer):
+    index = serializers.IntegerField()
+    message = CompletionMessageSerializer()
+    finish_reason = serializers.CharField(help_text="stop, or length (cut by max_tokens, or an answer that looped).")
+
+
+class CompletionUsageSerializer(serializers.Serializer):
+    prompt_tokens = serializers.IntegerField()
+    completion_tokens = serializers.IntegerField()
+    total_tokens = serializers.IntegerField()
+
+
+class AnswerCheckSerializer(serializers.Serializer):
+    """The answer checked against its memories (`chat.citations`); also on the streamed chunk with
+    the finish reason, and on the usage chunk after it."""
+
+    grounding = serializers.FloatField(allow_null=True, min_value=0, max_value=1, help_text=(
+        "Share of the claim sentences a memory supports; null: nothing to check."))
+    grounding_word = serializers.ChoiceField(choices=["grounded", "partly", "not grounded", ""])
+    citations = CitationSerializer(many=True, help_text=(
+        "The answer's sentences; each one's `memories` index the reply's `memories`, best first."))
+
+
+class ChatCompletionSerializer(serializers.Serializer):
+    """A `chat.completion`: OpenAI's shape, plus the memories that primed it and the answer's check."""
+
+    id = serializers.CharField()
+    object = serializers.ChoiceField(choices=["chat.completion"])
+    created = serializers.IntegerField()
+    model = serializers.CharField()
+    choices = CompletionChoiceSerializer(many=True)
+    usage = CompletionUsageSerializer()
+    memories = CompletionMemorySerializer(many=True, help_text="The memories that primed the answer, best first.")
+    hdrag = AnswerCheckSerializer()

@@ -1,10 +1,14 @@
-"""Plain-dict views of chat rows, shared by the websocket events, the page and the exports."""
+"""The shapes of chat rows as everything outside sends them: the websocket events, the chat page,
+the exports and the REST API. Each shape is one DRF serializer, which both produces it and is what
+the OpenAPI schema documents (`api.views.conversations`), so the two cannot differ."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from django.urls import reverse
+from drf_spectacular.utils import extend_schema_field
+from rest_framework import serializers
 
 from chat.models import Conversation, Message, MessageMemory
 from engine.citations import grounding_word
@@ -13,42 +17,100 @@ from memory.services import MemoryResult
 EXCERPT_PREVIEW_CHARS = 600
 
 
-def memory_json(memory: MessageMemory) -> dict[str, Any]:
-    """`url`: the memory's page, "" once a rebuild removed the row (the snapshot stays)."""
-    return {"rank": memory.rank, "memory_id": memory.memory_id,
-            "url": reverse("memory:detail", args=[memory.memory_id]) if memory.memory_id else "",
-            "key": memory.memory_key,
-            "corpus": memory.corpus_name, "source": memory.source, "score": memory.score,
-            "token_count": memory.token_count, "excerpt": memory.excerpt}
+class ConversationSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    title = serializers.CharField()
+    corpora = serializers.SerializerMethodField()
+    use_memory = serializers.BooleanField()
+    top_document = serializers.BooleanField()
+    compress_context = serializers.BooleanField()
+    token_budget = serializers.IntegerField()
+    temperature = serializers.FloatField(allow_null=True)
+    blend_turns = serializers.SerializerMethodField(help_text="Assistant turns the memory blend has taken in.")
+    updated = serializers.DateTimeField()
+
+    @extend_schema_field(serializers.ListField(child=serializers.IntegerField()))
+    def get_corpora(self, conversation: Conversation) -> list[int]:
+        return sorted(c.pk for c in conversation.corpora.all())
+
+    def get_blend_turns(self, conversation: Conversation) -> int:
+        return len((conversation.blend_state or {}).get("responses", []))
+
+
+class MessageMemorySerializer(serializers.Serializer):
+    """A memory that primed an answer, as stored with it (`MessageMemory`): a snapshot that outlives
+    the memory's row (a rebuild removes it: `memory_id` null, `url` "")."""
+
+    rank = serializers.IntegerField(allow_null=True, help_text="Its place in retrieval order, from 0.")
+    memory_id = serializers.IntegerField(allow_null=True, help_text="The memory's id (GET memories/{id}/).")
+    url = serializers.SerializerMethodField(help_text="The memory's page; empty once its row is gone.")
+    key = serializers.CharField(source="memory_key", help_text="The memory's content hash.")
+    corpus = serializers.CharField(source="corpus_name", help_text="The corpus's name.")
+    source = serializers.CharField()
+    score = serializers.FloatField()
+    token_count = serializers.IntegerField()
+    excerpt = serializers.CharField(allow_blank=True)
+
+    def get_url(self, memory: MessageMemory) -> str:
+        return reverse("memory:detail", args=[memory.memory_id]) if memory.memory_id else ""
+
+
+class CitationSerializer(serializers.Serializer):
+    text = serializers.CharField(help_text="One sentence of the answer, as written.")
+    claim = serializers.BooleanField(help_text="It states something to check (false: e.g. a greeting).")
+    memories = serializers.ListField(child=serializers.IntegerField(), help_text=(
+        "Ranks (0: the first) of the memories that support it, best first; empty for a claim: unsupported."))
+    scores = serializers.ListField(child=serializers.FloatField(),
+                                   help_text="Its support (0..1) by each memory, in rank order.")
+    certainty = serializers.FloatField(allow_null=True, required=False, help_text=(
+        "For a claim: the geometric mean of the probabilities the model gave its claim words' tokens "
+        "(0..1); null where the LLM server sent no log-probabilities (and in answers stored before)."))
+    unsure = serializers.BooleanField(required=False, help_text=(
+        "Supported by a memory, but the model was unsure of its words (certainty under 0.5)."))
+
+
+class MessageSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    role = serializers.ChoiceField(choices=["user", "assistant"])
+    content = serializers.CharField(allow_blank=True)
+    status = serializers.ChoiceField(choices=Message.Status.values)
+    error = serializers.CharField(allow_blank=True)
+    created = serializers.DateTimeField()
+    prompt_tokens = serializers.IntegerField(allow_null=True)
+    completion_tokens = serializers.IntegerField(allow_null=True)
+    finish_reason = serializers.CharField(allow_blank=True)
+    memories = serializers.SerializerMethodField(help_text="An answer's memories, in rank order; [] for a user turn.")
+    grounding = serializers.FloatField(allow_null=True, help_text=(
+        "Share (0..1) of the answer's claim sentences that a primed memory supports, each weighed by "
+        "its certainty where known; null: nothing to check (no memories, or no sentence that states "
+        "something)."))
+    grounding_word = serializers.SerializerMethodField(help_text="The grounding in a word; empty when it is null.")
+    citations = CitationSerializer(many=True)
+
+    @extend_schema_field(MessageMemorySerializer(many=True))
+    def get_memories(self, message: Message) -> list[dict[str, Any]]:
+        if message.role != Message.Role.ASSISTANT:
+            return []
+        return MessageMemorySerializer(message.memories.all(), many=True).data
+
+    @extend_schema_field(serializers.ChoiceField(choices=["grounded", "partly", "not grounded", ""]))
+    def get_grounding_word(self, message: Message) -> str:
+        return grounding_word(message.grounding)
 
 
 def memory_result_json(result: MemoryResult, *, rank: int) -> dict[str, Any]:
-    """A search result as the chat page shows it (the `chat.memories` event), before it is stored
-    (as `memory_json` will show it: `rank` counts from 0 in retrieval order, "corpus" is the
-    corpus's name)."""
-    memory = result.memory
-    return {"rank": rank, "memory_id": memory.memory_id, "key": memory.content_hash,
-            "corpus": result.corpus_name, "source": result.source,
-            "score": result.hdc_score, "token_count": memory.token_count,
-            "excerpt": memory.text[:MessageMemory.EXCERPT_CHARS]}
+    """A search result as the chat page shows it (the `chat.memories` event), before it is stored:
+    the shape `MessageMemorySerializer` gives the row `chat.services.message_create_assistant`
+    will store for it (`rank` counts from 0 in retrieval order)."""
+    return MessageMemorySerializer(MessageMemory(
+        rank=rank, memory_id=result.memory_id, memory_key=result.memory.content_hash, corpus_name=result.corpus_name,
+        source=result.source, score=result.hdc_score, token_count=result.memory.token_count,
+        excerpt=result.memory.text[:MessageMemory.EXCERPT_CHARS])).data
 
 
 def message_json(message: Message) -> dict[str, Any]:
-    return {
-        "id": message.pk, "role": message.role, "content": message.content, "status": message.status,
-        "error": message.error, "created": message.created.isoformat(), "prompt_tokens": message.prompt_tokens,
-        "completion_tokens": message.completion_tokens, "finish_reason": message.finish_reason,
-        "memories": [memory_json(m) for m in message.memories.all()] if message.role == Message.Role.ASSISTANT else [],
-        "grounding": message.grounding, "grounding_word": grounding_word(message.grounding),
-        "citations": message.citations,
-    }
+    return MessageSerializer(message).data
 
 
 def conversation_json(conversation: Conversation) -> dict[str, Any]:
-    return {
-        "id": conversation.pk, "title": conversation.title, "use_memory": conversation.use_memory,
-        "top_document": conversation.top_document, "compress_context": conversation.compress_context,
-        "token_budget": conversation.token_budget, "temperature": conversation.temperature, "corpora": sorted(c.pk for c in conversation.corpora.all()),
-        "blend_turns": len((conversation.blend_state or {}).get("responses", [])),
-        "updated": conversation.updated.isoformat(),
-    }
+    return ConversationSerializer(conversation).data

@@ -19,6 +19,7 @@ from django.http import Http404
 
 from corpus.memory_rows import memory_counts_by_dataset
 from corpus.models import Corpus, Dataset, IndexBuild
+from corpus.serializers import BuildSerializer
 
 User = AbstractBaseUser | AnonymousUser
 
@@ -134,15 +135,5 @@ def corpus_builds(*, corpus: Corpus, limit: int = 20) -> list[IndexBuild]:
 
 
 def build_state(build: IndexBuild) -> dict:
-    """The JSON-safe view of a build's progress shared by events, polling and templates."""
-    return {
-        "id": build.pk, "number": build.number, "kind": build.kind, "corpus": build.corpus_id, "status": build.status,
-        "phase": build.phase,
-        "done": build.done, "total": build.total, "rate": round(build.rate, 1), "percent": build.percent,
-        "error": build.error, "cancel_requested": build.cancel_requested, "documents": build.documents,
-        "started": build.started.isoformat() if build.started else None,
-        "finished": build.finished.isoformat() if build.finished else None,
-        # A build or append succeeds in the transaction that makes it serve: from then on its
-        # documents are searchable (until a later full build replaces it, holding them too).
-        "searchable": build.status == IndexBuild.Status.SUCCEEDED,
-    }
+    """The JSON-safe view of a build's progress shared by events, polling, templates and the API."""
+    return BuildSerializer(build).data

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, inline_serializer
@@ -72,9 +72,10 @@ class FirstRenderer(BaseContentNegotiation):
 class ApiView(APIView):
     content_negotiation_class = FirstRenderer
 
-    def paginated(self, items: Any, serialize: Callable[[list], Any], **extra: Any) -> Response:
+    def paginated(self, items: Any, serializer_class: type[serializers.Serializer], **extra: Any) -> Response:
+        """A page of `items`, each as `serializer_class` gives it: the class that `page_of` documents."""
         paginator = Pagination()
         page = paginator.paginate_queryset(items, self.request, view=self)
-        response = paginator.get_paginated_response(serialize(page))
+        response = paginator.get_paginated_response(serializer_class(page, many=True).data)
         response.data.update(extra)
         return response

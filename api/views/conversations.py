@@ -10,20 +10,14 @@ from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from api.serializers import (
-    ConversationSerializer,
-    ConversationWriteSerializer,
-    MessageSendSerializer,
-    MessageSerializer,
-    TurnSerializer,
-)
+from api.serializers import ConversationWriteSerializer, MessageSendSerializer, TurnSerializer
 from api.views.base import PAGE_PARAMETERS, ApiView, errors, id_path, page_of
 from api.views.sse import sse_frame, sse_response
 from chat.exports import conversation_export_jsonl, conversation_export_markdown
 from chat.llm import clients
 from chat.models import Message
 from chat.selectors import conversation_get_for_user, conversation_messages, conversations_for_user
-from chat.serializers import conversation_json, message_json
+from chat.serializers import ConversationSerializer, MessageSerializer
 from chat.services import conversation_create, conversation_delete, conversation_update
 from chat.turns import run_turn
 from core.errors import ApplicationError
@@ -54,7 +48,7 @@ class ConversationList(ApiView):
                    tags=["conversations"])
     def get(self, request: Request) -> Response:
         conversations = conversations_for_user(user=request.user).prefetch_related("corpora").order_by("-updated", "-id")
-        return self.paginated(conversations, lambda page: [conversation_json(c) for c in page])
+        return self.paginated(conversations, ConversationSerializer)
 
     @extend_schema(operation_id="conversations_create", summary="Start a conversation over some corpora",
                    request=ConversationWriteSerializer, responses={201: ConversationSerializer, **errors(400)},
@@ -64,14 +58,14 @@ class ConversationList(ApiView):
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
         conversation = conversation_create(user=request.user, corpus_ids=data.pop("corpora", []), **data)
-        return Response(conversation_json(conversation), status=status.HTTP_201_CREATED)
+        return Response(ConversationSerializer(conversation).data, status=status.HTTP_201_CREATED)
 
 
 class ConversationDetail(ApiView):
     @extend_schema(operation_id="conversations_get", summary="One conversation", parameters=[CONVERSATION],
                    responses={200: ConversationSerializer, **errors()}, tags=["conversations"])
     def get(self, request: Request, conversation_id: int) -> Response:
-        return Response(conversation_json(_conversation(request, conversation_id)))
+        return Response(ConversationSerializer(_conversation(request, conversation_id)).data)
 
     @extend_schema(operation_id="conversations_update", summary="Change a conversation's title, corpora or "
                    "memory settings", parameters=[CONVERSATION], request=ConversationWriteSerializer,
@@ -82,7 +76,7 @@ class ConversationDetail(ApiView):
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
         conversation = conversation_update(conversation=conversation, corpus_ids=data.pop("corpora", None), **data)
-        return Response(conversation_json(conversation))
+        return Response(ConversationSerializer(conversation).data)
 
     @extend_schema(operation_id="conversations_delete", summary="Delete a conversation",
                    parameters=[CONVERSATION], responses={204: None, **errors()}, tags=["conversations"])
@@ -97,8 +91,7 @@ class MessageList(ApiView):
                                                                           **errors()}, tags=["conversations"])
     def get(self, request: Request, conversation_id: int) -> Response:
         conversation = _conversation(request, conversation_id)
-        return self.paginated(conversation_messages(conversation=conversation),
-                              lambda page: [message_json(m) for m in page])
+        return self.paginated(conversation_messages(conversation=conversation), MessageSerializer)
 
     @extend_schema(
         operation_id="messages_send", summary="Send a turn: the answer returned whole, or streamed as SSE",
@@ -131,8 +124,7 @@ class MessageList(ApiView):
         if result.status == Message.Status.ERROR:
             raise TurnFailed(result.error, code=result.error_code,
                              details={"user_message": result.user_message_id, "message": result.assistant_message_id})
-        return Response({"status": result.status, "user_message": result.user_message, "message": result.message},
-                        status=status.HTTP_201_CREATED)
+        return Response(TurnSerializer(result).data, status=status.HTTP_201_CREATED)
 
 
 async def _unheard(event: dict) -> None:

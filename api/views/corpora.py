@@ -12,7 +12,6 @@ from rest_framework.response import Response
 
 from api.parsers import PayloadTooLarge
 from api.serializers import (
-    BuildSerializer,
     CorpusSerializer,
     CorpusWriteSerializer,
     DatasetSerializer,
@@ -23,7 +22,6 @@ from api.serializers import (
 from api.views.base import PAGE_PARAMETERS, ApiView, errors, id_path, page_of
 from corpus.models import Corpus, Dataset
 from corpus.selectors import (
-    build_state,
     corpus_can_manage,
     corpus_datasets,
     corpus_list_for_user,
@@ -31,6 +29,7 @@ from corpus.selectors import (
     get_corpus_for_user,
     get_dataset_for_user,
 )
+from corpus.serializers import BuildSerializer
 from corpus.services.builds import build_cancel, build_start, builds_sweep_stale, index_after_upload
 from corpus.services.corpora import (
     corpus_create,
@@ -62,7 +61,7 @@ class CorpusList(ApiView):
                    responses={200: page_of(CorpusSerializer), **errors()}, tags=["corpora"])
     def get(self, request: Request) -> Response:
         corpora = corpus_list_for_user(request.user).prefetch_related("readable_groups", "writable_groups")
-        return self.paginated(corpora, lambda page: CorpusSerializer(page, many=True).data)
+        return self.paginated(corpora, CorpusSerializer)
 
     @extend_schema(operation_id="corpora_create", summary="Create a corpus (you own it)",
                    request=CorpusWriteSerializer, responses={201: CorpusSerializer, **errors(400, 409)},
@@ -115,7 +114,7 @@ class DatasetList(ApiView):
                    tags=["datasets"])
     def get(self, request: Request, corpus_id: int) -> Response:
         corpus = get_corpus_for_user(request.user, corpus_id)
-        return self.paginated(corpus_datasets(corpus=corpus), lambda page: DatasetSerializer(page, many=True).data)
+        return self.paginated(corpus_datasets(corpus=corpus), DatasetSerializer)
 
     @extend_schema(operation_id="datasets_upload", summary="Upload a dataset (multipart field `file`); checked "
                    "by content, size-limited (UPLOAD_MAX_BYTES), counted against the uploader's storage quota "
@@ -136,7 +135,7 @@ class DatasetList(ApiView):
         job = index_after_upload(corpus=corpus, user=request.user)
         if job is not None:
             job.refresh_from_db()
-        dataset.index_job = build_state(job) if job is not None else None
+        dataset.index_job = job
         return Response(DatasetUploadedSerializer(dataset).data, status=status.HTTP_201_CREATED)
 
 
@@ -170,8 +169,7 @@ class BuildList(ApiView):
     def get(self, request: Request, corpus_id: int) -> Response:
         corpus = get_corpus_for_user(request.user, corpus_id)
         builds_sweep_stale(corpus_id=corpus.pk)
-        return self.paginated(corpus.builds.order_by("-created", "-id"),
-                              lambda page: [build_state(build) for build in page])
+        return self.paginated(corpus.builds.order_by("-created", "-id"), BuildSerializer)
 
     @extend_schema(operation_id="builds_start", summary="Start a build (queued; poll builds/{id}/)",
                    parameters=[CORPUS], request=None,
@@ -180,14 +178,14 @@ class BuildList(ApiView):
         corpus = get_corpus_for_user(request.user, corpus_id, write=True)
         build = build_start(corpus=corpus, user=request.user)
         build.refresh_from_db()
-        return Response(build_state(build), status=status.HTTP_202_ACCEPTED)
+        return Response(BuildSerializer(build).data, status=status.HTTP_202_ACCEPTED)
 
 
 class BuildDetail(ApiView):
     @extend_schema(operation_id="builds_get", summary="A build's status, phase, progress and error",
                    parameters=[BUILD], responses={200: BuildSerializer, **errors()}, tags=["builds"])
     def get(self, request: Request, build_id: int) -> Response:
-        return Response(build_state(get_build_for_user(request.user, build_id)))
+        return Response(BuildSerializer(get_build_for_user(request.user, build_id)).data)
 
 
 class BuildCancel(ApiView):
@@ -196,4 +194,4 @@ class BuildCancel(ApiView):
                    responses={202: BuildSerializer, **errors(403, 409)}, tags=["builds"])
     def post(self, request: Request, build_id: int) -> Response:
         build = build_cancel(build=get_build_for_user(request.user, build_id, write=True))
-        return Response(build_state(build), status=status.HTTP_202_ACCEPTED)
+        return Response(BuildSerializer(build).data, status=status.HTTP_202_ACCEPTED)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
 
 from asgiref.sync import async_to_sync
 from django.http import HttpResponse
@@ -15,9 +14,9 @@ from rest_framework.response import Response
 
 from api.serializers import (
     ChatCompletionRequestSerializer,
+    ChatCompletionSerializer,
     ModelListSerializer,
     ModelSerializer,
-    search_result_json,
 )
 from api.views.base import ApiView, errors
 from api.views.sse import sse_frame, sse_response
@@ -37,38 +36,6 @@ from engine.llm import AnswerTokens, LLMError, LLMUnauthorizedError, PromptTooLo
 TAGS = ["openai"]
 # The request's extra fields that are a conversation's settings (`completion_prepare`).
 CONVERSATION_SETTINGS = ("token_budget", "top_document", "compress_context")
-HDRAG_SCHEMA = {
-    "type": "object", "description": "The answer checked against its memories (chat.citations); also on the "
-                                     "streamed chunk with the finish reason, and on the usage chunk after it.",
-    "properties": {
-        "grounding": {"type": "number", "nullable": True, "minimum": 0, "maximum": 1,
-                      "description": "Share of the claim sentences a memory supports; null: nothing to check."},
-        "grounding_word": {"type": "string", "enum": ["grounded", "partly", "not grounded", ""]},
-        "citations": {"type": "array", "items": {"type": "object", "properties": {
-            "text": {"type": "string"}, "claim": {"type": "boolean"},
-            "memories": {"type": "array", "items": {"type": "integer"},
-                         "description": "Indices into `memories` that support the sentence, best first."},
-            "scores": {"type": "array", "items": {"type": "number"}}}}},
-    },
-}
-COMPLETION_SCHEMA = {
-    "type": "object", "required": ["id", "object", "created", "model", "choices", "usage"],
-    "properties": {
-        "id": {"type": "string"}, "object": {"type": "string", "enum": ["chat.completion"]},
-        "created": {"type": "integer"}, "model": {"type": "string"},
-        "choices": {"type": "array", "items": {"type": "object", "properties": {
-            "index": {"type": "integer"}, "finish_reason": {"type": "string"},
-            "message": {"type": "object", "properties": {"role": {"type": "string"}, "content": {"type": "string"}}}}}},
-        "usage": {"type": "object", "properties": {"prompt_tokens": {"type": "integer"},
-                                                   "completion_tokens": {"type": "integer"},
-                                                   "total_tokens": {"type": "integer"}}},
-        "memories": {"type": "array", "description": "The memories that primed the answer, best first: "
-                     "the search result's id, corpus, corpus_name, dataset, dataset_name, score and token_count "
-                     "(corpus and dataset are ids).",
-                     "items": {"type": "object"}},
-        "hdrag": HDRAG_SCHEMA,
-    },
-}
 
 
 class LLMUnavailable(ApplicationError):
@@ -92,7 +59,7 @@ class ModelList(ApiView):
     @extend_schema(operation_id="models_list", summary="Models: `none` and `corpus-<id>` per readable corpus",
                    responses={200: ModelListSerializer, **errors()}, tags=TAGS)
     def get(self, request: Request) -> Response:
-        return Response({"object": "list", "data": completion_models(user=request.user)})
+        return Response(ModelListSerializer({"object": "list", "data": completion_models(user=request.user)}).data)
 
 
 class ModelDetail(ApiView):
@@ -102,7 +69,7 @@ class ModelDetail(ApiView):
     def get(self, request: Request, model_id: str) -> Response:
         for model in completion_models(user=request.user):
             if model["id"] == model_id:
-                return Response(model)
+                return Response(ModelSerializer(model).data)
         raise ModelNotFound(f"No model {model_id!r}.", {"model": model_id})
 
 
@@ -118,15 +85,6 @@ def _usage(usage: Usage | None) -> dict[str, int] | None:
             "total_tokens": usage.prompt_tokens + usage.completion_tokens}
 
 
-# The keys of a search result (`search_result_json`) that a completion's memories carry.
-COMPLETION_MEMORY_KEYS = ("id", "corpus", "corpus_name", "dataset", "dataset_name", "score", "token_count")
-
-
-def _memories(prepared: PreparedTurn) -> list[dict[str, Any]]:
-    return [{key: shape[key] for key in COMPLETION_MEMORY_KEYS}
-            for shape in map(search_result_json, prepared.memories)]
-
-
 class ChatCompletions(ApiView):
     @extend_schema(
         operation_id="chat_completions", summary="OpenAI-compatible chat completion primed with a corpus's memories",
@@ -137,7 +95,7 @@ class ChatCompletions(ApiView):
                     "an LLM failure mid-stream arrives as a `data: {\"error\": ...}` event. An answer that starts "
                     "looping is cut and ends with `finish_reason: \"length\"`.",
         request=ChatCompletionRequestSerializer,
-        responses={(200, "application/json"): OpenApiResponse(COMPLETION_SCHEMA, description="A `chat.completion`."),
+        responses={(200, "application/json"): OpenApiResponse(ChatCompletionSerializer, description="A `chat.completion`."),
                    (200, "text/event-stream"): OpenApiResponse(str, description="`chat.completion.chunk` events "
                                                                                 "(stream: true)."),
                    **errors(400, 502, 503)}, tags=TAGS)
@@ -170,13 +128,13 @@ class ChatCompletions(ApiView):
             raise _llm_failure(error) from None
         finally:
             ticket.close()
-        return Response({
+        return Response(ChatCompletionSerializer({
             "id": completion_id, "object": "chat.completion", "created": created, "model": data["model"],
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                          "finish_reason": finish_reason or "stop"}],
             "usage": _usage(usage) or {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-            "memories": _memories(prepared),
-            "hdrag": completion_citations(prepared=prepared, answer=text, token_logprobs=tokens)})
+            "memories": prepared.memories,
+            "hdrag": completion_citations(prepared=prepared, answer=text, token_logprobs=tokens)}).data)
 
 
 # An answer that starts looping is cut as in the portal's chat (engine.repetition): leaving the

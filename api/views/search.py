@@ -10,11 +10,11 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from api.serializers import (
+    MemoryResultSerializer,
     MemorySerializer,
     MultiSearchQuerySerializer,
     SearchQuerySerializer,
     SearchResponseSerializer,
-    search_result_json,
 )
 from api.views.base import PAGE_PARAMETERS, ApiView, errors, id_path
 from core.errors import ConflictError
@@ -51,7 +51,7 @@ class _Search(ApiView):
         if not raw and "limit" in request.query_params:
             results = results[:params["limit"]]  # the best ones: pipeline results are in rank order
         took_ms = round((time.perf_counter() - started) * 1000, 3)
-        response = self.paginated(results, lambda page: [search_result_json(r) for r in page], took_ms=took_ms)
+        response = self.paginated(results, MemoryResultSerializer, took_ms=took_ms)
         response["Server-Timing"] = f"search;dur={took_ms}"
         return response
 

@@ -16,8 +16,10 @@ from rest_framework.response import Response
 
 from api.serializers import (
     EmbeddingsResponseSerializer,
+    StoreAddedSerializer,
     StoreAddSerializer,
     StoreBatchSerializer,
+    StoreDeletedSerializer,
     StoreDocumentSerializer,
     StoreHitSerializer,
     StoreMultiSearchSerializer,
@@ -39,8 +41,7 @@ from corpus.services.multivector import (
 CORPUS = id_path("corpus_id", "corpus")
 TAGS = ["store"]
 # What each add answers: the ids of the records written, in the order given.
-ADDED = {201: {"type": "object", "properties": {"ids": {"type": "array", "items": {"type": "string"}}}},
-         **errors(400, 403, 413, 503)}
+ADDED = {201: StoreAddedSerializer, **errors(400, 403, 413, 503)}
 
 
 def _add(request: Request, corpus_id: int, kind: str) -> Response:
@@ -49,7 +50,7 @@ def _add(request: Request, corpus_id: int, kind: str) -> Response:
     data = serializer.validated_data
     ids = store_add(user=request.user, corpus_id=corpus_id, kind=kind, doc_id=data["doc_id"], indices=[data["index"]],
                     embeddings=[data["embeddings"]], metadata=[data["metadata"]])
-    return Response({"ids": ids}, status=status.HTTP_201_CREATED)
+    return Response(StoreAddedSerializer({"ids": ids}).data, status=status.HTTP_201_CREATED)
 
 
 class StoreStats(ApiView):
@@ -57,8 +58,7 @@ class StoreStats(ApiView):
                    parameters=[CORPUS], responses={200: StoreStatsSerializer, **errors(503)}, tags=TAGS)
     def get(self, request: Request, corpus_id: int) -> Response:
         stats = store_stats(user=request.user, corpus_id=corpus_id)
-        return Response({"visual_count": stats.visual_count, "text_count": stats.text_count,
-                         "total_documents": stats.total_documents, "storage_size_mb": stats.storage_size_mb})
+        return Response(StoreStatsSerializer(stats).data)
 
 
 class StorePages(ApiView):
@@ -89,7 +89,7 @@ class StoreBatch(ApiView):
         ids = store_add(user=request.user, corpus_id=corpus_id, kind=data["kind"], doc_id=data["doc_id"],
                         indices=[item["index"] for item in items], embeddings=[item["embeddings"] for item in items],
                         metadata=[item["metadata"] for item in items])
-        return Response({"ids": ids}, status=status.HTTP_201_CREATED)
+        return Response(StoreAddedSerializer({"ids": ids}).data, status=status.HTTP_201_CREATED)
 
 
 class StoreSearch(ApiView):
@@ -100,8 +100,9 @@ class StoreSearch(ApiView):
         serializer = StoreSearchSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        return Response(store_search(user=request.user, corpus_id=corpus_id, kind=data["kind"], query=data["query"],
-                                     n_results=data["n_results"], filters=data["filters"]))
+        hits = store_search(user=request.user, corpus_id=corpus_id, kind=data["kind"], query=data["query"],
+                            n_results=data["n_results"], filters=data["filters"])
+        return Response(StoreHitSerializer(hits, many=True).data)
 
 
 class StoreMultiSearch(ApiView):
@@ -112,9 +113,10 @@ class StoreMultiSearch(ApiView):
         serializer = StoreMultiSearchSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        return Response(store_search_multivector(
+        hits = store_search_multivector(
             user=request.user, corpus_id=corpus_id, kind=data["kind"], query=data["query"],
-            n_candidates=data["n_candidates"], n_results=data["n_results"], filters=data["filters"]))
+            n_candidates=data["n_candidates"], n_results=data["n_results"], filters=data["filters"])
+        return Response(StoreHitSerializer(hits, many=True).data)
 
 
 class StoreEmbeddings(ApiView):
@@ -139,7 +141,7 @@ class StoreEmbeddings(ApiView):
             body["base64"] = base64.b64encode(array.tobytes()).decode("ascii")
         else:
             body["embeddings"] = array.tolist()
-        return Response(body)
+        return Response(EmbeddingsResponseSerializer(body).data)
 
 
 class StoreDocuments(ApiView):
@@ -148,16 +150,13 @@ class StoreDocuments(ApiView):
                                                                     **errors(503)}, tags=TAGS)
     def get(self, request: Request, corpus_id: int) -> Response:
         documents = store_documents(user=request.user, corpus_id=corpus_id)
-        return self.paginated(documents, lambda page: [{"doc_id": d.doc_id, "pages": d.pages, "chunks": d.chunks}
-                                                       for d in page])
+        return self.paginated(documents, StoreDocumentSerializer)
 
 
 class StoreDocument(ApiView):
     @extend_schema(operation_id="store_document_delete", summary="Delete a document's pages and chunks",
                    parameters=[CORPUS, OpenApiParameter("doc_id", str, OpenApiParameter.PATH)],
-                   responses={200: {"type": "object", "properties": {"pages": {"type": "integer"},
-                                                                      "chunks": {"type": "integer"}}},
-                              **errors(400, 403, 503)}, tags=TAGS)
+                   responses={200: StoreDeletedSerializer, **errors(400, 403, 503)}, tags=TAGS)
     def delete(self, request: Request, corpus_id: int, doc_id: str) -> Response:
         pages, chunks = store_document_delete(user=request.user, corpus_id=corpus_id, doc_id=doc_id)
-        return Response({"pages": pages, "chunks": chunks})
+        return Response(StoreDeletedSerializer({"pages": pages, "chunks": chunks}).data)

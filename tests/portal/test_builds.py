@@ -12,7 +12,7 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from api.serializers import search_result_json
+from api.serializers import MemoryResultSerializer
 from chat.serializers import memory_result_json
 from core.errors import ApplicationError
 from corpus.files import build_dir
@@ -110,10 +110,12 @@ def test_a_search_result_says_its_corpus_by_id_and_by_name_and_each_shape_keeps_
         (corpus.pk, "Team notes", dataset.pk, dataset.name)
     assert best.memory_id == Memory.objects.get(build=corpus.active_build_id, hdv_idx=3).pk
     # The API names both by id, with their names beside them; the chat shows the corpus's name.
-    api = search_result_json(best)
+    api = MemoryResultSerializer(best).data
     assert (api["corpus"], api["corpus_name"], api["dataset"], api["dataset_name"]) == \
         (corpus.pk, "Team notes", dataset.pk, dataset.name)
     assert (api["id"], api["score"], api["text"]) == (best.memory_id, best.hdc_score, TEXTS[3])
+    # One name each for the row (`id`) and the content hash (`key`), as the memory's own page has them.
+    assert api["key"] == best.memory.content_hash == Memory.objects.get(pk=best.memory_id).content_hash
     chat = memory_result_json(best, rank=0)
     assert (chat["corpus"], chat["source"], chat["memory_id"]) == ("Team notes", dataset.name, best.memory_id)
 
