@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-pytest_plugins = ["tests.plugins.llama", "tests.plugins.s3", "tests.plugins.oidc", "tests.plugins.gateway"]
+pytest_plugins = ["tests.plugins.llama", "tests.plugins.s3", "tests.plugins.oidc", "tests.plugins.gateway",
+                  "tests.plugins.chroma", "tests.plugins.portal", "tests.plugins.chat", "tests.plugins.api"]
 
 
 @pytest.fixture(scope="session")

@@ -119,7 +119,7 @@ def connect_chroma(*, url: str | None = None, path: str | Path | None = None, ho
                 httpx.get(f"{location}/api/v2/heartbeat", timeout=timeout).raise_for_status()
             client = chromadb.HttpClient(host=host, port=port, ssl=ssl, settings=_settings())
             # chromadb (pinned) has no public timeout: its client's httpx session is private, and
-            # tests/portal/test_pinned_libraries.py fails, naming it, when an upgrade changes that.
+            # tests/site/test_pinned_libraries.py fails, naming it, when an upgrade changes that.
             session = getattr(getattr(client, "_server", None), "_session", None)
             if timeout is not None and isinstance(session, httpx.Client):
                 session.timeout = httpx.Timeout(timeout, connect=min(timeout, 5.0))

@@ -16,8 +16,8 @@ from accounts.services.tokens import api_token_create, api_token_revoke
 from chat.services import conversation_create
 from corpus.models import IndexBuild, Memory
 from corpus.services.builds import build_start
-from tests.api.conftest import error_of, token_client
-from tests.portal.conftest import jsonl_bytes
+from tests.plugins.api import error_of, token_client
+from tests.plugins.portal import jsonl_bytes
 
 ROLES = ("owner", "writer", "member", "outsider")
 VECTOR = [0.5] * 768

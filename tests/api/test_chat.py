@@ -16,8 +16,8 @@ from chat.llm import clients
 from chat.models import Message
 from core import runtime
 from engine.config import Config
-from tests.api.conftest import error_of, make_corpus, token_client
 from tests.chat.test_answers import COMPLETION_TOKENS, CONTINUATION, KEPT, PROMPT_TOKENS, _looping_llm
+from tests.plugins.api import error_of, make_corpus, token_client
 
 QUESTION = "How does a generator function pause at yield and resume where it left off?"
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from corpus.models import Corpus, Dataset, IndexBuild, Memory
-from tests.api.conftest import error_of, token_client
-from tests.portal.conftest import TEXTS, jsonl_bytes
+from tests.plugins.api import error_of, token_client
+from tests.plugins.portal import TEXTS, jsonl_bytes
 
 
 def test_create_get_update_delete_a_corpus(owner, readers, writers, outsider):

@@ -13,14 +13,14 @@ from hypothesis import settings as hypothesis_settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from accounts.services.tokens import api_token_create
-from tests.api.conftest import upload
+from tests.plugins.api import upload
 
 EXAMPLES = 6
 
 
 def test_every_operation_conforms_to_the_live_schema(settings, chat_settings, live_api, owner, corpus, dataset):
     # Schemathesis sends a wrong token to every operation, from one address: the credential throttle
-    # (tested from the outside in tests/api/test_tokens.py) would answer its later tries with 429.
+    # (tested from the outside in tests/accounts/test_tokens.py) would answer its later tries with 429.
     settings.AXES_FAILURE_LIMIT = settings.LOGIN_ADDRESS_FAILURE_LIMIT = 10_000
     secret = api_token_create(user=owner, name="schemathesis")[1]
     headers = {"Authorization": f"Bearer {secret}"}

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from corpus.chroma import store_for
-from tests.api.conftest import error_of, token_client
+from tests.plugins.api import error_of, token_client
 
 DIM = 768
 PAGE_META = {"filename": "report.pdf", "source_path": "/docs/report.pdf"}

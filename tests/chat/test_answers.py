@@ -14,7 +14,7 @@ from chat.models import Conversation, Message
 from chat.services import conversation_create
 from core import runtime
 from engine.config import Config
-from tests.chat.conftest import TOKEN_BUDGET, events_until, make_corpus, open_socket
+from tests.plugins.chat import TOKEN_BUDGET, events_until, make_corpus, open_socket
 
 pytestmark = pytest.mark.django_db(transaction=True)
 db = database_sync_to_async

@@ -15,7 +15,7 @@ from chat.services import conversation_create, message_create_assistant, message
 from corpus.models import Memory
 from engine.llama_server import free_port
 from engine.spm import GGUFTokenizer
-from tests.chat.conftest import (
+from tests.plugins.chat import (
     CONTEXT_SIZE,
     MAX_NEW_TOKENS,
     TOKEN_BUDGET,

@@ -13,7 +13,7 @@ from chat.models import DEFAULT_TITLE, Conversation, Message
 from chat.services import conversation_add_response, message_create_assistant, message_create_user
 from engine.loaded_build import MemoryRecord
 from memory.services import MemoryResult
-from tests.chat.conftest import make_corpus
+from tests.plugins.chat import make_corpus
 
 pytestmark = pytest.mark.django_db
 

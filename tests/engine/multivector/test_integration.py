@@ -12,8 +12,8 @@ from engine.multivector import (
     DocumentNotFoundError,
     MetadataCompressionError,
 )
-from tests.engine.multivector.conftest import free_port
 from tests.engine.multivector.data import sequence, text_meta, visual_meta
+from tests.plugins.chroma import free_port
 
 
 @pytest.mark.parametrize("version", ["1.0", "1.1"])

@@ -1,0 +1,155 @@
+"""A real Celery worker (prefork, Redis, PostgreSQL) whose pool child is killed mid-build: the task is
+redelivered, finds its build's process gone and fails the build at once (BUILD_STALE_SECONDS is an
+hour here, so the heartbeat sweep cannot be what frees the corpus), and a new build can start."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+
+import pytest
+
+from tests.e2e.test_worker import (  # noqa: F401 - e2e_database and redis_url are fixtures
+    ROOT,
+    celery_worker,
+    e2e_database,
+    e2e_env,
+    migrate,
+    redis_url,
+)
+
+pytestmark = pytest.mark.service
+
+DRIVER = r"""
+import json, os, signal, sys, time
+import django
+django.setup()
+from django.contrib.auth.models import User
+from django.core.files.uploadedfile import SimpleUploadedFile
+from corpus.models import IndexBuild
+from corpus.services.builds import build_start
+from corpus.services.corpora import corpus_create, dataset_upload
+
+owner = User.objects.create_user("killed-owner")
+corpus = corpus_create(owner=owner, name="killed", hdc_dimensions=1024, hdc_ngram=3)
+words = "river fox glucose bastille mitochondria generator volcano hash table binary search".split()
+lines = [json.dumps({"text": " ".join(words[(i + j) % len(words)] for j in range(60)) + f" {i}"}) for i in range(20000)]
+dataset_upload(corpus=corpus, user=owner, uploaded_file=SimpleUploadedFile("big.jsonl", "\n".join(lines).encode()))
+build = build_start(corpus=corpus, user=owner)
+
+def wait(condition, seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        build.refresh_from_db()
+        if condition():
+            return True
+        time.sleep(0.05)
+    return False
+
+assert wait(lambda: build.status == "running" and build.worker and build.phase not in ("", "starting"), 180), build.status
+pid = int(build.worker.split(":")[1])
+os.kill(pid, signal.SIGKILL)
+killed = time.monotonic()
+wait(lambda: build.status != "running", 120)
+seconds = time.monotonic() - killed
+print(json.dumps({"status": build.status, "error": build.error, "seconds": seconds, "killed_pid": pid,
+                  "next": build_start(corpus=corpus, user=owner).status}))
+"""
+
+
+def test_a_killed_pool_child_fails_its_build_at_redelivery(e2e_database, redis_url, tmp_path):  # noqa: F811
+    env = e2e_env(e2e_database, redis_url, f"e2e-killed-{uuid.uuid4().hex[:8]}", tmp_path / "data",
+                  BUILD_STALE_SECONDS="3600")
+    migrate(env)
+    worker_log = tmp_path / "worker.log"
+    with celery_worker(env, worker_log, "--concurrency", "1"):
+        driver = subprocess.run([sys.executable, "-c", DRIVER], cwd=ROOT, env=env, capture_output=True, text=True,
+                                timeout=400)
+    log_tail = worker_log.read_text(errors="replace")[-4000:]
+    assert driver.returncode == 0, driver.stderr[-3000:] + log_tail
+    outcome = json.loads(driver.stdout.strip().splitlines()[-1])
+    assert outcome["status"] == "failed", (outcome, log_tail)
+    assert "worker process running this build died" in outcome["error"]
+    assert outcome["seconds"] < 60 and outcome["next"] == "queued", outcome
+    assert "WorkerLostError" in log_tail or "SIGKILL" in log_tail
+
+
+APPEND_DRIVER = r"""
+import json, os, signal, sys, time
+import django
+django.setup()
+from pathlib import Path
+from django.contrib.auth.models import User
+from django.core.files.uploadedfile import SimpleUploadedFile
+from corpus.files import build_dir
+from corpus.models import Corpus, IndexBuild, Memory
+from corpus.services.builds import index_after_upload
+from corpus.services.corpora import corpus_create, dataset_upload
+from memory.services import memories_search
+
+owner = User.objects.create_user("append-owner")
+corpus = corpus_create(owner=owner, name="appended", hdc_dimensions=1024, hdc_ngram=3)
+
+def upload(name, texts):
+    body = "\n".join(json.dumps({"text": t}) for t in texts).encode()
+    dataset_upload(corpus=corpus, user=owner, uploaded_file=SimpleUploadedFile(name, body))
+    return index_after_upload(corpus=corpus, user=owner)  # what the page and the API call after storing
+
+def wait(job, condition, seconds):
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        job.refresh_from_db()
+        if condition(job):
+            return True
+        time.sleep(0.05)
+    return False
+
+def top(query):
+    found = memories_search(user=owner, corpus_ids=[corpus.pk], query=query, top_document=True)
+    return found[0].memory.text if found else None
+
+first = upload("first.jsonl", ["The storming of the Bastille began the French revolution in 1789.",
+                               "Mitochondria produce most of the cell's chemical energy."])
+assert wait(first, lambda j: j.status == "succeeded", 180), (first.status, first.error)
+words = "river fox glucose bastille mitochondria generator volcano hash table binary search".split()
+big = upload("big.jsonl", [" ".join(words[(i + j) % len(words)] for j in range(60)) + f" {i}" for i in range(20000)])
+assert big.kind == "append"
+assert wait(big, lambda j: j.status == "running" and j.worker and j.phase in ("tokenize", "encode"), 180), big.phase
+os.kill(int(big.worker.split(":")[1]), signal.SIGKILL)
+wait(big, lambda j: j.status != "running", 120)
+corpus.refresh_from_db()
+outcome = {"killed": big.status, "error": big.error, "state": corpus.serving_build_ids, "first": first.pk,
+           "rows_left": Memory.objects.filter(build_id=big.pk).count(), "dir_left": build_dir(corpus.pk, big.pk).exists(),
+           "old_found": top("the storming of the Bastille in 1789")}
+quokka = "Quokkas are small marsupials that live on Rottnest Island off Western Australia."
+last = upload("new.jsonl", [quokka])
+assert last.kind == "append" and wait(last, lambda j: j.status in ("succeeded", "failed"), 240), last.status
+corpus.refresh_from_db()
+outcome |= {"last": last.status, "last_error": last.error, "appends": corpus.active_appends, "last_id": last.pk,
+            "new_found": top(quokka), "pending_covered": sorted(last.parameters["dataset_ids"])}
+print(json.dumps(outcome))
+"""
+
+
+def test_an_upload_is_appended_by_the_real_worker_and_a_killed_append_leaves_nothing(
+        e2e_database, redis_url, tmp_path):  # noqa: F811
+    env = e2e_env(e2e_database, redis_url, f"e2e-append-{uuid.uuid4().hex[:8]}", tmp_path / "data",
+                  BUILD_STALE_SECONDS="3600", INDEX_ON_UPLOAD="1")
+    migrate(env)
+    worker_log = tmp_path / "worker.log"
+    with celery_worker(env, worker_log, "--concurrency", "1"):
+        driver = subprocess.run([sys.executable, "-c", APPEND_DRIVER], cwd=ROOT, env=env, capture_output=True,
+                                text=True, timeout=500)
+    log_tail = worker_log.read_text(errors="replace")[-4000:]
+    assert driver.returncode == 0, driver.stderr[-3000:] + log_tail
+    outcome = json.loads(driver.stdout.strip().splitlines()[-1])
+    # Killed mid-append: failed at redelivery, the previous state serves, nothing of it is left.
+    assert outcome["killed"] == "failed" and "died" in outcome["error"], outcome
+    assert outcome["state"] == [outcome["first"]] and outcome["rows_left"] == 0 and not outcome["dir_left"], outcome
+    assert outcome["old_found"].startswith("The storming of the Bastille"), outcome
+    # The next upload's append holds what the killed one did not make searchable, and serves.
+    assert outcome["last"] == "succeeded", (outcome, log_tail)
+    assert outcome["appends"] == [outcome["last_id"]] and len(outcome["pending_covered"]) == 2, outcome
+    assert outcome["new_found"].startswith("Quokkas"), outcome

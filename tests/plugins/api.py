@@ -1,0 +1,109 @@
+"""API fixtures: the portal's users and corpus (owner, reader `member`, `writer`, outsider), a
+bearer-token client per user, and a live ASGI server (uvicorn in a thread) for the clients that
+need real HTTP: the `openai` client, SSE streams, schemathesis."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+import pytest
+from rest_framework.test import APIClient
+
+from accounts.services.tokens import api_token_create
+from tests.plugins.chat import chat_settings, make_corpus, pydoc_build  # noqa: F401 - shared fixtures
+from tests.plugins.portal import (  # noqa: F401 - fixtures shared with the portal tests
+    PASSWORD,
+    TEXTS,
+    build_now,
+    celery_eager,
+    corpus,
+    data_dir,
+    dataset,
+    member,
+    outsider,
+    owner,
+    readers,
+    staff,
+    upload,
+    writer,
+    writers,
+)
+
+
+def token_client(user) -> APIClient:  # noqa: ANN001
+    _, secret = api_token_create(user=user, name="tests")
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
+    return client
+
+
+@pytest.fixture
+def api_for() -> Callable[..., APIClient]:
+    return token_client
+
+
+@pytest.fixture
+def no_throttle(settings) -> None:
+    """Most tests make many requests; the throttle has its own tests."""
+    settings.API_THROTTLE_RATE = ""
+    from django.core.cache import cache
+
+    # The counter keyed by address outlives a test (tokens and users are new in each); not
+    # cache.clear(): with REDIS_URL the cache may share its Redis database with other users.
+    cache.delete("throttle_api_addr-127.0.0.1")
+
+
+@pytest.fixture
+def built(corpus, owner, dataset, django_capture_on_commit_callbacks):  # noqa: F811
+    build = build_now(corpus, owner, django_capture_on_commit_callbacks)
+    assert build.status == "succeeded", build.error
+    return build
+
+
+def error_of(response) -> dict:  # noqa: ANN001
+    """The one error shape, checked; returns its inner dict."""
+    body = response.json()
+    assert set(body) == {"error"}, body
+    assert set(body["error"]) == {"code", "message", "details"}, body
+    assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+    return body["error"]
+
+
+@dataclass
+class LiveServer:
+    url: str
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture
+def live_api(transactional_db, settings) -> Iterator[LiveServer]:
+    """The real ASGI application (hdrag_site.asgi) over loopback HTTP, in a thread of this
+    process, so it sees the test database and settings."""
+    import uvicorn
+
+    from hdrag_site.asgi import application
+
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(application, host="127.0.0.1", port=port, log_level="warning",
+                                           lifespan="off"))
+    thread = threading.Thread(target=server.run, name="live-api", daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            pytest.fail("the live API server did not start")
+        time.sleep(0.05)
+    try:
+        yield LiveServer(url=f"http://127.0.0.1:{port}")
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
