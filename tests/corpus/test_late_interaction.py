@@ -18,9 +18,9 @@ from corpus.services import builds as build_services
 from corpus.services.builds import build_cancel
 from corpus.services.corpora import dataset_delete
 from engine.fusion import CHOSEN_RULES
+from engine.llama_server import free_port
 from engine.text_store import LATE_FILE
 from memory.services import memories_search
-from tests.plugins.chroma import free_port
 from tests.plugins.portal import TEXTS, build_now, upload
 
 Status = IndexBuild.Status

@@ -20,7 +20,7 @@ from corpus.chroma import collection_names, drop_store, store_for
 from corpus.models import Corpus
 from corpus.services.corpora import corpus_create
 from corpus.services.multivector import store_documents
-from tests.plugins.chroma import chroma_server, free_port  # noqa: F401 - the server fixture
+from engine.llama_server import free_port
 from tests.plugins.portal import login
 
 DIM = 768
@@ -230,7 +230,7 @@ def test_unreachable_chroma_is_shown_inline(corpus, owner, settings, caplog,
 
 
 @pytest.mark.service
-def test_store_pages_on_a_chroma_server(corpus, other, owner, settings, chroma_server,  # noqa: F811
+def test_store_pages_on_a_chroma_server(corpus, other, owner, settings, chroma_server,
                                         django_capture_on_commit_callbacks):
     settings.CHROMA_URL = chroma_server
     for each in (corpus, other):  # ids repeat across tests on SQLite; the session server does not reset

@@ -7,7 +7,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -15,6 +14,7 @@ import requests
 
 from engine.llama_server import LlamaServer, LlamaServerError, ServerOptions, free_port
 from engine.tokenizer import LlamaCppTokenizer, LLMUnavailableError
+from tests.plugins.waiting import wait_until
 
 
 def test_health_reports_ok(llama_server):
@@ -124,16 +124,14 @@ def test_module_process_shuts_down_cleanly_on_signal(gemma_gguf, stop_signal, tm
     with open(log, "wb") as output:
         process = subprocess.Popen(command, cwd=repo_root, stdout=output, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 90
-        while time.monotonic() < deadline:
+        def healthy() -> bool:
             assert process.poll() is None, log.read_text(errors="replace")[-2000:]
             try:
-                if requests.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200:
-                    break
+                return requests.get(f"http://127.0.0.1:{port}/health", timeout=1).status_code == 200
             except requests.RequestException:
-                time.sleep(0.2)
-        else:
-            pytest.fail("server did not become healthy")
+                return False
+
+        wait_until(healthy, what="the llama.cpp server healthy", every=0.2)
         process.send_signal(stop_signal)
         assert process.wait(30) == 0, log.read_text(errors="replace")[-2000:]
         with pytest.raises(requests.ConnectionError):
@@ -167,10 +165,7 @@ def test_a_server_whose_owner_is_killed_shuts_down(gemma_gguf, tmp_path):
         assert requests.get(f"http://127.0.0.1:{port}/health", timeout=5).status_code == 200
         owner.kill()
         owner.wait()
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and _alive(child):
-            time.sleep(0.2)
-        assert time.monotonic() < deadline, "the orphaned server still runs"
+        wait_until(lambda: not _alive(child), what="the orphaned server exiting", every=0.2)
         with pytest.raises(requests.ConnectionError):
             requests.get(f"http://127.0.0.1:{port}/health", timeout=2)
     finally:

@@ -41,6 +41,7 @@ from engine.llm import (
     loop_retry_settings,
     user_turn_with_memories,
 )
+from tests.plugins.waiting import wait_until_async
 
 GREEDY = GenerationSettings(temperature=0.0, top_p=1.0, max_tokens=24)
 QUESTION = [{"role": "user", "content": "Name three colours."}]
@@ -464,9 +465,21 @@ def test_the_token_counter_reuses_one_connection_from_many_threads():
     assert len(connections) <= 4
 
 
+STOP_SECONDS = 3.0
+
+
 async def _processing_slots(base_url: str) -> int:
     async with httpx.AsyncClient() as http:
         return sum(slot["is_processing"] for slot in (await http.get(f"{base_url}/slots")).json())
+
+
+async def _generation_stops(base_url: str) -> None:
+    """llama.cpp stops generating for a closed stream within STOP_SECONDS. The bound is the check:
+    the answer asked for takes tens of seconds, so a server that kept generating would still be busy."""
+    async def idle() -> bool:
+        return await _processing_slots(base_url) == 0
+
+    await wait_until_async(idle, what="llama.cpp stopping the closed stream", timeout=STOP_SECONDS, every=0.1)
 
 
 async def test_closing_the_stream_stops_generation_on_the_server(llama_server):
@@ -480,10 +493,7 @@ async def test_closing_the_stream_stops_generation_on_the_server(llama_server):
             break
     await stream.aclose()
     # 2000 tokens take tens of seconds here; a server that kept generating would still be busy.
-    deadline = time.monotonic() + 3
-    while await _processing_slots(llama_server.base_url) and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
-    assert await _processing_slots(llama_server.base_url) == 0
+    await _generation_stops(llama_server.base_url)
     # The pool dropped that connection rather than keeping it half-read: the next answer comes whole.
     assert (await _collect(client, QUESTION))[-1].finish_reason in ("stop", "length")
 
@@ -503,10 +513,7 @@ async def test_cancelling_the_task_stops_generation_on_the_server(llama_server):
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    deadline = time.monotonic() + 3
-    while await _processing_slots(llama_server.base_url) and time.monotonic() < deadline:
-        await asyncio.sleep(0.1)
-    assert await _processing_slots(llama_server.base_url) == 0
+    await _generation_stops(llama_server.base_url)
 
 
 # ---------------------------------------------------------------- prompt assembly

@@ -4,9 +4,7 @@ need real HTTP: the `openai` client, SSE streams, schemathesis."""
 
 from __future__ import annotations
 
-import socket
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
@@ -14,6 +12,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from accounts.services.tokens import api_token_create
+from engine.llama_server import free_port
 from tests.plugins.chat import chat_settings, make_corpus, pydoc_build  # noqa: F401 - shared fixtures
 from tests.plugins.portal import (  # noqa: F401 - fixtures shared with the portal tests
     PASSWORD,
@@ -32,6 +31,7 @@ from tests.plugins.portal import (  # noqa: F401 - fixtures shared with the port
     writer,
     writers,
 )
+from tests.plugins.waiting import wait_until
 
 
 def token_client(user) -> APIClient:  # noqa: ANN001
@@ -78,12 +78,6 @@ class LiveServer:
     url: str
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture
 def live_api(transactional_db, settings) -> Iterator[LiveServer]:
     """The real ASGI application (hdrag_site.asgi) over loopback HTTP, in a thread of this
@@ -92,16 +86,17 @@ def live_api(transactional_db, settings) -> Iterator[LiveServer]:
 
     from hdrag_site.asgi import application
 
-    port = _free_port()
+    port = free_port()
     server = uvicorn.Server(uvicorn.Config(application, host="127.0.0.1", port=port, log_level="warning",
                                            lifespan="off"))
     thread = threading.Thread(target=server.run, name="live-api", daemon=True)
     thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        if not thread.is_alive() or time.monotonic() > deadline:
-            pytest.fail("the live API server did not start")
-        time.sleep(0.05)
+    def started() -> bool:
+        if not thread.is_alive():
+            pytest.fail("the live API server stopped while it started")
+        return server.started
+
+    wait_until(started, what="the live API server starting")
     try:
         yield LiveServer(url=f"http://127.0.0.1:{port}")
     finally:

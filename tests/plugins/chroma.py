@@ -4,10 +4,8 @@
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
 import urllib.request
 import uuid
 from collections.abc import Callable, Iterator
@@ -15,17 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from engine.llama_server import free_port
 from engine.multivector import ChromaClient
+from tests.plugins.waiting import wait_until
 
 CHROMA_BIN = Path(sys.executable).with_name("chroma")
 SERVER_START_S = 60.0
-
-
-def free_port() -> int:
-    """A TCP port nothing listens on right now (the OS picks it)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
@@ -57,20 +50,17 @@ def chroma_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             env={**os.environ, "ANONYMIZED_TELEMETRY": "False"},
         )
     try:
-        deadline = time.monotonic() + SERVER_START_S
-        while True:
+        def answering() -> bool:
             if server.poll() is not None:
                 pytest.fail(f"chroma run exited with {server.returncode}:\n{log_path.read_text()[-2000:]}")
             try:
                 with urllib.request.urlopen(f"{url}/api/v2/heartbeat", timeout=1):
-                    break
+                    return True
             except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail(
-                        f"chroma run not answering at {url} after {SERVER_START_S}s:\n"
-                        f"{log_path.read_text()[-2000:]}"
-                    )
-                time.sleep(0.2)
+                return False
+
+        wait_until(answering, what=lambda: f"chroma run answering at {url}:\n{log_path.read_text()[-2000:]}",
+                   timeout=SERVER_START_S, every=0.2)
         yield url
     finally:
         server.terminate()

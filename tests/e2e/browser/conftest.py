@@ -18,7 +18,6 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -27,6 +26,7 @@ from pathlib import Path
 import pytest
 
 from engine.llama_server import free_port
+from tests.plugins.waiting import wait_until as wait_until_true
 
 ROOT = Path(__file__).resolve().parents[3]
 CHROMIUM = os.environ.get("CHROMIUM_PATH", "/usr/bin/chromium")
@@ -81,16 +81,16 @@ class LivePortal:
 
 
 def _wait_for(url: str, seconds: float, processes: list[subprocess.Popen]) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    def answering() -> bool:
         if any(p.poll() is not None for p in processes):
             raise RuntimeError("a portal process exited during start-up")
         try:
             urllib.request.urlopen(url, timeout=2)
-            return
+            return True
         except OSError:
-            time.sleep(0.3)
-    raise TimeoutError(f"{url} did not answer within {seconds:.0f} s")
+            return False
+
+    wait_until_true(answering, what=f"{url} answering", timeout=seconds, every=0.3)
 
 
 @pytest.fixture(scope="session")
@@ -202,8 +202,5 @@ def wait_until(page, expression: str, *, timeout: float = BUSY_MACHINE_SECONDS) 
     """Poll a JavaScript expression from here until it is true. Playwright's own wait_for_function
     builds its predicate with eval inside the page, which the portal's Content-Security-Policy
     (script-src 'self', no 'unsafe-eval') rightly refuses; page.evaluate goes through DevTools."""
-    deadline = time.monotonic() + timeout
-    while not page.evaluate(expression):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not true within {timeout:.0f} s: {expression}")
-        time.sleep(0.1)
+    wait_until_true(lambda: page.evaluate(expression), what=f"true in the page: {expression}", timeout=timeout,
+                    every=0.1)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engine.llama_server import free_port
 from engine.multivector import (
     ChromaClient,
     ChromaDBConnectionError,
@@ -13,7 +14,6 @@ from engine.multivector import (
     MetadataCompressionError,
 )
 from tests.engine.multivector.data import sequence, text_meta, visual_meta
-from tests.plugins.chroma import free_port
 
 
 @pytest.mark.parametrize("version", ["1.0", "1.1"])
