@@ -1,7 +1,7 @@
 """Response headers that Django 5.2 does not set itself: the Content-Security-Policy.
 
 The pages load scripts and styles from /static/ only (no inline code, no event-handler attributes,
-no style attributes: `tests/portal/test_pages_csp.py` checks the rendered pages), so the policy can
+no style attributes: `tests/core/test_security.py` checks the rendered pages), so the policy can
 forbid everything else, which turns an escaping mistake into a blocked script instead of an XSS.
 `connect-src 'self'` covers the page's own websockets (CSP Level 3 matches ws:/wss: of the page's
 host and port). Set `CONTENT_SECURITY_POLICY` to an empty string to send none.

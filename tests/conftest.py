@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 pytest_plugins = ["tests.plugins.llama", "tests.plugins.s3", "tests.plugins.oidc", "tests.plugins.gateway",
-                  "tests.plugins.chroma", "tests.plugins.portal", "tests.plugins.chat", "tests.plugins.api"]
+                  "tests.plugins.chroma", "tests.plugins.portal", "tests.plugins.chat", "tests.plugins.api",
+                  "tests.plugins.services"]
 
 
 @pytest.fixture(scope="session")

@@ -16,8 +16,9 @@ from chat.llm import clients
 from chat.models import Message
 from core import runtime
 from engine.config import Config
-from tests.chat.test_answers import COMPLETION_TOKENS, CONTINUATION, KEPT, PROMPT_TOKENS, _looping_llm
-from tests.plugins.api import error_of, make_corpus, token_client
+from tests.plugins.api import error_of, token_client
+from tests.plugins.chat import make_corpus
+from tests.plugins.looping_llm import COMPLETION_TOKENS, CONTINUATION, KEPT, PROMPT_TOKENS, looping_llm
 
 QUESTION = "How does a generator function pause at yield and resume where it left off?"
 
@@ -156,12 +157,12 @@ def test_bad_completion_requests_are_4xx(chat_settings, owner, body, status):
     error_of(response)
 
 
-async def _complete_with_looping_llm(chat_settings, url: str, secret: str, *, looping: int,  # noqa: ANN001
+async def _complete_withlooping_llm(chat_settings, url: str, secret: str, *, looping: int,  # noqa: ANN001
                                      stream: bool = False, tokenize: bool = False) -> tuple[httpx.Response, list[dict]]:
     """One completion against the chat suite's fake LLM whose first `looping` answers loop (a real
     model cannot be made to loop on demand)."""
     requests: list[dict] = []
-    server = await asyncio.start_server(_looping_llm(requests, looping=looping, tokenize=tokenize), "127.0.0.1", 0)
+    server = await asyncio.start_server(looping_llm(requests, looping=looping, tokenize=tokenize), "127.0.0.1", 0)
     runtime.reset()  # the kept client of a server once on this port may have learnt another answer
     chat_settings.LLM_BASE_URL = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     body = {"model": "none", "messages": [{"role": "user", "content": QUESTION}], "stream": stream}
@@ -173,7 +174,7 @@ async def _complete_with_looping_llm(chat_settings, url: str, secret: str, *, lo
 async def test_a_whole_completion_that_loops_is_continued_from_the_cut(chat_settings, live_api, secret):
     """A whole reply has sent nothing yet: like the portal's chat, it takes the echo back and has the
     kept text continued (an assistant prefill, DRY over the answer's recent tokens)."""
-    response, requests = await _complete_with_looping_llm(chat_settings, live_api.url, secret, looping=1, tokenize=True)
+    response, requests = await _complete_withlooping_llm(chat_settings, live_api.url, secret, looping=1, tokenize=True)
     choice = response.json()["choices"][0]
     assert (choice["finish_reason"], choice["message"]["content"]) == ("stop", KEPT + CONTINUATION)
     kept = len(KEPT.split())  # the fake's tokenizer: a word a token
@@ -188,11 +189,11 @@ async def test_a_whole_completion_that_loops_is_continued_from_the_cut(chat_sett
 async def test_a_completion_that_loops_again_is_cut_whole_and_streamed(chat_settings, live_api, secret):
     """One that loops again after its continuations ends at the cut and says "length" (cut short by
     the server); a stream, which cannot take back what it sent, is cut at once."""
-    whole, requests = await _complete_with_looping_llm(chat_settings, live_api.url, secret, looping=10)
+    whole, requests = await _complete_withlooping_llm(chat_settings, live_api.url, secret, looping=10)
     assert whole.json()["choices"][0]["finish_reason"] == "length"
     assert whole.json()["choices"][0]["message"]["content"] == KEPT
     assert len(requests) == 1 + Config().loop_retries
-    streamed, requests = await _complete_with_looping_llm(chat_settings, live_api.url, secret, looping=10, stream=True)
+    streamed, requests = await _complete_withlooping_llm(chat_settings, live_api.url, secret, looping=10, stream=True)
     assert len(requests) == 1  # no continuation of a stream
     chunks = [json.loads(data) for _, data in _sse(streamed.text) if data != "[DONE]"]
     deltas = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]]
@@ -255,7 +256,7 @@ async def test_the_chat_and_the_openai_endpoint_send_llama_cpp_the_same_request(
 
     corpus = await database_sync_to_async(make_corpus)(owner, pydoc_build)
     requests: list[dict] = []
-    server = await asyncio.start_server(_looping_llm(requests, looping=0), "127.0.0.1", 0)
+    server = await asyncio.start_server(looping_llm(requests, looping=0), "127.0.0.1", 0)
     runtime.reset()
     chat_settings.LLM_BASE_URL = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     conversation_settings = {"top_document": True, "compress_context": True, "token_budget": 300}

@@ -20,7 +20,7 @@ from accounts.services.tokens import api_token_create
 from chat.citations import cited_markdown
 from chat.models import Message
 from core import runtime
-from tests.plugins.api import make_corpus
+from tests.plugins.chat import make_corpus
 
 QUESTION = "How does a generator function pause at yield and resume where it left off?"
 MADE_UP = "Bananas orbit the purple moon every Tuesday afternoon."

@@ -13,7 +13,7 @@ from hypothesis import settings as hypothesis_settings
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
 from accounts.services.tokens import api_token_create
-from tests.plugins.api import upload
+from tests.plugins.portal import upload
 
 EXAMPLES = 6
 

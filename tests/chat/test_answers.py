@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 
 import httpx
 import pytest
@@ -15,6 +14,7 @@ from chat.services import conversation_create
 from core import runtime
 from engine.config import Config
 from tests.plugins.chat import TOKEN_BUDGET, events_until, make_corpus, open_socket
+from tests.plugins.looping_llm import COMPLETION_TOKENS, CONTINUATION, KEPT, PROMPT_TOKENS, looping_llm
 
 pytestmark = pytest.mark.django_db(transaction=True)
 db = database_sync_to_async
@@ -93,87 +93,10 @@ async def test_a_conversations_temperature_is_what_the_server_samples_with(chat_
     assert served[0]["dry_multiplier"] == Config().dry_multiplier and served[0]["dry_allowed_length"] == 2
 
 
-LOOP_HEAD = "Yield pauses the function.\n"
-LOOP_LINE = "It returns a value to the caller and waits.\n"
-KEPT = "Yield pauses the function.\nIt returns a value to the caller and waits."
-CONTINUATION = "\nThe next call resumes it where it left off."
-PROMPT_TOKENS, COMPLETION_TOKENS = 40, 9
-
-
-def _looping_llm(requests: list[dict], *, looping: int, prefill: bool = True, tokenize: bool = False,
-                 restate: bool = False):
-    """An OpenAI-compatible server whose first `looping` answers loop forever (until the client goes
-    away); later answers write CONTINUATION and stop, with a usage of PROMPT_TOKENS plus a word a
-    token of a prefilled answer, and COMPLETION_TOKENS. `requests` receives every chat request's
-    body. `/apply-template` renders a trailing assistant message open (as llama.cpp does under a
-    Jinja template) when `prefill`; `/tokenize` counts a word a token when `tokenize`; other paths
-    get 404 (without `/tokenize` the portal estimates prompt sizes). With `restate`, an answer that
-    does not loop is the question again (what the 0.5B model answered about the MPL's cure period).
-
-    A fake, and the one in this suite: a real model cannot be made to loop on demand, and the
-    point is what the portal does when one does."""
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        request_line = await reader.readline()
-        length = 0
-        while (line := await reader.readline()) not in (b"\r\n", b""):
-            name, _, value = line.decode("latin-1").partition(":")
-            if name.strip().lower() == "content-length":
-                length = int(value)
-        body = await reader.readexactly(length)
-        if prefill and b" /apply-template " in request_line:
-            last = json.loads(body)["messages"][-1]["content"]
-            answer = json.dumps({"prompt": f"<|im_start|>assistant\n{last}"}).encode()
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
-                         b"Connection: close\r\n\r\n%s" % (len(answer), answer))
-            await writer.drain()
-            writer.close()
-            return
-        if tokenize and b" /tokenize " in request_line:
-            answer = json.dumps({"tokens": [0] * len(json.loads(body)["content"].split())}).encode()
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n"
-                         b"Connection: close\r\n\r\n%s" % (len(answer), answer))
-            await writer.drain()
-            writer.close()
-            return
-        if b" /v1/chat/completions " not in request_line:
-            writer.write(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\nConnection: close\r\n\r\n")
-            await writer.drain()
-            writer.close()
-            return
-        requests.append(json.loads(body))
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n\r\n")
-        loops = len(requests) <= looping
-        if not loops:
-            chunks = [requests[-1]["messages"][-1]["content"]] if restate else [CONTINUATION]
-        elif requests[-1]["messages"][-1]["role"] == "assistant":  # continuing the kept text, it loops on
-            chunks = ["\n"] + [LOOP_LINE] * 400
-        else:
-            chunks = [LOOP_HEAD] + [LOOP_LINE] * 400
-        events = [{"choices": [{"delta": {"content": text}, "finish_reason": None}]} for text in chunks]
-        if not loops:
-            last = requests[-1]["messages"][-1]
-            prefilled = len(last["content"].split()) if last["role"] == "assistant" else 0
-            events.append({"choices": [{"delta": {}, "finish_reason": "stop"}],
-                           "usage": {"prompt_tokens": PROMPT_TOKENS + prefilled, "completion_tokens": COMPLETION_TOKENS}})
-        try:
-            for event in events:
-                writer.write(b"data: " + json.dumps(event).encode() + b"\n\n")
-                await writer.drain()
-                await asyncio.sleep(0.002)
-            writer.write(b"data: [DONE]\n\n")
-            await writer.drain()
-        except (ConnectionResetError, BrokenPipeError):
-            return
-        finally:
-            writer.close()
-
-    return serve
-
-
-async def _ask_looping_llm(chat_settings, owner, *, looping: int, prefill: bool = True,  # noqa: ANN001
+async def _asklooping_llm(chat_settings, owner, *, looping: int, prefill: bool = True,  # noqa: ANN001
                            tokenize: bool = False, restate: bool = False) -> tuple[list[dict], list[dict], Message]:
     requests: list[dict] = []
-    server = await asyncio.start_server(_looping_llm(requests, looping=looping, prefill=prefill, tokenize=tokenize,
+    server = await asyncio.start_server(looping_llm(requests, looping=looping, prefill=prefill, tokenize=tokenize,
                                                      restate=restate), "127.0.0.1", 0)
     runtime.reset()  # the kept client of a server once on this port may have learnt another answer
     port = server.sockets[0].getsockname()[1]
@@ -189,7 +112,7 @@ async def _ask_looping_llm(chat_settings, owner, *, looping: int, prefill: bool 
 
 async def test_a_looping_answer_is_cut_and_continued_from_the_cut_with_dry(chat_settings, users):
     owner, _, _ = users
-    events, requests, answer = await _ask_looping_llm(chat_settings, owner, looping=1)
+    events, requests, answer = await _asklooping_llm(chat_settings, owner, looping=1)
     rewinds = [e for e in events if e["type"] == "chat.rewind"]
     assert rewinds == [{"type": "chat.rewind", "content": KEPT, "reason": "repetition"}]
     # What the client shows: the deltas up to the rewind are replaced, the later ones continue it.
@@ -210,7 +133,7 @@ async def test_a_looping_answer_is_cut_and_continued_from_the_cut_with_dry(chat_
 
 async def test_a_continued_answer_counts_the_kept_tokens_as_its_completion_not_its_prompt(chat_settings, users):
     owner, _, _ = users
-    events, requests, answer = await _ask_looping_llm(chat_settings, owner, looping=1, tokenize=True)
+    events, requests, answer = await _asklooping_llm(chat_settings, owner, looping=1, tokenize=True)
     assert len(requests) == 2 and answer.content == KEPT + CONTINUATION
     # The continuation's request carried the kept words in its prompt; the answer's usage does not.
     kept = len(KEPT.split())
@@ -220,14 +143,14 @@ async def test_a_continued_answer_counts_the_kept_tokens_as_its_completion_not_i
 
 async def test_a_continued_answer_whose_kept_tokens_cannot_be_counted_has_no_usage(chat_settings, users):
     owner, _, _ = users
-    events, requests, answer = await _ask_looping_llm(chat_settings, owner, looping=1)  # no /tokenize
+    events, requests, answer = await _asklooping_llm(chat_settings, owner, looping=1)  # no /tokenize
     assert len(requests) == 2 and answer.status == "complete"
     assert (answer.prompt_tokens, answer.completion_tokens, events[-1]["usage"]) == (None, None, None)
 
 
 async def test_an_answer_that_loops_again_is_cut_stored_without_its_echo_and_marked(chat_settings, users):
     owner, _, _ = users
-    events, requests, answer = await _ask_looping_llm(chat_settings, owner, looping=10)
+    events, requests, answer = await _asklooping_llm(chat_settings, owner, looping=10)
     done = events[-1]
     assert done["type"] == "chat.done" and done["status"] == "repetition"
     assert len(requests) == 1 + Config().loop_retries
@@ -241,7 +164,7 @@ async def test_an_answer_that_loops_again_is_cut_stored_without_its_echo_and_mar
 
 async def test_a_looping_answer_is_only_cut_where_the_server_cannot_continue_an_answer(chat_settings, users):
     owner, _, _ = users
-    events, requests, answer = await _ask_looping_llm(chat_settings, owner, looping=1, prefill=False)
+    events, requests, answer = await _asklooping_llm(chat_settings, owner, looping=1, prefill=False)
     # A continuation would be a fresh answer glued to the kept text: none is asked for.
     assert len(requests) == 1 and not any(e["type"] == "chat.rewind" for e in events)
     assert events[-1]["status"] == "repetition" and answer.status == "repetition" and answer.content == KEPT
@@ -251,7 +174,7 @@ async def test_an_answer_that_only_restates_the_question_is_marked_not_complete(
     """Issue 31.7, replayed: the model answers with the question itself. It is stored and shown as
     not an answer (status repetition, finish reason "restated"), so the page offers Regenerate."""
     owner, _, _ = users
-    events, requests, answer = await _ask_looping_llm(chat_settings, owner, looping=0, restate=True)
+    events, requests, answer = await _asklooping_llm(chat_settings, owner, looping=0, restate=True)
     assert len(requests) == 1 and answer.content == QUESTION
     assert (answer.status, answer.finish_reason) == ("repetition", "restated")
     done = events[-1]

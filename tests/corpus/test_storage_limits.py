@@ -13,9 +13,8 @@ from django.urls import reverse
 
 from corpus.files import datasets_dir, staging_dir
 from corpus.models import Dataset
-from tests.corpus.test_uploads import stored_files
 from tests.plugins.api import token_client
-from tests.plugins.portal import TEXTS, jsonl_bytes, login, upload
+from tests.plugins.portal import TEXTS, jsonl_bytes, login, stored_files, upload
 
 KIB = 1024
 

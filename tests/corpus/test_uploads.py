@@ -10,7 +10,7 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from corpus.services.corpora import DatasetRejected, dataset_upload
-from tests.plugins.portal import TEXTS, jsonl_bytes, login
+from tests.plugins.portal import TEXTS, jsonl_bytes, login, stored_files
 
 BAD_FILES = [
     ("notes.json", b"this is plain text, not JSON", "not JSON"),
@@ -23,13 +23,6 @@ BAD_FILES = [
     ("empty.txt", b"   \n", "empty"),
     ("tool.exe", b"MZ\x90\x00", "unsupported file type"),
 ]
-
-
-def stored_files(data_dir: Path) -> list[Path]:
-    """Everything a failed upload could have left behind (datasets, staging, spooled uploads);
-    the multi-vector store the corpus page opens is not the upload's doing."""
-    store = data_dir / "chroma"
-    return sorted(p for p in data_dir.rglob("*") if p.is_file() and store not in p.parents)
 
 
 @pytest.mark.parametrize(("name", "content", "message"), BAD_FILES, ids=[f[0] for f in BAD_FILES])

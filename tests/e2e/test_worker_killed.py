@@ -11,14 +11,7 @@ import uuid
 
 import pytest
 
-from tests.e2e.test_worker import (  # noqa: F401 - e2e_database and redis_url are fixtures
-    ROOT,
-    celery_worker,
-    e2e_database,
-    e2e_env,
-    migrate,
-    redis_url,
-)
+from tests.plugins.services import ROOT, celery_worker, e2e_env, migrate
 
 pytestmark = pytest.mark.service
 
@@ -59,7 +52,7 @@ print(json.dumps({"status": build.status, "error": build.error, "seconds": secon
 """
 
 
-def test_a_killed_pool_child_fails_its_build_at_redelivery(e2e_database, redis_url, tmp_path):  # noqa: F811
+def test_a_killed_pool_child_fails_its_build_at_redelivery(e2e_database, redis_url, tmp_path):
     env = e2e_env(e2e_database, redis_url, f"e2e-killed-{uuid.uuid4().hex[:8]}", tmp_path / "data",
                   BUILD_STALE_SECONDS="3600")
     migrate(env)
@@ -134,7 +127,7 @@ print(json.dumps(outcome))
 
 
 def test_an_upload_is_appended_by_the_real_worker_and_a_killed_append_leaves_nothing(
-        e2e_database, redis_url, tmp_path):  # noqa: F811
+        e2e_database, redis_url, tmp_path):
     env = e2e_env(e2e_database, redis_url, f"e2e-append-{uuid.uuid4().hex[:8]}", tmp_path / "data",
                   BUILD_STALE_SECONDS="3600", INDEX_ON_UPLOAD="1")
     migrate(env)

@@ -13,24 +13,7 @@ from rest_framework.test import APIClient
 
 from accounts.services.tokens import api_token_create
 from engine.llama_server import free_port
-from tests.plugins.chat import chat_settings, make_corpus, pydoc_build  # noqa: F401 - shared fixtures
-from tests.plugins.portal import (  # noqa: F401 - fixtures shared with the portal tests
-    PASSWORD,
-    TEXTS,
-    build_now,
-    celery_eager,
-    corpus,
-    data_dir,
-    dataset,
-    member,
-    outsider,
-    owner,
-    readers,
-    staff,
-    upload,
-    writer,
-    writers,
-)
+from tests.plugins.portal import build_now
 from tests.plugins.waiting import wait_until
 
 
@@ -58,7 +41,7 @@ def no_throttle(settings) -> None:
 
 
 @pytest.fixture
-def built(corpus, owner, dataset, django_capture_on_commit_callbacks):  # noqa: F811
+def built(corpus, owner, dataset, django_capture_on_commit_callbacks):
     build = build_now(corpus, owner, django_capture_on_commit_callbacks)
     assert build.status == "succeeded", build.error
     return build

@@ -147,3 +147,10 @@ def build_now(corpus: Corpus, user, capture) -> IndexBuild:  # noqa: ANN001
     build.refresh_from_db()
     corpus.refresh_from_db()
     return build
+
+
+def stored_files(data_dir: Path) -> list[Path]:
+    """Everything a failed upload could have left behind (datasets, staging, spooled uploads);
+    the multi-vector store the corpus page opens is not the upload's doing."""
+    store = data_dir / "chroma"
+    return sorted(p for p in data_dir.rglob("*") if p.is_file() and store not in p.parents)

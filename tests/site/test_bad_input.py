@@ -11,8 +11,7 @@ from django.urls import reverse
 from chat.services import conversation_create
 from corpus.models import IndexBuild
 from engine.datasets import iter_dataset
-from tests.corpus.test_uploads import stored_files
-from tests.plugins.portal import TEXTS, build_now, jsonl_bytes, login
+from tests.plugins.portal import TEXTS, build_now, jsonl_bytes, login, stored_files
 
 DEEP = 100_000
 

@@ -28,22 +28,13 @@ from chat.llm import clients
 from chat.llm.queue import LLMQueue, QueueFull
 from chat.llm.queue_redis import QueueUnavailable, RedisLLMQueue, namespace
 from engine.llama_server import free_port
+from tests.plugins.services import REDIS_URL
 from tests.plugins.waiting import PATIENCE_SECONDS, wait_until, wait_until_async
 
 pytestmark = pytest.mark.service
 
 ROOT = Path(__file__).resolve().parents[3]
-REDIS_URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
 LEASE = 2.0  # seconds: short for the tests, long enough for a loaded machine (2 busy cores) to renew in time
-
-
-@pytest.fixture
-def redis_url() -> str:
-    try:
-        redis.Redis.from_url(REDIS_URL, socket_connect_timeout=5).ping()
-    except redis.ConnectionError as error:
-        pytest.fail(f"Redis at {REDIS_URL} is unreachable: {error}", pytrace=False)
-    return REDIS_URL
 
 
 @pytest.fixture
