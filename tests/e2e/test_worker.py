@@ -66,6 +66,7 @@ TWO_CORPORA = r"""
 import json, sys, time
 import django
 django.setup()
+from tests.plugins.waiting import wait_until
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
 from corpus.models import Corpus, IndexBuild
@@ -82,9 +83,8 @@ if step == "build":  # web process A: two uploads, two builds queued at once
         body = "".join(json.dumps({"text": t}) + "\n" for t in texts).encode()
         dataset_upload(corpus=corpus, user=owner, uploaded_file=SimpleUploadedFile(f"{name}.jsonl", body))
         builds.append(build_start(corpus=corpus, user=owner))
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and IndexBuild.objects.filter(status__in=["queued", "running"]).exists():
-        time.sleep(0.3)
+    wait_until(lambda: not IndexBuild.objects.filter(status__in=["queued", "running"]).exists(),
+               what="both builds done", timeout=300, every=0.3)
     print(json.dumps([{"status": b.status, "error": b.error, "worker": b.worker, "documents": b.documents,
                        "memories": b.memories.count()} for b in IndexBuild.objects.order_by("pk")]))
 else:  # web process B, another disk: searches both corpora

@@ -19,6 +19,7 @@ DRIVER = r"""
 import json, os, signal, sys, time
 import django
 django.setup()
+from tests.plugins.waiting import wait_until
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
 from corpus.models import IndexBuild
@@ -33,13 +34,10 @@ dataset_upload(corpus=corpus, user=owner, uploaded_file=SimpleUploadedFile("big.
 build = build_start(corpus=corpus, user=owner)
 
 def wait(condition, seconds):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    def holds():
         build.refresh_from_db()
-        if condition():
-            return True
-        time.sleep(0.05)
-    return False
+        return condition()
+    return wait_until(holds, what=f"build {build.pk} ({build.status}, {build.phase})", timeout=seconds)
 
 assert wait(lambda: build.status == "running" and build.worker and build.phase not in ("", "starting"), 180), build.status
 pid = int(build.worker.split(":")[1])
@@ -73,6 +71,7 @@ APPEND_DRIVER = r"""
 import json, os, signal, sys, time
 import django
 django.setup()
+from tests.plugins.waiting import wait_until
 from pathlib import Path
 from django.contrib.auth.models import User
 from django.core.files.uploadedfile import SimpleUploadedFile
@@ -91,13 +90,10 @@ def upload(name, texts):
     return index_after_upload(corpus=corpus, user=owner)  # what the page and the API call after storing
 
 def wait(job, condition, seconds):
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    def holds():
         job.refresh_from_db()
-        if condition(job):
-            return True
-        time.sleep(0.05)
-    return False
+        return condition(job)
+    return wait_until(holds, what=f"job {job.pk} ({job.status}, {job.phase})", timeout=seconds)
 
 def top(query):
     found = memories_search(user=owner, corpus_ids=[corpus.pk], query=query, top_document=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 
 import django
 
@@ -19,6 +18,7 @@ from corpus.models import IndexBuild  # noqa: E402
 from corpus.services.builds import build_start  # noqa: E402
 from corpus.services.corpora import corpus_create, dataset_upload  # noqa: E402
 from memory.services import memories_search  # noqa: E402
+from tests.plugins.waiting import wait_until  # noqa: E402
 
 texts = json.loads(sys.argv[1])
 owner = User.objects.create_user("e2e-owner")
@@ -27,12 +27,14 @@ corpus = corpus_create(owner=owner, name="e2e", hdc_dimensions=1024, hdc_ngram=3
 content = "".join(json.dumps({"text": t}) + "\n" for t in texts).encode()
 dataset_upload(corpus=corpus, user=owner, uploaded_file=SimpleUploadedFile("e2e.jsonl", content))
 build = build_start(corpus=corpus, user=owner)  # autocommit: queued to Redis at once
-deadline = time.monotonic() + 240
-while time.monotonic() < deadline:
+
+
+def build_done() -> bool:
     build.refresh_from_db()
-    if build.status not in (IndexBuild.Status.QUEUED, IndexBuild.Status.RUNNING):
-        break
-    time.sleep(0.5)
+    return build.status not in (IndexBuild.Status.QUEUED, IndexBuild.Status.RUNNING)
+
+
+wait_until(build_done, what=f"build {build.pk} done by the worker", timeout=240, every=0.5)
 corpus.refresh_from_db()
 results = memories_search(user=owner, corpus_ids=[corpus.pk], query=sys.argv[2])
 print(json.dumps({
