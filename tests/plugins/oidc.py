@@ -13,7 +13,6 @@ import json
 import shutil
 import socket
 import subprocess
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,16 +20,13 @@ from typing import Any
 
 import pytest
 
+from engine.llama_server import free_port
+from tests.plugins.waiting import wait_until
+
 PROVIDER_DIR = Path(__file__).resolve().parents[1] / "oidc_provider"
 START_S = 30.0
 CLIENT_ID, CLIENT_SECRET = "hdrag-portal", "hdrag-test-client-secret-0123456789"
 CALLBACK_PATH = "/accounts/oidc/sso/login/callback/"
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @dataclass(frozen=True)
@@ -68,7 +64,7 @@ def _node() -> str:
 def oidc_provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OidcProvider]:
     node = _node()
     root = tmp_path_factory.mktemp("oidc")
-    port, portal_port = _free_port(), _free_port()
+    port, portal_port = free_port(), free_port()
     issuer, portal_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{portal_port}"
     users_file = root / "users.json"
     users_file.write_text("{}")
@@ -82,18 +78,17 @@ def oidc_provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OidcProv
         server = subprocess.Popen([node, "server.mjs", str(root / "config.json")], cwd=PROVIDER_DIR, stdout=log,
                                   stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + START_S
-        while True:
+        def answering() -> bool:
             if server.poll() is not None:
                 pytest.fail(f"oidc-provider exited with {server.returncode}:\n{log_path.read_text()[-2000:]}",
                             pytrace=False)
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
+                return True
             except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"oidc-provider not answering on port {port} after {START_S} s", pytrace=False)
-                time.sleep(0.1)
+                return False
+
+        wait_until(answering, what=f"oidc-provider answering on port {port}", timeout=START_S, every=0.1)
         yield OidcProvider(issuer, portal_url, users_file)
     finally:
         server.terminate()
