@@ -19,8 +19,8 @@ from accounts.services.tokens import api_token_create
 from chat.models import Message
 from chat.services import conversation_create
 from engine.llm import GenerationSettings, LLMClient
-from tests.api.conftest import error_of, make_corpus
-from tests.chat.conftest import TOKEN_BUDGET, events_until, open_socket, set_engine_config
+from tests.plugins.api import error_of
+from tests.plugins.chat import TOKEN_BUDGET, events_until, make_corpus, open_socket, set_engine_config
 
 pytestmark = pytest.mark.django_db(transaction=True)
 db = database_sync_to_async

@@ -10,7 +10,6 @@ import os
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ import pytest
 import yaml
 
 from engine.llama_server import LlamaServer, free_port
+from tests.plugins.waiting import wait_until
 
 GATEWAY_KEY = "sk-gateway-llmservers-5e1d7b"  # the gateway's master key: the one key it takes
 GATEWAY_MODEL = "hdrag-chat"  # the name the gateway serves llama.cpp's model under
@@ -39,18 +39,16 @@ def gateway_venv() -> Path:
 
 
 def _wait_live(process: subprocess.Popen, url: str, log: Path) -> None:
-    deadline = time.monotonic() + STARTUP_SECONDS
-    while time.monotonic() < deadline:
+    def live() -> bool:
         if process.poll() is not None:
             pytest.fail(f"the gateway exited with {process.returncode}:\n{log.read_text()[-3000:]}", pytrace=False)
         try:
-            if httpx.get(f"{url}/health/liveliness", timeout=2).status_code == 200:
-                return
+            return httpx.get(f"{url}/health/liveliness", timeout=2).status_code == 200
         except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    pytest.fail(f"the gateway at {url} was not up within {STARTUP_SECONDS} s:\n{log.read_text()[-3000:]}",
-                pytrace=False)
+            return False
+
+    wait_until(live, what=lambda: f"the gateway at {url} up:\n{log.read_text()[-3000:]}", timeout=STARTUP_SECONDS,
+               every=0.5)
 
 
 @pytest.fixture(scope="session")
