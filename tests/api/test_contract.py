@@ -19,8 +19,8 @@ from jsonschema import Draft202012Validator
 
 from accounts.services.tokens import api_token_create
 from corpus.models import Dataset
-from tests.chat.conftest import make_corpus
-from tests.portal.conftest import jsonl_bytes
+from tests.plugins.chat import make_corpus
+from tests.plugins.portal import jsonl_bytes
 
 DIM = 768
 META = {"filename": "report.pdf", "source_path": "/docs/report.pdf"}
