@@ -54,7 +54,8 @@ if __package__ in (None, ""):
     # Run as a script, bench/ would lead sys.path and bench/tokenize.py would shadow the stdlib's.
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from bench.data import manpages, pydocs  # noqa: E402
+from bench.anchor_rankers import DefaultPathRanker, EncoderRanker  # noqa: E402
+from bench.data import manpages, paraphrase, pydocs  # noqa: E402
 from bench.data.glossaries import GlossaryMissing, definition_set, gcide_entries, jargon_entries  # noqa: E402
 from bench.data.glossaries import known_item_set as glossary_set  # noqa: E402
 from bench.data.wordnet import WordNetMissing, build_known_item_set, read_synsets  # noqa: E402
@@ -144,6 +145,7 @@ class HDCRanker:
         self.work_dir: Path = args.work_dir
         self.model: EmbeddingModel = args.embedding_model
         self.name = f"HDC exact (dims {args.dims}, ngram {args.ngram})"
+        args.hdc_ranker = self  # the "default" column searches this build too
 
     def index(self, documents: list[str]) -> None:
         import json
@@ -157,27 +159,38 @@ class HDCRanker:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         with open(dataset, "w", encoding="utf-8") as handle:
             handle.writelines(json.dumps({"text": text}, ensure_ascii=False) + "\n" for text in documents)
-        # The build drops duplicate texts, so rows are mapped back to documents through the records.
-        row_to_document = np.full(len(documents), -1, dtype=np.int64)
+        # The build drops duplicate texts and cuts a long text into several memories, so rows are
+        # mapped back to documents through the records.
+        owners: dict[int, int] = {}
+        self.row_texts: dict[int, str] = {}
 
         def sink(records: list[dict]) -> None:
             for record in records:
-                row_to_document[record["hdv_idx"]] = record["metadata"]["record"] - 1  # JSONL lines are 1-based
+                owners[record["hdv_idx"]] = record["metadata"]["record"] - 1  # JSONL lines are 1-based
+                self.row_texts[record["hdv_idx"]] = record["text"]
 
         build_dir = self.work_dir / "hdc-build"
         build_index(datasets=[(1, "wordnet", dataset)], out_dir=build_dir, gguf_path=gguf_path, tokenizer=tokenizer,
                     config=self.config, sink=sink, cache_dir=Path(gguf_path).parent.parent / "embeddings")
         self.corpus = load_corpus(build_dir)
+        self.documents = documents
         self.index_bytes = sum(path.stat().st_size for path in build_dir.rglob("*") if path.is_file())
         self.retriever = Retriever(tokenizer, self.config)
-        self.row_to_document = row_to_document
+        self.row_to_document = np.full(max(owners, default=-1) + 1, -1, dtype=np.int64)
+        self.row_to_document[list(owners)] = list(owners.values())
+
+    def documents_of(self, rows: np.ndarray, k: int) -> np.ndarray:
+        """The first `k` distinct documents of build rows, best first (a document cut into several
+        memories ranks at its best one), -1 padded to (k,)."""
+        found = list(dict.fromkeys(int(d) for d in self.row_to_document[rows] if d >= 0))[:k]
+        return np.array(found + [-1] * (k - len(found)), dtype=np.int64)
 
     def rank(self, queries: list[str], k: int) -> np.ndarray:
         ranked = np.full((len(queries), k), -1, dtype=np.int64)
         for position, query in enumerate(queries):
             q_pos, q_neg = self.retriever.query_vector(self.corpus, query)
-            rows, _ = self.corpus.index.search_exact(q_pos, q_neg, k)
-            ranked[position, : rows.size] = self.row_to_document[rows]
+            rows, _ = self.corpus.index.search_exact(q_pos, q_neg, min(4 * k, self.corpus.count))
+            ranked[position] = self.documents_of(rows, k)
         return ranked
 
 
@@ -333,6 +346,8 @@ RANKERS: dict[str, Callable[[argparse.Namespace], Ranker]] = {
     "hdc": HDCRanker,
     "li": LateInteractionRanker,
     "li-store": StoreLateInteractionRanker,
+    "default": DefaultPathRanker,
+    "minilm": EncoderRanker,
 }
 FUSED = {"rrf": ("hdc", "li")}
 FUSED_LABELS = {"rrf": "RRF(HDC, LI)"}
@@ -386,8 +401,9 @@ def fuse(label: str, parts: list[Result], relevant: np.ndarray, rrf_k: int, weig
                   sum(p.query_s for p in parts) + fused_s, ranked)
 
 
-SET_CHOICES = ("wordnet", "gcide", "jargon", "gcide-definitions", "manpages", "pydocs")
-QUERY_STYLES = {"gcide": "What is X?", "jargon": "What is X?", "gcide-definitions": "a definition, the word removed",
+PARAPHRASE_SETS = tuple(f"{source}-paraphrase" for source in paraphrase.SOURCES)
+SET_CHOICES = ("wordnet", "gcide", "jargon", "gcide-definitions", "manpages", "pydocs", *PARAPHRASE_SETS)
+QUERY_STYLES = {**{name: "a definition sentence removed from its entry" for name in PARAPHRASE_SETS},"gcide": "What is X?", "jargon": "What is X?", "gcide-definitions": "a definition, the word removed",
                 "manpages": "the NAME line", "pydocs": "a docstring's summary line"}
 
 
@@ -403,6 +419,9 @@ def load_text_set(name: str, n_documents: int, n_queries: int, *, seed: int, wor
     """The sets of real text beside WordNet's lemma queries: glossaries ("What is X?"), definitions
     as queries (WordNet's definition of a word -> its GCIDE entry), manual pages (NAME line ->
     DESCRIPTION), the Python standard library's docstrings (summary line -> the rest)."""
+    if name in PARAPHRASE_SETS:
+        return paraphrase.known_item_set(name.removesuffix("-paraphrase"), n_documents, n_queries, seed=seed,
+                                         wordnet_dir=wordnet_dir)
     if name == "manpages":
         return manpages.known_item_set(manpages.manpage_entries(), n_documents, n_queries, seed=seed)
     if name == "pydocs":
@@ -431,9 +450,9 @@ def evaluate_variants(hdc: HDCRanker, variants: list[str], data, relevant: np.nd
     return out
 
 
-def report_build(hdc: HDCRanker, result: Result, n_documents: int) -> None:
+def report_build(hdc: HDCRanker | DefaultPathRanker, result: Result, n_documents: int) -> None:
     """The HDC build's speed and size (the index directory: vocabulary index, hypervectors, texts)."""
-    print(f"HDC build: {n_documents / result.index_s:,.0f} docs/s ({result.index_s:.2f} s, load and queries' "
+    print(f"{result.name} build: {n_documents / result.index_s:,.0f} docs/s ({result.index_s:.2f} s, load and queries' "
           f"encoder setup included), index {hdc.index_bytes / 1e6:,.1f} MB")
 
 
@@ -456,6 +475,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rrf-weights", default="1,1", help="RRF weight of each fused ranking (HDC, LI)")
     known = [*RANKERS, *VARIANTS, *FUSED]
     default = [name for name in known if name != "li-store"]  # li-store: ask for it, on a small --docs
+    parser.add_argument("--encoder-cache", type=Path, default=None,
+                        help="minilm: keep the windows' vectors here, keyed by their text (rerunning a set skips "
+                             "encoding, and the encoder's build rate is then not measured)")
     parser.add_argument("--set", default="wordnet", choices=SET_CHOICES)
     parser.add_argument("--rankers", default=",".join(default), help=f"comma-separated, from: {', '.join(known)}")
     parser.add_argument("--work-dir", type=Path, default=None, help="where indexes are built (default: a temp dir)")
@@ -493,7 +515,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="hdrag-eval-") as scratch, ExitStack() as servers:
         args.work_dir = args.work_dir or Path(scratch)
-        if {"hdc", "li", "li-store"} & set(names):
+        if {"hdc", "li", "li-store", "default"} & set(names):
             args.embedding_model = open_embedding_model(args.gguf, servers, threads=args.threads)
             print(args.embedding_model.describe())
             print(measure_tokenization(args.embedding_model, data.documents))
@@ -512,6 +534,11 @@ def main(argv: list[str] | None = None) -> int:
         results = [by_name[name] for name in names]
         if "hdc" in rankers:
             report_build(rankers["hdc"], by_name["hdc"], len(data.documents))
+        if "default" in rankers:
+            report_build(rankers["default"], by_name["default"], len(data.documents))
+            print(f"default path's fusion evidence: {rankers['default'].fusion.evidence}")
+        if "minilm" in rankers:
+            print(rankers["minilm"].build_rate())
 
     print(f"\n{'ranker':<40} {'recall@10':>10} {'MRR@10':>8} {'index s':>9} {'query s':>9} {'top hub':>8} "
           f"{'hubs>1/3':>8} {'distinct':>8}")

@@ -357,6 +357,21 @@ class Retriever:
             ranked = sorted((c for own in orders.values() for c in own), key=lambda c: (-c.score, c.row))
         return self._results(targets, self._with_memories(targets, ranked))
 
+    def rank_rows(self, query: str, target: SearchTarget) -> np.ndarray:
+        """One target's candidate rows (m,) int64 in the order a search ranks them (HDC's top
+        `candidates`, fused with the target's late scorer where it has one), before the threshold,
+        dedup and MMR choose how many to keep: what a known-item benchmark scores."""
+        q_pos, q_neg = self.query_vector(target.corpus, query)
+        if target.corpus.count == 0 or not (q_pos.any() or q_neg.any()):
+            return np.zeros(0, dtype=np.int64)
+        rows, scores = target.corpus.index.search_auto(
+            q_pos, q_neg, min(self.candidates, target.corpus.count), allowed_sources=target.enabled_sources)
+        candidates = [_Candidate(0, int(r), int(s)) for r, s in zip(rows, scores, strict=True)]
+        candidates.sort(key=lambda c: (-c.score, c.row))
+        orders = self._fuse([target], [_rows_scorer(target.late, query)], candidates) if target.uses_late else None
+        ranked = orders[0] if orders is not None else candidates
+        return np.array([c.row for c in ranked], dtype=np.int64)
+
     def search_vectors(self, vectors: Sequence[tuple[np.ndarray, np.ndarray]], targets: Sequence[SearchTarget], *,
                        token_budget: int | None = None, top_document: bool = False,
                        late: Sequence[RowScorer | None] | None = None,

