@@ -114,9 +114,11 @@ class DefaultPathRanker:
         texts = self.hdc.row_texts
         rows = sorted(texts)
 
+        from engine.loaded_build import MemoryRecord
+
         class Store:
-            def get_memories(self, wanted: list[int]) -> dict[int, dict]:
-                return {row: {"id": row, "text": texts[row], "metadata": {}, "token_count": 1}
+            def get_memories(self, wanted: list[int]) -> dict[int, MemoryRecord]:
+                return {row: MemoryRecord(hdv_idx=row, content_hash=str(row), text=texts[row], token_count=1)
                         for row in wanted if row in texts}
 
         corpus, retriever = self.hdc.corpus, self.hdc.retriever

@@ -17,7 +17,7 @@ from itertools import islice
 from pathlib import Path
 
 STDLIB_MODULES = [
-    "abc", "argparse", "array", "asyncio", "base64", "bisect", "bz2", "calendar", "cmath", "collections",
+    "abc", "argparse", "array", "asyncio", "base64", "bisect", "builtins", "bz2", "calendar", "cmath", "collections",
     "contextlib", "copy", "csv", "dataclasses", "datetime", "decimal", "difflib", "enum", "fractions",
     "functools", "gzip", "hashlib", "heapq", "hmac", "html", "http.client", "inspect", "io", "ipaddress",
     "itertools", "json", "logging", "math", "mimetypes", "operator", "os", "pathlib", "pickle", "pprint",

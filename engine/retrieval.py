@@ -69,6 +69,7 @@ from engine.config import Config
 from engine.fusion import DEFAULT_K, FusionChoice, choose_fusion, fuse_scores, self_queries
 from engine.lexical import words
 from engine.loaded_build import LoadedIndex, MemoryRecord, MemoryStore
+from engine.query_names import called_names, defines
 from engine.tokenizer import Tokenizer
 
 CONTEXT_DELIMITER = "\n\n---\n\n"
@@ -368,7 +369,8 @@ class Retriever:
             q_pos, q_neg, min(self.candidates, target.corpus.count), allowed_sources=target.enabled_sources)
         candidates = [_Candidate(0, int(r), int(s)) for r, s in zip(rows, scores, strict=True)]
         candidates.sort(key=lambda c: (-c.score, c.row))
-        orders = self._fuse([target], [_rows_scorer(target.late, query)], candidates) if target.uses_late else None
+        orders = self._order([target], [_rows_scorer(target.late, query) if target.uses_late else None],
+                             candidates, query)
         ranked = orders[0] if orders is not None else candidates
         return np.array([c.row for c in ranked], dtype=np.int64)
 
@@ -400,7 +402,7 @@ class Retriever:
         trace.update(candidates=len(candidates), threshold=0, dedup=0, selected=0, cut=None)
         if late is not None and len(late) != len(targets):
             raise ValueError(f"one late scorer per target expected, got {len(late)} for {len(targets)}")
-        orders = self._fuse(targets, late, candidates) if late is not None else None
+        orders = self._order(targets, late, candidates, query)
         fused = orders is not None
         if len({c.target for c in candidates}) > 1:
             # Several corpora: their HDC scores are on scales of their own (each encodes the query
@@ -432,6 +434,38 @@ class Retriever:
         chosen = self._mmr(targets, kept, budget, dims.pop(), fused)
         trace["selected"] = len(chosen)
         return self._results(targets, [kept[i] for i in chosen], fused)
+
+    def _order(self, targets: Sequence[SearchTarget], late: Sequence[RowScorer | None] | None,
+               candidates: list[_Candidate], query: str) -> dict[int, list[_Candidate]] | None:
+        """Each target's candidates in the order the search ranks them (`_fuse`, then the memories
+        that define a name the query calls first, `_definers_first`), with `fused` = 1 / (60 + rank)
+        in it; None when neither changed HDC's order."""
+        orders = self._fuse(targets, late, candidates) if late is not None else None
+        names = called_names(query)
+        if names and candidates:
+            promoted = self._definers_first(targets, orders if orders is not None else _by_target(candidates), names)
+            orders = promoted if promoted is not None else orders
+        return orders
+
+    def _definers_first(self, targets: Sequence[SearchTarget], orders: dict[int, list[_Candidate]],
+                        names: tuple[str, ...]) -> dict[int, list[_Candidate]] | None:
+        """`orders` with the memories among each target's first `FUSION_DEPTH` that define one of
+        `names` (`engine.query_names.defines`) moved ahead of the rest, each group in its order;
+        None when no candidate defines one."""
+        moved = False
+        out = {}
+        for number, own in orders.items():
+            head, tail = own[:FUSION_DEPTH], own[FUSION_DEPTH:]
+            present = {id(c) for c in self._with_memories(targets, head)}
+            first = [c for c in head if id(c) in present and defines(c.memory.text, names)]
+            if first:
+                moved = True
+                chosen = {id(c) for c in first}
+                head = first + [c for c in head if id(c) not in chosen]
+            out[number] = head + tail
+            for rank, c in enumerate(out[number], start=1):
+                c.fused = 1.0 / (DEFAULT_K + rank)
+        return out if moved else None
 
     @staticmethod
     def _fuse(targets: Sequence[SearchTarget], late: Sequence[RowScorer | None],

@@ -1,0 +1,135 @@
+"""A question that calls a name is answered from the memory that defines exactly that name."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from corpus.demo import pydoc_topics, stdlib_docstrings
+from engine.build import build_index
+from engine.config import Config
+from engine.lexical import WordIndex
+from engine.loaded_build import load_corpus
+from engine.query_names import called_names, defines
+from engine.retrieval import Retriever, SearchTarget, fusion_evidence
+
+
+@pytest.mark.parametrize(("query", "names"), [
+    ("What does the zip() function return?", ("zip",)),
+    ("how do I call os.path.join() on two parts", ("os.path.join",)),
+    ("open(path) and then read()", ("open", "read")),
+    ("what is mincore( )?", ("mincore",)),
+    ("Zip files and ZIP archives", ()),
+    ("a call (with words in parentheses) is not a name", ()),
+    ("zip() asked twice: zip()", ("zip",)),
+])
+def test_called_names(query, names):
+    assert called_names(query) == names
+
+
+@pytest.mark.parametrize(("text", "names", "expected"), [
+    ("builtins.zip\n\nzip(*iterables, strict=False) --> Yield tuples", ("zip",), True),
+    ("zip(*iterables, strict=False) --> Yield tuples until an input is exhausted.", ("zip",), True),
+    ("zip - package and compress (archive) files", ("zip",), True),
+    ("zip: the built-in", ("zip",), True),
+    ("zipfile.ZipFile\n\nClass with methods to open, read, write, close, list zip files.", ("zip",), False),
+    ("Zip files are archives; zip() is something else.", ("zip",), False),
+    ("module zipfile\n\nRead and write ZIP files.", ("zip",), False),
+    ("os.path.join\n\nJoin two or more pathname components", ("os.path.join",), True),
+    ("posixpath.join\n\nJoin two or more pathname components", ("os.path.join",), False),
+    ("builtins.zip", (), False),
+])
+def test_defines(text, names, expected):
+    assert defines(text, names) is expected
+
+
+def _reference_defines(text: str, names: tuple[str, ...]) -> bool:
+    """The rule spelled out word by word: the first line's first token, cut at "(" or ":", is the
+    name or ends in "." + name, and nothing but "(", "-" or ":" follows it on that line."""
+    line = text[:200].split("\n", 1)[0].lstrip()
+    token = ""
+    for char in line:
+        if char.isalnum() or char in "._":
+            token += char
+        else:
+            break
+    if not token or not (token[0].isalpha() or token[0] == "_") or token.endswith(".") or ".." in token:
+        return False
+    if any(part and not (part[0].isalpha() or part[0] == "_") for part in token.split(".")[1:]):
+        return False
+    rest = line[len(token):]
+    if rest.strip() and not rest.lstrip().startswith(("(", "-", ":")):
+        return False
+    return any(token.lower() == name or token.lower().endswith("." + name) for name in names)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_defines_matches_the_spelled_out_rule_on_random_heads(seed):
+    rng = random.Random(seed)
+    parts = ["zip", "builtins", "os", "path", "join", "Zip", "zipfile", "_x", "9a", ""]
+    tails = ["", "\nbody", "(*args)", " - a tool", ": x", " is a word", " (x)", "  ", ".", "!"]
+    for _ in range(400):
+        head = ".".join(rng.choice(parts) for _ in range(rng.randint(1, 3)))
+        text = rng.choice(["", " "]) + head + rng.choice(tails)
+        names = tuple(rng.sample(["zip", "join", "os.path.join", "path"], rng.randint(0, 2)))
+        assert defines(text, names) == _reference_defines(text, names), (text, names)
+
+
+# The demo corpus's part that a question about zip() competes in: the built-ins, the archive and
+# iteration modules (full of "zip"), and the language reference.
+DEMO_MODULES = ["builtins", "zipfile", "gzip", "tarfile", "zlib", "shutil", "itertools", "functools", "operator"]
+
+
+@pytest.fixture(scope="module")
+def demo(tmp_path_factory, gemma_gguf, tokenizer, embedding_cache):  # noqa: ANN201
+    root = tmp_path_factory.mktemp("demo")
+    dataset = root / "demo.jsonl"
+    records = [*pydoc_topics(), *stdlib_docstrings(DEMO_MODULES)]
+    dataset.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
+    build_index(datasets=[(1, "demo", dataset)], out_dir=root / "build", gguf_path=gemma_gguf, tokenizer=tokenizer,
+                config=Config(), cache_dir=Path(embedding_cache))
+    corpus = load_corpus(root / "build")
+    texts = corpus.store.get_memories(list(range(corpus.count)))
+    words = WordIndex.build(texts[row].text for row in range(corpus.count))
+    retriever = Retriever(tokenizer, Config())
+    target = SearchTarget(corpus, corpus.store, "demo", late=words)
+    rule = fusion_evidence(retriever=retriever, target=target)
+    return retriever, SearchTarget(corpus, corpus.store, "demo", late=words, fusion=rule)
+
+
+@pytest.mark.parametrize(("question", "head"), [
+    ("What does the zip() function return?", "builtins.zip"),
+    ("What does sorted() return?", "builtins.sorted"),
+    ("What does itertools.chain() do?", "itertools.chain"),
+])
+def test_the_demo_corpus_answers_a_called_name_from_its_own_docstring(demo, question, head):
+    retriever, target = demo
+    results = retriever.search(question, [target])
+    assert results, question
+    assert results[0].memory.text.split("\n", 1)[0] == head, [r.memory.text[:60] for r in results[:5]]
+    ranked = retriever.rank_rows(question, target)
+    assert target.store.get_memories([int(ranked[0])])[int(ranked[0])].text.startswith(head)
+
+
+def test_a_question_without_a_called_name_ranks_as_before(demo):
+    retriever, target = demo
+    question = "What does the zip function return?"
+    assert called_names(question) == ()
+    ranked = retriever.rank_rows(question, target)
+    fused = retriever._fuse([target], [lambda rows: target.late.score_rows(question, rows)],
+                            _hdc_candidates(retriever, target, question))
+    order = fused[0] if fused is not None else _hdc_candidates(retriever, target, question)
+    assert np.array_equal(ranked, np.array([c.row for c in order]))
+
+
+def _hdc_candidates(retriever, target, question):  # noqa: ANN001, ANN202
+    from engine.retrieval import _Candidate
+
+    q_pos, q_neg = retriever.query_vector(target.corpus, question)
+    rows, scores = target.corpus.index.search_auto(q_pos, q_neg, min(retriever.candidates, target.corpus.count))
+    return sorted((_Candidate(0, int(r), int(s)) for r, s in zip(rows, scores, strict=True)),
+                  key=lambda c: (-c.score, c.row))
