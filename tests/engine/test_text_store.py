@@ -139,7 +139,7 @@ def test_scores_are_the_store_sequences_maxsim(scorer, filled, corpus, encoder, 
                                           filters={"index_build": "b1"})
     by_row = {int(hit["metadata"]["row"]): hit["late_interaction_score"] for hit in hits}
     assert by_row[0] == pytest.approx(float(scores[1]), rel=2e-3)
-    texts_scores = scorer.score_texts(query, [texts[3]["text"], ""])
+    texts_scores = scorer.score_texts(query, [texts[3].text, ""])
     assert texts_scores[0] == pytest.approx(float(expected[3]), rel=1e-5) and np.isnan(texts_scores[1])
 
 
