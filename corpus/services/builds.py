@@ -60,6 +60,7 @@ from corpus.services.appends import (
     merge_due,
 )
 from corpus.serving import forget_build, model_for, model_identity, tokenizer_for
+from corpus.services.corpora import datasets_retire_replaced, datasets_superseded
 from engine.build import BuildCancelled, BuildResult, build_index, verify_build
 from engine.config import Config
 from engine.fusion import FusionChoice
@@ -270,7 +271,9 @@ def after_job(*, corpus_id: int) -> IndexBuild | None:
         if merge_due(corpus):
             logger.info("corpus %s: %d segments, merging", corpus_id, len(corpus.serving_build_ids))
             return build_start(corpus=corpus, user=None)
-        if settings.INDEX_ON_UPLOAD and corpus.append_on_upload and appends_allowed(corpus):
+        # A corpus with sources indexes what they synced meanwhile whatever its upload setting.
+        indexes = settings.INDEX_ON_UPLOAD and corpus.append_on_upload or corpus.sources.exists()
+        if indexes and appends_allowed(corpus):
             return append_start(corpus=corpus, user=None)
     except BuildAlreadyActive:
         pass
@@ -371,7 +374,8 @@ def _local_datasets(datasets: list[Dataset]) -> None:
 
 def _execute(build: IndexBuild, reporter: _Reporter) -> None:
     corpus = build.corpus
-    datasets = list(corpus.datasets.order_by("pk"))
+    # A dataset with a newer version waiting is left out: the activation deletes it.
+    datasets = list(corpus.datasets.exclude(pk__in=datasets_superseded(corpus=corpus)).order_by("pk"))
     if not datasets:
         raise ApplicationError("the corpus has no datasets")
     _local_datasets(datasets)
@@ -447,6 +451,7 @@ def _activate(*, build: IndexBuild, result: BuildResult, timings: dict, paramete
             vocab_size=result.vocab_size, timings=timings, parameters=parameters, heartbeat=timezone.now())
         # A full build holds every dataset: it replaces the whole state, appends included (a merge).
         Corpus.objects.filter(pk=corpus_id).update(active_build_id=build.pk, active_appends=[])
+        datasets_retire_replaced(dataset_ids=parameters.get("dataset_ids", []))
         for dataset_id, documents in counts.items():
             Dataset.objects.filter(pk=dataset_id).update(record_count=documents, record_count_exact=True)
     build.refresh_from_db()

@@ -147,6 +147,22 @@ def dataset_delete(*, dataset: Dataset) -> None:
         transaction.on_commit(lambda: _text_records_delete(corpus_id=corpus_id, source_id=source_id))
 
 
+def datasets_retire_replaced(*, dataset_ids: Iterable[int]) -> list[int]:
+    """Delete the datasets that `dataset_ids` replace (`Dataset.replaces`). Called inside the
+    transaction that activates the job indexing `dataset_ids`, so a search sees the old version or
+    the new one, never both or neither. Returns the ids deleted."""
+    replaced = list(Dataset.objects.filter(pk__in=list(dataset_ids), replaces__isnull=False)
+                    .values_list("replaces_id", flat=True))
+    for old in Dataset.objects.filter(pk__in=replaced):
+        dataset_delete(dataset=old)
+    return replaced
+
+
+def datasets_superseded(*, corpus: Corpus) -> list[int]:
+    """The corpus's datasets that a newer dataset replaces: a full build leaves them out."""
+    return list(corpus.datasets.filter(replaced_by__isnull=False).values_list("pk", flat=True).distinct())
+
+
 def _clean_name(name: str) -> str:
     base = Path(name.replace("\\", "/")).name.strip()
     if not base or base in (".", ".."):
@@ -202,13 +218,14 @@ def _corpus_tokenizer(corpus: Corpus):  # noqa: ANN202 - engine.spm.GGUFTokenize
 
 
 def dataset_upload(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded_file: UploadedFile,
-                   name: str | None = None) -> Dataset:
+                   name: str | None = None, replaces: Dataset | None = None) -> Dataset:
     """Validate an uploaded file by content and store it in `corpus`, all or nothing.
 
     Steps: size limit -> staged copy with sha256 -> duplicate check -> the uploader's storage quota
     -> `validate_dataset` (format sniffed from the content, UTF-8, readable records) -> row insert
     and atomic rename into DATA_DIR/corpora/<corpus>/datasets/ in one transaction, the quota checked
-    again there under a lock. Raises DatasetRejected (nothing stored).
+    again there under a lock. Raises DatasetRejected (nothing stored). With `replaces`, the new
+    dataset takes that one's place when the job indexing it activates (`datasets_retire_replaced`).
     """
     name = _clean_name(name or uploaded_file.name or "")
     limit = settings.UPLOAD_MAX_BYTES
@@ -244,7 +261,7 @@ def dataset_upload(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded_fi
                 dataset = Dataset.objects.create(
                     corpus=corpus, name=name, file=relative, size=size, sha256=sha256, format=report["format"],
                     record_count=report["record_estimate"], record_count_exact=report["complete"],
-                    uploaded_by=user)
+                    uploaded_by=user, replaces=replaces)
                 os.replace(staged, final)
                 moved = True
         except IntegrityError:

@@ -1,0 +1,126 @@
+"""A folder source under SOURCE_ROOTS: synced, changed, emptied, moved away; nothing outside the
+roots is read, symlinks included."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from corpus.sources.models import Source
+from corpus.sources.reading import SourceRefused
+from corpus.sources.services import source_create
+from tests.portal.sources import (
+    ADDED,
+    CHANGED,
+    DELETED,
+    DOCS,
+    KEPT_PHRASE,
+    assert_all_still_found,
+    assert_first_sync,
+    assert_second_sync,
+    found,
+    sync,
+)
+
+
+@pytest.fixture
+def roots(settings, tmp_path) -> Path:
+    root = tmp_path / "shared"
+    root.mkdir()
+    settings.SOURCE_ROOTS = [str(root)]
+    return root
+
+
+def write(folder: Path, files: dict[str, str]) -> None:
+    for path, text in files.items():
+        (folder / path).parent.mkdir(parents=True, exist_ok=True)
+        (folder / path).write_text(text)
+
+
+@pytest.fixture
+def folder(roots) -> Path:
+    folder = roots / "team-docs"
+    write(folder, DOCS)
+    (folder / "image.png").write_bytes(b"\x89PNG not a document")
+    return folder
+
+
+def test_folder_sync_follows_changes(corpus, owner, member, folder, django_capture_on_commit_callbacks):
+    source = source_create(corpus=corpus, user=owner, name="docs", kind="folder", location=str(folder))
+    sync(source, django_capture_on_commit_callbacks)
+    assert_first_sync(source, member, corpus)
+    write(folder, CHANGED | ADDED)
+    (folder / DELETED).unlink()
+    sync(source, django_capture_on_commit_callbacks)
+    assert_second_sync(source, member, corpus)
+    # Nothing changed: nothing read, nothing queued.
+    jobs = corpus.builds.count()
+    sync(source, django_capture_on_commit_callbacks)
+    assert (source.added, source.changed, source.removed, source.status) == (0, 0, 0, "succeeded")
+    assert corpus.builds.count() == jobs
+    assert source.documents.get(path="guide/install.md").url.startswith("file://")
+
+
+def test_folder_emptied_or_gone(corpus, owner, member, folder, django_capture_on_commit_callbacks):
+    source = source_create(corpus=corpus, user=owner, name="docs", kind="folder", location=str(folder))
+    sync(source, django_capture_on_commit_callbacks)
+    write(folder, CHANGED | ADDED)
+    (folder / DELETED).unlink()
+    sync(source, django_capture_on_commit_callbacks)
+    # A moved mount point: the sync fails with its reason; every document stays.
+    moved = folder.with_name("moved")
+    folder.rename(moved)
+    sync(source, django_capture_on_commit_callbacks)
+    assert source.status == Source.Status.FAILED and "does not exist" in source.error
+    assert_all_still_found(member, corpus)
+    # An emptied folder: the sync stops to ask; nothing removed until the owner confirms.
+    moved.rename(folder)
+    for path in folder.rglob("*.md"):
+        path.unlink()
+    sync(source, django_capture_on_commit_callbacks)
+    assert source.status == Source.Status.CONFIRM and "would remove 4 of the source's 4" in source.error
+    assert source.documents.count() == 4
+    assert_all_still_found(member, corpus)
+    sync(source, django_capture_on_commit_callbacks, confirm=True)
+    assert source.status == Source.Status.SUCCEEDED and source.removed == 4
+    assert not found(member, corpus, KEPT_PHRASE)
+
+
+def test_folder_outside_the_roots_is_refused(corpus, owner, roots, tmp_path, django_capture_on_commit_callbacks):
+    outside = tmp_path / "private"
+    write(outside, {"secret.md": "The vault combination is seven seven three one.\n"})
+    with pytest.raises(SourceRefused, match="outside the folders"):
+        source_create(corpus=corpus, user=owner, name="escape", kind="folder", location=str(outside))
+    with pytest.raises(SourceRefused, match="outside the folders"):
+        source_create(corpus=corpus, user=owner, name="dots", kind="folder", location=str(roots / ".." / "private"))
+    (roots / "link").symlink_to(outside)
+    with pytest.raises(SourceRefused, match="outside the folders"):
+        source_create(corpus=corpus, user=owner, name="link", kind="folder", location=str(roots / "link"))
+    # A symlink inside the folder that leads out is named and skipped; the rest is synced.
+    folder = roots / "docs"
+    write(folder, {"readme.md": "The heron gateway answers on port nine thousand.\n"})
+    (folder / "secret.md").symlink_to(outside / "secret.md")
+    source = source_create(corpus=corpus, user=owner, name="docs", kind="folder", location=str(folder))
+    sync(source, django_capture_on_commit_callbacks)
+    assert source.status == Source.Status.SUCCEEDED and source.added == 1
+    assert source.failures == [{"name": "secret.md", "reason": "a symlink that leads outside the source's folder"}]
+    assert not corpus.datasets.filter(name__contains="secret").exists()
+
+
+def test_a_folder_needs_source_roots(corpus, owner, settings, tmp_path):
+    settings.SOURCE_ROOTS = []
+    with pytest.raises(SourceRefused, match="no SOURCE_ROOTS"):
+        source_create(corpus=corpus, user=owner, name="docs", kind="folder", location=str(tmp_path))
+
+
+def test_an_unreadable_document_is_named_and_skipped(corpus, owner, member, folder,
+                                                     django_capture_on_commit_callbacks):
+    (folder / "broken.json").write_text("{not json")
+    source = source_create(corpus=corpus, user=owner, name="docs", kind="folder", location=str(folder))
+    sync(source, django_capture_on_commit_callbacks)
+    assert source.status == Source.Status.SUCCEEDED and source.added == len(DOCS)
+    assert [f["name"] for f in source.failures] == ["broken.json"]
+    assert found(member, corpus, KEPT_PHRASE)
+    shutil.rmtree(folder)
