@@ -337,11 +337,12 @@ def _execute_append(build: IndexBuild, reporter: _Reporter) -> None:
     gguf_path = model_for(build.parameters)
     tokenizer = tokenizer_for(gguf_path)
     writer = MemoryWriter(build=build, dataset_ids=[d.pk for d in datasets])
+    retiring = [d.replaces_id for d in datasets if d.replaces_id is not None]
     result = append_segment(
         previous_dir=previous_dir, datasets=[(d.pk, d.name, d.file.path) for d in datasets], out_dir=out_dir,
         gguf_path=gguf_path, tokenizer=tokenizer, sink=writer.add, progress=reporter.progress,
         should_cancel=reporter.should_cancel, word_index=bool(build.parameters.get("word_channel")),
-        known=lambda ids: memory_hashes_among(build_ids=state, hashes=ids))
+        known=lambda ids: memory_hashes_among(build_ids=state, hashes=ids, retiring=retiring))
     _check_written(build, writer, result, reporter)
     if reporter.should_cancel():
         raise BuildCancelled(f"append {build.pk} cancelled")

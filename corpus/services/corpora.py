@@ -163,6 +163,16 @@ def datasets_superseded(*, corpus: Corpus) -> list[int]:
     return list(corpus.datasets.filter(replaced_by__isnull=False).values_list("pk", flat=True).distinct())
 
 
+def _replaced_by_name(*, corpus: Corpus, name: str) -> tuple[Dataset | None, Dataset | None]:
+    """(the dataset a new upload named `name` replaces, a waiting version to delete with it). A
+    dataset that replaces another one that still exists was not indexed yet (its activation deletes
+    the old one): the new upload replaces what serves, and the waiting version goes."""
+    current = corpus.datasets.filter(name=name).select_related("replaces").order_by("-pk").first()
+    if current is not None and current.replaces is not None:
+        return current.replaces, current
+    return current, None
+
+
 def _clean_name(name: str) -> str:
     base = Path(name.replace("\\", "/")).name.strip()
     if not base or base in (".", ".."):
@@ -218,14 +228,15 @@ def _corpus_tokenizer(corpus: Corpus):  # noqa: ANN202 - engine.spm.GGUFTokenize
 
 
 def dataset_upload(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded_file: UploadedFile,
-                   name: str | None = None, replaces: Dataset | None = None) -> Dataset:
+                   name: str | None = None, replaces: Dataset | None = None, replace: bool = False) -> Dataset:
     """Validate an uploaded file by content and store it in `corpus`, all or nothing.
 
     Steps: size limit -> staged copy with sha256 -> duplicate check -> the uploader's storage quota
     -> `validate_dataset` (format sniffed from the content, UTF-8, readable records) -> row insert
     and atomic rename into DATA_DIR/corpora/<corpus>/datasets/ in one transaction, the quota checked
     again there under a lock. Raises DatasetRejected (nothing stored). With `replaces`, the new
-    dataset takes that one's place when the job indexing it activates (`datasets_retire_replaced`).
+    dataset takes that one's place when the job indexing it activates (`datasets_retire_replaced`);
+    with `replace`, it replaces the corpus's dataset of the same name, if there is one.
     """
     name = _clean_name(name or uploaded_file.name or "")
     limit = settings.UPLOAD_MAX_BYTES
@@ -244,6 +255,9 @@ def dataset_upload(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded_fi
             raise DatasetDuplicate(f"{name}: the same content is already in this corpus as {duplicate.name!r}.",
                                    {"dataset": duplicate.pk})
         _check_quota(user=user, name=name, size=size)
+        superseded = None
+        if replace and replaces is None:
+            replaces, superseded = _replaced_by_name(corpus=corpus, name=name)
         try:
             report = validate_dataset(staged, tokenizer=_corpus_tokenizer(corpus), chunk_size=corpus.chunk_size)
         except DatasetError as error:
@@ -264,6 +278,8 @@ def dataset_upload(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded_fi
                     uploaded_by=user, replaces=replaces)
                 os.replace(staged, final)
                 moved = True
+                if superseded is not None:
+                    dataset_delete(dataset=superseded)
         except IntegrityError:
             delete_dataset(relative)
             raise DatasetDuplicate(f"{name}: the same content is already in this corpus.") from None
