@@ -8,7 +8,7 @@ from django.http import Http404
 
 from corpus.models import Corpus
 from corpus.selectors import User, corpus_can_manage, get_corpus_for_user
-from corpus.sources.models import Source
+from corpus.sources.models import Source, SourceDocument
 
 
 def get_corpus_sources_for_user(user: User, corpus_id: int) -> Corpus:
@@ -48,3 +48,10 @@ def source_state(source: Source) -> dict:
         "sync_seconds": source.sync_seconds, "interval_minutes": source.interval_minutes,
         "documents": source.documents.count(),
     }
+
+
+def dataset_source_document(*, dataset_id: int | None) -> SourceDocument | None:
+    """Where a dataset's document lives at its source (its path and URL), for the memory page."""
+    if dataset_id is None:
+        return None
+    return SourceDocument.objects.filter(dataset_id=dataset_id).select_related("source").first()

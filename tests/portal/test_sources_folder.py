@@ -124,3 +124,36 @@ def test_an_unreadable_document_is_named_and_skipped(corpus, owner, member, fold
     assert [f["name"] for f in source.failures] == ["broken.json"]
     assert found(member, corpus, KEPT_PHRASE)
     shutil.rmtree(folder)
+
+
+def test_through_the_api_and_the_pages(corpus, owner, member, folder, django_capture_on_commit_callbacks):
+    from django.urls import reverse
+
+    from corpus.models import Memory
+    from tests.portal.conftest import login
+
+    client = login(owner)
+    created = client.post(f"/api/v1/corpora/{corpus.pk}/sources/", {
+        "name": "docs", "kind": "folder", "location": str(folder), "include": "guide/*\nfaq.md"},
+        content_type="application/json")
+    assert created.status_code == 201, created.content
+    source_id = created.json()["id"]
+    with django_capture_on_commit_callbacks(execute=True):
+        queued = client.post(f"/api/v1/sources/{source_id}/sync/", {}, content_type="application/json")
+    assert queued.status_code == 202 and queued.json()["status"] == "queued"
+    state = client.get(f"/api/v1/sources/{source_id}/").json()
+    assert (state["status"], state["added"], state["documents"]) == ("succeeded", 3, 3), state
+    assert found(member, corpus, KEPT_PHRASE) and not found(member, corpus, "axolotl service")  # not included
+    # The page lists it with its last sync; a sync from its button; each memory links to its document.
+    page = client.get(reverse("corpus:detail", args=[corpus.pk])).content.decode()
+    assert 'id="sources"' in page and "Synced" in page and str(folder) in page
+    with django_capture_on_commit_callbacks(execute=True):
+        assert client.post(reverse("corpus:source_sync", args=[source_id])).status_code == 302
+    assert client.get(f"/api/v1/sources/{source_id}/").json()["sync_finished"] != state["sync_finished"]
+    memory = Memory.objects.filter(text__contains="sextant dashboard").first()
+    detail = login(member).get(reverse("memory:detail", args=[memory.pk])).content.decode()
+    assert 'id="at-source"' in detail and f"file://{folder}/faq.md" in detail
+    # Two syncs at once: the second is refused while the first is queued.
+    Source.objects.filter(pk=source_id).update(status=Source.Status.QUEUED)
+    refused = client.post(f"/api/v1/sources/{source_id}/sync/", {}, content_type="application/json")
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "sync_active"
