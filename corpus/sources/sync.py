@@ -88,14 +88,15 @@ def source_sync_run(*, source_id: int, confirm: bool = False) -> Source | None:
     outcome: dict = {"failures": []}
     try:
         known = {d.path: Known(d.sha256, d.version) for d in source.documents.all()}
-        scan = source_reader(source).scan(known=known, workdir=workdir, progress=_Progress(source))
+        progress = _Progress(source)
+        scan = source_reader(source).scan(known=known, workdir=workdir, progress=progress)
         removed = sorted(set(known) - scan.present)
         if known and len(removed) * 2 > len(known) and not confirm:
             outcome |= {"status": Source.Status.CONFIRM, "error": (
                 f"This sync would remove {len(removed)} of the source's {len(known)} documents; nothing was "
                 "changed. If the source really lost them, confirm the sync.")}
         else:
-            outcome |= _apply(source, scan, removed) | {"status": Source.Status.SUCCEEDED}
+            outcome |= _apply(source, scan, removed, progress) | {"status": Source.Status.SUCCEEDED}
             outcome["failures"] = [{"name": n, "reason": r} for n, r in [*scan.failed, *outcome["failures"]]]
             if source.cursor != scan.cursor:
                 outcome["cursor"] = scan.cursor
@@ -113,13 +114,14 @@ def source_sync_run(*, source_id: int, confirm: bool = False) -> Source | None:
     return source
 
 
-def _apply(source: Source, scan: Scan, removed: list[str]) -> dict:
+def _apply(source: Source, scan: Scan, removed: list[str], progress: _Progress) -> dict:
     """Store the new and changed documents, delete the removed ones, queue the job that indexes
     them. Returns the counts and the documents that could not be stored."""
     documents = {d.path: d for d in source.documents.select_related("dataset", "dataset__replaces")}
     covered = covered_dataset_ids(source.corpus)
     counts = {"added": 0, "changed": 0, "removed": 0, "failures": []}
-    for fetched in scan.fetched:
+    for number, fetched in enumerate(scan.fetched):
+        progress(number, len(scan.fetched))
         document = documents.get(fetched.path)
         if document is not None and document.sha256 == fetched.sha256 and document.dataset is not None:
             SourceDocument.objects.filter(pk=document.pk).update(version=fetched.version, url=fetched.url)
