@@ -72,7 +72,7 @@ class SourceCreateSerializer(serializers.Serializer):
     max_depth = serializers.IntegerField(min_value=0, max_value=50, required=False, help_text="web: link depth cap.")
     include = serializers.CharField(required=False, help_text="Glob patterns (one a line) a path must match.")
     exclude = serializers.CharField(required=False, help_text="Glob patterns (one a line) of paths to leave out.")
-    interval_minutes = serializers.IntegerField(min_value=0, required=False,
+    interval_minutes = serializers.IntegerField(min_value=0, max_value=527040, required=False,
                                                 help_text="Sync every this many minutes (0: on demand only).")
 
 

@@ -26,12 +26,15 @@ def folder_root_check(location: str) -> Path:
     roots = [Path(r).resolve() for r in settings.SOURCE_ROOTS]
     if not roots:
         raise SourceRefused("No folder may be a source: the administrator has set no SOURCE_ROOTS.")
-    path = Path(location).expanduser()
+    path = Path(location)
     if not path.is_absolute():
-        raise SourceRefused(f"{location!r} is not an absolute path.")
-    real = path.resolve()
+        raise SourceRefused(f"{location[:200]!r} is not an absolute path.")
+    try:
+        real = path.resolve()
+    except (OSError, ValueError) as error:
+        raise SourceRefused(f"{location[:200]!r} cannot be read: {error}") from None
     if not any(real == root or real.is_relative_to(root) for root in roots):
-        raise SourceRefused(f"{location!r} is outside the folders sources may read "
+        raise SourceRefused(f"{location[:200]!r} is outside the folders sources may read "
                             f"({', '.join(str(r) for r in roots)}).")
     return real
 

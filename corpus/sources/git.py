@@ -10,7 +10,6 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from urllib.parse import urlparse
 
 from django.conf import settings
 
@@ -23,6 +22,7 @@ from corpus.sources.reading import (
     SourceRefused,
     SourceUnavailable,
     local_name,
+    url_parts,
 )
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -31,10 +31,10 @@ LOOPBACK = ("127.0.0.1", "localhost", "::1")
 def git_url_check(url: str) -> str:
     """An https URL without credentials in it (plain http only on loopback, for tests and a local
     mirror); else SourceRefused."""
-    parsed = urlparse(url)
-    if parsed.scheme not in ("https", "http") or not parsed.hostname:
-        raise SourceRefused(f"{url!r} is not an https URL of a Git repository.")
-    if parsed.scheme == "http" and parsed.hostname not in LOOPBACK:
+    parsed, host = url_parts(url)
+    if parsed.scheme not in ("https", "http") or not host:
+        raise SourceRefused(f"{url[:200]!r} is not an https URL of a Git repository.")
+    if parsed.scheme == "http" and host not in LOOPBACK:
         raise SourceRefused(f"{url!r}: only https is allowed for a remote repository.")
     if parsed.username or parsed.password:
         raise SourceRefused("Put the token in the token field, not in the URL (a URL is shown on the pages).")

@@ -50,7 +50,7 @@ class Source(models.Model):
     include = models.TextField(blank=True, help_text="Glob patterns, one a line, that a path must match (blank: all).")
     exclude = models.TextField(blank=True, help_text="Glob patterns, one a line, of paths to leave out.")
     interval_minutes = models.PositiveIntegerField(
-        default=0, help_text="Sync every this many minutes (0: only on demand).")
+        default=0, validators=[MaxValueValidator(527040)], help_text="Sync every this many minutes (0: only on demand).")
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                                    related_name="+")
     created = models.DateTimeField(auto_now_add=True)

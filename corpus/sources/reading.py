@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Protocol
+from urllib.parse import ParseResult, urlparse
 
 from engine.dataset_formats import FORMAT_BY_SUFFIX
 from hdrag_site.errors import ApplicationError
@@ -35,6 +36,15 @@ class SourceRefused(ApplicationError):
     """A source's settings that the portal will not read (a path outside SOURCE_ROOTS, a scheme)."""
 
     code = "source_refused"
+
+
+def url_parts(url: str) -> tuple[ParseResult, str]:
+    """(the parsed URL, its host), or SourceRefused for one that does not parse."""
+    try:
+        parsed = urlparse(url)
+        return parsed, parsed.hostname or ""
+    except ValueError:
+        raise SourceRefused(f"{url[:200]!r} is not a URL.") from None
 
 
 @dataclass(frozen=True)

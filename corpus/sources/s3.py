@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 import boto3
 from botocore.config import Config as BotoConfig
@@ -23,14 +22,15 @@ from corpus.sources.reading import (
     SourceUnavailable,
     hashed_copy,
     local_name,
+    url_parts,
 )
 
 
 def s3_location(url: str) -> tuple[str, str]:
     """(bucket, prefix ending in / or empty) of s3://BUCKET/PREFIX; else SourceRefused."""
-    parsed = urlparse(url)
+    parsed, _ = url_parts(url)
     if parsed.scheme != "s3" or not parsed.netloc:
-        raise SourceRefused(f"An S3 source looks like s3://BUCKET/PREFIX, not {url!r}.")
+        raise SourceRefused(f"An S3 source looks like s3://BUCKET/PREFIX, not {url[:200]!r}.")
     prefix = parsed.path.strip("/")
     return parsed.netloc, f"{prefix}/" if prefix else ""
 

@@ -26,7 +26,7 @@ class SourceForm(forms.Form):
                                                           "a start URL, or s3://BUCKET/PREFIX.")
     branch = forms.CharField(max_length=200, required=False)
     token = forms.CharField(max_length=1000, required=False, widget=forms.PasswordInput(render_value=False))
-    interval_minutes = forms.IntegerField(min_value=0, initial=0, required=False)
+    interval_minutes = forms.IntegerField(min_value=0, max_value=527040, initial=0, required=False)
 
 
 @require_POST

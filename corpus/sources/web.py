@@ -26,6 +26,7 @@ from corpus.sources.reading import (
     SourceRefused,
     SourceUnavailable,
     local_name,
+    url_parts,
 )
 
 USER_AGENT = "HdRAG-Portal-sync"
@@ -46,9 +47,9 @@ class _Links(HTMLParser):
 
 
 def web_url_check(url: str) -> str:
-    parsed = urlparse(url)
-    if parsed.scheme not in ("https", "http") or not parsed.hostname:
-        raise SourceRefused(f"{url!r} is not an http(s) URL.")
+    parsed, host = url_parts(url)
+    if parsed.scheme not in ("https", "http") or not host:
+        raise SourceRefused(f"{url[:200]!r} is not an http(s) URL.")
     return url
 
 
@@ -85,7 +86,10 @@ class WebReader:
         return robots
 
     def _own(self, url: str) -> bool:
-        parsed = urlparse(url)
+        try:
+            parsed = urlparse(url)
+        except ValueError:  # a malformed link (an unclosed IPv6 bracket, say) is no page of the site
+            return False
         return f"{parsed.scheme}://{parsed.netloc}" == self.origin and parsed.path.startswith(self.prefix)
 
     def _key(self, url: str) -> str:
@@ -104,19 +108,18 @@ class WebReader:
     def scan(self, *, known: dict[str, Known], workdir: Path, progress: Progress) -> Scan:
         robots = self._robots()
         scan = Scan()
-        seeds = [self.start, *(self._sitemap_urls() if self.sitemap else [])]
+        seeds = [self.start, *_joined(self.start, self._sitemap_urls() if self.sitemap else [])]
         queue = deque((url, 0) for url in seeds)
         seen: set[str] = set()
         while queue and len(scan.present) < self.max_pages:
             url, depth = queue.popleft()
-            url = urldefrag(url).url
             if url in seen or not self._own(url) or not robots.can_fetch(USER_AGENT, url):
                 continue
             seen.add(url)
             progress(len(scan.present), self.max_pages)
             links = self._page(url, known.get(self._key(url)), scan, workdir, first=url == self.start)
             if depth < self.max_depth:
-                queue.extend((urljoin(url, href), depth + 1) for href in links)
+                queue.extend((link, depth + 1) for link in _joined(url, links))
         return scan
 
     def _page(self, url: str, known: Known | None, scan: Scan, workdir: Path, *, first: bool) -> list[str]:
@@ -160,14 +163,25 @@ class WebReader:
         if suffix == ".html":
             parser = _Links()
             parser.feed(body.decode(response.encoding or "utf-8", errors="replace"))
-            links = [urljoin(url, href) for href in parser.hrefs]
+            links = _joined(url, parser.hrefs)
         if suffix not in READABLE_SUFFIXES or not self.filters.wants(key, any_suffix=True):
             return links
         target = local_name(workdir, len(scan.fetched), key, suffix)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(body)
         version = {"etag": response.headers.get("ETag", ""), "last_modified": response.headers.get("Last-Modified", ""),
-                   "links": sorted({urldefrag(link).url for link in links if self._own(urldefrag(link).url)}),
+                   "links": sorted({link for link in links if self._own(link)}),
                    "suffix": suffix}
         scan.fetched.append(Fetched(key, target, hashlib.sha256(body).hexdigest(), version, url=url))
         return links
+
+
+def _joined(base: str, hrefs: list[str]) -> list[str]:
+    """The links made absolute and without their fragment; a malformed one is dropped."""
+    joined = []
+    for href in hrefs:
+        try:
+            joined.append(urldefrag(urljoin(base, href)).url)
+        except ValueError:
+            continue
+    return joined

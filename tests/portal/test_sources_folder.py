@@ -157,3 +157,24 @@ def test_through_the_api_and_the_pages(corpus, owner, member, folder, django_cap
     Source.objects.filter(pk=source_id).update(status=Source.Status.QUEUED)
     refused = client.post(f"/api/v1/sources/{source_id}/sync/", {}, content_type="application/json")
     assert refused.status_code == 409 and refused.json()["error"]["code"] == "sync_active"
+
+
+def test_the_schedule_queues_sources_whose_interval_passed(corpus, owner, folder, django_capture_on_commit_callbacks):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from corpus.tasks import sync_sources_due
+
+    due = source_create(corpus=corpus, user=owner, name="due", kind="folder", location=str(folder),
+                        interval_minutes=30)
+    recent = source_create(corpus=corpus, user=owner, name="recent", kind="folder", location=str(folder / "guide"),
+                           interval_minutes=30)
+    manual = source_create(corpus=corpus, user=owner, name="manual", kind="folder", location=str(folder))
+    Source.objects.filter(pk=due.pk).update(sync_started=timezone.now() - timedelta(minutes=31))
+    Source.objects.filter(pk=recent.pk).update(sync_started=timezone.now() - timedelta(minutes=29))
+    with django_capture_on_commit_callbacks(execute=True):
+        assert sync_sources_due() == 1
+    statuses = dict(Source.objects.values_list("name", "status"))
+    assert statuses == {"due": "succeeded", "recent": "idle", "manual": "idle"}
+    assert manual.documents.count() == 0 and Source.objects.get(pk=due.pk).documents.count() == len(DOCS)
