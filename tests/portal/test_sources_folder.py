@@ -178,3 +178,29 @@ def test_the_schedule_queues_sources_whose_interval_passed(corpus, owner, folder
     statuses = dict(Source.objects.values_list("name", "status"))
     assert statuses == {"due": "succeeded", "recent": "idle", "manual": "idle"}
     assert manual.documents.count() == 0 and Source.objects.get(pk=due.pk).documents.count() == len(DOCS)
+
+
+def test_a_sync_waits_for_the_corpus_job(corpus, owner, member, folder, django_capture_on_commit_callbacks):
+    """A build queued or running holds the corpus's job lock: the sync stores its documents and
+    queues no job of its own; the build takes them, and the old versions leave when it activates."""
+    from corpus.models import IndexBuild
+    from corpus.services.builds import build_start
+    from corpus.tasks import run_build
+    from tests.portal.sources import NEW_PHRASES, OLD_PHRASES
+
+    source = source_create(corpus=corpus, user=owner, name="docs", kind="folder", location=str(folder))
+    sync(source, django_capture_on_commit_callbacks)
+    with django_capture_on_commit_callbacks(execute=False):
+        build = build_start(corpus=corpus, user=owner)  # queued, its task not run yet
+    write(folder, CHANGED)
+    sync(source, django_capture_on_commit_callbacks)
+    assert source.status == Source.Status.SUCCEEDED and source.changed == 2
+    assert list(IndexBuild.objects.filter(corpus=corpus, status__in=IndexBuild.ACTIVE_STATUSES)) == [build]
+    assert found(member, corpus, OLD_PHRASES[0]) and not found(member, corpus, NEW_PHRASES[0])
+    with django_capture_on_commit_callbacks(execute=True):
+        run_build(build.pk)
+    build.refresh_from_db()
+    assert build.status == IndexBuild.Status.SUCCEEDED, build.error
+    assert found(member, corpus, NEW_PHRASES[0]) and found(member, corpus, NEW_PHRASES[1])
+    assert not found(member, corpus, OLD_PHRASES[0]) and not found(member, corpus, OLD_PHRASES[1])
+    assert corpus.datasets.count() == len(DOCS)
