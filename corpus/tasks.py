@@ -34,7 +34,7 @@ def sync_source(source_id: int, confirm: bool = False) -> str:
     return source.status if source is not None else "not-claimed"
 
 
-@shared_task(name="corpus.sync_sources_due")
+@shared_task(name="corpus.tasks.sync_sources_due")
 def sync_sources_due() -> int:
     """Celery beat's every-minute call: queue the sources whose interval has passed."""
     return len(sources_sync_due())

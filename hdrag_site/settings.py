@@ -171,7 +171,7 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # Celery beat (the worker's -B in `./portal run`; one `celery beat` in production) queues the
 # sources whose sync interval has passed (corpus.sources.services.sources_sync_due).
-CELERY_BEAT_SCHEDULE = {"sync-sources": {"task": "corpus.sync_sources_due", "schedule": 60.0}}
+CELERY_BEAT_SCHEDULE = {"sync-sources": {"task": "corpus.tasks.sync_sources_due", "schedule": 60.0}}
 
 # Engine and services
 GGUF_PATH = envstr("GGUF_PATH", "")  # blank: the packaged Gemma 3 270M (engine.model_files.default_gguf_path)

@@ -59,8 +59,8 @@ from corpus.services.appends import (
     appends_allowed,
     merge_due,
 )
-from corpus.serving import forget_build, model_for, model_identity, tokenizer_for
 from corpus.services.corpora import datasets_retire_replaced, datasets_superseded
+from corpus.serving import forget_build, model_for, model_identity, tokenizer_for
 from engine.build import BuildCancelled, BuildResult, build_index, verify_build
 from engine.config import Config
 from engine.fusion import FusionChoice

@@ -16,8 +16,8 @@ from pathlib import Path, PurePosixPath
 from typing import Protocol
 from urllib.parse import ParseResult, urlparse
 
+from core.errors import ApplicationError
 from engine.dataset_formats import FORMAT_BY_SUFFIX
-from hdrag_site.errors import ApplicationError
 
 # The file types the upload path reads; a source's other files are not documents.
 READABLE_SUFFIXES = frozenset(FORMAT_BY_SUFFIX)

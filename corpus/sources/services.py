@@ -9,6 +9,7 @@ import shutil
 from datetime import timedelta
 from typing import Any
 
+from celery import current_app
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.core.exceptions import ValidationError
@@ -16,6 +17,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from core.errors import ApplicationError, ConflictError
 from corpus.events import corpus_group, send_event
 from corpus.models import Corpus
 from corpus.services.corpora import dataset_delete
@@ -25,8 +27,6 @@ from corpus.sources.models import Source
 from corpus.sources.s3 import s3_location
 from corpus.sources.selectors import source_state
 from corpus.sources.web import web_url_check
-from hdrag_site.celery import app as celery_app
-from hdrag_site.errors import ApplicationError, ConflictError
 
 SYNC_TASK = "corpus.sync_source"  # corpus.tasks.sync_source
 SOURCE_FIELDS = ("branch", "token", "endpoint_url", "path_prefix", "sitemap_url", "max_pages", "max_depth",
@@ -112,7 +112,7 @@ def source_sync_start(*, source: Source, confirm: bool = False) -> Source:
         status=Source.Status.QUEUED, done=0, total=0)
     if not claimed:
         raise SourceSyncActive(f"A sync of {source.name} is already queued or running.")
-    transaction.on_commit(lambda: celery_app.signature(SYNC_TASK, args=(source.pk,),
+    transaction.on_commit(lambda: current_app.signature(SYNC_TASK, args=(source.pk,),
                                                        kwargs={"confirm": confirm}).delay())
     source.refresh_from_db()
     send_event(corpus_group(source.corpus_id), op="source", source=source_state(source))

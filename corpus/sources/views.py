@@ -8,6 +8,7 @@ from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect
 from django.views.decorators.http import require_GET, require_POST
 
+from core.flash import flash
 from corpus.sources.models import Source
 from corpus.sources.selectors import (
     corpus_sources,
@@ -16,7 +17,6 @@ from corpus.sources.selectors import (
     source_state,
 )
 from corpus.sources.services import source_create, source_delete, source_sync_start
-from hdrag_site.flash import flash
 
 
 class SourceForm(forms.Form):

@@ -9,7 +9,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('corpus', '0009_segments'),
+        ('corpus', '0010_move_groupmanager_to_accounts'),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
