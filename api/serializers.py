@@ -123,6 +123,9 @@ class DatasetSerializer(serializers.Serializer):
 
 class DatasetUploadSerializer(serializers.Serializer):
     file = serializers.FileField(help_text="JSON, JSONL, Parquet, text, Markdown, HTML or XML; UTF-8.")
+    replace = serializers.BooleanField(default=False, help_text=(
+        "Replace the corpus's dataset of the same name: the old one serves until the new one is indexed, "
+        "then leaves searches in the same step."))
 
 
 class DatasetUpdateSerializer(serializers.Serializer):

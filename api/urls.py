@@ -7,7 +7,7 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from api.errors import not_found
-from api.views import conversations, corpora, openai, search, store
+from api.views import conversations, corpora, openai, search, sources, store
 
 
 def _api(view_class: type) -> object:
@@ -24,6 +24,9 @@ v1 = [
     path("corpora/<int:corpus_id>/builds/", _api(corpora.BuildList), name="builds"),
     path("builds/<int:build_id>/", _api(corpora.BuildDetail), name="build"),
     path("builds/<int:build_id>/cancel/", _api(corpora.BuildCancel), name="build_cancel"),
+    path("corpora/<int:corpus_id>/sources/", _api(sources.SourceList), name="sources"),
+    path("sources/<int:source_id>/", _api(sources.SourceDetail), name="source"),
+    path("sources/<int:source_id>/sync/", _api(sources.SourceSync), name="source_sync"),
     path("corpora/<int:corpus_id>/search/", _api(search.CorpusSearch), name="corpus_search"),
     path("search/", _api(search.Search), name="search"),
     path("memories/<int:memory_id>/", _api(search.MemoryDetail), name="memory"),

@@ -141,13 +141,15 @@ def build_memory_texts(*, build_id: int) -> Iterator[str]:
         yield text
 
 
-def memory_hashes_among(*, build_ids: list[int], hashes: list[str]) -> set[str]:
+def memory_hashes_among(*, build_ids: list[int], hashes: list[str], retiring: list[int] = ()) -> set[str]:
     """Which of `hashes` (content ids) the memory rows of those builds hold: an append's check for
-    documents its state has already (one indexed lookup per batch, whatever the corpus's size)."""
+    documents its state has already (one indexed lookup per batch, whatever the corpus's size).
+    Rows of deleted datasets and of `retiring` ones (those the append's datasets replace) do not
+    count: their documents leave searches, so a document they share must be appended again."""
     if not hashes:
         return set()
-    return set(Memory.objects.filter(build_id__in=build_ids, content_hash__in=set(hashes))
-               .values_list("content_hash", flat=True))
+    return set(Memory.objects.filter(build_id__in=build_ids, content_hash__in=set(hashes), dataset__isnull=False)
+               .exclude(dataset_id__in=list(retiring)).values_list("content_hash", flat=True))
 
 
 def memory_counts_by_dataset(*, build_ids: list[int]) -> dict[int, int]:

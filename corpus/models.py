@@ -105,6 +105,10 @@ class Dataset(models.Model):
     uploaded_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                                     related_name="+")
     uploaded_at = models.DateTimeField(auto_now_add=True)
+    # A newer version of a dataset (a sync's changed document, an upload under the same name): the
+    # old one serves until the job that indexes this one activates, which deletes it in the same
+    # transaction, so no search sees both or neither (corpus.services.corpora.datasets_retire_replaced).
+    replaces = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replaced_by")
 
     class Meta:
         ordering = ["corpus", "name", "id"]
@@ -246,3 +250,7 @@ class Memory(models.Model):
 
     def __str__(self) -> str:
         return f"{self.content_hash[:8]}: {self.text[:60]}"
+
+
+# The sources' models belong to this app (corpus/sources/).
+from corpus.sources.models import Source, SourceDocument  # noqa: E402, F401

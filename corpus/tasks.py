@@ -8,6 +8,8 @@ from celery import shared_task
 from celery.signals import worker_ready
 
 from corpus.services.builds import RUN_BUILD_TASK, build_run, builds_sweep_stale
+from corpus.sources.services import SYNC_TASK, sources_sync_due
+from corpus.sources.sync import source_sync_run
 
 logger = logging.getLogger(__name__)
 
@@ -24,3 +26,15 @@ def sweep_on_worker_start(**kwargs: object) -> None:
     swept = builds_sweep_stale()
     if swept:
         logger.warning("marked stale builds failed: %s", swept)
+
+
+@shared_task(name=SYNC_TASK)
+def sync_source(source_id: int, confirm: bool = False) -> str:
+    source = source_sync_run(source_id=source_id, confirm=confirm)
+    return source.status if source is not None else "not-claimed"
+
+
+@shared_task(name="corpus.tasks.sync_sources_due")
+def sync_sources_due() -> int:
+    """Celery beat's every-minute call: queue the sources whose interval has passed."""
+    return len(sources_sync_due())

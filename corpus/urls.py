@@ -3,6 +3,7 @@ from __future__ import annotations
 from django.urls import path
 
 from corpus import sharing_views, views
+from corpus.sources import views as source_views
 
 app_name = "corpus"
 
@@ -23,4 +24,8 @@ urlpatterns = [
     path("datasets/<int:pk>/toggle/", views.dataset_toggle, name="dataset_toggle"),
     path("datasets/<int:pk>/delete/", views.dataset_remove, name="dataset_delete"),
     path("builds/<int:pk>/cancel/", views.build_stop, name="build_cancel"),
+    path("<int:pk>/sources/", source_views.source_add, name="source_add"),
+    path("<int:pk>/sources/status.json", source_views.source_status, name="source_status"),
+    path("sources/<int:pk>/sync/", source_views.source_sync, name="source_sync"),
+    path("sources/<int:pk>/delete/", source_views.source_remove, name="source_delete"),
 ]

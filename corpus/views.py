@@ -39,6 +39,8 @@ from corpus.services.corpora import (
 )
 from corpus.services.multivector import StoreUnavailable, store_document_delete, store_documents, store_stats
 from corpus.services.sharing import corpus_access_list
+from corpus.sources.selectors import corpus_sources
+from corpus.sources.views import SourceForm
 
 PAGE_SIZE = 20
 STORE_PAGE_SIZE = 50
@@ -115,6 +117,8 @@ def _detail(request: HttpRequest, corpus, upload_form: DatasetUploadForm, status
         "store": None, "store_error": "",
         "access": corpus_access_list(corpus=corpus), "visibility_choices": Corpus.Visibility.choices,
         "share_groups": groups_shareable_by(request.user) if corpus_can_manage(user=request.user, corpus=corpus) else [],
+        "sources": corpus_sources(corpus=corpus) if corpus_can_manage(user=request.user, corpus=corpus) else [],
+        "source_form": SourceForm(),
     }
     try:
         context["store"] = store_stats(user=request.user, corpus_id=corpus.pk)

@@ -174,6 +174,9 @@ CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+# Celery beat (the worker's -B in `./portal run`; one `celery beat` in production) queues the
+# sources whose sync interval has passed (corpus.sources.services.sources_sync_due).
+CELERY_BEAT_SCHEDULE = {"sync-sources": {"task": "corpus.tasks.sync_sources_due", "schedule": 60.0}}
 
 # Engine and services
 GGUF_PATH = envstr("GGUF_PATH", "")  # blank: the packaged Gemma 3 270M (engine.model_files.default_gguf_path)
@@ -242,6 +245,10 @@ SEGMENT_MERGE_PERCENT = envint("SEGMENT_MERGE_PERCENT", 25, minimum=1)
 # append there before activating it, and every process fetches what it lacks into DATA_DIR, keeping
 # at most SEGMENT_CACHE_BYTES of segments that no corpus serves (corpus.segment_cache).
 BUILD_STORAGE_URL = envstr("BUILD_STORAGE_URL", "")
+# Sources kept in sync with a corpus (corpus/sources/, docs/sources.md): folders only under these
+# roots; every request to a Git server, web site or S3 store gives up after SOURCE_TIMEOUT_SECONDS.
+SOURCE_ROOTS = envlist("SOURCE_ROOTS", [])
+SOURCE_TIMEOUT_SECONDS = envint("SOURCE_TIMEOUT_SECONDS", 30, minimum=1)
 # Exact-word indexes and late-interaction scorers are read into RAM (index files are mapped): each
 # process keeps at most this many bytes of them (corpus.serving).
 INDEX_MEMORY_CACHE_BYTES = envint("INDEX_MEMORY_CACHE_BYTES", 2 * 1024**3, minimum=0)

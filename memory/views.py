@@ -11,6 +11,7 @@ from django.views.decorators.http import require_GET
 
 from core.errors import ApplicationError
 from corpus.selectors import corpora_visible_to, get_corpus_for_user
+from corpus.sources.selectors import dataset_source_document
 from memory.forms import SearchForm
 from memory.selectors import get_memory_for_user, memory_neighbours
 from memory.services import MemoryResult, memories_search
@@ -79,7 +80,8 @@ def memory_detail(request: HttpRequest, pk: int) -> HttpResponse:
     before, after = memory_neighbours(memory=memory)
     return render(request, "memory/detail.html", {
         "memory": memory, "before": before, "after": after, "query": request.GET.get("q", "")[:2000],
-        "serving": memory.build_id in memory.corpus.serving_build_ids})
+        "serving": memory.build_id in memory.corpus.serving_build_ids,
+        "at_source": dataset_source_document(dataset_id=memory.dataset_id)})
 
 
 @require_GET

@@ -130,7 +130,8 @@ class DatasetList(ApiView):
             raise PayloadTooLarge(refused)
         serializer = DatasetUploadSerializer(data=data)
         serializer.is_valid(raise_exception=True)
-        dataset = dataset_upload(corpus=corpus, user=request.user, uploaded_file=serializer.validated_data["file"])
+        dataset = dataset_upload(corpus=corpus, user=request.user, uploaded_file=serializer.validated_data["file"],
+                                 replace=serializer.validated_data["replace"])
         dataset.memory_count = 0
         job = index_after_upload(corpus=corpus, user=request.user)
         if job is not None:

@@ -27,6 +27,7 @@ from core.errors import ApplicationError
 from corpus.events import send_build_event, send_event
 from corpus.models import Corpus, Dataset, IndexBuild
 from corpus.segment_cache import segment_path
+from corpus.services.corpora import datasets_retire_replaced
 from engine.build import BuildCancelled, BuildResult
 
 RUN_BUILD_TASK = "corpus.run_build"  # corpus.tasks.run_build: builds and appends alike
@@ -135,6 +136,7 @@ def append_activate(*, build: IndexBuild, result: BuildResult, timings: dict,
             parameters=build.params.replace(segment=result.manifest.get("segment", {}),
                                             published=published or {}).to_json())
         Corpus.objects.filter(pk=corpus.pk).update(active_appends=[*expected[1:], build.pk])
+        datasets_retire_replaced(dataset_ids=build.params.dataset_ids or [])
         for source in result.manifest["sources"]:
             Dataset.objects.filter(pk=source["source_id"]).update(record_count=source["documents"],
                                                                   record_count_exact=True)

@@ -171,7 +171,7 @@ class _Capped:
 def _one(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded: UploadedFile | File, name: str) -> UploadOutcome:
     try:
         return UploadOutcome(name, dataset=dataset_upload(corpus=corpus, user=user, uploaded_file=uploaded,
-                                                          name=PurePosixPath(name).name))
+                                                          name=PurePosixPath(name).name, replace=True))
     except DatasetRejected as error:
         return UploadOutcome(name, error=error.message)
 
@@ -179,7 +179,8 @@ def _one(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded: UploadedFil
 def datasets_upload(*, corpus: Corpus, user: AbstractBaseUser | None,
                     files: Iterable[UploadedFile]) -> list[UploadOutcome]:
     """Store each file as a dataset of `corpus` (a ZIP: each file in it), in order; one outcome
-    per stored or refused file (a refused ZIP: one for the archive). The ZIPs of one call expand to
+    per stored or refused file (a refused ZIP: one for the archive). A file named like a dataset
+    the corpus holds replaces it (`dataset_upload(replace=True)`). The ZIPs of one call expand to
     UPLOAD_MAX_EXPANDED_BYTES in all. Never raises for a bad file."""
     outcomes: list[UploadOutcome] = []
     expanded = 0

@@ -60,6 +60,7 @@ from corpus.services.appends import (
     appends_allowed,
     merge_due,
 )
+from corpus.services.corpora import datasets_retire_replaced, datasets_superseded
 from corpus.serving import forget_build, model_for, model_identity, tokenizer_for
 from engine.build import BuildCancelled, BuildResult, build_index, verify_build
 from engine.config import Config
@@ -271,7 +272,9 @@ def after_job(*, corpus_id: int) -> IndexBuild | None:
         if merge_due(corpus):
             logger.info("corpus %s: %d segments, merging", corpus_id, len(corpus.serving_build_ids))
             return build_start(corpus=corpus, user=None)
-        if settings.INDEX_ON_UPLOAD and corpus.append_on_upload and appends_allowed(corpus):
+        # A corpus with sources indexes what they synced meanwhile whatever its upload setting.
+        indexes = settings.INDEX_ON_UPLOAD and corpus.append_on_upload or corpus.sources.exists()
+        if indexes and appends_allowed(corpus):
             return append_start(corpus=corpus, user=None)
     except BuildAlreadyActive:
         pass
@@ -336,11 +339,12 @@ def _execute_append(build: IndexBuild, reporter: _Reporter) -> None:
     gguf_path = model_for(params)
     tokenizer = tokenizer_for(gguf_path)
     writer = MemoryWriter(build=build, dataset_ids=[d.pk for d in datasets])
+    retiring = [d.replaces_id for d in datasets if d.replaces_id is not None]
     result = append_segment(
         previous_dir=previous_dir, datasets=[(d.pk, d.name, d.file.path) for d in datasets], out_dir=out_dir,
         gguf_path=gguf_path, tokenizer=tokenizer, sink=writer.add, progress=reporter.progress,
         should_cancel=reporter.should_cancel, word_index=params.word_channel,
-        known=lambda ids: memory_hashes_among(build_ids=state, hashes=ids))
+        known=lambda ids: memory_hashes_among(build_ids=state, hashes=ids, retiring=retiring))
     _check_written(build, writer, result, reporter)
     if reporter.should_cancel():
         raise BuildCancelled(f"append {build.pk} cancelled")
@@ -373,7 +377,8 @@ def _local_datasets(datasets: list[Dataset]) -> None:
 
 def _execute(build: IndexBuild, reporter: _Reporter) -> None:
     corpus = build.corpus
-    datasets = list(corpus.datasets.order_by("pk"))
+    # A dataset with a newer version waiting is left out: the activation deletes it.
+    datasets = list(corpus.datasets.exclude(pk__in=datasets_superseded(corpus=corpus)).order_by("pk"))
     if not datasets:
         raise ApplicationError("the corpus has no datasets")
     _local_datasets(datasets)
@@ -452,6 +457,7 @@ def _activate(*, build: IndexBuild, result: BuildResult, timings: dict,
             heartbeat=timezone.now())
         # A full build holds every dataset: it replaces the whole state, appends included (a merge).
         Corpus.objects.filter(pk=corpus_id).update(active_build_id=build.pk, active_appends=[])
+        datasets_retire_replaced(dataset_ids=parameters.dataset_ids or [])
         for dataset_id, documents in counts.items():
             Dataset.objects.filter(pk=dataset_id).update(record_count=documents, record_count_exact=True)
     build.refresh_from_db()

@@ -149,6 +149,32 @@ def dataset_delete(*, dataset: Dataset) -> None:
         transaction.on_commit(lambda: _text_records_delete(corpus_id=corpus_id, source_id=source_id))
 
 
+def datasets_retire_replaced(*, dataset_ids: Iterable[int]) -> list[int]:
+    """Delete the datasets that `dataset_ids` replace (`Dataset.replaces`). Called inside the
+    transaction that activates the job indexing `dataset_ids`, so a search sees the old version or
+    the new one, never both or neither. Returns the ids deleted."""
+    replaced = list(Dataset.objects.filter(pk__in=list(dataset_ids), replaces__isnull=False)
+                    .values_list("replaces_id", flat=True))
+    for old in Dataset.objects.filter(pk__in=replaced):
+        dataset_delete(dataset=old)
+    return replaced
+
+
+def datasets_superseded(*, corpus: Corpus) -> list[int]:
+    """The corpus's datasets that a newer dataset replaces: a full build leaves them out."""
+    return list(corpus.datasets.filter(replaced_by__isnull=False).values_list("pk", flat=True).distinct())
+
+
+def _replaced_by_name(*, corpus: Corpus, name: str) -> tuple[Dataset | None, Dataset | None]:
+    """(the dataset a new upload named `name` replaces, a waiting version to delete with it). A
+    dataset that replaces another one that still exists was not indexed yet (its activation deletes
+    the old one): the new upload replaces what serves, and the waiting version goes."""
+    current = corpus.datasets.filter(name=name).select_related("replaces").order_by("-pk").first()
+    if current is not None and current.replaces is not None:
+        return current.replaces, current
+    return current, None
+
+
 def _clean_name(name: str) -> str:
     base = Path(name.replace("\\", "/")).name.strip()
     if not base or base in (".", ".."):
@@ -204,13 +230,15 @@ def _corpus_tokenizer(corpus: Corpus):  # noqa: ANN202 - engine.spm.GGUFTokenize
 
 
 def dataset_upload(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded_file: UploadedFile,
-                   name: str | None = None) -> Dataset:
+                   name: str | None = None, replaces: Dataset | None = None, replace: bool = False) -> Dataset:
     """Validate an uploaded file by content and store it in `corpus`, all or nothing.
 
     Steps: size limit -> staged copy with sha256 -> duplicate check -> the uploader's storage quota
     -> `validate_dataset` (format sniffed from the content, UTF-8, readable records) -> row insert
     and atomic rename into DATA_DIR/corpora/<corpus>/datasets/ in one transaction, the quota checked
-    again there under a lock. Raises DatasetRejected (nothing stored).
+    again there under a lock. Raises DatasetRejected (nothing stored). With `replaces`, the new
+    dataset takes that one's place when the job indexing it activates (`datasets_retire_replaced`);
+    with `replace`, it replaces the corpus's dataset of the same name, if there is one.
     """
     name = _clean_name(name or uploaded_file.name or "")
     limit = settings.UPLOAD_MAX_BYTES
@@ -229,6 +257,9 @@ def dataset_upload(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded_fi
             raise DatasetDuplicate(f"{name}: the same content is already in this corpus as {duplicate.name!r}.",
                                    {"dataset": duplicate.pk})
         _check_quota(user=user, name=name, size=size)
+        superseded = None
+        if replace and replaces is None:
+            replaces, superseded = _replaced_by_name(corpus=corpus, name=name)
         try:
             report = validate_dataset(staged, tokenizer=_corpus_tokenizer(corpus), chunk_size=corpus.chunk_size)
         except DatasetError as error:
@@ -246,9 +277,11 @@ def dataset_upload(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded_fi
                 dataset = Dataset.objects.create(
                     corpus=corpus, name=name, file=relative, size=size, sha256=sha256, format=report["format"],
                     record_count=report["record_estimate"], record_count_exact=report["complete"],
-                    uploaded_by=user)
+                    uploaded_by=user, replaces=replaces)
                 os.replace(staged, final)
                 moved = True
+                if superseded is not None:
+                    dataset_delete(dataset=superseded)
         except IntegrityError:
             delete_dataset(relative)
             raise DatasetDuplicate(f"{name}: the same content is already in this corpus.") from None

@@ -113,7 +113,8 @@ def contract(live_api, owner) -> Iterator[Contract]:
         app.conf.task_always_eager = True
 
 
-def test_every_operation_answers_what_its_schema_documents(contract, chat_settings, owner, pydoc_build):
+def test_every_operation_answers_what_its_schema_documents(contract, chat_settings, owner, pydoc_build, settings,
+                                                           tmp_path):
     c = contract
     corpus = make_corpus(owner, pydoc_build)
     # make_corpus gives its dataset the primary key its index recorded (1): move the sequence past it.
@@ -175,6 +176,19 @@ def test_every_operation_answers_what_its_schema_documents(contract, chat_settin
     c.call("GET", f"{store_url}/embeddings/report-chunk0000/", 200, params={"encoding": "base64"})
     c.call("GET", f"{store_url}/documents/", 200)
     c.call("DELETE", f"{store_url}/documents/manual/", 200)
+    # Sources: a folder under SOURCE_ROOTS, added, read, deleted; another added and synced.
+    folder = tmp_path / "sources" / "notes"
+    folder.mkdir(parents=True)
+    (folder / "tides.md").write_text("# Tides\n\nTides follow the moon.\n")
+    settings.SOURCE_ROOTS = [str(tmp_path / "sources")]
+    source = c.call("POST", f"{scratch_url}/sources/", 201,
+                    json={"name": "Notes", "kind": "folder", "location": str(folder)})
+    c.call("GET", f"{scratch_url}/sources/", 200)
+    c.call("GET", f"/api/v1/sources/{source['id']}/", 200)
+    c.call("DELETE", f"/api/v1/sources/{source['id']}/", 204)
+    source = c.call("POST", f"{scratch_url}/sources/", 201,
+                    json={"name": "Notes again", "kind": "folder", "location": str(folder)})
+    c.call("POST", f"/api/v1/sources/{source['id']}/sync/", 202, json={})
     # Deletions last.
     c.call("DELETE", f"{scratch_url}/datasets/{uploaded['id']}/", 204)
     c.call("DELETE", f"{conversation_url}/", 204)

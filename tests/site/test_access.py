@@ -167,3 +167,44 @@ def test_admin_for_staff_only(corpus, built, dataset, staff, owner):
     client.post(reverse("admin:corpus_indexbuild_changelist"), {"action": "cancel", "_selected_action": [queued.pk]})
     queued.refresh_from_db()
     assert queued.status == IndexBuild.Status.CANCELLED
+
+
+def test_sources_are_the_owners_alone(corpus, owner, member, writer, outsider, staff, settings, tmp_path,
+                                      django_capture_on_commit_callbacks):
+    """A corpus's sources: managed by its owner and staff; its readers and writers are refused,
+    an outsider learns nothing, and no page or response carries a source's token."""
+    from corpus.sources.models import Source
+
+    token = "ghp-never-shown-anywhere"
+    response = login(owner).post(f"/api/v1/corpora/{corpus.pk}/sources/", {
+        "name": "handbook", "kind": "git", "location": "https://git.example.com/team/handbook.git",
+        "token": token}, content_type="application/json")
+    assert response.status_code == 201 and token not in response.content.decode(), response.content
+    assert response.json()["has_token"] is True
+    source = Source.objects.get(pk=response.json()["id"])
+    assert source.token == token
+    api = {"list": f"/api/v1/corpora/{corpus.pk}/sources/", "get": f"/api/v1/sources/{source.pk}/"}
+    pages = {"status": reverse("corpus:source_status", args=[corpus.pk])}
+    posts = [f"/api/v1/sources/{source.pk}/sync/", reverse("corpus:source_sync", args=[source.pk]),
+             reverse("corpus:source_delete", args=[source.pk]), reverse("corpus:source_add", args=[corpus.pk])]
+    for user, code in [(outsider, 404), (member, 403), (writer, 403)]:
+        client = login(user)
+        for url in [*api.values(), *pages.values()]:
+            assert client.get(url).status_code == code, (user, url)
+        for url in posts:
+            assert client.post(url, {"name": "x", "kind": "web", "location": "http://127.0.0.1/"}).status_code == code
+        assert client.delete(api["get"]).status_code == code
+        detail = client.get(reverse("corpus:detail", args=[corpus.pk]))
+        assert "handbook.git" not in detail.content.decode() and 'id="sources"' not in detail.content.decode()
+    assert Source.objects.filter(pk=source.pk, status=Source.Status.IDLE).exists()
+    for user in (owner, staff):
+        client = login(user)
+        listed = client.get(api["list"])
+        assert listed.status_code == 200 and listed.json()["results"][0]["name"] == "handbook"
+        page = client.get(reverse("corpus:detail", args=[corpus.pk])).content.decode()
+        assert 'id="sources"' in page and "handbook.git" in page
+        for body in (listed.content.decode(), page, client.get(pages["status"]).content.decode()):
+            assert token not in body
+    schema = login(owner).get("/api/schema/").content.decode()
+    assert "/api/v1/corpora/{corpus_id}/sources/" in schema and "/api/v1/sources/{source_id}/sync/" in schema
+    assert login(owner).delete(api["get"]).status_code == 204 and not Source.objects.filter(pk=source.pk).exists()

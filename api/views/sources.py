@@ -1,0 +1,129 @@
+"""A corpus's sources: create, list, sync, delete. Only the corpus's owner and staff (superusers)
+manage them (`corpus.sources.selectors`: outsiders 404, the corpus's other readers 403). A
+source's token is write-only: no response carries it, only `has_token`."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from api.views.base import PAGE_PARAMETERS, ApiView, errors, id_path, page_of
+from corpus.sources.models import Source
+from corpus.sources.selectors import (
+    corpus_sources,
+    get_corpus_sources_for_user,
+    get_source_for_user,
+    source_state,
+)
+from corpus.sources.services import SOURCE_FIELDS, source_create, source_delete, source_sync_start
+
+CORPUS = id_path("corpus_id", "corpus")
+SOURCE = id_path("source_id", "source")
+
+
+class SourceFailureSerializer(serializers.Serializer):
+    name = serializers.CharField(help_text="The document's path at the source.")
+    reason = serializers.CharField()
+
+
+class SourceSerializer(serializers.Serializer):
+    id = serializers.IntegerField()
+    corpus = serializers.IntegerField()
+    name = serializers.CharField()
+    kind = serializers.ChoiceField(choices=Source.Kind.choices)
+    location = serializers.CharField()
+    branch = serializers.CharField()
+    has_token = serializers.BooleanField(help_text="Whether a token is set (the token itself is never shown).")
+    interval_minutes = serializers.IntegerField(help_text="Synced every this many minutes (0: on demand only).")
+    documents = serializers.IntegerField(help_text="Documents of the source the corpus holds.")
+    status = serializers.ChoiceField(choices=Source.Status.choices, help_text=(
+        "The last sync: `confirm` when it stopped before removing more than half of the documents "
+        "(sync again with `confirm: true`)."))
+    error = serializers.CharField(help_text="Why the last sync failed or stopped.")
+    done = serializers.IntegerField()
+    total = serializers.IntegerField()
+    percent = serializers.IntegerField()
+    added = serializers.IntegerField()
+    changed = serializers.IntegerField()
+    removed = serializers.IntegerField()
+    failed = serializers.IntegerField(help_text="Documents that could not be read or stored (kept as they were).")
+    failures = SourceFailureSerializer(many=True)
+    sync_started = serializers.DateTimeField(allow_null=True)
+    sync_finished = serializers.DateTimeField(allow_null=True)
+    sync_seconds = serializers.FloatField(allow_null=True)
+
+
+class SourceCreateSerializer(serializers.Serializer):
+    name = serializers.CharField(max_length=100)
+    kind = serializers.ChoiceField(choices=Source.Kind.choices)
+    location = serializers.CharField(max_length=1000, help_text=(
+        "folder: a path under SOURCE_ROOTS; git: the repository's https URL; web: the start URL; "
+        "s3: s3://BUCKET/PREFIX."))
+    branch = serializers.CharField(max_length=200, required=False, help_text="git: the branch (default main).")
+    token = serializers.CharField(max_length=1000, required=False, write_only=True, trim_whitespace=False,
+                                  help_text="git: an access token; s3: KEY:SECRET. Write-only.")
+    endpoint_url = serializers.CharField(max_length=500, required=False, help_text="s3: the endpoint URL.")
+    path_prefix = serializers.CharField(max_length=500, required=False,
+                                        help_text="web: only pages under this path (default: the start URL's folder).")
+    sitemap_url = serializers.CharField(max_length=1000, required=False, help_text="web: a sitemap to read pages from.")
+    max_pages = serializers.IntegerField(min_value=1, max_value=100000, required=False, help_text="web: page cap.")
+    max_depth = serializers.IntegerField(min_value=0, max_value=50, required=False, help_text="web: link depth cap.")
+    include = serializers.CharField(required=False, help_text="Glob patterns (one a line) a path must match.")
+    exclude = serializers.CharField(required=False, help_text="Glob patterns (one a line) of paths to leave out.")
+    interval_minutes = serializers.IntegerField(min_value=0, max_value=527040, required=False,
+                                                help_text="Sync every this many minutes (0: on demand only).")
+
+
+class SourceSyncSerializer(serializers.Serializer):
+    confirm = serializers.BooleanField(default=False, help_text=(
+        "Go on even when the sync removes more than half of the source's documents."))
+
+
+class SourceList(ApiView):
+    @extend_schema(operation_id="sources_list", summary="A corpus's sources with their last sync (owner)",
+                   parameters=[CORPUS, *PAGE_PARAMETERS], responses={200: page_of(SourceSerializer), **errors(403)},
+                   tags=["sources"])
+    def get(self, request: Request, corpus_id: int) -> Response:
+        corpus = get_corpus_sources_for_user(request.user, corpus_id)
+        # A corpus has a handful of sources: each one's state is read before the page is cut.
+        return self.paginated([source_state(s) for s in corpus_sources(corpus=corpus)], SourceSerializer)
+
+    @extend_schema(operation_id="sources_create", summary="Add a source to a corpus (owner); sync it to read it",
+                   parameters=[CORPUS], request=SourceCreateSerializer,
+                   responses={201: SourceSerializer, **errors(400, 403, 409)}, tags=["sources"])
+    def post(self, request: Request, corpus_id: int) -> Response:
+        corpus = get_corpus_sources_for_user(request.user, corpus_id)
+        serializer = SourceCreateSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = dict(serializer.validated_data)
+        options = {key: data.pop(key) for key in SOURCE_FIELDS if key in data}
+        source = source_create(corpus=corpus, user=request.user, **data, **options)
+        return Response(SourceSerializer(source_state(source)).data, status=status.HTTP_201_CREATED)
+
+
+class SourceDetail(ApiView):
+    @extend_schema(operation_id="sources_get", summary="One source and its last sync (owner)", parameters=[SOURCE],
+                   responses={200: SourceSerializer, **errors(403)}, tags=["sources"])
+    def get(self, request: Request, source_id: int) -> Response:
+        return Response(SourceSerializer(source_state(get_source_for_user(request.user, source_id))).data)
+
+    @extend_schema(operation_id="sources_delete", summary="Delete a source and its documents from the corpus "
+                   "(owner)", parameters=[SOURCE], responses={204: None, **errors(403, 409)}, tags=["sources"])
+    def delete(self, request: Request, source_id: int) -> Response:
+        source_delete(source=get_source_for_user(request.user, source_id))
+        return Response(status=status.HTTP_204_NO_CONTENT)
+
+
+class SourceSync(ApiView):
+    @extend_schema(operation_id="sources_sync", summary="Queue a sync of the source (owner); poll the source "
+                   "until its status is no longer queued or running", parameters=[SOURCE],
+                   request=SourceSyncSerializer, responses={202: SourceSerializer, **errors(403, 409)},
+                   tags=["sources"])
+    def post(self, request: Request, source_id: int) -> Response:
+        source = get_source_for_user(request.user, source_id)
+        serializer = SourceSyncSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        source = source_sync_start(source=source, confirm=serializer.validated_data["confirm"])
+        return Response(SourceSerializer(source_state(source)).data, status=status.HTTP_202_ACCEPTED)
