@@ -237,6 +237,8 @@ class ConversationWriteSerializer(serializers.Serializer):
     token_budget = serializers.IntegerField(min_value=1, max_value=MAX_TOKEN_BUDGET, required=False)
     temperature = serializers.FloatField(min_value=0, max_value=2, required=False, allow_null=True,
                                          help_text="The answers' sampling temperature; null: the model's default.")
+    model = serializers.CharField(required=False, allow_blank=True, max_length=200,
+                                  help_text="The LLM model that answers (GET /api/v1/models); blank: the default.")
 
 
 class MessageSendSerializer(serializers.Serializer):

@@ -34,6 +34,8 @@ class Conversation(models.Model):
     temperature = models.FloatField(
         null=True, blank=True, validators=[MinValueValidator(0.0), MaxValueValidator(MAX_TEMPERATURE)],
         help_text="Sampling temperature of the answers; blank: the model's recommended default.")
+    model = models.CharField(max_length=200, blank=True,
+                             help_text="The LLM model that answers (one the server pool serves); blank: the default model.")
     blend_state = models.JSONField(default=dict, blank=True)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
@@ -70,6 +72,7 @@ class Message(models.Model):
     # nothing to check, e.g. no memories), and each sentence's `SentenceCitation.to_dict()`.
     grounding = models.FloatField(null=True, blank=True)
     citations = models.JSONField(default=list, blank=True)
+    model = models.CharField(max_length=200, blank=True, help_text="The LLM model that wrote the answer.")
 
     class Meta:
         ordering = ["created", "id"]

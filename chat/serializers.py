@@ -26,6 +26,7 @@ class ConversationSerializer(serializers.Serializer):
     compress_context = serializers.BooleanField()
     token_budget = serializers.IntegerField()
     temperature = serializers.FloatField(allow_null=True)
+    model = serializers.CharField(help_text="The LLM model that answers; blank: the default model.")
     blend_turns = serializers.SerializerMethodField(help_text="Assistant turns the memory blend has taken in.")
     updated = serializers.DateTimeField()
 
@@ -86,6 +87,7 @@ class MessageSerializer(serializers.Serializer):
         "something)."))
     grounding_word = serializers.SerializerMethodField(help_text="The grounding in a word; empty when it is null.")
     citations = CitationSerializer(many=True)
+    model = serializers.CharField(allow_blank=True, help_text="The LLM model that wrote an answer; blank for a user turn.")
 
     @extend_schema_field(MessageMemorySerializer(many=True))
     def get_memories(self, message: Message) -> list[dict[str, Any]]:

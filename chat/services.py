@@ -64,11 +64,12 @@ def _check_temperature(temperature: float | None) -> float | None:
 @transaction.atomic
 def conversation_create(*, user: AbstractBaseUser, title: str = "", corpus_ids: Iterable[int] = (),
                         use_memory: bool = True, top_document: bool = False, compress_context: bool = False,
-                        token_budget: int = DEFAULT_TOKEN_BUDGET, temperature: float | None = None) -> Conversation:
+                        token_budget: int = DEFAULT_TOKEN_BUDGET, temperature: float | None = None,
+                        model: str = "") -> Conversation:
     conversation = Conversation.objects.create(
         owner=user, title=(title.strip() or DEFAULT_TITLE)[:200], use_memory=use_memory, top_document=top_document,
         compress_context=compress_context, token_budget=_check_budget(token_budget),
-        temperature=_check_temperature(temperature))
+        temperature=_check_temperature(temperature), model=conversation_model_check(model) if model else "")
     conversation.corpora.set(_visible_corpus_ids(user=user, corpus_ids=corpus_ids))
     return conversation
 
@@ -94,7 +95,8 @@ def conversation_create_next(*, user: AbstractBaseUser) -> Conversation:
 def conversation_update(*, conversation: Conversation, title: str | None = None,
                         corpus_ids: Iterable[int] | None = None, use_memory: bool | None = None,
                         top_document: bool | None = None, compress_context: bool | None = None,
-                        token_budget: int | None = None, temperature: float | None = UNCHANGED) -> Conversation:
+                        token_budget: int | None = None, temperature: float | None = UNCHANGED,
+                        model: str | None = None) -> Conversation:
     """Change what is given (`temperature=None` returns to the model's default); the blend history
     is left alone (see `conversation_clear_blend`)."""
     fields = ["updated"]
@@ -114,6 +116,9 @@ def conversation_update(*, conversation: Conversation, title: str | None = None,
     if temperature is not UNCHANGED:
         conversation.temperature = _check_temperature(temperature)
         fields.append("temperature")
+    if model is not None:
+        conversation.model = conversation_model_check(model)
+        fields.append("model")
     conversation.save(update_fields=fields)
     if corpus_ids is not None:
         conversation.corpora.set(_visible_corpus_ids(user=conversation.owner, corpus_ids=corpus_ids))
@@ -216,7 +221,7 @@ def _memory_rows(results: Sequence[MemoryResult], message: Message) -> list[Mess
 @transaction.atomic
 def message_create_assistant(*, conversation_id: int, content: str, status: str, memories: Sequence[MemoryResult] = (),
                              usage: Usage | None = None, finish_reason: str = "", error: str = "",
-                             citations: AnswerCitations | None = None) -> Message:
+                             citations: AnswerCitations | None = None, model: str = "") -> Message:
     """Store an answer (complete, stopped or failed) with the memories that primed it and its
     `citations` (`chat.citations.answer_citations`) when given.
 
@@ -229,7 +234,23 @@ def message_create_assistant(*, conversation_id: int, content: str, status: str,
         finish_reason=finish_reason or "", prompt_tokens=usage.prompt_tokens if usage else None,
         completion_tokens=usage.completion_tokens if usage else None,
         grounding=citations.grounding if citations else None,
-        citations=list(citations.citations) if citations else [])
+        citations=list(citations.citations) if citations else [], model=model)
     MessageMemory.objects.bulk_create(_memory_rows(memories, message))
     Conversation.objects.filter(pk=conversation_id).update(updated=message.created)
     return message
+
+
+class ModelUnknown(ApplicationError):
+    code = "llm_model_unknown"
+
+
+def conversation_model_check(model: str) -> str:
+    """`model` when the server pool serves it ("" is the default model); a clear error otherwise."""
+    from chat.llm.clients import server_pool  # the pool reads settings: resolved per call
+
+    model = model.strip()
+    offered = server_pool().models
+    if model and model not in offered:
+        raise ModelUnknown(f"No LLM server serves the model {model!r}; offered: {', '.join(offered)}.",
+                           {"model": model, "models": offered})
+    return model

@@ -186,7 +186,7 @@ async def _run_turn(*, conversation_id: int, content: str, emit: Emit, regenerat
     clock = AnswerClock()  # when the queue admitted the answer, and when its first piece came
     common: dict[str, Any] = {"conversation_id": conversation_id, "memories": memories, "emit": emit,
                               "started": started, "question": user_message.content, "tokens": tokens,
-                              "clock": clock}
+                              "clock": clock, "model": await _db(_turn_model)(conversation_id)}
     try:
         prepare_started = time.perf_counter()
         prepared = await _in_worker(_prepare)(conversation_id, user_message.pk, user_message.content,
@@ -215,7 +215,8 @@ async def _run_turn(*, conversation_id: int, content: str, emit: Emit, regenerat
 
         end = await answer_stream(ticket=ticket, prepared=prepared, loop_retries=prepared.loop_retries, tokens=tokens,
                                   clock=clock, on_queued=lambda ahead: emit({"type": "chat.queued", "ahead": ahead}),
-                                  on_delta=on_delta, on_rewind=on_rewind, affinity=conversation_id)
+                                  on_delta=on_delta, on_rewind=on_rewind, affinity=conversation_id,
+                                  model=common["model"])
     except asyncio.CancelledError:
         # Shielded: the stop must be recorded even though this task is being cancelled.
         await asyncio.shield(_finish(result, status=Message.Status.STOPPED, content="".join(parts), **common))
@@ -256,7 +257,7 @@ async def _run_turn(*, conversation_id: int, content: str, emit: Emit, regenerat
 
 async def _finish(result: TurnResult, *, conversation_id: int, content: str, status: str, memories: list[MemoryResult],
                   emit: Emit, started: float, question: str, tokens: AnswerTokens, clock: AnswerClock,
-                  usage: Usage | None = None,
+                  model: str, usage: Usage | None = None,
                   finish_reason: str = "", error: str = "", error_code: str = "") -> None:
     """Store the answer in whatever state it ended, with its citations (unless it failed), update
     the blend, and report it."""
@@ -267,7 +268,7 @@ async def _finish(result: TurnResult, *, conversation_id: int, content: str, sta
                                      memory_texts=[r.memory.text for r in memories], token_logprobs=tokens.spans)
     message = await _db(message_create_assistant)(
         conversation_id=conversation_id, content=content, status=status, memories=memories, usage=usage,
-        finish_reason=finish_reason, error=error, citations=citations)
+        finish_reason=finish_reason, error=error, citations=citations, model=model)
     result.status, result.assistant_message_id, result.content, result.usage = status, message.pk, content, usage
     blend_turns = None
     # Stopped answers enter the blend too: the user saw them, they are where the talk went.
@@ -291,6 +292,11 @@ async def _finish(result: TurnResult, *, conversation_id: int, content: str, sta
                     "usage": {"prompt_tokens": usage.prompt_tokens,
                               "completion_tokens": usage.completion_tokens} if usage else None,
                     "timings": timings.as_ms()})
+
+
+def _turn_model(conversation_id: int) -> str:
+    """The model of the conversation's turns: its own, or the pool's default when it has none."""
+    return conversation_for_turn(conversation_id=conversation_id).model or clients.server_pool().default_model
 
 
 def _reload(message_id: int) -> dict:
