@@ -16,12 +16,13 @@ SHAREGPT_ROLES = {Message.Role.USER: "human", Message.Role.ASSISTANT: "gpt"}
 
 def conversation_export_jsonl(*, conversation: Conversation) -> str:
     """One JSON line: {"id", "title", "conversations": [{"from": "human"|"gpt", "value": str}, ...]};
-    an answer also has "grounding" (0..1 or null) and "citations" (`chat.citations`).
+    an answer also has "grounding" (0..1 or null), "citations" (`chat.citations`) and "model" (the
+    LLM model that wrote it; "" for answers stored before models were recorded).
 
     Answers that failed before producing text are left out; a stopped answer keeps its partial text.
     """
     turns = [{"from": SHAREGPT_ROLES[m.role], "value": m.content,
-              **({"grounding": m.grounding, "citations": m.citations} if m.role == Message.Role.ASSISTANT else {})}
+              **({"grounding": m.grounding, "citations": m.citations, "model": m.model} if m.role == Message.Role.ASSISTANT else {})}
              for m in conversation_messages(conversation=conversation) if m.content.strip()]
     record = {"id": conversation.pk, "title": conversation.title, "conversations": turns}
     return json.dumps(record, ensure_ascii=False) + "\n"
@@ -52,6 +53,8 @@ def conversation_export_markdown(*, conversation: Conversation) -> str:
         status = "" if message.status == Message.Status.COMPLETE else f" ({message.get_status_display().lower()})"
         text = cited_markdown(message.content, message.citations).strip() if message.citations else message.content.strip()
         lines += [f"## {speaker}{status}", "", text or "_(no text)_", ""]
+        if message.model:
+            lines += [f"_Model: {_plain(message.model)}_", ""]
         if message.grounding is not None:
             lines += [f"_Grounding: {message.grounding:.0%} ({grounding_word(message.grounding)}): the share of its "
                       f"claims a memory supports, each weighed by the model's certainty of its words._", ""]

@@ -9,6 +9,7 @@ from django.utils.text import slugify
 from django.views.decorators.http import require_GET, require_POST
 
 from chat.exports import conversation_export_jsonl, conversation_export_markdown
+from chat.llm.clients import server_pool
 from chat.models import MAX_TEMPERATURE, MAX_TOKEN_BUDGET
 from chat.selectors import conversation_get_for_user, conversation_messages, conversations_for_user
 from chat.serializers import conversation_json, message_json
@@ -33,6 +34,7 @@ def _page(request: HttpRequest, conversation=None) -> HttpResponse:  # noqa: ANN
         "max_token_budget": MAX_TOKEN_BUDGET,
         "max_temperature": MAX_TEMPERATURE,
         "default_temperature": runtime.engine_config().temperature,
+        "llm_models": server_pool().models,
     }
     if conversation is not None:
         context["chosen_corpora"] = {c.pk for c in conversation.corpora.all()}
@@ -94,7 +96,8 @@ def conversation_settings(request: HttpRequest, pk: int) -> HttpResponse:
             use_memory=_checked(request, "use_memory"), top_document=_checked(request, "top_document"),
             compress_context=_checked(request, "compress_context"),
             token_budget=_int_field(request.POST.get("token_budget") or str(conversation.token_budget), "token budget"),
-            temperature=_temperature_field(request.POST.get("temperature", "")))
+            temperature=_temperature_field(request.POST.get("temperature", "")),
+            model=request.POST.get("model"))
     except ApplicationError as exc:
         messages.error(request, exc.message)
     else:

@@ -248,7 +248,8 @@
     }
     const usage = message.completion_tokens != null
       ? `${message.prompt_tokens} prompt + ${message.completion_tokens} completion tokens` : "";
-    if (usage) item.appendChild(note(usage, "meta"));
+    const meta = [message.model ? `Model: ${message.model}` : "", usage].filter(Boolean).join(" · ");
+    if (meta) item.appendChild(note(meta, "meta"));
     item.appendChild(memoriesPanel(message.memories || []));
   }
 

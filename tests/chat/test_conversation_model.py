@@ -60,3 +60,24 @@ def test_the_conversations_model_answers_and_is_recorded(two_models, transaction
     assert refused.status_code == 503 and error_of(refused)["code"] == "llm_unreachable"
     answer = Message.objects.filter(conversation_id=conversation, role="assistant").last()
     assert answer.status == "error" and answer.model == "other" and "127.0.0.1:9" in answer.error
+
+
+def test_the_page_offers_the_models_saves_one_and_exports_it(two_models, client, owner, outsider):
+    conversation = Conversation.objects.create(owner=owner)
+    Message.objects.create(conversation=conversation, role="user", content="hi")
+    Message.objects.create(conversation=conversation, role="assistant", content="hello", model="other")
+    client.force_login(owner)
+    page = client.get(f"/chat/{conversation.pk}/").content.decode()
+    assert '<select name="model">' in page
+    assert page.index(">gemma (default)</option>") < page.index(">other</option>")
+    client.post(f"/chat/{conversation.pk}/settings/", {"model": "other", "token_budget": "500"})
+    assert Conversation.objects.get(pk=conversation.pk).model == "other"
+    refused = client.post(f"/chat/{conversation.pk}/settings/", {"model": "gpt-9"}, follow=True)
+    assert "No LLM server serves the model" in refused.content.decode()
+    assert Conversation.objects.get(pk=conversation.pk).model == "other"
+    assert "_Model: other_" in client.get(f"/chat/{conversation.pk}/export.md").content.decode()
+    jsonl = json.loads(client.get(f"/chat/{conversation.pk}/export.jsonl").content)
+    assert jsonl["conversations"][1]["model"] == "other"
+    client.force_login(outsider)
+    assert client.post(f"/chat/{conversation.pk}/settings/", {"model": "gemma"}).status_code == 404
+    assert Conversation.objects.get(pk=conversation.pk).model == "other"
