@@ -146,7 +146,7 @@ def test_exports(users, chat):
     # The failed answer has no text and is left out; roles map to ShareGPT's names.
     assert record["conversations"] == [
         {"from": "human", "value": "What is a generator?\nPlease be brief."},
-        {"from": "gpt", "value": "A function that **yields**.", "grounding": None, "citations": []},
+        {"from": "gpt", "value": "A function that **yields**.", "grounding": None, "citations": [], "model": ""},
         {"from": "human", "value": "And a coroutine?"},
     ]
     markdown = client.get(reverse("chat:export_markdown", args=[chat.pk])).content.decode()
