@@ -22,6 +22,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from core.errors import ApplicationError
 from corpus.files import build_dir
 from corpus.models import Corpus, IndexBuild
 from corpus.object_store import MANIFEST, fetch_build, object_store, verify_local
@@ -32,6 +33,14 @@ _USED = ".used"  # touched on every use: the cache's recency
 _checked: set[tuple[int, float]] = set()  # (build id, manifest mtime) whose files this process checked
 _locks: dict[int, threading.Lock] = {}
 _locks_guard = threading.Lock()
+
+
+class SegmentFilesMissing(ApplicationError):
+    """A segment the rows say serves is not on this machine (a database restored without its
+    files): a clear 503 naming it, never a traceback (corpus.integrity reports every such corpus)."""
+
+    code = "index_files_missing"
+    status = 503
 
 
 def _lock(build_id: int) -> threading.Lock:
@@ -45,7 +54,13 @@ def segment_path(build: IndexBuild) -> Path:
     published = build.params.published
     if object_store() is None or not published:
         # One machine: where the worker wrote it (the row says; builds made by tools elsewhere too).
-        return Path(build.build_dir) if build.build_dir else build_dir(build.corpus_id, build.pk)
+        directory = Path(build.build_dir) if build.build_dir else build_dir(build.corpus_id, build.pk)
+        if not (directory / MANIFEST).is_file():
+            raise SegmentFilesMissing(
+                f"The index files of {build.get_kind_display().lower()} #{build.number} of this corpus are missing "
+                f"({directory}): restore them, or rebuild the corpus from its datasets on its page.",
+                {"corpus_id": build.corpus_id, "build_id": build.pk})
+        return directory
     directory = build_dir(build.corpus_id, build.pk)
     with _lock(build.pk):
         manifest = directory / MANIFEST

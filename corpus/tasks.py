@@ -7,6 +7,7 @@ import logging
 from celery import shared_task
 from celery.signals import worker_ready
 
+from corpus.integrity import corpora_files_log
 from corpus.services.builds import RUN_BUILD_TASK, build_run, builds_sweep_stale
 
 logger = logging.getLogger(__name__)
@@ -24,3 +25,4 @@ def sweep_on_worker_start(**kwargs: object) -> None:
     swept = builds_sweep_stale()
     if swept:
         logger.warning("marked stale builds failed: %s", swept)
+    corpora_files_log()
