@@ -135,7 +135,9 @@ def _copy_segment(build_id: int, build: dict[str, Any], files: Path) -> tuple[di
     if object_store() is not None and build["published"]:
         return {name: _fetch_file(f"{relative}/{name}", files / relative / name, expected)
                 for name, expected in build["published"].items()}, ""
-    source = Path(build["build_dir"]) if build["build_dir"] else build_dir(build["corpus"], build_id)
+    source = Path(build["build_dir"] or build_dir(build["corpus"], build_id))
+    if not (source / MANIFEST).is_file():
+        source = build_dir(build["corpus"], build_id)  # a DATA_DIR moved since the build
     if not (source / MANIFEST).is_file():
         return {}, f"build {build_id} of corpus {build['corpus']} serves but its files are missing ({source})"
     return {path.name: _copy_file(path, files / relative / path.name)

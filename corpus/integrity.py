@@ -23,6 +23,7 @@ from core.errors import ApplicationError
 from corpus.files import build_dir
 from corpus.models import Corpus, Dataset, IndexBuild, Memory
 from corpus.object_store import MANIFEST, ObjectStoreUnavailable, build_key, object_store, verify_local
+from corpus.segment_cache import local_segment_dir
 from corpus.serving import model_for
 
 logger = logging.getLogger(__name__)
@@ -57,16 +58,12 @@ class CorpusFiles:
         return missing
 
 
-def _segment_directory(build: IndexBuild) -> Path:
-    return Path(build.build_dir) if build.build_dir else build_dir(build.corpus_id, build.pk)
-
-
 def _segment_missing(build: IndexBuild, *, deep: bool) -> str:
     """'' when the segment's files are here (or in the store), else what is missing."""
     label = f"{build.get_kind_display().lower()} #{build.number}"
     published = (build.parameters or {}).get("published")
     store = object_store()
-    directory = _segment_directory(build) if store is None or not published else build_dir(build.corpus_id, build.pk)
+    directory = local_segment_dir(build) if store is None or not published else build_dir(build.corpus_id, build.pk)
     if store is not None and published:
         if (directory / MANIFEST).is_file() and not (deep and verify_local(directory, published)):
             return ""

@@ -48,13 +48,22 @@ def _lock(build_id: int) -> threading.Lock:
         return _locks.setdefault(build_id, threading.Lock())
 
 
+def local_segment_dir(build: IndexBuild) -> Path:
+    """Where a segment is on a machine without a store: the directory the row names, or its place
+    under this DATA_DIR when the row's is gone (a DATA_DIR moved or restored to another path)."""
+    canonical = build_dir(build.corpus_id, build.pk)
+    if build.build_dir and ((Path(build.build_dir) / MANIFEST).is_file() or not (canonical / MANIFEST).is_file()):
+        return Path(build.build_dir)
+    return canonical
+
+
 def segment_path(build: IndexBuild) -> Path:
     """This machine's directory of `build`, complete and checked (see the module docstring).
     Raises ObjectStoreUnavailable when it must be fetched and the store cannot give it."""
     published = build.params.published
     if object_store() is None or not published:
         # One machine: where the worker wrote it (the row says; builds made by tools elsewhere too).
-        directory = Path(build.build_dir) if build.build_dir else build_dir(build.corpus_id, build.pk)
+        directory = local_segment_dir(build)
         if not (directory / MANIFEST).is_file():
             raise SegmentFilesMissing(
                 f"The index files of {build.get_kind_display().lower()} #{build.number} of this corpus are missing "

@@ -2,7 +2,7 @@
 upgrade tests (tests/portal/test_backups.py, test_upgrade.py). Run in its own process against the
 DATA_DIR / DATABASE_URL / BUILD_STORAGE_URL of its environment:
 
-    python tests/portal/backup_scenario.py make     # users, corpora built and appended, a chat, a token
+    python tests/portal/backup_scenario.py make [--small]  # users, corpora built and appended, a chat, a token
     python tests/portal/backup_scenario.py state    # JSON of every row a user sees, and searches
 
 `make` prints the API token's secret as JSON; `state TOKEN` checks it still authenticates. It uses
@@ -65,7 +65,8 @@ def _run(job: IndexBuild) -> IndexBuild:
     return job
 
 
-def make() -> dict:
+def make(*, small: bool = False) -> dict:
+    """`small`: one corpus (the upgrade fixture, kept in the repository)."""
     celery_app.conf.task_always_eager = True
     readers = Group.objects.create(name="readers")
     owner = User.objects.create_user("owner", "owner@example.org", "owner-password-1")
@@ -79,9 +80,10 @@ def make() -> dict:
     _upload(notes, owner, "more.jsonl", MORE_NOTES)
     notes.refresh_from_db()
     _run(append_start(corpus=notes, user=owner))
-    recipes = corpus_create(owner=member, name="Recipes", **SMALL_HDC)
-    _upload(recipes, member, "recipes.jsonl", RECIPES)
-    _run(build_start(corpus=recipes, user=member))
+    if not small:
+        recipes = corpus_create(owner=member, name="Recipes", **SMALL_HDC)
+        _upload(recipes, member, "recipes.jsonl", RECIPES)
+        _run(build_start(corpus=recipes, user=member))
     _, secret = api_token_create(user=owner, name="integration")
     _conversation(owner, notes)
     return {"token": secret}
@@ -149,12 +151,29 @@ def append() -> dict:
             "found": [r.memory["text"] for r in found]}
 
 
+def chat(token: str) -> dict:
+    """One more turn of the stored conversation through the API, with the token (LLM_BASE_URL)."""
+    from django.test import Client
+
+    conversation = Conversation.objects.get(title="Photosynthesis")
+    response = Client().post(f"/api/v1/conversations/{conversation.pk}/messages/",
+                             {"content": "And where is the energy stored?"}, content_type="application/json",
+                             HTTP_AUTHORIZATION=f"Bearer {token}")
+    body = response.json()
+    return {"status": response.status_code, "turn": body.get("status"),
+            "answer": body.get("message", {}).get("content", ""),
+            "memories": [m.get("excerpt", m.get("text", "")) for m in body.get("message", {}).get("memories", [])],
+            "messages": conversation.messages.count()}
+
+
 if __name__ == "__main__":
     command = sys.argv[1]
     if command == "make":
-        output = make()
+        output = make(small="--small" in sys.argv)
     elif command == "append":
         output = append()
+    elif command == "chat":
+        output = chat(sys.argv[2])
     else:
         output = state(sys.argv[2] if len(sys.argv) > 2 else None)
     print(json.dumps(output, sort_keys=True))

@@ -10,16 +10,14 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from urllib.parse import urlparse, urlunparse
 
 import psycopg
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-SCENARIO = REPO / "tests" / "portal" / "backup_scenario.py"
+from tests.portal.portal_process import Portal
+
 PG_DEFAULT = "postgres://postgres@127.0.0.1:5432/hdrag_test"
 
 
@@ -41,30 +39,6 @@ def drop_pg(url: str) -> None:
     parsed = urlparse(url)
     with psycopg.connect(urlunparse(parsed._replace(path="/postgres")), autocommit=True) as connection:
         connection.execute(f'DROP DATABASE IF EXISTS "{parsed.path.strip("/")}" WITH (FORCE)')
-
-
-class Portal:
-    """One machine's portal: its DATA_DIR, database and object store, driven by real commands."""
-
-    def __init__(self, data_dir: Path, database_url: str = "", store: dict[str, str] | None = None) -> None:
-        self.data_dir, self.database_url = data_dir, database_url
-        self.env = {**os.environ, "DJANGO_SETTINGS_MODULE": "hdrag_site.settings", "DATA_DIR": str(data_dir),
-                    "DATABASE_URL": database_url, "INDEX_ON_UPLOAD": "0", "SEGMENT_MERGE_PERCENT": "1000",
-                    "BUILD_STORAGE_URL": "", **(store or {})}
-        self.env.pop("REDIS_URL", None)  # jobs run in the command's own process (Celery eager)
-
-    def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        result = subprocess.run([sys.executable, *args], cwd=REPO, env=self.env, capture_output=True, text=True,
-                                timeout=600)
-        if check and result.returncode != 0:
-            pytest.fail(f"{' '.join(args)} exited {result.returncode}:\n{result.stderr[-3000:]}", pytrace=False)
-        return result
-
-    def manage(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        return self.run("manage.py", *args, check=check)
-
-    def scenario(self, *args: str) -> dict:
-        return json.loads(self.run(str(SCENARIO), *args).stdout.strip().splitlines()[-1])
 
 
 def _machines(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[Portal, Portal]:
