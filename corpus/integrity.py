@@ -12,12 +12,13 @@ half-active build.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from django.conf import settings
 from django.core import checks
-from django.db import DatabaseError
+from django.db import DatabaseError, connections
 
 from core.errors import ApplicationError
 from corpus.files import build_dir
@@ -132,6 +133,23 @@ def corpora_files_log() -> list[CorpusFiles]:
         logger.warning("corpus %s (%r) cannot serve: %s. Its page offers a rebuild from its datasets.",
                        report.corpus_id, report.name, "; ".join(report.lines()))
     return reports
+
+
+def corpora_files_log_soon() -> threading.Thread:
+    """`corpora_files_log` on a thread of its own, which closes its connection when done: the web
+    server imports its application inside its event loop, where the ORM may not run."""
+
+    def check() -> None:
+        try:
+            corpora_files_log()
+        except Exception:  # noqa: BLE001 - a start check never stops the start
+            logger.warning("checking the corpora's files at start failed", exc_info=True)
+        finally:
+            connections.close_all()
+
+    thread = threading.Thread(target=check, name="corpora-files-check", daemon=True)
+    thread.start()
+    return thread
 
 
 def corpora_files_check(app_configs: object = None, **kwargs: object) -> list[checks.CheckMessage]:
