@@ -1,9 +1,9 @@
 """A portal's content made by the real services, and its observable state, for the backup and
-upgrade tests (tests/portal/test_backups.py, test_upgrade.py). Run in its own process against the
+upgrade tests (tests/corpus/test_backups.py, test_upgrade.py). Run in its own process against the
 DATA_DIR / DATABASE_URL / BUILD_STORAGE_URL of its environment:
 
-    python tests/portal/backup_scenario.py make [--small]  # users, corpora built and appended, a chat, a token
-    python tests/portal/backup_scenario.py state    # JSON of every row a user sees, and searches
+    python tests/corpus/backup_scenario.py make [--small]  # users, corpora built and appended, a chat, a token
+    python tests/corpus/backup_scenario.py state    # JSON of every row a user sees, and searches
 
 `make` prints the API token's secret as JSON; `state TOKEN` checks it still authenticates. It uses
 only services that the previous release has too, so the upgrade fixture is made by the same script.

@@ -1,5 +1,5 @@
 """A portal on its own "machine" (DATA_DIR, database, object store) driven through real commands
-in child processes: `manage.py` and tests/portal/backup_scenario.py (backup and upgrade tests)."""
+in child processes: `manage.py` and tests/corpus/backup_scenario.py (backup and upgrade tests)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 REPO = Path(__file__).resolve().parents[2]
-SCENARIO = REPO / "tests" / "portal" / "backup_scenario.py"
+SCENARIO = REPO / "tests" / "corpus" / "backup_scenario.py"
 
 
 class Portal:

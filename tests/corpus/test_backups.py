@@ -16,7 +16,7 @@ from urllib.parse import urlparse, urlunparse
 import psycopg
 import pytest
 
-from tests.portal.portal_process import Portal
+from tests.corpus.portal_process import Portal
 
 PG_DEFAULT = "postgres://postgres@127.0.0.1:5432/hdrag_test"
 

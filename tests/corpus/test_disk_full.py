@@ -14,7 +14,7 @@ from django.contrib.auth.models import User
 from corpus.models import Corpus
 from corpus.services.corpora import corpus_create
 from memory.services import memories_search
-from tests.portal.conftest import SMALL_HDC, TEXTS, build_now, upload
+from tests.plugins.portal import SMALL_HDC, TEXTS, build_now, upload
 
 # One build of the small corpus takes about 2.7 MB (most of it the vocabulary), so a second does not fit.
 SIZE = "4m"

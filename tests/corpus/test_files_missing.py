@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 
 from accounts.services.tokens import api_token_create
 from corpus.integrity import corpora_files_log, corpus_files_report
-from tests.portal.conftest import build_now
+from tests.plugins.portal import build_now
 
 
 @pytest.fixture

@@ -6,8 +6,8 @@ keeps serving, and once the store is back the next build publishes and serves.""
 from __future__ import annotations
 
 from corpus.files import build_dir
-from tests.portal.conftest import TEXTS, build_now, login, upload
-from tests.portal.test_object_store import store, top_text  # noqa: F401 - store is a fixture
+from tests.corpus.test_object_store import store, top_text  # noqa: F401 - store is a fixture
+from tests.plugins.portal import TEXTS, build_now, login, upload
 
 
 def test_a_build_that_cannot_publish_fails_and_the_previous_one_serves(

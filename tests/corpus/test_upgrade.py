@@ -11,7 +11,7 @@ import tarfile
 import pytest
 import yaml
 
-from tests.portal.portal_process import REPO, Portal
+from tests.corpus.portal_process import REPO, Portal
 
 FIXTURES = REPO / "tests" / "fixtures" / "upgrade"
 
