@@ -104,7 +104,7 @@ def corpus_files_report(*, corpus: Corpus, deep: bool = False) -> CorpusFiles:
                 report.rows.append(f"build #{build.number}: {rows} memory rows, {build.documents} expected")
     if ids and segments.get(ids[0]) is not None:
         try:
-            model_for(segments[ids[0]].parameters or {})
+            model_for(segments[ids[0]].params)
         except ApplicationError as error:
             report.model = error.message
     store = object_store()

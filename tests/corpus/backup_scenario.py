@@ -105,11 +105,15 @@ def _conversation(owner: User, corpus: Corpus) -> None:
                                  token_count=memory.token_count, excerpt=memory.text)
 
 
+def _text(memory) -> str:  # noqa: ANN001 - a MemoryRecord; a dict in the earlier release
+    return memory["text"] if isinstance(memory, dict) else memory.text
+
+
 def _searches(corpus: Corpus) -> dict:
     results = {}
     for query in QUERIES:
         found = memories_search(user=corpus.owner, corpus_ids=[corpus.pk], query=query)
-        results[query] = [[r.memory["text"], round(r.hdc_score, 6), r.fused_score] for r in found]
+        results[query] = [[_text(r.memory), round(r.hdc_score, 6), r.fused_score] for r in found]
     return results
 
 
@@ -148,7 +152,7 @@ def append() -> dict:
     notes.refresh_from_db()
     found = memories_search(user=notes.owner, corpus_ids=[notes.pk], query="glaciers carve valleys")
     return {"job": [job.number, job.kind, job.status], "serving": len(notes.serving_build_ids),
-            "found": [r.memory["text"] for r in found]}
+            "found": [_text(r.memory) for r in found]}
 
 
 def chat(token: str) -> dict:

@@ -41,7 +41,7 @@ def test_a_build_that_fills_the_disk_fails_cleanly_and_the_old_index_serves(
     upload(corpus, owner, TEXTS)
     first = build_now(corpus, owner, django_capture_on_commit_callbacks)
     assert first.status == "succeeded"
-    before = [r.memory["text"] for r in memories_search(user=owner, corpus_ids=[corpus.pk], query="binary search")]
+    before = [r.memory.text for r in memories_search(user=owner, corpus_ids=[corpus.pk], query="binary search")]
 
     second = build_now(corpus, owner, django_capture_on_commit_callbacks)
     assert second.status == "failed" and "No space left on device" in second.error
@@ -51,5 +51,5 @@ def test_a_build_that_fills_the_disk_fails_cleanly_and_the_old_index_serves(
     assert not list((small_disk / "tmp").rglob("*.partial"))
     page = client_for(owner).get(f"/corpora/{corpus.pk}/").content.decode()
     assert "No space left on device" in page
-    after = [r.memory["text"] for r in memories_search(user=owner, corpus_ids=[corpus.pk], query="binary search")]
+    after = [r.memory.text for r in memories_search(user=owner, corpus_ids=[corpus.pk], query="binary search")]
     assert after == before and after
