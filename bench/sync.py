@@ -7,7 +7,7 @@ searchable after a sync starts, and what a sync with nothing changed costs.
 Creates a scratch PostgreSQL database on the server of $DATABASE_URL, builds a corpus of `--docs`
 synthetic memories (bench.build's sentences), then adds two sources of `--source-docs` Markdown
 documents each: a folder under a scratch SOURCE_ROOTS, and a Git repository served over smart HTTP
-by `git http-backend` on loopback (tests/portal/source_servers.py). For each: the first sync
+by `git http-backend` on loopback (tests/corpus/source_servers.py). For each: the first sync
 (every document read and appended), a sync with nothing changed, then `--changed` documents
 rewritten (a new fact sentence in each) and a sync, timed from its start until every changed
 document's new sentence is the top hit of its search and its old sentence is found nowhere. The

@@ -31,8 +31,10 @@ class CorpusConfig(AppConfig):
             signals,  # noqa: F401 - connects the receivers
             tasks,  # noqa: F401 - registers the build task in every process (queued by name)
         )
+        from corpus.integrity import corpora_files_check
 
         checks.register(_engine_settings_check)
+        checks.register(corpora_files_check, checks.Tags.database)
 
         # DATA_DIR holds the SQLite file, uploads (spooled here so accepting one is a rename),
         # the local broker's queue and the builds; create what a fresh DATA_DIR lacks.

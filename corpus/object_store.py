@@ -118,6 +118,22 @@ class ObjectStore:
                 deleted += len(keys)
         return deleted
 
+    def exists(self, relative: str) -> bool:
+        """Whether an object is stored under `relative`."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            self.client.head_object(Bucket=self.bucket, Key=self.key(relative))
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
+                return False
+            raise ObjectStoreUnavailable(f"The object store (s3://{self.bucket}/{self.prefix}) could not read "
+                                         f"{relative}: {error}") from error
+        except BotoCoreError as error:
+            raise ObjectStoreUnavailable(f"The object store (s3://{self.bucket}/{self.prefix}) could not read "
+                                         f"{relative}: {error}") from error
+        return True
+
     def delete(self, relative: str) -> None:
         self._call(f"delete {relative}", self.client.delete_object, Bucket=self.bucket, Key=self.key(relative))
 

@@ -22,6 +22,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from core.errors import ApplicationError
 from corpus.files import build_dir
 from corpus.models import Corpus, IndexBuild
 from corpus.object_store import MANIFEST, fetch_build, object_store, verify_local
@@ -34,9 +35,26 @@ _locks: dict[int, threading.Lock] = {}
 _locks_guard = threading.Lock()
 
 
+class SegmentFilesMissing(ApplicationError):
+    """A segment the rows say serves is not on this machine (a database restored without its
+    files): a clear 503 naming it, never a traceback (corpus.integrity reports every such corpus)."""
+
+    code = "index_files_missing"
+    status = 503
+
+
 def _lock(build_id: int) -> threading.Lock:
     with _locks_guard:
         return _locks.setdefault(build_id, threading.Lock())
+
+
+def local_segment_dir(build: IndexBuild) -> Path:
+    """Where a segment is on a machine without a store: the directory the row names, or its place
+    under this DATA_DIR when the row's is gone (a DATA_DIR moved or restored to another path)."""
+    canonical = build_dir(build.corpus_id, build.pk)
+    if build.build_dir and ((Path(build.build_dir) / MANIFEST).is_file() or not (canonical / MANIFEST).is_file()):
+        return Path(build.build_dir)
+    return canonical
 
 
 def segment_path(build: IndexBuild) -> Path:
@@ -45,7 +63,13 @@ def segment_path(build: IndexBuild) -> Path:
     published = build.params.published
     if object_store() is None or not published:
         # One machine: where the worker wrote it (the row says; builds made by tools elsewhere too).
-        return Path(build.build_dir) if build.build_dir else build_dir(build.corpus_id, build.pk)
+        directory = local_segment_dir(build)
+        if not (directory / MANIFEST).is_file():
+            raise SegmentFilesMissing(
+                f"The index files of {build.get_kind_display().lower()} #{build.number} of this corpus are missing "
+                f"({directory}): restore them, or rebuild the corpus from its datasets on its page.",
+                {"corpus_id": build.corpus_id, "build_id": build.pk})
+        return directory
     directory = build_dir(build.corpus_id, build.pk)
     with _lock(build.pk):
         manifest = directory / MANIFEST

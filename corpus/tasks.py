@@ -7,6 +7,7 @@ import logging
 from celery import shared_task
 from celery.signals import worker_ready
 
+from corpus.integrity import corpora_files_log
 from corpus.services.builds import RUN_BUILD_TASK, build_run, builds_sweep_stale
 from corpus.sources.services import SYNC_TASK, sources_sync_due
 from corpus.sources.sync import source_sync_run
@@ -26,6 +27,7 @@ def sweep_on_worker_start(**kwargs: object) -> None:
     swept = builds_sweep_stale()
     if swept:
         logger.warning("marked stale builds failed: %s", swept)
+    corpora_files_log()
 
 
 @shared_task(name=SYNC_TASK)

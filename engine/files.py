@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
 from collections.abc import Iterator
@@ -29,3 +30,19 @@ def atomic_write(target: str | Path, *, durable: bool = True) -> Iterator[Path]:
         os.replace(temporary, target)
     finally:
         temporary.unlink(missing_ok=True)
+
+
+def reserve(path: str | Path, size: int) -> None:
+    """Give `path` `size` bytes of real disk blocks before it is written through a memory map.
+
+    A sparse file (`truncate`) that is filled through a map on a full disk kills the process with
+    SIGBUS at the page that finds no block; reserved first, a full disk is an OSError (ENOSPC)
+    here, which a build reports. File systems without fallocate fall back to the sparse file."""
+    with open(path, "r+b") as handle:
+        try:
+            os.posix_fallocate(handle.fileno(), 0, size)
+        except OSError as error:
+            if error.errno in (errno.EOPNOTSUPP, errno.EINVAL):
+                handle.truncate(size)
+                return
+            raise

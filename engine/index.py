@@ -43,7 +43,7 @@ import numba
 import numpy as np
 
 from engine import bits, kernels, topk
-from engine.files import atomic_write
+from engine.files import atomic_write, reserve
 
 MAGIC = b"HDRAGIX1"
 VERSION = 1
@@ -264,7 +264,7 @@ class BitmapIndex:
         with atomic_write(self.path) as staging:
             with open(staging, "wb") as handle:
                 handle.write(_header(self.dims, self.count, LAYOUT_CHUNKED, chunk_words))
-                handle.truncate(HEADER_BYTES + self.count * 2 * self.words * 8)
+            reserve(staging, HEADER_BYTES + self.count * 2 * self.words * 8)
             if self.count:
                 body = np.memmap(staging, dtype="<u8", mode="r+", offset=HEADER_BYTES,
                                  shape=(self.count * 2 * self.words,))

@@ -46,7 +46,7 @@ from cachetools import LRUCache
 
 from engine import gguf, kernels
 from engine.bits import permute_bits, quantize_ternary, words
-from engine.files import atomic_write
+from engine.files import atomic_write, reserve
 
 MAGIC = b"HDRVOCAB"
 FORMAT_VERSION = 4
@@ -446,8 +446,9 @@ def write_vocab_index(path: str | Path, *, token_ids: np.ndarray, idf: np.ndarra
             return project_rows(rows, mean=mean, directions=directions, dims=dims, seed=seed)
     sections, offset = _section_table(shapes)
     with atomic_write(path) as tmp:
-        with open(tmp, "wb") as handle:
-            handle.truncate(max(offset, HEADER_BYTES))
+        with open(tmp, "wb"):
+            pass
+        reserve(tmp, max(offset, HEADER_BYTES))
 
         def section(name: str) -> np.ndarray:
             start, dtype, shape = sections[name]
@@ -512,6 +513,8 @@ def _scratch_tables(tables_dir: str | Path, vocab_size: int, dims: int, ngram: i
                                         shape=(vocab_size, dims))
     bitmaps = np.lib.format.open_memmap(tables_dir / _SCRATCH[1], mode="w+", dtype=np.uint64,
                                         shape=(ngram, vocab_size, 2, words(dims)))
+    for name, table in zip(_SCRATCH, (unigram, bitmaps), strict=True):
+        reserve(tables_dir / name, table.offset + table.nbytes)
     return unigram, bitmaps
 
 

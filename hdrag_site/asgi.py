@@ -26,6 +26,9 @@ import chat.routing  # noqa: E402
 import corpus.routing  # noqa: E402
 from core.bodylimit import BodyLimitMiddleware  # noqa: E402
 from core.sockets import SameOriginValidator  # noqa: E402
+from corpus.integrity import corpora_files_log_soon  # noqa: E402
+
+corpora_files_log_soon()  # a database restored without its files is named at start (its pages offer a rebuild)
 
 application = ProtocolTypeRouter({
     "http": BodyLimitMiddleware(django_asgi_app),

@@ -1,0 +1,91 @@
+"""The LLM server killed while it streams an answer, for real: a llama.cpp server of this test's
+own (the session's is shared) is sent SIGKILL after the first tokens reach the chat. The answer is
+stored as cut (status error, the text streamed so far, the reason), the user's socket gets a clear
+chat.error and stays open, and once a server is back on the same address the next turn on the same
+socket is answered, with no restart of the portal."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+import yaml
+from channels.db import database_sync_to_async
+from django.db import connections
+
+from chat.models import Message
+from chat.services import conversation_create
+from engine.llama_server import LlamaServer, LlamaServerError
+from tests.plugins.chat import events_until, open_socket
+
+pytestmark = pytest.mark.django_db(transaction=True)
+db = database_sync_to_async
+LONG = "Tell me a very long tale about the sea, the ships and every sailor on them."
+
+
+@pytest.fixture(autouse=True)
+async def close_sync_thread_connections():
+    yield
+    await db(connections.close_all)()
+
+
+def _start(gemma_gguf, port: int = 0) -> LlamaServer:
+    server = LlamaServer(gemma_gguf, port=port, threads=2, ctx_size=2048, parallel=1)
+    try:
+        return server.start()
+    except LlamaServerError as error:
+        pytest.fail(f"llama.cpp server could not start: {error}", pytrace=False)
+
+
+@pytest.fixture
+def own_llm(settings, gemma_gguf, tmp_path):
+    from core import runtime
+
+    config = tmp_path / "engine.yaml"
+    config.write_text(yaml.safe_dump({"max_new_tokens": 400, "llama_context_size": 2048, "temperature": 0.0,
+                                      "top_p": 1.0}))
+    server = _start(gemma_gguf)
+    settings.LLM_BASE_URL, settings.LLM_TIMEOUT_SECONDS = server.base_url, 60
+    settings.HDRAG_CONFIG_FILE = str(config)
+    settings.DATA_DIR = tmp_path / "data"
+    runtime.engine_config.cache_clear()
+    servers = [server]
+    yield servers
+    for running in servers:
+        running.stop()
+    runtime.engine_config.cache_clear()
+
+
+def _messages(conversation_id: int) -> list[Message]:
+    return list(Message.objects.filter(conversation_id=conversation_id).order_by("id"))
+
+
+async def test_an_answer_cut_by_a_killed_llm_is_stored_cut_and_the_chat_recovers(own_llm, gemma_gguf,
+                                                                                   django_user_model):
+    owner = await db(django_user_model.objects.create_user)("owner", password="pw-owner-123")
+    conversation = await db(conversation_create)(user=owner, corpus_ids=[], use_memory=False)
+    socket, _, _ = await open_socket(owner, conversation.pk)
+    await socket.receive_json_from()
+    await socket.send_json_to({"type": "chat.send", "content": LONG})
+    first = await events_until(socket, "chat.delta")
+    server = own_llm[0]
+    port = server.port
+    server._process.send_signal(signal.SIGKILL)  # noqa: SLF001 - the fault under test: no clean shutdown
+    events = await events_until(socket, "chat.done", "chat.error")
+
+    error = events[-1]
+    assert error["type"] == "chat.error" and error["code"].startswith("llm_")
+    assert f"127.0.0.1:{port}" in error["error"]
+    streamed = "".join(e["delta"] for e in [*first, *events] if e["type"] == "chat.delta")
+    _, cut = await db(_messages)(conversation.pk)
+    assert cut.status == "error" and cut.error == error["error"]
+    assert cut.content and cut.content == streamed  # what the user saw, kept, and marked as cut
+
+    server.stop()
+    own_llm.append(_start(gemma_gguf, port=port))  # the LLM is back, on the same address
+    await socket.send_json_to({"type": "chat.send", "content": "Say hello."})
+    again = await events_until(socket, "chat.done", "chat.error")
+    assert again[-1]["type"] == "chat.done"
+    answer = (await db(_messages)(conversation.pk))[-1]
+    assert answer.status == "complete" and answer.content.strip()
+    await socket.disconnect()

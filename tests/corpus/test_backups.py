@@ -1,0 +1,131 @@
+"""Backup and restore (`manage.py backup` / `restore` / `check_restore`), end to end in real
+processes: a portal made by the real services (corpora built and appended, a conversation with
+citations, an API token) is backed up, restored into an empty database and an empty DATA_DIR (and
+an empty bucket prefix), and the restored portal shows the same rows and answers every search the
+same; then it takes a new upload and appends it. On SQLite, on the real PostgreSQL, and on
+PostgreSQL with the real S3 store (`rclone serve s3`)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from urllib.parse import urlparse, urlunparse
+
+import psycopg
+import pytest
+
+from tests.corpus.portal_process import Portal
+
+PG_DEFAULT = "postgres://postgres@127.0.0.1:5432/hdrag_test"
+
+
+def pg_url(name: str) -> str:
+    """A fresh PostgreSQL database `name` on the server of DATABASE_URL (or the local one)."""
+    base = urlparse(os.environ.get("DATABASE_URL") or PG_DEFAULT)
+    database = f"{base.path.strip('/')}_{name}"
+    admin = urlunparse(base._replace(path="/postgres"))
+    try:
+        with psycopg.connect(admin, autocommit=True, connect_timeout=10) as connection:
+            connection.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
+            connection.execute(f'CREATE DATABASE "{database}"')
+    except psycopg.OperationalError as error:
+        pytest.fail(f"PostgreSQL is not reachable at {admin}: {error}", pytrace=False)
+    return urlunparse(base._replace(path=f"/{database}"))
+
+
+def drop_pg(url: str) -> None:
+    parsed = urlparse(url)
+    with psycopg.connect(urlunparse(parsed._replace(path="/postgres")), autocommit=True) as connection:
+        connection.execute(f'DROP DATABASE IF EXISTS "{parsed.path.strip("/")}" WITH (FORCE)')
+
+
+def _machines(kind: str, tmp_path: Path, request: pytest.FixtureRequest) -> tuple[Portal, Portal]:
+    if kind == "sqlite":
+        return Portal(tmp_path / "source"), Portal(tmp_path / "restored")
+    source_db, restored_db = pg_url("backup_source"), pg_url("backup_restored")
+    request.addfinalizer(lambda: (drop_pg(source_db), drop_pg(restored_db)))
+    if kind == "postgresql":
+        return Portal(tmp_path / "source", source_db), Portal(tmp_path / "restored", restored_db)
+    s3 = request.getfixturevalue("s3_server")
+    prefix = request.getfixturevalue("s3_prefix")
+    return (Portal(tmp_path / "source", source_db, s3.env(f"{prefix}-source")),
+            Portal(tmp_path / "restored", restored_db, s3.env(f"{prefix}-restored")))
+
+
+@pytest.mark.service
+@pytest.mark.parametrize("kind", ["sqlite", "postgresql", "postgresql+s3"])
+def test_a_restore_on_a_fresh_machine_gives_back_everything(kind, tmp_path, request):
+    source, restored = _machines(kind, tmp_path, request)
+    source.manage("migrate", "-v0")
+    token = source.scenario("make")["token"]
+    before = source.scenario("state", token)
+    assert before["token_user"] == "owner" and len(before["corpora"]["Team notes"]["serving"]) == 2
+    assert any(before["corpora"]["Team notes"]["searches"].values())
+
+    backup = tmp_path / "backup"
+    source.manage("backup", str(backup))
+    manifest = json.loads((backup / "backup.json").read_text())
+    assert manifest["problems"] == [] and len(manifest["builds"]) == 3 and len(manifest["datasets"]) == 3
+    if kind == "postgresql+s3":
+        shutil.rmtree(source.data_dir / "corpora")  # the store holds them: the backup must not need this cache
+
+    result = restored.manage("restore", str(backup))
+    assert "every corpus's files checked" in result.stdout
+    if kind == "postgresql+s3":
+        # Serving from the restored bucket: this machine fetches every segment again.
+        shutil.rmtree(restored.data_dir / "corpora")
+    after = restored.scenario("state", token)
+    assert after == before
+    assert "agree" in restored.manage("check_restore").stdout
+
+    appended = restored.scenario("append")
+    assert appended["job"] == [3, "append", "succeeded"] and appended["serving"] == 3
+    assert appended["found"][0].startswith("Glaciers carve")
+
+
+@pytest.fixture
+def backed_up(tmp_path) -> tuple[Portal, Path]:
+    """A SQLite portal with its content, and a backup of it."""
+    source = Portal(tmp_path / "source")
+    source.manage("migrate", "-v0")
+    source.scenario("make")
+    backup = tmp_path / "backup"
+    source.manage("backup", str(backup))
+    return source, backup
+
+
+def test_a_damaged_backup_is_refused_and_nothing_is_restored(backed_up, tmp_path):
+    _, backup = backed_up
+    damaged = next((backup / "files" / "corpora").glob("*/builds/*/corpus.idx"))
+    damaged.write_bytes(damaged.read_bytes()[:-1] + b"\x00")
+    restored = Portal(tmp_path / "restored")
+    result = restored.manage("restore", str(backup), check=False)
+    assert result.returncode != 0 and "is damaged" in result.stderr and str(damaged) in result.stderr
+    assert not (restored.data_dir / "corpora").exists()
+
+
+def test_a_restore_refuses_a_database_that_is_not_empty(backed_up):
+    source, backup = backed_up
+    result = source.manage("restore", str(backup), check=False)
+    assert result.returncode != 0 and "The database is not empty" in result.stderr
+
+
+def test_a_backup_goes_into_an_empty_directory(backed_up):
+    source, backup = backed_up
+    result = source.manage("backup", str(backup), check=False)
+    assert result.returncode != 0 and "is not empty" in result.stderr
+
+
+def test_rows_restored_without_their_files_are_named_at_start(backed_up, tmp_path):
+    """The database restored, the segment files not (an admin who restored only the database)."""
+    _, backup = backed_up
+    restored = Portal(tmp_path / "restored")
+    restored.manage("restore", str(backup))
+    shutil.rmtree(restored.data_dir / "corpora" / "1" / "builds")
+    check = restored.manage("check_restore", check=False)
+    assert check.returncode != 0 and "corpus 1 ('Team notes') cannot serve" in check.stderr
+    assert "build #1: its index files are missing" in check.stderr and "append #2" in check.stderr
+    started = restored.manage("check", "--database", "default")  # what `./portal run` runs through migrate
+    assert "hdrag.W010" in started.stderr and "Team notes" in started.stderr and "Recipes" not in started.stderr
