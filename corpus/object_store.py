@@ -1,5 +1,5 @@
 """Object storage for uploads and index segments, so that web processes and workers can run on
-different machines (issue 28, docs/ARCHITECTURE.md "Several machines").
+different machines (docs/ARCHITECTURE.md "Several machines").
 
 `BUILD_STORAGE_URL` unset: nothing here runs; uploads and builds live under `DATA_DIR` as they
 always did. `s3://BUCKET/PREFIX`: an S3-compatible store, reached with boto3 (which reads

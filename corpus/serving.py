@@ -219,6 +219,6 @@ def search_slot() -> threading.BoundedSemaphore:
     """Held around each engine search (`with runtime.search_slot(): ...`): at most
     `settings.SEARCH_CONCURRENCY` run at once in this process, the others wait their turn.
     A search's kernels already use every core (numba/OpenMP) and its Python parts hold the GIL,
-    so more at once only oversubscribe the cores: on bench/api.py's 100,000-memory corpus, 16
-    threads searching at once managed 51.6 searches/s, one or two at a time 85-89/s."""
+    so more at once only oversubscribe the cores and every search gets slower (docs/scaling.md,
+    "Searches at once")."""
     return _search_slots(settings.SEARCH_CONCURRENCY)
