@@ -24,7 +24,7 @@ from core.errors import ApplicationError
 from corpus.selectors import corpora_visible_to
 
 
-def _page(request: HttpRequest, conversation=None) -> HttpResponse:  # noqa: ANN001 - Conversation | None
+def _page(request: HttpRequest, conversation=None) -> HttpResponse:  # Conversation | None
     corpora = list(corpora_visible_to(request.user).select_related("active_build").order_by("name", "pk"))
     context = {
         "conversations": conversations_for_user(user=request.user),

@@ -63,7 +63,7 @@ class DatasetAddForm(forms.ModelForm):
         model = Dataset
         fields = ["corpus", "enabled"]
 
-    def __init__(self, *args, request: HttpRequest | None = None, **kwargs) -> None:  # noqa: ANN002, ANN003
+    def __init__(self, *args, request: HttpRequest | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.request = request
         self.created: Dataset | None = None
@@ -101,13 +101,13 @@ class DatasetAdmin(admin.ModelAdmin):
     def records(self, dataset: Dataset) -> str:
         return num(dataset.record_count) if dataset.record_count_exact else f"≈ {num(dataset.record_count)}"
 
-    def get_form(self, request, obj=None, change=False, **kwargs):  # noqa: ANN001, ANN201, ANN003
+    def get_form(self, request, obj=None, change=False, **kwargs):
         if obj is None:
             kwargs.update(form=DatasetAddForm, fields=["corpus", "upload", "enabled"])
             form = super().get_form(request, obj, change=change, **kwargs)
 
             class BoundAddForm(form):
-                def __init__(self, *args, **inner) -> None:  # noqa: ANN002, ANN003
+                def __init__(self, *args, **inner) -> None:
                     super().__init__(*args, request=request, **inner)
 
             return BoundAddForm
@@ -116,16 +116,16 @@ class DatasetAdmin(admin.ModelAdmin):
     def get_readonly_fields(self, request: HttpRequest, obj: Dataset | None = None) -> list[str]:
         return self.readonly_fields if obj is not None else []
 
-    def save_form(self, request, form, change):  # noqa: ANN001, ANN201
+    def save_form(self, request, form, change):
         if not change:
             return form.created
         return super().save_form(request, form, change)
 
-    def save_model(self, request, obj, form, change) -> None:  # noqa: ANN001
+    def save_model(self, request, obj, form, change) -> None:
         if change:
             super().save_model(request, obj, form, change)
 
-    def save_related(self, request, form, formsets, change) -> None:  # noqa: ANN001
+    def save_related(self, request, form, formsets, change) -> None:
         if change:
             super().save_related(request, form, formsets, change)
 

@@ -41,5 +41,5 @@ def _send(group: str, event: dict) -> None:
         logger.warning("could not send %s event to %s", op, group, exc_info=True)
 
 
-def send_build_event(build, *, op: str = "progress") -> None:  # noqa: ANN001 - corpus.models.IndexBuild
+def send_build_event(build, *, op: str = "progress") -> None:  # corpus.models.IndexBuild
     send_event(corpus_group(build.corpus_id), op=op, build=build_state(build))

@@ -21,7 +21,7 @@ class CorpusForm(forms.ModelForm):
         widgets = {"description": forms.Textarea(attrs={"rows": 3}),
                    "readable_groups": forms.CheckboxSelectMultiple, "writable_groups": forms.CheckboxSelectMultiple}
 
-    def __init__(self, *args, user, **kwargs) -> None:  # noqa: ANN001, ANN002, ANN003
+    def __init__(self, *args, user, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         groups = groups_shareable_by(user)
         if groups.exists():
@@ -64,11 +64,11 @@ class MultipleFileInput(forms.ClearableFileInput):
 class MultipleFileField(forms.FileField):
     """Several files in one field (Django's documented pattern); cleans to a list."""
 
-    def __init__(self, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+    def __init__(self, *args, **kwargs) -> None:
         kwargs.setdefault("widget", MultipleFileInput(attrs={"multiple": True, "class": "visually-hidden"}))
         super().__init__(*args, **kwargs)
 
-    def clean(self, data, initial=None) -> list:  # noqa: ANN001
+    def clean(self, data, initial=None) -> list:
         single = super().clean
         if isinstance(data, (list, tuple)) and data:
             return [single(item, initial) for item in data]
@@ -80,7 +80,7 @@ class DatasetUploadForm(forms.Form):
         label="Files", help_text="PDF, Word (DOCX), Markdown, text, HTML, XML, JSON, JSONL or Parquet (UTF-8 text), "
                                  "or a ZIP of such files. Several at once; drop a folder to upload all its files.")
 
-    def __init__(self, *args, upload_errors: dict | None = None, **kwargs) -> None:  # noqa: ANN002, ANN003
+    def __init__(self, *args, upload_errors: dict | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.upload_errors = upload_errors or {}
 

@@ -1,5 +1,5 @@
 """Object storage for uploads and index segments, so that web processes and workers can run on
-different machines (issue 28, docs/ARCHITECTURE.md "Several machines").
+different machines (docs/ARCHITECTURE.md "Several machines").
 
 `BUILD_STORAGE_URL` unset: nothing here runs; uploads and builds live under `DATA_DIR` as they
 always did. `s3://BUCKET/PREFIX`: an S3-compatible store, reached with boto3 (which reads
@@ -71,13 +71,13 @@ class ObjectStore:
         return cls(parsed.netloc, parsed.path.strip("/"))
 
     @property
-    def client(self) -> Any:  # noqa: ANN401 - botocore's generated S3 client
+    def client(self) -> Any:  # botocore's generated S3 client
         return _client()
 
     def key(self, relative: str) -> str:
         return f"{self.prefix}/{relative}" if self.prefix else relative
 
-    def _call(self, what: str, call: Any, *args: Any, **kwargs: Any) -> Any:  # noqa: ANN401
+    def _call(self, what: str, call: Any, *args: Any, **kwargs: Any) -> Any:
         from boto3.exceptions import Boto3Error
         from botocore.exceptions import BotoCoreError, ClientError
 
@@ -138,14 +138,14 @@ class ObjectStore:
         self._call(f"delete {relative}", self.client.delete_object, Bucket=self.bucket, Key=self.key(relative))
 
 
-def _client() -> Any:  # noqa: ANN401
+def _client() -> Any:
     """The boto3 client of this process's environment (boto3 clients are thread-safe)."""
     return _client_for(*(os.environ.get(name, "") for name in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID",
                                                                "AWS_DEFAULT_REGION")))
 
 
 @functools.lru_cache(maxsize=4)
-def _client_for(endpoint: str, access_key: str, region: str) -> Any:  # noqa: ANN401 - one per environment
+def _client_for(endpoint: str, access_key: str, region: str) -> Any:  # one per environment
     """Short timeouts, so a store that is down fails a request in seconds; checksums are asked for
     only where S3 requires them (S3-compatible servers differ, and every file is checked by sha256).
     boto3 reads the AWS_* variables itself; the arguments only key the cache."""

@@ -36,7 +36,7 @@ def _writable(user: User) -> Q:
     return Q(owner=user) | (~Q(visibility=Corpus.Visibility.PRIVATE) & shared)
 
 
-def _restricted(user: User, rule) -> QuerySet[Corpus]:  # noqa: ANN001 - one of the Q builders above
+def _restricted(user: User, rule) -> QuerySet[Corpus]:  # one of the Q builders above
     if not user.is_authenticated or not user.is_active:
         return Corpus.objects.none()
     if user.is_superuser:

@@ -93,7 +93,7 @@ def model_for(parameters: BuildParameters) -> Path:
                            f"{models_dir()} or set GGUF_PATH.", {"model_name": name, "model_sha256": sha256})
 
 
-def tokenizer_for(gguf_path: str | Path):  # noqa: ANN201 - engine.spm.GGUFTokenizer, imported lazily
+def tokenizer_for(gguf_path: str | Path):  # engine.spm.GGUFTokenizer, imported lazily
     """The in-process tokenizer of a GGUF model (parsing Gemma's 262k-token vocabulary takes about a
     second, so one instance per model file lives in the process)."""
     from engine.spm import GGUFTokenizer
@@ -109,7 +109,7 @@ def retriever_for(gguf_path: str | Path) -> Retriever:
     return _retrievers.get(key, lambda: Retriever(tokenizer_for(gguf_path), config))
 
 
-def text_encoder_for(build: LoadedIndex, gguf_path: str | Path):  # noqa: ANN201 - TokenVectorEncoder
+def text_encoder_for(build: LoadedIndex, gguf_path: str | Path):  # TokenVectorEncoder
     """The token-vector encoder a late-interaction build was filled with (made as in the build;
     making one costs the isotropy correction of the build's vocabulary, an SVD)."""
     from engine.text_store import text_encoder_for as make_encoder
@@ -120,7 +120,7 @@ def text_encoder_for(build: LoadedIndex, gguf_path: str | Path):  # noqa: ANN201
         dim=settings.MULTIVECTOR_DIM))
 
 
-def late_scorer_for(build: LoadedIndex, gguf_path: str | Path):  # noqa: ANN201 - text_store.LateScorer | None
+def late_scorer_for(build: LoadedIndex, gguf_path: str | Path):  # text_store.LateScorer | None
     """The exact late-interaction scorer of a build its fill left token vectors for (`late.npz`,
     read into memory once: a few bytes per token of the corpus and ~1.5 kB per vocabulary token);
     None for a build without them."""
@@ -131,7 +131,7 @@ def late_scorer_for(build: LoadedIndex, gguf_path: str | Path):  # noqa: ANN201 
         build, encoder=text_encoder_for(build, gguf_path), tokenizer=tokenizer_for(gguf_path)))
 
 
-def word_index_for(build: LoadedIndex):  # noqa: ANN201 - engine.lexical.WordIndex | None
+def word_index_for(build: LoadedIndex):  # engine.lexical.WordIndex | None
     """The exact-word (BM25) index a build wrote (`words.npz`, read into memory once: about 6
     bytes per distinct word of each memory); None for a build without one."""
     from engine.lexical import WordIndex
@@ -158,7 +158,7 @@ def loaded_state(build_dirs: list[str | Path]) -> LoadedIndex:
     return _states.get(key, lambda: load_state(list(key), load=loaded_build))
 
 
-def state_word_index(state: LoadedIndex):  # noqa: ANN201 - WordIndex | SegmentedWordIndex | None
+def state_word_index(state: LoadedIndex):  # WordIndex | SegmentedWordIndex | None
     """The exact-word index of a state: every segment's `word_index_for`, scored together."""
     from engine.segments import state_word_index as together
 
@@ -219,6 +219,6 @@ def search_slot() -> threading.BoundedSemaphore:
     """Held around each engine search (`with runtime.search_slot(): ...`): at most
     `settings.SEARCH_CONCURRENCY` run at once in this process, the others wait their turn.
     A search's kernels already use every core (numba/OpenMP) and its Python parts hold the GIL,
-    so more at once only oversubscribe the cores: on bench/api.py's 100,000-memory corpus, 16
-    threads searching at once managed 51.6 searches/s, one or two at a time 85-89/s."""
+    so more at once only oversubscribe the cores and every search gets slower (docs/scaling.md,
+    "Searches at once")."""
     return _search_slots(settings.SEARCH_CONCURRENCY)

@@ -30,7 +30,7 @@ def upload_limit_message(limit: int) -> str:
 
 
 class LimitedHashingUploadHandler(TemporaryFileUploadHandler):
-    def __init__(self, request=None) -> None:  # noqa: ANN001 - Django's signature
+    def __init__(self, request=None) -> None:  # Django's signature
         super().__init__(request)
         self.limit = settings.UPLOAD_MAX_BYTES
         self.received = 0
@@ -38,7 +38,7 @@ class LimitedHashingUploadHandler(TemporaryFileUploadHandler):
         if request is not None and not hasattr(request, "upload_errors"):
             request.upload_errors = {}
 
-    def new_file(self, field_name: str, file_name: str, *args, **kwargs) -> None:  # noqa: ANN002, ANN003
+    def new_file(self, field_name: str, file_name: str, *args, **kwargs) -> None:
         Path(settings.FILE_UPLOAD_TEMP_DIR).mkdir(parents=True, exist_ok=True)
         if len(Path(file_name).suffix.encode()) > MAX_SUFFIX_BYTES:
             # Django names the spool file "<random>.upload<suffix>": a suffix this long would pass
@@ -60,7 +60,7 @@ class LimitedHashingUploadHandler(TemporaryFileUploadHandler):
         self.digest.update(raw_data)
         return super().receive_data_chunk(raw_data, start)
 
-    def file_complete(self, file_size: int):  # noqa: ANN201 - returns Django's TemporaryUploadedFile
+    def file_complete(self, file_size: int):  # returns Django's TemporaryUploadedFile
         uploaded = super().file_complete(file_size)
         uploaded.sha256 = self.digest.hexdigest()
         return uploaded

@@ -103,7 +103,7 @@ def corpus_detail(request: HttpRequest, pk: int) -> HttpResponse:
     return _detail(request, corpus, DatasetUploadForm())
 
 
-def _detail(request: HttpRequest, corpus, upload_form: DatasetUploadForm, status: int = 200) -> HttpResponse:  # noqa: ANN001
+def _detail(request: HttpRequest, corpus, upload_form: DatasetUploadForm, status: int = 200) -> HttpResponse:
     builds = corpus_builds(corpus=corpus)
     segments = state_segments(corpus)
     context = {

@@ -61,8 +61,8 @@ class Config:
     min_context: int = 6
     max_context_tokens: int = 8192
     # Chunking of plain-text datasets (tokens per window; overlap is chunk_size // 8). Small enough
-    # that a chat's memory budget holds several memories and the prompt prefills within ~3 s on
-    # 2 cores (the chat model prefills ~200-300 tokens/s there; bench/answers.py).
+    # that a chat's memory budget holds several memories and the prompt prefills within a few
+    # seconds on a 2-core CPU (prefill rates: docs/models.md).
     chunk_size: int = 256
     # Generation / context budget: context = search + generation + system + history
     llama_context_size: int = 16384

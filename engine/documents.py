@@ -95,7 +95,7 @@ def document_pages(path: str | Path, fmt: str) -> Iterator[tuple[int | None, str
         raise ValueError(f"fmt must be one of {', '.join(sorted(DOCUMENT_FORMATS))}, got {fmt!r}")
 
 
-def document_records(path: Path, fmt: str, reader, tokenizer, chunk_size: int,  # noqa: ANN001
+def document_records(path: Path, fmt: str, reader, tokenizer, chunk_size: int,
                      source: str) -> Iterator[dict]:
     """The dataset records of a PDF/DOCX (`engine.datasets.iter_dataset`'s shape): each page is
     chunked on its own, so every memory of a PDF names its `page` in the metadata. `reader` is

@@ -100,7 +100,7 @@ def resolve_chat_template(gguf_path: str | Path, requested: str | None) -> str |
     return _BUILTIN_TEMPLATES.get(metadata.architecture, "chatml")
 
 
-def start_in_process(options: ServerOptions):  # noqa: ANN201 - xllamacpp.Server has no stubs
+def start_in_process(options: ServerOptions):  # xllamacpp.Server has no stubs
     """Start llama.cpp's HTTP server in this process; it serves from its own threads.
 
     Returns the `xllamacpp.Server`; dropping the last reference stops it.

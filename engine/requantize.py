@@ -1,10 +1,9 @@
 """Re-encode a GGUF's weight matrices in quantization types this CPU runs faster.
 
 llama.cpp's CPU kernels differ a lot by quantization type: it repacks Q4_0 matrices into
-interleaved blocks for its AVX2/AVX-512 matrix kernels, and on this project's 2-core machines (AMD
-EPYC, AVX-512) the packaged chat model, mostly Q5_0, prefills at 140-160 tokens/s while the same
-model with those matrices in Q4_0 prefills at 180-210 tokens/s and generates 50 tokens/s instead of
-38 (bench/answers.py, docs/models.md): the time to first token of a chat turn is its prefill.
+interleaved blocks for its AVX2/AVX-512 matrix kernels, so the packaged chat model, mostly Q5_0,
+prefills and generates markedly faster with those matrices in Q4_0 (figures: docs/models.md), and
+the time to first token of a chat turn is its prefill.
 `requantize` dequantizes each matrix of a type in the plan and quantizes it again
 (gguf-py's reference quantizers, numpy), copies every other tensor and all metadata unchanged, and
 records its source and plan in the new file's metadata (`hdrag.requantized.*`), so a cached

@@ -239,7 +239,7 @@ BUILD_STALE_SECONDS = envint("BUILD_STALE_SECONDS", 300, minimum=10)
 INDEX_ON_UPLOAD = envbool("INDEX_ON_UPLOAD", True)
 SEGMENT_LIMIT = envint("SEGMENT_LIMIT", 10, minimum=1)
 SEGMENT_MERGE_PERCENT = envint("SEGMENT_MERGE_PERCENT", 25, minimum=1)
-# Several machines (issue 28, corpus.object_store): unset, uploads and builds stay under DATA_DIR;
+# Several machines (corpus.object_store): unset, uploads and builds stay under DATA_DIR;
 # s3://BUCKET/PREFIX, they go to an S3-compatible store (boto3 reads AWS_ENDPOINT_URL,
 # AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_DEFAULT_REGION), workers publish every build and
 # append there before activating it, and every process fetches what it lacks into DATA_DIR, keeping

@@ -9,6 +9,6 @@ class SearchForm(forms.Form):
                                              widget=forms.CheckboxSelectMultiple, help_text="None chosen: all.")
     top_document = forms.BooleanField(required=False, label="Top document only")
 
-    def __init__(self, *args, corpora, **kwargs) -> None:  # noqa: ANN001, ANN002, ANN003
+    def __init__(self, *args, corpora, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.fields["corpora"].choices = [(c.pk, c.name) for c in corpora]

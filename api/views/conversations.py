@@ -38,7 +38,7 @@ class TurnFailed(ApplicationError):
         self.status = TURN_ERROR_STATUS.get(code, 503)
 
 
-def _conversation(request: Request, conversation_id: int):  # noqa: ANN202 - chat.models.Conversation
+def _conversation(request: Request, conversation_id: int):  # chat.models.Conversation
     return conversation_get_for_user(user=request.user, pk=conversation_id)
 
 
@@ -113,7 +113,7 @@ class MessageList(ApiView):
         ticket = clients.llm_queue().enter(request.user.pk)
         turn = {"conversation_id": conversation.pk, "user_id": request.user.pk, "content": content, "ticket": ticket}
         if serializer.validated_data["stream"]:
-            async def produce(emit) -> None:  # noqa: ANN001
+            async def produce(emit) -> None:
                 async def on_event(event: dict) -> None:
                     await emit(sse_frame(event, event=event["type"]))
 

@@ -156,7 +156,7 @@ async def _complete(prepared: PreparedTurn, ticket: Ticket) -> tuple[str, str, U
     return end.content, LOOP_FINISH_REASON if end.looping else end.finish_reason, end.usage, tokens.spans
 
 
-async def _stream(emit, prepared: PreparedTurn, ticket: Ticket, completion_id: str, created: int,  # noqa: ANN001
+async def _stream(emit, prepared: PreparedTurn, ticket: Ticket, completion_id: str, created: int,
                   model: str, include_usage: bool) -> None:
     await emit(sse_frame(_chunk(completion_id, created, model, {"role": "assistant", "content": ""})))
     try:

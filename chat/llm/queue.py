@@ -1,9 +1,8 @@
 """Turns into the LLM, first come, first served: one prefill at a time on a CPU server.
 
 On a CPU, llama.cpp's prefill is compute-bound: prompts that arrive while another is being read
-are then read together and released together, so everyone waits for all of them (issue 26: 4
-users at once waited 14 s each where one alone waited under 4 s; docs/load-measurements.md).
-Decoding is what batching speeds up. So a turn asks
+are then read together and released together, so everyone waits for all of them (figures in
+docs/load-measurements.md). Decoding is what batching speeds up. So a turn asks
 this queue for a place when it arrives (`enter`, before anything is stored: past the caps it is
 refused with `QueueFull`), does the portal's own work meanwhile (access, retrieval, prompt
 assembly never wait here), then waits until it is admitted (`Ticket.wait`): at most `prefill`

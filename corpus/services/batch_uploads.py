@@ -156,7 +156,7 @@ def _unpack(zipped: zipfile.ZipFile, members: list[zipfile.ZipInfo], directory: 
 class _Capped:
     """A read-only view of a stream that ends after `limit` bytes."""
 
-    def __init__(self, stream, limit: int) -> None:  # noqa: ANN001 - any binary stream
+    def __init__(self, stream, limit: int) -> None:  # any binary stream
         self.stream, self.left = stream, limit
 
     def read(self, size: int = -1) -> bytes:

@@ -223,7 +223,7 @@ def _check_quota(*, user: AbstractBaseUser | None, name: str, size: int, lock: b
         raise StorageQuotaExceeded(usage.refusal(name), {"used": usage.used, "quota": usage.quota})
 
 
-def _corpus_tokenizer(corpus: Corpus):  # noqa: ANN202 - engine.spm.GGUFTokenizer
+def _corpus_tokenizer(corpus: Corpus):  # engine.spm.GGUFTokenizer
     """The tokenizer the corpus's next build will cut texts with, so the record estimate of a text
     upload counts the chunks the build will make (words instead of tokens undercounted by ~2x)."""
     return tokenizer_for(corpus.gguf_path or default_gguf())

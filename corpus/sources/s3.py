@@ -42,13 +42,13 @@ class S3Reader:
         key, _, secret = token.partition(":")
         self.credentials = {"aws_access_key_id": key, "aws_secret_access_key": secret} if token else {}
 
-    def _client(self) -> Any:  # noqa: ANN401 - botocore's generated S3 client
+    def _client(self) -> Any:  # botocore's generated S3 client
         timeout = settings.SOURCE_TIMEOUT_SECONDS
         config = BotoConfig(connect_timeout=timeout, read_timeout=timeout, retries={"max_attempts": 2})
         return boto3.client("s3", endpoint_url=self.endpoint_url, config=config,
                             region_name="us-east-1", **self.credentials)
 
-    def _listing(self, client: Any) -> list[dict]:  # noqa: ANN401
+    def _listing(self, client: Any) -> list[dict]:
         try:
             pages = client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.prefix)
             return [item for page in pages for item in page.get("Contents", [])]

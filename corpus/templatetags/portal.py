@@ -14,7 +14,7 @@ register = template.Library()
 
 
 @register.filter
-def num(value, digits: int = 0) -> str:  # noqa: ANN001 - any number, or "" for None
+def num(value, digits: int = 0) -> str:  # any number, or "" for None
     if value is None or value == "":
         return ""
     try:
@@ -28,7 +28,7 @@ def num(value, digits: int = 0) -> str:  # noqa: ANN001 - any number, or "" for 
 
 
 @register.filter
-def counted(value, nouns: str) -> str:  # noqa: ANN001
+def counted(value, nouns: str) -> str:
     """"3 corpora": the count with the singular or plural noun ("corpus,corpora"; "record" adds s)."""
     singular, _, plural = nouns.partition(",")
     count = int(value or 0)
@@ -36,7 +36,7 @@ def counted(value, nouns: str) -> str:  # noqa: ANN001
 
 
 @register.filter
-def rate(value) -> str:  # noqa: ANN001
+def rate(value) -> str:
     if not value:
         return ""
     number = float(value)
@@ -44,7 +44,7 @@ def rate(value) -> str:  # noqa: ANN001
 
 
 @register.filter
-def seconds(value) -> str:  # noqa: ANN001
+def seconds(value) -> str:
     if value is None or value == "":
         return ""
     total = float(value)
@@ -71,7 +71,7 @@ def phase(value: str) -> str:
 
 
 @register.filter
-def ago(value) -> str:  # noqa: ANN001 - a datetime
+def ago(value) -> str:  # a datetime
     """"just now", "5 minutes ago", "2 days ago": Django's timesince, without "0 minutes ago"."""
     from django.utils.timesince import timesince
 

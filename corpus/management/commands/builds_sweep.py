@@ -8,6 +8,6 @@ from corpus.services.builds import builds_sweep_stale
 class Command(BaseCommand):
     help = "Mark running builds whose worker stopped sending heartbeats as failed (BUILD_STALE_SECONDS)."
 
-    def handle(self, *args, **options) -> None:  # noqa: ANN002, ANN003
+    def handle(self, *args, **options) -> None:
         swept = builds_sweep_stale()
         self.stdout.write(f"stale builds marked failed: {swept or 'none'}")

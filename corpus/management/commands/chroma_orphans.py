@@ -12,10 +12,10 @@ class Command(BaseCommand):
     help = ("List the portal's Chroma collections (hdrag_corpus<id>_visual/_text) whose corpus was deleted; "
             "--drop deletes them.")
 
-    def add_arguments(self, parser) -> None:  # noqa: ANN001
+    def add_arguments(self, parser) -> None:
         parser.add_argument("--drop", action="store_true", help="delete the orphan collections")
 
-    def handle(self, *args, drop: bool = False, **options) -> None:  # noqa: ANN002, ANN003
+    def handle(self, *args, drop: bool = False, **options) -> None:
         try:
             orphans = store_orphans()
             if drop:

@@ -24,16 +24,16 @@ DEMO_NAME = "Python documentation"
 class Command(BaseCommand):
     help = "Create the first admin (HDRAG_ADMIN_USER / HDRAG_ADMIN_PASSWORD) and the demo corpus."
 
-    def add_arguments(self, parser) -> None:  # noqa: ANN001
+    def add_arguments(self, parser) -> None:
         parser.add_argument("--no-demo", action="store_true", help="Only the admin account.")
         parser.add_argument("--no-build", action="store_true", help="Create the demo corpus without building it.")
 
-    def handle(self, *args, no_demo: bool = False, no_build: bool = False, **options) -> None:  # noqa: ANN002, ANN003
+    def handle(self, *args, no_demo: bool = False, no_build: bool = False, **options) -> None:
         admin = self._admin()
         if not no_demo:
             self._demo(admin, build=not no_build)
 
-    def _admin(self):  # noqa: ANN202
+    def _admin(self):
         User = get_user_model()  # noqa: N806
         username = os.environ.get("HDRAG_ADMIN_USER", "admin")
         user = User.objects.filter(username=username).first()
@@ -50,7 +50,7 @@ class Command(BaseCommand):
                                              + ("" if os.environ.get("HDRAG_ADMIN_PASSWORD") else f" (also in {note})")))
         return user
 
-    def _demo(self, admin, *, build: bool) -> None:  # noqa: ANN001
+    def _demo(self, admin, *, build: bool) -> None:
         if Corpus.objects.filter(name=DEMO_NAME, owner=admin).exists():
             self.stdout.write(f"Demo corpus {DEMO_NAME!r} exists.")
             return
