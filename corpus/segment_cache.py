@@ -65,9 +65,11 @@ def segment_path(build: IndexBuild) -> Path:
         # One machine: where the worker wrote it (the row says; builds made by tools elsewhere too).
         directory = local_segment_dir(build)
         if not (directory / MANIFEST).is_file():
+            # The path is for the log only: a user of the chat or the API is not shown the server's files.
+            logger.warning("build %s: index files missing at %s", build.pk, directory)
             raise SegmentFilesMissing(
-                f"The index files of {build.get_kind_display().lower()} #{build.number} of this corpus are missing "
-                f"({directory}): restore them, or rebuild the corpus from its datasets on its page.",
+                f"The index files of {build.get_kind_display().lower()} #{build.number} of this corpus are missing: "
+                "restore them, or rebuild the corpus from its datasets on its page.",
                 {"corpus_id": build.corpus_id, "build_id": build.pk})
         return directory
     directory = build_dir(build.corpus_id, build.pk)
