@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,7 +20,7 @@ from typing import Any
 import pytest
 
 from engine.llama_server import free_port
-from tests.plugins.waiting import wait_until
+from tests.plugins.waiting import wait_for_server
 
 PROVIDER_DIR = Path(__file__).resolve().parents[1] / "oidc_provider"
 START_S = 30.0
@@ -78,17 +77,7 @@ def oidc_provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OidcProv
         server = subprocess.Popen([node, "server.mjs", str(root / "config.json")], cwd=PROVIDER_DIR, stdout=log,
                                   stderr=subprocess.STDOUT)
     try:
-        def answering() -> bool:
-            if server.poll() is not None:
-                pytest.fail(f"oidc-provider exited with {server.returncode}:\n{log_path.read_text()[-2000:]}",
-                            pytrace=False)
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                return True
-            except OSError:
-                return False
-
-        wait_until(answering, what=f"oidc-provider answering on port {port}", timeout=START_S, every=0.1)
+        wait_for_server(server, port, name="oidc-provider", log_path=log_path, timeout=START_S)
         yield OidcProvider(issuer, portal_url, users_file)
     finally:
         server.terminate()

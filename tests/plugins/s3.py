@@ -3,7 +3,6 @@ temporary directory on loopback, one per session. Fails (never skips) when it ca
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 import uuid
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from engine.llama_server import free_port
-from tests.plugins.waiting import wait_until
+from tests.plugins.waiting import wait_for_server
 
 RCLONE = Path(sys.executable).with_name("rclone")
 START_S = 30.0
@@ -51,17 +50,7 @@ def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
         server = subprocess.Popen([str(RCLONE), "serve", "s3", "--auth-key", f"{ACCESS_KEY},{SECRET_KEY}",
                                    "--addr", f"127.0.0.1:{port}", str(root)], stdout=log, stderr=subprocess.STDOUT)
     try:
-        def answering() -> bool:
-            if server.poll() is not None:
-                pytest.fail(f"rclone serve s3 exited with {server.returncode}:\n{log_path.read_text()[-2000:]}",
-                            pytrace=False)
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                return True
-            except OSError:
-                return False
-
-        wait_until(answering, what=f"rclone serve s3 answering on port {port}", timeout=START_S, every=0.1)
+        wait_for_server(server, port, name="rclone serve s3", log_path=log_path, timeout=START_S)
         yield S3Server(f"http://127.0.0.1:{port}", root)
     finally:
         server.terminate()

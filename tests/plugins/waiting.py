@@ -8,9 +8,14 @@ the test with the thing waited for in the message. No test sleeps a fixed time i
 from __future__ import annotations
 
 import asyncio
+import socket
+import subprocess
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import TypeVar
+
+import pytest
 
 T = TypeVar("T")
 # How long anything a test waits for may take on a busy shared machine before it counts as never.
@@ -51,3 +56,18 @@ async def wait_until_async(check: Callable[[], T | Awaitable[T]], *, what: str |
 
 def _said(what: str | Callable[[], str]) -> str:
     return what() if callable(what) else what
+
+
+def wait_for_server(process: subprocess.Popen, port: int, *, name: str, log_path: Path, timeout: float) -> None:
+    """Until `process` (a server the tests started) accepts connections on 127.0.0.1:`port`; the
+    test fails at once with the tail of its log when it exits instead."""
+    def answering() -> bool:
+        if process.poll() is not None:
+            pytest.fail(f"{name} exited with {process.returncode}:\n{log_path.read_text()[-2000:]}", pytrace=False)
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return True
+        except OSError:
+            return False
+
+    wait_until(answering, what=f"{name} answering on port {port}", timeout=timeout, every=0.1)
