@@ -41,6 +41,11 @@ DEFAULT_PARALLEL = 8
 # a step also carries one token of every answer being decoded, so a smaller batch lets running
 # answers go on between pieces of a new prompt (bench.load measures the choice).
 DEFAULT_BATCH = 2048
+# MiB of RAM for llama.cpp's prompt cache: the states of slots that another conversation took over,
+# restored when their conversation returns instead of prefilling it again. llama.cpp's own default
+# (8 GiB) lets a long-running server grow by each state it keeps until it reaches that; a few
+# hundred MiB hold some twenty conversations of a 0.5B model (about 12 KiB a token) and cap the growth.
+DEFAULT_CACHE_RAM_MIB = 256
 # "auto": the GGUF's own Jinja template when it ships one (instruction-tuned models do), else
 # llama.cpp's built-in template for the architecture (the Gemma base GGUF ships none).
 AUTO_TEMPLATE = "auto"
@@ -66,6 +71,7 @@ class ServerOptions:
     parallel: int = DEFAULT_PARALLEL
     chat_template: str | None = DEFAULT_CHAT_TEMPLATE
     batch: int = DEFAULT_BATCH
+    cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB  # 0: no prompt cache
 
     def __post_init__(self) -> None:
         if not Path(self.gguf_path).is_file():
@@ -73,6 +79,8 @@ class ServerOptions:
         for name in ("ctx_size", "threads", "parallel", "batch"):
             if getattr(self, name) < 1:
                 raise LlamaServerError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.cache_ram_mib < 0:
+            raise LlamaServerError(f"cache_ram_mib must be >= 0, got {self.cache_ram_mib}")
         if not 0 <= self.port < 65536:
             raise LlamaServerError(f"port must be in 0..65535, got {self.port}")
 
@@ -116,6 +124,7 @@ def start_in_process(options: ServerOptions):  # xllamacpp.Server has no stubs
     params.n_batch = options.batch
     params.n_ubatch = min(params.n_ubatch, options.batch)
     params.kv_unified = True
+    params.cache_ram_mib = options.cache_ram_mib
     params.cpuparams.n_threads = options.threads
     params.cpuparams_batch.n_threads = options.threads
     params.n_gpu_layers = 0
@@ -161,6 +170,7 @@ class LlamaServer:
         chat_template: str | None = DEFAULT_CHAT_TEMPLATE,
         startup_timeout: float = 120.0,
         batch: int = DEFAULT_BATCH,
+        cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB,
         api_key: str = "",
     ) -> None:
         self.api_key = api_key  # required of every client when set (`API_KEY_VARIABLE`)
@@ -173,6 +183,7 @@ class LlamaServer:
             parallel=parallel,
             chat_template=chat_template,
             batch=batch,
+            cache_ram_mib=cache_ram_mib,
         )
         self.startup_timeout = startup_timeout
         self.port: int | None = None
@@ -200,6 +211,7 @@ class LlamaServer:
             "--threads", str(options.threads),
             "--parallel", str(options.parallel),
             "--batch-size", str(options.batch),
+            "--cache-ram", str(options.cache_ram_mib),
         ]
         command += ["--chat-template", options.chat_template or "", "--exit-with-parent"]
         return command
@@ -274,6 +286,8 @@ def _parse_args(argv: list[str] | None) -> tuple[ServerOptions, bool]:
     parser.add_argument("--parallel", type=int, default=DEFAULT_PARALLEL, help="concurrent request slots")
     parser.add_argument("--batch-size", type=int, default=DEFAULT_BATCH,
                         help="prompt tokens per step (llama.cpp's n_batch; n_ubatch is capped by it)")
+    parser.add_argument("--cache-ram", type=int, default=DEFAULT_CACHE_RAM_MIB,
+                        help="MiB of RAM for the prompt cache of slots' saved states (0: none)")
     parser.add_argument("--chat-template", default=DEFAULT_CHAT_TEMPLATE,
                         help="llama.cpp built-in template name; '' keeps the GGUF's own template; "
                              "auto (default): the GGUF's own, else the architecture's built-in one")
@@ -284,7 +298,7 @@ def _parse_args(argv: list[str] | None) -> tuple[ServerOptions, bool]:
         return ServerOptions(
             gguf_path=args.gguf, host=args.host, port=args.port, ctx_size=args.ctx_size,
             threads=args.threads, parallel=args.parallel, chat_template=args.chat_template or None,
-            batch=args.batch_size,
+            batch=args.batch_size, cache_ram_mib=args.cache_ram,
         ), args.exit_with_parent
     except LlamaServerError as exc:
         parser.error(str(exc))

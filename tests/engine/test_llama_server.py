@@ -12,7 +12,14 @@ from pathlib import Path
 import pytest
 import requests
 
-from engine.llama_server import LlamaServer, LlamaServerError, ServerOptions, free_port
+from engine.llama_server import (
+    DEFAULT_CACHE_RAM_MIB,
+    LlamaServer,
+    LlamaServerError,
+    ServerOptions,
+    _parse_args,
+    free_port,
+)
 from engine.tokenizer import LlamaCppTokenizer, LLMUnavailableError
 from tests.plugins.waiting import wait_until
 
@@ -101,6 +108,21 @@ def test_missing_model_is_a_clear_error(tmp_path):
 def test_bad_options_are_rejected(gemma_gguf):
     with pytest.raises(LlamaServerError, match="threads must be >= 1"):
         ServerOptions(gguf_path=gemma_gguf, threads=0)
+
+
+def test_the_prompt_cache_is_bounded(gemma_gguf):
+    """llama.cpp's own default keeps up to 8 GiB of saved slot states; the portal gives it a limit,
+    from the LlamaServer option through the child's command line into xllamacpp's parameters."""
+    with pytest.raises(LlamaServerError, match="cache_ram_mib must be >= 0"):
+        ServerOptions(gguf_path=gemma_gguf, cache_ram_mib=-1)
+    assert ServerOptions(gguf_path=gemma_gguf).cache_ram_mib == DEFAULT_CACHE_RAM_MIB < 8192
+    command = LlamaServer(gemma_gguf, cache_ram_mib=64).command()
+    arguments = command[command.index("engine.llama_server") + 1:]
+    arguments[arguments.index("--port") + 1] = "0"  # chosen at start()
+    options, _ = _parse_args(arguments)
+    assert options.cache_ram_mib == 64
+    with LlamaServer(gemma_gguf, ctx_size=1024, parallel=1, cache_ram_mib=0) as server:
+        assert requests.get(f"{server.base_url}/health", timeout=5).status_code == 200
 
 
 def test_corrupt_model_fails_startup_with_log(tmp_path):
