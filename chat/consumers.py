@@ -14,7 +14,9 @@ Protocol (JSON objects with a `type`):
                        "invalid" or "unknown_type" for a message the server refuses, and "llm_busy"
                        (with `retry_after`, seconds) when too many turns wait for the LLM.
 
-One turn at a time per connection. Everything lives on the consumer instance (one per
+One turn at a time per connection. While a turn runs, the session is checked every
+`SESSION_RECHECK_SECONDS`: a logout or a deactivation stops the answer (stored as stopped, as a
+chat.stop would) and closes the socket with 4401, rather than letting it stream to its end. Everything lives on the consumer instance (one per
 connection); the blend history is read from and written to the conversation row.
 """
 
@@ -39,6 +41,7 @@ logger = logging.getLogger(__name__)
 
 CLOSE_UNAUTHENTICATED = 4401
 CLOSE_NOT_FOUND = 4404
+SESSION_RECHECK_SECONDS = 2.0
 _BINARY, _INVALID = object(), object()
 
 
@@ -48,6 +51,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
     channel_layer_alias = None
     conversation_id: int
     _turn: asyncio.Task | None = None
+    _watch: asyncio.Task | None = None
     _connected: bool = False
 
     async def connect(self) -> None:
@@ -68,6 +72,8 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
 
     async def disconnect(self, code: int) -> None:
         self._connected = False
+        if self._watch is not None:
+            self._watch.cancel()
         turn, self._turn = self._turn, None
         if turn is not None and not turn.done():
             # The partial answer is stored as "stopped" by the turn's own cancellation path.
@@ -122,6 +128,21 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             await self._emit({"type": "chat.error", "code": "invalid", "error": "content must be a non-empty string"})
             return
         self._turn = asyncio.create_task(self._run(text or "", regenerate=regenerate))
+        self._watch = asyncio.create_task(self._stop_when_logged_out(self._turn))
+
+    async def _stop_when_logged_out(self, turn: asyncio.Task) -> None:
+        """End `turn` and the socket once the session no longer logs its user in (logout,
+        deactivation): one session read every few seconds of a running answer, none when idle."""
+        while not turn.done():
+            await asyncio.wait({turn}, timeout=SESSION_RECHECK_SECONDS)
+            if turn.done() or await self._still_logged_in():
+                continue
+            turn.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await turn
+            await self.close(code=CLOSE_UNAUTHENTICATED)
+            self._connected = False
+            return
 
     async def _run(self, text: str, *, regenerate: bool) -> None:
         try:
