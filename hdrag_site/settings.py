@@ -157,9 +157,11 @@ if REDIS_URL:
     CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": envint("CELERY_VISIBILITY_TIMEOUT", 6 * 3600)}
 else:
     _BROKER_DIR = DATA_DIR / "broker"
+    CELERY_BROKER_TRANSPORT = "core.broker:FilesystemTransport"  # messages appear whole (see there)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_BROKER_DIR / "queue"),
         "data_folder_out": str(_BROKER_DIR / "queue"),
+        "staging_folder": str(_BROKER_DIR / "staging"),
         "processed_folder": str(_BROKER_DIR / "processed"),
         "control_folder": str(_BROKER_DIR / "control"),  # kombu's default is ./control
         "store_processed": False,

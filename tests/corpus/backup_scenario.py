@@ -155,6 +155,18 @@ def append() -> dict:
             "found": [_text(r.memory) for r in found]}
 
 
+def append_many(count: int) -> dict:
+    """Append `count` generated notes to the team's notes: an append long enough to back up under."""
+    celery_app.conf.task_always_eager = True
+    notes = Corpus.objects.get(name="Team notes")
+    texts = [f"Field note {i}: the {['heron', 'otter', 'lichen', 'basalt'][i % 4]} at station {i * 7 % 997} "
+             f"was logged on survey round {i // 50} with reading {i * 13 % 1009}." for i in range(count)]
+    _upload(notes, notes.owner, "survey.jsonl", texts)
+    notes.refresh_from_db()
+    job = _run(append_start(corpus=notes, user=notes.owner))
+    return {"job": [job.number, job.kind, job.status]}
+
+
 def chat(token: str) -> dict:
     """One more turn of the stored conversation through the API, with the token (LLM_BASE_URL)."""
     from django.test import Client
@@ -176,6 +188,8 @@ if __name__ == "__main__":
         output = make(small="--small" in sys.argv)
     elif command == "append":
         output = append()
+    elif command == "append_many":
+        output = append_many(int(sys.argv[2]))
     elif command == "chat":
         output = chat(sys.argv[2])
     else:

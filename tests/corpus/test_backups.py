@@ -10,13 +10,17 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 from urllib.parse import urlparse, urlunparse
 
 import psycopg
 import pytest
 
-from tests.corpus.portal_process import Portal
+from tests.corpus.portal_process import REPO, SCENARIO, Portal
+from tests.plugins.waiting import wait_until
 
 PG_DEFAULT = "postgres://postgres@127.0.0.1:5432/hdrag_test"
 
@@ -129,3 +133,48 @@ def test_rows_restored_without_their_files_are_named_at_start(backed_up, tmp_pat
     assert "build #1: its index files are missing" in check.stderr and "append #2" in check.stderr
     started = restored.manage("check", "--database", "default")  # what `./portal run` runs through migrate
     assert "hdrag.W010" in started.stderr and "Team notes" in started.stderr and "Recipes" not in started.stderr
+
+
+def _job_status(database_url: str, number: int) -> str | None:
+    with psycopg.connect(database_url, connect_timeout=10) as db:
+        row = db.execute("SELECT status FROM corpus_indexbuild WHERE corpus_id = 1 AND number = %s", (number,)).fetchone()
+    return row[0] if row else None
+
+
+@pytest.mark.service
+def test_a_backup_taken_while_an_append_runs_restores_the_index_it_served(tmp_path, request):
+    """The append is running when the backup's snapshot is read (its process held still with
+    SIGSTOP, as a slow worker would be, so that the order is certain): the restore serves the index
+    of before the append and marks the append as interrupted; the source's append then succeeds."""
+    source, restored = _machines("postgresql", tmp_path, request)
+    source.manage("migrate", "-v0")
+    source.scenario("make", "--small")
+    before = source.scenario("state")
+    appending = subprocess.Popen([sys.executable, str(SCENARIO), "append_many", "1000"], cwd=REPO, env=source.env,
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: _job_status(source.database_url, 3) == "running" or appending.poll() is not None,
+                   what="the append running", timeout=300)
+        appending.send_signal(signal.SIGSTOP)
+        assert _job_status(source.database_url, 3) == "running"
+        backup = tmp_path / "during"
+        source.manage("backup", str(backup))
+        appending.send_signal(signal.SIGCONT)
+        output, errors = appending.communicate(timeout=600)
+    finally:
+        if appending.poll() is None:
+            appending.kill()
+    assert appending.returncode == 0, errors[-2000:]
+    assert json.loads(output.strip().splitlines()[-1])["job"] == [3, "append", "succeeded"]
+
+    restored.manage("restore", str(backup))
+    after = restored.scenario("state")
+    # As served at the snapshot: the same index and searches, users and conversations; the upload
+    # the append was indexing is kept (its dataset row and file), to be indexed again.
+    assert (after["users"], after["conversations"]) == (before["users"], before["conversations"])
+    notes, notes_before = after["corpora"]["Team notes"], before["corpora"]["Team notes"]
+    assert (notes["serving"], notes["searches"]) == (notes_before["serving"], notes_before["searches"])
+    assert [d[0] for d in notes["datasets"]] == sorted([d[0] for d in notes_before["datasets"]] + ["survey.jsonl"])
+    assert "agree" in restored.manage("check_restore").stdout
+    assert _job_status(restored.database_url, 3) == "failed"
+    assert restored.scenario("append")["found"][0].startswith("Glaciers carve")
