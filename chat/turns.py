@@ -54,6 +54,7 @@ from chat.services import (
 )
 from core.errors import ApplicationError
 from engine.llm import (
+    AnswerEnd,
     AnswerTokens,
     LLMConnectionError,
     LLMError,
@@ -169,90 +170,110 @@ async def run_turn(*, conversation_id: int, user_id: int, content: str = "", emi
 
 async def _run_turn(*, conversation_id: int, content: str, emit: Emit, regenerate: bool, ticket: Ticket,
                     started: float) -> TurnResult:
+    user_message, result = await _accept(conversation_id=conversation_id, content=content, regenerate=regenerate,
+                                         emit=emit)
+    parts: list[str] = []
+    # `memories` and `tokens` are filled in place, so every outcome below stores what primed the
+    # answer so far, and cites what was said with the certainty it was said with. The clock says
+    # when the queue admitted the answer, and when its first piece came.
+    common: dict[str, Any] = {"conversation_id": conversation_id, "memories": [], "emit": emit,
+                              "started": started, "question": user_message.content, "tokens": AnswerTokens(),
+                              "clock": AnswerClock(), "model": await _db(_turn_model)(conversation_id)}
+    try:
+        end = await _prepare_and_stream(result, ticket=ticket, user_message_id=user_message.pk, parts=parts,
+                                        **common)
+    except asyncio.CancelledError:
+        # Shielded: the stop must be recorded even though this task is being cancelled.
+        await asyncio.shield(_finish(result, status=Message.Status.STOPPED, content="".join(parts), **common))
+        raise
+    except Exception as exc:
+        await _finish(result, status=Message.Status.ERROR, content="".join(parts),
+                      **_failure(exc, conversation_id=conversation_id), **common)
+        return result
+    await _finish_answer(result, end, common)
+    return result
+
+
+async def _accept(*, conversation_id: int, content: str, regenerate: bool, emit: Emit) -> tuple[Message, TurnResult]:
+    """Store the user turn (with `regenerate`, take the last one's answer back instead) and tell
+    the page it is accepted. Returns it, and the turn's result as an error until it ends otherwise."""
     if regenerate:
         user_message = await _db(message_prepare_regenerate)(conversation_id=conversation_id)
     else:
         user_message = await _db(message_create_user)(conversation_id=conversation_id, content=content)
     result = TurnResult(status=Message.Status.ERROR, user_message_id=user_message.pk)
-    timings = result.timings
     title = await _db(conversation_title)(conversation_id=conversation_id)
     result.user_message = message_json(user_message)
     await emit({"type": "chat.accepted", "message": result.user_message, "title": title})
-    memories: list[MemoryResult] = []
-    parts: list[str] = []
-    tokens = AnswerTokens()
-    # `memories` and `tokens` are filled in place, so every outcome below stores what primed the
-    # answer so far, and cites what was said with the certainty it was said with.
-    clock = AnswerClock()  # when the queue admitted the answer, and when its first piece came
-    common: dict[str, Any] = {"conversation_id": conversation_id, "memories": memories, "emit": emit,
-                              "started": started, "question": user_message.content, "tokens": tokens,
-                              "clock": clock, "model": await _db(_turn_model)(conversation_id)}
-    try:
-        prepare_started = time.perf_counter()
-        prepared = await _in_worker(_prepare)(conversation_id, user_message.pk, user_message.content,
-                                              waiting=not ticket.admitted)
-        plan = prepared.plan
-        memories.extend(prepared.memories)
-        timings.retrieval, timings.prepare = prepared.retrieval_seconds, time.perf_counter() - prepare_started
-        await emit({"type": "chat.memories",
-                    "memories": [memory_result_json(r, rank=rank) for rank, r in enumerate(memories)],
-                    "retrieval_ms": round(prepared.retrieval_seconds * 1000, 3), "prompt_tokens_estimate": plan.prompt_tokens,
-                    "history_dropped": plan.dropped_messages})
+    return user_message, result
 
-        async def on_delta(delta: str) -> None:
-            if timings.first_token is None:
-                timings.first_token, timings.prefill = clock.first_token - started, clock.first_token - clock.admitted
-            parts.append(delta)
-            await emit({"type": "chat.delta", "delta": delta})
 
-        async def on_rewind(kept: str) -> None:
-            # Continued from the cut, the looping tail taken back (engine.llm.stream_answer).
-            result.loops += 1
-            logger.info("chat answer in conversation %s began repeating itself; continuing from the cut",
-                        conversation_id)
-            await emit({"type": "chat.rewind", "content": kept, "reason": "repetition"})
-            parts[:] = [kept]
+async def _prepare_and_stream(result: TurnResult, *, ticket: Ticket, user_message_id: int, parts: list[str],
+                              conversation_id: int, memories: list[MemoryResult], emit: Emit, started: float,
+                              question: str, tokens: AnswerTokens, clock: AnswerClock, model: str) -> AnswerEnd:
+    """Prepare the turn on a retrieval thread, send what primes it, then wait for the LLM and stream
+    the answer. Fills `memories` and `parts` (the pieces streamed, rewound with the answer) in place,
+    and `result`'s timings and loops, so a failure or stop midway stores what there was."""
+    timings = result.timings
+    prepare_started = time.perf_counter()
+    prepared = await _in_worker(_prepare)(conversation_id, user_message_id, question, waiting=not ticket.admitted)
+    plan = prepared.plan
+    memories.extend(prepared.memories)
+    timings.retrieval, timings.prepare = prepared.retrieval_seconds, time.perf_counter() - prepare_started
+    await emit({"type": "chat.memories",
+                "memories": [memory_result_json(r, rank=rank) for rank, r in enumerate(memories)],
+                "retrieval_ms": round(prepared.retrieval_seconds * 1000, 3), "prompt_tokens_estimate": plan.prompt_tokens,
+                "history_dropped": plan.dropped_messages})
 
-        end = await answer_stream(ticket=ticket, prepared=prepared, loop_retries=prepared.loop_retries, tokens=tokens,
-                                  clock=clock, on_queued=lambda ahead: emit({"type": "chat.queued", "ahead": ahead}),
-                                  on_delta=on_delta, on_rewind=on_rewind, affinity=conversation_id,
-                                  model=common["model"])
-    except asyncio.CancelledError:
-        # Shielded: the stop must be recorded even though this task is being cancelled.
-        await asyncio.shield(_finish(result, status=Message.Status.STOPPED, content="".join(parts), **common))
-        raise
-    except LLMError as exc:
-        await _finish(result, status=Message.Status.ERROR, content="".join(parts), error=str(exc),
-                      error_code=ERROR_CODES.get(type(exc), "llm_error"), **common)
-        return result
-    except ApplicationError as exc:  # from the preparation, or the shared queue's Redis lost while waiting
-        await _finish(result, status=Message.Status.ERROR, content="".join(parts), error=exc.message,
-                      error_code=exc.code if isinstance(exc, QueueUnavailable) else "retrieval", **common)
-        return result
-    except Exception:
-        # Retrieval failed in an unforeseen way (e.g. a build's files removed under us): the user
-        # turn is kept and the user gets a message; the details go to the log.
-        logger.exception("chat turn failed in conversation %s", conversation_id)
-        await _finish(result, status=Message.Status.ERROR, content="".join(parts), error_code="internal",
-                      error="The answer could not be prepared because of an internal error; it is logged. "
-                            "Try again, or ask an administrator.", **common)
-        return result
+    async def on_delta(delta: str) -> None:
+        if timings.first_token is None:
+            timings.first_token, timings.prefill = clock.first_token - started, clock.first_token - clock.admitted
+        parts.append(delta)
+        await emit({"type": "chat.delta", "delta": delta})
+
+    async def on_rewind(kept: str) -> None:
+        # Continued from the cut, the looping tail taken back (engine.llm.stream_answer).
+        result.loops += 1
+        logger.info("chat answer in conversation %s began repeating itself; continuing from the cut",
+                    conversation_id)
+        await emit({"type": "chat.rewind", "content": kept, "reason": "repetition"})
+        parts[:] = [kept]
+
+    return await answer_stream(ticket=ticket, prepared=prepared, loop_retries=prepared.loop_retries, tokens=tokens,
+                               clock=clock, on_queued=lambda ahead: emit({"type": "chat.queued", "ahead": ahead}),
+                               on_delta=on_delta, on_rewind=on_rewind, affinity=conversation_id, model=model)
+
+
+def _failure(exc: Exception, *, conversation_id: int) -> dict[str, str]:
+    """The `error` and `error_code` stored and sent for a turn that failed before its answer ended."""
+    if isinstance(exc, LLMError):
+        return {"error": str(exc), "error_code": ERROR_CODES.get(type(exc), "llm_error")}
+    if isinstance(exc, ApplicationError):  # from the preparation, or the shared queue's Redis lost while waiting
+        return {"error": exc.message, "error_code": exc.code if isinstance(exc, QueueUnavailable) else "retrieval"}
+    # Retrieval failed in an unforeseen way (e.g. a build's files removed under us): the user
+    # turn is kept and the user gets a message; the details go to the log.
+    logger.exception("chat turn failed in conversation %s", conversation_id, exc_info=exc)
+    return {"error": "The answer could not be prepared because of an internal error; it is logged. "
+                     "Try again, or ask an administrator.", "error_code": "internal"}
+
+
+async def _finish_answer(result: TurnResult, end: AnswerEnd, common: dict[str, Any]) -> None:
+    """Store and report an answer that streamed to its end: a repetition when it looped past its
+    retries or only restated the question, else complete."""
+    conversation_id = common["conversation_id"]
     result.loops = end.loops
     if end.looping:
         logger.info("chat answer in conversation %s cut after it began repeating itself %d time(s)",
                     conversation_id, result.loops)
-        await _finish(result, status=Message.Status.REPETITION, content=end.content, usage=end.usage,
-                      finish_reason="repetition", **common)
-        return result
-    if restates_question(user_message.content, end.content):
+        status, finish_reason = Message.Status.REPETITION, "repetition"
+    elif restates_question(common["question"], end.content):
         # Nothing was answered: marked as a loop is (the page offers Regenerate), not stored as complete.
         logger.info("chat answer in conversation %s restated the question", conversation_id)
-        await _finish(result, status=Message.Status.REPETITION, content=end.content, usage=end.usage,
-                      finish_reason=RESTATED, **common)
-        return result
-    await _finish(result, status=Message.Status.COMPLETE, content=end.content, usage=end.usage,
-                  finish_reason=end.finish_reason, **common)
-    return result
+        status, finish_reason = Message.Status.REPETITION, RESTATED
+    else:
+        status, finish_reason = Message.Status.COMPLETE, end.finish_reason
+    await _finish(result, status=status, content=end.content, usage=end.usage, finish_reason=finish_reason,
+                  **common)
 
 
 async def _finish(result: TurnResult, *, conversation_id: int, content: str, status: str, memories: list[MemoryResult],

@@ -8,7 +8,9 @@ from celery import shared_task
 from celery.signals import worker_ready
 
 from corpus.integrity import corpora_files_log
-from corpus.services.builds import RUN_BUILD_TASK, build_run, builds_sweep_stale
+from corpus.services.build_liveness import builds_sweep_stale
+from corpus.services.build_runner import build_run
+from corpus.services.builds import RUN_BUILD_TASK
 from corpus.sources.services import SYNC_TASK, sources_sync_due
 from corpus.sources.sync import source_sync_run
 

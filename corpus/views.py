@@ -31,7 +31,8 @@ from corpus.selectors import (
 )
 from corpus.services.appends import merge_due, state_segments
 from corpus.services.batch_uploads import datasets_upload, upload_summary
-from corpus.services.builds import build_cancel, build_start, builds_sweep_stale, index_after_upload
+from corpus.services.build_liveness import builds_sweep_stale
+from corpus.services.builds import build_cancel, build_start, index_after_upload
 from corpus.services.corpora import (
     corpus_create,
     corpus_delete,

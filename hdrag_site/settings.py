@@ -230,7 +230,7 @@ MULTIVECTOR_DIM = envint("MULTIVECTOR_DIM", 768, minimum=1)
 MULTIVECTOR_STORAGE_VERSION = envstr("MULTIVECTOR_STORAGE_VERSION", "1.1")
 
 # Builds: a running build writes a heartbeat at least this often; one silent for
-# BUILD_STALE_SECONDS lost its worker and is marked failed by the sweep (see corpus.services.builds).
+# BUILD_STALE_SECONDS lost its worker and is marked failed by the sweep (see corpus.services.build_liveness).
 BUILD_HEARTBEAT_SECONDS = envint("BUILD_HEARTBEAT_SECONDS", 10, minimum=1)
 BUILD_STALE_SECONDS = envint("BUILD_STALE_SECONDS", 300, minimum=10)
 # Segments (docs/segments.md): a successful upload queues an append that makes it searchable in

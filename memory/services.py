@@ -17,6 +17,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from core.errors import ApplicationError
 from corpus import serving
+from corpus.build_parameters import BuildParameters
 from corpus.memory_rows import StateMemoryStore
 from corpus.models import Corpus, Dataset, IndexBuild
 from corpus.segment_cache import segment_path
@@ -106,22 +107,11 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
     """
     if not query.strip():
         return []
-    if corpora is None:
-        rows = Corpus.objects.filter(pk__in={int(i) for i in corpus_ids}, active_build__isnull=False) \
-            .select_related("active_build").order_by("pk")
-    else:
-        rows = sorted((c for c in corpora if c.active_build_id), key=lambda c: c.pk)
-    corpora = corpora_readable_among(user, rows)
+    corpora = _readable_corpora(user, corpus_ids=corpus_ids, corpora=corpora)
     if not corpora:
         return []
-    # A model is its identity (name and sha256) where builds recorded it, else its path.
     params = {c.pk: c.active_build.params for c in corpora}
-    if len({p.model_key for p in params.values()}) != 1 or len({p.hdc_dimensions for p in params.values()}) != 1:
-        names = ", ".join(f"{c.name} ({params[c.pk].hdc_dimensions} dims, {Path(params[c.pk].gguf_path).name})"
-                          for c in corpora)
-        raise ApplicationError(f"These corpora use different models or HDC dimensions and cannot be searched "
-                               f"together: {names}.", {"corpus_ids": sorted(c.pk for c in corpora)})
-    gguf_path = str(serving.model_for(params[corpora[0].pk]))
+    gguf_path = _common_model(corpora, params)
     appended = [int(i) for c in corpora for i in c.active_appends or []]
     appends = IndexBuild.objects.in_bulk(appended) if appended else {}
     chosen = None if dataset_ids is None else {int(i) for i in dataset_ids}
@@ -133,33 +123,74 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
     for corpus in corpora:
         enabled = frozenset(pk for owner, pk, _, on in datasets
                             if owner == corpus.pk and on and (chosen is None or pk in chosen))
-        segments = corpus.serving_build_ids
-        # This machine's copies, fetched from the object store when it lacks them (corpus.segment_cache).
-        loaded = serving.loaded_state([segment_path(corpus.active_build),
-                                       *[segment_path(appends[i]) for i in segments[1:]]])
-        late = fusion = None
-        built = params[corpus.pk]
-        if built.late_interaction:
-            late = _late_scorer(corpus_id=corpus.pk, corpus=loaded, gguf_path=gguf_path)
-            # The rule measured on the build's own self-queries; a build made before it was
-            # measured has none, and gets HDC alone: unweighted fusion lowered recall on real text.
-            fusion = built.fusion or FusionChoice()
-            late_kinds[corpus.pk] = "maxsim"
-        elif built.word_fusion is not None:
-            # The exact-word channel, under the rule the build measured on its own self-queries.
-            late = _word_index(corpus_id=corpus.pk, corpus=loaded)
-            fusion = built.word_fusion
-            late_kinds[corpus.pk] = "bm25"
-        targets.append(SearchTarget(corpus=loaded, store=StateMemoryStore(tuple(segments)),
-                                    name=str(corpus.pk), enabled_sources=enabled, late=late, fusion=fusion))
+        target, late_kind = _search_target(corpus, built=params[corpus.pk], appends=appends, enabled=enabled,
+                                           gguf_path=gguf_path)
+        targets.append(target)
+        if late_kind is not None:
+            late_kinds[corpus.pk] = late_kind
     with serving.search_slot():
         if raw_limit is not None:
             results = serving.retriever_for(gguf_path).search_raw(query, targets, blend=blend, limit=raw_limit)
         else:
             results = serving.retriever_for(gguf_path).search(query, targets, blend=blend, token_budget=token_budget,
                                                               top_document=top_document, trace=trace)
+    return _memory_results(results, corpora=corpora, dataset_names={pk: name for _, pk, name, _ in datasets},
+                           late_kinds=late_kinds)
+
+
+def _readable_corpora(user: AbstractBaseUser | AnonymousUser, *, corpus_ids: Iterable[int],
+                      corpora: Iterable[Corpus] | None) -> list[Corpus]:
+    """The corpora among `corpus_ids` (or the rows `corpora`) that have an active build and that
+    `user` may read, by primary key."""
+    if corpora is None:
+        rows = Corpus.objects.filter(pk__in={int(i) for i in corpus_ids}, active_build__isnull=False) \
+            .select_related("active_build").order_by("pk")
+    else:
+        rows = sorted((c for c in corpora if c.active_build_id), key=lambda c: c.pk)
+    return corpora_readable_among(user, rows)
+
+
+def _common_model(corpora: list[Corpus], params: dict[int, BuildParameters]) -> str:
+    """The model file on this machine that every corpus's active build used (`params`, by corpus);
+    an ApplicationError naming each when their models or HDC dimensions differ."""
+    # A model is its identity (name and sha256) where builds recorded it, else its path.
+    if len({p.model_key for p in params.values()}) != 1 or len({p.hdc_dimensions for p in params.values()}) != 1:
+        names = ", ".join(f"{c.name} ({params[c.pk].hdc_dimensions} dims, {Path(params[c.pk].gguf_path).name})"
+                          for c in corpora)
+        raise ApplicationError(f"These corpora use different models or HDC dimensions and cannot be searched "
+                               f"together: {names}.", {"corpus_ids": sorted(c.pk for c in corpora)})
+    return str(serving.model_for(params[corpora[0].pk]))
+
+
+def _search_target(corpus: Corpus, *, built: BuildParameters, appends: dict[int, IndexBuild],
+                   enabled: frozenset[int], gguf_path: str) -> tuple[SearchTarget, str | None]:
+    """The corpus's state as the retriever searches it, with its late channel (late interaction or
+    exact words, under the rule its build measured) and that channel's kind (`MemoryResult.late_kind`)."""
+    segments = corpus.serving_build_ids
+    # This machine's copies, fetched from the object store when it lacks them (corpus.segment_cache).
+    loaded = serving.loaded_state([segment_path(corpus.active_build),
+                                   *[segment_path(appends[i]) for i in segments[1:]]])
+    late = fusion = late_kind = None
+    if built.late_interaction:
+        late = _late_scorer(corpus_id=corpus.pk, corpus=loaded, gguf_path=gguf_path)
+        # The rule measured on the build's own self-queries; a build made before it was
+        # measured has none, and gets HDC alone: unweighted fusion lowered recall on real text.
+        fusion = built.fusion or FusionChoice()
+        late_kind = "maxsim"
+    elif built.word_fusion is not None:
+        # The exact-word channel, under the rule the build measured on its own self-queries.
+        late = _word_index(corpus_id=corpus.pk, corpus=loaded)
+        fusion = built.word_fusion
+        late_kind = "bm25"
+    target = SearchTarget(corpus=loaded, store=StateMemoryStore(tuple(segments)), name=str(corpus.pk),
+                          enabled_sources=enabled, late=late, fusion=fusion)
+    return target, late_kind
+
+
+def _memory_results(results: list[SearchResult], *, corpora: list[Corpus], dataset_names: dict[int, str],
+                    late_kinds: dict[int, str]) -> list[MemoryResult]:
+    """The engine's results with where each memory lives in the portal."""
     by_id: dict[int, Corpus] = {c.pk: c for c in corpora}
-    dataset_names = {pk: name for _, pk, name, _ in datasets}
     found = []
     for result in results:
         corpus = by_id[int(result.target)]  # each target is named by its corpus's primary key

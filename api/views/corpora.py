@@ -30,7 +30,8 @@ from corpus.selectors import (
     get_dataset_for_user,
 )
 from corpus.serializers import BuildSerializer
-from corpus.services.builds import build_cancel, build_start, builds_sweep_stale, index_after_upload
+from corpus.services.build_liveness import builds_sweep_stale
+from corpus.services.builds import build_cancel, build_start, index_after_upload
 from corpus.services.corpora import (
     corpus_create,
     corpus_delete,

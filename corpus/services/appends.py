@@ -3,11 +3,11 @@
 A corpus's searchable state is its active (full) build plus `Corpus.active_appends`, the append
 segments on top of it, oldest first. An append is an `IndexBuild` of kind "append": the same job
 row (one queued or running job per corpus, so appends, builds and merges of one corpus never run
-at once), the same task, heartbeat, sweep and clean-up as a build (`corpus.services.builds`), but
-its worker encodes only the new datasets, with the state's frozen statistics
-(`engine.segments.append_segment`), and its activation appends its id to `active_appends` in one
-UPDATE of the corpus row. A full build replaces the whole state (and empties the list): that is
-the merge.
+at once), the same task, heartbeat, sweep and clean-up as a build (`corpus.services.builds`,
+`build_runner`, `build_liveness`), but its worker encodes only the new datasets, with the
+state's frozen statistics (`engine.segments.append_segment`), and its activation appends its id
+to `active_appends` in one UPDATE of the corpus row. A full build replaces the whole state (and
+empties the list): that is the merge.
 
 What a state covers: the datasets each of its segments recorded (`BuildParameters.dataset_ids`;
 a build made before it recorded them covers the datasets uploaded before it started). Deleting a

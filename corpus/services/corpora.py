@@ -229,6 +229,40 @@ def _corpus_tokenizer(corpus: Corpus):  # engine.spm.GGUFTokenizer
     return tokenizer_for(corpus.gguf_path or default_gguf())
 
 
+def _dataset_store(*, corpus: Corpus, user: AbstractBaseUser | None, name: str, staged: Path, sha256: str,
+                   size: int, report: dict, replaces: Dataset | None, superseded: Dataset | None) -> Dataset:
+    """Put the validated, staged file where a dataset lives and insert its row, all or nothing: the
+    object store first (`BUILD_STORAGE_URL`), then the row and the rename into DATA_DIR in one
+    transaction, with the quota checked again under a lock; `superseded` is deleted in it too."""
+    relative = f"corpora/{corpus.pk}/datasets/{_disk_name(name, sha256)}"
+    final = Path(settings.DATA_DIR) / relative
+    final.parent.mkdir(parents=True, exist_ok=True)
+    # With BUILD_STORAGE_URL, the store holds it before any row points at it: a worker on
+    # another machine reads it from there (a store that is down refuses the upload, 503).
+    put_dataset(relative, staged)
+    moved = False
+    try:
+        with transaction.atomic():
+            _check_quota(user=user, name=name, size=size, lock=True)
+            dataset = Dataset.objects.create(
+                corpus=corpus, name=name, file=relative, size=size, sha256=sha256, format=report["format"],
+                record_count=report["record_estimate"], record_count_exact=report["complete"],
+                uploaded_by=user, replaces=replaces)
+            os.replace(staged, final)
+            moved = True
+            if superseded is not None:
+                dataset_delete(dataset=superseded)
+    except IntegrityError:
+        delete_dataset(relative)
+        raise DatasetDuplicate(f"{name}: the same content is already in this corpus.") from None
+    except BaseException:
+        if moved:
+            final.unlink(missing_ok=True)
+        delete_dataset(relative)
+        raise
+    return dataset
+
+
 def dataset_upload(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded_file: UploadedFile,
                    name: str | None = None, replaces: Dataset | None = None, replace: bool = False) -> Dataset:
     """Validate an uploaded file by content and store it in `corpus`, all or nothing.
@@ -264,32 +298,8 @@ def dataset_upload(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded_fi
             report = validate_dataset(staged, tokenizer=_corpus_tokenizer(corpus), chunk_size=corpus.chunk_size)
         except DatasetError as error:
             raise DatasetRejected(str(error).replace(str(staged), name)) from None
-        relative = f"corpora/{corpus.pk}/datasets/{_disk_name(name, sha256)}"
-        final = Path(settings.DATA_DIR) / relative
-        final.parent.mkdir(parents=True, exist_ok=True)
-        # With BUILD_STORAGE_URL, the store holds it before any row points at it: a worker on
-        # another machine reads it from there (a store that is down refuses the upload, 503).
-        put_dataset(relative, staged)
-        moved = False
-        try:
-            with transaction.atomic():
-                _check_quota(user=user, name=name, size=size, lock=True)
-                dataset = Dataset.objects.create(
-                    corpus=corpus, name=name, file=relative, size=size, sha256=sha256, format=report["format"],
-                    record_count=report["record_estimate"], record_count_exact=report["complete"],
-                    uploaded_by=user, replaces=replaces)
-                os.replace(staged, final)
-                moved = True
-                if superseded is not None:
-                    dataset_delete(dataset=superseded)
-        except IntegrityError:
-            delete_dataset(relative)
-            raise DatasetDuplicate(f"{name}: the same content is already in this corpus.") from None
-        except BaseException:
-            if moved:
-                final.unlink(missing_ok=True)
-            delete_dataset(relative)
-            raise
+        dataset = _dataset_store(corpus=corpus, user=user, name=name, staged=staged, sha256=sha256, size=size,
+                                 report=report, replaces=replaces, superseded=superseded)
     finally:
         staged.unlink(missing_ok=True)
     dataset.validation = report

@@ -8,7 +8,8 @@ import subprocess
 from django.utils import timezone
 
 from corpus.models import IndexBuild
-from corpus.services.builds import _proc_start_time, build_start, owner_alive, process_identity
+from corpus.services.build_liveness import _proc_start_time, owner_alive, process_identity
+from corpus.services.builds import build_start
 from corpus.tasks import run_build
 
 Status = IndexBuild.Status

@@ -17,14 +17,9 @@ from chat.serializers import memory_result_json
 from core.errors import ApplicationError
 from corpus.files import build_dir
 from corpus.models import Corpus, IndexBuild, Memory
-from corpus.services.builds import (
-    BuildAlreadyActive,
-    build_cancel,
-    build_run,
-    build_start,
-    builds_cleanup,
-    builds_sweep_stale,
-)
+from corpus.services.build_liveness import builds_sweep_stale
+from corpus.services.build_runner import build_run
+from corpus.services.builds import BuildAlreadyActive, build_cancel, build_start, builds_cleanup
 from corpus.services.corpora import corpus_create
 from corpus.tasks import run_build
 from engine.loaded_build import load_corpus

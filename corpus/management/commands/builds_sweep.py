@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.core.management.base import BaseCommand
 
-from corpus.services.builds import builds_sweep_stale
+from corpus.services.build_liveness import builds_sweep_stale
 
 
 class Command(BaseCommand):
