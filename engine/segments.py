@@ -3,7 +3,7 @@
 A segment is a build directory in `engine.build`'s format, written once and never changed. A full
 build writes a base segment; `append_segment` writes a small one holding only new documents,
 encoded with the state's **frozen** statistics: its `vocab.idx` is the previous segment's
-vocabulary with the new documents' unseen tokens added (`vocab.extend_vocab_index`), every
+vocabulary with the new documents' unseen tokens added (`vocab_writer.extend_vocab_index`), every
 earlier value unchanged, so its rows are comparable with the old ones and any text made of
 earlier tokens encodes bit for bit as before. The newest segment's vocabulary is therefore the
 state's: a query is encoded once, with it, and searched in every segment.
@@ -62,7 +62,8 @@ from engine.index import (
 from engine.lexical import WORDS_FILE, WordIndex, bm25_weights, words
 from engine.loaded_build import VOCAB_FILE, CorpusError, LoadedIndex, load_corpus, read_manifest
 from engine.tokenizer import Tokenizer
-from engine.vocab import VocabIndex, extend_vocab_index
+from engine.vocab import VocabIndex
+from engine.vocab_writer import extend_vocab_index
 
 SEGMENT = "segment"  # manifest key: {"kind": "base" | "append", "row_offset", "previous"}
 # A segment of at most this many rows (an append) is scored in one gather of all its rows: the
