@@ -52,12 +52,12 @@ from engine.build import (
     _write_verify_sample,
 )
 from engine.encoder import HDCEncoder, compute_idf
-from engine.index import (
+from engine.index import BitmapIndex
+from engine.index_search import (
     DEFAULT_SAMPLE_CHUNKS,
     DEFAULT_SHORTLIST,
     SAMPLED_SEARCH_MIN_ROWS,
     SHORTLIST_PER_RESULT,
-    BitmapIndex,
 )
 from engine.lexical import WORDS_FILE, WordIndex, bm25_weights, words
 from engine.loaded_build import VOCAB_FILE, CorpusError, LoadedIndex, load_corpus, read_manifest
