@@ -96,7 +96,7 @@ def main(argv: list[str] | None = None) -> int:
     from engine.encoder import HDCEncoder, compute_idf, flatten
     from engine.model_files import default_gguf_path
     from engine.tokenizer import GGUFTokenizer
-    from engine.vocab import write_vocab_index
+    from engine.vocab_writer import write_vocab_index
 
     try:
         from bench._hw import print_hardware

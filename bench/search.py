@@ -42,7 +42,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._hw import print_hardware  # noqa: E402
 from engine import bits  # noqa: E402
-from engine.index import SAMPLED_SEARCH_MIN_ROWS, BitmapIndex, IndexFileError  # noqa: E402
+from engine.index import BitmapIndex, IndexFileError  # noqa: E402
+from engine.index_search import SAMPLED_SEARCH_MIN_ROWS  # noqa: E402
 
 PLANTED_PER_QUERY = 10
 BUILD_BATCH = 20000

@@ -49,7 +49,8 @@ from engine.loaded_build import (
     read_manifest,
 )
 from engine.tokenizer import Tokenizer
-from engine.vocab import FORMAT_VERSION, VocabIndex, open_shared, write_vocab_index
+from engine.vocab import FORMAT_VERSION, VocabIndex, open_shared
+from engine.vocab_writer import write_vocab_index
 
 BATCH_DOCS = 256
 VERIFY_SAMPLE = 64

@@ -117,6 +117,29 @@ def sniff_format(source: str | Path | bytes, filename: str | None = None) -> str
     an empty file, or content that contradicts a structured extension (a ``.json`` that is not
     JSON, a ``.parquet`` without the PAR1 magic, a ``.xml`` that is not markup).
     """
+    sample = _read_sample(source, filename)
+    binary = _sniff_binary(sample)
+    if binary:
+        return binary
+    return _sniff_text(sample, _decode_sample(sample))
+
+
+@dataclass(frozen=True)
+class _Sample:
+    """What sniffing looks at: the file's first `_SNIFF_BYTES` and last 4 bytes, whether the head is
+    the whole file, the name for messages, and the extension's format (`unknown`: an extension the
+    portal does not know, which then counts for nothing)."""
+
+    head: bytes
+    tail: bytes
+    complete: bool
+    label: str
+    suffix: str
+    suffix_format: str | None
+    unknown: str
+
+
+def _read_sample(source: str | Path | bytes, filename: str | None) -> _Sample:
     if isinstance(source, bytes):
         head, tail, complete = source[:_SNIFF_BYTES], source[-4:], len(source) <= _SNIFF_BYTES
         label = filename or "<upload>"
@@ -137,23 +160,36 @@ def sniff_format(source: str | Path | bytes, filename: str | None = None) -> str
     if unknown:
         # A name's last dot need not start a type ("Apache-2.0", "notes.v2"): the content decides.
         suffix = ""
+    return _Sample(head, tail, complete, label, suffix, suffix_format, unknown)
+
+
+def _sniff_binary(sample: _Sample) -> str | None:
+    """A document or parquet format known by its magic bytes, else None (a text format, maybe)."""
+    head, label = sample.head, sample.label
     try:
-        document = sniff_document(head, suffix)
+        document = sniff_document(head, sample.suffix)
     except DocumentError as error:
         raise DatasetError(f"{label}: {error}") from None
     if document:
         return document
     if head.startswith(ZIP_MAGIC):
-        raise DatasetError(f"{label}: unsupported file type {unknown or suffix or '(a ZIP archive)'!r}: a ZIP archive "
-                           f"is not one dataset (the portal's upload unpacks .zip files into their members)")
+        raise DatasetError(f"{label}: unsupported file type {sample.unknown or sample.suffix or '(a ZIP archive)'!r}: "
+                           f"a ZIP archive is not one dataset (the portal's upload unpacks .zip files into their "
+                           f"members)")
     if head.startswith(b"PAR1"):
-        if tail != b"PAR1" or (complete and len(head) < 8):
+        if sample.tail != b"PAR1" or (sample.complete and len(head) < 8):
             raise DatasetError(f"{label}: truncated parquet file (footer magic PAR1 missing)")
         return "parquet"
-    if suffix_format == "parquet":
+    if sample.suffix_format == "parquet":
         raise DatasetError(f"{label}: not a parquet file (no PAR1 magic at the start)")
+    return None
+
+
+def _decode_sample(sample: _Sample) -> str:
+    """The head as text; binary or non-UTF-8 content under an unknown extension says which are known."""
+    label, unknown = sample.label, sample.unknown
     try:
-        text = _decode_head(head, label, complete)
+        return _decode_head(sample.head, label, sample.complete)
     except DatasetError as error:
         if unknown:
             detail = str(error).removeprefix(f"{label}: ")
@@ -161,11 +197,16 @@ def sniff_format(source: str | Path | bytes, filename: str | None = None) -> str
                                f"({detail}); supported: {', '.join(sorted(FORMAT_BY_SUFFIX))}, or UTF-8 text "
                                f"under any name") from None
         raise
+
+
+def _sniff_text(sample: _Sample, text: str) -> str:
+    """JSON, JSONL, HTML, XML, or the extension's text format (plain text without one)."""
+    label, suffix_format = sample.label, sample.suffix_format
     stripped = text.lstrip()
     if not stripped:
         raise DatasetError(f"{label}: file is empty")
     if stripped[0] in "[{":
-        detected = _sniff_json(stripped, complete, suffix_format, label)
+        detected = _sniff_json(stripped, sample.complete, suffix_format, label)
         if detected:
             return detected
     if suffix_format in ("json", "jsonl"):

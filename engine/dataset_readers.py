@@ -65,70 +65,86 @@ def _iter_json_array(reader: _Reader, handle: IO[bytes]) -> Iterator[tuple[int, 
     Only a window of the text stays in memory; an item that does not fit is retried with twice
     the text, so parsing stays linear. Broken syntax is fatal: an array cannot be resynchronised.
     """
-    decoder = json.JSONDecoder()
-    blocks = reader.blocks(handle)
-    buffer, pos, lines_before, eof = "", 0, 0, False
-
-    def fail(message: str, at: int) -> DatasetError:
-        line = lines_before + buffer.count("\n", 0, at) + 1
-        return DatasetError(f"{reader.path}: invalid JSON at line {line}: {message}")
-
-    def fill(minimum: int) -> bool:
-        nonlocal buffer, pos, lines_before, eof
-        lines_before += buffer.count("\n", 0, pos)
-        buffer, pos = buffer[pos:], 0
-        while not eof and len(buffer) < minimum:
-            block = next(blocks, None)
-            if block is None:
-                eof = True
-            else:
-                buffer += block
-        return pos < len(buffer)
-
-    def skip_space() -> bool:
-        nonlocal pos
-        while True:
-            while pos < len(buffer) and buffer[pos] in " \t\r\n":
-                pos += 1
-            if pos < len(buffer) or not fill(_BLOCK_BYTES):
-                return pos < len(buffer)
-
-    if not skip_space() or buffer[pos] != "[":
-        raise fail("expected a top-level list '['", pos)
-    pos += 1
+    window = _JsonWindow(reader, handle)
+    if not window.skip_space() or window.buffer[window.pos] != "[":
+        raise window.fail("expected a top-level list '['", window.pos)
+    window.pos += 1
     index = 0
-    if skip_space() and buffer[pos] == "]":
-        pos += 1
+    if window.skip_space() and window.buffer[window.pos] == "]":
+        window.pos += 1
     else:
         while True:
-            if not skip_space():
-                raise fail("unexpected end of file inside the list", pos)
-            want = _BLOCK_BYTES
-            while True:
-                try:
-                    item, end = decoder.raw_decode(buffer, pos)
-                    if end < len(buffer) or eof:
-                        break
-                except json.JSONDecodeError as error:
-                    if eof:
-                        raise fail(error.msg, error.pos) from None
-                except RecursionError:
-                    raise fail(_too_deep().msg, pos) from None
-                want = max(want, 2 * (len(buffer) - pos))
-                fill(want)
-            pos = end
-            yield index, item
+            if not window.skip_space():
+                raise window.fail("unexpected end of file inside the list", window.pos)
+            yield index, window.item()
             index += 1
-            if not skip_space():
-                raise fail("unexpected end of file inside the list", pos)
-            if buffer[pos] == "]":
-                pos += 1
+            if not window.skip_space():
+                raise window.fail("unexpected end of file inside the list", window.pos)
+            if window.buffer[window.pos] == "]":
+                window.pos += 1
                 break
-            if buffer[pos] != ",":
-                raise fail(f"expected ',' or ']' after item {index - 1}", pos)
-            pos += 1
-    if skip_space():
-        raise fail("unexpected data after the top-level list", pos)
+            if window.buffer[window.pos] != ",":
+                raise window.fail(f"expected ',' or ']' after item {index - 1}", window.pos)
+            window.pos += 1
+    if window.skip_space():
+        raise window.fail("unexpected data after the top-level list", window.pos)
+
+
+class _JsonWindow:
+    """The part of a file's text a JSON array is being parsed in: `buffer` from `pos` on is still to
+    be read; `lines_before` counts the lines dropped before it (for messages)."""
+
+    def __init__(self, reader: _Reader, handle: IO[bytes]) -> None:
+        self.path = reader.path
+        self.blocks = reader.blocks(handle)
+        self.decoder = json.JSONDecoder()
+        self.buffer, self.pos, self.lines_before, self.eof = "", 0, 0, False
+
+    def fail(self, message: str, at: int) -> DatasetError:
+        line = self.lines_before + self.buffer.count("\n", 0, at) + 1
+        return DatasetError(f"{self.path}: invalid JSON at line {line}: {message}")
+
+    def fill(self, minimum: int) -> bool:
+        """Drop what was read and read on until `minimum` characters are in the window (or the file
+        ends) → whether any is left to read."""
+        self.lines_before += self.buffer.count("\n", 0, self.pos)
+        self.buffer, self.pos = self.buffer[self.pos:], 0
+        while not self.eof and len(self.buffer) < minimum:
+            block = next(self.blocks, None)
+            if block is None:
+                self.eof = True
+            else:
+                self.buffer += block
+        return self.pos < len(self.buffer)
+
+    def skip_space(self) -> bool:
+        """Move past whitespace → whether a character follows before the end of the file."""
+        while True:
+            buffer, pos = self.buffer, self.pos
+            while pos < len(buffer) and buffer[pos] in " \t\r\n":
+                pos += 1
+            self.pos = pos
+            if pos < len(buffer) or not self.fill(_BLOCK_BYTES):
+                return self.pos < len(self.buffer)
+
+    def item(self) -> Any:
+        """The JSON value at `pos`, which is then moved past it; the window grows until it holds the
+        whole value."""
+        want = _BLOCK_BYTES
+        while True:
+            try:
+                item, end = self.decoder.raw_decode(self.buffer, self.pos)
+                if end < len(self.buffer) or self.eof:
+                    break
+            except json.JSONDecodeError as error:
+                if self.eof:
+                    raise self.fail(error.msg, error.pos) from None
+            except RecursionError:
+                raise self.fail(_too_deep().msg, self.pos) from None
+            want = max(want, 2 * (len(self.buffer) - self.pos))
+            self.fill(want)
+        self.pos = end
+        return item
 
 
 def _json_records(reader: _Reader, handle: IO[bytes]) -> Iterator[tuple[int, Any]]:

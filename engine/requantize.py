@@ -14,10 +14,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from engine.files import atomic_write
+
+if TYPE_CHECKING:  # for annotations only: gguf-py is imported inside the functions that use it
+    from gguf import GGMLQuantizationType, GGUFReader, GGUFWriter, ReaderTensor
 
 SOURCE_KEY = "hdrag.requantized.source_sha256"
 PLAN_KEY = "hdrag.requantized.plan"
@@ -56,45 +60,18 @@ def requantize(source: str | Path, target: str | Path, plan: Mapping[str, str], 
     import gguf
     from gguf.quants import dequantize, quantize
 
-    types = {}
-    for source_name, target_name in plan.items():
-        try:
-            types[gguf.GGMLQuantizationType[source_name]] = gguf.GGMLQuantizationType[target_name]
-        except KeyError as exc:
-            raise RequantizeError(f"unknown quantization type {exc.args[0]!r} in the plan {plan_text(plan)}") from None
-    try:
-        reader = gguf.GGUFReader(str(source))
-    except (OSError, ValueError) as exc:
-        raise RequantizeError(f"{Path(source).name} is not a readable GGUF file: {exc}") from exc
-    if "general.architecture" not in reader.fields:
-        raise RequantizeError(f"{Path(source).name} has no general.architecture: not a model GGUF")
+    types = _plan_types(plan)
+    reader = _model_reader(source)
     architecture = reader.fields["general.architecture"].contents()
     target = Path(target)
     target.parent.mkdir(parents=True, exist_ok=True)
     with atomic_write(target) as temporary:
         writer = gguf.GGUFWriter(str(temporary), architecture)
-        for field in reader.fields.values():
-            if field.name == "general.architecture" or field.name.startswith("GGUF.") or field.name in (
-                    SOURCE_KEY, PLAN_KEY):
-                continue  # written by GGUFWriter itself, or ours (set below)
-            value_type = field.types[0]
-            sub_type = field.types[-1] if value_type == gguf.GGUFValueType.ARRAY else None
-            writer.add_key_value(field.name, field.contents(), value_type, sub_type=sub_type)
+        _copy_metadata(reader, writer)
         writer.add_string(SOURCE_KEY, source_sha256)
         writer.add_string(PLAN_KEY, plan_text(plan))
         # Each tensor's new type and byte shape first (the header), then the data, one tensor at a time.
-        layout = []
-        for tensor in reader.tensors:
-            new_type = types.get(tensor.tensor_type) if len(tensor.shape) == 2 else None
-            if new_type is None:
-                layout.append((tensor, None))
-                writer.add_tensor_info(tensor.name, tensor.data.shape, tensor.data.dtype, tensor.data.nbytes,
-                                       tensor.tensor_type)
-                continue
-            shape = tuple(int(n) for n in reversed(tensor.shape))  # rows, columns (numpy order)
-            byte_shape = gguf.quant_shape_to_byte_shape(shape, new_type)
-            layout.append((tensor, new_type))
-            writer.add_tensor_info(tensor.name, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)), new_type)
+        layout = _tensor_layout(reader, writer, types)
         writer.write_header_to_file()
         writer.write_kv_data_to_file()
         writer.write_ti_data_to_file()
@@ -106,3 +83,63 @@ def requantize(source: str | Path, target: str | Path, plan: Mapping[str, str], 
                 writer.write_tensor_data(quantize(values, new_type))
         writer.close()
     return target
+
+
+def _plan_types(plan: Mapping[str, str]) -> dict[GGMLQuantizationType, GGMLQuantizationType]:
+    """The plan as {source `GGMLQuantizationType`: target type}; an unknown name is a RequantizeError."""
+    import gguf
+
+    types = {}
+    for source_name, target_name in plan.items():
+        try:
+            types[gguf.GGMLQuantizationType[source_name]] = gguf.GGMLQuantizationType[target_name]
+        except KeyError as exc:
+            raise RequantizeError(f"unknown quantization type {exc.args[0]!r} in the plan {plan_text(plan)}") from None
+    return types
+
+
+def _model_reader(source: str | Path) -> GGUFReader:
+    """A `gguf.GGUFReader` of `source`, which must be a model GGUF (it names its architecture)."""
+    import gguf
+
+    try:
+        reader = gguf.GGUFReader(str(source))
+    except (OSError, ValueError) as exc:
+        raise RequantizeError(f"{Path(source).name} is not a readable GGUF file: {exc}") from exc
+    if "general.architecture" not in reader.fields:
+        raise RequantizeError(f"{Path(source).name} has no general.architecture: not a model GGUF")
+    return reader
+
+
+def _copy_metadata(reader: GGUFReader, writer: GGUFWriter) -> None:
+    """Every key of the source but those GGUFWriter writes itself and ours (set by `requantize`)."""
+    import gguf
+
+    for field in reader.fields.values():
+        if field.name == "general.architecture" or field.name.startswith("GGUF.") or field.name in (
+                SOURCE_KEY, PLAN_KEY):
+            continue
+        value_type = field.types[0]
+        sub_type = field.types[-1] if value_type == gguf.GGUFValueType.ARRAY else None
+        writer.add_key_value(field.name, field.contents(), value_type, sub_type=sub_type)
+
+
+def _tensor_layout(reader: GGUFReader, writer: GGUFWriter, types: dict[GGMLQuantizationType, GGMLQuantizationType]
+                   ) -> list[tuple[ReaderTensor, GGMLQuantizationType | None]]:
+    """Add each tensor's info to `writer`: its new type and byte shape where the plan re-encodes it,
+    else as it is → [(tensor, new type or None)] in the file's order."""
+    import gguf
+
+    layout = []
+    for tensor in reader.tensors:
+        new_type = types.get(tensor.tensor_type) if len(tensor.shape) == 2 else None
+        if new_type is None:
+            layout.append((tensor, None))
+            writer.add_tensor_info(tensor.name, tensor.data.shape, tensor.data.dtype, tensor.data.nbytes,
+                                   tensor.tensor_type)
+            continue
+        shape = tuple(int(n) for n in reversed(tensor.shape))  # rows, columns (numpy order)
+        byte_shape = gguf.quant_shape_to_byte_shape(shape, new_type)
+        layout.append((tensor, new_type))
+        writer.add_tensor_info(tensor.name, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)), new_type)
+    return layout

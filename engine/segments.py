@@ -3,7 +3,7 @@
 A segment is a build directory in `engine.build`'s format, written once and never changed. A full
 build writes a base segment; `append_segment` writes a small one holding only new documents,
 encoded with the state's **frozen** statistics: its `vocab.idx` is the previous segment's
-vocabulary with the new documents' unseen tokens added (`vocab.extend_vocab_index`), every
+vocabulary with the new documents' unseen tokens added (`vocab_writer.extend_vocab_index`), every
 earlier value unchanged, so its rows are comparable with the old ones and any text made of
 earlier tokens encodes bit for bit as before. The newest segment's vocabulary is therefore the
 state's: a query is encoded once, with it, and searched in every segment.
@@ -49,20 +49,22 @@ from engine.build import (
     _Spool,
     _timed,
     _tokenize_pass,
+    _Tokenized,
     _write_verify_sample,
 )
 from engine.encoder import HDCEncoder, compute_idf
-from engine.index import (
+from engine.index import BitmapIndex
+from engine.index_search import (
     DEFAULT_SAMPLE_CHUNKS,
     DEFAULT_SHORTLIST,
     SAMPLED_SEARCH_MIN_ROWS,
     SHORTLIST_PER_RESULT,
-    BitmapIndex,
 )
 from engine.lexical import WORDS_FILE, WordIndex, bm25_weights, words
 from engine.loaded_build import VOCAB_FILE, CorpusError, LoadedIndex, load_corpus, read_manifest
 from engine.tokenizer import Tokenizer
-from engine.vocab import VocabIndex, extend_vocab_index
+from engine.vocab import VocabIndex
+from engine.vocab_writer import extend_vocab_index
 
 SEGMENT = "segment"  # manifest key: {"kind": "base" | "append", "row_offset", "previous"}
 # A segment of at most this many rows (an append) is scored in one gather of all its rows: the
@@ -354,53 +356,92 @@ def append_segment(*, previous_dir: str | Path, datasets: Iterable[tuple[int, st
             raise BuildCancelled(f"append into {out_dir} cancelled")
 
     vocab = VocabIndex.open(previous_dir / VOCAB_FILE)
-    info = segment_info(previous)
-    row_offset = int(info["row_offset"]) + int(previous["documents"])
+    row_offset = int(segment_info(previous)["row_offset"]) + int(previous["documents"])
     timings: dict[str, float] = {}
     spool_dir = out_dir / _SPOOL
+    spool, tokenized, offsets = _tokenize_append(datasets, spool_dir, tokenizer=tokenizer,
+                                                 chunk_size=int(previous["chunk_size"]), batch_docs=batch_docs,
+                                                 report=report, checkpoint=checkpoint, known=known, timings=timings)
+    n_docs = offsets.size - 1
+    checkpoint()
+    with _timed(timings, "vocabulary"):
+        vocab, added = _extend_vocabulary(vocab, out_dir, tokenizer=tokenizer, gguf_path=gguf_path,
+                                          document_frequency=tokenized.document_frequency,
+                                          documents=row_offset + n_docs, report=report)
+    tokens = np.memmap(spool.tokens_path, dtype="<i4", mode="r") if offsets[-1] else np.zeros(0, np.int32)
+    _encode_append(out_dir, encoder=HDCEncoder(vocab), spool=spool, tokens=tokens, offsets=offsets, sink=sink,
+                   batch_docs=batch_docs, report=report, checkpoint=checkpoint, row_offset=row_offset,
+                   word_index=word_index, timings=timings)
+    with _timed(timings, "verify"):
+        _write_verify_sample(out_dir, tokens, offsets, int(previous["seed"]))
+        del tokens
+        shutil.rmtree(spool_dir)
+        manifest = _append_manifest(previous, tokenized=tokenized, offsets=offsets, vocab=vocab, sink=sink,
+                                    segment={"kind": "append", "row_offset": row_offset,
+                                             "previous": previous_dir.name, **added})
+        _seal(out_dir, manifest, report)
+    return _complete(out_dir, manifest, timings, tokenized.skipped)
+
+
+def _tokenize_append(datasets: list[tuple[int, str, Path]], spool_dir: Path, *, tokenizer: Tokenizer,
+                     chunk_size: int, batch_docs: int, report: Progress, checkpoint: Callable[[], None],
+                     known: Callable[[list[str]], set[str]] | None, timings: dict[str, float]
+                     ) -> tuple[_Spool, _Tokenized, np.ndarray]:
+    """The new documents' tokens and records, spooled in `spool_dir` → (the spool, what the pass
+    counted, each document's token offsets (documents + 1,) int64); none at all is a BuildError."""
     spool_dir.mkdir()
     spool = _Spool(spool_dir / "tokens.i32", spool_dir / "records.jsonl")
     with _timed(timings, "tokenize"):
-        tokenized = _tokenize_pass(datasets, tokenizer, int(previous["chunk_size"]), spool, batch_docs, report,
-                                   checkpoint, known)
+        tokenized = _tokenize_pass(datasets, tokenizer, chunk_size, spool, batch_docs, report, checkpoint, known)
     offsets = np.asarray(spool.offsets, dtype=np.int64)
-    n_docs = offsets.size - 1
-    if n_docs == 0:
+    if offsets.size == 1:
         raise BuildError(f"no documents found in {[str(d[2]) for d in datasets]}")
-    checkpoint()
-    with _timed(timings, "vocabulary"):
-        report("vocabulary", 0, 1)
-        seen = _corpus_vocabulary(tokenizer, tokenized.document_frequency)
-        unseen = np.setdiff1d(seen, np.asarray(vocab.token_ids), assume_unique=True)
-        idf = compute_idf(tokenized.document_frequency[unseen], row_offset + n_docs)
-        occurrences = int(tokenized.document_frequency[seen].sum())
-        oov_share = float(tokenized.document_frequency[unseen].sum()) / occurrences if occurrences else 0.0
-        vocab = extend_vocab_index(vocab, out_dir / VOCAB_FILE, token_ids=unseen, idf=idf,
-                                   stored_rows=gguf.token_rows(gguf_path, unseen))
-        report("vocabulary", 1, 1)
-    tokens = np.memmap(spool.tokens_path, dtype="<i4", mode="r") if offsets[-1] else np.zeros(0, np.int32)
+    return spool, tokenized, offsets
+
+
+def _encode_append(out_dir: Path, *, encoder: HDCEncoder, spool: _Spool, tokens: np.ndarray, offsets: np.ndarray,
+                   sink: Sink | None, batch_docs: int, report: Progress, checkpoint: Callable[[], None],
+                   row_offset: int, word_index: bool, timings: dict[str, float]) -> None:
+    """The new documents' rows (numbered from `row_offset`) and records, and with `word_index`
+    their exact-word index (`words.npz`)."""
     texts: list[str] | None = [] if word_index else None
     with _timed(timings, "encode"):
-        _encode_pass(out_dir, encoder=HDCEncoder(vocab), spool=spool, tokens=tokens, offsets=offsets, sink=sink,
+        _encode_pass(out_dir, encoder=encoder, spool=spool, tokens=tokens, offsets=offsets, sink=sink,
                      batch_docs=batch_docs, report=report, checkpoint=checkpoint, row_offset=row_offset,
                      texts=texts)
     if texts is not None:
         with _timed(timings, "words"):
             WordIndex.build(texts).save(out_dir / WORDS_FILE)
-    with _timed(timings, "verify"):
-        _write_verify_sample(out_dir, tokens, offsets, int(previous["seed"]))
-        del tokens
-        shutil.rmtree(spool_dir)
-        manifest = {
-            **{k: previous[k] for k in ("format_version", "dims", "seed", "ngram", "drop_components", "chunk_size",
-                                        "model", "encoder") if k in previous},
-            "created": _created(), "documents": n_docs, "duplicates": sum(s["duplicates"] for s in tokenized.sources),
-            "skipped_records": len(tokenized.skipped), "vocab_size": vocab.size,
-            "median_doc_length": float(np.median(np.diff(offsets))), "sources": tokenized.sources,
-            "memories": "sink" if sink is not None else "memories.sqlite",
-            SEGMENT: {"kind": "append", "row_offset": row_offset, "previous": previous_dir.name,
-                      "new_tokens": int(unseen.size), "oov_share": round(oov_share, 6)},
-        }
-        _seal(out_dir, manifest, report)
-    return _complete(out_dir, manifest, timings, tokenized.skipped)
 
+
+def _extend_vocabulary(vocab: VocabIndex, out_dir: Path, *, tokenizer: Tokenizer, gguf_path: str | Path,
+                       document_frequency: np.ndarray, documents: int, report: Progress
+                       ) -> tuple[VocabIndex, dict[str, Any]]:
+    """The append's `vocab.idx`: the previous vocabulary plus the new documents' unseen tokens, their
+    IDF over the state's `documents` after the append → (it, opened; the manifest's count of new
+    tokens and their share of the new documents' token occurrences)."""
+    report("vocabulary", 0, 1)
+    seen = _corpus_vocabulary(tokenizer, document_frequency)
+    unseen = np.setdiff1d(seen, np.asarray(vocab.token_ids), assume_unique=True)
+    idf = compute_idf(document_frequency[unseen], documents)
+    occurrences = int(document_frequency[seen].sum())
+    oov_share = float(document_frequency[unseen].sum()) / occurrences if occurrences else 0.0
+    vocab = extend_vocab_index(vocab, out_dir / VOCAB_FILE, token_ids=unseen, idf=idf,
+                               stored_rows=gguf.token_rows(gguf_path, unseen))
+    report("vocabulary", 1, 1)
+    return vocab, {"new_tokens": int(unseen.size), "oov_share": round(oov_share, 6)}
+
+
+def _append_manifest(previous: dict[str, Any], *, tokenized: _Tokenized, offsets: np.ndarray, vocab: VocabIndex,
+                     sink: Sink | None, segment: dict[str, Any]) -> dict[str, Any]:
+    """An append's manifest: the previous segment's parameters, the new documents' counts and sources."""
+    n_docs = offsets.size - 1
+    return {
+        **{k: previous[k] for k in ("format_version", "dims", "seed", "ngram", "drop_components", "chunk_size",
+                                    "model", "encoder") if k in previous},
+        "created": _created(), "documents": n_docs, "duplicates": sum(s["duplicates"] for s in tokenized.sources),
+        "skipped_records": len(tokenized.skipped), "vocab_size": vocab.size,
+        "median_doc_length": float(np.median(np.diff(offsets))), "sources": tokenized.sources,
+        "memories": "sink" if sink is not None else "memories.sqlite",
+        SEGMENT: segment,
+    }

@@ -41,7 +41,7 @@ import numpy as np
 
 from engine import gguf
 from engine.build import BuildCancelled
-from engine.loaded_build import LoadedIndex, MemoryStore
+from engine.loaded_build import LoadedIndex, MemoryRecord, MemoryStore
 from engine.multivector import ChromaClient
 from engine.multivector.late_interaction import maxsim_many
 from engine.multivector.token_vectors import EmptySequenceError, TokenVectorEncoder
@@ -111,64 +111,88 @@ def text_store_fill(*, store: ChromaClient, corpus: LoadedIndex, encoder: TokenV
     if memories is None:
         raise TextStoreError(f"{corpus.build_dir}: the build has no memory store of its own; pass memories=")
     report = progress or (lambda phase, done, total: None)
-    sources = {int(s["source_id"]): s for s in corpus.manifest.get("sources", [])}
-    source_ids = np.asarray(corpus.index.source_ids)
-    ordinals: dict[int, int] = {}
-    result = TextStoreResult(records=0)
-    total = corpus.count
-    row_ids: list[np.ndarray] = [np.zeros(0, np.int64)] * total
-    norms = np.zeros(total, dtype=np.float32)
+    fill = _Fill(store=store, encoder=encoder, build=build, total=corpus.count,
+                 sources={int(s["source_id"]): s for s in corpus.manifest.get("sources", [])},
+                 source_ids=np.asarray(corpus.index.source_ids))
     try:
-        report(PHASE, 0, total)
-        for start in range(0, total, batch_rows):
+        report(PHASE, 0, fill.total)
+        for start in range(0, fill.total, batch_rows):
             if should_cancel is not None and should_cancel():
                 raise BuildCancelled(f"filling the text store from {corpus.build_dir} cancelled")
-            rows = list(range(start, min(start + batch_rows, total)))
-            found = memories.get_memories(rows)
-            missing = [row for row in rows if row not in found]
-            if missing:
-                raise TextStoreError(f"the memory store lacks rows {missing[:10]} of build {build}")
-            texts = [found[row].text for row in rows]
-            by_doc: dict[str, tuple[list[int], list[np.ndarray], list[dict]]] = {}
-            for row, text, tokens in zip(rows, texts, tokenizer.bulk_tokenize(texts), strict=True):
-                try:
-                    sequence = encoder.encode(tokens)
-                except EmptySequenceError:
-                    result.skipped_rows.append(row)
-                    continue
-                row_ids[row] = encoder.content_ids(tokens)
-                norms[row] = np.linalg.norm(sequence[1:].sum(axis=0))
-                source_id = int(source_ids[row])
-                source = sources.get(source_id, {})
-                chunk_id = ordinals.get(source_id, 0)
-                ordinals[source_id] = chunk_id + 1
-                memory = found[row]
-                metadata = {
-                    "filename": str(source.get("name") or f"source {source_id}"),
-                    "source_path": str(source.get("path", "")),
-                    "text": text, "row": row, "source_id": source_id, "index_build": build, "origin": ORIGIN,
-                    "memory_id": memory.content_hash, "token_count": memory.token_count,
-                    "vector_encoder": encoder.signature,
-                }
-                chunk_ids, sequences, fields = by_doc.setdefault(text_doc_id(build, source_id), ([], [], []))
-                chunk_ids.append(chunk_id)
-                sequences.append(sequence)
-                fields.append(metadata)
-            for doc_id, (chunk_ids, sequences, fields) in by_doc.items():
-                store.add_batch_text(doc_id, chunk_ids, sequences, fields)
-                result.records += len(chunk_ids)
-                if doc_id not in result.doc_ids:
-                    result.doc_ids.append(doc_id)
-            report(PHASE, rows[-1] + 1, total)
+            rows = list(range(start, min(start + batch_rows, fill.total)))
+            fill.upsert(fill.records(rows, memories, tokenizer))
+            report(PHASE, rows[-1] + 1, fill.total)
         if corpus.build_dir is not None:
-            _write_late_file(Path(corpus.build_dir) / LATE_FILE, encoder=encoder, row_ids=row_ids, norms=norms)
+            _write_late_file(Path(corpus.build_dir) / LATE_FILE, encoder=encoder, row_ids=fill.row_ids,
+                             norms=fill.norms)
     except BaseException as error:
         try:
             text_store_delete_build(store=store, build_id=build)
         except Exception as cleanup:  # the original error matters more; keep both visible
             error.add_note(f"deleting the partial records of build {build} failed too: {cleanup}")
         raise
-    return result
+    return fill.result
+
+
+# One store document's records of a batch: (chunk ids, token vector sequences, metadata).
+_DocRecords = tuple[list[int], list[np.ndarray], list[dict]]
+
+
+class _Fill:
+    """One fill's progress: each source's next chunk number, each row's content token ids and
+    summary norm (for `LATE_FILE`), and the result so far."""
+
+    def __init__(self, *, store: ChromaClient, encoder: TokenVectorEncoder, build: str, total: int,
+                 sources: dict[int, dict], source_ids: np.ndarray) -> None:
+        self.store, self.encoder, self.build, self.total = store, encoder, build, total
+        self.sources, self.source_ids = sources, source_ids
+        self.ordinals: dict[int, int] = {}
+        self.result = TextStoreResult(records=0)
+        self.row_ids: list[np.ndarray] = [np.zeros(0, np.int64)] * total
+        self.norms = np.zeros(total, dtype=np.float32)
+
+    def records(self, rows: list[int], memories: MemoryStore, tokenizer: Tokenizer) -> dict[str, _DocRecords]:
+        """The records of `rows` (a row without a content token has none: it is skipped), by store
+        document; a row the memory store lacks is a TextStoreError."""
+        found = memories.get_memories(rows)
+        missing = [row for row in rows if row not in found]
+        if missing:
+            raise TextStoreError(f"the memory store lacks rows {missing[:10]} of build {self.build}")
+        texts = [found[row].text for row in rows]
+        by_doc: dict[str, _DocRecords] = {}
+        for row, text, tokens in zip(rows, texts, tokenizer.bulk_tokenize(texts), strict=True):
+            try:
+                sequence = self.encoder.encode(tokens)
+            except EmptySequenceError:
+                self.result.skipped_rows.append(row)
+                continue
+            self.row_ids[row] = self.encoder.content_ids(tokens)
+            self.norms[row] = np.linalg.norm(sequence[1:].sum(axis=0))
+            source_id = int(self.source_ids[row])
+            chunk_id = self.ordinals.get(source_id, 0)
+            self.ordinals[source_id] = chunk_id + 1
+            chunk_ids, sequences, fields = by_doc.setdefault(text_doc_id(self.build, source_id), ([], [], []))
+            chunk_ids.append(chunk_id)
+            sequences.append(sequence)
+            fields.append(self.metadata(row, text, found[row], source_id))
+        return by_doc
+
+    def metadata(self, row: int, text: str, memory: MemoryRecord, source_id: int) -> dict[str, Any]:
+        source = self.sources.get(source_id, {})
+        return {
+            "filename": str(source.get("name") or f"source {source_id}"),
+            "source_path": str(source.get("path", "")),
+            "text": text, "row": row, "source_id": source_id, "index_build": self.build, "origin": ORIGIN,
+            "memory_id": memory.content_hash, "token_count": memory.token_count,
+            "vector_encoder": self.encoder.signature,
+        }
+
+    def upsert(self, by_doc: dict[str, _DocRecords]) -> None:
+        for doc_id, (chunk_ids, sequences, fields) in by_doc.items():
+            self.store.add_batch_text(doc_id, chunk_ids, sequences, fields)
+            self.result.records += len(chunk_ids)
+            if doc_id not in self.result.doc_ids:
+                self.result.doc_ids.append(doc_id)
 
 
 def _delete_where(store: ChromaClient, where: dict[str, Any], what: str) -> int:

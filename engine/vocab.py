@@ -15,6 +15,7 @@ The encoder's unigram rows (float16, (v, dims)) and n-gram bitmaps ((ngram, v, 2
 rotated by j dims) are a pure function of these (`project_rows_exact`) and are derived on use, for the
 tokens a batch holds, with a small per-index cache (`CACHED_ROWS`). A build derives them once for
 the whole vocabulary into a scratch file (`write_vocab_index(tables_dir=...)`) and deletes it.
+`engine.vocab_writer` writes these files, one writer per format version.
 Format 1 stored both tables: 1.19 GB for a 36,562-token vocabulary at 10,000 dims, against
 ~25 MB of Q8_0 rows in format 2 (docs/index-format.md says why and what it costs).
 
@@ -46,7 +47,6 @@ from cachetools import LRUCache
 
 from engine import gguf, kernels
 from engine.bits import permute_bits, quantize_ternary, words
-from engine.files import atomic_write, reserve
 
 MAGIC = b"HDRVOCAB"
 FORMAT_VERSION = 4
@@ -59,7 +59,6 @@ PROJECTION_STEPS_PER_SD = 32
 # so 1,024 rows hold a query stream's frequent tokens in ~23 MB.
 CACHED_ROWS = 1024
 HEADER_BYTES = 4096
-_ALIGN = 64
 # Fraction of dimensions a document's selected n-grams should cover at least once; sets m_cap.
 CAPACITY_TARGET = 0.5
 # Vocabulary tokens per principal direction `isotropy_correction` may remove.
@@ -283,16 +282,17 @@ class VocabIndex:
         if self.unigram is not None:
             return np.asarray(self.unigram), np.asarray(self.bitmaps)
         projected = self.project(np.arange(self.size))
-        return projected.astype(np.float16), _rotated_bitmaps(projected, float(self.header["tau"]),
-                                                               int(self.header["ngram"]))
+        return projected.astype(np.float16), rotated_bitmaps(projected, float(self.header["tau"]),
+                                                              int(self.header["ngram"]))
 
 
-def _rotated_bitmaps(projected: np.ndarray, tau: float, ngram: int) -> np.ndarray:
+def rotated_bitmaps(projected: np.ndarray, tau: float, ngram: int) -> np.ndarray:
     """(u, dims) float -> (ngram, u, 2, words) uint64: position j's bitmaps are rotated by j dims."""
     out = np.empty((ngram, projected.shape[0], 2, words(projected.shape[1])), dtype=np.uint64)
     for j in range(ngram):
         out[j, :, 0], out[j, :, 1] = quantize_ternary(np.roll(projected, j, axis=1), tau)
     return out
+
 
 def _read_header(path: Path) -> dict[str, Any]:
     try:
@@ -369,230 +369,6 @@ def isotropy_correction(token_ids: np.ndarray, embeddings: np.ndarray, component
     sample = unit_rows(embeddings[token_ids[:: max(1, token_ids.size // sample_rows)]]) - mean
     directions = np.linalg.svd(sample, full_matrices=False)[2][:components]
     return mean, np.ascontiguousarray(directions, dtype=np.float32)
-
-
-def write_vocab_index(path: str | Path, *, token_ids: np.ndarray, idf: np.ndarray, embeddings: np.ndarray,
-                      dims: int, ngram: int, seed: int, drop_components: int = 0,
-                      stored_rows: tuple[str, np.ndarray] | None = None, tables_dir: str | Path | None = None,
-                      format_version: int = FORMAT_VERSION, row_definition: int = FORMAT_VERSION,
-                      chunk_rows: int = 2048) -> VocabIndex:
-    """Project the corpus vocabulary and write the vocabulary index file; returns it opened.
-
-    Shapes: token_ids (v,) int sorted unique global ids; idf (v,) float; embeddings
-    (vocab_total, emb_dim) float32, the model's full token embedding table (rows indexed by
-    global id). With `drop_components` > 0 the vocabulary's mean and top principal directions
-    are removed first (`isotropy_correction`); 0 is the reference's plain projection.
-
-    Formats 2 and 3 store the vocabulary's embedding rows as `stored_rows` = (GGUF type name, raw
-    uint8 (v, row_bytes)), the model's own bytes (`gguf.token_rows`), which must dequantise to
-    `embeddings[token_ids]` exactly; without it, as float32 ("F32"). With `tables_dir`, the full
-    derived tables are also written there (`unigram.npy`, `bitmaps.npy`) and attached to the
-    returned index, for a build to encode with. `format_version=1` writes the stored-table format,
-    its rows derived as format `row_definition` (2: `project_rows`, 3: `project_rows_fixed`, 4:
-    `project_rows_exact`) does; formats 2, 3 and 4 always use their own definition.
-    """
-    path = Path(path)
-    token_ids = np.ascontiguousarray(token_ids, dtype=np.int64)
-    idf = np.ascontiguousarray(idf, dtype=np.float32)
-    if format_version not in READABLE_VERSIONS:
-        raise ValueError(f"format_version must be one of {READABLE_VERSIONS}, got {format_version!r}")
-    if format_version != 1:
-        row_definition = format_version
-    if row_definition not in (2, 3, 4):
-        raise ValueError(f"row_definition must be 2, 3 or 4, got {row_definition!r}")
-    if token_ids.ndim != 1 or idf.shape != token_ids.shape:
-        raise ValueError(f"token_ids {token_ids.shape} and idf {idf.shape} must be matching 1-D arrays")
-    if token_ids.size and (np.any(np.diff(token_ids) <= 0) or token_ids[0] < 0):
-        raise ValueError("token_ids must be sorted, unique and non-negative")
-    if embeddings.ndim != 2:
-        raise ValueError(f"embeddings must be 2-D (vocab, emb_dim), got shape {embeddings.shape}")
-    if token_ids.size and token_ids[-1] >= embeddings.shape[0]:
-        raise ValueError(f"token id {int(token_ids[-1])} is outside the embedding table ({embeddings.shape[0]} rows)")
-    emb_dim = int(embeddings.shape[1])
-    tau = emb_dim ** -0.5
-    vocab_size, n_words = int(token_ids.size), words(dims)
-    if drop_components and vocab_size:
-        mean, directions = isotropy_correction(token_ids, embeddings, drop_components, chunk_rows)
-    else:
-        mean, directions = np.zeros(emb_dim, np.float32), np.zeros((0, emb_dim), np.float32)
-    rows_type, raw = stored_rows if stored_rows is not None else \
-        ("F32", np.ascontiguousarray(embeddings[token_ids], dtype="<f4").view(np.uint8).reshape(vocab_size, -1))
-    derived = format_version != 1
-    if derived and raw.shape[0] != vocab_size:
-        raise ValueError(f"stored_rows hold {raw.shape[0]} rows for {vocab_size} tokens")
-    shapes = {"token_ids": ("<i8", [vocab_size]), "idf": ("<f4", [vocab_size])}
-    if format_version == 1:
-        shapes |= {"unigram": ("<f2", [vocab_size, dims]), "bitmaps": ("<u8", [ngram, vocab_size, 2, n_words])}
-    else:
-        shapes |= {"rows": ("|u1", list(raw.shape)), "mean": ("<f4", [emb_dim]),
-                   "directions": ("<f4", list(directions.shape))}
-    if format_version == 3:
-        shapes |= {"projection": ("|i1", [emb_dim, dims]), "column_scale": ("<f8", [dims])}
-    elif format_version == 4:
-        shapes |= {"projection": ("<f4", [emb_dim, dims])}
-    if row_definition == 3:
-        projection, column_scale = integer_projection(emb_dim, dims, seed)
-
-        def project(rows: np.ndarray) -> np.ndarray:
-            return project_rows_fixed(rows, mean=mean, directions=directions, projection=projection,
-                                      column_scale=column_scale)
-    elif row_definition == 4:
-        projection = projection_matrix(emb_dim, dims, seed)
-
-        def project(rows: np.ndarray) -> np.ndarray:
-            return project_rows_exact(rows, mean=mean, directions=directions, projection=projection)
-    else:
-        def project(rows: np.ndarray) -> np.ndarray:
-            return project_rows(rows, mean=mean, directions=directions, dims=dims, seed=seed)
-    sections, offset = _section_table(shapes)
-    with atomic_write(path) as tmp:
-        with open(tmp, "wb"):
-            pass
-        reserve(tmp, max(offset, HEADER_BYTES))
-
-        def section(name: str) -> np.ndarray:
-            start, dtype, shape = sections[name]
-            return np.memmap(tmp, dtype=dtype, mode="r+", offset=start, shape=tuple(shape))
-
-        tables = _scratch_tables(tables_dir, vocab_size, dims, ngram) if tables_dir is not None else None
-        if format_version == 1:
-            tables = (section("unigram"), section("bitmaps"))
-        nonzero = 0
-        if vocab_size:
-            section("token_ids")[:] = token_ids
-            section("idf")[:] = idf
-            if derived:
-                section("rows")[:] = raw
-                section("mean")[:] = mean
-                if directions.size:
-                    section("directions")[:] = directions
-            if format_version == 3:
-                section("projection")[:] = projection
-                section("column_scale")[:] = column_scale
-            elif format_version == 4:
-                section("projection")[:] = projection
-            for start in range(0, vocab_size, chunk_rows):
-                stop = min(start + chunk_rows, vocab_size)
-                rows = embeddings[token_ids[start:stop]]
-                if derived and not np.array_equal(gguf.dequantize_rows(raw[start:stop], rows_type), rows):
-                    raise ValueError(f"stored_rows ({rows_type}) do not dequantise to the embedding rows {start}..{stop}")
-                projected = project(rows)
-                nonzero += int(np.count_nonzero(np.abs(projected) > tau))
-                if tables is not None:
-                    tables[0][start:stop] = projected
-                    tables[1][:, start:stop] = _rotated_bitmaps(projected, tau, ngram)
-            if tables is not None:
-                for array in tables:
-                    array.flush()
-        density = nonzero / (vocab_size * dims) if vocab_size else 0.0
-        ngram_density = density ** ngram
-        header = {"format_version": format_version, "dims": dims, "words": n_words, "emb_dim": emb_dim, "tau": tau,
-                  "ngram": ngram, "seed": seed, "drop_components": drop_components, "vocab_size": vocab_size,
-                  "density": density, "ngram_density": ngram_density, "capacity_target": CAPACITY_TARGET,
-                  "m_cap": capacity(ngram_density), "c_min": max(1, round(ngram_density * dims)),
-                  "row_definition": row_definition, "sections": sections}
-        if derived:
-            header["rows_type"] = rows_type
-        if format_version == 3:
-            header["fixed_point_one"] = FIXED_POINT_ONE
-        with open(tmp, "r+b") as handle:
-            handle.write(_header_bytes(header))
-    vocab = VocabIndex.open(path)
-    if derived and tables is not None:
-        vocab = vocab.with_tables(*_open_scratch_tables(tables_dir))
-    return vocab
-
-
-_SCRATCH = ("unigram.npy", "bitmaps.npy")
-
-
-def _scratch_tables(tables_dir: str | Path, vocab_size: int, dims: int, ngram: int) -> tuple[np.ndarray, np.ndarray]:
-    tables_dir = Path(tables_dir)
-    tables_dir.mkdir(parents=True, exist_ok=True)
-    unigram = np.lib.format.open_memmap(tables_dir / _SCRATCH[0], mode="w+", dtype=np.float16,
-                                        shape=(vocab_size, dims))
-    bitmaps = np.lib.format.open_memmap(tables_dir / _SCRATCH[1], mode="w+", dtype=np.uint64,
-                                        shape=(ngram, vocab_size, 2, words(dims)))
-    for name, table in zip(_SCRATCH, (unigram, bitmaps), strict=True):
-        reserve(tables_dir / name, table.offset + table.nbytes)
-    return unigram, bitmaps
-
-
-def _open_scratch_tables(tables_dir: str | Path) -> tuple[np.ndarray, np.ndarray]:
-    return tuple(np.load(Path(tables_dir) / name, mmap_mode="r") for name in _SCRATCH)
-
-
-def extend_vocab_index(base: VocabIndex, path: str | Path, *, token_ids: np.ndarray, idf: np.ndarray,
-                       stored_rows: tuple[str, np.ndarray]) -> VocabIndex:
-    """`base`'s vocabulary plus new tokens, written to `path`; returns it opened.
-
-    Everything `base` fixed stays frozen: its tokens' IDF, the isotropy correction, the projection
-    and the header's encoder parameters (tau, density, m_cap, c_min). So every base token's rows,
-    and the encoding of any text made of base tokens, are bit for bit those of `base`; the new
-    tokens' rows follow from the same correction and projection. This is what an append segment
-    encodes with (`engine.segments`). Formats 2, 3 and 4 (which derive rows on use) only.
-
-    Shapes: token_ids (n,) int sorted unique global ids, none in `base`; idf (n,) float;
-    stored_rows = (GGUF type name, raw uint8 (n, row_bytes)) in `base`'s row type.
-    """
-    if base.embedding_rows is None:
-        raise VocabIndexError(f"{base.path}: a format {base.format_version} index stores its tables and "
-                              f"cannot be extended; rebuild the corpus")
-    token_ids = np.ascontiguousarray(token_ids, dtype=np.int64)
-    idf = np.ascontiguousarray(idf, dtype=np.float32)
-    rows_type, raw = stored_rows
-    if token_ids.ndim != 1 or idf.shape != token_ids.shape or raw.shape[0] != token_ids.size:
-        raise ValueError(f"token_ids {token_ids.shape}, idf {idf.shape} and rows {raw.shape} must match")
-    if rows_type != base.header["rows_type"] or (token_ids.size and raw.shape[1] != base.embedding_rows.shape[1]):
-        raise ValueError(f"new rows are {rows_type} {raw.shape[1:]}, the index holds {base.header['rows_type']} "
-                         f"{base.embedding_rows.shape[1:]}")
-    if token_ids.size and (np.any(np.diff(token_ids) <= 0) or token_ids[0] < 0):
-        raise ValueError("token_ids must be sorted, unique and non-negative")
-    old_ids = np.asarray(base.token_ids)
-    if np.intersect1d(old_ids, token_ids).size:
-        raise ValueError("token_ids must not repeat tokens of the base vocabulary")
-    merged_ids = np.concatenate([old_ids, token_ids])
-    order = np.argsort(merged_ids, kind="stable")
-    arrays = {"token_ids": merged_ids[order],
-              "idf": np.concatenate([np.asarray(base.idf), idf])[order],
-              "rows": np.concatenate([np.asarray(base.embedding_rows), raw.astype(np.uint8)])[order],
-              "mean": base.mean, "directions": base.directions}
-    if base.projection is not None:
-        arrays["projection"] = np.asarray(base.projection)
-    if base.column_scale is not None:
-        arrays["column_scale"] = base.column_scale
-    header = {**base.header, "vocab_size": int(merged_ids.size),
-              "extends_vocab_size": int(base.header.get("extends_vocab_size", base.size))}
-    sections, offset = _section_table({name: (base.header["sections"][name][1], list(array.shape))
-                                       for name, array in arrays.items()})
-    header["sections"] = sections
-    blob = _header_bytes(header)
-    with atomic_write(path) as tmp, open(tmp, "wb") as handle:
-        handle.truncate(offset)
-        handle.write(blob)
-        for name, array in arrays.items():
-            start, dtype, _ = sections[name]
-            handle.seek(start)
-            handle.write(np.ascontiguousarray(array, dtype=dtype).tobytes())
-    return open_shared(path)
-
-
-def _section_table(shapes: dict[str, tuple[str, list[int]]]) -> tuple[dict[str, list], int]:
-    """{name: [offset, dtype, shape]} of sections laid out one after the other from HEADER_BYTES,
-    each aligned to 64 bytes, and the file's length."""
-    sections, offset = {}, HEADER_BYTES
-    for name, (dtype, shape) in shapes.items():
-        sections[name] = [offset, dtype, list(shape)]
-        offset += -(-np.dtype(dtype).itemsize * math.prod(shape) // _ALIGN) * _ALIGN
-    return sections, offset
-
-
-def _header_bytes(header: dict[str, Any]) -> bytes:
-    """The file's first bytes: magic, length, and the header as JSON (it must fit in HEADER_BYTES)."""
-    blob = json.dumps(header, sort_keys=True).encode("utf-8")
-    if 12 + len(blob) > HEADER_BYTES:
-        raise ValueError("vocabulary index header does not fit in 4096 bytes")
-    return MAGIC + struct.pack("<I", len(blob)) + blob
 
 
 @functools.lru_cache(maxsize=4)

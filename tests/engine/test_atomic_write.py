@@ -25,7 +25,7 @@ from engine.gguf import load_token_embeddings
 from engine.index import BitmapIndex
 from engine.model_files import assemble_parts
 from engine.requantize import requantize
-from engine.vocab import extend_vocab_index, write_vocab_index
+from engine.vocab_writer import extend_vocab_index, write_vocab_index
 
 OLD = b"the old file, which must survive a failed write"
 EMBEDDINGS = np.random.default_rng(30).standard_normal((48, 16)).astype(np.float32)

@@ -22,8 +22,8 @@ from engine.vocab import (
     project_rows_exact,
     project_rows_fixed,
     projection_matrix,
-    write_vocab_index,
 )
+from engine.vocab_writer import write_vocab_index
 
 EMB_DIM = 48
 TOTAL_VOCAB = 400

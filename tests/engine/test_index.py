@@ -276,7 +276,7 @@ def test_sampled_search_scores_exactly_and_finds_planted_rows(tmp_path: Path, sa
 
 
 def test_search_auto_is_exact_below_the_threshold_and_sampled_above(tmp_path: Path, monkeypatch) -> None:
-    from engine import index as index_module
+    from engine import index_search
 
     rng = np.random.default_rng(5)
     values = random_ternary(rng, 3000, 1000)
@@ -284,13 +284,13 @@ def test_search_auto_is_exact_below_the_threshold_and_sampled_above(tmp_path: Pa
     query = values[16].copy()
     query[rng.random(1000) < 0.3] = 0  # a related query: row 16 (source 1) is its best match
     qp, qn = bits.pack_ternary(query)
-    assert index.count < index_module.SAMPLED_SEARCH_MIN_ROWS
+    assert index.count < index_search.SAMPLED_SEARCH_MIN_ROWS
     assert_same(index.search_auto(qp, qn, 50, allowed_sources=[0, 1]),
                 reference_top_k(values, query, 50, np.arange(3000) % 3 != 2))
-    monkeypatch.setattr(index_module, "SAMPLED_SEARCH_MIN_ROWS", 3000)
+    monkeypatch.setattr(index_search, "SAMPLED_SEARCH_MIN_ROWS", 3000)
     calls = []
     monkeypatch.setattr(BitmapIndex, "search_sampled",
-                        lambda self, *args, **kw: calls.append(kw) or index_module.BitmapIndex.search_exact(
+                        lambda self, *args, **kw: calls.append(kw) or BitmapIndex.search_exact(
                             self, *args, **kw))
     rows, _ = index.search_auto(qp, qn, 50, allowed_sources=[0, 1])
     assert calls == [{"allowed_sources": [0, 1]}] and rows[0] == 16

@@ -22,7 +22,8 @@ from engine import vocab as vocab_module
 from engine.config import Config
 from engine.llm import ServerTokenCounter
 from engine.retrieval import Retriever
-from engine.vocab import VocabIndex, write_vocab_index
+from engine.vocab import VocabIndex
+from engine.vocab_writer import write_vocab_index
 
 ASKED = ["a", "b", "a", "c", "a", "b"]
 MADE = ["a", "b", "c", "b"]
