@@ -89,9 +89,11 @@ def test_a_restore_on_a_fresh_machine_gives_back_everything(kind, tmp_path, requ
     assert appended["found"][0].startswith("Glaciers carve")
 
 
-@pytest.fixture
-def backed_up(tmp_path) -> tuple[Portal, Path]:
-    """A SQLite portal with its content, and a backup of it."""
+@pytest.fixture(scope="module")
+def backed_up(tmp_path_factory) -> tuple[Portal, Path]:
+    """A SQLite portal with its content, and a backup of it: made once, read by the tests below
+    (none changes either; one that must damage the backup damages its own copy)."""
+    tmp_path = tmp_path_factory.mktemp("backed_up")
     source = Portal(tmp_path / "source")
     source.manage("migrate", "-v0")
     source.scenario("make")
@@ -101,7 +103,7 @@ def backed_up(tmp_path) -> tuple[Portal, Path]:
 
 
 def test_a_damaged_backup_is_refused_and_nothing_is_restored(backed_up, tmp_path):
-    _, backup = backed_up
+    backup = shutil.copytree(backed_up[1], tmp_path / "backup")
     damaged = next((backup / "files" / "corpora").glob("*/builds/*/corpus.idx"))
     damaged.write_bytes(damaged.read_bytes()[:-1] + b"\x00")
     restored = Portal(tmp_path / "restored")
