@@ -10,7 +10,7 @@ one relevant document:
   by 1 / (60 + rank) in each corpus's fused order (rank interleaving);
 * per length: each corpus's ranking kept and the corpora interleaved by their r-th best HDC score
   per unit of the query's length in that corpus (what the retriever did before);
-* merged: `engine.retrieval.merge_targets` as the retriever calls it, that key times 1 + the corpus's
+* merged: `engine.ranking.merge_targets` as the retriever calls it, that key times 1 + the corpus's
   word coverage (the largest share of the query's words one of its first 10 candidates holds).
 
     .venv/bin/python -m bench.cross_corpus_eval --docs 2000 --queries 200
@@ -73,7 +73,8 @@ def _build(root: Path, name: str, documents: list[str], *, gguf_path: Path, toke
 
 def _orders(retriever, query: str, targets, fused: bool):  # noqa: ANN001, ANN202
     """Each target's candidates in its own ranking (HDC, or fused), as the retriever makes them."""
-    from engine.retrieval import _by_target, _Candidate, _rows_scorer, query_length
+    from engine.ranking import Candidate, group_by_target, query_length
+    from engine.retrieval import _rows_scorer
 
     candidates = []
     nonzero = {}
@@ -83,14 +84,14 @@ def _orders(retriever, query: str, targets, fused: bool):  # noqa: ANN001, ANN20
             continue
         nonzero[number] = query_length(q_pos, q_neg)
         found, scores = target.corpus.index.search_exact(q_pos, q_neg, min(CANDIDATES, target.corpus.count))
-        candidates.extend(_Candidate(number, int(r), int(s)) for r, s in zip(found, scores, strict=True))
+        candidates.extend(Candidate(number, int(r), int(s)) for r, s in zip(found, scores, strict=True))
     candidates.sort(key=lambda c: (-c.score, c.target, c.row))
     if fused:
         late = [_rows_scorer(t.late, query) if t.uses_late else None for t in targets]
         orders = retriever._fuse(targets, late, candidates)
         if orders is not None:
             return orders, nonzero
-    return _by_target(candidates), nonzero
+    return group_by_target(candidates), nonzero
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -107,8 +108,10 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from engine.config import Config
+    from engine.fusion import DEFAULT_K
     from engine.model_files import default_gguf_path
-    from engine.retrieval import COVERAGE_DEPTH, DEFAULT_K, Retriever, merge_targets, word_coverage
+    from engine.ranking import merge_targets, word_coverage
+    from engine.retrieval import COVERAGE_DEPTH, Retriever
     from engine.spm import GGUFTokenizer
 
     torch.set_num_threads(args.threads)
@@ -160,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                           flush=True)
     print(f"\nalone: the query's own corpus only (the baseline); raw: both by raw HDC score (hdc) or by "
           f"1/({DEFAULT_K}+rank) in each corpus's fused order (fused); length: score per unit of the query's "
-          f"length in each corpus; merged: engine.retrieval.merge_targets, that times 1 + the corpus's word coverage.")
+          f"length in each corpus; merged: engine.ranking.merge_targets, that times 1 + the corpus's word coverage.")
     return 0
 
 

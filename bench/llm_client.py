@@ -11,7 +11,7 @@ own clients in this process (`engine.llm`). Two arms, asked alternately on one e
 
 Each request is the same short chat turn answered with one token, so llama.cpp serves it from its
 prompt cache and what is left is the client's own setup plus one decode step. `--gap` seconds pass
-between requests (a kept connection lives `engine.llm.KEEPALIVE_SECONDS`, 4 s: a longer gap shows
+between requests (a kept connection lives `engine.llm.transport.KEEPALIVE_SECONDS`, 4 s: a longer gap shows
 the pool without the kept connection). Also timed: one `/tokenize` count (the sync
 `ServerTokenCounter`, which turn preparation calls for each text it has not counted yet), with a
 fresh counter per call against one kept counter. Printed: hardware, then median and p95 of each
@@ -58,7 +58,7 @@ def _compare(title: str, baseline: list[float], pooled: list[float]) -> None:
           f"{statistics.median(pooled) / statistics.median(baseline):.2f}")
 
 
-async def _first_token(client, settings) -> float:  # noqa: ANN001 - engine.llm.LLMClient, GenerationSettings
+async def _first_token(client, settings) -> float:  # noqa: ANN001 - LLMClient, GenerationSettings (engine.llm)
     started = time.perf_counter()
     stream = client.stream_chat(MESSAGES, settings)
     async for chunk in stream:
@@ -73,7 +73,8 @@ async def _first_token(client, settings) -> float:  # noqa: ANN001 - engine.llm.
 
 
 async def _time_first_tokens(base_url: str, runs: int, gap: float) -> tuple[list[float], list[float]]:
-    from engine.llm import GenerationSettings, LLMClient
+    from engine.llm.client import LLMClient
+    from engine.llm.sampling import GenerationSettings
 
     settings = GenerationSettings(temperature=0.0, top_p=1.0, max_tokens=1)
     kept = LLMClient(base_url)
@@ -89,7 +90,7 @@ async def _time_first_tokens(base_url: str, runs: int, gap: float) -> tuple[list
 
 
 def _time_counts(base_url: str, runs: int, gap: float) -> tuple[list[float], list[float]]:
-    from engine.llm import ServerTokenCounter
+    from engine.llm.tokens import ServerTokenCounter
 
     kept = ServerTokenCounter(base_url)
     baseline: list[float] = []

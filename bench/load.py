@@ -15,7 +15,7 @@ asks `--turns` questions of the set over the real websocket (`--mode openai`: th
 questions at once, then each after its own think time (seeded).
 
 The floor, in the same run: the prompts the portal sent (rebuilt from what it stored: the history
-before each turn and the memories that primed it, assembled by the same `engine.llm.assemble_prompt`)
+before each turn and the memories that primed it, assembled by the same `engine.llm.prompt.assemble_prompt`)
 sent straight to the same llama.cpp server with the same concurrency, pattern and think times.
 The targets' floor (`--floor together`) sends the first turns, which every user sends at the same
 moment, as one request (`/completion` with a list of prompts), so that they reach llama.cpp in one
@@ -62,7 +62,8 @@ from bench.answers import DATA, SETS, build_corpus, percentile, portal_setup  # 
 from engine.llama_server import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL  # noqa: E402
 
 if TYPE_CHECKING:
-    from engine.llm import GenerationSettings, LLMClient
+    from engine.llm.client import LLMClient
+    from engine.llm.sampling import GenerationSettings
 
 STUCK_SECONDS = 600  # a turn without an end after this long is reported stuck
 
@@ -264,7 +265,7 @@ def portal_prompts(accounts: list[dict], turns: list[Turn], mode: str) -> None:
     from chat.models import Message
     from chat.selectors import conversation_history
     from core import runtime
-    from engine.llm import assemble_prompt
+    from engine.llm.prompt import assemble_prompt
 
     config, budget, counter = runtime.engine_config(), clients.context_budget(), clients.token_counter()
     for turn in turns:
@@ -343,7 +344,8 @@ async def floor_phase(llm_url: str, portal: Phase, plans: list[list[tuple[str, f
     """The portal phase's prompts straight to llama.cpp: same users, order and think times; with
     `together`, the turns every user sends at the start (a burst) go as one request."""
     from chat.llm import clients
-    from engine.llm import LLMClient, LLMError
+    from engine.llm.client import LLMClient
+    from engine.llm.errors import LLMError
 
     client = LLMClient(llm_url, timeout=STUCK_SECONDS)
     settings = clients.generation_settings()

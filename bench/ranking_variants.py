@@ -6,7 +6,7 @@ Variants re-score the exact HDC scores s(q, d) (ternary dot products) of every d
 * ``hdc-cos``: per-document normalisation, s / sqrt(nnz(d) * nnz(q)): a dense document no longer
   scores high against everything merely for having many nonzero dimensions.
 * ``hdc-template``: s of the query *with* its question template, as the engine encoded queries
-  before `engine.retrieval.query_terms` (the other columns use the engine's query, template
+  before `engine.query.query_terms` (the other columns use the engine's query, template
   removed): in a glossary "What" and "?" are rare, so their IDF is high, and entries that happen
   to contain them become hubs for every "What is X?".
 * ``hdc-idfq``: query-side IDF sharpening: the query's tokens found in more than
@@ -29,7 +29,7 @@ import functools
 import numpy as np
 
 from engine.encoder import compute_idf
-from engine.retrieval import query_terms
+from engine.query import query_terms
 
 PSEUDO_QUERIES = 1000
 COMMON_SHARE = 0.05

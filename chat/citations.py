@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from engine.citations import SubjectWindowSupport, attribute, grounding_word
-from engine.llm import TokenSpan
+from engine.llm.answer import TokenSpan
 
 CITATION_THRESHOLD = 0.5
 SUBJECT_WINDOW = 15
@@ -60,7 +60,7 @@ def cited_markdown(content: str, citations: Sequence[dict[str, Any]]) -> str:
 def answer_citations(*, question: str, answer: str, memory_texts: Sequence[str],
                      token_logprobs: Sequence[TokenSpan] = ()) -> AnswerCitations:
     """The citations of `answer` to the memories that primed it (texts in rank order), each claim
-    weighed by the model's certainty where `token_logprobs` (`engine.llm.AnswerTokens.spans`) are
+    weighed by the model's certainty where `token_logprobs` (`engine.llm.answer.AnswerTokens.spans`) are
     given. An answer without memories, or without a sentence that states something, has none
     (grounding None)."""
     if not memory_texts or not answer.strip():

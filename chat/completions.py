@@ -23,8 +23,8 @@ from chat.preparation import ConversationState, PreparedTurn, turn_prepare
 from core.errors import ApplicationError
 from corpus.models import Corpus
 from corpus.selectors import corpora_visible_to, get_corpus_for_user
-from engine.llm import TokenSpan
-from engine.retrieval import BlendState
+from engine.llm.answer import TokenSpan
+from engine.query import BlendState
 
 MODEL_NONE = "none"
 MODEL_PREFIX = "corpus-"

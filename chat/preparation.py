@@ -24,8 +24,9 @@ from chat.selectors import conversation_history
 from core import runtime
 from core.errors import ApplicationError
 from engine.bits import compress_context
-from engine.llm import GenerationSettings, PromptPlan, Role, assemble_prompt
-from engine.retrieval import BlendState
+from engine.llm.prompt import PromptPlan, Role, assemble_prompt
+from engine.llm.sampling import GenerationSettings
+from engine.query import BlendState
 from memory.services import MemoryResult, memories_search
 
 

@@ -23,8 +23,8 @@ from chat.selectors import conversation_latest
 from core.errors import ApplicationError
 from corpus.models import Memory
 from corpus.selectors import corpora_visible_to
-from engine.llm import Usage
-from engine.retrieval import BlendState
+from engine.llm.stream import Usage
+from engine.query import BlendState
 from memory.services import MemoryResult
 
 TITLE_CHARS = 60

@@ -53,9 +53,8 @@ from chat.services import (
     message_prepare_regenerate,
 )
 from core.errors import ApplicationError
-from engine.llm import (
-    AnswerEnd,
-    AnswerTokens,
+from engine.llm.answer import AnswerEnd, AnswerTokens, TokenSpan
+from engine.llm.errors import (
     LLMConnectionError,
     LLMError,
     LLMHTTPError,
@@ -63,9 +62,8 @@ from engine.llm import (
     LLMTimeoutError,
     LLMUnauthorizedError,
     PromptTooLongError,
-    TokenSpan,
-    Usage,
 )
+from engine.llm.stream import Usage
 from engine.repetition import restates_question
 from memory.services import MemoryResult
 
@@ -113,7 +111,7 @@ class TurnResult:
     usage: Usage | None = None
     timings: TurnTimings = field(default_factory=TurnTimings)
     loops: int = 0  # times the answer began looping (each cut, then continued or ended)
-    token_logprobs: list[TokenSpan] = field(default_factory=list)  # the answer's (engine.llm.AnswerTokens)
+    token_logprobs: list[TokenSpan] = field(default_factory=list)  # the answer's (AnswerTokens)
     user_message: dict[str, Any] | None = None  # as sent in chat.accepted
     message: dict[str, Any] | None = None  # the answer as stored and sent in chat.done or chat.error
     error: str = ""
@@ -232,7 +230,7 @@ async def _prepare_and_stream(result: TurnResult, *, ticket: Ticket, user_messag
         await emit({"type": "chat.delta", "delta": delta})
 
     async def on_rewind(kept: str) -> None:
-        # Continued from the cut, the looping tail taken back (engine.llm.stream_answer).
+        # Continued from the cut, the looping tail taken back (engine.llm.answer.stream_answer).
         result.loops += 1
         logger.info("chat answer in conversation %s began repeating itself; continuing from the cut",
                     conversation_id)

@@ -14,7 +14,8 @@ from django.conf import settings
 
 from core.cache import bounded_caches_clear
 from engine.config import Config
-from engine.llm import ContextBudget, GenerationSettings
+from engine.llm.prompt import ContextBudget
+from engine.llm.sampling import GenerationSettings
 
 
 @functools.cache

@@ -46,7 +46,7 @@ Channels (`SupportScorer`), each a score in [0, 1] per (sentence, memory):
 
 The grounding of an answer is the share of its claim sentences that are supported, each weighed
 by the model's *certainty* of it where the server sent the answer tokens' log-probabilities
-(`engine.llm.AnswerTokens`): the geometric mean of the probabilities its claim words' tokens were
+(`engine.llm.answer.AnswerTokens`): the geometric mean of the probabilities its claim words' tokens were
 sampled with (`claim_certainty`). A sentence whose words a memory holds but whose value the model
 picked among others counts little ("The largest value an eventfd counter can hold is 1.", 0.46);
 one it read off a memory counts nearly fully. Without log-probabilities the grounding is the plain share. None
@@ -360,7 +360,7 @@ class Attribution:
 
 
 class TokenProbabilities:
-    """An answer's token log-probabilities (`engine.llm.AnswerTokens.spans`: [start, end) byte
+    """An answer's token log-probabilities (`engine.llm.answer.AnswerTokens.spans`: [start, end) byte
     offsets in its UTF-8 text, sorted), looked up by character ranges of the answer."""
 
     def __init__(self, answer: str, spans: Sequence[tuple[int, int, float]]) -> None:
@@ -401,7 +401,7 @@ def attribute(answer: str, memories: Sequence[str], *, scorer: SupportScorer, th
     order: index i is memory i) whose support reaches `threshold` (0 for a memory that does not
     mention what the question names, `asked_names`, and for one that binds the sentence's value to
     less of the question than another value, `misbound_values`); with `token_logprobs`
-    (`engine.llm.AnswerTokens.spans`) each claim also gets its `claim_certainty`."""
+    (`engine.llm.answer.AnswerTokens.spans`) each claim also gets its `claim_certainty`."""
     if not 0.0 < threshold <= 1.0:
         raise ValueError(f"threshold must be in (0, 1], got {threshold}")
     found = sentences(answer)

@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 # The spec's latent priming, written for an instruction-tuned model: the recollections come with
-# the user's turn (engine.llm.user_turn_with_memories); this fixed text says how to use them.
+# the user's turn (engine.llm.prompt.user_turn_with_memories); this fixed text says how to use them.
 DEFAULT_SYSTEM_PROMPT = (
     "You are a helpful assistant for a team. Answer the user's question directly and concisely, "
     "then stop.\n"
@@ -88,7 +88,7 @@ class Config:
     dry_penalty_last_n: int = -1
     # An answer that starts looping is cut where it began to repeat (engine.repetition) and, up to
     # this many times, continued from there with DRY over its own recent tokens
-    # (engine.llm.loop_retry_settings); 0: it ends at the cut, marked "repetition". DRY from the
+    # (engine.llm.sampling.loop_retry_settings); 0: it ends at the cut, marked "repetition". DRY from the
     # first token ended the loops on bench/answers.py but lowered grounded answers with memories on
     # the demo set (67.9 and 65.4 % against 74.4 and 71.2 %); after a loop only, it costs nothing
     # where nothing loops.

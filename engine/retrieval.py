@@ -7,14 +7,8 @@ function of (build, text), so sharing it between conversations leaks nothing).
 
 Choices the spec leaves open:
 
-* Blend. Responses are kept as text (newest last, at most `BlendState.max_turns`) and encoded
-  with the searched corpus's encoder on use, so a state stays valid across rebuilds and corpora.
-  Vote: s = w_q * q + sum_i w_i * r_i over ternary vectors, w_q = min(0.5, content/(2*ngram))
-  (content = query tokens the encoder uses), response i (0 = newest) weighs 0.5^i, the response
-  weights normalised to sum to 1 - w_q. The blended vector is sign(s); an exact tie (|s| < 1e-9) is 0. With no
-  history the query is used as is.
-* Query text: its question template (`QUESTION_WORDS`: "what", "is", "tell me about", ...) is
-  removed before encoding (`query_terms`); it made entries containing "What" or "?" hubs.
+* Query text and blend: `engine.query` (the question template removed, `query_terms`; the
+  conversation's responses voted in, `blend_vectors`).
 * Candidates: the index's top-`candidates` (default 500) by ternary score, after the dataset
   filter (applied inside the index, before any scoring): exact below
   `index_search.SAMPLED_SEARCH_MIN_ROWS` rows, from a sampled first pass with an exact re-rank above
@@ -22,15 +16,8 @@ Choices the spec leaves open:
   are searched one by one and their candidates merged before everything below.
 * Threshold: `bits.adaptive_threshold` over the merged candidate scores; kept: score >= it and
   score > 0, topped up from the ranking (score > 0) to `min_context` documents.
-* Dedup: a candidate whose lower-cased word set (regex \\w+) is a subset of a better-ranked kept
-  candidate's is dropped; a kept candidate whose word set is a strict subset of a new one is
-  replaced by it (the fuller text wins, in the better rank). Empty texts are dropped.
-* HDC-MMR: coverage C is a ternary vector, starting at 0. novelty(x) = share of x's nonzero dims
-  where C = 0; null_novelty = 1 - density(C) (a random vector's expected novelty);
-  marginal = score * novelty / null_novelty. Greedy: take the best marginal that fits the
-  remaining token budget; stop when nothing fits, or when the best marginal is <= 0 and
-  `min_context` documents are already chosen. C absorbs a choice: C = x where C = 0, C stays
-  where x agrees or is 0, and C = 0 where they collide (opposite signs).
+* Dedup and HDC-MMR: `engine.ranking` (`dedup`, `hdc_mmr`: coverage-aware greedy selection within
+  the token budget).
 * Budget: `token_budget` (default `config.max_context_tokens`) is never exceeded, not even to
   reach `min_context`. `top_document=True` returns only the best-scoring candidate.
 * Fusion (a target with a `late` scorer: late interaction over the corpus's token vectors,
@@ -45,21 +32,22 @@ Choices the spec leaves open:
   nothing above changes.
 * Several targets (corpora searched together): their HDC scores are not comparable (each corpus has
   its own vocabulary, weights and query density), so each target's ranking (HDC, or fused) is kept
-  and the targets are interleaved by `merge_targets`: the rank-r candidate of a target is keyed by
-  that target's r-th best HDC score per unit of its query's length (sqrt of its nonzero dims),
-  times 1 + the target's word coverage (the largest share of the query's words that one of its
-  first `COVERAGE_DEPTH` candidates holds: a measure every corpus takes on one scale). The
-  threshold is the adaptive threshold over those keys, the merged order is the ranking MMR weighs
-  (1 / (60 + rank)), and each result carries its key as `merge_score` (bench/cross_corpus_eval.py).
+  and the targets are interleaved by `merge_targets` (`engine.ranking`): the rank-r candidate of a
+  target is keyed by that target's r-th best HDC score per unit of its query's length (sqrt of its
+  nonzero dims), times 1 + the target's word coverage (the largest share of the query's words that
+  one of its first `COVERAGE_DEPTH` candidates holds: a measure every corpus takes on one scale).
+  The threshold is the adaptive threshold over those keys, the merged order is the ranking MMR
+  weighs (1 / (60 + rank)), and each result carries its key as `merge_score`
+  (bench/cross_corpus_eval.py).
 """
 
 from __future__ import annotations
 
 import re
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 from cachetools import LRUCache
@@ -69,7 +57,17 @@ from engine.config import Config
 from engine.fusion import DEFAULT_K, FusionChoice, choose_fusion, fuse_scores, self_queries
 from engine.lexical import words
 from engine.loaded_build import LoadedIndex, MemoryRecord, MemoryStore
+from engine.query import BlendState, blend_vectors, query_terms
 from engine.query_names import called_names, defines
+from engine.ranking import (
+    Candidate,
+    dedup,
+    group_by_target,
+    hdc_mmr,
+    merge_targets,
+    query_length,
+    word_coverage,
+)
 from engine.tokenizer import Tokenizer
 
 CONTEXT_DELIMITER = "\n\n---\n\n"
@@ -80,89 +78,6 @@ FUSION_DEPTH = 200
 # (`word_coverage`; 10 and 50 measured the same, bench/cross_corpus_eval.py).
 COVERAGE_DEPTH = 10
 _WORDS = re.compile(r"\w+")
-# The question template of a query ("What is X?", "Tell me about X"): English question and stop
-# words. In a corpus where they are rare (a glossary), their IDF is high, so they dominate a short
-# query and every entry that happens to contain "What" or "?" becomes a hub: on the Jargon File one
-# entry sat in the top 10 of 98 % of "What is X?" questions, and removing the template lifted
-# recall@10 from 0.600 to 0.665 (bench/retrieval_eval.py, "hdc-stop").
-QUESTION_WORDS = frozenset([
-    "what", "who", "whom", "whose", "which", "when", "where", "why", "how", "is", "are", "was", "were", "be",
-    "been", "do", "does", "did", "the", "a", "an", "of", "to", "in", "on", "for", "and", "or", "about", "tell",
-    "me", "explain", "define", "describe", "mean", "means", "meaning"])
-_QUERY_WORDS = re.compile(r"[\w'-]+")
-
-
-def query_terms(query: str) -> str:
-    """`query` without its question template (`QUESTION_WORDS`, punctuation); the query itself
-    when nothing else is left ("What is it?")."""
-    kept = [word for word in _QUERY_WORDS.findall(query) if word.lower() not in QUESTION_WORDS]
-    return " ".join(kept) if kept else query
-
-
-class BlendState:
-    """One conversation's model responses, newest last. JSON round trip with to_dict/from_dict.
-
-    Responses beyond `max_turns` are dropped: their weight would be below 0.5^8 = 0.4 %.
-    """
-
-    VERSION = 1
-
-    def __init__(self, responses: Iterable[str] = (), max_turns: int = 8) -> None:
-        if max_turns < 1:
-            raise ValueError(f"max_turns must be >= 1, got {max_turns}")
-        self.max_turns = max_turns
-        self._responses: list[str] = []
-        for text in responses:
-            self.add_turn(text)
-
-    @property
-    def responses(self) -> tuple[str, ...]:
-        return tuple(self._responses)
-
-    def add_turn(self, text: str) -> None:
-        """Record a model response (only responses are tracked, never user queries)."""
-        if not isinstance(text, str):
-            raise ValueError(f"response text must be str, got {type(text).__name__}")
-        if text.strip():
-            self._responses.append(text)
-            del self._responses[:-self.max_turns]
-
-    def clear(self) -> None:
-        self._responses.clear()
-
-    def __len__(self) -> int:
-        return len(self._responses)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"version": self.VERSION, "max_turns": self.max_turns, "responses": list(self._responses)}
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any] | None) -> BlendState:
-        if not data:
-            return cls()
-        if data.get("version") != cls.VERSION or not isinstance(data.get("responses"), list):
-            raise ValueError(f"blend state: expected version {cls.VERSION} with a 'responses' list, got {data!r:.200}")
-        return cls(data["responses"], max_turns=int(data.get("max_turns", 8)))
-
-
-def blend_vectors(query: tuple[np.ndarray, np.ndarray], content_count: int,
-                  history: Sequence[tuple[np.ndarray, np.ndarray]], ngram: int, dims: int
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Weighted majority vote of the query and the responses (history: newest FIRST).
-
-    Shapes: every (pos, neg) is (words,) uint64 -> blended (pos, neg) (words,) uint64.
-    """
-    if not history:
-        return query
-    query_weight = min(0.5, content_count / (ngram * 2))
-    decay = 0.5 ** np.arange(len(history))
-    weights = decay / decay.sum() * (1.0 - query_weight)
-    total = query_weight * bits.unpack_ternary(*query, dims).astype(np.float64)
-    for weight, vector in zip(weights, history, strict=True):
-        total += weight * bits.unpack_ternary(*vector, dims)
-    # Ties (e.g. a 0.5 query against the whole history) abstain; rounding must not break them.
-    total[np.abs(total) < 1e-9] = 0.0
-    return bits.pack_ternary(np.sign(total).astype(np.int8))
 
 
 class LateScorer(Protocol):
@@ -228,66 +143,6 @@ class SearchResult:
     merge_score: float | None
 
 
-@dataclass
-class _Candidate:
-    target: int
-    row: int
-    score: int
-    memory: MemoryRecord | None = None
-    words: frozenset[str] = frozenset()
-    late: float | None = None  # the late scorer's score, when it scored this row
-    fused: float = 0.0  # 1 / (60 + rank in its target's fused order), when the search fuses
-    merge: float | None = None  # several targets: the key they are merged by (`merge_targets`)
-
-
-def _dedup(candidates: list[_Candidate]) -> list[_Candidate]:
-    kept: list[_Candidate] = []
-    for candidate in candidates:
-        if not candidate.words or any(candidate.words <= other.words for other in kept):
-            continue
-        subsumed = [i for i, other in enumerate(kept) if other.words < candidate.words]
-        if not subsumed:
-            kept.append(candidate)
-            continue
-        kept[subsumed[0]] = candidate
-        kept = [other for i, other in enumerate(kept) if i not in subsumed[1:]]
-    return kept
-
-
-def hdc_mmr(pos: np.ndarray, neg: np.ndarray, scores: np.ndarray, token_counts: np.ndarray, dims: int,
-            token_budget: int, min_context: int) -> list[int]:
-    """Coverage-aware greedy selection (see module docstring); returns chosen indices in order.
-
-    Shapes: pos, neg (m, words) uint64; scores (m,) float; token_counts (m,) int.
-    """
-    m = scores.shape[0]
-    nonzero = np.bitwise_count(pos | neg).sum(axis=1, dtype=np.int64)
-    cover_pos = np.zeros(pos.shape[1], dtype=np.uint64)
-    cover_neg = np.zeros_like(cover_pos)
-    remaining = np.ones(m, dtype=bool)
-    chosen: list[int] = []
-    budget = int(token_budget)
-    while True:
-        fits = remaining & (token_counts <= budget)
-        if not fits.any():
-            return chosen
-        covered = cover_pos | cover_neg
-        density = int(np.bitwise_count(covered).sum()) / dims
-        null_novelty = max(1.0 - density, 1.0 / dims)
-        fresh = np.bitwise_count((pos | neg) & ~covered).sum(axis=1, dtype=np.int64)
-        novelty = np.divide(fresh, nonzero, out=np.zeros(m), where=nonzero > 0)
-        marginal = np.where(fits, scores * novelty / null_novelty, -np.inf)
-        best = int(np.argmax(marginal))
-        if marginal[best] <= 0 and len(chosen) >= min_context:
-            return chosen
-        chosen.append(best)
-        remaining[best] = False
-        budget -= int(token_counts[best])
-        x_pos, x_neg = pos[best], neg[best]
-        empty = ~covered
-        cover_pos, cover_neg = (cover_pos & ~x_neg) | (x_pos & empty), (cover_neg & ~x_pos) | (x_neg & empty)
-
-
 class Retriever:
     """Search over one or several loaded corpora. Stateless apart from a bounded encoding cache."""
 
@@ -340,7 +195,7 @@ class Retriever:
         """The indexes' own top `limit` rows, by HDC score (no threshold, fusion, dedup or MMR: what
         the index alone finds); several targets are merged as `search` merges them
         (`merge_targets`, with the targets' word coverage)."""
-        orders: dict[int, list[_Candidate]] = {}
+        orders: dict[int, list[Candidate]] = {}
         lengths: dict[int, float] = {}
         for number, target in enumerate(targets):
             if target.corpus.count == 0:
@@ -350,7 +205,7 @@ class Retriever:
                 continue
             rows, scores = target.corpus.index.search(q_pos, q_neg, min(limit, target.corpus.count),
                                                       allowed_sources=target.enabled_sources)
-            orders[number] = [_Candidate(number, int(r), int(s)) for r, s in zip(rows, scores, strict=True)]
+            orders[number] = [Candidate(number, int(r), int(s)) for r, s in zip(rows, scores, strict=True)]
             lengths[number] = query_length(q_pos, q_neg)
         if len(orders) > 1:
             ranked = merge_targets(orders, lengths, self._coverage(targets, orders, query))[:limit]
@@ -367,7 +222,7 @@ class Retriever:
             return np.zeros(0, dtype=np.int64)
         rows, scores = target.corpus.index.search_auto(
             q_pos, q_neg, min(self.candidates, target.corpus.count), allowed_sources=target.enabled_sources)
-        candidates = [_Candidate(0, int(r), int(s)) for r, s in zip(rows, scores, strict=True)]
+        candidates = [Candidate(0, int(r), int(s)) for r, s in zip(rows, scores, strict=True)]
         candidates.sort(key=lambda c: (-c.score, c.row))
         orders = self._order([target], [_rows_scorer(target.late, query) if target.uses_late else None],
                              candidates, query)
@@ -390,13 +245,13 @@ class Retriever:
         if len(dims) != 1:
             raise ValueError(f"corpora searched together must share hdc dimensions, got {sorted(dims)}")
         budget = self.config.max_context_tokens if token_budget is None else int(token_budget)
-        candidates: list[_Candidate] = []
+        candidates: list[Candidate] = []
         for number, (target, (q_pos, q_neg)) in enumerate(zip(targets, vectors, strict=True)):
             if target.corpus.count == 0 or not (q_pos.any() or q_neg.any()):
                 continue
             rows, scores = target.corpus.index.search_auto(
                 q_pos, q_neg, min(self.candidates, target.corpus.count), allowed_sources=target.enabled_sources)
-            candidates.extend(_Candidate(number, int(r), int(s)) for r, s in zip(rows, scores, strict=True))
+            candidates.extend(Candidate(number, int(r), int(s)) for r, s in zip(rows, scores, strict=True))
         candidates.sort(key=lambda c: (-c.score, c.target, c.row))
         trace = {} if trace is None else trace
         trace.update(candidates=len(candidates), threshold=0, dedup=0, selected=0, cut=None)
@@ -409,7 +264,7 @@ class Retriever:
             # with its own vocabulary), so they are merged by score per unit of query length
             # (`merge_targets`), and that merged order is the ranking from here on.
             lengths = {number: query_length(*vector) for number, vector in enumerate(vectors)}
-            orders = orders if fused else _by_target(candidates)
+            orders = orders if fused else group_by_target(candidates)
             candidates = merge_targets(orders, lengths, self._coverage(targets, orders, query))
             fused = True
             cut = bits.adaptive_threshold(np.array([c.merge for c in candidates]))
@@ -427,7 +282,7 @@ class Retriever:
         if top_document:
             trace["dedup"] = trace["selected"] = min(1, len(candidates))
             return self._results(targets, self._with_memories(targets, candidates[:1]), fused)
-        kept = _dedup(self._with_memories(targets, kept))
+        kept = dedup(self._with_memories(targets, kept))
         trace["dedup"] = len(kept)
         if not kept:
             return []
@@ -436,19 +291,20 @@ class Retriever:
         return self._results(targets, [kept[i] for i in chosen], fused)
 
     def _order(self, targets: Sequence[SearchTarget], late: Sequence[RowScorer | None] | None,
-               candidates: list[_Candidate], query: str) -> dict[int, list[_Candidate]] | None:
+               candidates: list[Candidate], query: str) -> dict[int, list[Candidate]] | None:
         """Each target's candidates in the order the search ranks them (`_fuse`, then the memories
         that define a name the query calls first, `_definers_first`), with `fused` = 1 / (60 + rank)
         in it; None when neither changed HDC's order."""
         orders = self._fuse(targets, late, candidates) if late is not None else None
         names = called_names(query)
         if names and candidates:
-            promoted = self._definers_first(targets, orders if orders is not None else _by_target(candidates), names)
+            own_orders = orders if orders is not None else group_by_target(candidates)
+            promoted = self._definers_first(targets, own_orders, names)
             orders = promoted if promoted is not None else orders
         return orders
 
-    def _definers_first(self, targets: Sequence[SearchTarget], orders: dict[int, list[_Candidate]],
-                        names: tuple[str, ...]) -> dict[int, list[_Candidate]] | None:
+    def _definers_first(self, targets: Sequence[SearchTarget], orders: dict[int, list[Candidate]],
+                        names: tuple[str, ...]) -> dict[int, list[Candidate]] | None:
         """`orders` with the memories among each target's first `FUSION_DEPTH` that define one of
         `names` (`engine.query_names.defines`) moved ahead of the rest, each group in its order;
         None when no candidate defines one."""
@@ -469,11 +325,11 @@ class Retriever:
 
     @staticmethod
     def _fuse(targets: Sequence[SearchTarget], late: Sequence[RowScorer | None],
-              candidates: list[_Candidate]) -> dict[int, list[_Candidate]] | None:
+              candidates: list[Candidate]) -> dict[int, list[Candidate]] | None:
         """Each target's candidates in its fused order (HDC order in; see the module docstring),
         with `fused` = 1 / (60 + rank) in it; None when no late scorer answered (none given, or all
         unavailable): the search is not fused."""
-        by_target = _by_target(candidates)
+        by_target = group_by_target(candidates)
         scored: dict[int, np.ndarray] = {}
         for number, own in by_target.items():
             scorer = late[number]
@@ -503,7 +359,7 @@ class Retriever:
         texts = [r.memory.text for r in results]
         return CONTEXT_DELIMITER.join(bits.compress_context(t) if compress else t for t in texts)
 
-    def _threshold(self, ranked: list[_Candidate]) -> list[_Candidate]:
+    def _threshold(self, ranked: list[Candidate]) -> list[Candidate]:
         if not ranked:
             return []
         cut = bits.adaptive_threshold(np.array([c.score for c in ranked], dtype=np.float64))
@@ -512,7 +368,7 @@ class Retriever:
             kept = [c for c in ranked if c.score > 0][: max(self.config.min_context, len(kept))]
         return kept
 
-    def _coverage(self, targets: Sequence[SearchTarget], orders: dict[int, list[_Candidate]], query: str
+    def _coverage(self, targets: Sequence[SearchTarget], orders: dict[int, list[Candidate]], query: str
                   ) -> dict[int, float]:
         """Each target's `word_coverage` of `query` over its first `COVERAGE_DEPTH` candidates (in its
         own order), whose memories it fetches (`_with_memories`: not fetched again later); empty for
@@ -525,7 +381,7 @@ class Retriever:
             out[number] = word_coverage(query, [c.memory.text for c in first])
         return out
 
-    def _with_memories(self, targets: Sequence[SearchTarget], candidates: list[_Candidate]) -> list[_Candidate]:
+    def _with_memories(self, targets: Sequence[SearchTarget], candidates: list[Candidate]) -> list[Candidate]:
         """`candidates` with their memories (fetched from their stores where not yet), less the rows
         a store no longer holds (e.g. deleted: they cannot be shown)."""
         by_target: dict[int, list[int]] = {}
@@ -544,7 +400,7 @@ class Retriever:
             out.append(c)
         return out
 
-    def _mmr(self, targets: Sequence[SearchTarget], kept: list[_Candidate], budget: int, dims: int,
+    def _mmr(self, targets: Sequence[SearchTarget], kept: list[Candidate], budget: int, dims: int,
              fused: bool = False) -> list[int]:
         words = bits.words(dims)
         pos = np.empty((len(kept), words), dtype=np.uint64)
@@ -560,59 +416,10 @@ class Retriever:
         return hdc_mmr(pos, neg, scores, tokens, dims, budget, self.config.min_context)
 
     @staticmethod
-    def _results(targets: Sequence[SearchTarget], chosen: list[_Candidate], fused: bool = False) -> list[SearchResult]:
+    def _results(targets: Sequence[SearchTarget], chosen: list[Candidate], fused: bool = False) -> list[SearchResult]:
         return [SearchResult(memory=c.memory, hdc_score=float(c.score), target=targets[c.target].name,
                              late_score=c.late, fused_score=c.fused if fused else None, merge_score=c.merge)
                 for c in chosen]
-
-
-def _by_target(candidates: list[_Candidate]) -> dict[int, list[_Candidate]]:
-    """The candidates of each target, in the order given (first seen target first)."""
-    by_target: dict[int, list[_Candidate]] = {}
-    for c in candidates:
-        by_target.setdefault(c.target, []).append(c)
-    return by_target
-
-
-def query_length(q_pos: np.ndarray, q_neg: np.ndarray) -> float:
-    """sqrt of a query vector's nonzero dimensions: what its HDC scores grow with."""
-    return max(float(np.sqrt(np.bitwise_count(q_pos | q_neg).sum())), 1.0)
-
-
-def word_coverage(query: str, texts: Iterable[str]) -> float:
-    """The largest share of the query's distinct words (`engine.lexical.words`) that one of `texts`
-    holds: 0 to 1 whatever the corpus, since it counts words, not a corpus's weights."""
-    asked = set(words(query))
-    if not asked:
-        return 0.0
-    return max((len(asked & set(words(text))) / len(asked) for text in texts), default=0.0)
-
-
-def merge_targets(orders: dict[int, list[_Candidate]], lengths: dict[int, float],
-                  coverage: dict[int, float] | None = None) -> list[_Candidate]:
-    """Several targets' candidates, each list in its target's own ranking (HDC, or fused), merged
-    into one ranking by scores comparable across targets.
-
-    A target's HDC scores grow with its query vector's length (each corpus encodes the query with
-    its own vocabulary and weights, so the query has more or fewer nonzero dimensions in one than in
-    another): the rank-r candidate of a target is keyed by that target's r-th best HDC score divided
-    by `lengths[target]` (`query_length`), times 1 + `coverage[target]` (`word_coverage` of its
-    first candidates: a corpus that holds the query's words outranks one whose best candidates only
-    resemble it), so each target keeps its own order and the targets interleave by that key. Ties go
-    to the lower target, then row. `fused` becomes 1 / (60 + rank in the merged ranking), what MMR
-    weighs. Measured against z-scores, raw scores and gates that drop a corpus by
-    bench/cross_corpus_eval.py (docs/engine-v2-measurements.md §6).
-    """
-    coverage = coverage or {}
-    for number, own in orders.items():
-        keys = (np.sort(np.array([float(c.score) for c in own]))[::-1] / lengths.get(number, 1.0)
-                * (1.0 + coverage.get(number, 0.0)))
-        for c, key in zip(own, keys.tolist(), strict=True):
-            c.merge = key
-    merged = sorted((c for own in orders.values() for c in own), key=lambda c: (-c.merge, c.target, c.row))
-    for rank, c in enumerate(merged, start=1):
-        c.fused = 1.0 / (DEFAULT_K + rank)
-    return merged
 
 
 def _rows_scorer(scorer: LateScorer, query: str) -> RowScorer:

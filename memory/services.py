@@ -25,7 +25,8 @@ from corpus.selectors import corpora_readable_among
 from engine.fusion import FusionChoice
 from engine.lexical import WordIndex, WordIndexError
 from engine.loaded_build import LoadedIndex
-from engine.retrieval import BlendState, SearchResult, SearchTarget
+from engine.query import BlendState
+from engine.retrieval import SearchResult, SearchTarget
 from engine.text_store import LateScorer, TextStoreError
 
 logger = logging.getLogger(__name__)

@@ -31,7 +31,9 @@ from chat.llm.answer import answer_stream
 from chat.llm.queue import Ticket
 from chat.preparation import PreparedTurn
 from core.errors import ApplicationError
-from engine.llm import AnswerTokens, LLMError, LLMUnauthorizedError, PromptTooLongError, TokenSpan, Usage
+from engine.llm.answer import AnswerTokens, TokenSpan
+from engine.llm.errors import LLMError, LLMUnauthorizedError, PromptTooLongError
+from engine.llm.stream import Usage
 
 TAGS = ["openai"]
 # The request's extra fields that are a conversation's settings (`completion_prepare`).
@@ -148,7 +150,7 @@ LOOP_FINISH_REASON = "length"
 async def _complete(prepared: PreparedTurn, ticket: Ticket) -> tuple[str, str, Usage | None, list[TokenSpan]]:
     """The whole answer, once the turn's place in the LLM queue comes, with its finish reason, usage
     and token log-probabilities. Nothing was sent yet, so a loop is continued from the cut as in the
-    portal's chat (`engine.llm.stream_answer`, up to `loop_retries` times); one that loops again
+    portal's chat (`engine.llm.answer.stream_answer`, up to `loop_retries` times); one that loops again
     ends at the cut with LOOP_FINISH_REASON."""
     tokens = AnswerTokens()
     async with ticket:

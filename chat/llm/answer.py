@@ -14,16 +14,9 @@ from chat.llm import clients
 from chat.llm.queue import Ticket
 from chat.llm.servers import LLMServer
 from chat.preparation import PreparedTurn
-from engine.llm import (
-    AnswerEnd,
-    AnswerTokens,
-    LLMClient,
-    LLMConnectionError,
-    LLMError,
-    LLMTimeoutError,
-    Rewind,
-    stream_answer,
-)
+from engine.llm.answer import AnswerEnd, AnswerTokens, Rewind, stream_answer
+from engine.llm.client import LLMClient
+from engine.llm.errors import LLMConnectionError, LLMError, LLMTimeoutError
 
 
 @dataclass
@@ -44,7 +37,7 @@ async def answer_stream(*, ticket: Ticket, prepared: PreparedTurn, loop_retries:
                         model: str = "", affinity: object = None) -> AnswerEnd:
     """Wait until `ticket` is admitted (`on_queued(ahead)` while it waits), then stream the prepared
     prompt: each piece to `on_delta`, each loop taken back to `on_rewind(kept)` (continued from the
-    cut up to `loop_retries` times, `engine.llm.stream_answer`), every event into `tokens`. Returns
+    cut up to `loop_retries` times, `engine.llm.answer.stream_answer`), every event into `tokens`. Returns
     the answer's end. Leaving early (cancelled) closes the HTTP stream, and llama.cpp stops; an
     `LLMError` is raised as it comes. The caller holds `ticket` (`async with ticket`).
 

@@ -14,7 +14,10 @@ from chat.llm.queue_redis import RedisLLMQueue
 from chat.llm.servers import LLMServer, ServerPool, servers_parse
 from core.cache import BoundedCache
 from core.runtime import engine_config
-from engine.llm import ContextBudget, GenerationSettings, LLMClient, ServerTokenCounter, TokenCounter
+from engine.llm.client import LLMClient
+from engine.llm.prompt import ContextBudget, TokenCounter
+from engine.llm.sampling import GenerationSettings
+from engine.llm.tokens import ServerTokenCounter
 
 TOKEN_COUNTERS = 4  # one per LLM server URL
 LLM_CLIENTS = 4  # one per LLM server URL and timeout

@@ -31,7 +31,7 @@ from typing import Any
 import yaml
 from cachetools import LRUCache
 
-from engine.llm import LLMConnectionError
+from engine.llm.errors import LLMConnectionError
 from engine.llm_access import redacted
 
 RETRY_SECONDS = 10.0  # a server taken out is tried again after this long

@@ -18,7 +18,8 @@ from django.test import Client
 from accounts.services.tokens import api_token_create
 from chat.models import Message
 from chat.services import conversation_create
-from engine.llm import GenerationSettings, LLMClient
+from engine.llm.client import LLMClient
+from engine.llm.sampling import GenerationSettings
 from tests.plugins.api import error_of
 from tests.plugins.chat import TOKEN_BUDGET, events_until, make_corpus, open_socket, set_engine_config
 

@@ -390,7 +390,7 @@ async def test_retrieval_uses_the_conversations_own_blend(chat_settings, users, 
                                   token_budget=TOKEN_BUDGET)
         return [r.memory.hdv_idx for r in results]
 
-    from engine.retrieval import BlendState
+    from engine.query import BlendState
 
     with_blend = await db(_turn_memories)(steered.pk, follow_up)
     without = await db(_turn_memories)(fresh.pk, follow_up)

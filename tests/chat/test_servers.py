@@ -17,7 +17,9 @@ from chat.llm.answer import AnswerClock, answer_stream
 from chat.llm.queue import LLMQueue
 from chat.llm.servers import LLMServer, ServerPool, ServersError, servers_parse
 from engine.llama_server import LlamaServer, LlamaServerError
-from engine.llm import AnswerTokens, GenerationSettings, LLMConnectionError
+from engine.llm.answer import AnswerTokens
+from engine.llm.errors import LLMConnectionError
+from engine.llm.sampling import GenerationSettings
 
 KEY = "sk-servers-secret-91c2"
 SHORT = GenerationSettings(temperature=0.0, top_p=1.0, max_tokens=8)

@@ -89,7 +89,7 @@ def test_attribute_cites_supporting_memories_and_marks_unsupported_claims():
 
 
 def _spans(answer: str, logprob_of) -> list[tuple[int, int, float]]:  # noqa: ANN001
-    """Token spans as engine.llm.AnswerTokens makes them: one token per word or run of other
+    """Token spans as engine.llm.answer.AnswerTokens makes them: one token per word or run of other
     characters, each with `logprob_of(token text)`; byte offsets of the UTF-8 text."""
     import re
 

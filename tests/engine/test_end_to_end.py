@@ -11,7 +11,8 @@ import pytest
 from engine.build import build_index
 from engine.config import Config
 from engine.loaded_build import load_corpus
-from engine.retrieval import CONTEXT_DELIMITER, BlendState, Retriever, SearchTarget
+from engine.query import BlendState
+from engine.retrieval import CONTEXT_DELIMITER, Retriever, SearchTarget
 from engine.spm import GGUFTokenizer
 
 # Paraphrases (no sentence copied from the docs) -> topics whose paragraphs answer them.

@@ -18,29 +18,30 @@ import pytest
 
 from engine.config import Config
 from engine.llama_server import free_port
-from engine.llm import (
-    LOOP_RETRY_DRY_LAST_N,
-    LOOP_RETRY_DRY_MULTIPLIER,
-    MESSAGE_TOKENS,
-    TEMPLATE_TOKENS,
-    AnswerTokens,
-    ChatChunk,
-    ContextBudget,
-    GenerationSettings,
-    LLMClient,
+from engine.llm.answer import AnswerTokens, Rewind
+from engine.llm.client import LLMClient
+from engine.llm.errors import (
     LLMConnectionError,
     LLMHTTPError,
     LLMProtocolError,
     LLMTimeoutError,
     PromptTooLongError,
-    RecitationCut,
-    Rewind,
-    ServerTokenCounter,
-    TokenLogprob,
+)
+from engine.llm.prompt import (
+    MESSAGE_TOKENS,
+    TEMPLATE_TOKENS,
+    ContextBudget,
     assemble_prompt,
-    loop_retry_settings,
     user_turn_with_memories,
 )
+from engine.llm.sampling import (
+    LOOP_RETRY_DRY_LAST_N,
+    LOOP_RETRY_DRY_MULTIPLIER,
+    GenerationSettings,
+    loop_retry_settings,
+)
+from engine.llm.stream import ChatChunk, RecitationCut, TokenLogprob
+from engine.llm.tokens import ServerTokenCounter
 from tests.plugins.waiting import wait_until_async
 
 GREEDY = GenerationSettings(temperature=0.0, top_p=1.0, max_tokens=24)

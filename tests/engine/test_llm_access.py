@@ -9,7 +9,10 @@ from collections.abc import Iterator
 import pytest
 
 from engine.llama_server import LlamaServer, LlamaServerError
-from engine.llm import GenerationSettings, LLMClient, LLMUnauthorizedError, ServerTokenCounter
+from engine.llm.client import LLMClient
+from engine.llm.errors import LLMUnauthorizedError
+from engine.llm.sampling import GenerationSettings
+from engine.llm.tokens import ServerTokenCounter
 from engine.llm_access import HIDDEN, Offered, redacted, scrub
 
 KEY = "sk-llmservers-test-0f3a9c"

@@ -20,7 +20,7 @@ from cachetools import LRUCache
 from core.cache import BoundedCache
 from engine import vocab as vocab_module
 from engine.config import Config
-from engine.llm import ServerTokenCounter
+from engine.llm.tokens import ServerTokenCounter
 from engine.retrieval import Retriever
 from engine.vocab import VocabIndex
 from engine.vocab_writer import write_vocab_index

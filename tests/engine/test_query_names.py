@@ -127,9 +127,9 @@ def test_a_question_without_a_called_name_ranks_as_before(demo):
 
 
 def _hdc_candidates(retriever, target, question):  # noqa: ANN001, ANN202
-    from engine.retrieval import _Candidate
+    from engine.ranking import Candidate
 
     q_pos, q_neg = retriever.query_vector(target.corpus, question)
     rows, scores = target.corpus.index.search_auto(q_pos, q_neg, min(retriever.candidates, target.corpus.count))
-    return sorted((_Candidate(0, int(r), int(s)) for r, s in zip(rows, scores, strict=True)),
+    return sorted((Candidate(0, int(r), int(s)) for r, s in zip(rows, scores, strict=True)),
                   key=lambda c: (-c.score, c.row))

@@ -14,19 +14,16 @@ from engine.config import Config
 from engine.fusion import FusionChoice
 from engine.index import BitmapIndex
 from engine.loaded_build import LoadedIndex, MemoryRecord
+from engine.query import BlendState, blend_vectors, query_terms
+from engine.ranking import Candidate, hdc_mmr
 from engine.retrieval import (
     CONTEXT_DELIMITER,
     FUSION_DEPTH,
-    BlendState,
     LateUnavailable,
     Retriever,
     SearchResult,
     SearchTarget,
-    _Candidate,
-    blend_vectors,
     fusion_evidence,
-    hdc_mmr,
-    query_terms,
 )
 from tests.engine.test_encoder import make_encoder
 
@@ -191,7 +188,7 @@ def test_results_are_search_results_that_name_their_target_not_a_corpus(tmp_path
 
 def test_threshold_tops_up_to_min_context():
     retriever = Retriever(WordTokenizer(), Config(min_context=6))
-    ranked = [_Candidate(0, row, score) for row, score in enumerate([100, 99, 5, 4, 3, 2, 1, 0, -1, -2])]
+    ranked = [Candidate(0, row, score) for row, score in enumerate([100, 99, 5, 4, 3, 2, 1, 0, -1, -2])]
     assert len([c for c in ranked if c.score >= adaptive_threshold([c.score for c in ranked])]) < 6
     assert [c.row for c in retriever._threshold(ranked)] == [0, 1, 2, 3, 4, 5]
     retriever = Retriever(WordTokenizer(), Config(min_context=9))
@@ -387,12 +384,12 @@ def test_query_vector_encodes_the_query_without_its_template(tmp_path):
 
 
 def test_targets_are_merged_by_score_per_unit_of_query_length():
-    from engine.retrieval import _Candidate, merge_targets, query_length
+    from engine.ranking import Candidate, merge_targets, query_length
 
     # Target 1's query is four times as long in its corpus: its raw scores are higher for the same
     # match, and per unit of length the best of target 0 comes first.
-    short = [_Candidate(0, row, score) for row, score in enumerate([400, 200, 100])]
-    long = [_Candidate(1, row, score) for row, score in enumerate([1000, 900, 800])]
+    short = [Candidate(0, row, score) for row, score in enumerate([400, 200, 100])]
+    long = [Candidate(1, row, score) for row, score in enumerate([1000, 900, 800])]
     merged = merge_targets({0: short, 1: long}, {0: 10.0, 1: 40.0})
     assert [(c.target, c.row) for c in merged] == [(0, 0), (1, 0), (1, 1), (0, 1), (1, 2), (0, 2)]
     assert [c.merge for c in merged] == [40.0, 25.0, 22.5, 20.0, 20.0, 10.0]
@@ -403,14 +400,14 @@ def test_targets_are_merged_by_score_per_unit_of_query_length():
 
 
 def test_a_target_that_holds_the_query_words_outranks_one_that_only_resembles_it():
-    from engine.retrieval import _Candidate, merge_targets, word_coverage
+    from engine.ranking import Candidate, merge_targets, word_coverage
 
     # Per unit of length target 1 leads (25 against 20); target 0's first candidates hold every word
     # of the query and target 1's one word in four: 20 * 2 = 40 against 25 * 1.25 = 31.25.
     assert word_coverage("cure period of the licence", ["the cure of the licence", "a licence"]) == 2 / 3
     assert word_coverage("the of", ["anything"]) == 0.0  # stop words only: nothing to cover
-    mine = [_Candidate(0, row, score) for row, score in enumerate([200, 100])]
-    other = [_Candidate(1, row, score) for row, score in enumerate([1000, 900])]
+    mine = [Candidate(0, row, score) for row, score in enumerate([200, 100])]
+    other = [Candidate(1, row, score) for row, score in enumerate([1000, 900])]
     merged = merge_targets({0: mine, 1: other}, {0: 10.0, 1: 40.0}, {0: 1.0, 1: 0.25})
     assert [(c.target, c.row) for c in merged] == [(0, 0), (1, 0), (1, 1), (0, 1)]
     assert [c.merge for c in merged] == [40.0, 31.25, 28.125, 20.0]
@@ -438,10 +435,10 @@ def test_a_search_of_several_corpora_weighs_each_by_the_query_words_its_memories
 
 
 def test_a_fused_target_keeps_its_fused_order_when_merged():
-    from engine.retrieval import _Candidate, merge_targets
+    from engine.ranking import Candidate, merge_targets
 
-    fused_order = [_Candidate(0, row, score) for row, score in ((3, 500), (0, 700), (1, 650), (2, 600))]
-    other = [_Candidate(1, row, score) for row, score in enumerate([400, 390, 380])]
+    fused_order = [Candidate(0, row, score) for row, score in ((3, 500), (0, 700), (1, 650), (2, 600))]
+    other = [Candidate(1, row, score) for row, score in enumerate([400, 390, 380])]
     merged = merge_targets({0: fused_order, 1: other}, {0: 1.0, 1: 1.0})
     assert [c.row for c in merged if c.target == 0] == [3, 0, 1, 2]
     # Its first place takes the key of its best HDC score, whichever candidate holds it.
