@@ -144,7 +144,10 @@ class HDCRanker:
         self.config = Config(hdc_dimensions=args.dims, hdc_ngram=args.ngram, hdc_seed=args.hdc_seed)
         self.work_dir: Path = args.work_dir
         self.model: EmbeddingModel = args.embedding_model
-        self.name = f"HDC exact (dims {args.dims}, ngram {args.ngram})"
+        self.token_vectors: str = getattr(args, "token_vectors", "input")
+        self.encoder_cache: Path | None = getattr(args, "encoder_cache", None)
+        shown = "" if self.token_vectors == "input" else f", {self.token_vectors} tokens"
+        self.name = f"HDC exact (dims {args.dims}, ngram {args.ngram}{shown})"
         args.hdc_ranker = self  # the "default" column searches this build too
 
     def index(self, documents: list[str]) -> None:
@@ -170,8 +173,16 @@ class HDCRanker:
                 self.row_texts[record["hdv_idx"]] = record["text"]
 
         build_dir = self.work_dir / "hdc-build"
-        build_index(datasets=[(1, "wordnet", dataset)], out_dir=build_dir, gguf_path=gguf_path, tokenizer=tokenizer,
-                    config=self.config, sink=sink, cache_dir=Path(gguf_path).parent.parent / "embeddings")
+        cache_dir = Path(gguf_path).parent.parent / "embeddings"
+        with ExitStack() as swap:
+            if self.token_vectors != "input":
+                from bench.distilled_tokens import DistilledTokens, token_table
+
+                ids = np.unique(np.concatenate([np.asarray(t, np.int64) for t in tokenizer.bulk_tokenize(documents)]))
+                self.distilled = DistilledTokens(gguf_path, self.encoder_cache or cache_dir)
+                swap.enter_context(token_table(self.token_vectors, self.distilled, ids))
+            build_index(datasets=[(1, "wordnet", dataset)], out_dir=build_dir, gguf_path=gguf_path,
+                        tokenizer=tokenizer, config=self.config, sink=sink, cache_dir=cache_dir)
         self.corpus = load_corpus(build_dir)
         self.documents = documents
         self.index_bytes = sum(path.stat().st_size for path in build_dir.rglob("*") if path.is_file())
@@ -454,6 +465,11 @@ def report_build(hdc: HDCRanker | DefaultPathRanker, result: Result, n_documents
     """The HDC build's speed and size (the index directory: vocabulary index, hypervectors, texts)."""
     print(f"{result.name} build: {n_documents / result.index_s:,.0f} docs/s ({result.index_s:.2f} s, load and queries' "
           f"encoder setup included), index {hdc.index_bytes / 1e6:,.1f} MB")
+    distilled = getattr(hdc, "distilled", None)
+    if distilled is not None:
+        rate = f"{distilled.encoded / distilled.encode_s:,.0f} tokens/s" if distilled.encoded else "all cached"
+        print(f"  distilled token vectors: {distilled.encoded:,} tokens encoded in this run ({rate}), "
+              f"cache {distilled.cache}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -477,8 +493,13 @@ def main(argv: list[str] | None = None) -> int:
     default = [name for name in known if name != "li-store"]  # li-store: ask for it, on a small --docs
     parser.add_argument("--encoder-cache", type=Path, default=None,
                         help="minilm: keep the windows' vectors here, keyed by their text (rerunning a set skips "
-                             "encoding, and the encoder's build rate is then not measured)")
+                             "encoding, and the encoder's build rate is then not measured); --token-vectors: the "
+                             "distilled token vectors too (default: beside the embedding cache)")
     parser.add_argument("--set", default="wordnet", choices=SET_CHOICES)
+    parser.add_argument("--token-vectors", default="input", choices=("input", "minilm", "concat"),
+                        help="what the hdc and default rankers' build projects: the GGUF's input embeddings, or "
+                             "static vectors distilled from all-MiniLM-L6-v2 alone or beside them "
+                             "(bench/distilled_tokens.py)")
     parser.add_argument("--rankers", default=",".join(default), help=f"comma-separated, from: {', '.join(known)}")
     parser.add_argument("--work-dir", type=Path, default=None, help="where indexes are built (default: a temp dir)")
     parser.add_argument("--wordnet-dir", type=Path, default=Path("/usr/share/wordnet"))
