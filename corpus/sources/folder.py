@@ -8,15 +8,13 @@ from pathlib import Path
 from django.conf import settings
 
 from corpus.sources.reading import (
-    Fetched,
-    Known,
+    Listed,
     PathFilter,
-    Progress,
     Scan,
+    SourceReader,
     SourceRefused,
     SourceUnavailable,
     hashed_copy,
-    local_name,
 )
 
 
@@ -39,52 +37,38 @@ def folder_root_check(location: str) -> Path:
     return real
 
 
-class FolderReader:
+class FolderReader(SourceReader):
     def __init__(self, *, location: str, filters: PathFilter) -> None:
         self.location = location
         self.filters = filters
 
-    def scan(self, *, known: dict[str, Known], workdir: Path, progress: Progress) -> Scan:
+    def listing(self, scan: Scan) -> list[Listed]:
         root = folder_root_check(self.location)
         if not root.is_dir():
             raise SourceUnavailable(f"The folder {self.location} does not exist or is not a folder.")
-        scan = Scan()
-        files = sorted(self._files(root))
-        for number, (relative, path) in enumerate(files):
-            progress(number, len(files))
-            self._one(root, relative, path, known.get(relative), scan, workdir, number)
-        return scan
-
-    @staticmethod
-    def _files(root: Path) -> list[tuple[str, Path]]:
-        found = []
+        listed = []
         for directory, _, names in os.walk(root, onerror=_raise):  # symlinked folders are not entered
             for name in names:
                 path = Path(directory) / name
-                found.append((path.relative_to(root).as_posix(), path))
-        return found
+                listed.append(_listed(root, path.relative_to(root).as_posix(), path))
+        return sorted(listed, key=lambda item: item.path)
 
-    def _one(self, root: Path, relative: str, path: Path, known: Known | None, scan: Scan,
-             workdir: Path, number: int) -> None:
-        if not self.filters.wants(relative):
-            return
-        real = path.resolve()
-        if not real.is_relative_to(root):
-            scan.failed.append((relative, "a symlink that leads outside the source's folder"))
-            return
-        try:
-            stat = real.stat()
-            version = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
-            if known is not None and known.version == version:
-                scan.unchanged.add(relative)
-                return
-            target = local_name(workdir, number, relative)
-            with open(real, "rb") as handle:
-                sha256 = hashed_copy(iter(lambda: handle.read(1 << 20), b""), target, limit=settings.UPLOAD_MAX_BYTES)
-        except (OSError, ValueError) as error:
-            scan.failed.append((relative, str(error)))
-            return
-        scan.fetched.append(Fetched(relative, target, sha256, version, url=f"file://{real}"))
+    def fetch(self, item: Listed, target: Path) -> tuple[str, dict, str]:
+        with open(item.locator, "rb") as handle:
+            sha256 = hashed_copy(iter(lambda: handle.read(1 << 20), b""), target, limit=settings.UPLOAD_MAX_BYTES)
+        return sha256, item.version, f"file://{item.locator}"
+
+
+def _listed(root: Path, relative: str, path: Path) -> Listed:
+    """A file by its real path, with its size and mtime as its version."""
+    real = path.resolve()
+    if not real.is_relative_to(root):
+        return Listed(relative, {}, problem="a symlink that leads outside the source's folder")
+    try:
+        stat = real.stat()
+    except OSError as error:
+        return Listed(relative, {}, problem=str(error))
+    return Listed(relative, {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}, locator=real)
 
 
 def _raise(error: OSError) -> None:

@@ -15,10 +15,11 @@ from django.conf import settings
 
 from corpus.sources.reading import (
     Fetched,
-    Known,
+    Listed,
     PathFilter,
     Progress,
     Scan,
+    SourceReader,
     SourceRefused,
     SourceUnavailable,
     local_name,
@@ -41,7 +42,7 @@ def git_url_check(url: str) -> str:
     return url
 
 
-class GitReader:
+class GitReader(SourceReader):
     def __init__(self, *, url: str, branch: str, token: str, clone_dir: Path, filters: PathFilter) -> None:
         self.url = git_url_check(url)
         self.branch = branch or "main"
@@ -86,38 +87,32 @@ class GitReader:
                   f"+{ref}:{ref}", what=f"Fetching branch {self.branch!r} of {self.url}")
         return self._git("-C", str(self.clone_dir), "rev-parse", ref, what="Reading the branch").decode().strip()
 
-    def scan(self, *, known: dict[str, Known], workdir: Path, progress: Progress) -> Scan:
+    def listing(self, scan: Scan) -> list[Listed]:
         commit = self._fetch()
-        scan = Scan(cursor={"commit": commit})
+        scan.cursor = {"commit": commit}
         listing = self._git("-C", str(self.clone_dir), "ls-tree", "-r", "-z", "--full-tree", commit,
                             what="Listing the files")
-        wanted: list[tuple[str, str]] = []
+        listed = []
         for entry in listing.split(b"\0"):
             if not entry:
                 continue
             meta, path_bytes = entry.split(b"\t", 1)
             mode, kind, blob = meta.decode().split()
-            path = path_bytes.decode(errors="replace")
-            if kind != "blob" or mode == "120000" or not self.filters.wants(path):
-                continue  # submodules and symlinks are not documents
-            if known.get(path) is not None and known[path].version.get("blob") == blob:
-                scan.unchanged.add(path)
-            else:
-                wanted.append((path, blob))
-        self._read(wanted, commit, scan, workdir, progress)
-        return scan
+            if kind == "blob" and mode != "120000":  # submodules and symlinks are not documents
+                listed.append(Listed(path_bytes.decode(errors="replace"), {"blob": blob}, locator=commit))
+        return listed
 
-    def _read(self, wanted: list[tuple[str, str]], commit: str, scan: Scan, workdir: Path,
-              progress: Progress) -> None:
+    def read(self, wanted: list[Listed], scan: Scan, workdir: Path, progress: Progress) -> None:
         """Every wanted blob in one `git cat-file --batch` run."""
         if not wanted:
             return
-        request = "".join(f"{blob}\n" for _, blob in wanted).encode()
+        request = "".join(f"{item.version['blob']}\n" for item in wanted).encode()
         out = self._git("-C", str(self.clone_dir), "cat-file", "--batch", what="Reading the files", stdin=request)
         offset = 0
         base = self.url.removesuffix(".git").rstrip("/")
-        for number, (path, blob) in enumerate(wanted):
+        for number, item in enumerate(wanted):
             progress(number, len(wanted))
+            path, blob, commit = item.path, item.version["blob"], item.locator
             header_end = out.index(b"\n", offset)
             header = out[offset:header_end].decode().split()
             size = int(header[2]) if len(header) == 3 else -1

@@ -1,9 +1,13 @@
-"""What every kind of source shares: what a scan returns, the path filters, the errors.
+"""What every kind of source shares: what a scan returns, the path filters, the errors, and the
+scan itself (`SourceReader`).
 
 A kind's reader (`folder.py`, `git.py`, `web.py`, `s3.py`) lists the documents its source holds
 and compares each with what the corpus holds for its path (`Known`): a document whose version
 (blob id, ETag, Last-Modified, size and mtime) is unchanged is not read again; any other one is
-copied to a local file and hashed (`Fetched`), and the sync decides from the hash.
+copied to a local file and hashed (`Fetched`), and the sync decides from the hash. The folder,
+Git and S3 readers only say how to list their source and how to read one document
+(`SourceReader.listing`, `.fetch`); the web reader finds its pages by reading them (their links),
+so it scans on its own.
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Protocol
+from typing import Any, Protocol
 from urllib.parse import ParseResult, urlparse
 
 from core.errors import ApplicationError
@@ -83,6 +87,64 @@ class Scan:
 
 class Reader(Protocol):
     def scan(self, *, known: dict[str, Known], workdir: Path, progress: Progress) -> Scan: ...
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A document as its source lists it: its path, what the listing says of its version (unchanged
+    when every key of it equals the known version's), what reading it takes (`locator`), and why
+    it cannot be read, if it cannot (`problem`: named in the sync's failures)."""
+
+    path: str
+    version: dict
+    locator: Any = None
+    problem: str = ""
+
+
+class SourceReader:
+    """The scan of a source that can be listed: list it, keep the paths the filters want, skip the
+    documents whose version is unchanged, read the others into `workdir`. A kind says how to list
+    (`listing`) and how to read one document (`fetch`), or every wanted one at once (`read`)."""
+
+    filters: PathFilter
+    # What `fetch` raises for one document that cannot be read: it is named, the others go on.
+    read_errors: tuple[type[Exception], ...] = (OSError, ValueError)
+
+    def listing(self, scan: Scan) -> list[Listed]:
+        """Every document of the source (it may set `scan.cursor`); SourceUnavailable when the
+        source cannot be listed."""
+        raise NotImplementedError
+
+    def fetch(self, item: Listed, target: Path) -> tuple[str, dict, str]:
+        """Copy the document to `target`: its (sha256, version, url)."""
+        raise NotImplementedError
+
+    def scan(self, *, known: dict[str, Known], workdir: Path, progress: Progress) -> Scan:
+        scan = Scan()
+        wanted = []
+        for item in self.listing(scan):
+            if not self.filters.wants(item.path):
+                continue
+            previous = known.get(item.path)
+            if item.problem:
+                scan.failed.append((item.path, item.problem))
+            elif previous is not None and all(previous.version.get(k) == v for k, v in item.version.items()):
+                scan.unchanged.add(item.path)
+            else:
+                wanted.append(item)
+        self.read(wanted, scan, workdir, progress)
+        return scan
+
+    def read(self, wanted: list[Listed], scan: Scan, workdir: Path, progress: Progress) -> None:
+        for number, item in enumerate(wanted):
+            progress(number, len(wanted))
+            target = local_name(workdir, number, item.path)
+            try:
+                sha256, version, url = self.fetch(item, target)
+            except self.read_errors as error:
+                scan.failed.append((item.path, str(error)))
+                continue
+            scan.fetched.append(Fetched(item.path, target, sha256, version, url=url))
 
 
 @dataclass(frozen=True)
