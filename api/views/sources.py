@@ -11,48 +11,12 @@ from rest_framework.response import Response
 
 from api.views.base import PAGE_PARAMETERS, ApiView, errors, id_path, page_of
 from corpus.sources.models import Source
-from corpus.sources.selectors import (
-    corpus_sources,
-    get_corpus_sources_for_user,
-    get_source_for_user,
-    source_state,
-)
+from corpus.sources.selectors import corpus_sources, get_corpus_sources_for_user, get_source_for_user
+from corpus.sources.serializers import SourceSerializer
 from corpus.sources.services import SOURCE_FIELDS, source_create, source_delete, source_sync_start
 
 CORPUS = id_path("corpus_id", "corpus")
 SOURCE = id_path("source_id", "source")
-
-
-class SourceFailureSerializer(serializers.Serializer):
-    name = serializers.CharField(help_text="The document's path at the source.")
-    reason = serializers.CharField()
-
-
-class SourceSerializer(serializers.Serializer):
-    id = serializers.IntegerField()
-    corpus = serializers.IntegerField()
-    name = serializers.CharField()
-    kind = serializers.ChoiceField(choices=Source.Kind.choices)
-    location = serializers.CharField()
-    branch = serializers.CharField()
-    has_token = serializers.BooleanField(help_text="Whether a token is set (the token itself is never shown).")
-    interval_minutes = serializers.IntegerField(help_text="Synced every this many minutes (0: on demand only).")
-    documents = serializers.IntegerField(help_text="Documents of the source the corpus holds.")
-    status = serializers.ChoiceField(choices=Source.Status.choices, help_text=(
-        "The last sync: `confirm` when it stopped before removing more than half of the documents "
-        "(sync again with `confirm: true`)."))
-    error = serializers.CharField(help_text="Why the last sync failed or stopped.")
-    done = serializers.IntegerField()
-    total = serializers.IntegerField()
-    percent = serializers.IntegerField()
-    added = serializers.IntegerField()
-    changed = serializers.IntegerField()
-    removed = serializers.IntegerField()
-    failed = serializers.IntegerField(help_text="Documents that could not be read or stored (kept as they were).")
-    failures = SourceFailureSerializer(many=True)
-    sync_started = serializers.DateTimeField(allow_null=True)
-    sync_finished = serializers.DateTimeField(allow_null=True)
-    sync_seconds = serializers.FloatField(allow_null=True)
 
 
 class SourceCreateSerializer(serializers.Serializer):
@@ -87,8 +51,7 @@ class SourceList(ApiView):
                    tags=["sources"])
     def get(self, request: Request, corpus_id: int) -> Response:
         corpus = get_corpus_sources_for_user(request.user, corpus_id)
-        # A corpus has a handful of sources: each one's state is read before the page is cut.
-        return self.paginated([source_state(s) for s in corpus_sources(corpus=corpus)], SourceSerializer)
+        return self.paginated(corpus_sources(corpus=corpus), SourceSerializer)
 
     @extend_schema(operation_id="sources_create", summary="Add a source to a corpus (owner); sync it to read it",
                    parameters=[CORPUS], request=SourceCreateSerializer,
@@ -100,14 +63,14 @@ class SourceList(ApiView):
         data = dict(serializer.validated_data)
         options = {key: data.pop(key) for key in SOURCE_FIELDS if key in data}
         source = source_create(corpus=corpus, user=request.user, **data, **options)
-        return Response(SourceSerializer(source_state(source)).data, status=status.HTTP_201_CREATED)
+        return Response(SourceSerializer(source).data, status=status.HTTP_201_CREATED)
 
 
 class SourceDetail(ApiView):
     @extend_schema(operation_id="sources_get", summary="One source and its last sync (owner)", parameters=[SOURCE],
                    responses={200: SourceSerializer, **errors(403)}, tags=["sources"])
     def get(self, request: Request, source_id: int) -> Response:
-        return Response(SourceSerializer(source_state(get_source_for_user(request.user, source_id))).data)
+        return Response(SourceSerializer(get_source_for_user(request.user, source_id)).data)
 
     @extend_schema(operation_id="sources_delete", summary="Delete a source and its documents from the corpus "
                    "(owner)", parameters=[SOURCE], responses={204: None, **errors(403, 409)}, tags=["sources"])
@@ -126,4 +89,4 @@ class SourceSync(ApiView):
         serializer = SourceSyncSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         source = source_sync_start(source=source, confirm=serializer.validated_data["confirm"])
-        return Response(SourceSerializer(source_state(source)).data, status=status.HTTP_202_ACCEPTED)
+        return Response(SourceSerializer(source).data, status=status.HTTP_202_ACCEPTED)

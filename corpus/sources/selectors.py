@@ -9,6 +9,7 @@ from django.http import Http404
 from corpus.models import Corpus
 from corpus.selectors import User, corpus_can_manage, get_corpus_for_user
 from corpus.sources.models import Source, SourceDocument
+from corpus.sources.serializers import SourceSerializer
 
 
 def get_corpus_sources_for_user(user: User, corpus_id: int) -> Corpus:
@@ -35,19 +36,9 @@ def corpus_sources(*, corpus: Corpus) -> list[Source]:
 
 
 def source_state(source: Source) -> dict:
-    """The JSON-safe view of a source and its last sync, for events, polling, pages and the API.
-    The token is never in it: only whether one is set."""
-    return {
-        "id": source.pk, "corpus": source.corpus_id, "name": source.name, "kind": source.kind,
-        "location": source.location, "branch": source.branch, "has_token": bool(source.token),
-        "status": source.status, "error": source.error, "done": source.done, "total": source.total,
-        "percent": source.percent, "added": source.added, "changed": source.changed, "removed": source.removed,
-        "failed": len(source.failures or []), "failures": source.failures or [],
-        "sync_started": source.sync_started.isoformat() if source.sync_started else None,
-        "sync_finished": source.sync_finished.isoformat() if source.sync_finished else None,
-        "sync_seconds": source.sync_seconds, "interval_minutes": source.interval_minutes,
-        "documents": source.documents.count(),
-    }
+    """The JSON-safe view of a source and its last sync, for events, polling, pages and the API
+    (`SourceSerializer`). The token is never in it: only whether one is set."""
+    return SourceSerializer(source).data
 
 
 def dataset_source_document(*, dataset_id: int | None) -> SourceDocument | None:
