@@ -29,12 +29,15 @@ import os  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 import uuid  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+from contextlib import contextmanager  # noqa: E402
 
 import psycopg  # noqa: E402
 
 from bench._hw import print_hardware  # noqa: E402
 from bench.build import synthetic_docs  # noqa: E402
 
+DATABASE_URL = os.environ.get("DATABASE_URL") or "postgres://postgres@127.0.0.1:5432/postgres"
 ANIMALS = ["quokka", "axolotl", "narwhal", "pangolin", "okapi", "tardigrade", "capybara", "kakapo", "margay",
            "dugong", "fossa", "saiga"]
 
@@ -162,16 +165,11 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
               f"rebuild; goal <= 10 s); nothing changed {unchanged:.2f} s (goal <= 2 s)")
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--docs", type=int, default=100_000, help="memories of the corpus before the sources")
-    parser.add_argument("--source-docs", type=int, default=1000)
-    parser.add_argument("--changed", type=int, default=10)
-    parser.add_argument("--dims", type=int, default=10_000)
-    parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL")
-                        or "postgres://postgres@127.0.0.1:5432/postgres")
-    args = parser.parse_args()
-    server, _, _ = args.database_url.rpartition("/")
+@contextmanager
+def scratch_portal(database_url: str) -> Iterator[Path]:
+    """A scratch PostgreSQL database on the server of `database_url` and a scratch DATA_DIR, with
+    tasks run inline as a worker runs them; both are dropped at the end. Yields the DATA_DIR."""
+    server, _, _ = database_url.rpartition("/")
     name = f"hdrag_bench_{uuid.uuid4().hex[:8]}"
     with psycopg.connect(f"{server}/postgres", autocommit=True) as connection:
         connection.execute(f'CREATE DATABASE "{name}"')
@@ -180,7 +178,7 @@ def main() -> None:
                       DATA_DIR=scratch.name, CELERY_TASK_ALWAYS_EAGER="1", HDRAG_ENV="development")
     os.environ.pop("REDIS_URL", None)
     try:
-        run(args, Path(scratch.name))
+        yield Path(scratch.name)
     finally:
         from django.db import connections
 
@@ -188,6 +186,18 @@ def main() -> None:
         with psycopg.connect(f"{server}/postgres", autocommit=True) as connection:
             connection.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         scratch.cleanup()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--docs", type=int, default=100_000, help="memories of the corpus before the sources")
+    parser.add_argument("--source-docs", type=int, default=1000)
+    parser.add_argument("--changed", type=int, default=10)
+    parser.add_argument("--dims", type=int, default=10_000)
+    parser.add_argument("--database-url", default=DATABASE_URL)
+    args = parser.parse_args()
+    with scratch_portal(args.database_url) as scratch:
+        run(args, scratch)
 
 
 if __name__ == "__main__":
