@@ -1,7 +1,7 @@
 """Search quality after many syncs against a fresh build of the same documents.
 
-    nice -n 10 .venv/bin/python -m bench.sync_quality               # 1,200 documents, 20 syncs
-    nice -n 10 .venv/bin/python -m bench.sync_quality --no-merge    # every sync's append stays a segment
+    nice -n 10 .venv/bin/python -m bench.sync_quality --no-merge    # 600 documents, 20 syncs, no merge
+    nice -n 10 .venv/bin/python -m bench.sync_quality               # merges as the portal's settings say
 
 A folder source (corpus/sources/folder.py) of real text, two kinds of it: Linux manual pages (the
 DESCRIPTION section of each; `manpages manpages-dev`) and the Python standard library's docstrings
@@ -9,13 +9,15 @@ DESCRIPTION section of each; `manpages manpages-dev`) and the Python standard li
 `--rounds` rounds each rewrite some documents with another text, edit some (a sentence added),
 add new ones and delete some, and sync through the real path (`source_sync_start`, tasks inline as
 a worker runs them: new documents appended, changed ones replacing theirs, removed ones deleted,
-merges when the state is due one). Then a second corpus gets a folder source of the same final
-folder: its first sync is a fresh build of exactly those documents (the baseline, same run).
+merges when the state is due one: with the default SEGMENT_LIMIT of 10, the 20th sync's append
+is merged at once, so `--no-merge`, every append kept, is the case to measure). Then a second
+corpus gets a folder source of the same final folder: its first sync is a fresh build of exactly
+those documents (the baseline, same run).
 
 Queries are known items drawn from the final documents (a manual page's NAME line, a docstring's
 summary line; the known item is the document the query was taken from), searched in both corpora
-with `memories_search` as the portal serves it (threshold, fusion, MMR; a token budget that holds
-ten memories) and as the index alone ranks it (`raw_limit`). Printed: recall@10 and MRR@10 of
+with `memories_search` as the portal serves it (threshold, fusion, MMR; a token budget that
+holds every kept memory) and as the index alone ranks it (`raw_limit`). Printed: recall@10 and MRR@10 of
 both corpora, their difference, and the synced corpus's segments at the end.
 """
 
@@ -229,13 +231,13 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--docs", type=int, default=1200, help="documents of the source at the first sync")
+    parser.add_argument("--docs", type=int, default=600, help="documents of the source at the first sync")
     parser.add_argument("--rounds", type=int, default=20, help="syncs after the first")
     parser.add_argument("--rewrite", type=int, default=3, help="documents given another text, each round")
     parser.add_argument("--edit", type=int, default=3, help="documents given an added sentence, each round")
     parser.add_argument("--add", type=int, default=4, help="new documents, each round")
     parser.add_argument("--remove", type=int, default=2, help="documents deleted, each round")
-    parser.add_argument("--queries", type=int, default=400)
+    parser.add_argument("--queries", type=int, default=300)
     parser.add_argument("--dims", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-merge", action="store_true", help="keep every append a segment (no merge)")
