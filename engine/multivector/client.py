@@ -138,9 +138,8 @@ def connect_chroma(*, url: str | None = None, path: str | Path | None = None, ho
 
 @contextmanager
 def guarded(action: str, location: str) -> Iterator[None]:
-    """Context for calls on a chromadb client: transport failures (the server down, or killed
-    mid-request) → ChromaDBConnectionError, Chroma's errors → ChromaDBError, both naming `action`
-    and the location. The client stays usable: its next request connects again."""
+    """Context for calls on a chromadb client: transport failures (the server down or killed mid-request;
+    the client's next request connects again) → ChromaDBConnectionError, Chroma's errors → ChromaDBError."""
     try:
         yield
     except StorageError:
@@ -198,8 +197,7 @@ class ChromaClient:
         self._client = client
         self._collections = {kind: self._open_collection(kind) for kind in KINDS}
 
-    def guarded(self, action: str) -> AbstractContextManager[None]:
-        """`guarded` at this store's location."""
+    def guarded(self, action: str) -> AbstractContextManager[None]:  # `guarded` at this store's location
         return guarded(action, self.location)
 
     def _open_collection(self, kind: str) -> Any:
