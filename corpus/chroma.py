@@ -13,6 +13,7 @@ from django.conf import settings
 
 from corpus import serving
 from engine.multivector import ChromaClient, ChromaDBError
+from engine.multivector.client import guarded
 from engine.multivector.errors import ChromaDBConnectionError
 
 _COLLECTION = re.compile(r"^hdrag_corpus(\d+)_(visual|text)$")
@@ -37,7 +38,7 @@ def store_for(corpus_id: int) -> ChromaClient:
 def store_exists(corpus_id: int) -> bool:
     """Whether the corpus has a store yet, asked without creating one (pages only read)."""
     names = set(collection_names(corpus_id))
-    return any(_name(c) in names for c in serving.chroma_client().list_collections())
+    return any(_name(c) in names for c in _collections())
 
 
 def drop_store(corpus_id: int) -> None:
@@ -49,11 +50,19 @@ def drop_store(corpus_id: int) -> None:
 def stored_corpus_ids() -> dict[int, list[str]]:
     """{corpus id: its collection names} for every portal collection on the Chroma server or store."""
     found: dict[int, list[str]] = {}
-    for collection in serving.chroma_client().list_collections():
+    for collection in _collections():
         match = _COLLECTION.match(_name(collection))
         if match:
             found.setdefault(int(match.group(1)), []).append(match.group(0))
     return found
+
+
+def _collections() -> list:
+    """Every collection on the process's Chroma; a server that went away (or died mid-request) is
+    ChromaDBConnectionError naming it, as for every other call (the client connects again next time)."""
+    client = serving.chroma_client()
+    with guarded("list collections", client.hdrag_location):
+        return client.list_collections()
 
 
 def _name(collection: object) -> str:

@@ -21,7 +21,7 @@ import logging
 import re
 import sqlite3
 from collections.abc import Iterator, Mapping, Sequence
-from contextlib import closing, contextmanager
+from contextlib import AbstractContextManager, closing, contextmanager
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -136,6 +136,20 @@ def connect_chroma(*, url: str | None = None, path: str | Path | None = None, ho
     return chroma
 
 
+@contextmanager
+def guarded(action: str, location: str) -> Iterator[None]:
+    """Context for calls on a chromadb client: transport failures (the server down or killed mid-request;
+    the client's next request connects again) → ChromaDBConnectionError, Chroma's errors → ChromaDBError."""
+    try:
+        yield
+    except StorageError:
+        raise
+    except (httpx.TransportError, ConnectionError) as error:
+        raise ChromaDBConnectionError(f"{action}: lost Chroma at {location}: {error}") from error
+    except (ChromaError, ValueError) as error:
+        raise ChromaDBError(f"{action} failed on Chroma at {location}: {error}") from error
+
+
 def doc_id_of(embedding_id: str) -> str:
     """ "a1b2-page001" → "a1b2": the doc_id inside a contract id (the id itself otherwise)."""
     return _ID_SUFFIX.sub("", embedding_id)
@@ -183,18 +197,8 @@ class ChromaClient:
         self._client = client
         self._collections = {kind: self._open_collection(kind) for kind in KINDS}
 
-    @contextmanager
-    def guarded(self, action: str) -> Iterator[None]:
-        """Context for Chroma calls: transport failures → ChromaDBConnectionError, Chroma errors →
-        ChromaDBError, both naming `action` and the store's location."""
-        try:
-            yield
-        except StorageError:
-            raise
-        except (httpx.TransportError, ConnectionError) as error:
-            raise ChromaDBConnectionError(f"{action}: lost Chroma at {self.location}: {error}") from error
-        except (ChromaError, ValueError) as error:
-            raise ChromaDBError(f"{action} failed on Chroma at {self.location}: {error}") from error
+    def guarded(self, action: str) -> AbstractContextManager[None]:  # `guarded` at this store's location
+        return guarded(action, self.location)
 
     def _open_collection(self, kind: str) -> Any:
         name = self.collection_names[kind]

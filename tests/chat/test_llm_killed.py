@@ -2,7 +2,8 @@
 own (the session's is shared) is sent SIGKILL after the first tokens reach the chat. The answer is
 stored as cut (status error, the text streamed so far, the reason), the user's socket gets a clear
 chat.error and stays open, and once a server is back on the same address the next turn on the same
-socket is answered, with no restart of the portal."""
+socket is answered, with no restart of the portal. The same behind a gateway (`LLM_BASE_URL` at a
+LiteLLM proxy in front of that server, tests/plugins/gateway.py): the error names the gateway."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from chat.models import Message
 from chat.services import conversation_create
 from engine.llama_server import LlamaServer, LlamaServerError
 from tests.plugins.chat import events_until, open_socket
+from tests.plugins.gateway import running_gateway
 
 pytestmark = pytest.mark.django_db(transaction=True)
 db = database_sync_to_async
@@ -60,8 +62,27 @@ def _messages(conversation_id: int) -> list[Message]:
     return list(Message.objects.filter(conversation_id=conversation_id).order_by("id"))
 
 
+@pytest.fixture
+def own_gateway(own_llm, settings):
+    """A gateway of this test's own in front of `own_llm`'s server, the portal pointed at it."""
+    with running_gateway(f"{own_llm[0].base_url}/v1") as gateway:
+        settings.LLM_BASE_URL, settings.LLM_API_KEY, settings.LLM_MODEL = gateway.base_url, gateway.key, gateway.model
+        yield gateway
+
+
 async def test_an_answer_cut_by_a_killed_llm_is_stored_cut_and_the_chat_recovers(own_llm, gemma_gguf,
                                                                                    django_user_model):
+    await _cut_then_answered(own_llm, gemma_gguf, django_user_model, shown=f"127.0.0.1:{own_llm[0].port}")
+
+
+async def test_an_answer_cut_by_a_killed_llm_behind_a_gateway_is_stored_cut_and_the_chat_recovers(
+        own_llm, own_gateway, gemma_gguf, django_user_model):
+    await _cut_then_answered(own_llm, gemma_gguf, django_user_model, shown=own_gateway.base_url)
+
+
+async def _cut_then_answered(own_llm, gemma_gguf, django_user_model, *, shown: str) -> None:  # noqa: ANN001
+    """A turn whose LLM server is killed after its first tokens reach the chat; `shown`: the address
+    the error names (the server's, or the gateway's in front of it)."""
     owner = await db(django_user_model.objects.create_user)("owner", password="pw-owner-123")
     conversation = await db(conversation_create)(user=owner, corpus_ids=[], use_memory=False)
     socket, _, _ = await open_socket(owner, conversation.pk)
@@ -74,8 +95,8 @@ async def test_an_answer_cut_by_a_killed_llm_is_stored_cut_and_the_chat_recovers
     events = await events_until(socket, "chat.done", "chat.error")
 
     error = events[-1]
-    assert error["type"] == "chat.error" and error["code"].startswith("llm_")
-    assert f"127.0.0.1:{port}" in error["error"]
+    assert error["type"] == "chat.error" and error["code"].startswith("llm_"), error
+    assert shown in error["error"]
     streamed = "".join(e["delta"] for e in [*first, *events] if e["type"] == "chat.delta")
     _, cut = await db(_messages)(conversation.pk)
     assert cut.status == "error" and cut.error == error["error"]
@@ -85,7 +106,7 @@ async def test_an_answer_cut_by_a_killed_llm_is_stored_cut_and_the_chat_recovers
     own_llm.append(_start(gemma_gguf, port=port))  # the LLM is back, on the same address
     await socket.send_json_to({"type": "chat.send", "content": "Say hello."})
     again = await events_until(socket, "chat.done", "chat.error")
-    assert again[-1]["type"] == "chat.done"
+    assert again[-1]["type"] == "chat.done", again[-1]
     answer = (await db(_messages)(conversation.pk))[-1]
     assert answer.status == "complete" and answer.content.strip()
     await socket.disconnect()

@@ -1,6 +1,8 @@
 """A real Celery worker (prefork, Redis, PostgreSQL) whose pool child is killed mid-build: the task is
 redelivered, finds its build's process gone and fails the build at once (BUILD_STALE_SECONDS is an
-hour here, so the heartbeat sweep cannot be what frees the corpus), and a new build can start."""
+hour here, so the heartbeat sweep cannot be what frees the corpus), and a new build can start. The
+same mid-append, and mid-merge (the full build an append's end queues when the appends grow past
+SEGMENT_MERGE_PERCENT): the state it would have replaced keeps serving."""
 
 from __future__ import annotations
 
@@ -141,4 +143,83 @@ def test_an_upload_is_appended_by_the_real_worker_and_a_killed_append_leaves_not
     # The next upload's append holds what the killed one did not make searchable, and serves.
     assert outcome["last"] == "succeeded", (outcome, log_tail)
     assert outcome["appends"] == [outcome["last_id"]] and len(outcome["pending_covered"]) == 2, outcome
+    assert outcome["new_found"].startswith("Quokkas"), outcome
+
+
+MERGE_DRIVER = r"""
+import json, os, signal, sys, time
+import django
+django.setup()
+from tests.plugins.waiting import wait_until
+from django.contrib.auth.models import User
+from django.core.files.uploadedfile import SimpleUploadedFile
+from corpus.files import build_dir
+from corpus.models import Corpus, IndexBuild, Memory
+from corpus.services.builds import index_after_upload
+from corpus.services.corpora import corpus_create, dataset_upload
+from memory.services import memories_search
+
+owner = User.objects.create_user("merge-owner")
+corpus = corpus_create(owner=owner, name="merged", hdc_dimensions=1024, hdc_ngram=3)
+
+def upload(name, texts):
+    body = "\n".join(json.dumps({"text": t}) for t in texts).encode()
+    dataset_upload(corpus=corpus, user=owner, uploaded_file=SimpleUploadedFile(name, body))
+    return index_after_upload(corpus=corpus, user=owner)
+
+def wait(job, condition, seconds):
+    def holds():
+        job.refresh_from_db()
+        return condition(job)
+    return wait_until(holds, what=f"job {job.pk} ({job.status}, {job.phase})", timeout=seconds)
+
+def top(query):
+    found = memories_search(user=owner, corpus_ids=[corpus.pk], query=query, top_document=True)
+    return found[0].memory.text if found else None
+
+first = upload("first.jsonl", ["The storming of the Bastille began the French revolution in 1789.",
+                               "Mitochondria produce most of the cell's chemical energy."])
+assert wait(first, lambda j: j.status == "succeeded", 180), (first.status, first.error)
+words = "river fox glucose bastille mitochondria generator volcano hash table binary search".split()
+big = upload("big.jsonl", [" ".join(words[(i + j) % len(words)] for j in range(60)) + f" {i}" for i in range(20000)])
+assert big.kind == "append" and wait(big, lambda j: j.status in ("succeeded", "failed"), 400), big.status
+assert big.status == "succeeded", big.error
+# The append holds far more than SEGMENT_MERGE_PERCENT of the full build: its end queued a merge.
+merge = wait_until(lambda: IndexBuild.objects.filter(corpus=corpus, kind="build", pk__gt=big.pk).first(),
+                   what="the merge queued after the append")
+assert wait(merge, lambda j: j.status == "running" and j.worker and j.phase in ("tokenize", "encode"), 180), merge.phase
+os.kill(int(merge.worker.split(":")[1]), signal.SIGKILL)
+wait(merge, lambda j: j.status != "running", 120)
+corpus.refresh_from_db()
+outcome = {"killed": merge.status, "error": merge.error, "state": corpus.serving_build_ids, "before": [first.pk, big.pk],
+           "rows_left": Memory.objects.filter(build_id=merge.pk).count(), "dir_left": build_dir(corpus.pk, merge.pk).exists(),
+           "old_found": top("the storming that began the French revolution"), "big_found": top("river fox glucose bastille mitochondria generator volcano")}
+quokka = "Quokkas are small marsupials that live on Rottnest Island off Western Australia."
+last = upload("new.jsonl", [quokka])
+assert last.kind == "append" and wait(last, lambda j: j.status in ("succeeded", "failed"), 240), last.status
+corpus.refresh_from_db()
+outcome |= {"last": last.status, "last_error": last.error, "new_found": top(quokka)}
+print(json.dumps(outcome))
+"""
+
+
+def test_a_killed_merge_leaves_the_state_it_would_have_replaced_serving(e2e_database, redis_url, tmp_path):
+    env = e2e_env(e2e_database, redis_url, f"e2e-merge-{uuid.uuid4().hex[:8]}", tmp_path / "data",
+                  BUILD_STALE_SECONDS="3600", INDEX_ON_UPLOAD="1")
+    migrate(env)
+    worker_log = tmp_path / "worker.log"
+    with celery_worker(env, worker_log, "--concurrency", "1"):
+        driver = subprocess.run([sys.executable, "-c", MERGE_DRIVER], cwd=ROOT, env=env, capture_output=True,
+                                text=True, timeout=900)
+    log_tail = worker_log.read_text(errors="replace")[-4000:]
+    assert driver.returncode == 0, driver.stderr[-3000:] + log_tail
+    outcome = json.loads(driver.stdout.strip().splitlines()[-1])
+    # Killed mid-merge: failed at redelivery; the full build and its append still serve, searched
+    # together; nothing of the merge is left.
+    assert outcome["killed"] == "failed" and "died" in outcome["error"], outcome
+    assert outcome["state"] == outcome["before"] and outcome["rows_left"] == 0 and not outcome["dir_left"], outcome
+    assert outcome["old_found"].startswith(("The storming of the Bastille", "Mitochondria")), outcome  # first.jsonl
+    assert outcome["big_found"] is not None and outcome["big_found"].split()[-1].isdigit(), outcome  # a big.jsonl row
+    # The next upload is appended onto that state and serves.
+    assert outcome["last"] == "succeeded", (outcome, log_tail)
     assert outcome["new_found"].startswith("Quokkas"), outcome

@@ -7,10 +7,12 @@ does. If it cannot start, every test using it fails with its log tail: never a s
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 from collections.abc import Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,19 +53,25 @@ def _wait_live(process: subprocess.Popen, url: str, log: Path) -> None:
                every=0.5)
 
 
-@pytest.fixture(scope="session")
-def llm_gateway(llama_server: LlamaServer) -> Iterator[Gateway]:
-    """LiteLLM's proxy on a free loopback port, serving the session's llama.cpp as `GATEWAY_MODEL`
-    to clients that send `GATEWAY_KEY` (no database: that key only)."""
+@contextmanager
+def running_gateway(api_base: str) -> Iterator[Gateway]:
+    """LiteLLM's proxy on a free loopback port, serving the OpenAI-compatible server at `api_base`
+    (its `/v1`) as `GATEWAY_MODEL` to clients that send `GATEWAY_KEY` (no database: that key only).
+
+    It runs in a session of its own under `exit_with_parent.py`, which ends it when the tests'
+    process dies without a teardown; the teardown ends its whole process group."""
     command = gateway_venv() / "bin" / "litellm"
     if not command.exists():
         pytest.fail(f"no gateway at {command}: run ./portal test (it installs tests/plugins/gateway-requirements.txt)",
                     pytrace=False)
     folder = Path(tempfile.mkdtemp(prefix="llm-gateway-"))
+    # disable_aiohttp_transport: with LiteLLM's default aiohttp transport, a server that dies mid-stream
+    # ends the stream as if the answer were finished ("stop", usage and [DONE]); with httpx's, the
+    # client gets an error event (docs/llm-servers.md).
     config = {"model_list": [{"model_name": GATEWAY_MODEL, "litellm_params": {
-                  "model": "openai/served", "api_base": f"{llama_server.base_url}/v1", "api_key": "none"}}],
+                  "model": "openai/served", "api_base": api_base, "api_key": "none"}}],
               "general_settings": {"master_key": "os.environ/LITELLM_MASTER_KEY"},
-              "litellm_settings": {"telemetry": False}}
+              "litellm_settings": {"telemetry": False, "disable_aiohttp_transport": True}}
     (folder / "config.yaml").write_text(yaml.safe_dump(config))
     port = free_port()
     log = folder / "gateway.log"
@@ -71,17 +79,32 @@ def llm_gateway(llama_server: LlamaServer) -> Iterator[Gateway]:
     # no DATABASE_URL (the portal's: LiteLLM would take it for its own and need Prisma).
     env = {**{name: value for name, value in os.environ.items() if name != "DATABASE_URL"}, "LITELLM_MASTER_KEY": GATEWAY_KEY, "LITELLM_LOCAL_MODEL_COST_MAP": "True",
            "LITELLM_TELEMETRY": "False"}
+    guard = Path(__file__).with_name("exit_with_parent.py")
     with open(log, "wb") as out:
-        process = subprocess.Popen([str(command), "--config", str(folder / "config.yaml"), "--host", "127.0.0.1",
-                                    "--port", str(port)], stdout=out, stderr=subprocess.STDOUT, env=env, cwd=folder)
+        process = subprocess.Popen([str(gateway_venv() / "bin" / "python"), str(guard), str(command), "--config",
+                                    str(folder / "config.yaml"), "--host", "127.0.0.1", "--port", str(port)],
+                                   stdout=out, stderr=subprocess.STDOUT, env=env, cwd=folder, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_live(process, url, log)
         yield Gateway(base_url=url, key=GATEWAY_KEY, model=GATEWAY_MODEL, log=log)
     finally:
-        process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        _end_group(process)
+
+
+def _end_group(process: subprocess.Popen) -> None:
+    """SIGTERM to the gateway's whole process group; SIGKILL to what is left of it after 15 s."""
+    with suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGTERM)
+    with suppress(subprocess.TimeoutExpired):
+        process.wait(15)
+    with suppress(ProcessLookupError):
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+
+
+@pytest.fixture(scope="session")
+def llm_gateway(llama_server: LlamaServer) -> Iterator[Gateway]:
+    """The gateway in front of the session's llama.cpp (`running_gateway`)."""
+    with running_gateway(f"{llama_server.base_url}/v1") as gateway:
+        yield gateway
