@@ -8,7 +8,7 @@ model), waits for the demo corpus, then drives a steady mix until the time is up
 chatting over websockets (a question, the answer, 20-40 s of thought, again), an API search every
 10 s, an upload to a corpus of its own every `--upload-minutes` (each becomes an append; appends
 come to a merge by the portal's own rule, SEGMENT_MERGE_PERCENT), and one full build at half time.
-Every `--sample-seconds` it samples each process of the portal (RSS and open descriptors from
+Every `--sample-seconds` it samples each process of the portal (RSS, its private part, and open descriptors from
 /proc), llama.cpp's slots in use (/slots), the database's connections (PostgreSQL:
 pg_stat_activity; SQLite: descriptors open on its file) and the sizes of DATA_DIR's segment store
 and spool. At the end it prints each series' growth per hour after the first `--settle-minutes`
@@ -118,14 +118,18 @@ def portal_processes(root: int) -> dict[str, int]:
     return found
 
 
-def _rss_mb(pid: int) -> float | None:
+def _memory_mb(pid: int) -> dict[str, float]:
+    """{"rss": VmRSS, "anon": RssAnon} in MB. A leak grows the private (anonymous) part; the rest of
+    RSS is file pages, chiefly a mapped model, which grows as more of the file is read (a token's
+    embedding row is paged in the first time that token appears), is bounded by the file's size and
+    is dropped by the kernel when memory is short."""
+    wanted = {"VmRSS:": "rss", "RssAnon:": "anon"}
     try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) / 1024
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
     except OSError:
-        return None
-    return None
+        return {}
+    fields = {parts[0]: parts[1] for parts in (line.split() for line in lines) if len(parts) > 1}
+    return {name: int(fields[key]) / 1024 for key, name in wanted.items() if key in fields}
 
 
 def _fds(pid: int) -> list[str]:
@@ -145,9 +149,10 @@ def sample(root: int, ports: dict, data_dir: Path) -> dict:
     values: dict[str, float] = {}
     db_files = 0
     for name, pid in portal_processes(root).items():
-        rss, fds = _rss_mb(pid), _fds(pid)
-        if rss is not None:
-            values[f"rss_mb:{name}"] = round(rss, 1)
+        memory, fds = _memory_mb(pid), _fds(pid)
+        if "rss" in memory:
+            values[f"rss_mb:{name}"] = round(memory["rss"], 1)
+            values[f"anon_mb:{name}"] = round(memory.get("anon", 0.0), 1)
             values[f"fds:{name}"] = len(fds)
             db_files += sum(1 for target in fds if target.endswith("portal.sqlite3"))
     try:
