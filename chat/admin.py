@@ -51,7 +51,7 @@ class LLMModelAdmin(admin.ModelAdmin):
     search_fields = ("name",)
     filter_horizontal = ("groups",)
 
-    def get_queryset(self, request):  # noqa: ANN001, ANN201 - Django's signature
+    def get_queryset(self, request):  # Django's signature
         return super().get_queryset(request).prefetch_related("groups")
 
     @admin.display(description="groups (none: every user)")
@@ -62,7 +62,7 @@ class LLMModelAdmin(admin.ModelAdmin):
     def served(self, row: LLMModel) -> bool:
         return row.name in server_pool().models
 
-    def get_form(self, request, obj=None, change=False, **kwargs):  # noqa: ANN001, ANN003, ANN201
+    def get_form(self, request, obj=None, change=False, **kwargs):  # Django's signature
         form = super().get_form(request, obj, change, **kwargs)
         form.base_fields["name"].help_text = "Served now: " + ", ".join(server_pool().models) + "."
         return form

@@ -65,7 +65,8 @@ class LLMModel(models.Model):
         verbose_name = "LLM model"
         ordering = ["name"]
         constraints = [models.UniqueConstraint(fields=["is_default"], condition=models.Q(is_default=True),
-                                               name="chat_llmmodel_one_default")]
+                                               name="chat_llmmodel_one_default",
+                                               violation_error_message="Only one LLM model is the default.")]
 
     def __str__(self) -> str:
         return self.name

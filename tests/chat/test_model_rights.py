@@ -145,3 +145,16 @@ def test_the_conversations_model_answers_on_its_own_server(two_models, transacti
     assert slot_tasks(llama_server) != gemma
     assert list(Message.objects.filter(conversation_id=conversation, role="assistant")
                 .values_list("model", flat=True)) == ["qwen", "gemma"]
+
+
+def test_the_admin_sets_them_and_sees_which_are_served(kept_for_team, staff, team):
+    page = Client()
+    page.force_login(staff)
+    listed = page.get("/admin/chat/llmmodel/").content.decode()
+    assert "big" in listed and "team" in listed and "every user" in listed
+    assert "Served now: small, big, huge." in page.get("/admin/chat/llmmodel/add/").content.decode()
+    added = page.post("/admin/chat/llmmodel/add/", {"name": "small", "is_default": "on", "groups": [team.pk]})
+    assert added.status_code == 200 and "Only one LLM model is the default." in added.content.decode()
+    assert not LLMModel.objects.filter(name="small").exists()
+    page.post("/admin/chat/llmmodel/add/", {"name": "small", "groups": [team.pk]})
+    assert LLMModel.objects.get(name="small").groups.get() == team
