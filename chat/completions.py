@@ -60,8 +60,8 @@ def completion_models(*, user: AbstractBaseUser) -> list[dict[str, Any]]:
                       f"Primed with the memories of {corpus.name!r}"
                       + ("" if corpus.active_build_id else " (not built yet: no memories)")))
     models = []
+    default = f"; answered by your default model ({llm_models[0]})" if llm_models else ""
     for base, created, owner, description in bases:
-        default = f"; answered by your default model ({llm_models[0]})" if llm_models else ""
         models.append({"id": base, "object": "model", "created": created, "owned_by": owner,
                        "description": f"{description}{default}."})
         models += [{"id": f"{base}{MODEL_SEPARATOR}{llm}", "object": "model", "created": created, "owned_by": owner,
