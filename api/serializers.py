@@ -398,7 +398,8 @@ class ChatMessageSerializer(serializers.Serializer):
 
 
 class ChatCompletionRequestSerializer(serializers.Serializer):
-    model = serializers.CharField(max_length=64, help_text="none, or corpus-<id> (GET /api/v1/models).")
+    model = serializers.CharField(max_length=300, help_text=(
+        "none or corpus-<id>, optionally followed by @<llm model> (GET /api/v1/models); bare: your default LLM model."))
     messages = serializers.ListField(child=ChatMessageSerializer(), min_length=1, max_length=1000)
     stream = serializers.BooleanField(default=False)
     temperature = serializers.FloatField(min_value=0, max_value=2, required=False, allow_null=True)

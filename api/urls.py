@@ -47,7 +47,7 @@ v1 = [
     path("corpora/<int:corpus_id>/store/documents/<str:doc_id>/", _api(store.StoreDocument), name="store_document"),
     # OpenAI clients join paths without trailing slashes.
     path("models", _api(openai.ModelList), name="models"),
-    path("models/<str:model_id>", _api(openai.ModelDetail), name="model"),
+    path("models/<path:model_id>", _api(openai.ModelDetail), name="model"),
     path("chat/completions", _api(openai.ChatCompletions), name="chat_completions"),
 ]
 

@@ -2,7 +2,8 @@ from __future__ import annotations
 
 from django.contrib import admin
 
-from chat.models import Conversation, Message, MessageMemory
+from chat.llm.clients import server_pool
+from chat.models import Conversation, LLMModel, Message, MessageMemory
 
 
 class MessageInline(admin.TabularInline):
@@ -39,3 +40,29 @@ class MessageAdmin(admin.ModelAdmin):
     search_fields = ("content", "conversation__title")
     raw_id_fields = ("conversation",)
     inlines = [MessageMemoryInline]
+
+
+@admin.register(LLMModel)
+class LLMModelAdmin(admin.ModelAdmin):
+    """The default LLM model and which groups may use each model (`chat.model_rights`)."""
+
+    list_display = ("name", "is_default", "group_names", "served")
+    list_filter = ("is_default",)
+    search_fields = ("name",)
+    filter_horizontal = ("groups",)
+
+    def get_queryset(self, request):  # Django's signature
+        return super().get_queryset(request).prefetch_related("groups")
+
+    @admin.display(description="groups (none: every user)")
+    def group_names(self, row: LLMModel) -> str:
+        return ", ".join(group.name for group in row.groups.all()) or "every user"
+
+    @admin.display(boolean=True, description="served now")
+    def served(self, row: LLMModel) -> bool:
+        return row.name in server_pool().models
+
+    def get_form(self, request, obj=None, change=False, **kwargs):  # Django's signature
+        form = super().get_form(request, obj, change, **kwargs)
+        form.base_fields["name"].help_text = "Served now: " + ", ".join(server_pool().models) + "."
+        return form

@@ -6,18 +6,22 @@ taken from the assistant turns in `messages` and a conversation's settings from 
 extra fields, so an integration's request reaches llama.cpp as the chat page's would for the same
 exchange.
 
-Models: `none` (no memories) and `corpus-<id>` for each corpus the user may read.
+Models: `none` (no memories) and `corpus-<id>` for each corpus the user may read, each bare (the
+user's default LLM model) or followed by `@<llm model>` for each LLM model he may use
+(`chat.model_rights`): `corpus-3@qwen-7b` is corpus 3's memories answered by a server of `qwen-7b`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.http import Http404
 
 from chat.citations import answer_citations
+from chat.model_rights import ModelUnknown, model_for_turn, models_for
 from chat.models import DEFAULT_TOKEN_BUDGET
 from chat.preparation import ConversationState, PreparedTurn, turn_prepare
 from core.errors import ApplicationError
@@ -28,6 +32,7 @@ from engine.query import BlendState
 
 MODEL_NONE = "none"
 MODEL_PREFIX = "corpus-"
+MODEL_SEPARATOR = "@"  # `corpus-<id>@<llm model>`: the corpus's memories, answered by that LLM model
 ROLES = ("system", "user", "assistant")
 
 
@@ -45,15 +50,52 @@ def completion_citations(*, prepared: PreparedTurn, answer: str, token_logprobs:
 
 
 def completion_models(*, user: AbstractBaseUser) -> list[dict[str, Any]]:
-    """`none`, then one model per readable corpus (id `corpus-<id>`), in the OpenAI list format."""
-    models = [{"id": MODEL_NONE, "object": "model", "created": 0, "owned_by": "hdrag",
-               "description": "The LLM alone, without memories."}]
+    """`none`, then one entry per readable corpus (`corpus-<id>`), each bare (the user's default LLM
+    model) and then as `<entry>@<model>` for each LLM model he may use (`chat.model_rights`), in the
+    OpenAI list format."""
+    llm_models = models_for(user)
+    bases = [(MODEL_NONE, 0, "hdrag", "The LLM alone, without memories")]
     for corpus in corpora_visible_to(user).select_related("owner").order_by("pk"):
-        models.append({"id": f"{MODEL_PREFIX}{corpus.pk}", "object": "model",
-                       "created": int(corpus.created.timestamp()), "owned_by": corpus.owner.get_username(),
-                       "description": f"Primed with the memories of {corpus.name!r}"
-                                      + ("" if corpus.active_build_id else " (not built yet: no memories)")})
+        bases.append((f"{MODEL_PREFIX}{corpus.pk}", int(corpus.created.timestamp()), corpus.owner.get_username(),
+                      f"Primed with the memories of {corpus.name!r}"
+                      + ("" if corpus.active_build_id else " (not built yet: no memories)")))
+    models = []
+    default = f"; answered by your default model ({llm_models[0]})" if llm_models else ""
+    for base, created, owner, description in bases:
+        models.append({"id": base, "object": "model", "created": created, "owned_by": owner,
+                       "description": f"{description}{default}."})
+        models += [{"id": f"{base}{MODEL_SEPARATOR}{llm}", "object": "model", "created": created, "owned_by": owner,
+                    "description": f"{description}; answered by {llm}."} for llm in llm_models]
     return models
+
+
+@dataclass(frozen=True)
+class CompletionTarget:
+    """What a completion's `model` names: the corpus searched (None: `none`), the LLM model that
+    answers, and the id of both (`<corpus-id or none>@<llm model>`: the reply's `model`)."""
+
+    corpus: Corpus | None
+    llm_model: str
+    id: str
+
+
+def completion_target(*, user: AbstractBaseUser, model: str) -> CompletionTarget:
+    """The corpus and LLM model `model` names: `none` or `corpus-<id>`, optionally followed by
+    `@<llm model>` (bare: the user's default model). ModelNotFound (404) for a corpus he may not
+    read, an LLM model no server serves or he may not use, or anything else."""
+    base, separator, llm = model.partition(MODEL_SEPARATOR)
+    try:
+        corpus = completion_corpus(user=user, model=base)
+    except ModelNotFound:
+        raise ModelNotFound(f"No model {model!r}; GET /api/v1/models lists them.", {"model": model}) from None
+    try:
+        if separator and not llm.strip():
+            raise ModelUnknown(f"name an LLM model after {MODEL_SEPARATOR!r}.", {"models": models_for(user)})
+        llm_model = model_for_turn(user, llm)
+    except ModelUnknown as error:
+        raise ModelNotFound(f"No model {model!r}: {error.message} GET /api/v1/models lists the models.",
+                            {"model": model, "models": error.details["models"]}) from None
+    return CompletionTarget(corpus=corpus, llm_model=llm_model, id=f"{base}{MODEL_SEPARATOR}{llm_model}")
 
 
 def completion_corpus(*, user: AbstractBaseUser, model: str) -> Corpus | None:
@@ -98,9 +140,10 @@ def completion_prepare(*, user: AbstractBaseUser, model: str, messages: list[dic
     configured system prompt.
 
     `waiting`: the turn waits for the LLM (its memory budget may be smaller, `runtime.memory_budget`).
+    `model` is a completion's (`completion_target`); its LLM model answers through the caller.
     Raises ApplicationError for malformed messages, ModelNotFound, PromptTooLongError.
     """
-    corpus = completion_corpus(user=user, model=model)
+    corpus = completion_target(user=user, model=model).corpus
     if not messages:
         raise ApplicationError("messages must not be empty.", {"messages": []})
     turns: list[tuple[str, str]] = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from django.conf import settings
+from django.contrib.auth.models import Group
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
@@ -46,6 +47,29 @@ class Conversation(models.Model):
 
     def __str__(self) -> str:
         return self.title
+
+
+class LLMModel(models.Model):
+    """What the admin says of one LLM model the servers serve (`chat.llm_models`): whether it is the
+    default, and which groups may use it. A model without groups (or without a row) is open to every
+    user; one with groups is for their members only (and superusers)."""
+
+    name = models.CharField(max_length=200, unique=True,
+                            help_text="The model's name as LLM_SERVERS (or LLM_MODEL) gives it.")
+    is_default = models.BooleanField(default=False, help_text="The model of conversations that name none "
+                                                              "(for a user who may not use it: his first model).")
+    groups = models.ManyToManyField(Group, blank=True, related_name="llm_models",
+                                    help_text="Who may use it; none: every user.")
+
+    class Meta:
+        verbose_name = "LLM model"
+        ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["is_default"], condition=models.Q(is_default=True),
+                                               name="chat_llmmodel_one_default",
+                                               violation_error_message="Only one LLM model is the default.")]
+
+    def __str__(self) -> str:
+        return self.name
 
 
 class Message(models.Model):

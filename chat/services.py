@@ -10,6 +10,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 
 from chat.citations import AnswerCitations
+from chat.model_rights import model_check
 from chat.models import (
     DEFAULT_TITLE,
     DEFAULT_TOKEN_BUDGET,
@@ -69,7 +70,7 @@ def conversation_create(*, user: AbstractBaseUser, title: str = "", corpus_ids: 
     conversation = Conversation.objects.create(
         owner=user, title=(title.strip() or DEFAULT_TITLE)[:200], use_memory=use_memory, top_document=top_document,
         compress_context=compress_context, token_budget=_check_budget(token_budget),
-        temperature=_check_temperature(temperature), model=conversation_model_check(model) if model else "")
+        temperature=_check_temperature(temperature), model=model_check(user, model) if model else "")
     conversation.corpora.set(_visible_corpus_ids(user=user, corpus_ids=corpus_ids))
     return conversation
 
@@ -117,7 +118,7 @@ def conversation_update(*, conversation: Conversation, title: str | None = None,
         conversation.temperature = _check_temperature(temperature)
         fields.append("temperature")
     if model is not None:
-        conversation.model = conversation_model_check(model)
+        conversation.model = model_check(conversation.owner, model)
         fields.append("model")
     conversation.save(update_fields=fields)
     if corpus_ids is not None:
@@ -238,19 +239,3 @@ def message_create_assistant(*, conversation_id: int, content: str, status: str,
     MessageMemory.objects.bulk_create(_memory_rows(memories, message))
     Conversation.objects.filter(pk=conversation_id).update(updated=message.created)
     return message
-
-
-class ModelUnknown(ApplicationError):
-    code = "llm_model_unknown"
-
-
-def conversation_model_check(model: str) -> str:
-    """`model` when the server pool serves it ("" is the default model); a clear error otherwise."""
-    from chat.llm.clients import server_pool  # the pool reads settings: resolved per call
-
-    model = model.strip()
-    offered = server_pool().models
-    if model and model not in offered:
-        raise ModelUnknown(f"No LLM server serves the model {model!r}; offered: {', '.join(offered)}.",
-                           {"model": model, "models": offered})
-    return model

@@ -42,6 +42,7 @@ from chat.llm import clients
 from chat.llm.answer import AnswerClock, answer_stream
 from chat.llm.queue import Ticket
 from chat.llm.queue_redis import QueueUnavailable
+from chat.model_rights import model_for_turn
 from chat.models import Message
 from chat.preparation import ConversationState, PreparedTurn, turn_prepare
 from chat.selectors import conversation_for_turn, conversation_title, message_with_memories
@@ -157,17 +158,20 @@ async def run_turn(*, conversation_id: int, user_id: int, content: str = "", emi
     The turn takes its place in the LLM queue first (`ticket`, when the caller took it already), as
     `user_id`. With `regenerate`, the last user turn is answered again (its old answer is taken
     back) and `content` is ignored. Raises `ApplicationError` (before anything is stored) for an
-    empty or oversized message, a regeneration with no user turn, or a full queue (`QueueFull`).
+    empty or oversized message, a regeneration with no user turn, a full queue (`QueueFull`), or a
+    conversation whose model its owner may not use (`chat.model_rights.ModelUnknown`).
     """
     started = time.perf_counter()
     ticket = ticket or clients.llm_queue().enter(user_id)
     async with ticket:
+        # The model first: one the owner may not use is refused before anything is stored.
+        model = await _db(_turn_model)(conversation_id)
         return await _run_turn(conversation_id=conversation_id, content=content, emit=emit, regenerate=regenerate,
-                               ticket=ticket, started=started)
+                               ticket=ticket, started=started, model=model)
 
 
 async def _run_turn(*, conversation_id: int, content: str, emit: Emit, regenerate: bool, ticket: Ticket,
-                    started: float) -> TurnResult:
+                    started: float, model: str) -> TurnResult:
     user_message, result = await _accept(conversation_id=conversation_id, content=content, regenerate=regenerate,
                                          emit=emit)
     parts: list[str] = []
@@ -176,7 +180,7 @@ async def _run_turn(*, conversation_id: int, content: str, emit: Emit, regenerat
     # when the queue admitted the answer, and when its first piece came.
     common: dict[str, Any] = {"conversation_id": conversation_id, "memories": [], "emit": emit,
                               "started": started, "question": user_message.content, "tokens": AnswerTokens(),
-                              "clock": AnswerClock(), "model": await _db(_turn_model)(conversation_id)}
+                              "clock": AnswerClock(), "model": model}
     try:
         end = await _prepare_and_stream(result, ticket=ticket, user_message_id=user_message.pk, parts=parts,
                                         **common)
@@ -314,8 +318,10 @@ async def _finish(result: TurnResult, *, conversation_id: int, content: str, sta
 
 
 def _turn_model(conversation_id: int) -> str:
-    """The model of the conversation's turns: its own, or the pool's default when it has none."""
-    return conversation_for_turn(conversation_id=conversation_id).model or clients.server_pool().default_model
+    """The model of the conversation's turns: its own, or its owner's default when it has none
+    (`chat.model_rights`); ModelUnknown when the owner may not use it (any more)."""
+    conversation = conversation_for_turn(conversation_id=conversation_id)
+    return model_for_turn(conversation.owner, conversation.model)
 
 
 def _reload(message_id: int) -> dict:

@@ -9,7 +9,7 @@ from django.utils.text import slugify
 from django.views.decorators.http import require_GET, require_POST
 
 from chat.exports import conversation_export_jsonl, conversation_export_markdown
-from chat.llm.clients import server_pool
+from chat.model_rights import models_for
 from chat.models import MAX_TEMPERATURE, MAX_TOKEN_BUDGET
 from chat.selectors import conversation_get_for_user, conversation_messages, conversations_for_user
 from chat.serializers import conversation_json, message_json
@@ -34,7 +34,7 @@ def _page(request: HttpRequest, conversation=None) -> HttpResponse:  # Conversat
         "max_token_budget": MAX_TOKEN_BUDGET,
         "max_temperature": MAX_TEMPERATURE,
         "default_temperature": runtime.engine_config().temperature,
-        "llm_models": server_pool().models,
+        "llm_models": models_for(request.user),  # his default first
     }
     if conversation is not None:
         context["chosen_corpora"] = {c.pk for c in conversation.corpora.all()}

@@ -15,6 +15,7 @@ from api.views.base import PAGE_PARAMETERS, ApiView, errors, id_path, page_of
 from api.views.sse import sse_frame, sse_response
 from chat.exports import conversation_export_jsonl, conversation_export_markdown
 from chat.llm import clients
+from chat.model_rights import model_for_turn
 from chat.models import Message
 from chat.selectors import conversation_get_for_user, conversation_messages, conversations_for_user
 from chat.serializers import ConversationSerializer, MessageSerializer
@@ -109,6 +110,7 @@ class MessageList(ApiView):
         content = serializer.validated_data["content"]
         if not content.strip():
             raise ApplicationError("The message must not be empty.", {"content": content})
+        model_for_turn(request.user, conversation.model)  # a model he may not use: 400 before anything is stored
         # A place in the LLM queue before anything is stored: a full queue is a 429 with Retry-After.
         ticket = clients.llm_queue().enter(request.user.pk)
         turn = {"conversation_id": conversation.pk, "user_id": request.user.pk, "content": content, "ticket": ticket}

@@ -21,10 +21,12 @@ from api.serializers import (
 from api.views.base import ApiView, errors
 from api.views.sse import sse_frame, sse_response
 from chat.completions import (
+    CompletionTarget,
     ModelNotFound,
     completion_citations,
     completion_models,
     completion_prepare,
+    completion_target,
 )
 from chat.llm import clients
 from chat.llm.answer import answer_stream
@@ -58,7 +60,11 @@ def _llm_failure(error: LLMError) -> ApplicationError:
 
 
 class ModelList(ApiView):
-    @extend_schema(operation_id="models_list", summary="Models: `none` and `corpus-<id>` per readable corpus",
+    @extend_schema(operation_id="models_list",
+                   summary="Models: `none` and `corpus-<id>` per readable corpus, each also as `<that>@<llm model>`",
+                   description="Each of `none` and `corpus-<id>` (a corpus the user may read) bare, answered by "
+                               "the user's default LLM model, then followed by `@<llm model>` for each LLM model "
+                               "the user may use (docs/llm-servers.md).",
                    responses={200: ModelListSerializer, **errors()}, tags=TAGS)
     def get(self, request: Request) -> Response:
         return Response(ModelListSerializer({"object": "list", "data": completion_models(user=request.user)}).data)
@@ -90,7 +96,9 @@ def _usage(usage: Usage | None) -> dict[str, int] | None:
 class ChatCompletions(ApiView):
     @extend_schema(
         operation_id="chat_completions", summary="OpenAI-compatible chat completion primed with a corpus's memories",
-        description="The OpenAI request shape. `model` is `none` or `corpus-<id>`; the memories of that corpus "
+        description="The OpenAI request shape. `model` is `none` or `corpus-<id>`, optionally followed by "
+                    "`@<llm model>` (GET models; bare: the user's default LLM model), and the reply's `model` "
+                    "is `<that>@<the llm model that answered>`; the memories of that corpus "
                     "for the last user message (blended with the assistant turns in `messages`) prime it, prepared "
                     "as a conversation's turn is; the extra fields `token_budget`, `top_document` and "
                     "`compress_context` are a conversation's settings. With `stream: true` the reply is OpenAI's SSE chunk stream ending in `data: [DONE]`; "
@@ -106,6 +114,8 @@ class ChatCompletions(ApiView):
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         max_tokens = data.get("max_completion_tokens") or data.get("max_tokens")
+        # Which corpus and LLM model: an unknown one is a 404 before the turn takes a place in the queue.
+        target = completion_target(user=request.user, model=data["model"])
         # A place in the LLM queue first (a full queue: 429 with Retry-After); retrieval runs meanwhile.
         ticket = clients.llm_queue().enter(request.user.pk)
         try:
@@ -121,17 +131,17 @@ class ChatCompletions(ApiView):
         completion_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if data["stream"]:
             include_usage = bool((data.get("stream_options") or {}).get("include_usage"))
-            return sse_response(lambda emit: _stream(emit, prepared, ticket, completion_id, created, data["model"],
-                                                                 include_usage),
+            return sse_response(lambda emit: _stream(emit, prepared, ticket, completion_id, created, target,
+                                                     include_usage),
                                 on_close=ticket.close)
         try:
-            text, finish_reason, usage, tokens = async_to_sync(_complete)(prepared, ticket)
+            text, finish_reason, usage, tokens = async_to_sync(_complete)(prepared, ticket, target.llm_model)
         except LLMError as error:
             raise _llm_failure(error) from None
         finally:
             ticket.close()
         return Response(ChatCompletionSerializer({
-            "id": completion_id, "object": "chat.completion", "created": created, "model": data["model"],
+            "id": completion_id, "object": "chat.completion", "created": created, "model": target.id,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text},
                          "finish_reason": finish_reason or "stop"}],
             "usage": _usage(usage) or {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
@@ -147,19 +157,22 @@ class ChatCompletions(ApiView):
 LOOP_FINISH_REASON = "length"
 
 
-async def _complete(prepared: PreparedTurn, ticket: Ticket) -> tuple[str, str, Usage | None, list[TokenSpan]]:
-    """The whole answer, once the turn's place in the LLM queue comes, with its finish reason, usage
-    and token log-probabilities. Nothing was sent yet, so a loop is continued from the cut as in the
-    portal's chat (`engine.llm.answer.stream_answer`, up to `loop_retries` times); one that loops again
-    ends at the cut with LOOP_FINISH_REASON."""
+async def _complete(prepared: PreparedTurn, ticket: Ticket,
+                    llm_model: str) -> tuple[str, str, Usage | None, list[TokenSpan]]:
+    """The whole answer from a server of `llm_model`, once the turn's place in the LLM queue comes,
+    with its finish reason, usage and token log-probabilities. Nothing was sent yet, so a loop is
+    continued from the cut as in the portal's chat (`engine.llm.answer.stream_answer`, up to
+    `loop_retries` times); one that loops again ends at the cut with LOOP_FINISH_REASON."""
     tokens = AnswerTokens()
     async with ticket:
-        end = await answer_stream(ticket=ticket, prepared=prepared, loop_retries=prepared.loop_retries, tokens=tokens)
+        end = await answer_stream(ticket=ticket, prepared=prepared, loop_retries=prepared.loop_retries, tokens=tokens,
+                                  model=llm_model)
     return end.content, LOOP_FINISH_REASON if end.looping else end.finish_reason, end.usage, tokens.spans
 
 
 async def _stream(emit, prepared: PreparedTurn, ticket: Ticket, completion_id: str, created: int,
-                  model: str, include_usage: bool) -> None:
+                  target: CompletionTarget, include_usage: bool) -> None:
+    model = target.id
     await emit(sse_frame(_chunk(completion_id, created, model, {"role": "assistant", "content": ""})))
     try:
         async def on_delta(delta: str) -> None:
@@ -168,7 +181,8 @@ async def _stream(emit, prepared: PreparedTurn, ticket: Ticket, completion_id: s
         tokens = AnswerTokens()
         async with ticket:
             # No continuation (loop_retries 0): what a stream sent cannot be taken back.
-            end = await answer_stream(ticket=ticket, prepared=prepared, loop_retries=0, tokens=tokens, on_delta=on_delta)
+            end = await answer_stream(ticket=ticket, prepared=prepared, loop_retries=0, tokens=tokens, on_delta=on_delta,
+                                      model=target.llm_model)
     except LLMError as error:
         failure = _llm_failure(error)
         await emit(sse_frame({"error": {"code": failure.code, "message": failure.message, "details": {}}}))

@@ -375,8 +375,10 @@
         finishAnswer(event.message);
       } else {
         setGenerating(false);
-        // Refused before it was stored (the model's queue is full): the message goes back to the composer.
-        if (event.code === "llm_busy" && lastSent && !input.value) input.value = lastSent;
+        // Refused before it was stored (the model's queue is full, or the conversation's model is not
+        // one the user may use): the message goes back to the composer.
+        const refused = event.code === "llm_busy" || event.code === "llm_model_unknown";
+        if (refused && lastSent && !input.value) input.value = lastSent;
       }
       showBanner(event.error, "error");
     },

@@ -100,10 +100,13 @@ def test_openai_client_lists_models_and_streams_a_primed_completion(chat_setting
                                                                     secret, pydoc_build):
     corpus = make_corpus(owner, pydoc_build)
     client = openai.OpenAI(base_url=f"{live_api.url}/api/v1", api_key=secret, max_retries=0, timeout=120)
-    assert [m.id for m in client.models.list()] == ["none", f"corpus-{corpus.pk}"]
+    # Each bare (the default LLM model) and paired with each LLM model the user may use: here the one.
+    model = chat_settings.LLM_MODEL
+    assert [m.id for m in client.models.list()] == ["none", f"none@{model}", f"corpus-{corpus.pk}",
+                                                    f"corpus-{corpus.pk}@{model}"]
     outsider_client = openai.OpenAI(base_url=f"{live_api.url}/api/v1", max_retries=0,
                                     api_key=api_token_create(user=outsider, name="t")[1])
-    assert [m.id for m in outsider_client.models.list()] == ["none"]
+    assert [m.id for m in outsider_client.models.list()] == ["none", f"none@{model}"]
     with pytest.raises(openai.NotFoundError):
         outsider_client.chat.completions.create(model=f"corpus-{corpus.pk}",
                                                 messages=[{"role": "user", "content": QUESTION}])

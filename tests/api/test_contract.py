@@ -150,6 +150,7 @@ def test_every_operation_answers_what_its_schema_documents(contract, chat_settin
     c.call("GET", "/api/v1/conversations/", 200)
     c.call("GET", f"{conversation_url}/", 200)
     c.call("PATCH", f"{conversation_url}/", 200, json={"token_budget": 400})
+    c.call("PATCH", f"{conversation_url}/", 400, json={"model": "no-such-model"})
     turn = c.call("POST", f"{conversation_url}/messages/", 201, json={"content": QUESTION})
     assert turn["message"]["memories"], turn
     c.call("GET", f"{conversation_url}/messages/", 200)
@@ -158,9 +159,13 @@ def test_every_operation_answers_what_its_schema_documents(contract, chat_settin
     # OpenAI-compatible.
     c.call("GET", "/api/v1/models", 200)
     c.call("GET", f"/api/v1/models/corpus-{corpus.pk}", 200)
+    paired = f"corpus-{corpus.pk}@{settings.LLM_MODEL}"  # the corpus, answered by a named LLM model
+    c.call("GET", f"/api/v1/models/{paired}", 200)
     completion = c.call("POST", "/api/v1/chat/completions", 200, json={
-        "model": f"corpus-{corpus.pk}", "messages": [{"role": "user", "content": QUESTION}]})
-    assert completion["memories"], completion
+        "model": paired, "messages": [{"role": "user", "content": QUESTION}]})
+    assert completion["memories"] and completion["model"] == paired, completion
+    c.call("POST", "/api/v1/chat/completions", 404, json={
+        "model": f"corpus-{corpus.pk}@no-such-model", "messages": [{"role": "user", "content": QUESTION}]})
     # The multi-vector store.
     store_url = f"{corpus_url}/store"
     c.call("POST", f"{store_url}/pages/", 201,

@@ -73,7 +73,7 @@ def test_the_page_offers_the_models_saves_one_and_exports_it(two_models, client,
     client.post(f"/chat/{conversation.pk}/settings/", {"model": "other", "token_budget": "500"})
     assert Conversation.objects.get(pk=conversation.pk).model == "other"
     refused = client.post(f"/chat/{conversation.pk}/settings/", {"model": "gpt-9"}, follow=True)
-    assert "No LLM server serves the model" in refused.content.decode()
+    assert "is not one you may use" in refused.content.decode()
     assert Conversation.objects.get(pk=conversation.pk).model == "other"
     assert "_Model: other_" in client.get(f"/chat/{conversation.pk}/export.md").content.decode()
     jsonl = json.loads(client.get(f"/chat/{conversation.pk}/export.jsonl").content)

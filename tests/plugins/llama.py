@@ -1,4 +1,5 @@
-"""Fixtures for a real llama.cpp server (xllamacpp) on the default Gemma model. Owned by the tokenizer work."""
+"""Fixtures for real llama.cpp servers (xllamacpp): the default Gemma model, and the packaged chat model
+as a second model beside it."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+import requests
 
 from engine.llama_server import LlamaServer, LlamaServerError
 
@@ -26,3 +28,28 @@ def llama_server(gemma_gguf: Path) -> Iterator[LlamaServer]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="session")
+def chat_llama_server() -> Iterator[LlamaServer]:
+    """A second model beside `llama_server`'s Gemma: the packaged chat model (Qwen2.5-Coder 0.5B,
+    `engine.model_files.default_chat_gguf_path`), one llama.cpp for the session, on a free port."""
+    from engine.model_files import default_chat_gguf_path
+
+    server = LlamaServer(default_chat_gguf_path(), threads=1, ctx_size=4096, parallel=2)
+    try:
+        server.start()
+    except LlamaServerError as exc:
+        pytest.fail(f"llama.cpp server could not start: {exc}", pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+def slot_tasks(server: LlamaServer) -> list[int | None]:
+    """The last task each of `server`'s slots ran (llama.cpp's `GET /slots`): a request it served
+    changes them, so a test can tell which server answered."""
+    response = requests.get(f"{server.base_url}/slots", timeout=30)
+    response.raise_for_status()
+    return [slot.get("id_task") for slot in response.json()]
