@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from chat.llm import clients
 from chat.llm.queue import Ticket
-from chat.llm.servers import LLMServer
+from chat.llm.servers import LLMServer, ServerPool
 from chat.preparation import PreparedTurn
 from engine.llm.answer import AnswerEnd, AnswerTokens, Rewind, stream_answer
 from engine.llm.client import LLMClient
@@ -34,7 +34,7 @@ async def answer_stream(*, ticket: Ticket, prepared: PreparedTurn, loop_retries:
                         on_queued: Callable[[int], Awaitable[None]] | None = None,
                         on_delta: Callable[[str], Awaitable[None]] | None = None,
                         on_rewind: Callable[[str], Awaitable[None]] | None = None,
-                        model: str = "", affinity: object = None) -> AnswerEnd:
+                        model: str = "", affinity: object = None, pool: ServerPool | None = None) -> AnswerEnd:
     """Wait until `ticket` is admitted (`on_queued(ahead)` while it waits), then stream the prepared
     prompt: each piece to `on_delta`, each loop taken back to `on_rewind(kept)` (continued from the
     cut up to `loop_retries` times, `engine.llm.answer.stream_answer`), every event into `tokens`. Returns
@@ -42,18 +42,20 @@ async def answer_stream(*, ticket: Ticket, prepared: PreparedTurn, loop_retries:
     `LLMError` is raised as it comes. The caller holds `ticket` (`async with ticket`).
 
     The answer comes from a server of `model` (the pool's first model when empty) that
-    `chat.llm.clients.server_pool` chooses, the one `affinity` (a conversation) used last where it
-    can: a server that cannot be reached before the first piece is taken out and the next one tried."""
+    `chat.llm.clients.server_pool` gives the turn (`ServerPool.take`: with the queue in Redis, a slot
+    counted over every process), the one `affinity` (a conversation) used last where it can: a server
+    that cannot be reached before the first piece is taken out and the next one tried. `pool`: another
+    pool than the process's (a test's second process)."""
     clock = clock or AnswerClock()
     clock.queued = time.perf_counter()
     await ticket.wait(on_queued)
     clock.admitted = time.perf_counter()
-    pool = clients.server_pool()
+    pool = pool or clients.server_pool()
     model = model or pool.default_model
     tried: list[LLMServer] = []
     failures: list[LLMError] = []
     while True:
-        server = pool.choose(model, affinity, avoid=tried)
+        server = await pool.take(ticket, model, affinity, avoid=tried)
         if server is None:
             raise failures[-1] if failures else pool.unserved(model)
         clock.server = server

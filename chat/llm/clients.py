@@ -12,6 +12,7 @@ from django.conf import settings
 from chat.llm.queue import LLMQueue
 from chat.llm.queue_redis import RedisLLMQueue
 from chat.llm.servers import LLMServer, ServerPool, servers_parse
+from chat.llm.servers_redis import SharedServerPool
 from core.cache import BoundedCache
 from core.runtime import engine_config
 from engine.llm.client import LLMClient
@@ -26,7 +27,7 @@ RETRIEVAL_THREADS = 2
 _counters: BoundedCache[tuple[str, str], ServerTokenCounter] = BoundedCache(TOKEN_COUNTERS)
 _clients: BoundedCache[tuple[str, float, str, str], LLMClient] = BoundedCache(LLM_CLIENTS)
 _queues: BoundedCache[tuple[str, int, int, int, int, str], LLMQueue | RedisLLMQueue] = BoundedCache(LLM_CLIENTS)
-_pools: BoundedCache[tuple[str, str, str, str, int], ServerPool] = BoundedCache(2)
+_pools: BoundedCache[tuple, ServerPool] = BoundedCache(2)
 _executor_lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None
 
@@ -54,8 +55,13 @@ def llm_servers() -> list[LLMServer]:
 
 
 def server_pool() -> ServerPool:
-    """The process's pool of LLM servers (`chat.llm.servers`), one per setting of them."""
+    """The process's pool of LLM servers (`chat.llm.servers`), one per setting of them; several servers
+    behind the queue in Redis share their slots with every process (`chat.llm.servers_redis`)."""
     key = (settings.LLM_SERVERS, settings.LLM_BASE_URL, settings.LLM_API_KEY, settings.LLM_MODEL, settings.LLM_STREAMS)
+    if settings.LLM_SERVERS and settings.LLM_QUEUE_REDIS_URL:
+        queue = llm_queue()
+        if isinstance(queue, RedisLLMQueue):
+            return _pools.get((*key, queue.namespace, id(queue)), lambda: SharedServerPool(llm_servers(), queue))
     return _pools.get(key, lambda: ServerPool(llm_servers()))
 
 

@@ -65,10 +65,11 @@ IDLE_SECONDS = 30.0  # the listening thread outlives the process's last ticket t
 KEYS_IDLE_MS = 24 * 3600 * 1000
 _ADMITTED = -1  # the status script: the ticket is admitted (-2: it is gone)
 
-# KEYS: waiting, users, prefilling, streaming, leases, seq, turn.
-# ARGV: channel, prefill, streams, lease ms, idle ms, then the script's own.
+# KEYS: waiting, users, prefilling, streaming, leases, seq, turn, held, down, last (the last three:
+# the servers of a pool, `chat.llm.servers_redis`). ARGV: channel, prefill, streams, lease ms, idle ms,
+# then the script's own.
 _PRELUDE = """
-local waiting, users, prefilling, streaming, leases, seq, turn = unpack(KEYS)
+local waiting, users, prefilling, streaming, leases, seq, turn, held, down, last = unpack(KEYS)
 local channel, prefill, streams = ARGV[1], tonumber(ARGV[2]), tonumber(ARGV[3])
 local lease_ms, idle_ms = tonumber(ARGV[4]), tonumber(ARGV[5])
 local clock = redis.call('TIME')
@@ -80,6 +81,7 @@ local function forget(id)
   redis.call('ZREM', prefilling, id)
   redis.call('ZREM', streaming, id)
   redis.call('HDEL', users, id)
+  redis.call('HDEL', held, id)
   return redis.call('ZREM', leases, id) == 1
 end
 
@@ -293,7 +295,7 @@ class RedisLLMQueue:
                                            socket_timeout=CONNECT_SECONDS,
                                            retry=Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)))
         self._scripts = {name: self._redis.register_script(_PRELUDE + body) for name, body in _SCRIPTS.items()}
-        names = ("waiting", "users", "prefilling", "streaming", "leases", "seq", "turn")
+        names = ("waiting", "users", "prefilling", "streaming", "leases", "seq", "turn", "held", "down", "last")
         self._keys = [f"{self.namespace}:{name}" for name in names]
         self._channel = f"{self.namespace}:changed"
         self._policy = [self._channel, prefill, streams, round(lease_seconds * 1000), KEYS_IDLE_MS]
@@ -341,7 +343,11 @@ class RedisLLMQueue:
             if ticket.closed:  # from another thread, meanwhile
                 return None
             ticket.lost = True
-        raise QueueUnavailable(
+        raise self.lost_place()
+
+    def lost_place(self) -> QueueUnavailable:
+        """The error of a turn whose place ran out while it waited."""
+        return QueueUnavailable(
             f"This turn lost its place in the queue for the language model: it could not be kept for "
             f"{self.lease_seconds:g} s (Redis at {self.redis_url} unreachable, or this process stalled). "
             "Try again.", {"redis": self.redis_url})
@@ -351,6 +357,15 @@ class RedisLLMQueue:
         return {"waiting": int(waiting), "prefilling": int(prefilling), "streaming": int(streaming)}
 
     # ------------------------------------------------------------ Redis
+
+    def register(self, scripts: dict[str, str]) -> None:
+        """More scripts over this queue's keys (`_PRELUDE`'s names and helpers), called with `call`."""
+        for name, body in scripts.items():
+            self._scripts[name] = self._redis.register_script(_PRELUDE + body)
+
+    def call(self, script: str, *args: Any) -> Any:
+        """Run one of the scripts (its own ARGV after the policy's); QueueUnavailable when Redis cannot be reached."""
+        return self._call(script, *args)
 
     def _unavailable(self, error: redis.RedisError) -> QueueUnavailable:
         reason = str(error).rstrip(".") or type(error).__name__

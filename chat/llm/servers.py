@@ -142,6 +142,12 @@ class ServerPool:
                     return server
             return max(up, key=lambda server: free[server.url])  # the first of the freest, in order
 
+    async def take(self, ticket: Any, model: str, affinity: Any = None, *,
+                   avoid: Sequence[LLMServer] = ()) -> LLMServer | None:
+        """The server for an admitted turn (`ticket`): here `choose`; the pool shared through Redis
+        (`chat.llm.servers_redis`) takes one of the server's slots for it there, waiting for one."""
+        return self.choose(model, affinity, avoid=avoid)
+
     @contextmanager
     def lease(self, server: LLMServer, affinity: Any = None) -> Iterator[None]:
         """Holds one of `server`'s slots; the conversation (`affinity`) sticks to it."""
