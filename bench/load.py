@@ -3,6 +3,7 @@
     python -m bench.load [--set demo|manpages] [--users 1,2,4,8,16] [--turns 2] [--think 1-4]
                          [--policies fcfs,parallel] [--mode ws|openai] [--max-tokens 128]
                          [--floor together|separate|both|none] [--web-processes 2 [--shared-queue]]
+    python -m bench.load --servers 2 --users 8 [--threads 2] [--parallel 8]   (bench.load_servers)
 
 What runs: one real llama.cpp server (the packaged chat model, `--parallel` slots sharing one
 16384-token KV cache, 2 threads) and the portal's web process as `./portal run` starts it (Uvicorn, a child
@@ -93,6 +94,8 @@ def _parse() -> argparse.Namespace:
                         help="the web processes share one queue of turns in Redis (LLM_QUEUE_REDIS_URL=REDIS_URL, "
                              "else the local Redis)")
     parser.add_argument("--verbose", action="store_true", help="print every turn beside its floor")
+    parser.add_argument("--servers", type=int, default=0,
+                        help="N llama.cpp servers of threads/N threads against one of --threads (bench.load_servers)")
     return parser.parse_args()
 
 
@@ -142,15 +145,15 @@ def plan_turns(users: int, turns: int, questions: list[str], think: tuple[float,
 
 
 def start_web(data_dir: Path, llm_url: str, policy: str, streams: int, nice: int = 0, queue_redis: str = "",
-              name: str = "") -> tuple[subprocess.Popen, str]:
+              name: str = "", env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
     """One web process of the portal (its own queue of turns, or with `queue_redis` the queue it
-    shares with the others in that Redis); its log is `web-{policy}{name}.log`."""
+    shares with the others in that Redis; `env`: more of its settings); its log is `web-{policy}{name}.log`."""
     from engine.llama_server import free_port
 
     port = free_port()
     env = {**os.environ, "DEBUG": "0", "LLM_BASE_URL": llm_url, "LLM_STREAMS": str(streams if policy == "fcfs" else 64),
            "LLM_PREFILL_AT_ONCE": "1" if policy == "fcfs" else "0", "LLM_QUEUE_LIMIT": "64", "LOG_LEVEL": "WARNING",
-           "LLM_QUEUE_REDIS_URL": queue_redis}
+           "LLM_QUEUE_REDIS_URL": queue_redis, **(env or {})}
     with open(data_dir / f"web-{policy}{name}.log", "ab") as log:
         web = subprocess.Popen(["nice", "-n", str(nice), sys.executable, "-m", "uvicorn", "hdrag_site.asgi:application", "--host", "127.0.0.1",
                                 "--port", str(port), "--log-level", "warning", "--ws-max-size", "1048576"],
@@ -476,6 +479,10 @@ def print_turns(phase: Phase, floor: Phase) -> None:
 def main() -> int:
     args = _parse()
     print_hardware()
+    if args.servers:
+        from bench.load_servers import main_servers
+
+        return main_servers(args)
     from engine.llama_server import LlamaServer, free_port
     from engine.model_files import default_chat_gguf_path
 

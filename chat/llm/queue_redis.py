@@ -10,7 +10,8 @@ State: a few keys under one prefix per LLM server and policy (`namespace`; a loo
 also names this host, since 127.0.0.1 on two machines is two servers): `waiting` (a sorted set,
 ticket id by arrival), `prefilling` and `streaming` (sorted sets, id by admission time, Redis's
 clock), `users` (id → user), `leases` (id → expiry), `seq` (ticket ids), `turn` (the smoothed
-seconds of a turn). Every change is one Lua script (`register_script`, run with EVALSHA), so it
+seconds of a turn); with several LLM servers, their slots and state (`held`, `down`, `last`:
+`chat.llm.servers_redis`, whose scripts run here too, and a ticket's slot goes with its place). Every change is one Lua script (`register_script`, run with EVALSHA), so it
 is atomic: each drops the expired tickets, applies its change, admits from the front while there
 is room, and publishes on the namespace's channel when anything changed (the message: the ids
 just admitted). Idle keys expire after a day.

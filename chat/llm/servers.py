@@ -112,6 +112,11 @@ class ServerPool:
         """The error of a turn whose model no server serves."""
         return LLMConnectionError(f"no LLM server serves the model {model!r} (served: {', '.join(self.models)})")
 
+    def last_server(self, affinity: Any) -> str | None:
+        """The URL of the server this process last gave a turn of `affinity` (a conversation) to."""
+        with self._lock:
+            return self._last.get(affinity)
+
     def up(self, server: LLMServer) -> bool:
         with self._lock:
             return self._down_until[server.url] <= time.monotonic()
