@@ -22,7 +22,8 @@ from chat.llm.queue_redis import RedisLLMQueue
 from chat.llm.servers import LLMServer
 from chat.llm.servers_redis import SharedServerPool
 from engine.llama_server import LlamaServer, LlamaServerError
-from engine.llm import AnswerTokens, GenerationSettings
+from engine.llm.answer import AnswerTokens
+from engine.llm.sampling import GenerationSettings
 from tests.plugins.waiting import wait_until_async
 
 pytestmark = pytest.mark.service
