@@ -8,12 +8,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from engine.llama_server import LlamaServer, LlamaServerError
+from engine.llama_server import LlamaServer
 from engine.llm.client import LLMClient
 from engine.llm.errors import LLMUnauthorizedError
 from engine.llm.sampling import GenerationSettings
 from engine.llm.tokens import ServerTokenCounter
 from engine.llm_access import HIDDEN, Offered, redacted, scrub
+from tests.plugins.llama import running
 
 KEY = "sk-llmservers-test-0f3a9c"
 GREEDY = GenerationSettings(temperature=0.0, top_p=1.0, max_tokens=8)
@@ -22,15 +23,8 @@ QUESTION = [{"role": "user", "content": "Name a colour."}]
 
 @pytest.fixture(scope="module")
 def keyed_server(gemma_gguf) -> Iterator[LlamaServer]:
-    server = LlamaServer(gemma_gguf, threads=1, ctx_size=2048, parallel=1, api_key=KEY)
-    try:
-        server.start()
-    except LlamaServerError as exc:
-        pytest.fail(f"llama.cpp server could not start: {exc}", pytrace=False)
-    try:
+    with running(LlamaServer(gemma_gguf, threads=1, ctx_size=2048, parallel=1, api_key=KEY)) as server:
         yield server
-    finally:
-        server.stop()
 
 
 async def test_the_right_key_is_sent_and_the_server_answers(keyed_server):

@@ -4,12 +4,27 @@ as a second model beside it."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 import requests
 
 from engine.llama_server import LlamaServer, LlamaServerError
+
+
+@contextmanager
+def running(server: LlamaServer) -> Iterator[LlamaServer]:
+    """`server` started (a test fails with its log's tail when it cannot start: a missing LLM is a
+    broken environment, not a skip), and stopped afterwards."""
+    try:
+        server.start()
+    except LlamaServerError as exc:
+        pytest.fail(f"llama.cpp server could not start: {exc}", pytrace=False)
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -19,15 +34,8 @@ def llama_server(gemma_gguf: Path) -> Iterator[LlamaServer]:
     Yields the `LlamaServer` (use `.base_url`). If it cannot start, every test using it
     fails with the server's log tail: a missing LLM is a broken environment, not a skip.
     """
-    server = LlamaServer(gemma_gguf, threads=2, ctx_size=8192, parallel=4)
-    try:
-        server.start()
-    except LlamaServerError as exc:
-        pytest.fail(f"llama.cpp server could not start: {exc}", pytrace=False)
-    try:
+    with running(LlamaServer(gemma_gguf, threads=2, ctx_size=8192, parallel=4)) as server:
         yield server
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="session")
@@ -36,15 +44,8 @@ def chat_llama_server() -> Iterator[LlamaServer]:
     `engine.model_files.default_chat_gguf_path`), one llama.cpp for the session, on a free port."""
     from engine.model_files import default_chat_gguf_path
 
-    server = LlamaServer(default_chat_gguf_path(), threads=1, ctx_size=4096, parallel=2)
-    try:
-        server.start()
-    except LlamaServerError as exc:
-        pytest.fail(f"llama.cpp server could not start: {exc}", pytrace=False)
-    try:
+    with running(LlamaServer(default_chat_gguf_path(), threads=1, ctx_size=4096, parallel=2)) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def slot_tasks(server: LlamaServer) -> list[int | None]:
