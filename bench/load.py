@@ -263,7 +263,7 @@ async def openai_user(host: str, account: dict, plan: list[tuple[str, float]], i
 def portal_prompts(accounts: list[dict], turns: list[Turn], mode: str) -> None:
     """Each turn's prompt as the portal sent it: ws, rebuilt from the stored history and memories;
     openai, prepared again by the endpoint's own `completion_prepare` on the same messages."""
-    from chat.completions import completion_prepare
+    from chat.completions import completion_corpus, completion_prepare
     from chat.llm import clients
     from chat.models import Message
     from chat.selectors import conversation_history
@@ -274,8 +274,8 @@ def portal_prompts(accounts: list[dict], turns: list[Turn], mode: str) -> None:
     for turn in turns:
         account = accounts[turn.user]
         if mode == "openai":
-            prepared = completion_prepare(user=account["user"], model=f"corpus-{account['corpus']}",
-                                          messages=turn.request)
+            corpus = completion_corpus(user=account["user"], model=f"corpus-{account['corpus']}")
+            prepared = completion_prepare(user=account["user"], corpus=corpus, messages=turn.request)
             turn.messages = prepared.plan.messages
             continue
         users = list(Message.objects.filter(conversation_id=account["conversation"], role="user").order_by("id"))

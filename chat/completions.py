@@ -128,22 +128,22 @@ def _text(content: Any, number: int) -> str:
                            {"message": number})
 
 
-def completion_prepare(*, user: AbstractBaseUser, model: str, messages: list[dict[str, Any]],
+def completion_prepare(*, user: AbstractBaseUser, corpus: Corpus | None, messages: list[dict[str, Any]],
                        temperature: float | None = None, top_p: float | None = None,
                        max_tokens: int | None = None, token_budget: int = DEFAULT_TOKEN_BUDGET,
                        top_document: bool = False, compress_context: bool = False,
                        waiting: bool = False) -> PreparedTurn:
     """The turn the chat would prepare for a conversation in the state `messages` describe
-    (`chat.preparation.turn_prepare`): the model's corpus searched for the last user message, with
+    (`chat.preparation.turn_prepare`): `corpus` searched for the last user message, with
     the assistant turns as its blend and a conversation's settings (`token_budget`, `top_document`,
     `compress_context`, a new conversation's by default); the client's system messages, else the
     configured system prompt.
 
     `waiting`: the turn waits for the LLM (its memory budget may be smaller, `runtime.memory_budget`).
-    `model` is a completion's (`completion_target`); its LLM model answers through the caller.
-    Raises ApplicationError for malformed messages, ModelNotFound, PromptTooLongError.
+    `corpus` is the one a completion's model names (`completion_target`, which has checked that the
+    user may read it; None for `none`); its LLM model answers through the caller.
+    Raises ApplicationError for malformed messages, PromptTooLongError.
     """
-    corpus = completion_target(user=user, model=model).corpus
     if not messages:
         raise ApplicationError("messages must not be empty.", {"messages": []})
     turns: list[tuple[str, str]] = []

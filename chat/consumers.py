@@ -16,8 +16,9 @@ Protocol (JSON objects with a `type`):
 
 One turn at a time per connection. While a turn runs, the session is checked every
 `SESSION_RECHECK_SECONDS`: a logout or a deactivation stops the answer (stored as stopped, as a
-chat.stop would) and closes the socket with 4401, rather than letting it stream to its end. Everything lives on the consumer instance (one per
-connection); the blend history is read from and written to the conversation row.
+chat.stop would) and closes the socket with 4401, rather than letting it stream to its end.
+Everything lives on the consumer instance (one per connection); the blend history is read from and
+written to the conversation row.
 """
 
 from __future__ import annotations

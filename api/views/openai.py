@@ -119,7 +119,7 @@ class ChatCompletions(ApiView):
         # A place in the LLM queue first (a full queue: 429 with Retry-After); retrieval runs meanwhile.
         ticket = clients.llm_queue().enter(request.user.pk)
         try:
-            prepared = completion_prepare(user=request.user, model=data["model"], messages=data["messages"],
+            prepared = completion_prepare(user=request.user, corpus=target.corpus, messages=data["messages"],
                                           temperature=data.get("temperature"), top_p=data.get("top_p"),
                                           max_tokens=max_tokens, waiting=not ticket.admitted,
                                           **{name: data[name] for name in CONVERSATION_SETTINGS if name in data})

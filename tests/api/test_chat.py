@@ -134,13 +134,13 @@ def test_completion_is_primed_by_the_corpus_and_the_blend(chat_settings, owner, 
     from chat.completions import completion_prepare
 
     corpus = make_corpus(owner, pydoc_build)
-    plain = completion_prepare(user=owner, model="none", messages=[{"role": "user", "content": QUESTION}])
-    primed = completion_prepare(user=owner, model=f"corpus-{corpus.pk}",
+    plain = completion_prepare(user=owner, corpus=None, messages=[{"role": "user", "content": QUESTION}])
+    primed = completion_prepare(user=owner, corpus=corpus,
                                 messages=[{"role": "user", "content": QUESTION}])
     assert not plain.memories and primed.memories
     assert primed.memories[0].memory.text[:80] in primed.plan.messages[-1]["content"]
     assert primed.plan.messages[-1]["content"].endswith(QUESTION)
-    blended = completion_prepare(user=owner, model=f"corpus-{corpus.pk}", messages=[
+    blended = completion_prepare(user=owner, corpus=corpus, messages=[
         {"role": "user", "content": "Tell me about sockets."},
         {"role": "assistant", "content": "Sockets connect processes over a network with send and recv calls."},
         {"role": "user", "content": QUESTION}])

@@ -16,9 +16,10 @@ from django.db import connections
 
 from chat.models import Message
 from chat.services import conversation_create
-from engine.llama_server import LlamaServer, LlamaServerError
+from engine.llama_server import LlamaServer
 from tests.plugins.chat import events_until, open_socket
 from tests.plugins.gateway import running_gateway
+from tests.plugins.llama import started
 
 pytestmark = pytest.mark.django_db(transaction=True)
 db = database_sync_to_async
@@ -32,11 +33,7 @@ async def close_sync_thread_connections():
 
 
 def _start(gemma_gguf, port: int = 0) -> LlamaServer:
-    server = LlamaServer(gemma_gguf, port=port, threads=2, ctx_size=2048, parallel=1)
-    try:
-        return server.start()
-    except LlamaServerError as error:
-        pytest.fail(f"llama.cpp server could not start: {error}", pytrace=False)
+    return started(LlamaServer(gemma_gguf, port=port, threads=2, ctx_size=2048, parallel=1))
 
 
 @pytest.fixture

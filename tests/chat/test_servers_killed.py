@@ -12,7 +12,6 @@ import json
 import signal
 
 import pytest
-import redis
 import yaml
 from channels.db import database_sync_to_async
 from django.db import connections
@@ -20,8 +19,10 @@ from django.db import connections
 from chat.llm import clients
 from chat.models import Message
 from chat.services import conversation_create
-from engine.llama_server import LlamaServer, LlamaServerError
+from engine.llama_server import LlamaServer
 from tests.plugins.chat import events_until, open_socket
+from tests.plugins.llama import started
+from tests.plugins.services import redis_namespaces_delete
 from tests.plugins.waiting import wait_until_async
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.service]
@@ -39,11 +40,7 @@ async def close_sync_thread_connections():
 
 
 def _start(gemma_gguf, port: int = 0) -> LlamaServer:
-    server = LlamaServer(gemma_gguf, port=port, threads=1, ctx_size=2048, parallel=2)
-    try:
-        return server.start()
-    except LlamaServerError as error:
-        pytest.fail(f"llama.cpp server could not start: {error}", pytrace=False)
+    return started(LlamaServer(gemma_gguf, port=port, threads=1, ctx_size=2048, parallel=2))
 
 
 @pytest.fixture(params=["in-process", "redis"])
@@ -68,10 +65,7 @@ def two_llms(request, settings, gemma_gguf, tmp_path, redis_url):
     for server in running:
         server.stop()
     if request.param == "redis":
-        client = redis.Redis.from_url(redis_url)
-        keys = list(client.scan_iter(match=f"{clients.llm_queue().namespace}:*"))
-        if keys:
-            client.delete(*keys)
+        redis_namespaces_delete(redis_url, [clients.llm_queue().namespace])
     runtime.engine_config.cache_clear()
 
 

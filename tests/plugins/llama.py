@@ -13,14 +13,19 @@ import requests
 from engine.llama_server import LlamaServer, LlamaServerError
 
 
-@contextmanager
-def running(server: LlamaServer) -> Iterator[LlamaServer]:
-    """`server` started (a test fails with its log's tail when it cannot start: a missing LLM is a
-    broken environment, not a skip), and stopped afterwards."""
+def started(server: LlamaServer) -> LlamaServer:
+    """`server` started; a test fails with its log's tail when it cannot start (a missing LLM is a
+    broken environment, not a skip)."""
     try:
-        server.start()
+        return server.start()
     except LlamaServerError as exc:
         pytest.fail(f"llama.cpp server could not start: {exc}", pytrace=False)
+
+
+@contextmanager
+def running(server: LlamaServer) -> Iterator[LlamaServer]:
+    """`server` started (`started`), and stopped afterwards."""
+    started(server)
     try:
         yield server
     finally:

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -75,3 +75,12 @@ def redis_url() -> str:
     except redis.exceptions.ConnectionError as error:
         pytest.fail(f"Redis at {REDIS_URL} is unreachable: {error}", pytrace=False)
     return REDIS_URL
+
+
+def redis_namespaces_delete(redis_url: str, namespaces: Iterable[str]) -> None:
+    """Delete every key of the LLM queues' `namespaces` (what a test's queues left in Redis)."""
+    client = redis.Redis.from_url(redis_url)
+    for namespace in set(namespaces):
+        keys = list(client.scan_iter(match=f"{namespace}:*"))
+        if keys:
+            client.delete(*keys)

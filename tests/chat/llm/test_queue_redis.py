@@ -28,7 +28,7 @@ from chat.llm import clients
 from chat.llm.queue import LLMQueue, QueueFull
 from chat.llm.queue_redis import QueueUnavailable, RedisLLMQueue, namespace
 from engine.llama_server import free_port
-from tests.plugins.services import REDIS_URL
+from tests.plugins.services import REDIS_URL, redis_namespaces_delete
 from tests.plugins.waiting import PATIENCE_SECONDS, wait_until, wait_until_async
 
 pytestmark = pytest.mark.service
@@ -55,11 +55,7 @@ def make_queue(redis_url, server_url) -> Iterator[Callable[..., RedisLLMQueue]]:
         return made[-1]
 
     yield make
-    client = redis.Redis.from_url(redis_url)
-    for prefix in {queue.namespace for queue in made}:
-        keys = list(client.scan_iter(match=f"{prefix}:*"))
-        if keys:
-            client.delete(*keys)
+    redis_namespaces_delete(redis_url, (queue.namespace for queue in made))
 
 
 async def _until(condition: Callable[[], bool], what: str = "the queue's state", timeout: float = PATIENCE_SECONDS

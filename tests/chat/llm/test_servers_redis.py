@@ -15,7 +15,6 @@ from collections.abc import Callable, Iterator
 from types import SimpleNamespace
 
 import pytest
-import redis
 
 from chat.llm.answer import AnswerClock, answer_stream
 from chat.llm.queue_redis import RedisLLMQueue
@@ -24,6 +23,7 @@ from chat.llm.servers_redis import SharedServerPool
 from engine.llama_server import LlamaServer, LlamaServerError
 from engine.llm.answer import AnswerTokens
 from engine.llm.sampling import GenerationSettings
+from tests.plugins.services import redis_namespaces_delete
 from tests.plugins.waiting import wait_until_async
 
 pytestmark = pytest.mark.service
@@ -46,11 +46,7 @@ def make_process(redis_url) -> Iterator[Callable[..., tuple[RedisLLMQueue, Share
         return made[-1], SharedServerPool(servers, made[-1], retry_seconds=3600)
 
     yield make
-    client = redis.Redis.from_url(redis_url)
-    for prefix in {queue.namespace for queue in made}:
-        keys = list(client.scan_iter(match=f"{prefix}:*"))
-        if keys:
-            client.delete(*keys)
+    redis_namespaces_delete(redis_url, (queue.namespace for queue in made))
 
 
 async def test_slots_are_counted_over_both_processes_and_a_conversation_sticks(make_process):
