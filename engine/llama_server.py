@@ -200,6 +200,11 @@ class LlamaServer:
     def running(self) -> bool:
         return self._process is not None and self._process.poll() is None
 
+    @property
+    def pid(self) -> int | None:
+        """The child's process id while it runs (for signals: a test pauses it), else None."""
+        return self._process.pid if self.running else None
+
     def command(self) -> list[str]:
         options = self.options
         command = [
