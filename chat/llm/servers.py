@@ -19,6 +19,7 @@ A key is a secret: a server is named by its URL without credentials (`engine.llm
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -36,6 +37,7 @@ from engine.llm_access import redacted
 
 RETRY_SECONDS = 10.0  # a server taken out is tried again after this long
 AFFINITIES = 4096  # conversations whose last server is remembered
+TAKE_POLL_SECONDS = 0.05  # how often a turn waiting for a free slot looks again (in-process pool)
 
 
 @dataclass(frozen=True)
@@ -149,9 +151,19 @@ class ServerPool:
 
     async def take(self, ticket: Any, model: str, affinity: Any = None, *,
                    avoid: Sequence[LLMServer] = ()) -> LLMServer | None:
-        """The server for an admitted turn (`ticket`): here `choose`; the pool shared through Redis
-        (`chat.llm.servers_redis`) takes one of the server's slots for it there, waiting for one."""
-        return self.choose(model, affinity, avoid=avoid)
+        """The server for an admitted turn (`ticket`): `choose`, waiting while every server of the
+        model that is up has all its slots busy. The queue admits as many turns as all the servers
+        have slots; with one out, the others would get more than theirs, and llama.cpp would queue
+        them behind its slots, out of the queue's order. The pool shared through Redis
+        (`chat.llm.servers_redis`) takes the slot there, over every process."""
+        while (server := self.choose(model, affinity, avoid=avoid)) is not None and self._full(server):
+            await asyncio.sleep(TAKE_POLL_SECONDS)
+        return server
+
+    def _full(self, server: LLMServer) -> bool:
+        """Up, with every slot busy (a server that is out is tried as it is: see `choose`)."""
+        with self._lock:
+            return self._down_until[server.url] <= time.monotonic() and self._busy[server.url] >= server.slots
 
     @contextmanager
     def lease(self, server: LLMServer, affinity: Any = None) -> Iterator[None]:

@@ -78,6 +78,20 @@ def test_the_choice_spreads_sticks_and_skips_a_server_that_is_out():
     assert pool.choose("m", "b") == one
 
 
+async def test_with_a_server_out_a_turn_waits_for_a_free_slot_of_the_others():
+    one, two = LLMServer("http://127.0.0.1:1", "m", 1), LLMServer("http://127.0.0.1:2", "m", 1)
+    pool = ServerPool([one, two], retry_seconds=3600)
+    pool.mark_down(one)
+    with pool.lease(await pool.take(None, "m"), "a"):
+        waiting = asyncio.create_task(pool.take(None, "m", "b"))
+        await asyncio.sleep(0.3)
+        assert not waiting.done()  # the server that is up has no free slot: not given a second turn
+    assert await asyncio.wait_for(waiting, timeout=5) == two  # its slot freed: the turn goes on
+    pool.mark_down(two)
+    with pool.lease(one, "a"), pool.lease(two, "b"):
+        assert await pool.take(None, "m") == one  # every server out: the one out longest is tried at once
+
+
 @pytest.mark.django_db
 def test_staff_see_which_servers_are_up_without_credentials(settings, django_user_model):
     from django.test import Client
