@@ -20,9 +20,9 @@ def test_a_worker_moves_the_redis_database_up_by_its_number_and_keeps_the_rest()
 def test_this_process_uses_its_own_share():
     worker = os.environ.get("PYTEST_XDIST_WORKER")
     if worker is None:  # the suite in one process (-n 0): the environment as given
-        assert settings.REDIS_URL == STARTED_WITH["REDIS_URL"]
+        assert STARTED_WITH["REDIS_URL"] == settings.REDIS_URL
         return
     number = int(worker.removeprefix("gw"))
     if STARTED_WITH["REDIS_URL"]:
-        assert settings.REDIS_URL == redis_url_for_worker(STARTED_WITH["REDIS_URL"], number)
+        assert redis_url_for_worker(STARTED_WITH["REDIS_URL"], number) == settings.REDIS_URL
     assert os.environ["DATA_DIR"] == f"{STARTED_WITH['DATA_DIR'].rstrip('/')}-gw{number}"
