@@ -30,7 +30,9 @@ import requests
 
 DEFAULT_HOST = "127.0.0.1"
 # A small model on a 2-core machine: two compute threads, eight slots sharing one unified
-# 16384-token KV cache, so several chats can run while each may use the whole context. Eight
+# 16384-token KV cache, so several chats can run while each may use the whole context
+# (`./portal run` gives it LLM_CONTEXT_SIZE x LLM_STREAMS instead: room for every slot's whole
+# context at once, docs/scaling.md). Eight
 # slots let every turn of a burst of eight start its prefill when the portal's queue admits it
 # (one at a time) instead of waiting for an answer to end (docs/load-measurements.md: 8 users at
 # once 0.68x the floor's median wait with 8 slots, against 1.03x with 4).
