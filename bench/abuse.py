@@ -181,6 +181,9 @@ def send_oversized(portal: Portal, path: str, *, size: int, multipart: bool, chu
     watcher.start()
     sock = socket.create_connection(("127.0.0.1", portal.port))
     sock.settimeout(REQUEST_TIMEOUT)
+    # poll, not select: select() refuses descriptors past 1023, which a long test process reaches.
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
     answer = b""
     started = time.monotonic()
 
@@ -189,8 +192,7 @@ def send_oversized(portal: Portal, path: str, *, size: int, multipart: bool, chu
 
     def answered() -> bool:
         nonlocal answer
-        readable, _, _ = select.select([sock], [], [], 0)
-        if readable:
+        if poller.poll(0):
             data = sock.recv(65536)
             answer += data
             return True
