@@ -5,20 +5,16 @@ tokens: tests/api/test_tokens.py.)"""
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import signal
-from collections.abc import Iterator
 
 import pytest
 from asgiref.sync import sync_to_async
 
 from chat.models import Message
 from chat.services import conversation_create
-from engine.llama_server import LlamaServer
 from tests.core.test_sockets import _logged_in, _open
 from tests.plugins.chat import events_until, open_socket, set_engine_config
+from tests.plugins.llama import paused
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -46,17 +42,6 @@ async def test_deactivation_makes_the_chat_socket_refuse_its_next_frame(owner):
     assert await socket.receive_output(timeout=10) == {"type": "websocket.close", "code": 4401}
 
 
-@contextlib.contextmanager
-def _paused(server: LlamaServer) -> Iterator[None]:
-    """The llama.cpp server stopped (SIGSTOP) until the block ends: its answer is still streaming
-    to the portal, with no end in sight, however short the model would have made it."""
-    os.kill(server.pid, signal.SIGSTOP)
-    try:
-        yield
-    finally:
-        os.kill(server.pid, signal.SIGCONT)
-
-
 async def test_deactivation_stops_an_answer_that_is_streaming(chat_settings, users, llama_server, tmp_path):
     owner, _, _ = users
     set_engine_config(chat_settings, tmp_path, max_new_tokens=1500)
@@ -65,13 +50,14 @@ async def test_deactivation_stops_an_answer_that_is_streaming(chat_settings, use
     await socket.receive_json_from()
     await socket.send_json_to({"type": "chat.send", "content": "Write a very long story about a dragon and a city."})
     await events_until(socket, "chat.delta")
-    with _paused(llama_server):
+    with paused(llama_server):
         await sync_to_async(_deactivate)(owner)
         # The answer is cut at the next session check (every 2 s), and the socket closes.
         while (output := await socket.receive_output(timeout=30))["type"] != "websocket.close":
             assert output["type"] == "websocket.send"
             event = json.loads(output["text"])
-            assert event["type"] in {"chat.delta", "chat.rewind"} or event == {**event, "type": "chat.done", "status": "stopped"}
+            stopped = event["type"] == "chat.done" and event["status"] == "stopped"
+            assert event["type"] in {"chat.delta", "chat.rewind"} or stopped, event
     assert output == {"type": "websocket.close", "code": 4401}
     answer = await sync_to_async(lambda: Message.objects.filter(conversation=conversation).order_by("id").last())()
     assert answer.role == "assistant" and answer.status == "stopped"

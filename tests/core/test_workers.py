@@ -6,7 +6,7 @@ import os
 
 from django.conf import settings
 
-from tests.plugins.workers import STARTED_WITH, redis_url_for_worker
+from tests.plugins.workers import STARTED_WITH, redis_url_for_worker, worker_number
 
 
 def test_a_worker_moves_the_redis_database_up_by_its_number_and_keeps_the_rest():
@@ -18,11 +18,10 @@ def test_a_worker_moves_the_redis_database_up_by_its_number_and_keeps_the_rest()
 
 
 def test_this_process_uses_its_own_share():
-    worker = os.environ.get("PYTEST_XDIST_WORKER")
-    if worker is None:  # the suite in one process (-n 0): the environment as given
+    number = worker_number()
+    if number is None:  # the suite in one process (-n 0): the environment as given
         assert STARTED_WITH["REDIS_URL"] == settings.REDIS_URL
         return
-    number = int(worker.removeprefix("gw"))
     if STARTED_WITH["REDIS_URL"]:
         assert redis_url_for_worker(STARTED_WITH["REDIS_URL"], number) == settings.REDIS_URL
     assert os.environ["DATA_DIR"] == f"{STARTED_WITH['DATA_DIR'].rstrip('/')}-gw{number}"

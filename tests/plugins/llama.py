@@ -3,6 +3,8 @@ as a second model beside it."""
 
 from __future__ import annotations
 
+import os
+import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -30,6 +32,17 @@ def running(server: LlamaServer) -> Iterator[LlamaServer]:
         yield server
     finally:
         server.stop()
+
+
+@contextmanager
+def paused(server: LlamaServer) -> Iterator[None]:
+    """`server` stopped (SIGSTOP) until the block ends: an answer it streams is still open to the
+    portal, with no end in sight, however short the model would have made it."""
+    os.kill(server.pid, signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        os.kill(server.pid, signal.SIGCONT)
 
 
 @pytest.fixture(scope="session")

@@ -16,7 +16,8 @@ from urllib.parse import urlsplit, urlunsplit
 REDIS_DATABASES = 16  # Redis's default `databases`
 
 
-def _worker_number() -> int | None:
+def worker_number() -> int | None:
+    """This process's xdist worker number (gw0: 0), None without xdist."""
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", ...; unset without xdist
     return int(worker[2:]) if worker.startswith("gw") and worker[2:].isdigit() else None
 
@@ -41,5 +42,5 @@ def _isolate(number: int) -> None:
         os.environ["DATA_DIR"] = f"{os.environ['DATA_DIR'].rstrip('/')}-gw{number}"
 
 
-if (_number := _worker_number()) is not None:
+if (_number := worker_number()) is not None:
     _isolate(_number)
