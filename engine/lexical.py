@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 import zipfile
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -58,6 +58,32 @@ def bm25_weights(counts: np.ndarray, lengths: np.ndarray, average_length: float)
     """BM25's term weights (m,) float64 of term counts (m,) in documents of `lengths` (m,) words."""
     norm = K1 * (1.0 - B + B * lengths / average_length)
     return counts * (K1 + 1.0) / (counts + norm)
+
+
+def rows_of(scores: np.ndarray | None, rows: np.ndarray | Iterable[int]) -> np.ndarray:
+    """The scores (m,) float64 of `rows` among every row's `scores` (count,): nan for a row outside
+    them, and everywhere where `scores` is None (a query without an indexed word)."""
+    rows = np.asarray(list(rows) if not isinstance(rows, np.ndarray) else rows, dtype=np.int64)
+    out = np.full(rows.shape[0], np.nan)
+    if scores is None:
+        return out
+    inside = (rows >= 0) & (rows < scores.shape[0])
+    out[inside] = scores[rows[inside]]
+    return out
+
+
+def best_rows(scores: np.ndarray | None, k: int, keep: Callable[[np.ndarray], np.ndarray] | None = None
+              ) -> np.ndarray:
+    """The rows (<= k,) int64 of the `k` highest of `scores` (count,) above 0, best first (lower row
+    first on ties), among those `keep` keeps (rows (m,) -> bool (m,); None: all); none for None scores."""
+    if scores is None or k <= 0:
+        return np.zeros(0, dtype=np.int64)
+    hits = np.flatnonzero(scores > 0)
+    if keep is not None:
+        hits = hits[keep(hits)]
+    if hits.size > k:
+        hits = hits[np.argpartition(-scores[hits], k - 1)[:k]]
+    return hits[np.lexsort((hits, -scores[hits]))].astype(np.int64)
 
 
 class WordIndexError(ValueError):
@@ -148,14 +174,7 @@ class WordIndex:
     def score_rows(self, query: str, rows: np.ndarray | Iterable[int]) -> np.ndarray:
         """BM25 scores (m,) float64 of `rows`; nan for a row outside the index, and everywhere for a
         query without an indexed word."""
-        rows = np.asarray(list(rows) if not isinstance(rows, np.ndarray) else rows, dtype=np.int64)
-        out = np.full(rows.shape[0], np.nan)
-        scores = self.score_all(query)
-        if scores is None:
-            return out
-        inside = (rows >= 0) & (rows < self.count)
-        out[inside] = scores[rows[inside]]
-        return out
+        return rows_of(self.score_all(query), rows)
 
     def score_texts(self, query: str, texts: Sequence[str]) -> np.ndarray:
         """BM25 scores (n,) float64 of texts that are not rows, under this index's statistics (a

@@ -25,6 +25,10 @@ Choices the spec leaves open:
   scorer re-scores each such target's HDC candidates (its top `FUSION_DEPTH`), and
   `fusion.fuse_scores` fuses the two scores under the target's rule (`FusionChoice`, chosen per
   corpus from its own self-queries by `fusion_evidence`; rule "hdc" skips the late scorer).
+  A word channel also brings candidates of its own: its best `WORD_CANDIDATES` rows within the
+  dataset filter join the fused pool with their exact HDC scores (hybrid candidates; the evidence
+  is gathered over the same pool), so a memory that holds the question's rare words is fused even
+  where HDC's (sampled) search did not shortlist it.
   Candidates past `FUSION_DEPTH` follow in HDC order; a candidate's fused score is 1 / (60 + its
   rank in its target's fused order). The adaptive threshold still decides *how many*
   candidates are kept (at least `min_context`), the fused ranking decides *which*; dedup is
@@ -54,8 +58,8 @@ from cachetools import LRUCache
 
 from engine import bits
 from engine.config import Config
-from engine.fusion import DEFAULT_K, FusionChoice, choose_fusion, fuse_scores, self_queries
-from engine.lexical import words
+from engine.fusion import DEFAULT_K, FusionChoice, SelfQuery, choose_fusion, fuse_scores, self_queries
+from engine.lexical import best_rows, rows_of, words
 from engine.loaded_build import LoadedIndex, MemoryRecord, MemoryStore
 from engine.query import BlendState, blend_vectors, query_terms
 from engine.query_names import called_names, defines
@@ -74,6 +78,11 @@ CONTEXT_DELIMITER = "\n\n---\n\n"
 # HDC candidates the late scorer re-scores and the fusion rule reorders (bench/fusion_eval.py:
 # on WordNet, 100 cost late interaction 0.015 of recall@10 that 200 keeps).
 FUSION_DEPTH = 200
+# Rows the exact-word channel ranks first that join a fused target's first FUSION_DEPTH HDC
+# candidates (hybrid candidates): a memory holding the rare words a question names is fused even
+# where HDC did not shortlist it (the sampled search, from SAMPLED_SEARCH_MIN_ROWS rows on, ranks by
+# a part of the dimensions first; a paraphrase shares few n-grams with its memory).
+WORD_CANDIDATES = 50
 # Several targets: how many of each one's first candidates its word coverage is taken over
 # (`word_coverage`; 10 and 50 measured the same, bench/cross_corpus_eval.py).
 COVERAGE_DEPTH = 10
@@ -224,8 +233,9 @@ class Retriever:
             q_pos, q_neg, min(self.candidates, target.corpus.count), allowed_sources=target.enabled_sources)
         candidates = [Candidate(0, int(r), int(s)) for r, s in zip(rows, scores, strict=True)]
         candidates.sort(key=lambda c: (-c.score, c.row))
-        orders = self._order([target], [_rows_scorer(target.late, query) if target.uses_late else None],
-                             candidates, query)
+        late = [_rows_scorer(target.late, query) if target.uses_late else None]
+        orders = self._order([target], late, candidates, query,
+                             self._word_candidates([target], [(q_pos, q_neg)], late, candidates))
         ranked = orders[0] if orders is not None else candidates
         return np.array([c.row for c in ranked], dtype=np.int64)
 
@@ -257,7 +267,7 @@ class Retriever:
         trace.update(candidates=len(candidates), threshold=0, dedup=0, selected=0, cut=None)
         if late is not None and len(late) != len(targets):
             raise ValueError(f"one late scorer per target expected, got {len(late)} for {len(targets)}")
-        orders = self._order(targets, late, candidates, query)
+        orders = self._order(targets, late, candidates, query, self._word_candidates(targets, vectors, late, candidates))
         fused = orders is not None
         if len({c.target for c in candidates}) > 1:
             # Several corpora: their HDC scores are on scales of their own (each encodes the query
@@ -291,11 +301,13 @@ class Retriever:
         return self._results(targets, [kept[i] for i in chosen], fused)
 
     def _order(self, targets: Sequence[SearchTarget], late: Sequence[RowScorer | None] | None,
-               candidates: list[Candidate], query: str) -> dict[int, list[Candidate]] | None:
-        """Each target's candidates in the order the search ranks them (`_fuse`, then the memories
-        that define a name the query calls first, `_definers_first`), with `fused` = 1 / (60 + rank)
-        in it; None when neither changed HDC's order."""
-        orders = self._fuse(targets, late, candidates) if late is not None else None
+               candidates: list[Candidate], query: str, extra: dict[int, list[Candidate]] | None = None
+               ) -> dict[int, list[Candidate]] | None:
+        """Each target's candidates in the order the search ranks them (`_fuse`, with the word
+        channel's `extra` candidates, then the memories that define a name the query calls first,
+        `_definers_first`), with `fused` = 1 / (60 + rank) in it; None when neither changed HDC's
+        order (`extra` then dropped: they are candidates of the fusion only)."""
+        orders = self._fuse(targets, late, candidates, extra or {}) if late is not None else None
         names = called_names(query)
         if names and candidates:
             own_orders = orders if orders is not None else group_by_target(candidates)
@@ -324,22 +336,47 @@ class Retriever:
         return out if moved else None
 
     @staticmethod
+    def _word_candidates(targets: Sequence[SearchTarget], vectors: Sequence[tuple[np.ndarray, np.ndarray]],
+                         late: Sequence[RowScorer | None] | None, candidates: list[Candidate]
+                         ) -> dict[int, list[Candidate]]:
+        """Each target's best `WORD_CANDIDATES` rows by its word channel (a late scorer with `best`:
+        `_WordScorer`), within its dataset filter, less those among its first FUSION_DEPTH HDC
+        `candidates`, with their exact HDC scores; only for targets HDC found candidates in."""
+        if late is None:
+            return {}
+        out = {}
+        for number, own in group_by_target(candidates).items():
+            best = getattr(late[number], "best", None)
+            if best is None:
+                continue
+            rows = best(WORD_CANDIDATES, _source_filter(targets[number]))
+            rows = rows[~np.isin(rows, [c.row for c in own[:FUSION_DEPTH]])]
+            if rows.size:
+                scores = targets[number].corpus.index.score_rows(rows, *vectors[number])
+                out[number] = [Candidate(number, int(r), int(s)) for r, s in zip(rows, scores, strict=True)]
+        return out
+
+    @staticmethod
     def _fuse(targets: Sequence[SearchTarget], late: Sequence[RowScorer | None],
-              candidates: list[Candidate]) -> dict[int, list[Candidate]] | None:
-        """Each target's candidates in its fused order (HDC order in; see the module docstring),
-        with `fused` = 1 / (60 + rank) in it; None when no late scorer answered (none given, or all
-        unavailable): the search is not fused."""
+              candidates: list[Candidate], extra: dict[int, list[Candidate]]) -> dict[int, list[Candidate]] | None:
+        """Each target's candidates in its fused order (HDC order in, its `extra` candidates fused
+        beside its first FUSION_DEPTH; see the module docstring), with `fused` = 1 / (60 + rank) in
+        it; None when no late scorer answered (none given, or all unavailable): the search is not fused."""
         by_target = group_by_target(candidates)
+        heads: dict[int, list[Candidate]] = {}
         scored: dict[int, np.ndarray] = {}
         for number, own in by_target.items():
+            added = {c.row for c in extra.get(number, ())}
+            heads[number] = own[:FUSION_DEPTH] + extra.get(number, [])
+            by_target[number] = heads[number] + [c for c in own[FUSION_DEPTH:] if c.row not in added]
             scorer = late[number]
-            scores = scorer(np.array([c.row for c in own[:FUSION_DEPTH]], dtype=np.int64)) if scorer else None
+            scores = scorer(np.array([c.row for c in heads[number]], dtype=np.int64)) if scorer else None
             if scores is not None:
                 scored[number] = scores
         if not scored:
             return None
         for number, own in by_target.items():
-            head, tail = own[:FUSION_DEPTH], own[FUSION_DEPTH:]
+            head, tail = heads[number], own[len(heads[number]):]
             scores = scored.get(number)
             if scores is not None:
                 for c, score in zip(head, scores.tolist(), strict=True):
@@ -422,8 +459,45 @@ class Retriever:
                 for c in chosen]
 
 
+def _source_filter(target: SearchTarget) -> Callable[[np.ndarray], np.ndarray] | None:
+    """rows (m,) -> bool (m,): which rows the target's dataset filter lets through; None: all."""
+    if target.enabled_sources is None:
+        return None
+    enabled = np.fromiter(target.enabled_sources, dtype=np.int64)
+    sources = target.corpus.index.source_ids
+    return lambda rows: np.isin(sources[rows], enabled)
+
+
+class _WordScorer:
+    """A word channel (a late scorer with `score_all`: `engine.lexical`) bound to one query: every
+    row's BM25 scores, computed once, serve both the re-scoring of candidates (called with rows, as
+    a `RowScorer`) and the channel's own best rows (`best`)."""
+
+    def __init__(self, scorer: LateScorer, query: str) -> None:
+        self._scorer = scorer
+        self._query = query
+        self._scores: np.ndarray | None = None
+        self._scored = False
+
+    def _all(self) -> np.ndarray | None:
+        if not self._scored:
+            self._scores, self._scored = self._scorer.score_all(self._query), True
+        return self._scores
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        return rows_of(self._all(), rows)
+
+    def best(self, k: int, keep: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+        """The rows (<= k,) int64 it scores highest above 0, best first, among those `keep`
+        (rows -> bool mask) keeps."""
+        return best_rows(self._all(), k, keep)
+
+
 def _rows_scorer(scorer: LateScorer, query: str) -> RowScorer:
-    """`scorer` bound to `query`: rows -> scores, or None while it is unavailable."""
+    """`scorer` bound to `query`: rows -> scores, or None while it is unavailable (a word channel:
+    `_WordScorer`)."""
+    if hasattr(scorer, "score_all"):
+        return _WordScorer(scorer, query)
 
     def score(rows: np.ndarray) -> np.ndarray | None:
         try:
@@ -438,9 +512,10 @@ def fusion_evidence(*, retriever: Retriever, target: SearchTarget, samples: int 
                     depth: int = FUSION_DEPTH) -> FusionChoice:
     """The `FusionChoice` of `target` from its own data: `samples` seeded memories give self-queries
     of every kind (`fusion.self_queries`: a lead, a span, and a held-out sentence, for which the
-    memory is scored as the rest of its text), each ranked over HDC's top `depth` and re-scored by
-    `target.late`, as a search would; `choose_fusion` keeps HDC alone unless a rule beats it
-    significantly, and robustly across the kinds. Costs one late scoring of `depth` rows per query.
+    memory is scored as the rest of its text), each ranked over HDC's top `depth` (and, for a word
+    channel, its own best `WORD_CANDIDATES` rows) and re-scored by `target.late`, as a search would;
+    `choose_fusion` keeps HDC alone unless a rule beats it significantly, and robustly across the
+    kinds. Costs one late scoring of `depth` rows (a word channel: of every row) per query.
     """
     if target.late is None:
         raise ValueError("fusion evidence needs a target with a late scorer")
@@ -451,7 +526,8 @@ def fusion_evidence(*, retriever: Retriever, target: SearchTarget, samples: int 
     memories = target.store.get_memories(rows)
     rows = [row for row in rows if row in memories]
     queries = self_queries([memories[row].text for row in rows], seed=seed)
-    hdc = np.full((len(queries), depth), -np.inf)
+    width = depth + (WORD_CANDIDATES if hasattr(target.late, "score_all") else 0)
+    hdc = np.full((len(queries), width), -np.inf)
     late = np.full_like(hdc, np.nan)
     targets = np.full(len(queries), -1, dtype=np.int64)
     for number, made in enumerate(queries):
@@ -459,25 +535,51 @@ def fusion_evidence(*, retriever: Retriever, target: SearchTarget, samples: int 
         q_pos, q_neg = retriever.query_vector(corpus, made.query)
         if not (q_pos.any() or q_neg.any()):
             continue
-        found, scores = corpus.index.search_exact(q_pos, q_neg, min(depth, corpus.count))
-        scores = scores.astype(np.float64)
-        if made.rest is not None:  # held out: the memory competes as the rest of its text
-            d_pos, d_neg, _ = retriever.encode_text(corpus, made.rest)
-            rest_score = float(bits.score64(d_pos[None], d_neg[None], q_pos, q_neg)[0])
-            keep = found != own
-            found, scores = found[keep], scores[keep]
-            if found.size == depth and rest_score < scores[-1]:
-                continue  # not a candidate: every rule misses it
-            at = int(np.searchsorted(-scores, -rest_score, side="right"))
-            found, scores = np.insert(found, at, own)[:depth], np.insert(scores, at, rest_score)[:depth]
         try:
-            late_scores = target.late.score_rows(made.query, found)
-            if made.rest is not None:
-                at = int(np.flatnonzero(found == own)[0])
-                late_scores[at] = target.late.score_texts(made.query, [made.rest])[0]
+            pool = _evidence_pool(retriever, target, made, own, q_pos, q_neg, depth)
         except LateUnavailable as error:
             raise ValueError(f"the late scorer cannot answer now; no evidence gathered: {error}") from error
+        if pool is None:
+            continue  # not a candidate: every rule misses it
+        found, scores, late_scores = pool
         hdc[number, :found.size], late[number, :found.size] = scores, late_scores
         hits = np.flatnonzero(found == own)
         targets[number] = int(hits[0]) if hits.size else -1
     return choose_fusion(hdc, late, targets, kinds=[made.kind for made in queries])
+
+
+def _evidence_pool(retriever: Retriever, target: SearchTarget, made: SelfQuery, own: int, q_pos: np.ndarray,
+                   q_neg: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """One self-query's candidate pool as a search builds it: rows (m,), their HDC scores (m,) and
+    late scores (m,); a held-out query's own memory competes as the rest of its text (`made.rest`).
+    None when the memory is in no pool (every rule misses it)."""
+    corpus, scorer = target.corpus, target.late
+    found, scores = corpus.index.search_exact(q_pos, q_neg, min(depth, corpus.count))
+    scores = scores.astype(np.float64)
+    rest_hdc = rest_late = None
+    if made.rest is not None:
+        d_pos, d_neg, _ = retriever.encode_text(corpus, made.rest)
+        rest_hdc = float(bits.score64(d_pos[None], d_neg[None], q_pos, q_neg)[0])
+        rest_late = float(scorer.score_texts(made.query, [made.rest])[0])
+        keep = found != own
+        found, scores = found[keep], scores[keep]
+        if found.size < depth or rest_hdc >= scores[-1]:
+            at = int(np.searchsorted(-scores, -rest_hdc, side="right"))
+            found, scores = np.insert(found, at, own)[:depth], np.insert(scores, at, rest_hdc)[:depth]
+    if hasattr(scorer, "score_all"):  # a word channel: its own best rows join the pool, as in a search
+        every = scorer.score_all(made.query)
+        if every is not None and rest_late is not None:
+            every = every.copy()
+            every[own] = rest_late if np.isfinite(rest_late) else 0.0
+        extra = best_rows(every, WORD_CANDIDATES)
+        extra = extra[~np.isin(extra, found)]
+        extra_hdc = corpus.index.score_rows(extra, q_pos, q_neg).astype(np.float64)
+        if rest_hdc is not None:
+            extra_hdc[extra == own] = rest_hdc
+        found, scores = np.concatenate([found, extra]), np.concatenate([scores, extra_hdc])
+    if made.rest is not None and own not in found:
+        return None
+    late_scores = scorer.score_rows(made.query, found)
+    if rest_late is not None:
+        late_scores[found == own] = rest_late
+    return found, scores, late_scores

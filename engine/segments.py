@@ -189,6 +189,15 @@ class SegmentedIndex:
         order = np.lexsort((rows, -scores))[:k]
         return rows[order], scores[order].astype(np.int32)
 
+    def score_rows(self, rows: np.ndarray | Iterable[int], q_pos: np.ndarray, q_neg: np.ndarray) -> np.ndarray:
+        """Exact ternary scores int64 (m,) of the given state rows (m,) for the query."""
+        part, local = self._split(rows)
+        out = np.zeros(local.size, dtype=np.int64)
+        for number in np.unique(part):
+            at = np.flatnonzero(part == number)
+            out[at] = self.parts[number].score_rows(local[at], q_pos, q_neg)
+        return out
+
     def get_bitmaps(self, rows: np.ndarray | Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
         """Shapes: rows (m,) state rows → (pos, neg) uint64 (m, words)."""
         part, local = self._split(rows)
@@ -221,7 +230,7 @@ def _search_small(part: BitmapIndex, q_pos: np.ndarray, q_neg: np.ndarray, k: in
 class SegmentedWordIndex:
     """BM25 over the rows of several segments' word indexes (`engine.lexical.WordIndex`), with the
     statistics of all of them together: the scores one index over the same rows gives (up to the
-    rounding of float sums). Answers as `WordIndex` does (`score_rows`, `score_texts`)."""
+    rounding of float sums). Answers as `WordIndex` does (`score_all`, `score_rows`, `score_texts`)."""
 
     def __init__(self, parts: Sequence[WordIndex], offsets: Sequence[int]) -> None:
         if len(offsets) != len(parts) + 1:
@@ -248,6 +257,27 @@ class SegmentedWordIndex:
         df = np.array([frequency[w] for w in found], dtype=np.float64)
         return found, np.log1p((self.count - df + 0.5) / (df + 0.5))
 
+    def _part_scores(self, number: int, found: list[str], idf: np.ndarray) -> np.ndarray:
+        """BM25 scores (rows of segment `number`,) float64 of its rows, under every segment's statistics."""
+        part = self.parts[number]
+        scores = np.zeros(part.count)
+        for word, weight in zip(found, idf, strict=True):
+            local = part.vocabulary.get(word)
+            if local is not None:
+                span = slice(part.starts[local], part.starts[local + 1])
+                hits = part.rows[span]
+                scores[hits] += weight * bm25_weights(part.counts[span].astype(np.float64),
+                                                       part.lengths[hits].astype(np.float64), self.average_length)
+        return scores
+
+    def score_all(self, query: str) -> np.ndarray | None:
+        """BM25 scores (count,) float64 of every row of every segment; None for a query without an
+        indexed word."""
+        found, idf = self._statistics(query)
+        if not found:
+            return None
+        return np.concatenate([self._part_scores(number, found, idf) for number in range(len(self.parts))])
+
     def score_rows(self, query: str, rows: np.ndarray | Iterable[int]) -> np.ndarray:
         rows = np.asarray(list(rows) if not isinstance(rows, np.ndarray) else rows, dtype=np.int64)
         out = np.full(rows.shape[0], np.nan)
@@ -256,20 +286,10 @@ class SegmentedWordIndex:
             return out
         inside = (rows >= 0) & (rows < self.count)
         part_of = np.searchsorted(self.offsets, rows, side="right") - 1
-        for number, part in enumerate(self.parts):
+        for number in range(len(self.parts)):
             at = np.flatnonzero(inside & (part_of == number))
-            if not at.size:
-                continue
-            scores = np.zeros(part.count)
-            for word, weight in zip(found, idf, strict=True):
-                local = part.vocabulary.get(word)
-                if local is None:
-                    continue
-                span = slice(part.starts[local], part.starts[local + 1])
-                hits = part.rows[span]
-                scores[hits] += weight * bm25_weights(part.counts[span].astype(np.float64),
-                                                       part.lengths[hits].astype(np.float64), self.average_length)
-            out[at] = scores[rows[at] - self.offsets[number]]
+            if at.size:
+                out[at] = self._part_scores(number, found, idf)[rows[at] - self.offsets[number]]
         return out
 
     def score_texts(self, query: str, texts: Sequence[str]) -> np.ndarray:

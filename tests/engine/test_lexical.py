@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from engine.lexical import K1, WORDS_FILE, B, WordIndex, WordIndexError, words
+from engine.lexical import K1, WORDS_FILE, B, WordIndex, WordIndexError, best_rows, rows_of, words
 
 DOCS = [
     "random.shuffle shuffles a list in place.",
@@ -97,3 +97,15 @@ def test_a_damaged_file_is_refused_with_its_path(tmp_path):
                  rows=np.array([0]), counts=np.array([1]), lengths=np.array([1]))
     with pytest.raises(WordIndexError, match="inconsistent"):
         WordIndex.load(tmp_path / "other.npz")
+
+
+def test_best_rows_are_the_highest_scores_above_zero_best_first_within_the_filter():
+    scores = np.array([0.0, 2.0, 5.0, 2.0, -1.0, 7.0, 0.5])
+    assert best_rows(scores, 3).tolist() == [5, 2, 1]  # ties: the lower row first
+    assert best_rows(scores, 10).tolist() == [5, 2, 1, 3, 6]  # never a row scoring 0 or less
+    assert best_rows(scores, 2, keep=lambda rows: rows % 2 == 1).tolist() == [5, 1]
+    assert best_rows(None, 3).size == 0 and best_rows(scores, 0).size == 0
+    index = WordIndex.build(DOCS)
+    assert best_rows(index.score_all("shuffle list"), 2).tolist() == [0, 1]
+    assert np.isnan(rows_of(None, [0, 1])).all()
+    assert rows_of(scores, [2, 7, -1])[0] == 5.0 and np.isnan(rows_of(scores, [2, 7, -1])[1:]).all()

@@ -15,7 +15,7 @@ from engine.config import Config
 from engine.lexical import WordIndex
 from engine.loaded_build import load_corpus
 from engine.query_names import called_names, defines
-from engine.retrieval import Retriever, SearchTarget, fusion_evidence
+from engine.retrieval import Retriever, SearchTarget, _rows_scorer, fusion_evidence
 
 
 @pytest.mark.parametrize(("query", "names"), [
@@ -120,8 +120,10 @@ def test_a_question_without_a_called_name_ranks_as_before(demo):
     question = "What does the zip function return?"
     assert called_names(question) == ()
     ranked = retriever.rank_rows(question, target)
-    fused = retriever._fuse([target], [lambda rows: target.late.score_rows(question, rows)],
-                            _hdc_candidates(retriever, target, question))
+    late = [_rows_scorer(target.late, question)]
+    candidates = _hdc_candidates(retriever, target, question)
+    extra = retriever._word_candidates([target], [retriever.query_vector(target.corpus, question)], late, candidates)
+    fused = retriever._fuse([target], late, candidates, extra)
     order = fused[0] if fused is not None else _hdc_candidates(retriever, target, question)
     assert np.array_equal(ranked, np.array([c.row for c in order]))
 

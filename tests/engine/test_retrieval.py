@@ -13,6 +13,7 @@ from engine.bits import adaptive_threshold, pack_ternary, unpack_ternary
 from engine.config import Config
 from engine.fusion import FusionChoice
 from engine.index import BitmapIndex
+from engine.lexical import WordIndex
 from engine.loaded_build import LoadedIndex, MemoryRecord
 from engine.query import BlendState, blend_vectors, query_terms
 from engine.ranking import Candidate, hdc_mmr
@@ -318,6 +319,33 @@ def test_fusion_reorders_hdc_candidates_and_keeps_hdc_only_searches_unchanged(tm
     assert [r.memory.hdv_idx for r in retriever.search("the question", [target])] == \
         [r.memory.hdv_idx for r in fused]
     assert scorer.asked[-1][0] == "the question"
+
+
+def test_the_word_channel_adds_its_best_rows_to_the_fusion_within_the_dataset_filter(tmp_path):
+    retriever, targets, q, rows, query = constructed_case(tmp_path, min_context=3)
+    retriever.query_vector = lambda corpus, query, blend=None: q
+    scores = rows @ query.astype(np.int64)
+    hdc_order = np.lexsort((np.arange(len(scores)), -scores))
+    outside = int(hdc_order[-1])  # HDC's last row: far from its 100 candidates
+    word = targets[0].store.texts[outside].split()[-1]  # "w<i>": that row's own word
+    index = WordIndex.build(targets[0].store.texts)
+    hdc_alone = SearchTarget(targets[0].corpus, targets[0].store, "case", late=index, fusion=FusionChoice("hdc"))
+    assert outside not in {r.memory.hdv_idx for r in retriever.search(word, [hdc_alone])}
+    assert outside not in retriever.rank_rows(word, hdc_alone)
+    fused = SearchTarget(targets[0].corpus, targets[0].store, "case", late=index, fusion=FusionChoice("late"))
+    found = retriever.search(word, [fused])
+    assert found[0].memory.hdv_idx == outside
+    assert found[0].hdc_score == float(scores[outside]) and found[0].late_score > 0  # its exact HDC score
+    assert retriever.rank_rows(word, fused)[0] == outside
+    assert len(set(retriever.rank_rows(word, fused).tolist())) == retriever.candidates + 1  # no row twice
+    # A row of a dataset the search leaves out is not added by the word channel either.
+    sources = np.zeros(len(rows), np.int32)
+    sources[outside] = 1
+    corpus = make_corpus(tmp_path, "filtered", rows, source_ids=sources)
+    filtered = SearchTarget(corpus, targets[0].store, "case", enabled_sources=frozenset({0}), late=index,
+                            fusion=FusionChoice("late"))
+    assert outside not in {r.memory.hdv_idx for r in retriever.search(word, [filtered])}
+    assert outside not in retriever.rank_rows(word, filtered)
 
 
 def test_the_fusion_rule_decides_whether_and_how_the_late_scorer_counts(tmp_path):

@@ -147,6 +147,10 @@ def test_bm25_over_segments_scores_as_one_word_index(state):
     rows = np.arange(len(texts))
     for query in ("binary search", "storming of the Bastille", "quokkas zymurgy", "energy glucose", "nothing"):
         np.testing.assert_allclose(together.score_rows(query, rows), whole.score_rows(query, rows), rtol=1e-12)
+        every, alone = together.score_all(query), whole.score_all(query)
+        assert (every is None) == (alone is None)
+        if alone is not None:
+            np.testing.assert_allclose(every, alone, rtol=1e-12)
         np.testing.assert_allclose(together.score_texts(query, ["a binary tree", "the moon"]),
                                    whole.score_texts(query, ["a binary tree", "the moon"]), rtol=1e-12)
 
