@@ -26,6 +26,7 @@ if __package__ in (None, ""):
 import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import re  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
 import uuid  # noqa: E402
@@ -42,6 +43,7 @@ ANIMALS = ["quokka", "axolotl", "narwhal", "pangolin", "okapi", "tardigrade", "c
            "dugong", "fossa", "saiga"]
 
 
+_WORDS = re.compile(r"\w+")
 SYLLABLES = ["ba", "ko", "ri", "zu", "me", "ta", "vo", "ly", "qui", "do", "ne", "fa", "xi", "po", "gu", "sha",
              "wen", "tor", "mil", "cra"]
 
@@ -73,6 +75,13 @@ def write_docs(folder: Path, kind: str, bodies: list[str], versions: dict[int, i
     return facts
 
 
+def holds(text: str, sentence: str) -> bool:
+    """Whether a memory's `text` holds the fact `sentence`: every word of it (a document a little
+    longer than a chunk ends in a window of its last tokens, and the search may serve the previous
+    window, which holds the whole fact but its final full stop: dedup keeps the fuller text)."""
+    return set(_WORDS.findall(sentence.lower())) <= set(_WORDS.findall(text.lower()))
+
+
 def timed_sync(source, *, wait_for: list[str] = (), gone: list[str] = ()) -> tuple[float, object]:  # noqa: ANN001
     """Seconds from the sync's start until every `wait_for` sentence is found (tasks run
     inline, so the sync and its append have ended when the call returns) and no `gone` one is found."""
@@ -89,15 +98,15 @@ def timed_sync(source, *, wait_for: list[str] = (), gone: list[str] = ()) -> tup
     for sentence in wait_for:
         results = memories_search(user=owner, corpus_ids=[source.corpus_id], query=sentence, top_document=False)
         texts = [r.memory.text for r in results]
-        if not any(sentence in text for text in texts):
+        if not any(holds(text, sentence) for text in texts):
             raise SystemExit(f"not found after the sync: {sentence!r}")
-        top += sentence in texts[0]
+        top += holds(texts[0], sentence)
     elapsed = time.perf_counter() - started
     if wait_for:
         print(f"  {top} of {len(wait_for)} changed sentences the top hit, every one found")
     for sentence in gone:
         results = memories_search(user=owner, corpus_ids=[source.corpus_id], query=sentence, top_document=False)
-        if any(sentence in r.memory.text for r in results):
+        if any(holds(r.memory.text, sentence) for r in results):
             raise SystemExit(f"the old sentence is still found: {sentence!r}")
     return elapsed, source
 
