@@ -80,10 +80,19 @@ def best_rows(scores: np.ndarray | None, k: int, keep: Callable[[np.ndarray], np
         return np.zeros(0, dtype=np.int64)
     hits = np.flatnonzero(scores > 0)
     if keep is not None:
-        hits = hits[keep(hits)]
-    if hits.size > k:
-        hits = hits[np.argpartition(-scores[hits], k - 1)[:k]]
-    return hits[np.lexsort((hits, -scores[hits]))].astype(np.int64)
+        # The filter asked of the best few first (most rows pass it), of every hit only if too few did.
+        first = _best(hits, scores, 4 * k)
+        kept = first[keep(first)]
+        hits = kept if kept.size >= k or first.size == hits.size else hits[keep(hits)]
+    return _best(hits, scores, k)[:k] if hits.size else hits.astype(np.int64)
+
+
+def _best(rows: np.ndarray, scores: np.ndarray, k: int) -> np.ndarray:
+    """`rows` (m,) less all but their `k` highest `scores`, best first (lower row first on ties)."""
+    if rows.size > k:
+        top = np.argpartition(-scores[rows], k - 1)[:k]
+        rows = rows[top]
+    return rows[np.lexsort((rows, -scores[rows]))].astype(np.int64)
 
 
 class WordIndexError(ValueError):

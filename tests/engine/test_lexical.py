@@ -105,6 +105,9 @@ def test_best_rows_are_the_highest_scores_above_zero_best_first_within_the_filte
     assert best_rows(scores, 10).tolist() == [5, 2, 1, 3, 6]  # never a row scoring 0 or less
     assert best_rows(scores, 2, keep=lambda rows: rows % 2 == 1).tolist() == [5, 1]
     assert best_rows(None, 3).size == 0 and best_rows(scores, 0).size == 0
+    # The filter drops every one of the best few: the rest are asked.
+    many = np.arange(1.0, 101.0)
+    assert best_rows(many, 2, keep=lambda rows: rows < 10).tolist() == [9, 8]
     index = WordIndex.build(DOCS)
     assert best_rows(index.score_all("shuffle list"), 2).tolist() == [0, 1]
     assert np.isnan(rows_of(None, [0, 1])).all()
