@@ -8,7 +8,7 @@ default search path.
   document scores its best window. The build rate is windows (and documents) per second.
 * `DefaultPathRanker` ("default"): what a corpus search ranks on the portal's default path: the
   HDC build with its exact-word channel (`engine.lexical.WordIndex`), the fusion rule chosen from
-  the build's own self-queries (`engine.retrieval.fusion_evidence`), and the retriever's fused
+  the build's own self-queries (`engine.gate.fusion_evidence`), and the retriever's fused
   order of its candidates (its top `candidates` by HDC, the first `FUSION_DEPTH` re-ordered). The
   threshold, dedup and MMR that follow choose how many to show, not which ranks first.
 """
@@ -104,8 +104,9 @@ class DefaultPathRanker:
         self.name = "default path (HDC + words, gated)"
 
     def index(self, documents: list[str]) -> None:
+        from engine.gate import fusion_evidence
         from engine.lexical import WordIndex
-        from engine.retrieval import SearchTarget, fusion_evidence
+        from engine.retrieval import SearchTarget
 
         if self.shared is not None and getattr(self.shared, "documents", None) is documents:
             self.hdc = self.shared

@@ -40,9 +40,10 @@ PAIRS = "jargon+manpages,pydocs+gcide,manpages+pydocs"
 def _build(root: Path, name: str, documents: list[str], *, gguf_path: Path, tokenizer, config, retriever):  # noqa: ANN001, ANN202
     from engine.build import build_index
     from engine.fusion import FusionChoice
+    from engine.gate import fusion_evidence
     from engine.lexical import WordIndex
     from engine.loaded_build import MemoryRecord, load_corpus
-    from engine.retrieval import SearchTarget, fusion_evidence
+    from engine.retrieval import SearchTarget
 
     path = root / f"{name}.jsonl"
     path.write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in documents), encoding="utf-8")

@@ -15,7 +15,7 @@ word, the rows that hold it and how often; scoring a query reads only its words'
 
 `WordIndex` answers as `engine.text_store.LateScorer` does (`score_rows`, `score_texts`), so the
 retriever fuses it over HDC's top candidates under a rule chosen from the build's own evidence
-(`engine.retrieval.fusion_evidence`). A row without any query word scores 0; a query without
+(`engine.gate.fusion_evidence`). A row without any query word scores 0; a query without
 any indexed word gets nan everywhere (nothing to fuse: HDC's order stands).
 """
 
@@ -199,3 +199,29 @@ class WordIndex:
             counts = np.array([bag.get(word, 0) for word in ids], dtype=np.float64)
             out[number] = float(np.sum(self.idf[ids] * self._weights(counts, np.full(len(ids), length))))
         return out
+
+
+class WordQuery:
+    """A word index (`WordIndex` or `engine.segments.SegmentedWordIndex`: anything with `score_all`)
+    bound to one query: every row's BM25 scores, computed once, serve both the re-scoring of a
+    search's candidates (called with rows, as `engine.retrieval.RowScorer`) and the channel's own
+    best rows (`best`)."""
+
+    def __init__(self, scorer: WordIndex, query: str) -> None:
+        self._scorer = scorer
+        self._query = query
+        self._scores: np.ndarray | None = None
+        self._scored = False
+
+    def _all(self) -> np.ndarray | None:
+        if not self._scored:
+            self._scores, self._scored = self._scorer.score_all(self._query), True
+        return self._scores
+
+    def __call__(self, rows: np.ndarray) -> np.ndarray:
+        return rows_of(self._all(), rows)
+
+    def best(self, k: int, keep: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+        """The rows (<= k,) int64 it scores highest above 0, best first, among those `keep`
+        (rows -> bool mask) keeps."""
+        return best_rows(self._all(), k, keep)

@@ -24,7 +24,7 @@ Choices the spec leaves open:
   `engine.text_store.LateScorer`, or BM25 over its words, `engine.lexical.WordIndex`): the late
   scorer re-scores each such target's HDC candidates (its top `FUSION_DEPTH`), and
   `fusion.fuse_scores` fuses the two scores under the target's rule (`FusionChoice`, chosen per
-  corpus from its own self-queries by `fusion_evidence`; rule "hdc" skips the late scorer).
+  corpus from its own self-queries by `engine.gate.fusion_evidence`; rule "hdc" skips the late scorer).
   A word channel also brings candidates of its own: its best `WORD_CANDIDATES` rows within the
   dataset filter join the fused pool with their exact HDC scores (hybrid candidates; the evidence
   is gathered over the same pool), so a memory that holds the question's rare words is fused even
@@ -58,8 +58,8 @@ from cachetools import LRUCache
 
 from engine import bits
 from engine.config import Config
-from engine.fusion import DEFAULT_K, FusionChoice, SelfQuery, choose_fusion, fuse_scores, self_queries
-from engine.lexical import best_rows, rows_of, words
+from engine.fusion import DEFAULT_K, FusionChoice, fuse_scores
+from engine.lexical import WordQuery, words
 from engine.loaded_build import LoadedIndex, MemoryRecord, MemoryStore
 from engine.query import BlendState, blend_vectors, query_terms
 from engine.query_names import called_names, defines
@@ -340,8 +340,9 @@ class Retriever:
                          late: Sequence[RowScorer | None] | None, candidates: list[Candidate]
                          ) -> dict[int, list[Candidate]]:
         """Each target's best `WORD_CANDIDATES` rows by its word channel (a late scorer with `best`:
-        `_WordScorer`), within its dataset filter, less those among its first FUSION_DEPTH HDC
-        `candidates`, with their exact HDC scores; only for targets HDC found candidates in."""
+        `engine.lexical.WordQuery`), within its dataset filter, less those among its first
+        FUSION_DEPTH HDC `candidates`, with their exact HDC scores; only for targets HDC found
+        candidates in."""
         if late is None:
             return {}
         out = {}
@@ -468,36 +469,11 @@ def _source_filter(target: SearchTarget) -> Callable[[np.ndarray], np.ndarray] |
     return lambda rows: np.isin(sources[rows], enabled)
 
 
-class _WordScorer:
-    """A word channel (a late scorer with `score_all`: `engine.lexical`) bound to one query: every
-    row's BM25 scores, computed once, serve both the re-scoring of candidates (called with rows, as
-    a `RowScorer`) and the channel's own best rows (`best`)."""
-
-    def __init__(self, scorer: LateScorer, query: str) -> None:
-        self._scorer = scorer
-        self._query = query
-        self._scores: np.ndarray | None = None
-        self._scored = False
-
-    def _all(self) -> np.ndarray | None:
-        if not self._scored:
-            self._scores, self._scored = self._scorer.score_all(self._query), True
-        return self._scores
-
-    def __call__(self, rows: np.ndarray) -> np.ndarray:
-        return rows_of(self._all(), rows)
-
-    def best(self, k: int, keep: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
-        """The rows (<= k,) int64 it scores highest above 0, best first, among those `keep`
-        (rows -> bool mask) keeps."""
-        return best_rows(self._all(), k, keep)
-
-
 def _rows_scorer(scorer: LateScorer, query: str) -> RowScorer:
     """`scorer` bound to `query`: rows -> scores, or None while it is unavailable (a word channel:
-    `_WordScorer`)."""
+    `engine.lexical.WordQuery`)."""
     if hasattr(scorer, "score_all"):
-        return _WordScorer(scorer, query)
+        return WordQuery(scorer, query)
 
     def score(rows: np.ndarray) -> np.ndarray | None:
         try:
@@ -506,80 +482,3 @@ def _rows_scorer(scorer: LateScorer, query: str) -> RowScorer:
             return None
 
     return score
-
-
-def fusion_evidence(*, retriever: Retriever, target: SearchTarget, samples: int = 64, seed: int = 0,
-                    depth: int = FUSION_DEPTH) -> FusionChoice:
-    """The `FusionChoice` of `target` from its own data: `samples` seeded memories give self-queries
-    of every kind (`fusion.self_queries`: a lead, a span, and a held-out sentence, for which the
-    memory is scored as the rest of its text), each ranked over HDC's top `depth` (and, for a word
-    channel, its own best `WORD_CANDIDATES` rows) and re-scored by `target.late`, as a search would;
-    `choose_fusion` keeps HDC alone unless a rule beats it significantly, and robustly across the
-    kinds. Costs one late scoring of `depth` rows (a word channel: of every row) per query.
-    """
-    if target.late is None:
-        raise ValueError("fusion evidence needs a target with a late scorer")
-    corpus = target.corpus
-    rng = np.random.default_rng(seed)
-    rows = sorted(rng.choice(corpus.count, size=min(samples, corpus.count), replace=False).tolist()) \
-        if corpus.count else []
-    memories = target.store.get_memories(rows)
-    rows = [row for row in rows if row in memories]
-    queries = self_queries([memories[row].text for row in rows], seed=seed)
-    width = depth + (WORD_CANDIDATES if hasattr(target.late, "score_all") else 0)
-    hdc = np.full((len(queries), width), -np.inf)
-    late = np.full_like(hdc, np.nan)
-    targets = np.full(len(queries), -1, dtype=np.int64)
-    for number, made in enumerate(queries):
-        own = rows[made.index]
-        q_pos, q_neg = retriever.query_vector(corpus, made.query)
-        if not (q_pos.any() or q_neg.any()):
-            continue
-        try:
-            pool = _evidence_pool(retriever, target, made, own, q_pos, q_neg, depth)
-        except LateUnavailable as error:
-            raise ValueError(f"the late scorer cannot answer now; no evidence gathered: {error}") from error
-        if pool is None:
-            continue  # not a candidate: every rule misses it
-        found, scores, late_scores = pool
-        hdc[number, :found.size], late[number, :found.size] = scores, late_scores
-        hits = np.flatnonzero(found == own)
-        targets[number] = int(hits[0]) if hits.size else -1
-    return choose_fusion(hdc, late, targets, kinds=[made.kind for made in queries])
-
-
-def _evidence_pool(retriever: Retriever, target: SearchTarget, made: SelfQuery, own: int, q_pos: np.ndarray,
-                   q_neg: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """One self-query's candidate pool as a search builds it: rows (m,), their HDC scores (m,) and
-    late scores (m,); a held-out query's own memory competes as the rest of its text (`made.rest`).
-    None when the memory is in no pool (every rule misses it)."""
-    corpus, scorer = target.corpus, target.late
-    found, scores = corpus.index.search_exact(q_pos, q_neg, min(depth, corpus.count))
-    scores = scores.astype(np.float64)
-    rest_hdc = rest_late = None
-    if made.rest is not None:
-        d_pos, d_neg, _ = retriever.encode_text(corpus, made.rest)
-        rest_hdc = float(bits.score64(d_pos[None], d_neg[None], q_pos, q_neg)[0])
-        rest_late = float(scorer.score_texts(made.query, [made.rest])[0])
-        keep = found != own
-        found, scores = found[keep], scores[keep]
-        if found.size < depth or rest_hdc >= scores[-1]:
-            at = int(np.searchsorted(-scores, -rest_hdc, side="right"))
-            found, scores = np.insert(found, at, own)[:depth], np.insert(scores, at, rest_hdc)[:depth]
-    if hasattr(scorer, "score_all"):  # a word channel: its own best rows join the pool, as in a search
-        every = scorer.score_all(made.query)
-        if every is not None and rest_late is not None:
-            every = every.copy()
-            every[own] = rest_late if np.isfinite(rest_late) else 0.0
-        extra = best_rows(every, WORD_CANDIDATES)
-        extra = extra[~np.isin(extra, found)]
-        extra_hdc = corpus.index.score_rows(extra, q_pos, q_neg).astype(np.float64)
-        if rest_hdc is not None:
-            extra_hdc[extra == own] = rest_hdc
-        found, scores = np.concatenate([found, extra]), np.concatenate([scores, extra_hdc])
-    if made.rest is not None and own not in found:
-        return None
-    late_scores = scorer.score_rows(made.query, found)
-    if rest_late is not None:
-        late_scores[found == own] = rest_late
-    return found, scores, late_scores

@@ -43,10 +43,11 @@ from corpus.serving import model_for, model_identity, tokenizer_for
 from engine.build import BuildCancelled, BuildResult, build_index, verify_build
 from engine.config import Config
 from engine.fusion import FusionChoice
+from engine.gate import fusion_evidence
 from engine.lexical import WORDS_FILE, WordIndex
 from engine.loaded_build import LoadedIndex, MemoryStore, load_corpus
 from engine.multivector.token_vectors import TokenVectorEncoder
-from engine.retrieval import Retriever, SearchTarget, fusion_evidence
+from engine.retrieval import Retriever, SearchTarget
 from engine.segments import append_segment
 from engine.text_store import LateScorer, TextStoreError, text_encoder_for, text_store_fill, text_store_prune
 from engine.tokenizer import Tokenizer
@@ -144,7 +145,7 @@ def build_run(*, build_id: int) -> IndexBuild | None:
 def _fusion_evidence(*, build: IndexBuild, corpus: LoadedIndex, config: Config, tokenizer: Tokenizer,
                      encoder: TokenVectorEncoder, memories: MemoryStore) -> FusionChoice:
     """The fusion rule for this build, from its own held-out self-queries
-    (`engine.retrieval.fusion_evidence`), scored by the token vectors the fill kept beside the
+    (`engine.gate.fusion_evidence`), scored by the token vectors the fill kept beside the
     store; searches read it from `BuildParameters.fusion`."""
     scorer = LateScorer.for_build(corpus, encoder=encoder, tokenizer=tokenizer)
     if scorer is None:

@@ -12,10 +12,11 @@ import pytest
 from corpus.demo import pydoc_topics, stdlib_docstrings
 from engine.build import build_index
 from engine.config import Config
+from engine.gate import fusion_evidence
 from engine.lexical import WordIndex
 from engine.loaded_build import load_corpus
 from engine.query_names import called_names, defines
-from engine.retrieval import Retriever, SearchTarget, _rows_scorer, fusion_evidence
+from engine.retrieval import Retriever, SearchTarget, _rows_scorer
 
 
 @pytest.mark.parametrize(("query", "names"), [

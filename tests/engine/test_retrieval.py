@@ -12,6 +12,7 @@ import pytest
 from engine.bits import adaptive_threshold, pack_ternary, unpack_ternary
 from engine.config import Config
 from engine.fusion import FusionChoice
+from engine.gate import fusion_evidence
 from engine.index import BitmapIndex
 from engine.lexical import WordIndex
 from engine.loaded_build import LoadedIndex, MemoryRecord
@@ -24,7 +25,6 @@ from engine.retrieval import (
     Retriever,
     SearchResult,
     SearchTarget,
-    fusion_evidence,
 )
 from tests.engine.test_encoder import make_encoder
 

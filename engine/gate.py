@@ -1,0 +1,93 @@
+"""The gate: a corpus's fusion rule (`engine.fusion.FusionChoice`) from its own data.
+
+`fusion_evidence` asks seeded self-queries of the corpus's own memories (`fusion.self_queries`),
+ranks each over the pool a search would fuse (HDC's top `FUSION_DEPTH`, and a word channel's own
+best `WORD_CANDIDATES` rows: `engine.retrieval`), and lets `fusion.choose_fusion` keep HDC alone
+unless a rule beats it significantly. Builds run it once and record the rule (`BuildParameters`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from engine import bits
+from engine.fusion import FusionChoice, SelfQuery, choose_fusion, self_queries
+from engine.lexical import best_rows
+from engine.retrieval import FUSION_DEPTH, WORD_CANDIDATES, LateUnavailable, Retriever, SearchTarget
+
+
+def fusion_evidence(*, retriever: Retriever, target: SearchTarget, samples: int = 64, seed: int = 0,
+                    depth: int = FUSION_DEPTH) -> FusionChoice:
+    """The `FusionChoice` of `target` from its own data: `samples` seeded memories give self-queries
+    of every kind (`fusion.self_queries`: a lead, a span, and a held-out sentence, for which the
+    memory is scored as the rest of its text), each ranked over HDC's top `depth` (and, for a word
+    channel, its own best `WORD_CANDIDATES` rows) and re-scored by `target.late`, as a search would;
+    `choose_fusion` keeps HDC alone unless a rule beats it significantly, and robustly across the
+    kinds. Costs one late scoring of `depth` rows (a word channel: of every row) per query.
+    """
+    if target.late is None:
+        raise ValueError("fusion evidence needs a target with a late scorer")
+    corpus = target.corpus
+    rng = np.random.default_rng(seed)
+    rows = sorted(rng.choice(corpus.count, size=min(samples, corpus.count), replace=False).tolist()) \
+        if corpus.count else []
+    memories = target.store.get_memories(rows)
+    rows = [row for row in rows if row in memories]
+    queries = self_queries([memories[row].text for row in rows], seed=seed)
+    width = depth + (WORD_CANDIDATES if hasattr(target.late, "score_all") else 0)
+    hdc = np.full((len(queries), width), -np.inf)
+    late = np.full_like(hdc, np.nan)
+    targets = np.full(len(queries), -1, dtype=np.int64)
+    for number, made in enumerate(queries):
+        own = rows[made.index]
+        q_pos, q_neg = retriever.query_vector(corpus, made.query)
+        if not (q_pos.any() or q_neg.any()):
+            continue
+        try:
+            pool = _evidence_pool(retriever, target, made, own, q_pos, q_neg, depth)
+        except LateUnavailable as error:
+            raise ValueError(f"the late scorer cannot answer now; no evidence gathered: {error}") from error
+        if pool is None:
+            continue  # not a candidate: every rule misses it
+        found, scores, late_scores = pool
+        hdc[number, :found.size], late[number, :found.size] = scores, late_scores
+        hits = np.flatnonzero(found == own)
+        targets[number] = int(hits[0]) if hits.size else -1
+    return choose_fusion(hdc, late, targets, kinds=[made.kind for made in queries])
+
+
+def _evidence_pool(retriever: Retriever, target: SearchTarget, made: SelfQuery, own: int, q_pos: np.ndarray,
+                   q_neg: np.ndarray, depth: int) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    """One self-query's candidate pool as a search builds it: rows (m,), their HDC scores (m,) and
+    late scores (m,); a held-out query's own memory competes as the rest of its text (`made.rest`).
+    None when the memory is in no pool (every rule misses it)."""
+    corpus, scorer = target.corpus, target.late
+    found, scores = corpus.index.search_exact(q_pos, q_neg, min(depth, corpus.count))
+    scores = scores.astype(np.float64)
+    rest_hdc = rest_late = None
+    if made.rest is not None:
+        d_pos, d_neg, _ = retriever.encode_text(corpus, made.rest)
+        rest_hdc = float(bits.score64(d_pos[None], d_neg[None], q_pos, q_neg)[0])
+        rest_late = float(scorer.score_texts(made.query, [made.rest])[0])
+        keep = found != own
+        found, scores = found[keep], scores[keep]
+        if found.size < depth or rest_hdc >= scores[-1]:
+            at = int(np.searchsorted(-scores, -rest_hdc, side="right"))
+            found, scores = np.insert(found, at, own)[:depth], np.insert(scores, at, rest_hdc)[:depth]
+    if hasattr(scorer, "score_all"):  # a word channel: its own best rows join the pool, as in a search
+        every = scorer.score_all(made.query)
+        if every is not None and rest_late is not None:
+            every = every.copy()
+            every[own] = rest_late if np.isfinite(rest_late) else 0.0
+        extra = best_rows(every, WORD_CANDIDATES)
+        extra = extra[~np.isin(extra, found)]
+        extra_hdc = corpus.index.score_rows(extra, q_pos, q_neg).astype(np.float64)
+        if rest_hdc is not None:
+            extra_hdc[extra == own] = rest_hdc
+        found, scores = np.concatenate([found, extra]), np.concatenate([scores, extra_hdc])
+    if made.rest is not None and own not in found:
+        return None
+    late_scores = scorer.score_rows(made.query, found)
+    if rest_late is not None:
+        late_scores[found == own] = rest_late
+    return found, scores, late_scores
