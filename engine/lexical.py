@@ -75,7 +75,8 @@ def rows_of(scores: np.ndarray | None, rows: np.ndarray | Iterable[int]) -> np.n
 def best_rows(scores: np.ndarray | None, k: int, keep: Callable[[np.ndarray], np.ndarray] | None = None
               ) -> np.ndarray:
     """The rows (<= k,) int64 of the `k` highest of `scores` (count,) above 0, best first (lower row
-    first on ties), among those `keep` keeps (rows (m,) -> bool (m,); None: all); none for None scores."""
+    first among equal scores; which of several rows tied at the k-th score are taken is the
+    selection's), among those `keep` keeps (rows (m,) -> bool (m,); None: all); none for None scores."""
     if scores is None or k <= 0:
         return np.zeros(0, dtype=np.int64)
     hits = np.flatnonzero(scores > 0)
@@ -88,7 +89,7 @@ def best_rows(scores: np.ndarray | None, k: int, keep: Callable[[np.ndarray], np
 
 
 def _best(rows: np.ndarray, scores: np.ndarray, k: int) -> np.ndarray:
-    """`rows` (m,) less all but their `k` highest `scores`, best first (lower row first on ties)."""
+    """`rows` (m,) less all but `k` of the highest `scores`, best first (lower row first on ties)."""
     if rows.size > k:
         top = np.argpartition(-scores[rows], k - 1)[:k]
         rows = rows[top]

@@ -11,8 +11,8 @@ import pytest
 
 from engine.bits import adaptive_threshold, pack_ternary, unpack_ternary
 from engine.config import Config
-from engine.fusion import FusionChoice
-from engine.gate import fusion_evidence
+from engine.fusion import FusionChoice, SelfQuery
+from engine.gate import _evidence_pool, fusion_evidence
 from engine.index import BitmapIndex
 from engine.lexical import WordIndex
 from engine.loaded_build import LoadedIndex, MemoryRecord
@@ -21,6 +21,7 @@ from engine.ranking import Candidate, hdc_mmr
 from engine.retrieval import (
     CONTEXT_DELIMITER,
     FUSION_DEPTH,
+    WORD_CANDIDATES,
     LateUnavailable,
     Retriever,
     SearchResult,
@@ -346,6 +347,23 @@ def test_the_word_channel_adds_its_best_rows_to_the_fusion_within_the_dataset_fi
                             fusion=FusionChoice("late"))
     assert outside not in {r.memory.hdv_idx for r in retriever.search(word, [filtered])}
     assert outside not in retriever.rank_rows(word, filtered)
+
+
+def test_the_gate_gathers_its_evidence_over_the_pool_a_search_fuses(tmp_path):
+    retriever, targets, q, rows, query = constructed_case(tmp_path, min_context=3)
+    retriever.query_vector = lambda corpus, query, blend=None: q
+    scores = rows @ query.astype(np.int64)
+    outside = int(np.lexsort((np.arange(len(scores)), -scores))[-1])
+    retriever.encode_text = lambda corpus, text: (*packed(rows[outside]), 1)  # the rest: the row's own vector
+    word = targets[0].store.texts[outside].split()[-1]
+    target = SearchTarget(targets[0].corpus, targets[0].store, "case", late=WordIndex.build(targets[0].store.texts))
+    held_out = SelfQuery(index=0, kind="heldout", query=word, rest=f"noise {word}")
+    found, hdc, late = _evidence_pool(retriever, target, held_out, outside, *q, depth=20)
+    assert outside not in found[:20] and outside in found  # not HDC's: the word channel's own row
+    at = int(np.flatnonzero(found == outside)[0])
+    # A held-out memory competes as the rest of its text, on both sides.
+    assert hdc[at] == float(scores[outside]) and late[at] == target.late.score_texts(word, [f"noise {word}"])[0]
+    assert len(set(found.tolist())) == found.size <= 20 + WORD_CANDIDATES
 
 
 def test_the_fusion_rule_decides_whether_and_how_the_late_scorer_counts(tmp_path):

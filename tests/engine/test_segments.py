@@ -123,6 +123,8 @@ def test_a_state_searches_as_one_index_of_the_same_rows(state, tmp_path):
     assert all(np.array_equal(a, b) for a, b in zip(loaded.index.get_bitmaps(rows), whole.get_bitmaps(rows),
                                                      strict=True))
     assert np.array_equal(loaded.index.source_ids, whole.source_ids)
+    q_pos, q_neg = loaded.index.get_bitmaps([0])
+    assert np.array_equal(loaded.index.score_rows(rows, q_pos[0], q_neg[0]), whole.score_rows(rows, q_pos[0], q_neg[0]))
 
 
 def test_an_appended_document_is_found_by_a_sentence_of_it(state, tokenizer):
