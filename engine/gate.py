@@ -12,7 +12,7 @@ import numpy as np
 
 from engine import bits
 from engine.fusion import FusionChoice, SelfQuery, choose_fusion, self_queries
-from engine.lexical import best_rows
+from engine.lexical import best_rows, rows_of
 from engine.retrieval import FUSION_DEPTH, WORD_CANDIDATES, LateUnavailable, Retriever, SearchTarget
 
 
@@ -74,12 +74,15 @@ def _evidence_pool(retriever: Retriever, target: SearchTarget, made: SelfQuery, 
         if found.size < depth or rest_hdc >= scores[-1]:
             at = int(np.searchsorted(-scores, -rest_hdc, side="right"))
             found, scores = np.insert(found, at, own)[:depth], np.insert(scores, at, rest_hdc)[:depth]
-    if hasattr(scorer, "score_all"):  # a word channel: its own best rows join the pool, as in a search
-        every = scorer.score_all(made.query)
+    word_channel = hasattr(scorer, "score_all")
+    every = None
+    if word_channel:  # a word channel: its own best rows join the pool, as in a search
+        every = scorer.score_all(made.query)  # every row's scores, once: its best rows and the pool's
+        ranked = every
         if every is not None and rest_late is not None:
-            every = every.copy()
-            every[own] = rest_late if np.isfinite(rest_late) else 0.0
-        extra = best_rows(every, WORD_CANDIDATES)
+            ranked = every.copy()
+            ranked[own] = rest_late if np.isfinite(rest_late) else 0.0
+        extra = best_rows(ranked, WORD_CANDIDATES)
         extra = extra[~np.isin(extra, found)]
         extra_hdc = corpus.index.score_rows(extra, q_pos, q_neg).astype(np.float64)
         if rest_hdc is not None:
@@ -87,7 +90,7 @@ def _evidence_pool(retriever: Retriever, target: SearchTarget, made: SelfQuery, 
         found, scores = np.concatenate([found, extra]), np.concatenate([scores, extra_hdc])
     if made.rest is not None and own not in found:
         return None
-    late_scores = scorer.score_rows(made.query, found)
+    late_scores = rows_of(every, found) if word_channel else scorer.score_rows(made.query, found)
     if rest_late is not None:
         late_scores[found == own] = rest_late
     return found, scores, late_scores
