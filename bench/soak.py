@@ -5,7 +5,8 @@ descriptors, llama.cpp slots, database connections, files on disk.
 
 Starts `./portal run` on a fresh DATA_DIR (SQLite unless DATABASE_URL is set; the packaged chat
 model), waits for the demo corpus, then drives a steady mix until the time is up: `--users` users
-chatting over websockets (a question, the answer, 20-40 s of thought, again), an API search every
+chatting over websockets (a question, the answer, 20-40 s of thought, again; a new conversation over
+the API every `--turns-per-conversation` turns, as people start one per topic), an API search every
 10 s, an upload to a corpus of its own every `--upload-minutes` (each becomes an append; appends
 come to a merge by the portal's own rule, SEGMENT_MERGE_PERCENT), and one full build at half time.
 Every `--sample-seconds` it samples each process of the portal (RSS, its private part, and open descriptors from
@@ -50,6 +51,7 @@ class Run:
     turns: int = 0
     searches: int = 0
     uploads: int = 0
+    conversations: int = 0  # opened during the run, beside each user's first
 
     def error(self, what: str) -> None:
         self.errors.append(f"{(time.monotonic() - self.started) / 60:6.1f} min  {what}")
@@ -62,9 +64,20 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--settle-minutes", type=float, default=10.0)
     parser.add_argument("--users", type=int, default=4)
     parser.add_argument("--upload-minutes", type=float, default=3.0)
+    parser.add_argument("--turns-per-conversation", type=_turn_range, default=(5, 15),
+                        help="LOW-HIGH: each user opens a new conversation after a number of turns drawn from "
+                             "this range; 0: one conversation for the whole run")
     parser.add_argument("--plot", type=Path, default=Path("soak.png"))
     parser.add_argument("--data-dir", type=Path, default=None)
     return parser.parse_args()
+
+
+def _turn_range(text: str) -> tuple[int, int]:
+    low, _, high = text.partition("-")
+    bounds = (int(low), int(high or low))
+    if bounds != (0, 0) and not 1 <= bounds[0] <= bounds[1]:
+        raise argparse.ArgumentTypeError(f"expected 0, or LOW-HIGH with 1 <= LOW <= HIGH, got {text!r}")
+    return bounds
 
 
 # ------------------------------------------------------------------ the portal and its processes
@@ -178,8 +191,8 @@ def _pg_connections() -> int:
 
 
 def setup_accounts(users: int) -> tuple[list[dict], str, int, int]:
-    """Users with session cookies and conversations over the demo corpus, an API token, and a corpus
-    of the bench's own for uploads. Returns (accounts, token, demo corpus id, upload corpus id)."""
+    """Users with session cookies, API tokens and a first conversation over the demo corpus, and a
+    corpus of the bench's own for uploads. Returns (accounts, token, demo corpus id, upload corpus id)."""
     from django.conf import settings
     from django.contrib.auth import get_user_model
     from django.test import Client
@@ -199,33 +212,56 @@ def setup_accounts(users: int) -> tuple[list[dict], str, int, int]:
         client = Client()
         client.force_login(user)
         accounts.append({"cookie": f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}",
+                         "token": api_token_create(user=user, name="soak")[1], "corpus": demo.pk,
                          "conversation": conversation_create(user=user, corpus_ids=[demo.pk]).pk})
     owner = user_model.objects.get(username="soak-0")
     uploads = corpus_create(owner=owner, name="soak uploads", hdc_dimensions=1024)
-    return accounts, api_token_create(user=owner, name="soak")[1], demo.pk, uploads.pk
+    return accounts, accounts[0]["token"], demo.pk, uploads.pk
 
 
-async def chat_user(host: str, account: dict, run: Run, until: float, seed: int) -> None:
+async def new_conversation(host: str, account: dict, run: Run) -> None:
+    """A new conversation over the account's corpus, created through the API as a client would; on a
+    failure the user goes on in the one they have (the failure is counted)."""
+    import httpx
+
+    try:
+        async with httpx.AsyncClient(timeout=60) as api:
+            made = await api.post(f"http://{host}/api/v1/conversations/", json={"corpora": [account["corpus"]]},
+                                  headers={"Authorization": f"Bearer {account['token']}"})
+        if made.status_code == 201:
+            account["conversation"] = made.json()["id"]
+            run.conversations += 1
+        else:
+            run.error(f"new conversation: {made.status_code} {made.text[:200]}")
+    except httpx.HTTPError as error:
+        run.error(f"new conversation: {type(error).__name__}: {error}")
+
+
+async def chat_user(host: str, account: dict, run: Run, until: float, seed: int, turns: tuple[int, int]) -> None:
     from websockets.asyncio.client import connect
 
     rng = random.Random(seed)
     while time.monotonic() < until:
+        left = rng.randint(*turns) if turns[1] else -1  # turns left in this conversation; -1: for ever
         try:
             async with connect(f"ws://{host}/ws/chat/{account['conversation']}/", open_timeout=60,
                                additional_headers={"Cookie": account["cookie"], "Origin": f"http://{host}"}) as socket:
                 json.loads(await socket.recv())
-                while time.monotonic() < until:
+                while time.monotonic() < until and left != 0:
                     await socket.send(json.dumps({"type": "chat.send", "content": rng.choice(QUESTIONS)}))
                     async with asyncio.timeout(600):
                         while (event := json.loads(await socket.recv()))["type"] not in ("chat.done", "chat.error"):
                             pass
-                    run.turns += 1
+                    run.turns, left = run.turns + 1, left - 1
                     if event["type"] == "chat.error":
                         run.error(f"chat: {event.get('code')}: {event.get('error')}")
                     await asyncio.sleep(rng.uniform(20, 40))
         except Exception as error:  # noqa: BLE001 - every failure is a finding of the soak, then it reconnects
             run.error(f"chat socket: {type(error).__name__}: {error}")
             await asyncio.sleep(5)
+            continue
+        if left == 0:
+            await new_conversation(host, account, run)
 
 
 async def api_mix(host: str, token: str, demo: int, uploads: int, run: Run, until: float, upload_minutes: float) -> None:
@@ -332,6 +368,7 @@ def _dot(pixels: bytearray, width: int, x: int, y: int, colour: tuple[int, int, 
 def report(run: Run, args: argparse.Namespace) -> None:
     print(f"\nload average at the end (1, 5, 15 min): {os.getloadavg()} on {os.cpu_count()} CPUs")
     print(f"{args.minutes:g} min run: {run.turns} chat turns, {run.searches} API searches, {run.uploads} uploads, "
+          f"{run.conversations} new conversations, "
           f"{len(run.samples)} samples; growth after the first {args.settle_minutes:g} min (least squares):")
     for name, (first, slope, percent) in growth(run, args.settle_minutes).items():
         print(f"  {name:28s} first {first:10.1f}  {slope:+10.2f} /hour  ({percent:+6.1f} %/hour)")
@@ -384,7 +421,7 @@ def main() -> int:
             tasks = [asyncio.create_task(work) for work in (
                 sampler(portal.pid, ports, data_dir, run, until, args.sample_seconds),
                 api_mix(host, token, demo, uploads, run, until, args.upload_minutes),
-                *(chat_user(host, a, run, until, i) for i, a in enumerate(accounts)))]
+                *(chat_user(host, a, run, until, i, args.turns_per_conversation) for i, a in enumerate(accounts)))]
             # A turn still streaming when the time is up is left unfinished, not waited for.
             _, late = await asyncio.wait(tasks, timeout=until - time.monotonic() + 5)
             for task in late:
