@@ -6,6 +6,10 @@ default search path.
   download; requirements-dev.txt, bench only). Documents are cut into windows of `WINDOW_WORDS`
   words (what a RAG pipeline feeding this encoder does: it reads at most 256 word pieces); a
   document scores its best window. The build rate is windows (and documents) per second.
+* `BinaryEncoderRanker` ("minilm-bits"): the same windows' vectors reduced to their sign bits (384
+  bits, 48 bytes a window) on both sides and ranked by popcount agreement, as the engine's kernels
+  would: what issue 40's "semantic popcount channel" would read. Fused with "default" by RRF in
+  retrieval_eval ("default+bits"; "default+minilm" fuses the float vectors instead).
 * `DefaultPathRanker` ("default"): what a corpus search ranks on the portal's default path: the
   HDC build with its exact-word channel (`engine.lexical.WordIndex`), the fusion rule chosen from
   the build's own self-queries (`engine.gate.fusion_evidence`), and the retriever's fused
@@ -88,6 +92,28 @@ class EncoderRanker:
         top = np.argsort(-best, axis=1, kind="stable")[:, :k]
         ranked = np.full((len(queries), k), -1, dtype=np.int64)
         ranked[:, : top.shape[1]] = top
+        return ranked
+
+
+class BinaryEncoderRanker(EncoderRanker):
+    """all-MiniLM-L6-v2's window vectors as sign bits, scored by the bits both sides agree on."""
+
+    name = "all-MiniLM-L6-v2 (sign bits, popcount)"
+
+    def index(self, documents: list[str]) -> None:
+        super().index(documents)
+        self.bits = np.packbits(self.vectors > 0, axis=1)  # (windows, 48) uint8
+
+    def rank(self, queries: list[str], k: int) -> np.ndarray:
+        query_bits = np.packbits(self._encode(queries) > 0, axis=1)
+        dims = self.vectors.shape[1]
+        ranked = np.full((len(queries), k), -1, dtype=np.int64)
+        for number, bits in enumerate(query_bits):
+            agree = dims - np.bitwise_count(self.bits ^ bits).sum(axis=1, dtype=np.int32)
+            best = np.full(self.n_documents, -1, dtype=np.int32)
+            np.maximum.at(best, self.owner, agree)
+            top = np.argsort(-best, kind="stable")[:k]
+            ranked[number, : top.size] = top
         return ranked
 
 

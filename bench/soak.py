@@ -74,7 +74,10 @@ def _parse() -> argparse.Namespace:
 
 def _turn_range(text: str) -> tuple[int, int]:
     low, _, high = text.partition("-")
-    bounds = (int(low), int(high or low))
+    try:
+        bounds = (int(low), int(high or low))
+    except ValueError:
+        bounds = (-1, -1)
     if bounds != (0, 0) and not 1 <= bounds[0] <= bounds[1]:
         raise argparse.ArgumentTypeError(f"expected 0, or LOW-HIGH with 1 <= LOW <= HIGH, got {text!r}")
     return bounds
