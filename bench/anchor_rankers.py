@@ -8,8 +8,13 @@ default search path.
   document scores its best window. The build rate is windows (and documents) per second.
 * `BinaryEncoderRanker` ("minilm-bits"): the same windows' vectors reduced to their sign bits (384
   bits, 48 bytes a window) on both sides and ranked by popcount agreement, as the engine's kernels
-  would: what issue 40's "semantic popcount channel" would read. Fused with "default" by RRF in
-  retrieval_eval ("default+bits"; "default+minilm" fuses the float vectors instead).
+  would: what issue 40's "semantic popcount channel" would read. `AsymmetricBitsRanker`
+  ("minilm-asym") keeps the documents' sign bits and scores them against the query's float vector
+  (q . sign(d); with the query cut into a few bit planes this is popcounts of q-plane AND d, as
+  in RaBitQ-style asymmetric search). Fused with "default" by RRF in retrieval_eval
+  ("default+bits", "default+asym", "default+int8"; "default+minilm" fuses the float vectors instead).
+  `Int8EncoderRanker` ("minilm-int8") stores each window as int8 with one scale (384 bytes a window
+  against the floats' 1,536), scored against the float query.
 * `DefaultPathRanker` ("default"): what a corpus search ranks on the portal's default path: the
   HDC build with its exact-word channel (`engine.lexical.WordIndex`), the fusion rule chosen from
   the build's own self-queries (`engine.gate.fusion_evidence`), and the retriever's fused
@@ -35,6 +40,17 @@ def windows(text: str, size: int = WINDOW_WORDS) -> list[str]:
     """Consecutive windows of `size` words (one for a shorter text, one empty window for none)."""
     words = text.split()
     return [" ".join(words[start:start + size]) for start in range(0, max(len(words), 1), size)]
+
+
+def best_per_document(scores: np.ndarray, owner: np.ndarray, n_documents: int, k: int) -> np.ndarray:
+    """(q, k) documents ranked by their best window's score; scores (q, windows), owner (windows,)."""
+    ranked = np.full((len(scores), k), -1, dtype=np.int64)
+    for number, row in enumerate(scores):
+        best = np.full(n_documents, -np.inf)
+        np.maximum.at(best, owner, row)
+        top = np.argsort(-best, kind="stable")[:k]
+        ranked[number, : top.size] = top
+    return ranked
 
 
 class EncoderRanker:
@@ -85,14 +101,7 @@ class EncoderRanker:
                 f"{self.threads} threads)")
 
     def rank(self, queries: list[str], k: int) -> np.ndarray:
-        scores = self._encode(queries) @ self.vectors.T  # (q, windows)
-        best = np.full((len(queries), self.n_documents), -np.inf, dtype=np.float32)
-        for query in range(len(queries)):
-            np.maximum.at(best[query], self.owner, scores[query])
-        top = np.argsort(-best, axis=1, kind="stable")[:, :k]
-        ranked = np.full((len(queries), k), -1, dtype=np.int64)
-        ranked[:, : top.shape[1]] = top
-        return ranked
+        return best_per_document(self._encode(queries) @ self.vectors.T, self.owner, self.n_documents, k)
 
 
 class BinaryEncoderRanker(EncoderRanker):
@@ -106,15 +115,34 @@ class BinaryEncoderRanker(EncoderRanker):
 
     def rank(self, queries: list[str], k: int) -> np.ndarray:
         query_bits = np.packbits(self._encode(queries) > 0, axis=1)
-        dims = self.vectors.shape[1]
-        ranked = np.full((len(queries), k), -1, dtype=np.int64)
-        for number, bits in enumerate(query_bits):
-            agree = dims - np.bitwise_count(self.bits ^ bits).sum(axis=1, dtype=np.int32)
-            best = np.full(self.n_documents, -1, dtype=np.int32)
-            np.maximum.at(best, self.owner, agree)
-            top = np.argsort(-best, kind="stable")[:k]
-            ranked[number, : top.size] = top
-        return ranked
+        differ = np.stack([np.bitwise_count(self.bits ^ bits).sum(axis=1, dtype=np.int32) for bits in query_bits])
+        return best_per_document(-differ, self.owner, self.n_documents, k)  # fewest differing bits first
+
+
+class AsymmetricBitsRanker(BinaryEncoderRanker):
+    """The documents' sign bits scored against the query's float vector: q . sign(d)."""
+
+    name = "all-MiniLM-L6-v2 (sign bits, float query)"
+
+    def rank(self, queries: list[str], k: int) -> np.ndarray:
+        signs = np.unpackbits(self.bits, axis=1)[:, : self.vectors.shape[1]].astype(np.float32) * 2 - 1
+        return best_per_document(self._encode(queries) @ signs.T, self.owner, self.n_documents, k)
+
+
+class Int8EncoderRanker(EncoderRanker):
+    """The windows' vectors as int8 (a symmetric scale per window), scored against the float query."""
+
+    name = "all-MiniLM-L6-v2 (int8, float query)"
+
+    def index(self, documents: list[str]) -> None:
+        super().index(documents)
+        scale = np.maximum(np.abs(self.vectors).max(axis=1, keepdims=True), 1e-12) / 127.0
+        self.codes = np.round(self.vectors / scale).astype(np.int8)
+        self.scale = scale.astype(np.float32)
+
+    def rank(self, queries: list[str], k: int) -> np.ndarray:
+        windows = self.codes.astype(np.float32) * self.scale
+        return best_per_document(self._encode(queries) @ windows.T, self.owner, self.n_documents, k)
 
 
 class DefaultPathRanker:

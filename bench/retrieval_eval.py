@@ -54,7 +54,13 @@ if __package__ in (None, ""):
     # Run as a script, bench/ would lead sys.path and bench/tokenize.py would shadow the stdlib's.
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
-from bench.anchor_rankers import BinaryEncoderRanker, DefaultPathRanker, EncoderRanker  # noqa: E402
+from bench.anchor_rankers import (  # noqa: E402
+    AsymmetricBitsRanker,
+    BinaryEncoderRanker,
+    DefaultPathRanker,
+    EncoderRanker,
+    Int8EncoderRanker,
+)
 from bench.data import manpages, paraphrase, pydocs  # noqa: E402
 from bench.data.glossaries import GlossaryMissing, definition_set, gcide_entries, jargon_entries  # noqa: E402
 from bench.data.glossaries import known_item_set as glossary_set  # noqa: E402
@@ -360,10 +366,14 @@ RANKERS: dict[str, Callable[[argparse.Namespace], Ranker]] = {
     "default": DefaultPathRanker,
     "minilm": EncoderRanker,
     "minilm-bits": BinaryEncoderRanker,
+    "minilm-asym": AsymmetricBitsRanker,
+    "minilm-int8": Int8EncoderRanker,
 }
-FUSED = {"rrf": ("hdc", "li"), "default+bits": ("default", "minilm-bits"), "default+minilm": ("default", "minilm")}
+FUSED = {"rrf": ("hdc", "li"), "default+bits": ("default", "minilm-bits"), "default+asym": ("default", "minilm-asym"),
+         "default+int8": ("default", "minilm-int8"), "default+minilm": ("default", "minilm")}
 FUSED_LABELS = {"rrf": "RRF(HDC, LI)", "default+bits": "RRF(default path, MiniLM sign bits)",
-                "default+minilm": "RRF(default path, MiniLM float)"}
+                "default+asym": "RRF(default path, MiniLM sign bits, float query)",
+                "default+int8": "RRF(default path, MiniLM int8)", "default+minilm": "RRF(default path, MiniLM float)"}
 VARIANTS = ("hdc-cos", "hdc-csls", "hdc-template", "hdc-idfq")
 
 

@@ -1,5 +1,5 @@
-"""bench/anchor_rankers.py's sign-bit encoder column (the real all-MiniLM-L6-v2, its vectors reduced
-to sign bits and ranked by popcount agreement) and bench/soak.py's turns-per-conversation range."""
+"""bench/anchor_rankers.py's compressed encoder columns (the real all-MiniLM-L6-v2, its vectors reduced
+to sign bits or int8) and bench/soak.py's turns-per-conversation range."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import argparse
 import numpy as np
 import pytest
 
-from bench.anchor_rankers import BinaryEncoderRanker, EncoderRanker
+from bench.anchor_rankers import AsymmetricBitsRanker, BinaryEncoderRanker, EncoderRanker, Int8EncoderRanker
 from bench.soak import _turn_range
 
 DOCUMENTS = ["The cat sat on the warm mat by the kitchen fire.",
@@ -28,6 +28,13 @@ def test_sign_bits_rank_paraphrases_like_the_float_vectors(tmp_path):
     ranked = bits.rank(QUERIES, 3)
     assert ranked[:, 0].tolist() == [0, 1, 2] == floats.rank(QUERIES, 3)[:, 0].tolist()
     assert sorted(ranked[0].tolist()) == [0, 1, 2]  # every document ranked, none twice
+    for column in (AsymmetricBitsRanker(args), Int8EncoderRanker(args)):
+        column.index(DOCUMENTS)
+        assert column.rank(QUERIES, 3)[:, 0].tolist() == [0, 1, 2]
+    int8 = Int8EncoderRanker(args)
+    int8.index(DOCUMENTS)
+    assert int8.codes.dtype == np.int8 and np.abs(int8.codes).max() == 127
+    np.testing.assert_allclose(int8.codes * int8.scale, floats.vectors, atol=float(int8.scale.max()) / 2 + 1e-7)
 
 
 def test_turns_per_conversation_range():
