@@ -39,6 +39,7 @@ REPO = Path(__file__).resolve().parents[1]
 QUESTIONS = ["How does a generator pause at yield?", "What does the with statement do?",
              "How are exceptions chained?", "What is a decorator?", "How do I open a file for appending?",
              "What does the global statement do?", "How are default argument values evaluated?"]
+ANSWER_SECONDS = 600  # a chat turn not done by then is an error of the soak (the user would have given up)
 COLOURS = [(31, 119, 180), (255, 127, 14), (44, 160, 44), (214, 39, 40), (148, 103, 189), (140, 86, 75),
            (227, 119, 194), (127, 127, 127)]
 
@@ -252,9 +253,12 @@ async def chat_user(host: str, account: dict, run: Run, until: float, seed: int,
                 json.loads(await socket.recv())
                 while time.monotonic() < until and left != 0:
                     await socket.send(json.dumps({"type": "chat.send", "content": rng.choice(QUESTIONS)}))
-                    async with asyncio.timeout(600):
-                        while (event := json.loads(await socket.recv()))["type"] not in ("chat.done", "chat.error"):
-                            pass
+                    try:
+                        async with asyncio.timeout(ANSWER_SECONDS):
+                            while (event := json.loads(await socket.recv()))["type"] not in ("chat.done", "chat.error"):
+                                pass
+                    except TimeoutError:
+                        raise TimeoutError(f"no answer within {ANSWER_SECONDS} s of the question") from None
                     run.turns, left = run.turns + 1, left - 1
                     if event["type"] == "chat.error":
                         run.error(f"chat: {event.get('code')}: {event.get('error')}")
