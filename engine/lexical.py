@@ -85,7 +85,7 @@ def best_rows(scores: np.ndarray | None, k: int, keep: Callable[[np.ndarray], np
         first = _best(hits, scores, 4 * k)
         kept = first[keep(first)]
         hits = kept if kept.size >= k or first.size == hits.size else hits[keep(hits)]
-    return _best(hits, scores, k)[:k] if hits.size else hits.astype(np.int64)
+    return _best(hits, scores, k)
 
 
 def _best(rows: np.ndarray, scores: np.ndarray, k: int) -> np.ndarray:

@@ -28,11 +28,10 @@ def test_sign_bits_rank_paraphrases_like_the_float_vectors(tmp_path):
     ranked = bits.rank(QUERIES, 3)
     assert ranked[:, 0].tolist() == [0, 1, 2] == floats.rank(QUERIES, 3)[:, 0].tolist()
     assert sorted(ranked[0].tolist()) == [0, 1, 2]  # every document ranked, none twice
-    for column in (AsymmetricBitsRanker(args), Int8EncoderRanker(args)):
+    int8 = Int8EncoderRanker(args)
+    for column in (AsymmetricBitsRanker(args), int8):
         column.index(DOCUMENTS)
         assert column.rank(QUERIES, 3)[:, 0].tolist() == [0, 1, 2]
-    int8 = Int8EncoderRanker(args)
-    int8.index(DOCUMENTS)
     assert int8.codes.dtype == np.int8 and np.abs(int8.codes).max() == 127
     np.testing.assert_allclose(int8.codes * int8.scale, floats.vectors, atol=float(int8.scale.max()) / 2 + 1e-7)
 
