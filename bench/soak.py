@@ -149,6 +149,30 @@ def _memory_mb(pid: int) -> dict[str, float]:
     return {name: int(fields[key]) / 1024 for key, name in wanted.items() if key in fields}
 
 
+BIG_MAPPING_KB = 256 * 1024
+
+
+def _heap_mb(pid: int) -> float | None:
+    """MB resident in the allocator's memory: the [heap] and the anonymous mappings smaller than
+    256 MiB (malloc's arenas and the blocks it maps one by one). The rest of the private part is
+    buffers allocated once and kept, chiefly llama.cpp's KV cache: if RSS grows while this stays
+    flat, the growth is such a buffer being touched, not the allocator keeping freed blocks."""
+    try:
+        text = Path(f"/proc/{pid}/smaps").read_text()
+    except OSError:
+        return None
+    total, counts, size = 0, False, 0
+    for line in text.splitlines():
+        head = line.split()
+        if head and "-" in head[0] and not head[0].endswith(":"):  # a mapping's first line
+            counts = len(head) < 6 or head[5] == "[heap]"
+        elif head[:1] == ["Size:"]:
+            size = int(head[1])
+        elif head[:1] == ["Rss:"] and counts and size < BIG_MAPPING_KB:
+            total += int(head[1])
+    return total / 1024
+
+
 def _fds(pid: int) -> list[str]:
     try:
         return [os.readlink(f"/proc/{pid}/fd/{fd}") for fd in os.listdir(f"/proc/{pid}/fd")]
@@ -170,6 +194,9 @@ def sample(root: int, ports: dict, data_dir: Path) -> dict:
         if "rss" in memory:
             values[f"rss_mb:{name}"] = round(memory["rss"], 1)
             values[f"anon_mb:{name}"] = round(memory.get("anon", 0.0), 1)
+            heap = _heap_mb(pid)
+            if heap is not None:
+                values[f"heap_mb:{name}"] = round(heap, 1)
             values[f"fds:{name}"] = len(fds)
             db_files += sum(1 for target in fds if target.endswith("portal.sqlite3"))
     try:

@@ -12,6 +12,7 @@ It shuts down cleanly on SIGTERM or SIGINT. Tests and the portal's dev mode use
 from __future__ import annotations
 
 import argparse
+import ctypes
 import dataclasses
 import os
 import signal
@@ -48,6 +49,16 @@ DEFAULT_BATCH = 2048
 # (8 GiB) lets a long-running server grow by each state it keeps until it reaches that; a few
 # hundred MiB hold some twenty conversations of a 0.5B model (about 12 KiB a token) and cap the growth.
 DEFAULT_CACHE_RAM_MIB = 256
+# glibc's malloc gives a block above its mmap threshold a mapping of its own, returned to the system
+# when the block is freed; but once such a block is freed it raises the threshold to that block's
+# size (up to 32 MiB), so every later saved slot state (one block of 8-12 MiB for a 0.5B model's
+# conversation) comes from a heap, where the prompt cache's evictions leave holes the process keeps:
+# llama.cpp's RSS crept 7 %/h over a soak with its cache full. A fixed threshold turns that
+# adjustment off (mallopt), so each state is mapped and unmapped whole.
+MMAP_THRESHOLD_BYTES = 1 << 20
+_M_MMAP_THRESHOLD = -3  # glibc's malloc.h
+
+
 # "auto": the GGUF's own Jinja template when it ships one (instruction-tuned models do), else
 # llama.cpp's built-in template for the architecture (the Gemma base GGUF ships none).
 AUTO_TEMPLATE = "auto"
@@ -143,6 +154,17 @@ def start_in_process(options: ServerOptions):  # xllamacpp.Server has no stubs
     else:
         params.use_jinja = True
     return xllamacpp.Server(params)
+
+
+def fix_mmap_threshold(threshold: int = MMAP_THRESHOLD_BYTES) -> bool:
+    """Fix this process's malloc mmap threshold (glibc's `mallopt`); False where the C library has
+    no such setting (not glibc) or refuses it. Call it before the blocks it should govern exist."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    return mallopt(_M_MMAP_THRESHOLD, threshold) == 1
 
 
 def _health_ok(base_url: str) -> bool:
@@ -333,6 +355,7 @@ def main(argv: list[str] | None = None) -> NoReturn:
     if exit_with_parent:  # started after the mask, so the signal waits for the sigwait below
         threading.Thread(target=_stop_when_orphaned, args=(os.getppid(),), daemon=True,
                          name="exit-with-parent").start()
+    fix_mmap_threshold()
     server = start_in_process(options)  # serves until the process ends
     print(f"llama.cpp server ready on http://{options.host}:{options.port}", flush=True)
     received = signal.sigwait(stop_signals)

@@ -125,6 +125,37 @@ def test_the_prompt_cache_is_bounded(gemma_gguf):
         assert requests.get(f"{server.base_url}/health", timeout=5).status_code == 200
 
 
+# A fresh interpreter frees one 12 MiB block (a saved slot state the prompt cache evicted), then
+# asks for a 4 MiB one: glibc's mallinfo2 says whether that came from a mapping of its own.
+_NEXT_STATE_IS_MAPPED = """
+import ctypes, sys
+from engine.llama_server import fix_mmap_threshold
+class MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                 "keepcost")]
+libc = ctypes.CDLL(None)
+libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
+libc.free.argtypes = [ctypes.c_void_p]
+libc.mallinfo2.restype = MallInfo2
+if sys.argv[1] == "fixed":
+    assert fix_mmap_threshold()
+libc.free(libc.malloc(12 << 20))
+state = libc.malloc(4 << 20)
+print(libc.mallinfo2().hblkhd >= 4 << 20)
+"""
+
+
+@pytest.mark.parametrize("threshold, mapped", [("default", "False"), ("fixed", "True")])
+def test_a_fixed_mmap_threshold_keeps_saved_states_off_the_heap(threshold, mapped):
+    """The allocator setting llama.cpp's process makes before it starts (engine.llama_server.main):
+    without it glibc serves the next state from the heap, where evictions fragment it."""
+    result = subprocess.run([sys.executable, "-c", _NEXT_STATE_IS_MAPPED, threshold], capture_output=True,
+                            text=True, timeout=60, cwd=Path(__file__).resolve().parents[2])
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == mapped
+
+
 def test_corrupt_model_fails_startup_with_log(tmp_path):
     bogus = tmp_path / "bogus.gguf"
     bogus.write_bytes(b"GGUF" + b"\x00" * 64)
