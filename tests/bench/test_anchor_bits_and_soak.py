@@ -1,15 +1,24 @@
 """bench/anchor_rankers.py's compressed encoder columns (the real all-MiniLM-L6-v2, its vectors reduced
-to sign bits or int8) and bench/soak.py's turns-per-conversation range."""
+to sign bits or int8, or distilled into static token vectors) and bench/soak.py's turns-per-conversation
+range and allocator sample."""
 
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from bench.anchor_rankers import AsymmetricBitsRanker, BinaryEncoderRanker, EncoderRanker, Int8EncoderRanker
-from bench.soak import _turn_range
+from bench.anchor_rankers import (
+    AsymmetricBitsRanker,
+    BinaryEncoderRanker,
+    EncoderRanker,
+    Int8EncoderRanker,
+    StaticEncoderRanker,
+)
+from bench.soak import _heap_mb, _turn_range
 
 DOCUMENTS = ["The cat sat on the warm mat by the kitchen fire.",
              "Interest rates rose again as the central bank fought inflation.",
@@ -41,3 +50,30 @@ def test_turns_per_conversation_range():
     for bad in ("0-5", "9-3", "-1", "many"):
         with pytest.raises(argparse.ArgumentTypeError, match="LOW-HIGH"):
             _turn_range(bad)
+
+
+def test_static_vectors_distilled_from_the_encoder_rank_paraphrases(tmp_path):
+    """model2vec distils the real encoder once into a table the next index reads back."""
+    args = argparse.Namespace(encoder_cache=tmp_path, threads=1)
+    static = StaticEncoderRanker(args)
+    static.index(DOCUMENTS)
+    assert static.distill_s is not None and static.vectors.shape == (3, 256)
+    np.testing.assert_allclose(np.linalg.norm(static.vectors, axis=1), 1.0, rtol=1e-5)
+    assert static.rank(QUERIES, 3)[:, 0].tolist() == [0, 1, 2]
+    again = StaticEncoderRanker(args)
+    again.index(DOCUMENTS)
+    assert again.distill_s is None and "read from the cache" in again.build_rate()
+    np.testing.assert_allclose(again.vectors, static.vectors, atol=1e-6)
+
+
+def test_the_allocator_sample_counts_the_heap_and_not_a_big_buffer():
+    before = _heap_mb(os.getpid())
+    anon_mb = next(int(line.split()[1]) for line in Path("/proc/self/status").read_text().splitlines()
+                   if line.startswith("RssAnon:")) / 1024
+    assert 0 < before <= anon_mb + 1
+    big = np.ones(300 << 20, dtype=np.uint8)  # 300 MiB, touched: a buffer of its own, like a KV cache
+    assert _heap_mb(os.getpid()) < before + 50
+    small = [np.ones(1 << 20, dtype=np.uint8) for _ in range(64)]  # 64 MiB in blocks malloc serves
+    assert _heap_mb(os.getpid()) > before + 50
+    del big, small
+    assert _heap_mb(-1) is None  # no such process
