@@ -79,12 +79,17 @@ class EncoderRanker:
         return np.asarray(self.model.encode(texts, batch_size=ENCODER_BATCH, normalize_embeddings=True,
                                             convert_to_numpy=True, show_progress_bar=False), dtype=np.float32)
 
-    def index(self, documents: list[str]) -> None:
-        self.model = self._model()
+    def _windows(self, documents: list[str]) -> list[str]:
+        """Every document's windows in order; `owner` says whose each is."""
         parts = [windows(text) for text in documents]
         flat = [window for part in parts for window in part]
         self.owner = np.repeat(np.arange(len(documents)), [len(part) for part in parts])
         self.n_documents, self.n_windows = len(documents), len(flat)
+        return flat
+
+    def index(self, documents: list[str]) -> None:
+        self.model = self._model()
+        flat = self._windows(documents)
         key = hashlib.sha256("\x00".join(flat).encode("utf-8")).hexdigest()[:24]
         cached = self.cache_dir / f"minilm-{key}.npy" if self.cache_dir else None
         start = time.perf_counter()
@@ -185,10 +190,7 @@ class StaticEncoderRanker(EncoderRanker):
 
     def index(self, documents: list[str]) -> None:
         self.model = self._model()
-        parts = [windows(text) for text in documents]
-        flat = [window for part in parts for window in part]
-        self.owner = np.repeat(np.arange(len(documents)), [len(part) for part in parts])
-        self.n_documents, self.n_windows = len(documents), len(flat)
+        flat = self._windows(documents)
         start = time.perf_counter()
         self.vectors = self._encode(flat)
         self.encode_s = time.perf_counter() - start

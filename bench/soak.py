@@ -9,10 +9,10 @@ chatting over websockets (a question, the answer, 20-40 s of thought, again; a n
 the API every `--turns-per-conversation` turns, as people start one per topic), an API search every
 10 s, an upload to a corpus of its own every `--upload-minutes` (each becomes an append; appends
 come to a merge by the portal's own rule, SEGMENT_MERGE_PERCENT), and one full build at half time.
-Every `--sample-seconds` it samples each process of the portal (RSS, its private part, and open descriptors from
-/proc), llama.cpp's slots in use (/slots), the database's connections (PostgreSQL:
-pg_stat_activity; SQLite: descriptors open on its file) and the sizes of DATA_DIR's segment store
-and spool. At the end it prints each series' growth per hour after the first `--settle-minutes`
+Every `--sample-seconds` it samples each process of the portal (RSS, its private part, the part in its
+allocator's heap and small mappings, and open descriptors from /proc), llama.cpp's slots in use
+(/slots), the database's connections (PostgreSQL: pg_stat_activity; SQLite: descriptors open on its
+file) and the sizes of DATA_DIR's segment store and spool. At the end it prints each series' growth per hour after the first `--settle-minutes`
 (a least-squares line; RSS also in % an hour), every error, and writes a PNG of the samples (a
 small writer of its own: no plotting library is installed), one panel per series, colours listed
 beside the figures. The hardware is printed first; on a shared machine say so beside the figures.
