@@ -12,10 +12,11 @@ come to a merge by the portal's own rule, SEGMENT_MERGE_PERCENT), and one full b
 Every `--sample-seconds` it samples each process of the portal (RSS, its private part, the part in its
 allocator's heap and small mappings, and open descriptors from /proc), llama.cpp's slots in use
 (/slots), the database's connections (PostgreSQL: pg_stat_activity; SQLite: descriptors open on its
-file) and the sizes of DATA_DIR's segment store and spool. At the end it prints each series' growth per hour after the first `--settle-minutes`
-(a least-squares line; RSS also in % an hour), every error, and writes a PNG of the samples (a
-small writer of its own: no plotting library is installed), one panel per series, colours listed
-beside the figures. The hardware is printed first; on a shared machine say so beside the figures.
+file) and the sizes of DATA_DIR's segment store and spool. At the end it prints each series' growth per
+hour after the first `--settle-minutes` (a least-squares line; RSS also in % an hour), every error, and
+writes a PNG of the samples (a small writer of its own: no plotting library is installed), one panel per
+series, colours listed beside the figures. The hardware is printed first; on a shared machine say so
+beside the figures.
 """
 
 from __future__ import annotations
