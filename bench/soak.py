@@ -415,8 +415,16 @@ def report(run: Run, args: argparse.Namespace) -> None:
     print(f"plot: {args.plot}")
 
 
+def _exit_on_sigterm() -> None:
+    """SIGTERM (a `kill`, a CI timeout) ends the soak as Ctrl-C would, through `main`'s cleanup, so the
+    portal it started stops with it; Python's default would end the process there and leave the
+    portal's processes running."""
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
+
+
 def main() -> int:
     args = _parse()
+    _exit_on_sigterm()
     sys.path.insert(0, str(REPO))
     from bench._hw import print_hardware
 

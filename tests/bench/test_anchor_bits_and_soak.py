@@ -92,3 +92,22 @@ def test_the_allocator_sample_counts_the_heap_and_not_a_big_buffer():
     assert before > 0 and after_big < before + 50 and after_small > after_big + 50
     assert after_small <= anon_mb + 1
     assert _heap_mb(-1) is None  # no such process
+
+
+_TERMINATED = """
+import os, signal, time
+from bench.soak import _exit_on_sigterm
+_exit_on_sigterm()
+try:
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(30)
+finally:
+    print("cleaned up", flush=True)
+"""
+
+
+def test_a_terminated_soak_runs_its_cleanup():
+    """SIGTERM reaches main's `finally` (which stops the portal the soak started) and exits 143."""
+    result = subprocess.run([sys.executable, "-c", _TERMINATED], capture_output=True, text=True, timeout=60,
+                            cwd=Path(__file__).resolve().parents[2])
+    assert result.returncode == 143 and result.stdout.strip() == "cleaned up", result.stderr
