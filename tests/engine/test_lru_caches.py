@@ -88,3 +88,16 @@ def test_a_cache_of_no_room_is_refused_when_made_not_at_its_first_insert():
         Retriever(SimpleNamespace(), Config(), cache_size=0)
     with pytest.raises(ValueError, match="cache_size must be >= 1"):
         ServerTokenCounter("http://127.0.0.1:9", cache_size=0)
+
+
+def test_a_cached_vocabulary_row_holds_only_itself(tmp_path):
+    """Each cached row owns its memory: a view into the batch it was derived in would keep the
+    whole batch alive, so the cache would hold up to a batch per entry instead of a row."""
+    embeddings = np.random.default_rng(11).standard_normal((16, 8)).astype(np.float32)
+    vocab = write_vocab_index(tmp_path / "vocab.idx", token_ids=np.arange(3, 12), idf=np.ones(9),
+                              embeddings=embeddings, dims=64, ngram=2, seed=0)
+    vocab.rows(np.arange(9))  # one batch of nine rows
+    assert len(vocab._cache) == 9
+    for row, bits in vocab._cache.values():
+        assert row.base is None and bits.base is None, "a cached row is a view into its batch"
+        assert row.nbytes == 64 * 2 and bits.shape[0] == 2
