@@ -264,12 +264,11 @@ class VocabIndex:
         if missing:
             projected = self.project(local[missing])
             pos, neg = quantize_ternary(projected, tau)
-            fresh = projected.astype(np.float16)
             with self._lock:
                 for k, i in enumerate(missing):
-                    # A row of its own: a view would keep the whole batch alive while any one of its
-                    # rows stays cached (the web process grew by such batches, bench.soak).
-                    cached[i] = (fresh[k].copy(), np.stack([pos[k], neg[k]]))
+                    # A row of its own (astype copies): a view into a batch array would keep the whole
+                    # batch alive while any one of its rows stays cached (the web grew so, bench.soak).
+                    cached[i] = (projected[k].astype(np.float16), np.stack([pos[k], neg[k]]))
                     self._cache[int(local[i])] = cached[i]
         for i, (row, bits) in enumerate(cached):
             unigram[i], base[i] = row, bits

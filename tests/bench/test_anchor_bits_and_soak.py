@@ -67,6 +67,11 @@ def test_static_vectors_distilled_from_the_encoder_rank_paraphrases(tmp_path):
     np.testing.assert_allclose(again.vectors, static.vectors, atol=1e-6)
 
 
+def _in_a_fresh_interpreter(code: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          cwd=Path(__file__).resolve().parents[2])
+
+
 # In a fresh interpreter (a long-lived one would serve the blocks from free memory already resident):
 # the sample before, after a 300 MiB buffer (a mapping of its own, like a KV cache), and after 64 MiB
 # in 1 MiB blocks (what malloc serves from its heap or maps one by one).
@@ -85,8 +90,7 @@ print(*samples, anon)
 
 
 def test_the_allocator_sample_counts_the_heap_and_not_a_big_buffer():
-    result = subprocess.run([sys.executable, "-c", _ALLOCATOR_SAMPLES], capture_output=True, text=True, timeout=60,
-                            cwd=Path(__file__).resolve().parents[2])
+    result = _in_a_fresh_interpreter(_ALLOCATOR_SAMPLES)
     assert result.returncode == 0, result.stderr
     before, after_big, after_small, anon_mb = map(float, result.stdout.split())
     assert before > 0 and after_big < before + 50 and after_small > after_big + 50
@@ -108,6 +112,5 @@ finally:
 
 def test_a_terminated_soak_runs_its_cleanup():
     """SIGTERM reaches main's `finally` (which stops the portal the soak started) and exits 143."""
-    result = subprocess.run([sys.executable, "-c", _TERMINATED], capture_output=True, text=True, timeout=60,
-                            cwd=Path(__file__).resolve().parents[2])
+    result = _in_a_fresh_interpreter(_TERMINATED)
     assert result.returncode == 143 and result.stdout.strip() == "cleaned up", result.stderr

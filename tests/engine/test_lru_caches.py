@@ -48,11 +48,16 @@ def retriever_encodings(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, made: l
     return retriever._cache, lambda text: retriever.encode_text(build, text)
 
 
+def _small_vocabulary(tmp_path: Path) -> VocabIndex:
+    """Nine vocabulary rows of 8-dim embeddings at 64 dims, whose rows are derived (not stored)."""
+    embeddings = np.random.default_rng(11).standard_normal((16, 8)).astype(np.float32)
+    return write_vocab_index(tmp_path / "vocab.idx", token_ids=np.arange(3, 12), idf=np.ones(9),
+                             embeddings=embeddings, dims=64, ngram=2, seed=0)
+
+
 def vocabulary_rows(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, made: list) -> Lookup:
     monkeypatch.setattr(vocab_module, "CACHED_ROWS", 2)
-    embeddings = np.random.default_rng(11).standard_normal((16, 8)).astype(np.float32)
-    vocab = write_vocab_index(tmp_path / "vocab.idx", token_ids=np.arange(3, 12), idf=np.ones(9),
-                              embeddings=embeddings, dims=64, ngram=2, seed=0)
+    vocab = _small_vocabulary(tmp_path)
     names = {"a": 0, "b": 1, "c": 2}
     project = VocabIndex.project
 
@@ -93,9 +98,7 @@ def test_a_cache_of_no_room_is_refused_when_made_not_at_its_first_insert():
 def test_a_cached_vocabulary_row_holds_only_itself(tmp_path):
     """Each cached row owns its memory: a view into the batch it was derived in would keep the
     whole batch alive, so the cache would hold up to a batch per entry instead of a row."""
-    embeddings = np.random.default_rng(11).standard_normal((16, 8)).astype(np.float32)
-    vocab = write_vocab_index(tmp_path / "vocab.idx", token_ids=np.arange(3, 12), idf=np.ones(9),
-                              embeddings=embeddings, dims=64, ngram=2, seed=0)
+    vocab = _small_vocabulary(tmp_path)
     vocab.rows(np.arange(9))  # one batch of nine rows
     assert len(vocab._cache) == 9
     for row, bits in vocab._cache.values():
