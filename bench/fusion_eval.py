@@ -34,6 +34,7 @@ from engine.fusion import (  # noqa: E402
     reciprocal_ranks,
     self_queries,
 )
+from engine.gate import WORD_FALLBACK  # noqa: E402
 from engine.multivector.late_interaction import maxsim_many  # noqa: E402
 from engine.multivector.token_vectors import EmptySequenceError  # noqa: E402
 from engine.retrieval import FUSION_DEPTH  # noqa: E402
@@ -195,7 +196,7 @@ def report(paths: list[Path]) -> None:
                 fused = fuse_scores(pool_hdc, pool_words, rule=rule)
                 _line(f"pool {FUSION_DEPTH}, HDC+words {rule}", metrics(fused, positions), top_documents(top, fused))
             _, s_hdc, s_words, s_pos = pooled(hdc[n:], words[n:], targets)
-            choice = choose_fusion(s_hdc, s_words, s_pos, kinds=kinds)
+            choice = choose_fusion(s_hdc, s_words, s_pos, kinds=kinds, fallback=WORD_FALLBACK)
             fused = fuse_scores(pool_hdc, pool_words, rule=choice.rule)
             _line(f"HDC+words, gate: {choice.rule}", metrics(fused, positions), top_documents(top, fused))
 

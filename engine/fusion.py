@@ -11,7 +11,8 @@ rule (`fuse_scores`: HDC alone, RRF at a weight, z-normalised score sums at a we
 ranker alone), chosen per corpus from evidence (`choose_fusion`): on a held-out glossary set,
 fusing late interaction at equal RRF weight *lowered* HDC's recall@10 from 0.81 to 0.57, so a
 build ranks self-queries made from its own texts (`self_queries`) every way and keeps HDC alone
-unless a rule beats it significantly, and robustly across kinds of self-query.
+unless a rule beats it significantly, and robustly across kinds of self-query (a caller with a
+better prior names another `fallback`: the exact-word channel's is equal weight, `engine.gate`).
 """
 
 from __future__ import annotations
@@ -190,15 +191,17 @@ def _paired_z(gain: np.ndarray) -> float:
 
 def choose_fusion(hdc: np.ndarray, late: np.ndarray, targets: np.ndarray, *, kinds: Sequence[str] | None = None,
                   rules: Sequence[str] = CHOSEN_RULES, k: float = DEFAULT_K, depth: int = 10,
-                  z: float = SIGNIFICANCE_Z) -> FusionChoice:
-    """The fusion rule the self-queries' evidence supports, HDC alone unless it is significant.
+                  z: float = SIGNIFICANCE_Z, fallback: str = "hdc") -> FusionChoice:
+    """The fusion rule the self-queries' evidence supports; `fallback` where it supports none.
 
     Every rule's fused ranking is scored by reciprocal rank (MRR@depth) on every self-query. A
     rule that mixes HDC in is eligible when its paired gain over HDC alone exceeds `z` standard
     errors on all queries together and is not `z` standard errors below HDC on any one `kinds`
     group (self-queries cut from their texts flatter the late ranker, held-out ones do not); the
-    eligible one of highest MRR wins, ties to the earlier rule. "late" alone (HDC dropped) wins
-    only when it beats that choice significantly on every kind: strong AND robust evidence.
+    eligible one of highest MRR wins, ties to the earlier rule. With none eligible, `fallback`
+    (one of `rules`; "hdc" by default) is kept unless HDC alone beats it by `z` standard errors on
+    all queries together. "late" alone (HDC dropped) wins only when it beats that choice
+    significantly on every kind: strong AND robust evidence.
 
     Shapes: hdc, late (q, m) candidate scores as `fuse_scores`; targets (q,) positions (-1: the
     target is not among the candidates); kinds (q,) labels, default one group.
@@ -216,6 +219,8 @@ def choose_fusion(hdc: np.ndarray, late: np.ndarray, targets: np.ndarray, *, kin
     ranks = {rule: reciprocal_ranks(fuse_scores(hdc, late, rule=rule, k=k), targets, depth) for rule in rules}
     base = reciprocal_ranks(hdc, targets, depth)
     table = {rule: round(float(r.mean()), 4) if r.size else 0.0 for rule, r in ranks.items()}
+    if fallback not in ranks:
+        raise ValueError(f"the fallback {fallback!r} must be one of the rules {list(rules)}")
     chosen, chosen_z = "hdc", 0.0
     for rule, rank in ranks.items():
         gain = rank - base
@@ -223,6 +228,8 @@ def choose_fusion(hdc: np.ndarray, late: np.ndarray, targets: np.ndarray, *, kin
             continue
         if rank.mean() > ranks.get(chosen, base).mean() + 1e-12:
             chosen, chosen_z = rule, _paired_z(gain)
+    if chosen == "hdc" and _paired_z(base - ranks[fallback]) <= z:
+        chosen, chosen_z = fallback, _paired_z(ranks[fallback] - base)
     if "late" in ranks:
         over = ranks["late"] - ranks.get(chosen, base)
         if all(_paired_z(over[g]) > z for g in groups):

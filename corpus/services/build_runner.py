@@ -156,8 +156,9 @@ def _fusion_evidence(*, build: IndexBuild, corpus: LoadedIndex, config: Config, 
 
 def _word_channel(*, build: IndexBuild, out_dir: Path, config: Config, tokenizer: Tokenizer) -> FusionChoice:
     """Write the build's exact-word index (`engine.lexical`, BM25 over its memories' words) and
-    choose, from the build's own held-out self-queries, how searches fuse it with HDC: as for late
-    interaction, HDC alone unless a fusion beats it significantly (`fusion_evidence`)."""
+    choose, from the build's own held-out self-queries, how searches fuse it with HDC: the rule that
+    beats HDC alone significantly, else equal weight unless HDC alone is significantly better
+    (`fusion_evidence`, `engine.gate.WORD_FALLBACK`)."""
     index = WordIndex.build(build_memory_texts(build_id=build.pk))
     index.save(out_dir / WORDS_FILE)
     target = SearchTarget(corpus=load_corpus(out_dir), store=BuildMemoryStore(build.pk), name=str(build.corpus_id),

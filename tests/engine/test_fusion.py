@@ -146,6 +146,27 @@ def test_a_small_gain_on_few_queries_is_not_significant():
     assert choose_fusion(hdc, late, targets).rule == "hdc"
 
 
+def test_the_fallback_holds_where_the_evidence_shows_no_significant_difference_either_way():
+    hdc, targets = _known_item_scores(3, 12, 0.5)
+    late = hdc.copy()
+    late[0, targets[0]] = 9.0  # as above: one query better, not significant
+    choice = choose_fusion(hdc, late, targets, fallback="z:1")
+    assert choice.rule == "z:1" and choice.evidence["gain"] >= 0 and choice.evidence["z"] < SIGNIFICANCE_Z
+    # A late ranker that misleads on every query: at equal weight it loses to HDC alone
+    # significantly, so HDC alone is kept whatever the fallback.
+    hdc, targets = _known_item_scores(8, 120, 0.9)
+    late = np.random.default_rng(9).random(hdc.shape)
+    late[np.arange(120), targets] = -1.0
+    assert choose_fusion(hdc, late, targets, fallback="z:1").rule == "hdc"
+    assert reciprocal_ranks(fuse_scores(hdc, late, rule="z:1"), targets).mean() < \
+        reciprocal_ranks(hdc, targets).mean()
+    # A significant winner is chosen as before, whatever the fallback.
+    late, _ = _known_item_scores(10, 120, 1.0)
+    assert choose_fusion(hdc, late, targets, fallback="z:1").rule == choose_fusion(hdc, late, targets).rule
+    with pytest.raises(ValueError, match="fallback 'z:3' must be one of the rules"):
+        choose_fusion(hdc, late, targets, fallback="z:3")
+
+
 def test_fuse_scores_rules():
     hdc = np.array([[5.0, 4.0, 3.0, -np.inf]])
     late = np.array([[0.1, np.nan, 0.9, 0.5]])

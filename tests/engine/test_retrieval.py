@@ -12,7 +12,7 @@ import pytest
 from engine.bits import adaptive_threshold, pack_ternary, unpack_ternary
 from engine.config import Config
 from engine.fusion import FusionChoice, SelfQuery
-from engine.gate import _evidence_pool, fusion_evidence
+from engine.gate import WORD_FALLBACK, _evidence_pool, fusion_evidence
 from engine.index import BitmapIndex
 from engine.lexical import WordIndex
 from engine.loaded_build import LoadedIndex, MemoryRecord
@@ -405,6 +405,35 @@ def test_fusion_evidence_moves_off_hdc_only_for_a_scorer_that_finds_held_out_tex
     assert choice.rule != "hdc" and choice.evidence["mrr_by_kind"]["heldout"]["late"] == 1.0
     with pytest.raises(ValueError, match="late scorer"):
         fusion_evidence(retriever=retriever, target=SearchTarget(corpus, DictStore(texts), "e"))
+
+
+class FixedWordChannel(FixedScorer):
+    """`FixedScorer` shaped as the exact-word channel: it scores every row at once."""
+
+    def score_all(self, query: str) -> np.ndarray:
+        return np.array([self.scores.get(row, 0.0) for row in range(max(self.scores) + 1)])
+
+
+def test_a_word_channel_without_significant_evidence_is_fused_at_equal_weight(tmp_path):
+    encoder = make_encoder(tmp_path, dims=512)
+    rng = np.random.default_rng(0)
+    texts = [" ".join(f"w{int(t)}" for t in rng.integers(3, 300, 30)) for _ in range(60)]
+    tokenizer = WordTokenizer()
+    pos, neg = encoder.encode([tokenizer.tokenize(text) for text in texts])
+    index = BitmapIndex.create(tmp_path / "e.idx", encoder.dims)
+    index.append(pos, neg, token_counts=[30] * 60, source_ids=[1] * 60)
+    index.finalize()
+    corpus = LoadedIndex(encoder=encoder, index=BitmapIndex.open(tmp_path / "e.idx"))
+    retriever = Retriever(tokenizer, Config())
+    # Every row and held-out text scored alike: no evidence either way. A late-interaction scorer
+    # is then left out; a word channel keeps the gate's fallback, equal weight.
+    flat = {r: 1.0 for r in range(60)}
+    late = fusion_evidence(retriever=retriever, target=SearchTarget(corpus, DictStore(texts), "e",
+                                                                     late=FixedScorer(flat, 1.0)), samples=20)
+    words = fusion_evidence(retriever=retriever, target=SearchTarget(corpus, DictStore(texts), "e",
+                                                                      late=FixedWordChannel(flat, 1.0)), samples=20)
+    assert late.rule == "hdc" and words.rule == WORD_FALLBACK == "z:1"
+    assert words.evidence["mrr"]["z:1"] == words.evidence["mrr"]["hdc"]  # flat scores change no ranking
 
 
 @pytest.mark.parametrize(("query", "terms"), [
