@@ -383,7 +383,8 @@ def test_the_fusion_rule_decides_whether_and_how_the_late_scorer_counts(tmp_path
         [r.memory.hdv_idx for r in plain]  # an unavailable scorer: HDC order
 
 
-def test_fusion_evidence_moves_off_hdc_only_for_a_scorer_that_finds_held_out_texts(tmp_path):
+def _random_word_corpus(tmp_path) -> tuple[LoadedIndex, Retriever, list[str]]:
+    """60 texts of 30 random words each, indexed: (corpus, retriever, texts)."""
     encoder = make_encoder(tmp_path, dims=512)
     rng = np.random.default_rng(0)
     texts = [" ".join(f"w{int(t)}" for t in rng.integers(3, 300, 30)) for _ in range(60)]
@@ -394,6 +395,11 @@ def test_fusion_evidence_moves_off_hdc_only_for_a_scorer_that_finds_held_out_tex
     index.finalize()
     corpus = LoadedIndex(encoder=encoder, index=BitmapIndex.open(tmp_path / "e.idx"))
     retriever = Retriever(tokenizer, Config())
+    return corpus, retriever, texts
+
+
+def test_fusion_evidence_moves_off_hdc_only_for_a_scorer_that_finds_held_out_texts(tmp_path):
+    corpus, retriever, texts = _random_word_corpus(tmp_path)
     useless = SearchTarget(corpus, DictStore(texts), "e", late=FixedScorer({r: 1.0 for r in range(60)}, 0.0))
     choice = fusion_evidence(retriever=retriever, target=useless, samples=20)
     assert choice.rule == "hdc" and choice.evidence["queries"] == 60  # a lead, a span, a held-out sentence each
@@ -415,16 +421,7 @@ class FixedWordChannel(FixedScorer):
 
 
 def test_a_word_channel_without_significant_evidence_is_fused_at_equal_weight(tmp_path):
-    encoder = make_encoder(tmp_path, dims=512)
-    rng = np.random.default_rng(0)
-    texts = [" ".join(f"w{int(t)}" for t in rng.integers(3, 300, 30)) for _ in range(60)]
-    tokenizer = WordTokenizer()
-    pos, neg = encoder.encode([tokenizer.tokenize(text) for text in texts])
-    index = BitmapIndex.create(tmp_path / "e.idx", encoder.dims)
-    index.append(pos, neg, token_counts=[30] * 60, source_ids=[1] * 60)
-    index.finalize()
-    corpus = LoadedIndex(encoder=encoder, index=BitmapIndex.open(tmp_path / "e.idx"))
-    retriever = Retriever(tokenizer, Config())
+    corpus, retriever, texts = _random_word_corpus(tmp_path)
     # Every row and held-out text scored alike: no evidence either way. A late-interaction scorer
     # is then left out; a word channel keeps the gate's fallback, equal weight.
     flat = {r: 1.0 for r in range(60)}
