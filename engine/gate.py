@@ -24,6 +24,11 @@ from engine.retrieval import FUSION_DEPTH, WORD_CANDIDATES, LateUnavailable, Ret
 WORD_FALLBACK = "z:1"
 
 
+def _is_word_channel(scorer: object) -> bool:
+    """A word channel (`engine.lexical.WordIndex`) scores every row at once; late interaction does not."""
+    return hasattr(scorer, "score_all")
+
+
 def fusion_evidence(*, retriever: Retriever, target: SearchTarget, samples: int = 64, seed: int = 0,
                     depth: int = FUSION_DEPTH) -> FusionChoice:
     """The `FusionChoice` of `target` from its own data: `samples` seeded memories give self-queries
@@ -43,7 +48,8 @@ def fusion_evidence(*, retriever: Retriever, target: SearchTarget, samples: int 
     memories = target.store.get_memories(rows)
     rows = [row for row in rows if row in memories]
     queries = self_queries([memories[row].text for row in rows], seed=seed)
-    width = depth + (WORD_CANDIDATES if hasattr(target.late, "score_all") else 0)
+    word_channel = _is_word_channel(target.late)
+    width = depth + (WORD_CANDIDATES if word_channel else 0)
     hdc = np.full((len(queries), width), -np.inf)
     late = np.full_like(hdc, np.nan)
     targets = np.full(len(queries), -1, dtype=np.int64)
@@ -62,8 +68,8 @@ def fusion_evidence(*, retriever: Retriever, target: SearchTarget, samples: int 
         hdc[number, :found.size], late[number, :found.size] = scores, late_scores
         hits = np.flatnonzero(found == own)
         targets[number] = int(hits[0]) if hits.size else -1
-    fallback = WORD_FALLBACK if hasattr(target.late, "score_all") else "hdc"
-    return choose_fusion(hdc, late, targets, kinds=[made.kind for made in queries], fallback=fallback)
+    return choose_fusion(hdc, late, targets, kinds=[made.kind for made in queries],
+                         fallback=WORD_FALLBACK if word_channel else "hdc")
 
 
 def _evidence_pool(retriever: Retriever, target: SearchTarget, made: SelfQuery, own: int, q_pos: np.ndarray,
@@ -84,7 +90,7 @@ def _evidence_pool(retriever: Retriever, target: SearchTarget, made: SelfQuery, 
         if found.size < depth or rest_hdc >= scores[-1]:
             at = int(np.searchsorted(-scores, -rest_hdc, side="right"))
             found, scores = np.insert(found, at, own)[:depth], np.insert(scores, at, rest_hdc)[:depth]
-    word_channel = hasattr(scorer, "score_all")
+    word_channel = _is_word_channel(scorer)
     every = None
     if word_channel:  # a word channel: its own best rows join the pool, as in a search
         every = scorer.score_all(made.query)  # every row's scores, once: its best rows and the pool's
