@@ -76,6 +76,8 @@ FUSION_RULES: tuple[str, ...] = ("hdc", "rrf:0.25", "rrf:0.5", "rrf:1", "rrf:2",
 CHOSEN_RULES: tuple[str, ...] = ("hdc", "z:0.25", "z:0.5", "z:1", "z:2", "late")
 # One-sided z of the paired tests below (95 %).
 SIGNIFICANCE_Z = 1.645
+# The z of a difference every query shows alike (no spread): finite, as evidence is stored as JSON.
+CERTAIN_Z = 99.0
 
 
 def _rule(rule: str) -> tuple[str, float]:
@@ -182,11 +184,13 @@ def reciprocal_ranks(scores: np.ndarray, targets: np.ndarray, depth: int = 10) -
 
 
 def _paired_z(gain: np.ndarray) -> float:
-    """Mean / standard error of paired per-query differences (0 for fewer than 2, or no spread)."""
+    """Mean / standard error of paired per-query differences (0 for fewer than 2); with no spread,
+    every query differs alike: 0 for no difference, else `CERTAIN_Z` of its sign."""
     if gain.size < 2:
         return 0.0
     spread = float(gain.std(ddof=1)) / np.sqrt(gain.size)
-    return float(gain.mean()) / spread if spread > 0 else 0.0
+    mean = float(gain.mean())
+    return mean / spread if spread > 0 else float(np.sign(mean)) * CERTAIN_Z
 
 
 def choose_fusion(hdc: np.ndarray, late: np.ndarray, targets: np.ndarray, *, kinds: Sequence[str] | None = None,

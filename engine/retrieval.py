@@ -28,7 +28,8 @@ Choices the spec leaves open:
   A word channel also brings candidates of its own: its best `WORD_CANDIDATES` rows within the
   dataset filter join the fused pool with their exact HDC scores (hybrid candidates; the evidence
   is gathered over the same pool), so a memory that holds the question's rare words is fused even
-  where HDC's (sampled) search did not shortlist it.
+  where HDC's (sampled) search did not shortlist it. A target with a meaning channel then has that
+  order, and the channel's own best rows, fused by rank with their cosines (`engine.meaning`).
   Candidates past `FUSION_DEPTH` follow in HDC order; a candidate's fused score is 1 / (60 + its
   rank in its target's fused order). The adaptive threshold still decides *how many*
   candidates are kept (at least `min_context`), the fused ranking decides *which*; dedup is
@@ -61,6 +62,7 @@ from engine.config import Config
 from engine.fusion import DEFAULT_K, FusionChoice, fuse_scores
 from engine.lexical import WordQuery, words
 from engine.loaded_build import LoadedIndex, MemoryRecord, MemoryStore
+from engine.meaning import MeaningChannel, order_by_meaning
 from engine.query import BlendState, blend_vectors, query_terms
 from engine.query_names import called_names, defines
 from engine.ranking import (
@@ -113,6 +115,8 @@ class SearchTarget:
 
     `late`, when set, re-scores the build's HDC candidates (`LateScorer`); `fusion` is the rule
     that fuses the two (None: "rrf:1", equal weights); with rule "hdc", `late` is not called.
+    `meaning`, when set, ranks that fused order's pool again by meaning (`engine.meaning`) and
+    `meaning_fusion` fuses the two rankings (None: `MEANING_FALLBACK`; "hdc": not called).
     """
 
     corpus: LoadedIndex
@@ -121,10 +125,16 @@ class SearchTarget:
     enabled_sources: frozenset[int] | None = None
     late: LateScorer | None = None
     fusion: FusionChoice | None = None
+    meaning: MeaningChannel | None = None
+    meaning_fusion: FusionChoice | None = None
 
     @property
     def uses_late(self) -> bool:
         return self.late is not None and (self.fusion is None or self.fusion.uses_late)
+
+    @property
+    def uses_meaning(self) -> bool:
+        return self.meaning is not None and (self.meaning_fusion is None or self.meaning_fusion.uses_late)
 
     @property
     def rule(self) -> str:
@@ -234,8 +244,7 @@ class Retriever:
         candidates = [Candidate(0, int(r), int(s)) for r, s in zip(rows, scores, strict=True)]
         candidates.sort(key=lambda c: (-c.score, c.row))
         late = [_rows_scorer(target.late, query) if target.uses_late else None]
-        orders = self._order([target], late, candidates, query,
-                             self._word_candidates([target], [(q_pos, q_neg)], late, candidates))
+        orders = self._order([target], late, candidates, query, [(q_pos, q_neg)])
         ranked = orders[0] if orders is not None else candidates
         return np.array([c.row for c in ranked], dtype=np.int64)
 
@@ -267,9 +276,9 @@ class Retriever:
         trace.update(candidates=len(candidates), threshold=0, dedup=0, selected=0, cut=None)
         if late is not None and len(late) != len(targets):
             raise ValueError(f"one late scorer per target expected, got {len(late)} for {len(targets)}")
-        orders = self._order(targets, late, candidates, query, self._word_candidates(targets, vectors, late, candidates))
+        orders = self._order(targets, late, candidates, query, vectors)
         fused = orders is not None
-        if len({c.target for c in candidates}) > 1:
+        if len(set(orders) if fused else {c.target for c in candidates}) > 1:
             # Several corpora: their HDC scores are on scales of their own (each encodes the query
             # with its own vocabulary), so they are merged by score per unit of query length
             # (`merge_targets`), and that merged order is the ranking from here on.
@@ -301,13 +310,20 @@ class Retriever:
         return self._results(targets, [kept[i] for i in chosen], fused)
 
     def _order(self, targets: Sequence[SearchTarget], late: Sequence[RowScorer | None] | None,
-               candidates: list[Candidate], query: str, extra: dict[int, list[Candidate]] | None = None
+               candidates: list[Candidate], query: str, vectors: Sequence[tuple[np.ndarray, np.ndarray]]
                ) -> dict[int, list[Candidate]] | None:
         """Each target's candidates in the order the search ranks them (`_fuse`, with the word
-        channel's `extra` candidates, then the memories that define a name the query calls first,
-        `_definers_first`), with `fused` = 1 / (60 + rank) in it; None when neither changed HDC's
-        order (`extra` then dropped: they are candidates of the fusion only)."""
-        orders = self._fuse(targets, late, candidates, extra or {}) if late is not None else None
+        channel's own candidates, `_word_candidates`; then by meaning, `engine.meaning.order_by_meaning`;
+        then the memories that define a name the query calls first, `_definers_first`), with `fused`
+        = 1 / (60 + rank) in it; None when none changed HDC's order (the word channel's candidates
+        then dropped: they are candidates of the fusion only)."""
+        extra = self._word_candidates(targets, vectors, late, candidates)
+        orders = self._fuse(targets, late, candidates, extra) if late is not None else None
+        if vectors and any(target.uses_meaning for target in targets):
+            by_meaning = order_by_meaning(targets, orders if orders is not None else group_by_target(candidates),
+                                          query, vectors, keep=_source_filter,
+                                          depth=FUSION_DEPTH)
+            orders = by_meaning if by_meaning is not None else orders
         names = called_names(query)
         if names and candidates:
             own_orders = orders if orders is not None else group_by_target(candidates)

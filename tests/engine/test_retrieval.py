@@ -383,11 +383,14 @@ def test_the_fusion_rule_decides_whether_and_how_the_late_scorer_counts(tmp_path
         [r.memory.hdv_idx for r in plain]  # an unavailable scorer: HDC order
 
 
-def _random_word_corpus(tmp_path) -> tuple[LoadedIndex, Retriever, list[str]]:
-    """60 texts of 30 random words each, indexed: (corpus, retriever, texts)."""
+def _random_word_corpus(tmp_path, topics: bool = False) -> tuple[LoadedIndex, Retriever, list[str]]:
+    """60 texts of 30 random words each, indexed: (corpus, retriever, texts). `topics`: each text's
+    words drawn from five of its own, so any part of it shares its words with the rest."""
+    tmp_path.mkdir(parents=True, exist_ok=True)
     encoder = make_encoder(tmp_path, dims=512)
     rng = np.random.default_rng(0)
-    texts = [" ".join(f"w{int(t)}" for t in rng.integers(3, 300, 30)) for _ in range(60)]
+    texts = [" ".join(f"w{int(t)}" for t in (rng.integers(0, 5, 30) + 5 * i if topics else rng.integers(3, 300, 30)))
+             for i in range(60)]
     tokenizer = WordTokenizer()
     pos, neg = encoder.encode([tokenizer.tokenize(text) for text in texts])
     index = BitmapIndex.create(tmp_path / "e.idx", encoder.dims)

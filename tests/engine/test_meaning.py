@@ -1,0 +1,163 @@
+"""The meaning channel (`engine.meaning`): its rows, the real encoder, the second stage of a search
+and its gate."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from engine.fusion import FusionChoice
+from engine.gate import meaning_evidence
+from engine.lexical import WordIndex
+from engine.meaning import (
+    DIMENSIONS,
+    MEANING_CANDIDATES,
+    MEANING_FALLBACK,
+    MEANING_FILE,
+    MeaningChannel,
+    MeaningError,
+    MeaningIndex,
+    quantize,
+    sentence_encoder,
+    write_meaning,
+)
+from engine.retrieval import SearchTarget
+from tests.engine.test_retrieval import DictStore, _random_word_corpus, constructed_case, make_corpus
+
+
+def unit(rng: np.random.Generator, n: int) -> np.ndarray:
+    vectors = rng.standard_normal((n, DIMENSIONS)).astype(np.float32)
+    return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def test_int8_rows_score_as_their_floats_do_and_round_trip(tmp_path):
+    rng = np.random.default_rng(0)
+    vectors, query = unit(rng, 300), unit(rng, 1)[0]
+    codes, scales = quantize(vectors)
+    assert codes.dtype == np.int8 and np.abs(codes).max() == 127  # each row's largest entry uses the range
+    index = MeaningIndex(codes, scales)
+    assert np.abs(index.scores(query) - vectors @ query).max() < 0.01
+    index.save(tmp_path / MEANING_FILE)
+    loaded = MeaningIndex.for_build(tmp_path)
+    assert np.array_equal(loaded.codes, codes) and np.array_equal(loaded.scales, scales)
+    assert loaded.model == "all-MiniLM-L6-v2" and MeaningIndex.for_build(tmp_path / "none") is None
+    joined = MeaningIndex.joined([loaded, MeaningIndex(codes[:5], scales[:5])])
+    assert joined.count == 305 and np.allclose(joined.scores(query)[300:], joined.scores(query)[:5], atol=1e-6)
+
+
+def test_unreadable_or_inconsistent_rows_are_a_clear_error(tmp_path):
+    (tmp_path / MEANING_FILE).write_bytes(b"not a zip")
+    with pytest.raises(MeaningError, match="not a readable meaning file"):
+        MeaningIndex.for_build(tmp_path)
+    with pytest.raises(MeaningError, match="int8 rows of 384"):
+        MeaningIndex(np.zeros((3, 10), np.int8), np.ones(3, np.float32))
+    with pytest.raises(MeaningError, match="one finite scale"):
+        MeaningIndex(np.zeros((3, DIMENSIONS), np.int8), np.array([1.0, np.nan, 1.0], np.float32))
+    other = MeaningIndex(np.zeros((1, DIMENSIONS), np.int8), np.ones(1, np.float32), model="another")
+    with pytest.raises(MeaningError, match="different models"):
+        MeaningIndex.joined([other, MeaningIndex(np.zeros((1, DIMENSIONS), np.int8), np.ones(1, np.float32))])
+
+
+TEXTS = [
+    "A small domesticated feline kept as a pet; it purrs and hunts mice.",
+    "A motor vehicle with four wheels, used to carry a few people on roads.",
+    "The season of the year between spring and autumn, when days are longest.",
+    "A program that translates source code into machine instructions before it runs.",
+]
+
+
+def test_the_real_encoder_finds_a_text_by_what_it_means(tmp_path):
+    written = write_meaning(TEXTS, tmp_path)
+    assert (tmp_path / MEANING_FILE).is_file() and written.count == len(TEXTS)
+    channel = MeaningChannel(MeaningIndex.for_build(tmp_path))
+    # No content word in common with its text: found by meaning only.
+    for query, row in [("Which animal meows and catches rodents?", 0), ("What do you call an automobile?", 1),
+                       ("the hottest part of the year", 2), ("a tool that turns code into an executable", 3)]:
+        scores = channel.score_all(query)
+        assert int(np.argmax(scores)) == row, (query, scores)
+        assert channel.score_texts(query, [TEXTS[row]])[0] == pytest.approx(scores[row], abs=0.02)
+    # Cancelled: nothing written.
+    assert write_meaning(TEXTS, tmp_path / "x", should_cancel=lambda: True) is None
+    assert not (tmp_path / "x").exists()
+    seen = []
+    sentence_encoder().encode(TEXTS * 20, progress=lambda done, total: seen.append((done, total)))
+    assert seen[-1] == (80, 80) and len(seen) == 3  # a batch of 32 at a time
+
+
+class FixedMeaning:
+    """A meaning channel of fixed cosines (the encoder's own behaviour is tested above)."""
+
+    def __init__(self, scores: np.ndarray, text_score: float = 0.0, fails: bool = False) -> None:
+        self.scores, self.text_score, self.fails, self.asked = scores, text_score, fails, 0
+        self.count = scores.size
+
+    def score_all(self, query: str) -> np.ndarray:
+        self.asked += 1
+        if self.fails:
+            raise MeaningError("the sentence encoder cannot be loaded: gone")
+        return self.scores.copy()
+
+    def score_texts(self, query: str, texts: list[str]) -> np.ndarray:
+        return np.full(len(texts), self.text_score)
+
+
+def test_the_second_stage_brings_the_channels_own_rows_and_keeps_the_filter(tmp_path):
+    retriever, targets, q, rows, query = constructed_case(tmp_path, min_context=3)
+    retriever.query_vector = lambda corpus, query, blend=None: q
+    hdc_scores = rows @ query.astype(np.int64)
+    outside = int(np.lexsort((np.arange(len(hdc_scores)), -hdc_scores))[-1])  # HDC's last row
+    cosines = np.zeros(len(rows))
+    cosines[outside] = 0.9
+    base = targets[0]
+    plain = retriever.rank_rows("q", base)
+    assert outside not in plain
+    off = SearchTarget(base.corpus, base.store, "case", meaning=FixedMeaning(cosines), meaning_fusion=FusionChoice("hdc"))
+    assert np.array_equal(retriever.rank_rows("q", off), plain) and off.meaning.asked == 0  # not asked
+    alone = SearchTarget(base.corpus, base.store, "case", meaning=FixedMeaning(cosines),
+                         meaning_fusion=FusionChoice("late"))
+    found = retriever.search("q", [alone])
+    assert found[0].memory.hdv_idx == outside and found[0].hdc_score == float(hdc_scores[outside])
+    ranked = retriever.rank_rows("q", alone)
+    assert ranked[0] == outside and len(set(ranked.tolist())) == ranked.size == plain.size + 1
+    equal = SearchTarget(base.corpus, base.store, "case", meaning=FixedMeaning(cosines))  # the fallback rule
+    assert outside in retriever.rank_rows("q", equal)[:MEANING_CANDIDATES]
+    # A row of a dataset the search leaves out is not added; an encoder that fails keeps the order.
+    sources = np.zeros(len(rows), np.int32)
+    sources[outside] = 1
+    filtered = SearchTarget(make_corpus(tmp_path, "filtered", rows, source_ids=sources), base.store, "case",
+                            enabled_sources=frozenset({0}), meaning=FixedMeaning(cosines),
+                            meaning_fusion=FusionChoice("late"))
+    assert outside not in retriever.rank_rows("q", filtered)
+    down = SearchTarget(base.corpus, base.store, "case", meaning=FixedMeaning(cosines, fails=True),
+                        meaning_fusion=FusionChoice("late"))
+    assert np.array_equal(retriever.rank_rows("q", down), plain)
+    assert [r.memory.hdv_idx for r in retriever.search("q", [down])] == \
+        [r.memory.hdv_idx for r in retriever.search("q", [base])]
+
+
+def test_the_gate_keeps_equal_weight_without_evidence_and_moves_for_a_channel_that_finds(tmp_path):
+    corpus, retriever, texts = _random_word_corpus(tmp_path)
+    words = WordIndex.build(texts)
+    word_rule = FusionChoice("z:1")
+    flat = SearchTarget(corpus, DictStore(texts), "e", late=words, fusion=word_rule,
+                        meaning=FixedMeaning(np.full(60, 0.5), 0.5))
+    choice = meaning_evidence(retriever=retriever, target=flat, samples=20)
+    assert choice.rule == MEANING_FALLBACK == "rrf:1" and choice.evidence["queries"] == 20  # held-out only
+    # A channel that rates each held-out text above every row finds every held-out target.
+    oracle = SearchTarget(corpus, DictStore(texts), "e", late=words, fusion=word_rule,
+                          meaning=FixedMeaning(np.zeros(60), 1.0))
+    choice = meaning_evidence(retriever=retriever, target=oracle, samples=20)
+    assert choice.evidence["mrr_by_kind"]["heldout"]["late"] == 1.0
+    assert choice.evidence["mrr"][choice.rule] > choice.evidence["mrr"]["hdc"]
+    # Texts whose held-out sentences share their words with the rest: HDC and words find them, and a
+    # channel that ranks every target last is left out (the first stage alone significantly better).
+    corpus, retriever, texts = _random_word_corpus(tmp_path / "topics", topics=True)
+    worst = SearchTarget(corpus, DictStore(texts), "t", late=WordIndex.build(texts), fusion=word_rule,
+                         meaning=FixedMeaning(np.linspace(1.0, 0.9, 60), -1.0))
+    choice = meaning_evidence(retriever=retriever, target=worst, samples=20)
+    assert choice.rule == "hdc" and choice.evidence["mrr"]["hdc"] > 0.5 > choice.evidence["mrr"]["rrf:1"]
+    with pytest.raises(ValueError, match="meaning channel"):
+        meaning_evidence(retriever=retriever, target=SearchTarget(corpus, DictStore(texts), "e", late=words))
+    with pytest.raises(ValueError, match="word channel"):
+        meaning_evidence(retriever=retriever, target=SearchTarget(corpus, DictStore(texts), "e",
+                                                                  meaning=FixedMeaning(np.zeros(60))))
