@@ -53,6 +53,9 @@ class CorpusWriteSerializer(serializers.Serializer):
     hdc_ngram = serializers.IntegerField(min_value=1, max_value=16, required=False)
     chunk_size = serializers.IntegerField(min_value=8, max_value=32768, required=False)
     late_interaction = serializers.BooleanField(required=False)
+    meaning_channel = serializers.BooleanField(required=False, help_text=(
+        "Also read each memory with a sentence encoder at build time, so questions worded unlike the text find "
+        "it (tens of memories a second to build; not with late_interaction)."))
     append_on_upload = serializers.BooleanField(required=False, help_text=(
         "Make uploads searchable at once: an upload queues an append (default true)."))
     gguf_path = serializers.CharField(required=False, allow_blank=True, max_length=500,
@@ -77,6 +80,11 @@ class CorpusWriteSerializer(serializers.Serializer):
         for field in ("readable_groups", "writable_groups"):
             if field in attrs:
                 attrs[field] = _group_ids(attrs[field], user, field)
+        corpus = self.instance
+        both = [attrs.get(name, getattr(corpus, name, False)) for name in ("meaning_channel", "late_interaction")]
+        if all(both):
+            raise serializers.ValidationError({"meaning_channel": "The meaning channel ranks after the exact-word "
+                                               "channel, which a late-interaction corpus does not have."})
         return attrs
 
 
@@ -93,6 +101,7 @@ class CorpusSerializer(serializers.Serializer):
     hdc_ngram = serializers.IntegerField()
     chunk_size = serializers.IntegerField()
     late_interaction = serializers.BooleanField()
+    meaning_channel = serializers.BooleanField()
     append_on_upload = serializers.BooleanField()
     active_build = serializers.IntegerField(source="active_build_id", allow_null=True)
     active_appends = serializers.ListField(child=serializers.IntegerField(), help_text=(

@@ -7,11 +7,12 @@ Keys this version does not know are kept in `extra` and written back, so a row r
 again loses nothing.
 
 Who writes what: a full build's row starts as the corpus's snapshot (`hdc_*`, `chunk_size`,
-`gguf_path`, `late_interaction`), gains `dataset_ids`, the model's identity (`model_name`,
-`model_sha256`), its fusion evidence (`fusion` for late interaction with `text_records` and
-`text_rows_skipped`; else `word_fusion`) and `published` when it runs. An append's row copies the
-state's HDC settings and model, and records the state it was queued on (`base_build`, `previous`),
-whether to write an exact-word index (`word_channel`), then its `segment` and `published`.
+`gguf_path`, `late_interaction`, `meaning_channel`), gains `dataset_ids`, the model's identity
+(`model_name`, `model_sha256`), its fusion evidence (`fusion` for late interaction with
+`text_records` and `text_rows_skipped`; else `word_fusion`, and `meaning_fusion` with the meaning
+channel) and `published` when it runs. An append's row copies the state's HDC settings and model,
+and records the state it was queued on (`base_build`, `previous`), whether to write an exact-word
+index (`word_channel`) and meaning rows (`meaning_channel`), then its `segment` and `published`.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ VERSION = 1
 # An append copies these from the state's base build: its segment must be encoded the same way.
 INHERITED_BY_APPENDS = ("hdc_dimensions", "hdc_seed", "hdc_ngram", "hdc_drop_components", "chunk_size",
                         "gguf_path", "model_name", "model_sha256", "late_interaction")
-_FUSIONS = ("fusion", "word_fusion")
+_FUSIONS = ("fusion", "word_fusion", "meaning_fusion")
 _ID_LISTS = ("dataset_ids", "previous")
 
 
@@ -47,10 +48,13 @@ class BuildParameters:
     base_build: int | None = None  # an append: the state it was queued on, base build first
     previous: tuple[int, ...] = ()
     word_channel: bool = False  # an append: write an exact-word index (its base build has one)
+    meaning_channel: bool = False  # encode each memory by meaning (`engine.meaning`): the corpus's
+    # choice for a full build; an append: its base build has the channel
     text_records: int | None = None  # late interaction: records filled, rows that had no text
     text_rows_skipped: int | None = None
     fusion: FusionChoice | None = None  # late interaction's fusion rule, measured on the build
     word_fusion: FusionChoice | None = None  # the exact-word channel's rule (None: no channel)
+    meaning_fusion: FusionChoice | None = None  # the meaning channel's rule (None: no channel)
     segment: dict[str, Any] | None = None  # an append: its manifest's segment (`engine.segments`)
     published: dict[str, dict[str, Any]] | None = None  # {file: {"bytes", "sha256"}} in the object store
     extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know, kept
@@ -91,7 +95,8 @@ class BuildParameters:
         """An append's parameters on a state whose base build recorded these."""
         inherited = {name: getattr(self, name) for name in INHERITED_BY_APPENDS}
         return BuildParameters(**inherited, dataset_ids=tuple(dataset_ids), base_build=base_build,
-                               previous=tuple(previous), word_channel=self.word_fusion is not None)
+                               previous=tuple(previous), word_channel=self.word_fusion is not None,
+                               meaning_channel=self.meaning_fusion is not None)
 
 
 def _read(name: str, value: Any) -> Any:

@@ -5,6 +5,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 
 from accounts.services.groups import groups_shareable_by
 from corpus.models import Corpus
+from corpus.services.builds import meaning_cost
 from engine.gguf import GGUFError, read_metadata
 from engine.tokenizer import index_tokenizer_refusal
 
@@ -17,7 +18,8 @@ class CorpusForm(forms.ModelForm):
     class Meta:
         model = Corpus
         fields = ["name", "description", "visibility", "readable_groups", "writable_groups", "hdc_dimensions",
-                  "hdc_seed", "hdc_ngram", "chunk_size", "gguf_path", "late_interaction", "append_on_upload"]
+                  "hdc_seed", "hdc_ngram", "chunk_size", "gguf_path", "late_interaction", "meaning_channel",
+                  "append_on_upload"]
         widgets = {"description": forms.Textarea(attrs={"rows": 3}),
                    "readable_groups": forms.CheckboxSelectMultiple, "writable_groups": forms.CheckboxSelectMultiple}
 
@@ -43,6 +45,16 @@ class CorpusForm(forms.ModelForm):
                     field.widget.attrs["max"] = validator.limit_value
         if not user.is_staff:
             del self.fields["gguf_path"]
+        # What the option costs, measured where it can be, before the owner turns it on.
+        self.fields["meaning_channel"].help_text = (f"{Corpus._meta.get_field('meaning_channel').help_text} "
+                                                    f"{meaning_cost(self.instance if self.instance.pk else None)}")
+
+    def clean(self) -> dict:
+        data = super().clean()
+        if data.get("meaning_channel") and data.get("late_interaction"):
+            self.add_error("meaning_channel", "The meaning channel ranks after the exact-word channel, which a "
+                                              "late-interaction corpus does not have: choose one of the two.")
+        return data
 
     def clean_gguf_path(self) -> str:
         path = self.cleaned_data.get("gguf_path", "").strip()

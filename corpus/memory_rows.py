@@ -130,12 +130,12 @@ class BuildMemoryStore(StateMemoryStore):
         super().__init__((build_id,))
 
 
-def build_memory_texts(*, build_id: int) -> Iterator[str]:
-    """Every memory text of a build in row order (rows 0..n-1, as its index holds them), streamed.
-    Raises ApplicationError where a row is missing."""
+def build_memory_texts(*, build_id: int, first_row: int = 0) -> Iterator[str]:
+    """Every memory text of a build in row order (rows first_row.., as its index holds them: an
+    append's segment starts at its row offset), streamed. Raises ApplicationError where a row is missing."""
     rows = (Memory.objects.filter(build_id=build_id).order_by("hdv_idx").values_list("hdv_idx", "text")
             .iterator(chunk_size=2000))
-    for expected, (row, text) in enumerate(rows):
+    for expected, (row, text) in enumerate(rows, start=first_row):
         if row != expected:
             raise ApplicationError(f"build {build_id}: memory row {expected} is missing")
         yield text

@@ -56,6 +56,10 @@ class Corpus(models.Model):
         "Late interaction", default=False,
         help_text="Also fill the corpus's text collection with each memory's token multi-vector at build time, "
                   "so searches fuse HDC with late interaction. Costs up to ~0.5 MB per memory in Chroma.")
+    meaning_channel = models.BooleanField(
+        "Meaning channel", default=False,
+        help_text="Also read each memory with a small sentence encoder (all-MiniLM-L6-v2) at build time, so a "
+                  "question worded unlike the text still finds it. Slow to build: tens of memories a second.")
     append_on_upload = models.BooleanField(
         "Index uploads at once", default=True,
         help_text="A successful upload queues an append that makes the new files searchable within seconds, "
@@ -124,7 +128,8 @@ class Dataset(models.Model):
 
 # The phases of a build in the order they run, with their usual share (%) of its time (the worker's
 # own timings of demo and bench.build corpora), so that one progress bar covers the whole build. The
-# late-interaction fill ("text_store") and the exact-word index ("words") are alternatives.
+# late-interaction fill ("text_store") and the exact-word index ("words") are alternatives; the
+# meaning rows ("meaning") follow the words where a corpus has them (`_with_meaning`).
 BUILD_PHASE_SHARES = {"starting": 1, "tokenizer": 3, "tokenize": 27, "embeddings": 4, "vocabulary": 6,
                       "encode": 40, "verify": 3, "activate": 3, "text_store": 10, "words": 10,
                       "publish": 2}
@@ -132,6 +137,19 @@ BUILD_PHASE_SHARES = {"starting": 1, "tokenizer": 3, "tokenize": 27, "embeddings
 # vocabulary extension, and the word index written beside the rows.
 APPEND_PHASE_SHARES = {"starting": 2, "tokenizer": 10, "tokenize": 25, "vocabulary": 10, "encode": 35,
                        "words": 5, "verify": 5, "activate": 8, "publish": 4}
+# With the meaning channel (`engine.meaning`), its encoder takes most of the time (tens of memories a
+# second against HDC's ~1,000): the other phases share the rest, in proportion.
+MEANING_SHARE = 90
+
+
+def _with_meaning(shares: dict[str, int]) -> dict[str, float]:
+    rest = (100 - MEANING_SHARE) / sum(shares.values())
+    out: dict[str, float] = {}
+    for phase, share in shares.items():
+        out[phase] = share * rest
+        if phase == "words":
+            out["meaning"] = MEANING_SHARE
+    return out
 
 
 class IndexBuild(models.Model):
@@ -214,6 +232,8 @@ class IndexBuild(models.Model):
         if self.status == self.Status.SUCCEEDED:
             return 100
         shares = APPEND_PHASE_SHARES if self.kind == self.Kind.APPEND else BUILD_PHASE_SHARES
+        if self.params.meaning_channel:
+            shares = _with_meaning(shares)
         if self.phase not in shares:
             return 0
         before = 0

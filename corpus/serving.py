@@ -45,6 +45,9 @@ _text_encoders: BoundedCache[tuple[str, str], Any] = BoundedCache(TEXT_ENCODERS)
 _late_scorers: BoundedCache[tuple[str, str], Any] = BoundedCache(TEXT_ENCODERS, max_bytes=_in_memory_bytes,
                                                                  weigh=array_bytes)
 _word_indexes: BoundedCache[str, Any] = BoundedCache(LOADED_BUILDS, max_bytes=_in_memory_bytes, weigh=array_bytes)
+# A state's meaning rows (`engine.meaning.MeaningIndex`, its segments' joined), by its segments' directories.
+_meanings: BoundedCache[tuple[str, ...], Any] = BoundedCache(LOADED_BUILDS, max_bytes=_in_memory_bytes,
+                                                             weigh=array_bytes)
 _builds: BoundedCache[str, LoadedIndex] = BoundedCache(LOADED_BUILDS)
 _states: BoundedCache[tuple[str, ...], LoadedIndex] = BoundedCache(LOADED_BUILDS)
 _chroma: BoundedCache[tuple[str, str, float], Any] = BoundedCache(CHROMA_CLIENTS)
@@ -165,6 +168,24 @@ def state_word_index(state: LoadedIndex):  # WordIndex | SegmentedWordIndex | No
     return together(state, word_index_for)
 
 
+def state_meaning(state: LoadedIndex):  # engine.meaning.MeaningChannel | None
+    """The meaning channel of a state (`engine.meaning`): its segments' rows joined in row order and
+    read into memory once (388 bytes a memory); None when a segment wrote none."""
+    from engine.meaning import MeaningChannel, MeaningIndex
+
+    def load() -> MeaningIndex | None:
+        parts = [MeaningIndex.for_build(segment.build_dir) for segment in state.segments or (state,)]
+        if any(part is None for part in parts):
+            return None
+        return parts[0] if len(parts) == 1 else MeaningIndex.joined(parts)
+
+    key = tuple(str(segment.build_dir) for segment in state.segments or (state,))
+    index = _meanings.get(key, load)
+    if index is not None and index.count != state.count:
+        raise ValueError(f"meaning rows: {index.count} for a state of {state.count} memories")
+    return MeaningChannel(index) if index is not None else None
+
+
 def forget_build(build_dir: str | Path) -> None:
     """Unmap a build (before its directory is deleted) and drop what was made for it."""
     from engine.vocab import clear_caches
@@ -176,12 +197,13 @@ def forget_build(build_dir: str | Path) -> None:
     _text_encoders.drop(lambda cached: cached[0] != key)
     _late_scorers.drop(lambda cached: cached[0] != key)
     _word_indexes.drop(lambda cached: cached != key)
+    _meanings.drop(lambda cached: key not in cached)
 
 
 def forget_vanished_builds() -> None:
     """Drop every cached build, and what was made for one, whose manifest is gone: its directory
     was deleted meanwhile (a word index or late scorer can outlive its build's place here)."""
-    directories = {*_builds.snapshot(), *_word_indexes.snapshot(),
+    directories = {*_builds.snapshot(), *_word_indexes.snapshot(), *(d for key in _meanings.snapshot() for d in key),
                    *(key[0] for key in _late_scorers.snapshot()), *(key[0] for key in _text_encoders.snapshot())}
     for key in directories:
         if not (Path(key) / MANIFEST).exists():

@@ -76,7 +76,8 @@ def corpus_edit(request: HttpRequest, pk: int) -> HttpResponse:
     form = CorpusForm(request.POST or None, instance=corpus, user=request.user)
     if request.method == "POST" and form.is_valid():
         form.save()
-        index_fields = {"hdc_dimensions", "hdc_seed", "hdc_ngram", "chunk_size", "gguf_path", "late_interaction"}
+        index_fields = {"hdc_dimensions", "hdc_seed", "hdc_ngram", "chunk_size", "gguf_path", "late_interaction",
+                        "meaning_channel"}
         if not form.changed_data:
             messages.info(request, "Nothing changed.")
         elif index_fields & set(form.changed_data):

@@ -25,6 +25,7 @@ from corpus.selectors import corpora_readable_among
 from engine.fusion import FusionChoice
 from engine.lexical import WordIndex, WordIndexError
 from engine.loaded_build import LoadedIndex
+from engine.meaning import MeaningChannel
 from engine.query import BlendState
 from engine.retrieval import SearchResult, SearchTarget
 from engine.text_store import LateScorer, TextStoreError
@@ -80,6 +81,16 @@ def _word_index(*, corpus_id: int, corpus: LoadedIndex) -> WordIndex | None:
         return serving.state_word_index(corpus)
     except (OSError, WordIndexError) as error:
         logger.warning("corpus %s: exact-word scores unavailable, HDC alone: %s", corpus_id, error)
+        return None
+
+
+def _meaning(*, corpus_id: int, corpus: LoadedIndex) -> MeaningChannel | None:
+    """SearchTarget.meaning of a state whose builds wrote meaning rows (`engine.meaning`); None when
+    they cannot be read (the search then ranks by HDC and words)."""
+    try:
+        return serving.state_meaning(corpus)
+    except (OSError, ValueError) as error:
+        logger.warning("corpus %s: meaning scores unavailable, HDC and words: %s", corpus_id, error)
         return None
 
 
@@ -183,8 +194,10 @@ def _search_target(corpus: Corpus, *, built: BuildParameters, appends: dict[int,
         late = _word_index(corpus_id=corpus.pk, corpus=loaded)
         fusion = built.word_fusion
         late_kind = "bm25"
+    meaning = _meaning(corpus_id=corpus.pk, corpus=loaded) if late_kind == "bm25" and built.meaning_fusion else None
     target = SearchTarget(corpus=loaded, store=StateMemoryStore(tuple(segments)), name=str(corpus.pk),
-                          enabled_sources=enabled, late=late, fusion=fusion)
+                          enabled_sources=enabled, late=late, fusion=fusion, meaning=meaning,
+                          meaning_fusion=built.meaning_fusion)
     return target, late_kind
 
 

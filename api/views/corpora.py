@@ -87,7 +87,7 @@ class CorpusDetail(ApiView):
                    responses={200: CorpusSerializer, **errors(400, 403, 409)}, tags=["corpora"])
     def patch(self, request: Request, corpus_id: int) -> Response:
         corpus = _managed_corpus(request, corpus_id)
-        serializer = CorpusWriteSerializer(data=request.data, partial=True, context={"request": request})
+        serializer = CorpusWriteSerializer(corpus, data=request.data, partial=True, context={"request": request})
         serializer.is_valid(raise_exception=True)
         corpus = corpus_update(corpus=corpus, **serializer.validated_data)
         return Response(_corpus_json(corpus))

@@ -43,12 +43,13 @@ from corpus.serving import model_for, model_identity, tokenizer_for
 from engine.build import BuildCancelled, BuildResult, build_index, verify_build
 from engine.config import Config
 from engine.fusion import FusionChoice
-from engine.gate import fusion_evidence
+from engine.gate import fusion_evidence, meaning_evidence
 from engine.lexical import WORDS_FILE, WordIndex
 from engine.loaded_build import LoadedIndex, MemoryStore, load_corpus
+from engine.meaning import MeaningChannel, MeaningIndex, write_meaning
 from engine.multivector.token_vectors import TokenVectorEncoder
 from engine.retrieval import Retriever, SearchTarget
-from engine.segments import append_segment
+from engine.segments import SEGMENT, append_segment
 from engine.text_store import LateScorer, TextStoreError, text_encoder_for, text_store_fill, text_store_prune
 from engine.tokenizer import Tokenizer
 
@@ -166,6 +167,41 @@ def _word_channel(*, build: IndexBuild, out_dir: Path, config: Config, tokenizer
     return fusion_evidence(retriever=Retriever(tokenizer, config), target=target)
 
 
+def _words_and_meaning(*, build: IndexBuild, values: BuildParameters, out_dir: Path, config: Config,
+                       tokenizer: Tokenizer, reporter: _Reporter) -> BuildParameters:
+    """`values` with the rule of the build's exact-word channel and, where the corpus has the meaning
+    channel, of that too (their files written into `out_dir`)."""
+    reporter.progress("words", 0, 1)
+    values = values.replace(word_fusion=_word_channel(build=build, out_dir=out_dir, config=config, tokenizer=tokenizer))
+    if values.meaning_channel:
+        values = values.replace(meaning_fusion=_meaning_channel(
+            build=build, out_dir=out_dir, config=config, tokenizer=tokenizer, word_fusion=values.word_fusion,
+            reporter=reporter))
+    return values
+
+
+def _meaning_channel(*, build: IndexBuild, out_dir: Path, config: Config, tokenizer: Tokenizer,
+                     word_fusion: FusionChoice, reporter: _Reporter) -> FusionChoice:
+    """Write the build's meaning rows (`engine.meaning`: each memory read by the sentence encoder,
+    its progress reported as the "meaning" phase) and choose, from the build's own self-queries,
+    how searches fuse them with the order HDC and the words give (`meaning_evidence`)."""
+    written = _write_meaning(build, out_dir, reporter)
+    target = SearchTarget(corpus=load_corpus(out_dir), store=BuildMemoryStore(build.pk), name=str(build.corpus_id),
+                          late=WordIndex.for_build(out_dir), fusion=word_fusion, meaning=MeaningChannel(written))
+    return meaning_evidence(retriever=Retriever(tokenizer, config), target=target)
+
+
+def _write_meaning(build: IndexBuild, out_dir: Path, reporter: _Reporter, first_row: int = 0) -> MeaningIndex:
+    """The meaning rows of the build's (or segment's, from `first_row`) memories, written to `out_dir`."""
+    reporter.progress("meaning", 0, build.memories.count())
+    written = write_meaning(build_memory_texts(build_id=build.pk, first_row=first_row), out_dir,
+                            progress=lambda done, total: reporter.progress("meaning", done, total),
+                            should_cancel=reporter.should_cancel)
+    if written is None:
+        raise BuildCancelled(f"build {build.pk} cancelled")
+    return written
+
+
 def _execute_append(build: IndexBuild, reporter: _Reporter) -> None:
     """An append job (`corpus.services.appends`): its datasets encoded into a new segment with the
     state's frozen statistics, their memory rows numbered after the state's, then activated."""
@@ -188,6 +224,8 @@ def _execute_append(build: IndexBuild, reporter: _Reporter) -> None:
         should_cancel=reporter.should_cancel, word_index=params.word_channel,
         known=lambda ids: memory_hashes_among(build_ids=state, hashes=ids, retiring=retiring))
     _check_written(build, writer, result, reporter)
+    if params.meaning_channel:
+        _write_meaning(build, out_dir, reporter, first_row=int(result.manifest[SEGMENT]["row_offset"]))
     if reporter.should_cancel():
         raise BuildCancelled(f"append {build.pk} cancelled")
     reporter.progress("publish", 0, 1)
@@ -259,9 +297,8 @@ def _execute(build: IndexBuild, reporter: _Reporter) -> None:
             fusion=_fusion_evidence(build=build, corpus=loaded, config=config, tokenizer=tokenizer, encoder=encoder,
                                     memories=BuildMemoryStore(build.pk)))
     else:
-        reporter.progress("words", 0, 1)
-        values = values.replace(word_fusion=_word_channel(build=build, out_dir=out_dir, config=config,
-                                                          tokenizer=tokenizer))
+        values = _words_and_meaning(build=build, values=values, out_dir=out_dir, config=config, tokenizer=tokenizer,
+                                    reporter=reporter)
     if reporter.should_cancel():
         raise BuildCancelled(f"build {build.pk} cancelled")
     reporter.progress("publish", 0, 1)

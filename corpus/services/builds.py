@@ -47,7 +47,7 @@ def corpus_parameters(corpus: Corpus) -> BuildParameters:
     return BuildParameters(hdc_dimensions=corpus.hdc_dimensions, hdc_seed=corpus.hdc_seed, hdc_ngram=corpus.hdc_ngram,
                            hdc_drop_components=engine_config().hdc_drop_components, chunk_size=corpus.chunk_size,
                            gguf_path=str(Path(corpus.gguf_path) if corpus.gguf_path else default_gguf()),
-                           late_interaction=corpus.late_interaction)
+                           late_interaction=corpus.late_interaction, meaning_channel=corpus.meaning_channel)
 
 
 def build_start(*, corpus: Corpus, user: AbstractBaseUser | None) -> IndexBuild:
@@ -142,3 +142,40 @@ def builds_cleanup(*, keep: int = 2, corpus_id: int | None = None) -> list[int]:
             unpublish_build(corpus_id=corpus.pk, build_id=build_id)
             deleted.append(build_id)
     return deleted
+
+
+# Memories a second the meaning channel's encoder reads on two cores (docs/retrieval-measurements.md:
+# 16-54 windows of 200 words a second, quiet) until a build on this installation has measured its own.
+MEANING_RATE_ESTIMATE = 30.0
+MEANING_BYTES_PER_MEMORY = 388  # 384 int8 codes and a float32 scale
+# A build's rate counts as measured from this many memories (below, loading the model dominates).
+MEANING_RATE_MIN_MEMORIES = 500
+
+
+def meaning_rate() -> tuple[float, bool]:
+    """(memories a second, measured?): the meaning channel's rate in the newest full build of at
+    least `MEANING_RATE_MIN_MEMORIES` that read one (its "meaning" phase: the model's loading, the
+    encoder and the gate), else `MEANING_RATE_ESTIMATE`."""
+    rows = (IndexBuild.objects.filter(status=IndexBuild.Status.SUCCEEDED, kind=IndexBuild.Kind.BUILD,
+                                      documents__gte=MEANING_RATE_MIN_MEMORIES, timings__has_key="portal_meaning")
+            .order_by("-finished")
+            .values_list("timings", "documents")[:1])
+    for timings, documents in rows:
+        seconds = float(timings.get("portal_meaning") or 0)
+        if seconds > 0 and documents:
+            return documents / seconds, True
+    return MEANING_RATE_ESTIMATE, False
+
+
+def meaning_cost(corpus: Corpus | None) -> str:
+    """What turning the meaning channel on costs `corpus` (its active build's memories; per 1,000
+    for a corpus not built yet), in words for the settings form."""
+    rate, measured = meaning_rate()
+    how = "as measured by the last build that read one here" if measured else "estimated for two cores"
+    memories = corpus.active_build.documents if corpus is not None and corpus.active_build_id else 0
+    if memories:
+        minutes = memories / rate / 60
+        return (f"For this corpus's {memories:,} memories: about {minutes:,.0f} more minutes per build at "
+                f"{rate:,.0f} memories/s ({how}), and {memories * MEANING_BYTES_PER_MEMORY / 1e6:,.1f} MB more.")
+    return (f"About {1000 / rate / 60:,.1f} more minutes of build per 1,000 memories at {rate:,.0f} memories/s "
+            f"({how}), and {MEANING_BYTES_PER_MEMORY} bytes a memory.")

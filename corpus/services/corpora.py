@@ -32,7 +32,7 @@ from engine.datasets import DatasetError, validate_dataset
 from engine.text_store import text_store_delete_source
 
 CORPUS_SETTINGS = ("description", "visibility", "hdc_dimensions", "hdc_seed", "hdc_ngram", "chunk_size", "gguf_path",
-                   "late_interaction", "append_on_upload")
+                   "late_interaction", "meaning_channel", "append_on_upload")
 logger = logging.getLogger(__name__)
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 

@@ -62,6 +62,7 @@ def seconds(value) -> str:
 # Build phases in words where their code names say little to a reader (the rest: "_" to " ").
 PHASE_NAMES = {"tokenizer": "loading the tokenizer", "activate": "checks before the switch",
                "activation": "switch to the new build", "words": "exact-word index",
+               "meaning": "meaning channel (sentence encoder)",
                "text_store": "late-interaction fill", "publish": "publishing to object storage"}
 
 

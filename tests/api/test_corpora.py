@@ -26,6 +26,14 @@ def test_create_get_update_delete_a_corpus(owner, readers, writers, outsider):
     assert updated.status_code == 200 and updated.json()["name"] == "Renamed"
     corpus.refresh_from_db()
     assert corpus.late_interaction and corpus.hdc_dimensions == 2048
+    # The meaning channel ranks after the exact-word channel: not with late interaction, nothing saved.
+    refused = client.patch(f"/api/v1/corpora/{corpus.pk}/", {"meaning_channel": True}, format="json")
+    assert refused.status_code == 400 and "meaning_channel" in error_of(refused)["details"]
+    meaning = client.patch(f"/api/v1/corpora/{corpus.pk}/", {"meaning_channel": True, "late_interaction": False},
+                           format="json")
+    assert meaning.status_code == 200 and meaning.json()["meaning_channel"] is True
+    corpus.refresh_from_db()
+    assert corpus.meaning_channel and not corpus.late_interaction
     assert client.delete(f"/api/v1/corpora/{corpus.pk}/").status_code == 204
     assert not Corpus.objects.filter(pk=corpus.pk).exists()
 
