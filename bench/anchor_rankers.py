@@ -246,3 +246,32 @@ class DefaultPathRanker:
         for position, query in enumerate(queries):
             ranked[position] = self.hdc.documents_of(self.hdc.retriever.rank_rows(query, self.target), k)
         return ranked
+
+
+class MeaningPathRanker(DefaultPathRanker):
+    """The default path with the meaning channel turned on (`engine.meaning`): each memory's
+    all-MiniLM-L6-v2 vector as int8, fused with the default path's order under the rule the gate
+    chooses from the build's self-queries (`engine.gate.meaning_evidence`), ranked as a search ranks."""
+
+    def index(self, documents: list[str]) -> None:
+        from dataclasses import replace
+
+        from engine.gate import meaning_evidence
+        from engine.meaning import MeaningChannel, MeaningIndex, sentence_encoder
+
+        super().index(documents)
+        texts = self.hdc.row_texts
+        start = time.perf_counter()
+        vectors = sentence_encoder().encode([texts[row] for row in sorted(texts)])
+        self.encode_s = time.perf_counter() - start
+        channel = MeaningChannel(MeaningIndex.of_vectors(vectors))
+        self.target = replace(self.target, meaning=channel)
+        self.meaning_fusion = meaning_evidence(retriever=self.hdc.retriever, target=self.target)
+        self.target = replace(self.target, meaning_fusion=self.meaning_fusion)
+        self.name = f"default path + meaning (gates: {self.fusion.rule}, {self.meaning_fusion.rule})"
+        self.encoded = len(vectors)
+        self.index_bytes = self.hdc.index_bytes + channel.index.codes.nbytes + channel.index.scales.nbytes
+
+    def build_rate(self) -> str:
+        return (f"meaning channel: {self.encoded:,} memories encoded in {self.encode_s:.1f} s "
+                f"({self.encoded / self.encode_s:,.1f} memories/s); evidence {self.meaning_fusion.evidence}")

@@ -60,6 +60,7 @@ from bench.anchor_rankers import (  # noqa: E402
     DefaultPathRanker,
     EncoderRanker,
     Int8EncoderRanker,
+    MeaningPathRanker,
     StaticEncoderRanker,
 )
 from bench.data import manpages, paraphrase, pydocs  # noqa: E402
@@ -365,6 +366,7 @@ RANKERS: dict[str, Callable[[argparse.Namespace], Ranker]] = {
     "li": LateInteractionRanker,
     "li-store": StoreLateInteractionRanker,
     "default": DefaultPathRanker,
+    "meaning": MeaningPathRanker,
     "minilm": EncoderRanker,
     "minilm-bits": BinaryEncoderRanker,
     "minilm-asym": AsymmetricBitsRanker,
@@ -574,7 +576,7 @@ def main(argv: list[str] | None = None) -> int:
         if "default" in rankers:
             report_build(rankers["default"], by_name["default"], len(data.documents))
             print(f"default path's fusion evidence: {rankers['default'].fusion.evidence}")
-        for name in ("minilm", "minilm-static"):
+        for name in ("minilm", "minilm-static", "meaning"):
             if name in rankers:
                 print(rankers[name].build_rate())
 
