@@ -201,6 +201,8 @@ class MemoryResultSerializer(CompletionMemorySerializer):
                                         help_text="The second ranker's score, where the corpus fuses one.")
     late_kind = serializers.ChoiceField(choices=["maxsim", "bm25"], allow_null=True,
                                         help_text="What late_score is: late-interaction MaxSim, or BM25 over words.")
+    meaning_score = serializers.FloatField(allow_null=True, help_text=(
+        "The meaning channel's cosine of the memory with the question, where its corpus has the channel."))
     fused_score = serializers.FloatField(allow_null=True, help_text="1 / (60 + rank) in the fused or merged ranking.")
     merge_score = serializers.FloatField(allow_null=True, help_text=(
         "Several corpora searched together: the key they are merged by, the HDC score (of the result's rank in "

@@ -260,6 +260,8 @@ def order_by_meaning(targets: Sequence[SearchTarget], orders: dict[int, list[Can
         hdc = target.corpus.index.score_rows(rows, *vectors[number]) if rows.size else []
         head = head + [Candidate(number, int(r), int(s)) for r, s in zip(rows, hdc, strict=True)]
         added = set(rows.tolist())
+        for c in head:
+            c.meaning = float(scores[c.row])
         rule = target.meaning_fusion.rule if target.meaning_fusion is not None else MEANING_FALLBACK
         fused = fuse_scores(-np.arange(len(head), dtype=np.float64), scores[[c.row for c in head]], rule=rule)
         out[number] = [head[i] for i in np.argsort(-fused, kind="stable")] + [c for c in tail if c.row not in added]

@@ -149,10 +149,10 @@ class SearchResult:
     `content_hash` the hash of its text, `memory_id` the store's row where it has rows). `target` is
     the `SearchTarget.name` it came from: the caller's label, not necessarily a corpus's name (the
     portal labels each target with its corpus's primary key).
-    `hdc_score`: its ternary HDC score; `late_score`: its target's late scorer's, where that scored
-    it; `fused_score`: 1 / (60 + rank) in the fused or merged ranking, where the search fused or
-    merged; `merge_score`: the key several targets were merged by (`merge_targets`), else None.
-    """
+    `hdc_score`: its ternary HDC score; `late_score`, `meaning_score`: its target's late scorer's and
+    meaning channel's (a cosine), where they scored it; `fused_score`: 1 / (60 + rank) in the fused or
+    merged ranking, where the search fused or merged; `merge_score`: the key several targets were
+    merged by (`merge_targets`), else None."""
 
     memory: MemoryRecord
     hdc_score: float
@@ -160,6 +160,7 @@ class SearchResult:
     late_score: float | None
     fused_score: float | None
     merge_score: float | None
+    meaning_score: float | None
 
 
 class Retriever:
@@ -471,9 +472,8 @@ class Retriever:
 
     @staticmethod
     def _results(targets: Sequence[SearchTarget], chosen: list[Candidate], fused: bool = False) -> list[SearchResult]:
-        return [SearchResult(memory=c.memory, hdc_score=float(c.score), target=targets[c.target].name,
-                             late_score=c.late, fused_score=c.fused if fused else None, merge_score=c.merge)
-                for c in chosen]
+        return [SearchResult(c.memory, float(c.score), targets[c.target].name, c.late, c.fused if fused else None,
+                             c.merge, c.meaning) for c in chosen]
 
 
 def _source_filter(target: SearchTarget) -> Callable[[np.ndarray], np.ndarray] | None:

@@ -34,6 +34,8 @@ def ranking_basis(results: list[MemoryResult]) -> str:
     if any(r.merge_score is not None for r in results):
         return ("across corpora: HDC score per unit of the query's length in each corpus, times 1 + the share of "
                 "the query's words the corpus's best memories hold (comparable across them)")
+    if any(r.meaning_score is not None for r in results):
+        return "by the fused ranking (HDC, exact words and meaning)"
     if any(r.fused_score is not None for r in results):
         return "by the fused ranking (HDC and exact words)"
     return "by HDC score"

@@ -20,7 +20,8 @@ pytestmark = pytest.mark.django_db
 MEMORY = MemoryResult(memory=MemoryRecord(hdv_idx=3, content_hash="abc123", text="Generators pause at yield.",
                                           token_count=7, metadata={"source": "pydoc-topics.jsonl"}),
                       hdc_score=812.0, target="1", late_score=None, fused_score=None, merge_score=None,
-                      corpus_id=1, corpus_name="pydoc", dataset_name="pydoc-topics.jsonl", late_kind=None)
+                      meaning_score=None, corpus_id=1, corpus_name="pydoc", dataset_name="pydoc-topics.jsonl",
+                      late_kind=None)
 
 
 def _client(user) -> Client:

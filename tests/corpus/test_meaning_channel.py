@@ -17,6 +17,7 @@ from corpus.services import builds
 from engine.meaning import MEANING_FILE, MEANING_RULES, MeaningIndex
 from memory.services import memories_search
 from tests.corpus.test_appends import NEW, page_upload
+from tests.plugins.api import token_client
 from tests.plugins.portal import TEXTS, build_now, login
 
 # No content word in common with TEXTS[6] ("Volcanoes erupt when magma from the mantle rises ...").
@@ -61,10 +62,16 @@ def test_searches_find_a_paraphrase_by_meaning_and_outsiders_find_nothing(
     with_meaning_rule(build, "late")
     results = memories_search(user=member, corpus_ids=[meaning_corpus.pk], query=PARAPHRASE)
     assert results[0].memory.text == TEXTS[6] and results[0].fused_score is not None
+    assert results[0].meaning_score == max(r.meaning_score for r in results) > 0.3
     assert before[:1] != [TEXTS[6]]  # HDC and words alone did not put it first
     assert memories_search(user=outsider, corpus_ids=[meaning_corpus.pk], query=PARAPHRASE) == []
     page = login(member).get(reverse("memory:search"), {"q": PARAPHRASE, "corpora": [meaning_corpus.pk]})
-    assert "Volcanoes erupt" in page.content.decode()
+    html = page.content.decode()
+    assert "Volcanoes erupt" in html and "HDC, exact words and meaning" in html and ">meaning 0." in html
+    api = token_client(member).get(f"/api/v1/corpora/{meaning_corpus.pk}/search/", {"q": PARAPHRASE}).json()
+    assert api["results"][0]["text"] == TEXTS[6] and api["results"][0]["meaning_score"] > 0.3
+    assert token_client(outsider).get(f"/api/v1/corpora/{meaning_corpus.pk}/search/",
+                                      {"q": PARAPHRASE}).status_code == 404
 
 
 def test_an_append_writes_its_segments_rows_and_the_state_searches_them(
