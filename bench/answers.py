@@ -3,6 +3,7 @@
     python -m bench.answers [--set demo|jargon|manpages|kernel] [--gguf CHAT.gguf] [--questions 52]
                             [--max-tokens 1024] [--budget 512] [--rounds 3] [--out ANSWERS.jsonl]
     python -m bench.answers --set jargon --rescore ANSWERS.jsonl   # the grounding report again, no model
+    python -m bench.answers --set jargon --meaning --retrieval-only   # facts primed, meaning on and off
 
 What runs: a corpus built by the real build service into a temporary SQLite portal, one real
 llama.cpp server on the chat model (default: the packaged instruction-tuned model), and
@@ -105,6 +106,11 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--memories-only", action="store_true",
                         help="ask with memories only (no model-alone answers: no lift, no verdicts); for a larger "
                              "sample of the grounding score in the same time")
+    parser.add_argument("--meaning", action="store_true",
+                        help="the corpus with the meaning channel (engine.meaning; not the demo set)")
+    parser.add_argument("--retrieval-only", action="store_true",
+                        help="no model: the share of questions whose fact is in a memory the search primes (the "
+                             "conversation's budget); with --meaning, also with the channel off, paired")
     parser.add_argument("--out", type=Path, help="write every answer as JSONL here")
     parser.add_argument("--rescore", type=Path, metavar="JSONL",
                         help="no model: the grounding report of the answers an earlier --out wrote (text channels)")
@@ -115,6 +121,8 @@ def _parse() -> argparse.Namespace:
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
+    if args.meaning and args.set == "demo":
+        parser.error("--meaning: the demo corpus is built by portal_bootstrap; choose jargon, manpages or kernel")
     return args
 
 
@@ -207,7 +215,7 @@ def text_corpus(name: str, file_name: str, text: str) -> int:
 
     call_command("portal_bootstrap", "--no-demo", stdout=open(os.devnull, "w"))  # noqa: SIM115
     admin = get_user_model().objects.get(username="admin")
-    corpus = corpus_create(owner=admin, name=name)
+    corpus = corpus_create(owner=admin, name=name, meaning_channel=os.environ.get("BENCH_MEANING") == "1")
     dataset_upload(corpus=corpus, user=admin, uploaded_file=ContentFile(text.encode("utf-8"), name=file_name))
     build_start(corpus=corpus, user=admin)
     return corpus.pk
@@ -516,9 +524,41 @@ def report(args: argparse.Namespace, rows: dict[str, list[dict]], facts: dict[st
         verdicts(figures["model alone"], figures["with memories"])
 
 
+def retrieval_only(args: argparse.Namespace, user, corpus_id: int, questions: list[tuple[str, str]]) -> None:  # noqa: ANN001
+    """The share of questions whose fact is in a memory a first chat turn would be primed with (the
+    search at the conversation's budget), as built; with the meaning channel, also with it off
+    (its rule set to "hdc" for the second pass), paired by question."""
+    from chat.models import Conversation
+    from corpus.models import Corpus, IndexBuild
+    from memory.services import memories_search
+
+    budget = args.budget or Conversation._meta.get_field("token_budget").default
+    build = Corpus.objects.select_related("active_build").get(pk=corpus_id).active_build
+    rule = (build.parameters.get("meaning_fusion") or {}).get("rule")
+    passes = {"as built": None, **({"meaning off": "hdc"} if rule else {})}
+    found: dict[str, list[bool]] = {}
+    for name, override in passes.items():
+        if override:
+            IndexBuild.objects.filter(pk=build.pk).update(
+                parameters={**build.parameters, "meaning_fusion": {"rule": override, "evidence": {}}})
+        started = time.perf_counter()
+        found[name] = [any(re.search(fact, r.memory.text, re.I) for r in memories_search(
+            user=user, corpus_ids=[corpus_id], query=question, token_budget=budget)) for question, fact in questions]
+        print(f"{name:<10} (meaning rule {override or rule}): fact in a primed memory {sum(found[name])}/{len(questions)}"
+              f" = {sum(found[name]) / len(questions):.1%}; {(time.perf_counter() - started) / len(questions) * 1000:.0f} ms"
+              f" a search; budget {budget} tokens")
+    if len(found) == 2:
+        pairs = list(zip(found["as built"], found["meaning off"], strict=True))
+        only_on, only_off = sum(a and not b for a, b in pairs), sum(b and not a for a, b in pairs)
+        print(f"paired: found with meaning only {only_on}, without it only {only_off}; "
+              f"sign test p = {sign_test(only_on, only_off):.3f}")
+
+
 def main() -> int:
     args = _parse()
     print_hardware()
+    if args.meaning:
+        os.environ["BENCH_MEANING"] = "1"
     from engine.llama_server import LlamaServer
     from engine.model_files import default_chat_gguf_path
 
@@ -534,6 +574,13 @@ def main() -> int:
                              dict(questions), text_scorers())
         return 0
     check_facts(questions, texts(), source)
+    if args.retrieval_only:
+        with tempfile.TemporaryDirectory(prefix="bench-answers-") as data_dir:
+            print(f"set {args.set}: {len(questions)} questions, retrieval only (no model)")
+            portal_setup(Path(data_dir), "http://127.0.0.1:9", args.max_tokens, args.config)  # never asked
+            user, corpus_id = build_corpus(make_corpus)
+            retrieval_only(args, user, corpus_id, questions)
+        return 0
     gguf = args.gguf or default_chat_gguf_path()
     with tempfile.TemporaryDirectory(prefix="bench-answers-") as data_dir, \
             LlamaServer(gguf, threads=args.threads, ctx_size=8192, parallel=1) as server:
