@@ -58,6 +58,7 @@ MEANING_RULES: tuple[str, ...] = ("hdc", "rrf:0.5", "rrf:1", "rrf:2", "late")
 # default path by recall@10 on all nine known-item sets (docs/retrieval-measurements.md).
 MEANING_FALLBACK = "rrf:1"
 ENCODE_BATCH = 32
+WRITE_CHUNK = 1024  # texts read at a time by `write_meaning`
 
 
 class MeaningError(ValueError):
@@ -188,20 +189,43 @@ class MeaningIndex:
         return dots * (float(scale[0]) * self.scales.astype(np.float64))
 
 
-def write_meaning(texts: Iterable[str], out_dir: str | Path, *, encoder: SentenceEncoder | None = None,
-                  progress: Callable[[int, int], None] | None = None,
+def write_meaning(texts: Iterable[str], out_dir: str | Path, *, total: int | None = None,
+                  encoder: SentenceEncoder | None = None, progress: Callable[[int, int], None] | None = None,
                   should_cancel: Callable[[], bool] | None = None) -> MeaningIndex | None:
-    """Encode every memory text (row order) and write `MEANING_FILE` in `out_dir`; None, and nothing
-    written, when `should_cancel` stopped it."""
-    texts = list(texts)
-    vectors = (encoder or sentence_encoder()).encode(texts, progress=progress, should_cancel=should_cancel)
-    if len(vectors) < len(texts):
-        return None
-    index = MeaningIndex.of_vectors(vectors)
+    """Encode every memory text (row order; `total` of them, default len(texts)) and write
+    `MEANING_FILE` in `out_dir`; None, and nothing written, when `should_cancel` stopped it. The
+    texts are read `WRITE_CHUNK` at a time: only the int8 rows of the whole corpus are held."""
+    total = len(texts) if total is None else total  # type: ignore[arg-type]
+    encoder = encoder or sentence_encoder()
+    codes, scales = np.zeros((total, DIMENSIONS), dtype=np.int8), np.zeros(total, dtype=np.float32)
+    done = 0
+    for chunk in _chunks(texts, WRITE_CHUNK):
+        if done + len(chunk) > total:
+            raise MeaningError(f"more than the {total} texts expected")
+        vectors = encoder.encode(chunk, should_cancel=should_cancel,
+                                 progress=None if progress is None else lambda d, _, at=done: progress(at + d, total))
+        if len(vectors) < len(chunk):
+            return None
+        codes[done:done + len(chunk)], scales[done:done + len(chunk)] = quantize(vectors)
+        done += len(chunk)
+    if done != total:
+        raise MeaningError(f"{done} texts for the {total} expected")
+    index = MeaningIndex(codes, scales)
     partial = Path(out_dir) / (MEANING_FILE + ".partial")
     index.save(partial)
     partial.replace(Path(out_dir) / MEANING_FILE)
     return index
+
+
+def _chunks(texts: Iterable[str], size: int) -> Iterable[list[str]]:
+    chunk: list[str] = []
+    for text in texts:
+        chunk.append(text)
+        if len(chunk) == size:
+            yield chunk
+            chunk = []
+    if chunk:
+        yield chunk
 
 
 class MeaningChannel:

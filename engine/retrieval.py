@@ -322,8 +322,7 @@ class Retriever:
         orders = self._fuse(targets, late, candidates, extra) if late is not None else None
         if vectors and any(target.uses_meaning for target in targets):
             by_meaning = order_by_meaning(targets, orders if orders is not None else group_by_target(candidates),
-                                          query, vectors, keep=_source_filter,
-                                          depth=FUSION_DEPTH)
+                                          query, vectors, keep=_source_filter, depth=FUSION_DEPTH)
             orders = by_meaning if by_meaning is not None else orders
         names = called_names(query)
         if names and candidates:

@@ -193,8 +193,9 @@ def _meaning_channel(*, build: IndexBuild, out_dir: Path, config: Config, tokeni
 
 def _write_meaning(build: IndexBuild, out_dir: Path, reporter: _Reporter, first_row: int = 0) -> MeaningIndex:
     """The meaning rows of the build's (or segment's, from `first_row`) memories, written to `out_dir`."""
-    reporter.progress("meaning", 0, build.memories.count())
-    written = write_meaning(build_memory_texts(build_id=build.pk, first_row=first_row), out_dir,
+    total = build.memories.count()
+    reporter.progress("meaning", 0, total)
+    written = write_meaning(build_memory_texts(build_id=build.pk, first_row=first_row), out_dir, total=total,
                             progress=lambda done, total: reporter.progress("meaning", done, total),
                             should_cancel=reporter.should_cancel)
     if written is None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from engine import meaning
 from engine.fusion import FusionChoice
 from engine.gate import meaning_evidence
 from engine.lexical import WordIndex
@@ -66,8 +67,11 @@ TEXTS = [
 ]
 
 
-def test_the_real_encoder_finds_a_text_by_what_it_means(tmp_path):
-    written = write_meaning(TEXTS, tmp_path)
+def test_the_real_encoder_finds_a_text_by_what_it_means(tmp_path, monkeypatch):
+    monkeypatch.setattr(meaning, "WRITE_CHUNK", 3)  # read in chunks: 3 texts, then 1
+    seen: list[tuple[int, int]] = []
+    written = write_meaning(iter(TEXTS), tmp_path, total=len(TEXTS), progress=lambda d, t: seen.append((d, t)))
+    assert seen == [(3, 4), (4, 4)]
     assert (tmp_path / MEANING_FILE).is_file() and written.count == len(TEXTS)
     channel = MeaningChannel(MeaningIndex.for_build(tmp_path))
     # No content word in common with its text: found by meaning only.
@@ -76,8 +80,11 @@ def test_the_real_encoder_finds_a_text_by_what_it_means(tmp_path):
         scores = channel.score_all(query)
         assert int(np.argmax(scores)) == row, (query, scores)
         assert channel.score_texts(query, [TEXTS[row]])[0] == pytest.approx(scores[row], abs=0.02)
-    # Cancelled: nothing written.
+    # Cancelled: nothing written; more or fewer texts than rows: an error, nothing written.
     assert write_meaning(TEXTS, tmp_path / "x", should_cancel=lambda: True) is None
+    for total, error in ((3, "more than the 3 texts"), (5, "4 texts for the 5 expected")):
+        with pytest.raises(MeaningError, match=error):
+            write_meaning(TEXTS, tmp_path / "x", total=total)
     assert not (tmp_path / "x").exists()
     seen = []
     sentence_encoder().encode(TEXTS * 20, progress=lambda done, total: seen.append((done, total)))
