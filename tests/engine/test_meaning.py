@@ -3,6 +3,8 @@ and its gate."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
+
 import numpy as np
 import pytest
 
@@ -87,8 +89,12 @@ def test_the_real_encoder_finds_a_text_by_what_it_means(tmp_path, monkeypatch):
             write_meaning(TEXTS, tmp_path / "x", total=total)
     assert not (tmp_path / "x").exists()
     seen = []
-    sentence_encoder().encode(TEXTS * 20, progress=lambda done, total: seen.append((done, total)))
+    alone = sentence_encoder().encode(TEXTS * 20, progress=lambda done, total: seen.append((done, total)))
     assert seen[-1] == (80, 80) and len(seen) == 3  # a batch of 32 at a time
+    # Several users at once (a build's batches and searches' queries): the same vectors as alone.
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        together = list(pool.map(lambda n: sentence_encoder().encode(TEXTS * 20), range(4)))
+    assert all(np.allclose(vectors, alone, atol=1e-5) for vectors in together)
 
 
 class FixedMeaning:
