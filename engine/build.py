@@ -95,7 +95,8 @@ def _check_out_dir(out_dir: Path) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
 
 
-def _batched(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+def batched(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
+    """`items` in lists of `size` (the last may be shorter): itertools.batched before Python 3.12."""
     batch = []
     for item in items:
         batch.append(item)
@@ -151,7 +152,7 @@ def _tokenize_pass(datasets: list[tuple[int, str, Path]], tokenizer: Tokenizer, 
         for source_id, name, path in datasets:
             counts = {"source_id": source_id, "name": name, "path": str(path), "documents": 0, "duplicates": 0}
             items = iter_dataset(path, tokenizer, chunk_size, errors=skipped, source=name)
-            for batch in _batched(items, batch_docs):
+            for batch in batched(items, batch_docs):
                 checkpoint()
                 fresh = []
                 held = known([item["id"] for item in batch]) if known is not None else set()

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from engine.build import batched
 from engine.fusion import DEFAULT_K, fuse_scores
 from engine.kernels import int8_dots
 from engine.lexical import best_rows, rows_of
@@ -200,7 +201,7 @@ def write_meaning(texts: Iterable[str], out_dir: str | Path, *, total: int | Non
     encoder = encoder or sentence_encoder()
     codes, scales = np.zeros((total, DIMENSIONS), dtype=np.int8), np.zeros(total, dtype=np.float32)
     done = 0
-    for chunk in _chunks(texts, WRITE_CHUNK):
+    for chunk in batched(texts, WRITE_CHUNK):
         if done + len(chunk) > total:
             raise MeaningError(f"more than the {total} texts expected")
         vectors = encoder.encode(chunk, should_cancel=should_cancel,
@@ -216,17 +217,6 @@ def write_meaning(texts: Iterable[str], out_dir: str | Path, *, total: int | Non
     index.save(partial)
     partial.replace(Path(out_dir) / MEANING_FILE)
     return index
-
-
-def _chunks(texts: Iterable[str], size: int) -> Iterable[list[str]]:
-    chunk: list[str] = []
-    for text in texts:
-        chunk.append(text)
-        if len(chunk) == size:
-            yield chunk
-            chunk = []
-    if chunk:
-        yield chunk
 
 
 class MeaningChannel:
