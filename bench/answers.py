@@ -547,6 +547,9 @@ def retrieval_only(args: argparse.Namespace, user, corpus_id: int, questions: li
         print(f"{name:<10} (meaning rule {override or rule}): fact in a primed memory {sum(found[name])}/{len(questions)}"
               f" = {sum(found[name]) / len(questions):.1%}; {(time.perf_counter() - started) / len(questions) * 1000:.0f} ms"
               f" a search; budget {budget} tokens")
+        missed = [question for (question, _), hit in zip(questions, found[name], strict=True) if not hit]
+        for question in missed[:args.show]:
+            print(f"  missed: {question}")
     if len(found) == 2:
         pairs = list(zip(found["as built"], found["meaning off"], strict=True))
         only_on, only_off = sum(a and not b for a, b in pairs), sum(b and not a for a, b in pairs)
