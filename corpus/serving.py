@@ -173,14 +173,15 @@ def state_meaning(state: LoadedIndex):  # engine.meaning.MeaningChannel | None
     read into memory once (388 bytes a memory); None when a segment wrote none."""
     from engine.meaning import MeaningChannel, MeaningIndex
 
+    segments = state.segments or (state,)
+
     def load() -> MeaningIndex | None:
-        parts = [MeaningIndex.for_build(segment.build_dir) for segment in state.segments or (state,)]
+        parts = [MeaningIndex.for_build(segment.build_dir) for segment in segments]
         if any(part is None for part in parts):
             return None
         return parts[0] if len(parts) == 1 else MeaningIndex.joined(parts)
 
-    key = tuple(str(segment.build_dir) for segment in state.segments or (state,))
-    index = _meanings.get(key, load)
+    index = _meanings.get(tuple(str(segment.build_dir) for segment in segments), load)
     if index is not None and index.count != state.count:
         raise ValueError(f"meaning rows: {index.count} for a state of {state.count} memories")
     return MeaningChannel(index) if index is not None else None

@@ -94,8 +94,8 @@ def meaning_evidence(*, retriever: Retriever, target: SearchTarget, samples: int
     and the channel's own best `MEANING_CANDIDATES` rows fused by rank with their cosines (the
     memory scored as the rest of its text on both sides); `choose_fusion` among `MEANING_RULES`
     ("hdc": the first stage alone), `MEANING_FALLBACK` where none wins significantly unless the
-    first stage alone beats it significantly. Costs two encodings and one scan of the channel's
-    rows per query."""
+    first stage alone beats it significantly. Costs one encoding (the query with the rest of its
+    memory) and one scan of the channel's rows per query."""
     channel = target.meaning
     if channel is None or target.late is None:
         raise ValueError("meaning evidence needs a target with a meaning channel and a word channel")
@@ -113,9 +113,9 @@ def meaning_evidence(*, retriever: Retriever, target: SearchTarget, samples: int
         if not target.uses_late:  # the word channel's rows join a search's pool only where it is fused
             found, scores, late_scores = found[:depth], scores[:depth], late_scores[:depth]
         found = found[np.argsort(-fuse_scores(scores, late_scores, rule=target.rule), kind="stable")]
-        cosines = channel.score_all(made.query)
+        cosines, rest = channel.scores(made.query, [made.rest] if made.rest is not None else [])
         if made.rest is not None:
-            cosines[own] = channel.score_texts(made.query, [made.rest])[0]
+            cosines[own] = rest[0]
         extra = best_rows(cosines, MEANING_CANDIDATES)
         pool = np.concatenate([found, extra[~np.isin(extra, found)]])
         first[number, :pool.size], second[number, :pool.size] = -np.arange(pool.size), cosines[pool]

@@ -39,7 +39,7 @@ import numpy as np
 from engine.build import batched
 from engine.fusion import DEFAULT_K, fuse_scores
 from engine.kernels import int8_dots
-from engine.lexical import best_rows, rows_of
+from engine.lexical import best_rows
 from engine.ranking import Candidate
 
 if TYPE_CHECKING:
@@ -156,9 +156,7 @@ class MeaningIndex:
         models = {part.model for part in parts}
         if len(models) > 1:
             raise MeaningError(f"segments encoded by different models: {sorted(models)}")
-        return cls(np.concatenate([p.codes for p in parts]) if parts else np.zeros((0, DIMENSIONS), np.int8),
-                   np.concatenate([p.scales for p in parts]) if parts else np.zeros(0, np.float32),
-                   models.pop() if models else MODEL_NAME)
+        return cls(np.concatenate([p.codes for p in parts]), np.concatenate([p.scales for p in parts]), models.pop())
 
     def save(self, path: str | Path) -> None:
         with open(path, "wb") as handle:
@@ -220,8 +218,8 @@ def write_meaning(texts: Iterable[str], out_dir: str | Path, *, total: int | Non
 
 
 class MeaningChannel:
-    """A corpus's rows and the encoder, answering as a word channel does (`score_all`,
-    `score_rows`, `score_texts`) with cosines; a query's vector is encoded once per call."""
+    """A corpus's rows and the encoder: a query's cosines with every row (`score_all`), and with
+    texts that are not rows beside them (`scores`), the query encoded once per call."""
 
     def __init__(self, index: MeaningIndex, encoder: SentenceEncoder | None = None) -> None:
         self.index = index
@@ -232,21 +230,14 @@ class MeaningChannel:
         return self.encoder.encode([query])[0]
 
     def score_all(self, query: str) -> np.ndarray:
+        """Cosines (count,) float64 of every row with `query`."""
         return self.index.scores(self.query_vector(query))
 
-    def score_rows(self, query: str, rows: np.ndarray | Iterable[int]) -> np.ndarray:
-        return rows_of(self.score_all(query), rows)
-
-    def score_texts(self, query: str, texts: Sequence[str]) -> np.ndarray:
-        if not texts:
-            return np.zeros(0)
+    def scores(self, query: str, texts: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
+        """(every row's cosines (count,), `texts`' cosines (n,)) with `query`, encoded in one call
+        with the texts (the gate's held-out query and the rest of its memory)."""
         vectors = self.encoder.encode([query, *texts])
-        return (vectors[1:] @ vectors[0]).astype(np.float64)
-
-    def best(self, scores: np.ndarray, k: int = MEANING_CANDIDATES,
-             keep: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
-        """The rows (<= k,) of the highest positive `scores` (from `score_all`), best first."""
-        return best_rows(scores, k, keep)
+        return self.index.scores(vectors[0]), (vectors[1:] @ vectors[0]).astype(np.float64)
 
 
 def order_by_meaning(targets: Sequence[SearchTarget], orders: dict[int, list[Candidate]], query: str,
@@ -254,11 +245,11 @@ def order_by_meaning(targets: Sequence[SearchTarget], orders: dict[int, list[Can
                      keep: Callable[[SearchTarget], Callable[[np.ndarray], np.ndarray] | None], depth: int
                      ) -> dict[int, list[Candidate]] | None:
     """The second stage of a search (`engine.retrieval`): `orders` (each target's candidates so
-    far, best first; a target HDC found nothing in may have none) with each meaning target's first `depth`, and its channel's own best
-    `MEANING_CANDIDATES` rows within its dataset filter (`keep(target)`; with their exact HDC
-    scores from `vectors`, after them), fused by rank with their cosines under its `meaning_fusion` rule,
-    `fused` = 1 / (60 + rank) set; None when no target's channel answered (an encoder that cannot
-    load: the order so far stands)."""
+    far, best first; a target HDC found nothing in may have none) with each meaning target's first
+    `depth`, and its channel's own best `MEANING_CANDIDATES` rows within its dataset filter
+    (`keep(target)`; with their exact HDC scores from `vectors`, after them), fused by rank with
+    their cosines under its `meaning_fusion` rule, `fused` = 1 / (60 + rank) set; None when no
+    target's channel answered (an encoder that cannot load: the order so far stands)."""
     out, moved = dict(orders), False
     for number, target in enumerate(targets):
         if not target.uses_meaning or target.corpus.count == 0:

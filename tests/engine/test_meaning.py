@@ -81,7 +81,8 @@ def test_the_real_encoder_finds_a_text_by_what_it_means(tmp_path, monkeypatch):
                        ("the hottest part of the year", 2), ("a tool that turns code into an executable", 3)]:
         scores = channel.score_all(query)
         assert int(np.argmax(scores)) == row, (query, scores)
-        assert channel.score_texts(query, [TEXTS[row]])[0] == pytest.approx(scores[row], abs=0.02)
+        every, text = channel.scores(query, [TEXTS[row]])
+        assert np.allclose(every, scores, atol=1e-5) and text[0] == pytest.approx(scores[row], abs=0.02)
     # Cancelled: nothing written; more or fewer texts than rows: an error, nothing written.
     assert write_meaning(TEXTS, tmp_path / "x", should_cancel=lambda: True) is None
     for total, error in ((3, "more than the 3 texts"), (5, "4 texts for the 5 expected")):
@@ -100,18 +101,18 @@ def test_the_real_encoder_finds_a_text_by_what_it_means(tmp_path, monkeypatch):
 class FixedMeaning:
     """A meaning channel of fixed cosines (the encoder's own behaviour is tested above)."""
 
-    def __init__(self, scores: np.ndarray, text_score: float = 0.0, fails: bool = False) -> None:
-        self.scores, self.text_score, self.fails, self.asked = scores, text_score, fails, 0
-        self.count = scores.size
+    def __init__(self, cosines: np.ndarray, text_score: float = 0.0, fails: bool = False) -> None:
+        self.cosines, self.text_score, self.fails, self.asked = cosines, text_score, fails, 0
+        self.count = cosines.size
 
     def score_all(self, query: str) -> np.ndarray:
         self.asked += 1
         if self.fails:
             raise MeaningError("the sentence encoder cannot be loaded: gone")
-        return self.scores.copy()
+        return self.cosines.copy()
 
-    def score_texts(self, query: str, texts: list[str]) -> np.ndarray:
-        return np.full(len(texts), self.text_score)
+    def scores(self, query: str, texts: list[str] = ()) -> tuple[np.ndarray, np.ndarray]:
+        return self.score_all(query), np.full(len(texts), self.text_score)
 
 
 def test_the_second_stage_brings_the_channels_own_rows_and_keeps_the_filter(tmp_path):
