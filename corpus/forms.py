@@ -5,11 +5,25 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 
 from accounts.services.groups import groups_shareable_by
 from corpus.models import Corpus
-from corpus.services.builds import meaning_cost
+from corpus.services.builds import MEANING_BYTES_PER_MEMORY, meaning_rate
+from corpus.templatetags.portal import seconds
 from engine.gguf import GGUFError, read_metadata
 from engine.tokenizer import index_tokenizer_refusal
 
 NUMBER_FIELDS = ("hdc_dimensions", "hdc_seed", "hdc_ngram", "chunk_size")
+
+
+def meaning_cost(corpus: Corpus | None) -> str:
+    """What turning the meaning channel on costs `corpus` (its active build's memories; per 1,000
+    for a corpus not built yet), in words for the settings form."""
+    rate, measured = meaning_rate()
+    how = "as measured by the last build that read one here" if measured else "estimated for two cores"
+    memories = corpus.active_build.documents if corpus is not None and corpus.active_build_id else 0
+    if memories:
+        return (f"For this corpus's {memories:,} memories: about {seconds(memories / rate)} more per build at "
+                f"{rate:,.0f} memories/s ({how}), and {memories * MEANING_BYTES_PER_MEMORY / 1e6:,.1f} MB more.")
+    return (f"About {seconds(1000 / rate)} more of build per 1,000 memories at {rate:,.0f} memories/s ({how}), "
+            f"and {MEANING_BYTES_PER_MEMORY} bytes a memory.")
 
 
 class CorpusForm(forms.ModelForm):

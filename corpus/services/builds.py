@@ -167,16 +167,3 @@ def meaning_rate() -> tuple[float, bool]:
             return documents / seconds, True
     return MEANING_RATE_ESTIMATE, False
 
-
-def meaning_cost(corpus: Corpus | None) -> str:
-    """What turning the meaning channel on costs `corpus` (its active build's memories; per 1,000
-    for a corpus not built yet), in words for the settings form."""
-    rate, measured = meaning_rate()
-    how = "as measured by the last build that read one here" if measured else "estimated for two cores"
-    memories = corpus.active_build.documents if corpus is not None and corpus.active_build_id else 0
-    if memories:
-        minutes = memories / rate / 60
-        return (f"For this corpus's {memories:,} memories: about {minutes:,.0f} more minutes per build at "
-                f"{rate:,.0f} memories/s ({how}), and {memories * MEANING_BYTES_PER_MEMORY / 1e6:,.1f} MB more.")
-    return (f"About {1000 / rate / 60:,.1f} more minutes of build per 1,000 memories at {rate:,.0f} memories/s "
-            f"({how}), and {MEANING_BYTES_PER_MEMORY} bytes a memory.")

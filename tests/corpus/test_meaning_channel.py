@@ -107,7 +107,7 @@ def test_the_form_shows_the_cost_before_the_owner_turns_it_on(monkeypatch, corpu
     monkeypatch.setattr(builds, "MEANING_RATE_MIN_MEMORIES", len(TEXTS))  # the rate of an 8-memory build counts
     client = login(owner)
     page = client.get(reverse("corpus:edit", args=[corpus.pk])).content.decode()
-    assert "Meaning channel" in page and "more minutes of build per 1,000 memories" in page
+    assert "Meaning channel" in page and "About 37.0 s more of build per 1,000 memories" in page
     assert "estimated for two cores" in page
     Corpus.objects.filter(pk=corpus.pk).update(meaning_channel=True)
     corpus.refresh_from_db()
