@@ -10,6 +10,14 @@ dedup, HDC-MMR under the token budget, and merging several targets' rankings int
   remaining token budget; stop when nothing fits, or when the best marginal is <= 0 and
   `min_context` documents are already chosen. C absorbs a choice: C = x where C = 0, C stays
   where x agrees or is 0, and C = 0 where they collide (opposite signs).
+* The score MMR weighs (`mmr_scores`): a candidate's HDC score; where the search fused or merged,
+  the pool's own scores (HDC, or the merge keys), best first, handed out in the fused order. The
+  fused score itself, 1 / (60 + rank), is nearly flat (rank 1 and rank 30 differ by a third), so
+  novelty outweighed it: with a 512-token budget (two memories) the second pick was often a
+  barely related memory, not the next of the page the first came from (`bench.answers
+  --retrieval-only`: the fact was primed for 2 more questions of 45 on manual pages, the Jargon
+  File and kernel docs each, 1 more of 52 on the demo corpus, none fewer, at 512 tokens; 1-4 more
+  at 1,024 and 2,048).
 * Several targets: `merge_targets` (see there; the retriever's module docstring says how the
   search uses the merged order).
 """
@@ -90,6 +98,18 @@ def hdc_mmr(pos: np.ndarray, neg: np.ndarray, scores: np.ndarray, token_counts: 
         x_pos, x_neg = pos[best], neg[best]
         empty = ~covered
         cover_pos, cover_neg = (cover_pos & ~x_neg) | (x_pos & empty), (cover_neg & ~x_pos) | (x_neg & empty)
+
+
+def mmr_scores(kept: list[Candidate], fused: bool) -> np.ndarray:
+    """(m,) float: the relevance HDC-MMR weighs for each of `kept` (see the module docstring):
+    its HDC score; where `fused`, the pool's scores (merge keys where merged), sorted best first,
+    given to the candidates by their fused rank (ties keep `kept`'s order)."""
+    if not fused or not kept:
+        return np.array([c.score for c in kept], dtype=np.float64)
+    own = np.array([c.score if c.merge is None else c.merge for c in kept], dtype=np.float64)
+    out = np.empty_like(own)
+    out[np.argsort([-c.fused for c in kept], kind="stable")] = np.sort(own)[::-1]
+    return out
 
 
 def group_by_target(candidates: list[Candidate]) -> dict[int, list[Candidate]]:

@@ -33,8 +33,8 @@ Choices the spec leaves open:
   Candidates past `FUSION_DEPTH` follow in HDC order; a candidate's fused score is 1 / (60 + its
   rank in its target's fused order). The adaptive threshold still decides *how many*
   candidates are kept (at least `min_context`), the fused ranking decides *which*; dedup is
-  unchanged and HDC-MMR weighs novelty against the fused score. With no late scorer at all,
-  nothing above changes.
+  unchanged and HDC-MMR weighs novelty against the fused order (`ranking.mmr_scores`). With no
+  late scorer at all, nothing above changes.
 * Several targets (corpora searched together): their HDC scores are not comparable (each corpus has
   its own vocabulary, weights and query density), so each target's ranking (HDC, or fused) is kept
   and the targets are interleaved by `merge_targets` (`engine.ranking`): the rank-r candidate of a
@@ -71,6 +71,7 @@ from engine.ranking import (
     group_by_target,
     hdc_mmr,
     merge_targets,
+    mmr_scores,
     query_length,
     word_coverage,
 )
@@ -465,7 +466,7 @@ class Retriever:
         for number, positions in by_target.items():
             p, n = targets[number].corpus.index.get_bitmaps(np.array([kept[i].row for i in positions]))
             pos[positions], neg[positions] = p, n
-        scores = np.array([c.fused if fused else c.score for c in kept], dtype=np.float64)
+        scores = mmr_scores(kept, fused)
         tokens = np.array([c.memory.token_count for c in kept], dtype=np.int64)
         return hdc_mmr(pos, neg, scores, tokens, dims, budget, self.config.min_context)
 

@@ -17,7 +17,7 @@ from engine.index import BitmapIndex
 from engine.lexical import WordIndex
 from engine.loaded_build import LoadedIndex, MemoryRecord
 from engine.query import BlendState, blend_vectors, query_terms
-from engine.ranking import Candidate, hdc_mmr
+from engine.ranking import Candidate, hdc_mmr, mmr_scores
 from engine.retrieval import (
     CONTEXT_DELIMITER,
     FUSION_DEPTH,
@@ -230,6 +230,38 @@ def test_hdc_mmr_prefers_novel_items_and_respects_budget():
     assert chosen == [0, 2]  # the exact copy has zero novelty: marginal 0, stops there
     assert hdc_mmr(pos, neg, np.array([100.0, 99.0, 90.0]), np.array([1, 1, 1]), DIMS, 10, 3) == [0, 2, 1]
     assert hdc_mmr(pos, neg, np.array([100.0, 99.0, 90.0]), np.array([5, 1, 5]), DIMS, 6, 3) == [0, 1]
+
+
+def test_mmr_weighs_the_fused_order_on_the_pools_own_scale():
+    def candidate(score: int, rank: int, merge: float | None = None) -> Candidate:
+        return Candidate(0, rank, score, fused=1 / (60 + rank), merge=merge)
+
+    kept = [candidate(300, 2), candidate(1000, 1), candidate(950, 30)]
+    assert mmr_scores(kept, fused=False).tolist() == [300, 1000, 950]
+    assert mmr_scores(kept, fused=True).tolist() == [950, 1000, 300]  # best score to the best rank
+    merged = [candidate(5, 1, merge=2.0), candidate(9, 2, merge=4.0)]
+    assert mmr_scores(merged, fused=True).tolist() == [4.0, 2.0]  # merged: the merge keys' scale
+    assert mmr_scores([], fused=True).size == 0
+
+
+def test_under_fusion_the_second_pick_is_the_next_ranked_memory_not_a_barely_related_one():
+    """Two memories fit. Fused ranks 1 and 2 share 60 % of their dimensions (two chunks of one page);
+    rank 30 is unrelated. On 1 / (60 + rank) the third won (its novelty outweighed a nearly flat score); on
+    the pool's own scale the second does, as it would in an HDC-only search."""
+    rng = np.random.default_rng(5)
+    first = ternary(rng, 1, 0.3)[0]
+    second = first.copy()
+    moved = int(np.count_nonzero(first) * 0.4)  # 60 % of its dimensions are the first's
+    second[np.flatnonzero(first)[:moved]] = 0
+    second[np.flatnonzero(first == 0)[:moved]] = 1
+    third = ternary(rng, 1, 0.3)[0]
+    pos, neg = pack_ternary(np.stack([first, second, third]))
+    kept = [Candidate(0, row, score, fused=1 / (60 + rank)) for row, score, rank in
+            ((0, 1000, 1), (1, 950, 2), (2, 300, 30))]
+    tokens = np.array([256, 256, 256])
+    flat = np.array([c.fused for c in kept])
+    assert hdc_mmr(pos, neg, flat, tokens, DIMS, 512, 0) == [0, 2]  # what the search did before
+    assert hdc_mmr(pos, neg, mmr_scores(kept, fused=True), tokens, DIMS, 512, 0) == [0, 1]
 
 
 def test_filter_applies_before_pruning(tmp_path):
