@@ -7,12 +7,23 @@ documents `zip` itself. A memory *defines* a name when its head (its first line)
 alone ("zip"), qualified ("builtins.zip" for "zip()"; "os.path.join" for "os.path.join()"), or
 as a signature ("zip(*iterables, strict=False)", "zip - ..."). The retriever moves such memories,
 among the candidates it ranks, ahead of the rest, keeping each group's order
-(`engine.retrieval.Retriever`); a question without a called name is ranked as before.
+(`engine.retrieval.Retriever`).
+
+A question that asks what a term is ("What is a mouso?", "What does BWQ stand for?", "In
+scientific computation, what is a hidden flag?", "What does 'examining the entrails' mean?") asks
+for the memory that *heads* that term: one of its lines starts with it as a glossary entry, a
+definition-list term or a heading does (":mouso: n.", "BWQ: ...", "hidden flag - ...", "AT_RANDOM"
+alone on its line with its description below, "Foo" over a line of "===="). A line of a table of
+contents or an index (the term alone, the next line another short entry) does not: in a book with
+one, that list holds every term, matches every such question, and defines none (the Jargon File's
+"BWQ", "mouso" and "IYFEG" questions were primed with their index page, not their entry). A
+question with neither is ranked as before (`definer`).
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 # A name written as a call: "zip()", "os.path.join()", "mincore( )"; arguments inside are allowed
 # ("open(path)"), a bare word is not a call.
@@ -20,6 +31,22 @@ _CALLED = re.compile(r"(?<![\w.])([A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*)\([^()\n]{0,
 # The first word of a memory's head: a (qualified) name, then whatever follows it.
 _HEAD_NAME = re.compile(r"\s*([A-Za-z_][\w]*(?:\.[A-Za-z_]\w*)*)")
 HEAD_CHARS = 200
+# "What is a X?", "Who were the X?", "What does X mean / stand for / denote / refer to?", after an
+# optional leading clause ("In hacker jargon, ..."); X then loses a trailing "in/for/on ..." phrase.
+_ASKED = re.compile(
+    r"^(?:[^,?]{0,60},\s*)?(?:(?:what|who)\s+(?:is|are|was|were)\s+(?:an?\s+|the\s+)?(?P<is>[^?]+)"
+    r"|what\s+does\s+(?:the\s+(?:word|term|phrase|expletive|acronym|abbreviation)\s+)?(?P<does>[^?]+?)\s+"
+    r"(?:mean|stand\s+for|denote|convey|refer\s+to)\b)", re.I)
+_QUOTED = re.compile(r"[\'\u2018\"\u201c]([^\'\u2019\"\u201d?]{2,60})[\'\u2019\"\u201d]")
+_TRAILING_PHRASE = re.compile(r"\s+(?:in|for|on)\s+.*$", re.I)
+# Words that stand for a term without being one ("What does it mean to ...?").
+_NOT_TERMS = frozenset(["it", "this", "that", "these", "those", "they", "them", "he", "she", "you", "we", "i",
+                        "there", "here", "one"])
+ASKED_TERM_WORDS = 4
+# A heading's own line ends with the term (markup aside); the next non-empty line is its text when
+# it has at least this many words, or an underline ("====", "----").
+TEXT_LINE_WORDS = 5
+_UNDERLINE = re.compile(r"^\s*([=\-~^*#])\1{2,}\s*$")
 
 
 def called_names(query: str) -> tuple[str, ...]:
@@ -43,3 +70,57 @@ def defines(text: str, names: tuple[str, ...]) -> bool:
     if rest.strip() and not rest.lstrip().startswith(("(", "-", ":")):
         return False
     return any(first == name or first.endswith("." + name) for name in names)
+
+
+def asked_term(query: str) -> str | None:
+    """The term `query` asks the meaning of (see the module docstring), lowercased: a quoted phrase
+    of it, else the X of its "what is X" / "what does X mean" form; None for another question, a
+    pronoun, a phrase with "of" or of more than `ASKED_TERM_WORDS` words."""
+    quoted = _QUOTED.search(query)
+    if quoted:
+        term = quoted.group(1)
+    else:
+        match = _ASKED.match(query.strip())
+        if match is None:
+            return None
+        term = _TRAILING_PHRASE.sub("", match.group("is") or match.group("does"))
+    term = " ".join(term.split()).strip(" .!").lower()
+    words = term.split()
+    # "What is the default value of X?" asks for a property of X, not what a term means.
+    if not words or len(words) > ASKED_TERM_WORDS or "of" in words or all(word in _NOT_TERMS for word in words):
+        return None
+    return term
+
+
+def heads(text: str, term: str) -> bool:
+    """Whether a line of `text` starts with `term` (case aside, after markup such as ":", "*", "#",
+    backquotes) as its entry: followed on that line by ":", "(", ",", " - ", " -- ", " / ", or
+    alone there with its text (a line of `TEXT_LINE_WORDS`+ words) or an underline next."""
+    if term.lower() not in text.lower():
+        return False
+    pattern = re.compile(r"^[\s:*#=`]*" + re.escape(term) + r"[`*]*(?P<after>.*)$", re.I)
+    lines = text.split("\n")
+    for number, line in enumerate(lines):
+        match = pattern.match(line)
+        if match is None:
+            continue
+        after = match.group("after")
+        if after.startswith((":", "(", ",", " - ", " -- ", " / ", " \u2014 ")):
+            return True
+        if not after.strip():
+            following = next((other for other in lines[number + 1:] if other.strip()), "")
+            if len(following.split()) >= TEXT_LINE_WORDS or _UNDERLINE.match(following):
+                return True
+    return False
+
+
+def definer(query: str) -> Callable[[str], bool] | None:
+    """text -> whether it defines what `query` asks about: the names it calls (`defines`), else the
+    term it asks the meaning of (`heads`); None when it asks about neither."""
+    names = called_names(query)
+    if names:
+        return lambda text: defines(text, names)
+    term = asked_term(query)
+    if term is not None:
+        return lambda text: heads(text, term)
+    return None

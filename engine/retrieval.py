@@ -64,7 +64,7 @@ from engine.lexical import WordQuery, words
 from engine.loaded_build import LoadedIndex, MemoryRecord, MemoryStore
 from engine.meaning import MeaningChannel, order_by_meaning
 from engine.query import BlendState, blend_vectors, query_terms
-from engine.query_names import called_names, defines
+from engine.query_names import definer
 from engine.ranking import (
     Candidate,
     dedup,
@@ -89,6 +89,7 @@ WORD_CANDIDATES = 50
 # Several targets: how many of each one's first candidates its word coverage is taken over
 # (`word_coverage`; 10 and 50 measured the same, bench/cross_corpus_eval.py).
 COVERAGE_DEPTH = 10
+DEFINER_DEPTH = 50  # first candidates a definer checks (texts fetched); 200 ranked the same everywhere
 _WORDS = re.compile(r"\w+")
 
 
@@ -316,7 +317,7 @@ class Retriever:
                ) -> dict[int, list[Candidate]] | None:
         """Each target's candidates in the order the search ranks them (`_fuse`, with the word
         channel's own candidates, `_word_candidates`; then by meaning, `engine.meaning.order_by_meaning`;
-        then the memories that define a name the query calls first, `_definers_first`), with `fused`
+        then the memories that define what the query asks about first, `_definers_first`), with `fused`
         = 1 / (60 + rank) in it; None when none changed HDC's order (the word channel's candidates
         then dropped: they are candidates of the fusion only)."""
         extra = self._word_candidates(targets, vectors, late, candidates)
@@ -325,24 +326,23 @@ class Retriever:
             by_meaning = order_by_meaning(targets, orders if orders is not None else group_by_target(candidates),
                                           query, vectors, keep=_source_filter, depth=FUSION_DEPTH)
             orders = by_meaning if by_meaning is not None else orders
-        names = called_names(query)
-        if names and candidates:
+        defined = definer(query)
+        if defined is not None and candidates:
             own_orders = orders if orders is not None else group_by_target(candidates)
-            promoted = self._definers_first(targets, own_orders, names)
+            promoted = self._definers_first(targets, own_orders, defined)
             orders = promoted if promoted is not None else orders
         return orders
 
     def _definers_first(self, targets: Sequence[SearchTarget], orders: dict[int, list[Candidate]],
-                        names: tuple[str, ...]) -> dict[int, list[Candidate]] | None:
-        """`orders` with the memories among each target's first `FUSION_DEPTH` that define one of
-        `names` (`engine.query_names.defines`) moved ahead of the rest, each group in its order;
-        None when no candidate defines one."""
+                        defined: Callable[[str], bool]) -> dict[int, list[Candidate]] | None:
+        """`orders` with the memories among each target's first `DEFINER_DEPTH` whose text is `defined`
+        (`engine.query_names.definer`) moved ahead of the rest, each group in its order; None: none is."""
         moved = False
         out = {}
         for number, own in orders.items():
-            head, tail = own[:FUSION_DEPTH], own[FUSION_DEPTH:]
+            head, tail = own[:DEFINER_DEPTH], own[DEFINER_DEPTH:]
             present = {id(c) for c in self._with_memories(targets, head)}
-            first = [c for c in head if id(c) in present and defines(c.memory.text, names)]
+            first = [c for c in head if id(c) in present and defined(c.memory.text)]
             if first:
                 moved = True
                 chosen = {id(c) for c in first}

@@ -1,4 +1,5 @@
-"""A question that calls a name is answered from the memory that defines exactly that name."""
+"""A question that calls a name is answered from the memory that defines exactly that name, and one
+that asks what a term is from the memory that heads that term (not an index listing it)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from engine.config import Config
 from engine.gate import fusion_evidence
 from engine.lexical import WordIndex
 from engine.loaded_build import load_corpus
-from engine.query_names import called_names, defines
+from engine.query_names import asked_term, called_names, definer, defines, heads
 from engine.retrieval import Retriever, SearchTarget, _rows_scorer
 
 
@@ -119,7 +120,7 @@ def test_the_demo_corpus_answers_a_called_name_from_its_own_docstring(demo, ques
 def test_a_question_without_a_called_name_ranks_as_before(demo):
     retriever, target = demo
     question = "What does the zip function return?"
-    assert called_names(question) == ()
+    assert called_names(question) == () and asked_term(question) is None and definer(question) is None
     ranked = retriever.rank_rows(question, target)
     late = [_rows_scorer(target.late, question)]
     candidates = _hdc_candidates(retriever, target, question)
@@ -136,3 +137,88 @@ def _hdc_candidates(retriever, target, question):  # noqa: ANN001, ANN202
     rows, scores = target.corpus.index.search_auto(q_pos, q_neg, min(retriever.candidates, target.corpus.count))
     return sorted((Candidate(0, int(r), int(s)) for r, s in zip(rows, scores, strict=True)),
                   key=lambda c: (-c.score, c.row))
+
+
+@pytest.mark.parametrize(("query", "term"), [
+    ("What does IYFEG mean?", "iyfeg"),
+    ("What is a mouso?", "mouso"),
+    ("What are drop-ins on a terminal?", "drop-ins"),
+    ("In scientific computation, what is a hidden flag?", "hidden flag"),
+    ("What does 'examining the entrails' mean for a programmer?", "examining the entrails"),
+    ("What does BWQ stand for?", "bwq"),
+    ("What does the word 'boxen' mean?", "boxen"),
+    ("What does the expletive pffft convey?", "pffft"),
+    ("Who is a wheel?", "wheel"),
+    ("What does it mean to blow an EPROM?", None),  # a pronoun, not a term
+    ("What is the default value of /proc/sys/fs/pipe-max-size?", None),  # a property of something
+    ("What is the largest value an eventfd counter can hold across all of its uses?", None),  # too long
+    ("Which book is the Cinderella Book?", None),
+    ("How do I list files?", None),
+])
+def test_asked_term(query, term):
+    assert asked_term(query) == term
+
+
+@pytest.mark.parametrize(("text", "term", "expected"), [
+    ("whose venom\n\n   :mouso: /mow'soh/, n.\n\n   An error in mouse usage.", "mouso", True),  # a glossary entry
+    ("BWQ: Buzz Word Quotient", "bwq", True),
+    ("* hidden flag - an extra option", "hidden flag", True),
+    ("  AT_RANDOM\n         The address of sixteen bytes containing a random value.", "at_random", True),
+    ("Hidden flag\n===========\n\nText.", "hidden flag", True),  # a heading over its underline
+    ("   buzzword-compliant\n\n   BWQ\n\n   by hand\n\n   byte\n", "bwq", False),  # an index's line
+    ("The mouso is an error.", "mouso", False),  # prose that starts with the term
+    ("See also {mouso}, {mouse ahead}.", "mouso", False),  # a mention
+    ("mousoleum: not the term", "mouso", False),  # a longer word
+    ("   mouso\n", "mouso", False),  # alone, with no text after it
+])
+def test_heads(text, term, expected):
+    assert heads(text, term) is expected
+
+
+GLOSSARY_INDEX = "\n\n   ".join(["Glossary index", "buzzword-compliant", "BWQ", "by hand", "byte", "byte sex",
+                                    "mouse ahead", "mouso", "mung", "nybble", "nyetwork"])
+# As a chunked book holds it: several entries to a memory, the index a memory of its own.
+GLOSSARY = [
+    GLOSSARY_INDEX,
+    ":buzzword-compliant: adj.\n\n   Includes features to keep up with the latest buzzwords. See BWQ.\n\n"
+    "   :BWQ: /B-W-Q/, n.\n\n   [IBM: abbreviation, Buzz Word Quotient] The percentage of buzzwords in a speech "
+    "or documents. Usually roughly proportional to bogosity. See also buzzword-compliant, byte, nybble.\n\n"
+    "   :byte: /bi:t/, n.\n\n   A unit of memory or data equal to the amount used to represent one character; "
+    "on modern architectures this is invariably 8 bits. Some older architectures used byte for quantities "
+    "of 6, 7, or 9 bits, and the PDP-10 supported bytes that were actually bitfields of 1 to 36 bits.",
+    ":mouse ahead: vi.\n\n   Point-and-click analog of type ahead. To manipulate a computer's pointing device "
+    "(almost always a mouse in this usage, but not necessarily) and its selection or command buttons before "
+    "a computer program is ready to accept such input.\n\n"
+    "   :mouso: /mow'soh/, n.\n\n   [by analogy with typo] An error in mouse usage resulting in an inappropriate "
+    "selection or graphic garbage on the screen.\n\n"
+    "   :mung: /muhng/, vt.\n\n   To make changes to a file, esp. large-scale and irrevocable changes; a mouso "
+    "can mung a drawing. See BWQ.",
+    ":nybble: /nib'l/, n.\n\n   Four bits; one hex digit; a half-byte.",
+]
+
+
+@pytest.fixture(scope="module")
+def glossary(tmp_path_factory, gemma_gguf, tokenizer, embedding_cache):  # noqa: ANN201
+    root = tmp_path_factory.mktemp("glossary")
+    dataset = root / "glossary.jsonl"
+    dataset.write_text("".join(json.dumps({"text": text}) + "\n" for text in GLOSSARY), encoding="utf-8")
+    build_index(datasets=[(1, "glossary", dataset)], out_dir=root / "build", gguf_path=gemma_gguf,
+                tokenizer=tokenizer, config=Config(), cache_dir=Path(embedding_cache))
+    corpus = load_corpus(root / "build")
+    texts = corpus.store.get_memories(list(range(corpus.count)))
+    words = WordIndex.build(texts[row].text for row in range(corpus.count))
+    return Retriever(tokenizer, Config()), SearchTarget(corpus, corpus.store, "glossary", late=words)
+
+
+@pytest.mark.parametrize(("question", "entry"), [
+    ("What does BWQ stand for?", ":BWQ:"),
+    ("What is a mouso?", ":mouso:"),
+])
+def test_a_term_question_is_answered_from_its_entry_not_the_index_that_lists_it(glossary, question, entry):
+    retriever, target = glossary
+    ranked = [int(row) for row in retriever.rank_rows(question, target)]
+    texts = {row: memory.text for row, memory in target.store.get_memories(ranked).items()}
+    assert entry in texts[ranked[0]], [texts[row][:30] for row in ranked]
+    assert any(texts[row].startswith("Glossary index") for row in ranked)  # the index was a candidate
+    results = retriever.search(question, [target])
+    assert results and entry in results[0].memory.text
