@@ -1,4 +1,5 @@
-"""Names a question calls, and the memories that define exactly them.
+"""What a question asks about (a name it calls, a term it asks the meaning of), and the memories
+that define exactly that.
 
 A question that writes a name as a call ("What does the zip() function return?", "how do I use
 os.path.join()?") asks about THAT name. HDC and the word channel both rank by what a memory shares
@@ -35,9 +36,11 @@ HEAD_CHARS = 200
 # optional leading clause ("In hacker jargon, ..."); X then loses a trailing "in/for/on ..." phrase.
 _ASKED = re.compile(
     r"^(?:[^,?]{0,60},\s*)?(?:(?:what|who)\s+(?:is|are|was|were)\s+(?:an?\s+|the\s+)?(?P<is>[^?]+)"
-    r"|what\s+does\s+(?:the\s+(?:word|term|phrase|expletive|acronym|abbreviation)\s+)?(?P<does>[^?]+?)\s+"
+    r"|what\s+does\s+(?:the\s+(?:word|term|phrase|expletive|acronym|abbreviation)\s+)?(?:an?\s+|the\s+)?"
+    r"(?P<does>[^?]+?)\s+"
     r"(?:mean|stand\s+for|denote|convey|refer\s+to)\b)", re.I)
-_QUOTED = re.compile(r"[\'\u2018\"\u201c]([^\'\u2019\"\u201d?]{2,60})[\'\u2019\"\u201d]")
+# A quoted phrase; an apostrophe inside a word ("hacker's") opens or closes none.
+_QUOTED = re.compile(r"(?<!\w)[\'\u2018\"\u201c]([^\'\u2019\"\u201d?]{2,60})[\'\u2019\"\u201d](?!\w)")
 _TRAILING_PHRASE = re.compile(r"\s+(?:in|for|on)\s+.*$", re.I)
 # Words that stand for a term without being one ("What does it mean to ...?").
 _NOT_TERMS = frozenset(["it", "this", "that", "these", "those", "they", "them", "he", "she", "you", "we", "i",

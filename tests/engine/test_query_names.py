@@ -153,6 +153,8 @@ def _hdc_candidates(retriever, target, question):  # noqa: ANN001, ANN202
     ("What is the default value of /proc/sys/fs/pipe-max-size?", None),  # a property of something
     ("What is the largest value an eventfd counter can hold across all of its uses?", None),  # too long
     ("Which book is the Cinderella Book?", None),
+    ("Jargonically, what does a hacker's uptime mean?", "hacker's uptime"),
+    ("What's the user's home directory called?", None),  # apostrophes, no quotes
     ("How do I list files?", None),
 ])
 def test_asked_term(query, term):
