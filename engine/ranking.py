@@ -16,7 +16,7 @@ dedup, HDC-MMR under the token budget, and merging several targets' rankings int
   novelty outweighed it: with a 512-token budget (two memories) the second pick was often a
   barely related memory, not the next of the page the first came from (`bench.answers
   --retrieval-only`: the fact was primed for 2 more questions of 45 on manual pages, the Jargon
-  File and kernel docs each, 1 more of 52 on the demo corpus, none fewer, at 512 tokens; 1-4 more
+  File and kernel docs each, 1 more of 52 on the demo corpus, none fewer, at 512 tokens; 0-4 more
   at 1,024 and 2,048).
 * Several targets: `merge_targets` (see there; the retriever's module docstring says how the
   search uses the merged order).
