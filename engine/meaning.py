@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from engine.build import batched
 from engine.fusion import DEFAULT_K, fuse_scores
 from engine.kernels import int8_dots
 from engine.lexical import best_rows
@@ -195,6 +194,8 @@ def write_meaning(texts: Iterable[str], out_dir: str | Path, *, total: int | Non
     """Encode every memory text (row order; `total` of them, default len(texts)) and write
     `MEANING_FILE` in `out_dir`; None, and nothing written, when `should_cancel` stopped it. The
     texts are read `WRITE_CHUNK` at a time: only the int8 rows of the whole corpus are held."""
+    from engine.build import batched  # build-time work: a search, which imports this module, needs no builder
+
     total = len(texts) if total is None else total  # type: ignore[arg-type]
     encoder = encoder or sentence_encoder()
     codes, scales = np.zeros((total, DIMENSIONS), dtype=np.int8), np.zeros(total, dtype=np.float32)

@@ -3,7 +3,10 @@ and its gate."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -175,3 +178,13 @@ def test_the_gate_keeps_equal_weight_without_evidence_and_moves_for_a_channel_th
     with pytest.raises(ValueError, match="word channel"):
         meaning_evidence(retriever=retriever, target=SearchTarget(corpus, DictStore(texts), "e",
                                                                   meaning=FixedMeaning(np.zeros(60))))
+
+
+def test_the_search_path_does_not_import_the_builder():
+    """`engine.retrieval` imports this module for a search's second stage; the build-time writer's
+    helpers (`engine.build`, its vocabulary writer and dataset readers) load only when a build writes."""
+    probe = ("import sys, engine.retrieval; "
+             "print(sorted(m for m in ('engine.build', 'engine.vocab_writer', 'engine.datasets') if m in sys.modules))")
+    loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
+                            cwd=Path(__file__).resolve().parents[2]).stdout.strip()
+    assert loaded == "[]"
