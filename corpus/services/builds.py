@@ -145,9 +145,9 @@ def builds_cleanup(*, keep: int = 2, corpus_id: int | None = None) -> list[int]:
 
 
 # Memories a second the meaning channel's encoder reads on two cores (docs/retrieval-measurements.md:
-# 27.4 memories of 256 tokens a second, `bench.build --docs 5000 --meaning` on a quiet machine) until
-# a build on this installation has measured its own.
-MEANING_RATE_ESTIMATE = 27.0
+# 52.5 and 56.2 memories a second, `bench.build --docs 5000` and `--docs 20000 --meaning`) until a
+# build on this installation has measured its own.
+MEANING_RATE_ESTIMATE = 50.0
 MEANING_BYTES_PER_MEMORY = 388  # 384 int8 codes and a float32 scale
 # A build's rate counts as measured from this many memories (below, loading the model dominates).
 MEANING_RATE_MIN_MEMORIES = 500

@@ -14,6 +14,7 @@ from django.urls import reverse
 from corpus import serving
 from corpus.models import Corpus, IndexBuild
 from corpus.services import builds
+from corpus.templatetags.portal import seconds
 from engine.meaning import MEANING_FILE, MEANING_RULES, MeaningIndex
 from memory.services import memories_search
 from tests.corpus.test_appends import NEW, page_upload
@@ -107,7 +108,8 @@ def test_the_form_shows_the_cost_before_the_owner_turns_it_on(monkeypatch, corpu
     monkeypatch.setattr(builds, "MEANING_RATE_MIN_MEMORIES", len(TEXTS))  # the rate of an 8-memory build counts
     client = login(owner)
     page = client.get(reverse("corpus:edit", args=[corpus.pk])).content.decode()
-    assert "Meaning channel" in page and "About 37.0 s more of build per 1,000 memories" in page
+    estimate = f"About {seconds(1000 / builds.MEANING_RATE_ESTIMATE)} more of build per 1,000 memories"
+    assert "Meaning channel" in page and estimate in page
     assert "estimated for two cores" in page
     Corpus.objects.filter(pk=corpus.pk).update(meaning_channel=True)
     corpus.refresh_from_db()

@@ -95,6 +95,8 @@ def test_the_real_encoder_finds_a_text_by_what_it_means(tmp_path, monkeypatch):
     seen = []
     alone = sentence_encoder().encode(TEXTS * 20, progress=lambda done, total: seen.append((done, total)))
     assert seen[-1] == (80, 80) and len(seen) == 3  # a batch of 32 at a time
+    # Batched longest first, returned in the texts' order: each row is its own text's vector.
+    assert np.allclose(alone[:4], np.stack([sentence_encoder().encode([t])[0] for t in TEXTS]), atol=1e-5)
     # Several users at once (a build's batches and searches' queries): the same vectors as alone.
     with ThreadPoolExecutor(max_workers=4) as pool:
         together = list(pool.map(lambda n: sentence_encoder().encode(TEXTS * 20), range(4)))
