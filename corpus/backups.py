@@ -36,6 +36,7 @@ from core.errors import ApplicationError
 from corpus.files import build_dir
 from corpus.models import Corpus, Dataset, IndexBuild
 from corpus.object_store import MANIFEST, build_key, file_digest, object_store
+from engine.files import atomic_write
 
 logger = logging.getLogger(__name__)
 FORMAT = 1
@@ -187,9 +188,8 @@ def backup_create(*, directory: Path) -> dict[str, Any]:
     manifest = {"format": FORMAT, "created": started.isoformat(), "database": connection.vendor,
                 "object_store": bool(object_store()), "dump_sha256": file_digest(directory / DUMP_NAME)["sha256"],
                 **manifest}
-    partial = directory / f".{MANIFEST_NAME}.partial"
-    partial.write_text(json.dumps(manifest, indent=1, sort_keys=True))
-    partial.rename(directory / MANIFEST_NAME)
+    with atomic_write(directory / MANIFEST_NAME) as written:
+        written.write_text(json.dumps(manifest, indent=1, sort_keys=True))
     return manifest
 
 

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from engine.files import atomic_write
 from engine.fusion import DEFAULT_K, fuse_scores
 from engine.kernels import int8_dots
 from engine.lexical import best_rows
@@ -215,9 +216,8 @@ def write_meaning(texts: Iterable[str], out_dir: str | Path, *, total: int | Non
     if done != total:
         raise MeaningError(f"{done} texts for the {total} expected")
     index = MeaningIndex(codes, scales)
-    partial = Path(out_dir) / (MEANING_FILE + ".partial")
-    index.save(partial)
-    partial.replace(Path(out_dir) / MEANING_FILE)
+    with atomic_write(Path(out_dir) / MEANING_FILE) as written:
+        index.save(written)
     return index
 
 

@@ -2,9 +2,9 @@
 
 Every file the engine and the portal write whole (a build's manifest, a vocabulary index written or
 extended, a bitmap index finalized, the embeddings cache, an assembled or requantized model, a file
-downloaded from the object store) must leave its name holding either the old file or the new one,
-never a half-written file and never a temporary beside it, and must be on disk before its name
-points to it.
+downloaded from the object store, a build's meaning rows) must leave its name holding either the
+old file or the new one, never a half-written file and never a temporary beside it, and must be on
+disk before its name points to it.
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from corpus.object_store import ObjectStore
 from engine.build import _write_manifest
 from engine.gguf import load_token_embeddings
 from engine.index import BitmapIndex
+from engine.meaning import MEANING_FILE, write_meaning
 from engine.model_files import assemble_parts
 from engine.requantize import requantize
 from engine.vocab_writer import extend_vocab_index, write_vocab_index
@@ -112,8 +113,13 @@ def object_store_download(directory: Path, monkeypatch: pytest.MonkeyPatch) -> W
     return lambda: ObjectStore("hdrag", "team").get("corpora/1/builds/2/vocab.idx", directory / "vocab.idx")
 
 
+def meaning_rows(directory: Path, monkeypatch: pytest.MonkeyPatch) -> Write:
+    (directory / MEANING_FILE).write_bytes(OLD)
+    return lambda: write_meaning(["A cat purrs.", "A compiler translates source code."], directory)
+
+
 DURABLE = [manifest, vocabulary, vocabulary_extended, bitmap_index, assembled_model, requantized_model,
-           object_store_download]
+           object_store_download, meaning_rows]
 WRITERS = [*DURABLE, embeddings_cache]  # the embeddings cache is rebuilt from the model: not fsynced
 
 
