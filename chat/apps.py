@@ -23,4 +23,8 @@ class ChatConfig(AppConfig):
     verbose_name = "Chat"
 
     def ready(self) -> None:
+        from chat.metrics import LLMCollector
+        from core.metrics import REGISTRY
+
         checks.register(_llm_servers_check)
+        REGISTRY.register(LLMCollector())

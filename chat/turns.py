@@ -54,6 +54,7 @@ from chat.services import (
     message_prepare_regenerate,
 )
 from core.errors import ApplicationError
+from core.metrics import chat_turn_observe
 from engine.llm.answer import AnswerEnd, AnswerTokens, TokenSpan
 from engine.llm.errors import (
     LLMConnectionError,
@@ -304,6 +305,7 @@ async def _finish(result: TurnResult, *, conversation_id: int, content: str, sta
     timings.total = time.perf_counter() - started
     if timings.first_token is not None:
         timings.generation = timings.total - timings.first_token
+    chat_turn_observe(surface="chat", status=status, first_token_seconds=timings.first_token)
     stored = result.message = await _db(_reload)(message.pk)
     result.error, result.error_code = error, error_code
     if status == Message.Status.ERROR:

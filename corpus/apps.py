@@ -27,13 +27,16 @@ class CorpusConfig(AppConfig):
         from django.conf import settings
 
         from core import sockets  # noqa: F401 - closes a session's sockets at logout
+        from core.metrics import REGISTRY
         from corpus import (
             signals,  # noqa: F401 - connects the receivers
             tasks,  # noqa: F401 - registers the build task in every process (queued by name)
         )
         from corpus.integrity import corpora_files_check
+        from corpus.metrics import BuildsCollector
 
         checks.register(_engine_settings_check)
+        REGISTRY.register(BuildsCollector())
         checks.register(corpora_files_check, checks.Tags.database)
 
         # DATA_DIR holds the SQLite file, uploads (spooled here so accepting one is a rename),

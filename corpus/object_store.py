@@ -137,6 +137,10 @@ class ObjectStore:
     def delete(self, relative: str) -> None:
         self._call(f"delete {relative}", self.client.delete_object, Bucket=self.bucket, Key=self.key(relative))
 
+    def ping(self) -> None:
+        """Raise ObjectStoreUnavailable unless the bucket answers (the health endpoint)."""
+        self._call("be reached", self.client.head_bucket, Bucket=self.bucket)
+
 
 def _client() -> Any:
     """The boto3 client of this process's environment (boto3 clients are thread-safe)."""

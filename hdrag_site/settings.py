@@ -81,6 +81,7 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "core.metrics.RequestMetricsMiddleware",  # first: it times the whole of each request
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -348,6 +349,21 @@ for proxy in TRUSTED_PROXIES:
     except ValueError:
         raise ImproperlyConfigured(f"TRUSTED_PROXIES: {proxy!r} is not an IP address or network") from None
 AXES_CLIENT_IP_CALLABLE = "accounts.throttle.client_address"
+
+# --- Monitoring (hdrag_site.monitoring, docs/deployment.md "Monitoring") --------------------------
+# /metrics (Prometheus text, core.metrics) and /healthz/dependencies (which dependency is down) answer
+# a request that carries `Authorization: Bearer METRICS_TOKEN`, or comes from an address in
+# METRICS_ALLOWED_NETWORKS (addresses or CIDR networks; the client address as TRUSTED_PROXIES says);
+# anyone else gets 403. Neither set: both endpoints are closed. /healthz (alive) stays open.
+METRICS_TOKEN = envstr("METRICS_TOKEN", "")
+METRICS_ALLOWED_NETWORKS = envlist("METRICS_ALLOWED_NETWORKS", [])
+for network in METRICS_ALLOWED_NETWORKS:
+    try:
+        ip_network(network, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(f"METRICS_ALLOWED_NETWORKS: {network!r} is not an IP address or network") from None
+# Seconds each dependency check of /healthz/dependencies may take.
+HEALTH_CHECK_TIMEOUT = envint("HEALTH_CHECK_TIMEOUT", 3, minimum=1)
 
 # --- Single sign-on: OpenID Connect (accounts.oidc, docs/single-sign-on.md) -------------------------
 # Off unless OIDC_DISCOVERY_URL is set: then the login page offers "Sign in with OIDC_PROVIDER_NAME"

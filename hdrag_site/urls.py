@@ -7,6 +7,7 @@ from django.templatetags.static import static
 from django.urls import include, path
 
 from accounts.oidc.views import portal_logout
+from hdrag_site import monitoring
 from hdrag_site.dashboard import dashboard
 
 
@@ -39,5 +40,7 @@ urlpatterns = [
     path("memory/", include("memory.urls")),
     path("chat/", include("chat.urls")),
     path("healthz", healthz, name="healthz"),
+    path("healthz/dependencies", monitoring.dependencies, name="health-dependencies"),
+    path("metrics", monitoring.metrics, name="metrics"),
     path("favicon.ico", favicon),
 ]

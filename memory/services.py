@@ -16,6 +16,7 @@ from pathlib import Path
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 
 from core.errors import ApplicationError
+from core.metrics import SEARCH_SECONDS
 from corpus import serving
 from corpus.build_parameters import BuildParameters
 from corpus.memory_rows import StateMemoryStore
@@ -94,6 +95,7 @@ def _meaning(*, corpus_id: int, corpus: LoadedIndex) -> MeaningChannel | None:
         return None
 
 
+@SEARCH_SECONDS.time()
 def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Iterable[int] = (),
                     corpora: Iterable[Corpus] | None = None, query: str,
                     blend: BlendState | None = None, token_budget: int | None = None,

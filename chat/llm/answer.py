@@ -14,6 +14,7 @@ from chat.llm import clients
 from chat.llm.queue import Ticket
 from chat.llm.servers import LLMServer, ServerPool
 from chat.preparation import PreparedTurn
+from core.metrics import llm_answer_observe
 from engine.llm.answer import AnswerEnd, AnswerTokens, Rewind, stream_answer
 from engine.llm.client import LLMClient
 from engine.llm.errors import LLMConnectionError, LLMError, LLMTimeoutError
@@ -48,10 +49,30 @@ async def answer_stream(*, ticket: Ticket, prepared: PreparedTurn, loop_retries:
     pool than the process's (a test's second process)."""
     clock = clock or AnswerClock()
     clock.queued = time.perf_counter()
-    await ticket.wait(on_queued)
-    clock.admitted = time.perf_counter()
     pool = pool or clients.server_pool()
     model = model or pool.default_model
+    outcome = "cancelled"
+    try:
+        end = await _answer(ticket=ticket, prepared=prepared, loop_retries=loop_retries, tokens=tokens, clock=clock,
+                            on_queued=on_queued, on_delta=on_delta, on_rewind=on_rewind, model=model,
+                            affinity=affinity, pool=pool)
+        outcome = "looping" if end.looping else "answered"
+        return end
+    except Exception:
+        outcome = "failed"
+        raise
+    finally:
+        llm_answer_observe(model=model, server=clock.server.shown_url if clock.server else "", outcome=outcome,
+                           first_token_seconds=None if clock.first_token is None else clock.first_token - clock.queued)
+
+
+async def _answer(*, ticket: Ticket, prepared: PreparedTurn, loop_retries: int, tokens: AnswerTokens,
+                  clock: AnswerClock, on_queued: Callable[[int], Awaitable[None]] | None,
+                  on_delta: Callable[[str], Awaitable[None]] | None,
+                  on_rewind: Callable[[str], Awaitable[None]] | None, model: str, affinity: object,
+                  pool: ServerPool) -> AnswerEnd:
+    await ticket.wait(on_queued)
+    clock.admitted = time.perf_counter()
     tried: list[LLMServer] = []
     failures: list[LLMError] = []
     while True:
