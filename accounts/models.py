@@ -60,3 +60,25 @@ class ManagedGroup(models.Model):
 
     def __str__(self) -> str:
         return f"{self.group.name} (identity provider)"
+
+
+class Quota(models.Model):
+    """Daily limits of one person or one group (`accounts.quotas`); a blank limit: the next rule's
+    (a person's own, then the most generous of their groups', then the settings' default)."""
+
+    user = models.OneToOneField(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.CASCADE,
+                                related_name="quota")
+    group = models.OneToOneField(Group, null=True, blank=True, on_delete=models.CASCADE, related_name="quota")
+    questions_per_day = models.PositiveIntegerField(null=True, blank=True,
+                                                    help_text="Chat turns a day, on every surface (0: none).")
+    tokens_per_day = models.PositiveBigIntegerField(null=True, blank=True,
+                                                    help_text="LLM tokens a day, prompt and answer (0: none).")
+    upload_bytes_per_day = models.PositiveBigIntegerField(null=True, blank=True,
+                                                          help_text="Bytes of uploads a day (0: none).")
+
+    class Meta:
+        constraints = [models.CheckConstraint(condition=models.Q(user__isnull=True) ^ models.Q(group__isnull=True),
+                                              name="quota_one_person_or_group")]
+
+    def __str__(self) -> str:
+        return f"quota of {self.user or self.group}"

@@ -12,7 +12,8 @@ Protocol (JSON objects with a `type`):
     server -> client   chat.ready on connect ({"conversation": id, "blend_turns": int}), then per
                        turn the events of `chat.turns.run_turn`; chat.error with code "busy",
                        "invalid" or "unknown_type" for a message the server refuses, and "llm_busy"
-                       (with `retry_after`, seconds) when too many turns wait for the LLM.
+                       (with `retry_after`, seconds) when too many turns wait for the LLM, "quota_exceeded"
+                       (with `retry_after`: the next day) when the person's daily quota is used up.
 
 One turn at a time per connection. While a turn runs, the session is checked every
 `SESSION_RECHECK_SECONDS`: a logout or a deactivation stops the answer (stored as stopped, as a
@@ -32,6 +33,7 @@ from typing import Any
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
 
+from accounts.quotas import QuotaExceeded
 from chat.llm.queue import QueueFull
 from chat.selectors import conversation_find_for_user
 from chat.turns import run_turn
@@ -149,7 +151,7 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         try:
             await run_turn(conversation_id=self.conversation_id, user_id=self.scope["user"].pk, content=text,
                            emit=self._emit, regenerate=regenerate)
-        except QueueFull as exc:
+        except (QueueFull, QuotaExceeded) as exc:
             # Refused before anything was stored: the page puts the message back in the composer.
             await self._emit({"type": "chat.error", "code": exc.code, "error": exc.message,
                               "retry_after": exc.retry_after})

@@ -6,6 +6,7 @@ from django.conf import settings
 from django.contrib.auth.models import Group
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+from django.utils import timezone
 
 DEFAULT_TITLE = "New conversation"
 MAX_TOKEN_BUDGET = 131072
@@ -130,3 +131,34 @@ class MessageMemory(models.Model):
 
     def __str__(self) -> str:
         return f"{self.memory_key or '?'} ({self.score:g})"
+
+
+class TurnRecord(models.Model):
+    """One chat turn on any surface: the chat page and the conversations API (with its `message`)
+    or the OpenAI-compatible endpoint. What quotas count and the usage page draws (`chat.usage`);
+    kept `USAGE_RETENTION_DAYS`."""
+
+    class Surface(models.TextChoices):
+        CHAT = "chat", "Chat (page or conversations API)"
+        OPENAI = "openai", "OpenAI-compatible endpoint"
+
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    created = models.DateTimeField(default=timezone.now, db_index=True)
+    surface = models.CharField(max_length=16, choices=Surface.choices)
+    message = models.OneToOneField(Message, null=True, blank=True, on_delete=models.SET_NULL,
+                                   related_name="turn_record")
+    corpus_ids = models.JSONField(default=list, blank=True)
+    model = models.CharField(max_length=200, blank=True)
+    server = models.CharField(max_length=500, blank=True, help_text="The LLM server, without credentials.")
+    status = models.CharField(max_length=16)
+    prompt_tokens = models.PositiveIntegerField(default=0)
+    completion_tokens = models.PositiveIntegerField(default=0)
+    first_token_ms = models.FloatField(null=True, blank=True)
+    grounding = models.FloatField(null=True, blank=True)
+    memories = models.PositiveIntegerField(default=0, help_text="Memories that primed the answer.")
+
+    class Meta:
+        indexes = [models.Index(fields=["user", "created"], name="chat_turnrecord_user_day")]
+
+    def __str__(self) -> str:
+        return f"{self.surface} turn of {self.user_id} at {self.created:%Y-%m-%d %H:%M}"

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from channels.db import database_sync_to_async
+from django.contrib.auth import get_user_model
 from django.db import connection
 
 from chat.citations import answer_citations
@@ -43,7 +44,7 @@ from chat.llm.answer import AnswerClock, answer_stream
 from chat.llm.queue import Ticket
 from chat.llm.queue_redis import QueueUnavailable
 from chat.model_rights import model_for_turn
-from chat.models import Message
+from chat.models import Message, TurnRecord
 from chat.preparation import ConversationState, PreparedTurn, turn_prepare
 from chat.selectors import conversation_for_turn, conversation_title, message_with_memories
 from chat.serializers import memory_result_json, message_json
@@ -53,6 +54,7 @@ from chat.services import (
     message_create_user,
     message_prepare_regenerate,
 )
+from chat.usage import turn_quota_check, turn_record_create
 from core.errors import ApplicationError
 from core.metrics import chat_turn_observe
 from engine.llm.answer import AnswerEnd, AnswerTokens, TokenSpan
@@ -165,6 +167,7 @@ async def run_turn(*, conversation_id: int, user_id: int, content: str = "", emi
     started = time.perf_counter()
     ticket = ticket or clients.llm_queue().enter(user_id)
     async with ticket:
+        await _db(_quota_check)(user_id)  # over today's quota: refused (the place given back), nothing stored
         # The model first: one the owner may not use is refused before anything is stored.
         model = await _db(_turn_model)(conversation_id)
         return await _run_turn(conversation_id=conversation_id, content=content, emit=emit, regenerate=regenerate,
@@ -306,6 +309,10 @@ async def _finish(result: TurnResult, *, conversation_id: int, content: str, sta
     if timings.first_token is not None:
         timings.generation = timings.total - timings.first_token
     chat_turn_observe(surface="chat", status=status, first_token_seconds=timings.first_token)
+    await _db(turn_record_create)(
+        user_id=None, conversation_id=conversation_id, surface=TurnRecord.Surface.CHAT, status=status, model=model,
+        server=clock.server.shown_url if clock.server else "", usage=usage, first_token_seconds=timings.first_token,
+        memories=len(memories), grounding=message.grounding, message_id=message.pk)
     stored = result.message = await _db(_reload)(message.pk)
     result.error, result.error_code = error, error_code
     if status == Message.Status.ERROR:
@@ -317,6 +324,10 @@ async def _finish(result: TurnResult, *, conversation_id: int, content: str, sta
                     "usage": {"prompt_tokens": usage.prompt_tokens,
                               "completion_tokens": usage.completion_tokens} if usage else None,
                     "timings": timings.as_ms()})
+
+
+def _quota_check(user_id: int) -> None:
+    turn_quota_check(user=get_user_model().objects.get(pk=user_id))
 
 
 def _turn_model(conversation_id: int) -> str:

@@ -11,6 +11,7 @@ from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Sum
 
+from accounts.quotas import day_bounds, quota_check, quota_limits
 from corpus.models import Dataset
 from corpus.uploads import byte_size
 
@@ -56,3 +57,13 @@ def storage_usage(*, user: AbstractBaseUser | None, lock: bool = False) -> Stora
         get_user_model().objects.select_for_update().get(pk=user.pk)
     used = Dataset.objects.filter(uploaded_by=user).aggregate(total=Sum("size"))["total"] or 0
     return StorageUsage(used=used, quota=quota)
+
+
+def upload_quota_check(*, user: AbstractBaseUser | None, name: str, size: int) -> None:
+    """Raise `accounts.quotas.QuotaExceeded` (429) when storing `size` more bytes today would pass
+    the person's daily upload quota (`QUOTA_UPLOAD_BYTES_PER_DAY` or their `Quota`)."""
+    if user is None or quota_limits(user=user).upload_bytes_per_day is None:
+        return
+    start, _ = day_bounds()
+    today = Dataset.objects.filter(uploaded_by=user, uploaded_at__gte=start).aggregate(total=Sum("size"))["total"]
+    quota_check(user=user, kind="upload_bytes_per_day", used=today or 0, adding=size, subject=f"{name}: ")

@@ -268,6 +268,13 @@ UPLOAD_MAX_BYTES = envint("UPLOAD_MAX_BYTES", 512 * 1024 * 1024, minimum=1)
 # USER_STORAGE_QUOTA_BYTES of the datasets they uploaded, in all corpora (staff: no limit; 0: none).
 UPLOAD_MAX_EXPANDED_BYTES = envint("UPLOAD_MAX_EXPANDED_BYTES", 2 * UPLOAD_MAX_BYTES, minimum=1)
 USER_STORAGE_QUOTA_BYTES = envint("USER_STORAGE_QUOTA_BYTES", 10 * 1024**3, minimum=0)
+# Daily quotas of each person (accounts.quotas): chat turns, LLM tokens (prompt and answer) and upload
+# bytes a day, in the TIME_ZONE day; a person's or a group's `Quota` row (admin) overrides them. 0: no limit.
+QUOTA_QUESTIONS_PER_DAY = envint("QUOTA_QUESTIONS_PER_DAY", 0, minimum=0)
+QUOTA_TOKENS_PER_DAY = envint("QUOTA_TOKENS_PER_DAY", 0, minimum=0)
+QUOTA_UPLOAD_BYTES_PER_DAY = envint("QUOTA_UPLOAD_BYTES_PER_DAY", 0, minimum=0)
+# Days the per-turn usage records (chat.models.TurnRecord: the usage page, quotas) are kept; 0: for ever.
+USAGE_RETENTION_DAYS = envint("USAGE_RETENTION_DAYS", 400, minimum=0)
 # Every request body is bounded in front of Django (core.bodylimit): REQUEST_MAX_BYTES, or
 # UPLOAD_MAX_BYTES on these paths (dataset uploads of the pages and the API, the API's multi-vector
 # store) for a request that declares its Content-Length and logs in: a session, or a credential

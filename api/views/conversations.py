@@ -21,6 +21,7 @@ from chat.selectors import conversation_get_for_user, conversation_messages, con
 from chat.serializers import ConversationSerializer, MessageSerializer
 from chat.services import conversation_create, conversation_delete, conversation_update
 from chat.turns import run_turn
+from chat.usage import turn_quota_check
 from core.errors import ApplicationError
 
 CONVERSATION = id_path("conversation_id", "conversation")
@@ -111,6 +112,7 @@ class MessageList(ApiView):
         if not content.strip():
             raise ApplicationError("The message must not be empty.", {"content": content})
         model_for_turn(request.user, conversation.model)  # a model he may not use: 400 before anything is stored
+        turn_quota_check(user=request.user)  # today's quota used: 429 with Retry-After, nothing stored
         # A place in the LLM queue before anything is stored: a full queue is a 429 with Retry-After.
         ticket = clients.llm_queue().enter(request.user.pk)
         turn = {"conversation_id": conversation.pk, "user_id": request.user.pk, "content": content, "ticket": ticket}

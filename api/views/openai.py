@@ -7,6 +7,7 @@ import time
 import uuid
 
 from asgiref.sync import async_to_sync
+from channels.db import database_sync_to_async
 from django.http import HttpResponse
 from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
 from rest_framework.request import Request
@@ -29,9 +30,11 @@ from chat.completions import (
     completion_target,
 )
 from chat.llm import clients
-from chat.llm.answer import answer_stream
+from chat.llm.answer import AnswerClock, answer_stream
 from chat.llm.queue import Ticket
+from chat.models import TurnRecord
 from chat.preparation import PreparedTurn
+from chat.usage import turn_quota_check, turn_record_create
 from core.errors import ApplicationError
 from engine.llm.answer import AnswerTokens, TokenSpan
 from engine.llm.errors import LLMError, LLMUnauthorizedError, PromptTooLongError
@@ -116,6 +119,7 @@ class ChatCompletions(ApiView):
         max_tokens = data.get("max_completion_tokens") or data.get("max_tokens")
         # Which corpus and LLM model: an unknown one is a 404 before the turn takes a place in the queue.
         target = completion_target(user=request.user, model=data["model"])
+        turn_quota_check(user=request.user)  # today's quota used: 429 with Retry-After
         # A place in the LLM queue first (a full queue: 429 with Retry-After); retrieval runs meanwhile.
         ticket = clients.llm_queue().enter(request.user.pk)
         try:
@@ -132,10 +136,10 @@ class ChatCompletions(ApiView):
         if data["stream"]:
             include_usage = bool((data.get("stream_options") or {}).get("include_usage"))
             return sse_response(lambda emit: _stream(emit, prepared, ticket, completion_id, created, target,
-                                                     include_usage),
+                                                     include_usage, request.user.pk),
                                 on_close=ticket.close)
         try:
-            text, finish_reason, usage, tokens = async_to_sync(_complete)(prepared, ticket, target.llm_model)
+            text, finish_reason, usage, tokens = async_to_sync(_complete)(prepared, ticket, target, request.user.pk)
         except LLMError as error:
             raise _llm_failure(error) from None
         finally:
@@ -157,36 +161,53 @@ class ChatCompletions(ApiView):
 LOOP_FINISH_REASON = "length"
 
 
-async def _complete(prepared: PreparedTurn, ticket: Ticket,
-                    llm_model: str) -> tuple[str, str, Usage | None, list[TokenSpan]]:
+async def _record(user_id: int, target: CompletionTarget, prepared: PreparedTurn, clock: AnswerClock, status: str,
+                  usage: Usage | None = None) -> None:
+    """The completion's `TurnRecord` (usage and quotas); its first token timed from its wait for the LLM."""
+    first_token = None if clock.first_token is None else clock.first_token - clock.queued
+    await database_sync_to_async(turn_record_create)(
+        user_id=user_id, surface=TurnRecord.Surface.OPENAI, status=status, model=target.llm_model,
+        server=clock.server.shown_url if clock.server else "", usage=usage, first_token_seconds=first_token,
+        memories=len(prepared.memories), corpus_ids=[target.corpus.pk] if target.corpus else [])
+
+
+async def _complete(prepared: PreparedTurn, ticket: Ticket, target: CompletionTarget,
+                    user_id: int) -> tuple[str, str, Usage | None, list[TokenSpan]]:
     """The whole answer from a server of `llm_model`, once the turn's place in the LLM queue comes,
     with its finish reason, usage and token log-probabilities. Nothing was sent yet, so a loop is
     continued from the cut as in the portal's chat (`engine.llm.answer.stream_answer`, up to
     `loop_retries` times); one that loops again ends at the cut with LOOP_FINISH_REASON."""
-    tokens = AnswerTokens()
-    async with ticket:
-        end = await answer_stream(ticket=ticket, prepared=prepared, loop_retries=prepared.loop_retries, tokens=tokens,
-                                  model=llm_model)
+    tokens, clock = AnswerTokens(), AnswerClock()
+    try:
+        async with ticket:
+            end = await answer_stream(ticket=ticket, prepared=prepared, loop_retries=prepared.loop_retries,
+                                      tokens=tokens, clock=clock, model=target.llm_model)
+    except LLMError:
+        await _record(user_id, target, prepared, clock, "error")
+        raise
+    await _record(user_id, target, prepared, clock, "repetition" if end.looping else "complete", end.usage)
     return end.content, LOOP_FINISH_REASON if end.looping else end.finish_reason, end.usage, tokens.spans
 
 
 async def _stream(emit, prepared: PreparedTurn, ticket: Ticket, completion_id: str, created: int,
-                  target: CompletionTarget, include_usage: bool) -> None:
+                  target: CompletionTarget, include_usage: bool, user_id: int) -> None:
     model = target.id
     await emit(sse_frame(_chunk(completion_id, created, model, {"role": "assistant", "content": ""})))
     try:
         async def on_delta(delta: str) -> None:
             await emit(sse_frame(_chunk(completion_id, created, model, {"content": delta})))
 
-        tokens = AnswerTokens()
+        tokens, clock = AnswerTokens(), AnswerClock()
         async with ticket:
             # No continuation (loop_retries 0): what a stream sent cannot be taken back.
             end = await answer_stream(ticket=ticket, prepared=prepared, loop_retries=0, tokens=tokens, on_delta=on_delta,
-                                      model=target.llm_model)
+                                      clock=clock, model=target.llm_model)
     except LLMError as error:
+        await _record(user_id, target, prepared, clock, "error")
         failure = _llm_failure(error)
         await emit(sse_frame({"error": {"code": failure.code, "message": failure.message, "details": {}}}))
         return
+    await _record(user_id, target, prepared, clock, "repetition" if end.looping else "complete", end.usage)
     finish_reason = LOOP_FINISH_REASON if end.looping else end.finish_reason or "stop"
     # The citations of what was streamed, on the finish chunk and (when sent) the usage chunk after it.
     hdrag = completion_citations(prepared=prepared, answer=end.content, token_logprobs=tokens.spans)

@@ -25,7 +25,7 @@ from corpus.chroma import store_for
 from corpus.files import corpus_dir, staging_dir
 from corpus.models import Corpus, Dataset
 from corpus.object_store import delete_corpus_objects, delete_dataset, put_dataset
-from corpus.quotas import storage_usage
+from corpus.quotas import storage_usage, upload_quota_check
 from corpus.serving import forget_build, tokenizer_for
 from corpus.uploads import upload_limit_message
 from engine.datasets import DatasetError, validate_dataset
@@ -221,6 +221,7 @@ def _check_quota(*, user: AbstractBaseUser | None, name: str, size: int, lock: b
     usage = storage_usage(user=user, lock=lock)
     if not usage.allows(size):
         raise StorageQuotaExceeded(usage.refusal(name), {"used": usage.used, "quota": usage.quota})
+    upload_quota_check(user=user, name=name, size=size)
 
 
 def _corpus_tokenizer(corpus: Corpus):  # engine.spm.GGUFTokenizer
