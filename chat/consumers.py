@@ -9,6 +9,8 @@ Protocol (JSON objects with a `type`):
     client -> server   {"type": "chat.send", "content": str}
                        {"type": "chat.regenerate"}   answer the last user turn again
                        {"type": "chat.stop"}
+                       {"type": "chat.feedback", "message": id, "rating": "up"|"down"|null, "comment": str}
+                                         rate an answer of this conversation (answered by chat.feedback)
     server -> client   chat.ready on connect ({"conversation": id, "blend_turns": int}), then per
                        turn the events of `chat.turns.run_turn`; chat.error with code "busy",
                        "invalid" or "unknown_type" for a message the server refuses, and "llm_busy"
@@ -32,10 +34,13 @@ from typing import Any
 
 from channels.db import database_sync_to_async
 from channels.generic.websocket import AsyncJsonWebsocketConsumer
+from django.http import Http404
 
 from accounts.quotas import QuotaExceeded
+from chat.feedback import feedback_set
 from chat.llm.queue import QueueFull
 from chat.selectors import conversation_find_for_user
+from chat.serializers import FeedbackSerializer, FeedbackWriteSerializer
 from chat.turns import run_turn
 from core.errors import ApplicationError
 from core.sockets import session_user_is_current
@@ -118,9 +123,31 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         elif kind == "chat.stop":
             if self._turn is not None and not self._turn.done():
                 self._turn.cancel()
+        elif kind == "chat.feedback":
+            await self._feedback(content)
         else:
             await self._emit({"type": "chat.error", "code": "unknown_type",
-                              "error": f"unknown message type {kind!r}; expected chat.send, chat.regenerate or chat.stop"})
+                              "error": f"unknown message type {kind!r}; expected chat.send, chat.regenerate, "
+                                       "chat.stop or chat.feedback"})
+
+    async def _feedback(self, content: dict[str, Any]) -> None:
+        """Rate an answer of this conversation; the page hears back what is stored."""
+        rating = FeedbackWriteSerializer(data=content)
+        message_id = content.get("message")
+        if not rating.is_valid() or not isinstance(message_id, int):
+            await self._emit({"type": "chat.error", "code": "invalid",
+                              "error": "chat.feedback needs message (an answer's id), rating (up, down or null) "
+                                       "and an optional comment"})
+            return
+        try:
+            feedback = await database_sync_to_async(feedback_set)(
+                user=self.scope["user"], conversation_id=self.conversation_id, message_id=message_id,
+                **rating.validated_data)
+        except Http404:
+            await self._emit({"type": "chat.error", "code": "not_found", "error": "No such answer here."})
+            return
+        await self._emit({"type": "chat.feedback", "message": message_id,
+                          "feedback": None if feedback is None else FeedbackSerializer(feedback).data})
 
     async def _start_turn(self, text: Any, *, regenerate: bool = False) -> None:
         if self._turn is not None and not self._turn.done():

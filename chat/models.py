@@ -133,6 +133,27 @@ class MessageMemory(models.Model):
         return f"{self.memory_key or '?'} ({self.score:g})"
 
 
+class AnswerFeedback(models.Model):
+    """A person's rating of an answer (thumbs up or down) and an optional comment: what staff read
+    to find the answers retrieval or the model got wrong (`chat.feedback`)."""
+
+    class Rating(models.IntegerChoices):
+        UP = 1, "up"
+        DOWN = -1, "down"
+
+    COMMENT_CHARS = 2000
+
+    message = models.OneToOneField(Message, on_delete=models.CASCADE, related_name="feedback")
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, on_delete=models.SET_NULL, related_name="+")
+    rating = models.SmallIntegerField(choices=Rating.choices)
+    comment = models.TextField(blank=True, max_length=COMMENT_CHARS)
+    created = models.DateTimeField(auto_now_add=True)
+    updated = models.DateTimeField(auto_now=True, db_index=True)
+
+    def __str__(self) -> str:
+        return f"{self.get_rating_display()} on message {self.message_id}"
+
+
 class TurnRecord(models.Model):
     """One chat turn on any surface: the chat page and the conversations API (with its `message`)
     or the OpenAI-compatible endpoint. What quotas count and the usage page draws (`chat.usage`);

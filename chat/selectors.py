@@ -29,7 +29,7 @@ def conversation_get_for_user(*, user: AbstractBaseUser | AnonymousUser, pk: int
 
 
 def conversation_messages(*, conversation: Conversation) -> QuerySet[Message]:
-    return conversation.messages.prefetch_related("memories").order_by("created", "id")
+    return conversation.messages.select_related("feedback").prefetch_related("memories").order_by("created", "id")
 
 
 def conversation_history(*, conversation_id: int, before_id: int | None = None) -> list[tuple[str, str]]:
@@ -54,7 +54,7 @@ def conversation_title(*, conversation_id: int) -> str:
 
 
 def message_with_memories(*, message_id: int) -> Message:
-    return Message.objects.prefetch_related("memories").get(pk=message_id)
+    return Message.objects.select_related("feedback").prefetch_related("memories").get(pk=message_id)
 
 
 def conversation_latest(*, user: AbstractBaseUser | AnonymousUser) -> Conversation | None:

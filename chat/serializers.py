@@ -10,7 +10,7 @@ from django.urls import reverse
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from chat.models import Conversation, Message, MessageMemory
+from chat.models import AnswerFeedback, Conversation, Message, MessageMemory
 from engine.citations import grounding_word
 from memory.services import MemoryResult
 
@@ -70,6 +70,47 @@ class CitationSerializer(serializers.Serializer):
         "Supported by a memory, but the model was unsure of its words (certainty under 0.5)."))
 
 
+class FeedbackSerializer(serializers.Serializer):
+    rating = serializers.ChoiceField(choices=["up", "down"], source="get_rating_display")
+    comment = serializers.CharField(allow_blank=True)
+
+
+class FeedbackWriteSerializer(serializers.Serializer):
+    """A rating sent by the chat page (websocket `chat.feedback`) or the API."""
+
+    rating = serializers.ChoiceField(choices=["up", "down"], allow_null=True,
+                                     help_text="up or down; null takes the rating back.")
+    comment = serializers.CharField(allow_blank=True, required=False, default="",
+                                    max_length=AnswerFeedback.COMMENT_CHARS, help_text="Why (optional).")
+
+
+class FeedbackMemorySerializer(serializers.Serializer):
+    rank = serializers.IntegerField()
+    corpus = serializers.CharField()
+    source = serializers.CharField()
+    score = serializers.FloatField()
+    excerpt = serializers.CharField(allow_blank=True)
+
+
+class FeedbackRecordSerializer(serializers.Serializer):
+    """A rated answer as staff read it (`chat.feedback.feedback_record`): the rating, the question, the
+    answer with its memories, citations and grounding."""
+
+    id = serializers.IntegerField()
+    rating = serializers.ChoiceField(choices=["up", "down"])
+    comment = serializers.CharField(allow_blank=True)
+    updated = serializers.DateTimeField()
+    user = serializers.CharField(allow_blank=True)
+    conversation = serializers.IntegerField()
+    message = serializers.IntegerField()
+    question = serializers.CharField(allow_blank=True)
+    answer = serializers.CharField(allow_blank=True)
+    model = serializers.CharField(allow_blank=True)
+    grounding = serializers.FloatField(allow_null=True)
+    citations = CitationSerializer(many=True)
+    memories = FeedbackMemorySerializer(many=True)
+
+
 class MessageSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     role = serializers.ChoiceField(choices=["user", "assistant"])
@@ -88,12 +129,22 @@ class MessageSerializer(serializers.Serializer):
     grounding_word = serializers.SerializerMethodField(help_text="The grounding in a word; empty when it is null.")
     citations = CitationSerializer(many=True)
     model = serializers.CharField(allow_blank=True, help_text="The LLM model that wrote an answer; blank for a user turn.")
+    feedback = serializers.SerializerMethodField(help_text="Its owner's rating of an answer; null: none.")
 
     @extend_schema_field(MessageMemorySerializer(many=True))
     def get_memories(self, message: Message) -> list[dict[str, Any]]:
         if message.role != Message.Role.ASSISTANT:
             return []
         return MessageMemorySerializer(message.memories.all(), many=True).data
+
+    @extend_schema_field(FeedbackSerializer(allow_null=True))
+    def get_feedback(self, message: Message) -> dict[str, Any] | None:
+        if message.role != Message.Role.ASSISTANT:
+            return None
+        try:
+            return FeedbackSerializer(message.feedback).data
+        except AnswerFeedback.DoesNotExist:
+            return None
 
     @extend_schema_field(serializers.ChoiceField(choices=["grounded", "partly", "not grounded", ""]))
     def get_grounding_word(self, message: Message) -> str:

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 from django.contrib import messages
+from django.core.exceptions import PermissionDenied
+from django.core.paginator import Paginator
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils.text import slugify
 from django.views.decorators.http import require_GET, require_POST
 
 from chat.exports import conversation_export_jsonl, conversation_export_markdown
+from chat.feedback import feedback_export, feedback_record, feedback_review
 from chat.model_rights import models_for
 from chat.models import MAX_TEMPERATURE, MAX_TOKEN_BUDGET
 from chat.selectors import conversation_get_for_user, conversation_messages, conversations_for_user
@@ -147,3 +150,32 @@ def conversation_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse
                          "application/x-ndjson; charset=utf-8")
     return _download(conversation_export_markdown(conversation=conversation), f"{stem}.md",
                      "text/markdown; charset=utf-8")
+
+
+FEEDBACK_PAGE_SIZE = 25
+
+
+def _staff_only(request: HttpRequest) -> None:
+    if not request.user.is_staff:
+        raise PermissionDenied("Only staff read the team's feedback.")
+
+
+@require_GET
+def feedback_page(request: HttpRequest) -> HttpResponse:
+    """Rated answers, the worst first, with their question, memories, citations and grounding (staff)."""
+    _staff_only(request)
+    rating = request.GET.get("rating", "")
+    rated = feedback_review(rating=rating)
+    page = Paginator(rated, FEEDBACK_PAGE_SIZE).get_page(request.GET.get("page"))
+    records = [feedback_record(feedback) for feedback in page.object_list]
+    return render(request, "chat/feedback.html", {"page": page, "records": records, "rating": rating})
+
+
+@require_GET
+def feedback_download(request: HttpRequest, fmt: str) -> HttpResponse:
+    _staff_only(request)
+    content = feedback_export(feedback_review(rating=request.GET.get("rating", "")), fmt=fmt)
+    kind = "text/csv" if fmt == "csv" else "application/x-ndjson"
+    response = HttpResponse(content, content_type=f"{kind}; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="answer-feedback.{fmt}"'
+    return response

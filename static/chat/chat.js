@@ -251,6 +251,63 @@
     const meta = [message.model ? `Model: ${message.model}` : "", usage].filter(Boolean).join(" · ");
     if (meta) item.appendChild(note(meta, "meta"));
     item.appendChild(memoriesPanel(message.memories || []));
+    if (message.id && message.status !== "error") item.appendChild(feedbackBar(message.id, message.feedback));
+  }
+
+  // Thumbs up or down on an answer, with an optional comment (sent as chat.feedback; staff read them).
+  function feedbackBar(messageId, feedback) {
+    const bar = document.createElement("div");
+    bar.className = "chat-feedback";
+    bar.dataset.message = messageId;
+    const buttons = [["up", "\u{1F44D}", "Helpful"], ["down", "\u{1F44E}", "Not helpful: say why"]].map(
+      ([rating, symbol, label]) => {
+        const button = tag("button", "chat-feedback-button", symbol, label);
+        button.type = "button";
+        button.dataset.rating = rating;
+        button.setAttribute("aria-label", label);
+        button.addEventListener("click", () => {
+          const current = bar.dataset.rating || "";
+          if (rating === "down" && current !== "down") {
+            comment.hidden = false;
+            comment.querySelector("textarea").focus();
+          }
+          sendFeedback(messageId, current === rating ? null : rating, "");
+        });
+        return button;
+      });
+    const comment = document.createElement("form");
+    comment.className = "chat-feedback-comment";
+    comment.hidden = true;
+    const text = document.createElement("textarea");
+    text.maxLength = 2000;
+    text.rows = 2;
+    text.placeholder = "What was wrong? (optional)";
+    text.setAttribute("aria-label", "What was wrong with this answer");
+    const save = tag("button", "", "Send");
+    save.type = "submit";
+    comment.append(text, save);
+    comment.addEventListener("submit", (event) => {
+      event.preventDefault();
+      sendFeedback(messageId, "down", text.value);
+      comment.hidden = true;
+    });
+    bar.append(...buttons, comment);
+    showFeedback(bar, feedback);
+    return bar;
+  }
+
+  function showFeedback(bar, feedback) {
+    bar.dataset.rating = feedback ? feedback.rating : "";
+    bar.querySelectorAll(".chat-feedback-button").forEach((button) => {
+      button.setAttribute("aria-pressed", String(Boolean(feedback) && feedback.rating === button.dataset.rating));
+    });
+    if (feedback && feedback.comment) bar.querySelector("textarea").value = feedback.comment;
+  }
+
+  function sendFeedback(messageId, rating, comment) {
+    if (socket && socket.readyState === WebSocket.OPEN) {
+      socket.send(JSON.stringify({ type: "chat.feedback", message: Number(messageId), rating, comment }));
+    }
   }
 
   function note(text, kind) {
@@ -369,6 +426,10 @@
       if (blendNote && event.blend_turns != null) {
         blendNote.textContent = `Blend holds ${event.blend_turns} answer${event.blend_turns === 1 ? "" : "s"}.`;
       }
+    },
+    "chat.feedback"(event) {
+      const bar = list.querySelector(`.chat-feedback[data-message="${event.message}"]`);
+      if (bar) showFeedback(bar, event.feedback);
     },
     "chat.error"(event) {
       if (event.message) {
