@@ -1,7 +1,7 @@
 """The private parts of pinned libraries the portal leans on (issue 30.6). There is no public way
-to do these three things; each is pinned in requirements.txt and checked here, so that an upgrade
+to do these two things; each is pinned in requirements.txt and checked here, so that an upgrade
 that changes one fails here, naming the library and the place to revisit, instead of failing
-quietly (a supervisor that hangs, a Chroma call without a timeout, a server that never exits)."""
+quietly (a Chroma call without a timeout, a server that never exits)."""
 
 from __future__ import annotations
 
@@ -18,21 +18,6 @@ def _pinned(package: str) -> str:
         if name.lower() == package.lower():
             return version.strip()
     raise AssertionError(f"{package} is not pinned in requirements.txt")
-
-
-def test_honcho_manager_internals_that_scripts_supervise_overrides():
-    import honcho
-    from honcho.manager import SIGNALS, Manager
-
-    assert metadata.version("honcho") == _pinned("honcho") == honcho.__version__, (
-        "honcho was upgraded: scripts/supervise.py overrides Manager._start, _all_started and _killall "
-        "and reads _processes, _procmgr, _terminating and _system_print; check them, then update the pin")
-    for member in ("_start", "_all_started", "_killall", "_system_print", "loop"):
-        assert callable(getattr(Manager, member, None)), f"honcho's Manager has no {member} (scripts/supervise.py)"
-    source = inspect.getsource(Manager)
-    for attribute in ("self._processes", "self._procmgr", "self._terminating", "self.returncode"):
-        assert attribute in source, f"honcho's Manager no longer uses {attribute} (scripts/supervise.py)"
-    assert {"name", "rc"} <= set(SIGNALS[2]), "honcho's SIGNALS table changed (scripts/supervise.py)"
 
 
 def test_chromadb_http_session_whose_timeout_the_client_sets():
