@@ -1,8 +1,9 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.http import HttpRequest
 
-from accounts.models import GroupManager, Quota
+from accounts.models import AuditEvent, GroupManager, Quota
 from accounts.oidc import admin as sso_admin  # noqa: F401 - users' provider identities, managed groups
 
 
@@ -24,3 +25,21 @@ class QuotaAdmin(admin.ModelAdmin):
     list_select_related = ["user", "group"]
     search_fields = ["user__username", "group__name"]
     raw_id_fields = ["user"]
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(admin.ModelAdmin):
+    """Read-only: the trail is append-only (accounts.audit); the staff page filters and exports it."""
+
+    list_display = ["created", "actor_name", "action", "target", "address"]
+    list_filter = ["action"]
+    search_fields = ["actor_name", "target"]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: AuditEvent | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: AuditEvent | None = None) -> bool:
+        return False

@@ -9,4 +9,5 @@ class AccountsConfig(AppConfig):
     verbose_name = "Accounts"
 
     def ready(self) -> None:
+        from accounts import audit_receivers  # noqa: F401 - sign-ins, lockouts and admin changes into the audit trail
         from accounts.oidc import signals  # noqa: F401 - connects the sign-in and deactivation receivers

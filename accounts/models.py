@@ -3,9 +3,12 @@ once, at creation) and who manages a group."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.contrib.auth.models import Group
 from django.db import models
+from django.utils import timezone
 
 
 class ApiToken(models.Model):
@@ -82,3 +85,32 @@ class Quota(models.Model):
 
     def __str__(self) -> str:
         return f"quota of {self.user or self.group}"
+
+
+class AuditEvent(models.Model):
+    """Who did what, when, from which address (`accounts.audit`). Append-only: a row is never changed,
+    and none is deleted but by the retention (`audit_prune`, `AUDIT_RETENTION_DAYS`)."""
+
+    created = models.DateTimeField(default=timezone.now, db_index=True, editable=False)
+    actor = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
+                              related_name="+", editable=False)
+    actor_name = models.CharField(max_length=150, blank=True, editable=False,
+                                  help_text="The actor's username then (kept when the account is gone).")
+    action = models.CharField(max_length=40, db_index=True, editable=False)
+    target = models.CharField(max_length=300, blank=True, editable=False)
+    address = models.GenericIPAddressField(null=True, blank=True, editable=False)
+    details = models.JSONField(default=dict, blank=True, editable=False)
+
+    class Meta:
+        ordering = ["-created", "-id"]
+
+    def __str__(self) -> str:
+        return f"{self.created:%Y-%m-%d %H:%M} {self.actor_name or '-'} {self.action} {self.target}"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if self.pk is not None:
+            raise ValueError("An audit event is never changed.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> tuple[int, dict[str, int]]:
+        raise ValueError("An audit event is deleted only by the retention (accounts.audit.audit_prune).")

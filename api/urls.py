@@ -7,7 +7,7 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from api.errors import not_found
-from api.views import conversations, corpora, feedback, openai, search, sources, store
+from api.views import audit, conversations, corpora, feedback, openai, search, sources, store
 
 
 def _api(view_class: type) -> object:
@@ -37,6 +37,7 @@ v1 = [
     path("conversations/<int:conversation_id>/messages/<int:message_id>/feedback/", _api(feedback.MessageFeedback),
          name="message_feedback"),
     path("feedback/", _api(feedback.FeedbackList), name="feedback"),
+    path("audit/", _api(audit.AuditList), name="audit"),
     path("corpora/<int:corpus_id>/store/", _api(store.StoreStats), name="store"),
     path("corpora/<int:corpus_id>/store/pages/", _api(store.StorePages), name="store_pages"),
     path("corpora/<int:corpus_id>/store/chunks/", _api(store.StoreChunks), name="store_chunks"),

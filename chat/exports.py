@@ -6,12 +6,21 @@ import html
 import json
 import re
 
+from accounts.audit import audit_record
 from chat.citations import cited_markdown
 from chat.models import Conversation, Message
 from chat.selectors import conversation_messages
 from engine.citations import grounding_word
 
 SHAREGPT_ROLES = {Message.Role.USER: "human", Message.Role.ASSISTANT: "gpt"}
+
+
+def conversation_export(*, conversation: Conversation, fmt: str) -> str:
+    """The conversation as `fmt` ("jsonl" or "md"), recorded in the audit trail (who took what out)."""
+    content = (conversation_export_jsonl if fmt == "jsonl" else conversation_export_markdown)(conversation=conversation)
+    audit_record(action="conversation_exported", target=f"{conversation.title} (#{conversation.pk})", format=fmt,
+                 owner=conversation.owner.get_username())
+    return content
 
 
 def conversation_export_jsonl(*, conversation: Conversation) -> str:

@@ -4,9 +4,12 @@ quotas of turns and LLM tokens it is counted against (`accounts.quotas`)."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime, timedelta
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import Count, F, Sum
+from django.utils import timezone
 
 from accounts.quotas import day_bounds, quota_check, quota_limits
 from chat.models import Conversation, TurnRecord
@@ -40,3 +43,12 @@ def turn_record_create(*, user_id: int | None, surface: str, status: str, model:
         corpus_ids=sorted(corpus_ids), prompt_tokens=usage.prompt_tokens if usage else 0,
         completion_tokens=usage.completion_tokens if usage else 0, memories=memories, grounding=grounding,
         first_token_ms=None if first_token_seconds is None else round(first_token_seconds * 1000, 1))
+
+
+def turn_records_prune(*, now: datetime | None = None) -> int:
+    """Delete the turn records older than `USAGE_RETENTION_DAYS` (0: keep every one); returns how many."""
+    if not settings.USAGE_RETENTION_DAYS:
+        return 0
+    before = (now or timezone.now()) - timedelta(days=settings.USAGE_RETENTION_DAYS)
+    deleted, _ = TurnRecord.objects.filter(created__lt=before).delete()
+    return deleted

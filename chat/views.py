@@ -10,7 +10,7 @@ from django.shortcuts import redirect, render
 from django.utils.text import slugify
 from django.views.decorators.http import require_GET, require_POST
 
-from chat.exports import conversation_export_jsonl, conversation_export_markdown
+from chat import exports
 from chat.feedback import feedback_export, feedback_record, feedback_review
 from chat.model_rights import models_for
 from chat.models import MAX_TEMPERATURE, MAX_TOKEN_BUDGET
@@ -145,11 +145,8 @@ def _download(content: str, filename: str, content_type: str) -> HttpResponse:
 def conversation_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse:
     conversation = conversation_get_for_user(user=request.user, pk=pk)
     stem = f"conversation-{conversation.pk}-{slugify(conversation.title)[:40] or 'chat'}"
-    if fmt == "jsonl":
-        return _download(conversation_export_jsonl(conversation=conversation), f"{stem}.jsonl",
-                         "application/x-ndjson; charset=utf-8")
-    return _download(conversation_export_markdown(conversation=conversation), f"{stem}.md",
-                     "text/markdown; charset=utf-8")
+    kind = "application/x-ndjson" if fmt == "jsonl" else "text/markdown"
+    return _download(exports.conversation_export(conversation=conversation, fmt=fmt), f"{stem}.{fmt}", f"{kind}; charset=utf-8")
 
 
 FEEDBACK_PAGE_SIZE = 25

@@ -36,7 +36,7 @@ from corpus.services.builds import build_cancel, build_start, index_after_upload
 from corpus.services.corpora import (
     corpus_create,
     corpus_delete,
-    dataset_delete,
+    dataset_discard,
     dataset_set_enabled,
 )
 from corpus.services.multivector import StoreUnavailable, store_document_delete, store_documents, store_stats
@@ -213,7 +213,7 @@ def dataset_toggle(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def dataset_remove(request: HttpRequest, pk: int) -> HttpResponse:
     dataset = get_dataset_for_user(request.user, pk, write=True)
-    dataset_delete(dataset=dataset)
+    dataset_discard(dataset=dataset)
     messages.success(request, f"{dataset.name} deleted; rebuild the index to drop its memories for good.")
     return redirect("corpus:detail", pk=dataset.corpus_id)
 

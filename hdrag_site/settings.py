@@ -88,6 +88,7 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "accounts.audit.AuditContextMiddleware",  # who and from where, for the audit trail's services
     # Every page needs a login unless its view is marked @login_not_required (login, health).
     "django.contrib.auth.middleware.LoginRequiredMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -179,7 +180,8 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_WORKER_HIJACK_ROOT_LOGGER = False
 # Celery beat (the worker's -B in `./portal run`; one `celery beat` in production) queues the
 # sources whose sync interval has passed (corpus.sources.services.sources_sync_due).
-CELERY_BEAT_SCHEDULE = {"sync-sources": {"task": "corpus.tasks.sync_sources_due", "schedule": 60.0}}
+CELERY_BEAT_SCHEDULE = {"sync-sources": {"task": "corpus.tasks.sync_sources_due", "schedule": 60.0},
+                        "prune-records": {"task": "chat.tasks.records_prune", "schedule": 24 * 3600.0}}
 
 # Engine and services
 GGUF_PATH = envstr("GGUF_PATH", "")  # blank: the packaged Gemma 3 270M (engine.model_files.default_gguf_path)
@@ -275,6 +277,8 @@ QUOTA_TOKENS_PER_DAY = envint("QUOTA_TOKENS_PER_DAY", 0, minimum=0)
 QUOTA_UPLOAD_BYTES_PER_DAY = envint("QUOTA_UPLOAD_BYTES_PER_DAY", 0, minimum=0)
 # Days the per-turn usage records (chat.models.TurnRecord: the usage page, quotas) are kept; 0: for ever.
 USAGE_RETENTION_DAYS = envint("USAGE_RETENTION_DAYS", 400, minimum=0)
+# Days the audit trail (accounts.AuditEvent) keeps an event; 0: for ever. Pruned daily (accounts.audit_prune).
+AUDIT_RETENTION_DAYS = envint("AUDIT_RETENTION_DAYS", 730, minimum=0)
 # Every request body is bounded in front of Django (core.bodylimit): REQUEST_MAX_BYTES, or
 # UPLOAD_MAX_BYTES on these paths (dataset uploads of the pages and the API, the API's multi-vector
 # store) for a request that declares its Content-Length and logs in: a session, or a credential

@@ -30,6 +30,7 @@ admin.site.site_header = admin.site.site_title = "HdRAG administration"
 urlpatterns = [
     path("", dashboard, name="home"),
     path("accounts/tokens/", include("accounts.token_urls")),
+    path("accounts/audit/", include("accounts.audit_urls")),
     path("accounts/logout/", portal_logout, name="logout"),  # also ends the identity provider's session
     path("accounts/", include("django.contrib.auth.urls")),
     path("accounts/", include("accounts.oidc.urls")),

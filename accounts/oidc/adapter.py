@@ -16,6 +16,7 @@ from django.contrib.auth.models import AbstractUser
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 
+from accounts.audit import audit_record
 from accounts.oidc.claims import claim_email_verified, claims_merged, sign_in_refusal
 
 logger = logging.getLogger(__name__)
@@ -65,6 +66,7 @@ class PortalSocialAccountAdapter(DefaultSocialAccountAdapter):
                 # Refused now: their tokens and sockets stop too (accounts.oidc.signals).
                 user.is_active = False
                 user.save(update_fields=["is_active"])
+                audit_record(action="deactivated", request=request, target=user.get_username(), reason=reason)
                 logger.warning("sign-in of %s refused, account deactivated: %s", user.get_username(), reason)
             raise ImmediateHttpResponse(refusal_page(request, reason))
         if not sociallogin.is_existing:

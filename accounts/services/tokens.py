@@ -14,6 +14,7 @@ from django.db.models import QuerySet
 from django.http import Http404
 from django.utils import timezone
 
+from accounts.audit import audit_record
 from accounts.models import ApiToken
 from core.errors import ApplicationError
 
@@ -38,12 +39,18 @@ def api_token_create(*, user: AbstractBaseUser, name: str) -> tuple[ApiToken, st
         raise ApplicationError(f"At most {MAX_TOKENS_PER_USER} active tokens per user; revoke one first.")
     raw = TOKEN_PREFIX + secrets.token_urlsafe(32)
     token = ApiToken.objects.create(user=user, name=name, key_hash=_hash(raw), prefix=raw[:len(TOKEN_PREFIX) + 6])
+    audit_record(action="token_created", target=_token_target(token), owner=user.get_username())
     return token, raw
+
+
+def _token_target(token: ApiToken) -> str:
+    return f"{token.name} ({token.prefix}…) of {token.user.get_username()}"
 
 
 def api_token_revoke(*, token: ApiToken) -> ApiToken:
     """Revoked at once: authentication reads the row on every request (no cache, in any process)."""
-    ApiToken.objects.filter(pk=token.pk, revoked__isnull=True).update(revoked=timezone.now())
+    if ApiToken.objects.filter(pk=token.pk, revoked__isnull=True).update(revoked=timezone.now()):
+        audit_record(action="token_revoked", target=_token_target(token))
     token.refresh_from_db()
     return token
 

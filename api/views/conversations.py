@@ -13,7 +13,7 @@ from rest_framework.response import Response
 from api.serializers import ConversationWriteSerializer, MessageSendSerializer, TurnSerializer
 from api.views.base import PAGE_PARAMETERS, ApiView, errors, id_path, page_of
 from api.views.sse import sse_frame, sse_response
-from chat.exports import conversation_export_jsonl, conversation_export_markdown
+from chat.exports import conversation_export
 from chat.llm import clients
 from chat.model_rights import model_for_turn
 from chat.models import Message
@@ -148,14 +148,10 @@ class ConversationExport(ApiView):
         if fmt not in ("jsonl", "md"):
             raise ApplicationError(f"format must be jsonl or md, got {fmt!r}.", {"format": fmt})
         stem = f"conversation-{conversation.pk}-{slugify(conversation.title)[:40] or 'chat'}"
-        if fmt == "jsonl":
-            content, name, kind = (conversation_export_jsonl(conversation=conversation), f"{stem}.jsonl",
-                                   "application/x-ndjson; charset=utf-8")
-        else:
-            content, name, kind = (conversation_export_markdown(conversation=conversation), f"{stem}.md",
-                                   "text/markdown; charset=utf-8")
-        response = HttpResponse(content, content_type=kind)
-        response["Content-Disposition"] = f'attachment; filename="{name}"'
+        kind = "application/x-ndjson" if fmt == "jsonl" else "text/markdown"
+        response = HttpResponse(conversation_export(conversation=conversation, fmt=fmt),
+                                content_type=f"{kind}; charset=utf-8")
+        response["Content-Disposition"] = f'attachment; filename="{stem}.{fmt}"'
         return response
 
 

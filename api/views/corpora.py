@@ -36,7 +36,7 @@ from corpus.services.corpora import (
     corpus_create,
     corpus_delete,
     corpus_update,
-    dataset_delete,
+    dataset_discard,
     dataset_set_enabled,
     dataset_upload,
 )
@@ -160,7 +160,7 @@ class DatasetDetail(ApiView):
     @extend_schema(operation_id="datasets_delete", summary="Delete a dataset (searches drop its memories at "
                    "once)", parameters=[CORPUS, DATASET], responses={204: None, **errors(403)}, tags=["datasets"])
     def delete(self, request: Request, corpus_id: int, dataset_id: int) -> Response:
-        dataset_delete(dataset=_dataset_of(request, corpus_id, dataset_id, write=True))
+        dataset_discard(dataset=_dataset_of(request, corpus_id, dataset_id, write=True))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 

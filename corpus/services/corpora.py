@@ -18,6 +18,7 @@ from django.core.exceptions import ValidationError
 from django.core.files.uploadedfile import UploadedFile
 from django.db import IntegrityError, transaction
 
+from accounts.audit import audit_record
 from core.errors import ApplicationError, ConflictError
 from core.runtime import default_gguf
 from corpus.build_parameters import BuildParameters
@@ -72,8 +73,10 @@ def corpus_create(*, owner: AbstractBaseUser, name: str, readable_groups: Iterab
     name = name.strip()
     if not name:
         raise ApplicationError("A corpus needs a name.")
-    return _checked_save(Corpus(owner=owner, name=name, **options), readable_groups=readable_groups,
-                         writable_groups=writable_groups)
+    corpus = _checked_save(Corpus(owner=owner, name=name, **options), readable_groups=readable_groups,
+                           writable_groups=writable_groups)
+    audit_record(action="corpus_created", target=f"{corpus.name} (#{corpus.pk})", owner=owner.get_username())
+    return corpus
 
 
 def corpus_update(*, corpus: Corpus, name: str | None = None, readable_groups: Iterable[Group] | None = None,
@@ -147,6 +150,13 @@ def dataset_delete(*, dataset: Dataset) -> None:
     transaction.on_commit(lambda: delete_dataset(relative))
     if active.late_interaction:
         transaction.on_commit(lambda: _text_records_delete(corpus_id=corpus_id, source_id=source_id))
+
+
+def dataset_discard(*, dataset: Dataset) -> None:
+    """A person deletes a document (`dataset_delete`), and the audit trail says who and which."""
+    target = f"{dataset.name} in {dataset.corpus.name} (#{dataset.corpus_id})"
+    dataset_delete(dataset=dataset)
+    audit_record(action="document_deleted", target=target, size=dataset.size, sha256=dataset.sha256)
 
 
 def datasets_retire_replaced(*, dataset_ids: Iterable[int]) -> list[int]:
@@ -311,6 +321,7 @@ def corpus_delete(*, corpus: Corpus) -> None:
     """Delete a corpus, its rows and, once committed, its files: this process's mapped builds of it
     (and what was made for them) first, then its directory and its objects in the store."""
     directory, corpus_id = corpus_dir(corpus.pk), corpus.pk
+    audit_record(action="corpus_deleted", target=f"{corpus.name} (#{corpus.pk})")
     corpus.delete()
 
     def remove() -> None:

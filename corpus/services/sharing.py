@@ -13,6 +13,7 @@ from __future__ import annotations
 from django.contrib.auth.models import AbstractBaseUser, Group
 from django.db import transaction
 
+from accounts.audit import audit_record
 from accounts.services.groups import groups_shareable_by, user_get_by_name
 from core.errors import ApplicationError
 from corpus.models import Corpus
@@ -44,7 +45,12 @@ def corpus_share_with_user(*, corpus: Corpus, username: str, access: str) -> tup
         (corpus.writable_users if write else corpus.readable_users).add(user)
         (corpus.readable_users if write else corpus.writable_users).remove(user)
         opened = _make_shared(corpus)
+    audit_record(action="corpus_shared", target=_corpus_target(corpus), person=user.get_username(), access=access)
     return user, opened
+
+
+def _corpus_target(corpus: Corpus) -> str:
+    return f"{corpus.name} (#{corpus.pk})"
 
 
 def corpus_share_with_group(*, corpus: Corpus, by: AbstractBaseUser, group_id: int, access: str) -> tuple[Group, bool]:
@@ -56,6 +62,7 @@ def corpus_share_with_group(*, corpus: Corpus, by: AbstractBaseUser, group_id: i
         (corpus.writable_groups if write else corpus.readable_groups).add(group)
         (corpus.readable_groups if write else corpus.writable_groups).remove(group)
         opened = _make_shared(corpus)
+    audit_record(action="corpus_shared", target=_corpus_target(corpus), group=group.name, access=access)
     return group, opened
 
 
@@ -67,6 +74,7 @@ def corpus_unshare(*, corpus: Corpus, user_id: int | None = None, group_id: int 
         if group_id is not None:
             corpus.readable_groups.remove(group_id)
             corpus.writable_groups.remove(group_id)
+        audit_record(action="corpus_unshared", target=_corpus_target(corpus), user_id=user_id, group_id=group_id)
 
 
 def corpus_set_visibility(*, corpus: Corpus, visibility: str) -> Corpus:
@@ -74,6 +82,7 @@ def corpus_set_visibility(*, corpus: Corpus, visibility: str) -> Corpus:
         raise ApplicationError(f"Visibility must be one of {', '.join(Corpus.Visibility.values)}.")
     corpus.visibility = visibility
     corpus.save(update_fields=["visibility", "updated"])
+    audit_record(action="corpus_visibility", target=_corpus_target(corpus), visibility=visibility)
     return corpus
 
 

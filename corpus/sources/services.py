@@ -17,6 +17,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Q
 from django.utils import timezone
 
+from accounts.audit import audit_record
 from core.errors import ApplicationError, ConflictError
 from corpus.events import corpus_group, send_event
 from corpus.models import Corpus
@@ -79,7 +80,12 @@ def source_create(*, corpus: Corpus, user: AbstractBaseUser | None, name: str, k
         source.save()
     except IntegrityError:
         raise SourceNameTaken(f"This corpus already has a source named {name!r}.", {"name": name}) from None
+    audit_record(action="source_created", target=_source_target(source), kind=kind, location=source.location)
     return source
+
+
+def _source_target(source: Source) -> str:
+    return f"{source.name} of corpus #{source.corpus_id}"
 
 
 def source_delete(*, source: Source) -> int:
@@ -95,6 +101,7 @@ def source_delete(*, source: Source) -> int:
                 dataset_delete(dataset=dataset.replaces)
             dataset_delete(dataset=dataset)
         corpus_id = locked.corpus_id
+        audit_record(action="source_deleted", target=_source_target(locked), documents=len(datasets))
         locked.delete()
         clone = settings.DATA_DIR / "sources" / str(source.pk)
         transaction.on_commit(lambda: shutil.rmtree(clone, ignore_errors=True))
@@ -114,6 +121,7 @@ def source_sync_start(*, source: Source, confirm: bool = False) -> Source:
         raise SourceSyncActive(f"A sync of {source.name} is already queued or running.")
     transaction.on_commit(lambda: current_app.signature(SYNC_TASK, args=(source.pk,),
                                                        kwargs={"confirm": confirm}).delay())
+    audit_record(action="source_synced", target=_source_target(source), confirm=confirm)
     source.refresh_from_db()
     send_event(corpus_group(source.corpus_id), op="source", source=source_state(source))
     return source

@@ -160,6 +160,7 @@ def test_every_operation_answers_what_its_schema_documents(contract, chat_settin
     c.call("PUT", rated, 200, json={"rating": "down", "comment": "It cites the wrong section."})
     c.call("PUT", rated, 204, json={"rating": None})
     c.call("GET", "/api/v1/feedback/", 403)  # staff only
+    c.call("GET", "/api/v1/audit/", 403)  # staff only
     # OpenAI-compatible.
     c.call("GET", "/api/v1/models", 200)
     c.call("GET", f"/api/v1/models/corpus-{corpus.pk}", 200)

@@ -213,6 +213,10 @@ def test_a_blocked_group_is_refused_and_deactivates_tokens(
     _sign_in(page, sso_portal, oidc_provider, "gil")
     assert page.get_by_text("Members of contractors may not sign in").is_visible()
     assert _shell_value(sso_portal, "User.objects.get(username='gil').is_active") == "False"
+    # The audit trail (accounts.audit): the sign-in through the provider, then the deactivation.
+    trail = "__import__('accounts.models').models.AuditEvent.objects.filter(target='gil').order_by('id')"
+    assert _shell_value(sso_portal, f"[(e.action, e.details.get('method', '')) for e in {trail}]") \
+        == "[('sign_in', 'single sign-on'), ('deactivated', '')]"
     with pytest.raises(urllib.error.HTTPError) as refused:
         urllib.request.urlopen(request, timeout=30)
     assert refused.value.code == 401
