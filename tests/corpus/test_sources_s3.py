@@ -22,6 +22,9 @@ from tests.corpus.sources import (
 )
 from tests.plugins.s3 import ACCESS_KEY, BUCKET, SECRET_KEY
 
+# The servers listen on loopback: these sources are allowed it, as an operator would allow a network.
+pytestmark = pytest.mark.usefixtures("allow_loopback")
+
 
 @pytest.fixture
 def bucket(s3_server):
