@@ -127,7 +127,8 @@ def address_rule(address: Address) -> str:
     rules = (("unspecified", address.is_unspecified), ("loopback", address.is_loopback),
              ("link-local", address.is_link_local), ("multicast", address.is_multicast),
              ("carrier-grade NAT", address in CGNAT), ("broadcast", str(address) == "255.255.255.255"),
-             ("private", address.is_private), ("reserved", address.is_reserved or not address.is_global))
+             ("reserved", address.is_reserved), ("private", address.is_private),
+             ("reserved", not address.is_global))
     return next((name for name, hit in rules if hit), "")
 
 

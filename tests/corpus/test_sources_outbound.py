@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 
 from corpus.sources.models import Source
-from tests.corpus.source_servers import web_site
+from tests.corpus.source_servers import git_server, web_site
 from tests.corpus.sources import found
 from tests.plugins.api import error_of
 
@@ -36,7 +36,7 @@ def site():
 
 
 def create(client, corpus, **body):  # noqa: ANN001, ANN201 - an API client, its response
-    return client.post(f"/api/v1/corpora/{corpus.pk}/sources/", {"name": "notes", **body}, format="json")
+    return client.post(f"/api/v1/corpora/{corpus.pk}/sources/", {"name": "notes"} | body, format="json")
 
 
 def sync_api(client, source_id: int, capture) -> Source:  # noqa: ANN001
@@ -146,3 +146,22 @@ def test_no_fetched_content_in_any_message(api_for, corpus, owner, site, setting
     assert source.status == Source.Status.FAILED and "not well-formed XML" in source.error
     assert "leaked-sitemap-words" not in source.error and "urlset" not in source.error
 
+
+
+def test_sources_never_use_the_environments_proxy(api_for, corpus, owner, member, site, settings, tmp_path,
+                                                  monkeypatch, django_capture_on_commit_callbacks):
+    """A proxy would connect on its own, past the check: web and Git sources go direct."""
+    settings.SOURCE_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    client = api_for(owner)
+    with web_site() as proxy, git_server(tmp_path / "git") as git:
+        git.repository("notes", {"notes.md": "The narwhal runbook lives in the notes repository.\n"})
+        for name in ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY"):
+            monkeypatch.setenv(name, proxy.origin)
+        monkeypatch.delenv("NO_PROXY", raising=False)
+        monkeypatch.delenv("no_proxy", raising=False)
+        for kind, location in [("web", f"{site.origin}/docs/"), ("git", git.url("notes"))]:
+            response = create(client, corpus, name=kind, kind=kind, location=location)
+            source = sync_api(client, response.json()["id"], django_capture_on_commit_callbacks)
+            assert source.status == Source.Status.SUCCEEDED, source.error
+        assert not proxy.requests
+    assert found(member, corpus, "walrus credential") and found(member, corpus, "narwhal runbook")
