@@ -77,8 +77,8 @@ class S3Reader(SourceReader):
     read_errors = (ValueError,)
 
     def __init__(self, *, location: str, endpoint_url: str, token: str, filters: PathFilter) -> None:
-        self.bucket, self.prefix, self.credentials = s3_source_check(location=location, endpoint_url=endpoint_url,
-                                                                     token=token)
+        self.bucket, self.prefix, self.credentials = s3_source_check(
+            location=location, endpoint_url=endpoint_url, token=token)
         self.endpoint_url, self.filters = endpoint_url or None, filters
 
     @cached_property
@@ -116,7 +116,8 @@ class S3Reader(SourceReader):
             sha256 = hashed_copy(body.iter_chunks(1 << 20), target, limit=settings.UPLOAD_MAX_BYTES)
         except ClientError as error:
             # The code only: the message is the store's own text.
-            raise ValueError(f"the store answered {error.response.get('Error', {}).get('Code', 'an error')}") from None
+            code = error.response.get("Error", {}).get("Code", "an error")
+            raise ValueError(f"the store answered {code}") from None
         except BotoCoreError as error:
             raise ValueError(f"cannot be read: {type(error).__name__}") from None
         return sha256, item.version, f"s3://{self.bucket}/{key}"

@@ -106,7 +106,8 @@ def source_sync_run(*, source_id: int, confirm: bool = False) -> Source | None:
     except Exception as error:  # noqa: BLE001 - the row says it failed; the log has the trace
         logger.exception("sync of source %s failed", source.pk)
         # Only the type: an exception's text may quote what was fetched.
-        outcome |= {"status": Source.Status.FAILED, "error": f"{type(error).__name__} (the log has the details)"}
+        reason = f"{type(error).__name__} (the log has the details)"
+        outcome |= {"status": Source.Status.FAILED, "error": reason}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     Source.objects.filter(pk=source.pk).update(sync_finished=timezone.now(),
@@ -132,7 +133,8 @@ def _apply(source: Source, scan: Scan, removed: list[str], progress: _Progress) 
             _store(source, fetched, document, covered)
         except DatasetRejected:
             # The upload check's reason may quote the document; a source's failure never does.
-            counts["failures"].append((fetched.path, f"not a readable {fetched.file.suffix or 'text'} document"))
+            reason = f"not a readable {fetched.file.suffix or 'text'} document"
+            counts["failures"].append((fetched.path, reason))
             continue
         counts["changed" if document is not None else "added"] += 1
     for path in removed:

@@ -103,18 +103,19 @@ class WebReader:
 
     def _sitemap_urls(self) -> list[str]:
         # The reason names the status or the failure's type, never the text the site sent.
+        unreadable = f"The sitemap {self.sitemap} cannot be read"
         try:
             response = self._get(self.sitemap)
         except OutboundUnresolved as error:
             raise SourceUnavailable(f"The sitemap cannot be read: {error.message}") from None
         except requests.RequestException as error:
-            raise SourceUnavailable(f"The sitemap {self.sitemap} cannot be read: {type(error).__name__}") from None
+            raise SourceUnavailable(f"{unreadable}: {type(error).__name__}") from None
         if response.status_code != 200:
-            raise SourceUnavailable(f"The sitemap {self.sitemap} cannot be read: it answered {response.status_code}.")
+            raise SourceUnavailable(f"{unreadable}: it answered {response.status_code}.")
         try:
             root = ElementTree.fromstring(response.content)
         except ElementTree.ParseError:
-            raise SourceUnavailable(f"The sitemap {self.sitemap} cannot be read: it is not well-formed XML.") from None
+            raise SourceUnavailable(f"{unreadable}: it is not well-formed XML.") from None
         return [node.text.strip() for node in root.iter() if node.tag.endswith("loc") and node.text]
 
     def scan(self, *, known: dict[str, Known], workdir: Path, progress: Progress) -> Scan:
@@ -168,7 +169,8 @@ class WebReader:
             return []  # gone (404, 410): removed at the source
         return self._store(url, key, response, scan, workdir)
 
-    def _redirect(self, url: str, key: str, response: requests.Response, scan: Scan, *, first: bool) -> list[str]:
+    def _redirect(self, url: str, key: str, response: requests.Response, scan: Scan, *,
+                  first: bool) -> list[str]:
         """A redirect's target, as a link to follow if it is the site's; one the outbound policy
         refuses fails the page (the start page: the sync) with the policy's reason."""
         target = _joined(url, [response.headers.get("Location", "")])
@@ -177,9 +179,10 @@ class WebReader:
         try:
             url_check(target[0], strict=True)
         except (OutboundRefused, OutboundUnresolved) as error:
+            reason = f"redirects to an address sources may not reach: {error.message}"
             if first:
-                raise SourceRefused(f"{url} redirects to an address sources may not reach: {error.message}") from None
-            scan.failed.append((key, f"redirects to an address sources may not reach: {error.message}"))
+                raise SourceRefused(f"{url} {reason}") from None
+            scan.failed.append((key, reason))
             return []
         return target
 

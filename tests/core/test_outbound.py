@@ -10,7 +10,8 @@ from core.outbound import OutboundRefused, OutboundUnresolved, allowed_entry, co
 REFUSED = {
     "127.0.0.1": "loopback", "127.1": "loopback", "0x7f.1": "loopback", "017700000001": "loopback",
     "2130706433": "loopback", "::1": "loopback", "::ffff:127.0.0.1": "loopback", "::7f00:1": "loopback",
-    "2002:7f00:1::": "loopback", "64:ff9b::7f00:1": "loopback", "10.0.0.1": "private", "172.16.0.1": "private",
+    "2002:7f00:1::": "loopback", "64:ff9b::7f00:1": "loopback", "10.0.0.1": "private",
+    "172.16.0.1": "private",
     "192.168.1.1": "private", "fd12::1": "private", "169.254.1.1": "link-local", "fe80::1": "link-local",
     "100.64.0.1": "carrier-grade NAT", "224.0.0.1": "multicast", "ff02::1": "multicast",
     "0.0.0.0": "unspecified", "::": "unspecified", "255.255.255.255": "broadcast", "240.0.0.1": "reserved",
@@ -68,7 +69,8 @@ def test_the_portals_own_ports(settings):
     assert connect_address(host="127.0.0.1", port=8081) == "127.0.0.1"
 
 
-@pytest.mark.parametrize("entry", ["foo bar", "10.0.0.0/33", "1.2.3.4:0", "1.2.3.4:99999", "a..b", "", "[::1]x"])
+@pytest.mark.parametrize("entry", ["foo bar", "10.0.0.0/33", "1.2.3.4:0", "1.2.3.4:99999", "a..b", "",
+                                   "[::1]x"])
 def test_bad_entries_are_named(entry):
     with pytest.raises(ValueError, match="SOURCE_ALLOWED_NETWORKS"):
         allowed_entry(entry)

@@ -56,11 +56,13 @@ def test_literal_addresses_are_refused_at_creation_before_any_connection(api_for
     client = api_for(actor)
     port = site.port
     web = [("http://169.254.169.254/latest/meta-data/", "cloud metadata"), ("http://10.0.0.1/", "private"),
-           ("http://192.168.1.1/", "private"), ("http://[::1]/", "loopback"), ("http://100.64.0.1/", "carrier-grade"),
+           ("http://192.168.1.1/", "private"), ("http://[::1]/", "loopback"),
+           ("http://100.64.0.1/", "carrier-grade"),
            (f"http://127.0.0.1:{port}/docs/", "loopback"), ("http://127.0.0.1:8000/", "the portal's own"),
            ("http://127.0.0.1:8081/props", "the portal's own"), ("http://2852039166/", "cloud metadata"),
            (f"http://0x7f.1:{port}/docs/", "loopback"), (f"http://017700000001:{port}/docs/", "loopback"),
-           (f"http://[::ffff:127.0.0.1]:{port}/docs/", "loopback"), (f"http://localhost:{port}/docs/", "loopback"),
+           (f"http://[::ffff:127.0.0.1]:{port}/docs/", "loopback"),
+           (f"http://localhost:{port}/docs/", "loopback"),
            ("http://[fd00:ec2::254]/", "cloud metadata"), ("http://224.0.0.1/", "multicast"),
            ("http://0.0.0.0/", "unspecified")]
     for location, rule in web:
@@ -68,15 +70,16 @@ def test_literal_addresses_are_refused_at_creation_before_any_connection(api_for
     assert_refused(create(client, corpus, kind="web", location=f"https://{PUBLIC}/docs/",
                           sitemap_url=f"http://127.0.0.1:{port}/sitemap.xml"), "loopback")
     assert_refused(create(client, corpus, kind="git", location="https://10.0.0.1/team/notes.git"), "private")
-    assert_refused(create(client, corpus, kind="git", location=f"http://127.0.0.1:{port}/notes.git"), "loopback")
+    assert_refused(create(client, corpus, kind="git", location=f"http://127.0.0.1:{port}/notes.git"),
+                   "loopback")
     assert_refused(create(client, corpus, kind="s3", location="s3://bucket/notes", token="key:secret",
                           endpoint_url="http://169.254.169.254"), "cloud metadata")
     assert not site.requests, "a refused address was connected to"
     assert not Source.objects.exists()
 
 
-def test_a_name_resolving_to_loopback_is_refused_at_sync(api_for, corpus, actor, member, site, names, settings,
-                                                          django_capture_on_commit_callbacks):
+def test_a_name_resolving_to_loopback_is_refused_at_sync(api_for, corpus, actor, member, site, names,
+                                                          settings, django_capture_on_commit_callbacks):
     client = api_for(actor)
     names["intranet.test"] = [PUBLIC]  # what the name answered when the source was created
     response = create(client, corpus, kind="web", location=f"http://intranet.test:{site.port}/docs/")
@@ -99,7 +102,8 @@ def test_a_redirect_to_a_refused_port_is_refused_at_sync(api_for, corpus, actor,
     client = api_for(actor)
     with web_site() as entrance:
         entrance.redirects = {"/docs/": f"{site.origin}/docs/"}
-        settings.SOURCE_ALLOWED_NETWORKS = [f"127.0.0.1:{entrance.port}"]  # this site only, not the target's port
+        # This site only: not the redirect target's port.
+        settings.SOURCE_ALLOWED_NETWORKS = [f"127.0.0.1:{entrance.port}"]
         response = create(client, corpus, kind="web", location=f"{entrance.origin}/docs/")
         assert response.status_code == 201, response.content
         source = sync_api(client, response.json()["id"], django_capture_on_commit_callbacks)
@@ -131,7 +135,8 @@ def test_no_fetched_content_in_any_message(api_for, corpus, owner, site, setting
     client = api_for(owner)
     site.pages |= {
         "/docs/": ("<html><body><p>Index</p><a href='/docs/props.json'>props</a></body></html>", "text/html"),
-        "/docs/props.json": ('{"model_path": "/srv/secret-model.gguf", "endpoint_slots": true}', "application/json"),
+        "/docs/props.json": ('{"model_path": "/srv/secret-model.gguf", "endpoint_slots": true}',
+                             "application/json"),
         "/sitemap.xml": ("<urlset><loc>leaked-sitemap-words</urlset", "application/xml"),
     }
     response = create(client, corpus, kind="web", location=f"{site.origin}/docs/")

@@ -82,7 +82,8 @@ def storage(settings, monkeypatch, s3_server, s3_prefix):  # noqa: ANN201
 
 @pytest.mark.parametrize("who", ["owner", "staff"])
 def test_s3_sources_use_their_own_credentials_never_the_portals_storage(
-        who, request, api_for, corpus, member, outsider, s3_server, storage, django_capture_on_commit_callbacks):
+        who, request, api_for, corpus, member, outsider, s3_server, storage,
+        django_capture_on_commit_callbacks):
     # Another user's private upload lands in the portal's storage.
     private = corpus_create(owner=outsider, name="Private", **SMALL_HDC)
     upload(private, outsider)
@@ -93,15 +94,19 @@ def test_s3_sources_use_their_own_credentials_never_the_portals_storage(
     for body in [{"location": own}, {"location": own, "endpoint_url": s3_server.endpoint},
                  {"location": own, "token": ":"}, {"location": own, "token": f"{ACCESS_KEY}:"}]:
         response = client.post(url, {"name": "loot", "kind": "s3", **body}, format="json")
-        assert response.status_code == 400 and "own credentials" in error_of(response)["message"], response.content
+        assert response.status_code == 400, response.content
+        assert "own credentials" in error_of(response)["message"], response.content
     # Valid credentials do not open the portal's prefix, a folder inside it, or the bucket above it.
     for location in [own, f"{own}corpora/", f"s3://{BUCKET}/", f"s3://{BUCKET}"]:
-        response = client.post(url, {"name": "loot", "kind": "s3", "location": location, "token":
-                                      f"{ACCESS_KEY}:{SECRET_KEY}", "endpoint_url": s3_server.endpoint}, format="json")
-        assert response.status_code == 400 and "portal's own storage" in error_of(response)["message"], location
+        body = {"name": "loot", "kind": "s3", "location": location, "token": f"{ACCESS_KEY}:{SECRET_KEY}",
+                "endpoint_url": s3_server.endpoint}
+        response = client.post(url, body, format="json")
+        assert response.status_code == 400, location
+        assert "portal's own storage" in error_of(response)["message"], location
     # Rows made before these rules: the sync refuses them with the same reasons, and reads nothing.
     for token in ["", f"{ACCESS_KEY}:{SECRET_KEY}"]:
-        source = Source.objects.create(corpus=corpus, name=f"old-{len(token)}", kind="s3", location=own, token=token,
+        source = Source.objects.create(corpus=corpus, name=f"old-{len(token)}", kind="s3", location=own,
+                                       token=token,
                                        endpoint_url=s3_server.endpoint)
         sync(source, django_capture_on_commit_callbacks)
         assert source.status == Source.Status.FAILED and not source.documents.exists(), source.error
@@ -110,5 +115,6 @@ def test_s3_sources_use_their_own_credentials_never_the_portals_storage(
     source = Source.objects.create(corpus=corpus, name="aws", kind="s3", location=f"s3://{BUCKET}/elsewhere",
                                    token=f"{ACCESS_KEY}:{SECRET_KEY}")
     sync(source, django_capture_on_commit_callbacks)
-    assert source.status == Source.Status.FAILED and "amazonaws.com cannot be resolved" in source.error, source.error
+    assert source.status == Source.Status.FAILED, source.error
+    assert "amazonaws.com cannot be resolved" in source.error, source.error
     assert corpus.datasets.count() == 0
