@@ -58,3 +58,16 @@ def envlist(name: str, default: list[str]) -> list[str]:
     if raw is None:
         return list(default)
     return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def envnetworks(name: str) -> list[str]:
+    """Comma-separated outbound allow-list entries (core.outbound.allowed_entry), each checked."""
+    from core.outbound import allowed_entry
+
+    entries = envlist(name, [])
+    for entry in entries:
+        try:
+            allowed_entry(entry)
+        except ValueError as error:
+            raise ImproperlyConfigured(str(error)) from None
+    return entries

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
-from core.env import envbool, envint, envlist, envstr
+from core.env import envbool, envint, envlist, envnetworks, envstr
 from core.security import DEFAULT_POLICY
 
 BASE_DIR = Path(__file__).resolve().parent.parent
@@ -254,6 +254,14 @@ BUILD_STORAGE_URL = envstr("BUILD_STORAGE_URL", "")
 # roots; every request to a Git server, web site or S3 store gives up after SOURCE_TIMEOUT_SECONDS.
 SOURCE_ROOTS = envlist("SOURCE_ROOTS", [])
 SOURCE_TIMEOUT_SECONDS = envint("SOURCE_TIMEOUT_SECONDS", 30, minimum=1)
+# The outbound policy (core.outbound, docs/security.md): a source reaches public addresses only,
+# and what this list allows (CIDRs, addresses and host names, each optionally :PORT). The portal's
+# own ports on this machine (the web's PORT, llama.cpp's LLAMA_PORT) and the cloud metadata
+# addresses stay refused unless an entry names them exactly. OUTBOUND_RESOLVER answers a name's
+# addresses (tests swap it for one that sends nothing).
+SOURCE_ALLOWED_NETWORKS = envnetworks("SOURCE_ALLOWED_NETWORKS")
+OUTBOUND_OWN_PORTS = [envint("PORT", 8000, minimum=1), LLAMA_PORT]
+OUTBOUND_RESOLVER = "core.outbound.system_resolve"
 # Exact-word indexes and late-interaction scorers are read into RAM (index files are mapped): each
 # process keeps at most this many bytes of them (corpus.serving).
 INDEX_MEMORY_CACHE_BYTES = envint("INDEX_MEMORY_CACHE_BYTES", 2 * 1024**3, minimum=0)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from django.conf import settings
 
+from core.outbound import OutboundUnresolved, connect_address, url_host_port
 from corpus.sources.reading import (
     Fetched,
     Listed,
@@ -27,6 +28,9 @@ from corpus.sources.reading import (
 )
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
+# Sources never go through the environment's proxy: it would connect past the outbound check.
+PROXY_VARIABLES = ("http_proxy", "https_proxy", "all_proxy", "no_proxy", "HTTP_PROXY", "HTTPS_PROXY",
+                   "ALL_PROXY", "NO_PROXY")
 
 
 def git_url_check(url: str) -> str:
@@ -53,7 +57,8 @@ class GitReader(SourceReader):
     def _env(self) -> dict[str, str]:
         # The token travels in a header set through the environment: never on a command line
         # (which `ps` shows), in a URL, or in the clone's config.
-        env = {**os.environ, "GIT_TERMINAL_PROMPT": "0", "GIT_ALLOW_PROTOCOL": "http:https",
+        env = {k: v for k, v in os.environ.items() if k not in PROXY_VARIABLES}
+        env |= {"GIT_TERMINAL_PROMPT": "0", "GIT_ALLOW_PROTOCOL": "http:https",
                "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_CONFIG_COUNT": "0"}
         if self.token:
             basic = base64.b64encode(f"x-access-token:{self.token}".encode()).decode()
@@ -61,21 +66,41 @@ class GitReader(SourceReader):
                     "GIT_CONFIG_VALUE_0": f"Authorization: Basic {basic}"}
         return env
 
-    def _git(self, *args: str, what: str, stdin: bytes | None = None) -> bytes:
+    def _git(self, *args: str, what: str, stdin: bytes | None = None, pinned: tuple[str, ...] = ()) -> bytes:
         timeout = settings.SOURCE_TIMEOUT_SECONDS
-        command = ["git", "-c", "http.lowSpeedLimit=1", "-c", f"http.lowSpeedTime={timeout}", *args]
+        command = ["git", "-c", "http.lowSpeedLimit=1", "-c", f"http.lowSpeedTime={timeout}",
+                   "-c", "http.followRedirects=false", "-c", "http.proxy=", *pinned, *args]
         try:
             done = subprocess.run(command, input=stdin, capture_output=True, env=self._env(), timeout=20 * timeout,
                                   check=False)
         except subprocess.TimeoutExpired:
             raise SourceUnavailable(f"{what} took longer than {20 * timeout} s.") from None
         if done.returncode != 0:
-            message = done.stderr.decode(errors="replace").strip().splitlines()
-            reason = "; ".join(line.removeprefix("fatal: ") for line in message[-2:]) or f"exit {done.returncode}"
-            if self.token:
-                reason = reason.replace(self.token, "***")
-            raise SourceUnavailable(f"{what} failed: {reason}")
+            raise SourceUnavailable(f"{what} failed: {self._reason(done)}")
         return done.stdout
+
+    def _reason(self, done: subprocess.CompletedProcess) -> str:
+        """git's own fatal reason; what the server said (`remote:` lines, a remote error's text) is
+        never quoted."""
+        lines = done.stderr.decode(errors="replace").strip().splitlines()
+        fatal = [line.removeprefix("fatal: ") for line in lines if line.startswith("fatal: ")]
+        if not fatal or "remote error" in fatal[-1] or fatal[-1].startswith("protocol error"):
+            return f"git exited with status {done.returncode} (the server's message is not shown)"
+        reason = fatal[-1][:300]
+        return reason.replace(self.token, "***") if self.token else reason
+
+    def _pin(self) -> tuple[str, ...]:
+        """curl's resolve entry for the remote: git connects to the address the outbound policy
+        checked, not to what the name resolves to a moment later."""
+        host, port = url_host_port(self.url)
+        try:
+            address = connect_address(host=host, port=port)
+        except OutboundUnresolved as error:
+            raise SourceUnavailable(error.message) from None
+        if host == address or ":" in host:
+            return ()  # an address literal: curl connects to it as written
+        shown = f"[{address}]" if ":" in address else address
+        return ("-c", f"http.curloptResolve={host}:{port}:{shown}")
 
     def _fetch(self) -> str:
         ref = f"refs/heads/{self.branch}"
@@ -84,7 +109,7 @@ class GitReader(SourceReader):
             self.clone_dir.parent.mkdir(parents=True, exist_ok=True)
             self._git("init", "--quiet", "--bare", str(self.clone_dir), what="Preparing the clone")
         self._git("-C", str(self.clone_dir), "fetch", "--quiet", "--depth", "1", "--no-tags", "--", self.url,
-                  f"+{ref}:{ref}", what=f"Fetching branch {self.branch!r} of {self.url}")
+                  f"+{ref}:{ref}", what=f"Fetching branch {self.branch!r} of {self.url}", pinned=self._pin())
         return self._git("-C", str(self.clone_dir), "rev-parse", ref, what="Reading the branch").decode().strip()
 
     def listing(self, scan: Scan) -> list[Listed]:

@@ -19,13 +19,14 @@ from django.utils import timezone
 
 from accounts.audit import audit_record
 from core.errors import ApplicationError, ConflictError
+from core.outbound import url_check
 from corpus.events import corpus_group, send_event
 from corpus.models import Corpus
 from corpus.services.corpora import dataset_delete
 from corpus.sources.folder import folder_root_check
 from corpus.sources.git import git_url_check
 from corpus.sources.models import Source
-from corpus.sources.s3 import s3_location
+from corpus.sources.s3 import s3_source_check
 from corpus.sources.selectors import source_state
 from corpus.sources.web import web_url_check
 
@@ -44,16 +45,25 @@ class SourceNameTaken(ConflictError):
     code = "name_taken"
 
 
-def _location_check(kind: str, location: str) -> str:
+def _location_check(kind: str, location: str, options: dict[str, Any]) -> str:
+    """The location to store; refuses what the readers would refuse, and every address the
+    outbound policy can already see is refused (the sync checks each connection again)."""
     location = location.strip()
     if kind == Source.Kind.FOLDER:
         return str(folder_root_check(location))
     if kind == Source.Kind.GIT:
-        return git_url_check(location)
+        url_check(git_url_check(location))
+        return location
     if kind == Source.Kind.WEB:
-        return web_url_check(location)
+        url_check(web_url_check(location))
+        if options.get("sitemap_url"):
+            url_check(web_url_check(options["sitemap_url"]))
+        return location
     if kind == Source.Kind.S3:
-        s3_location(location)
+        endpoint = options.get("endpoint_url", "")
+        s3_source_check(location=location, endpoint_url=endpoint, token=options.get("token", ""))
+        if endpoint:
+            url_check(endpoint)
         return location
     raise ApplicationError(f"Unknown source kind {kind!r}.", {"kind": [k.value for k in Source.Kind]})
 
@@ -61,7 +71,9 @@ def _location_check(kind: str, location: str) -> str:
 def source_create(*, corpus: Corpus, user: AbstractBaseUser | None, name: str, kind: str, location: str,
                   **options: Any) -> Source:
     """A new source of `corpus` (not synced yet); `options` are any of SOURCE_FIELDS. Refuses a
-    folder outside SOURCE_ROOTS (symlinks resolved), a URL with credentials in it, a bad scheme."""
+    folder outside SOURCE_ROOTS (symlinks resolved), a URL with credentials in it, a bad scheme, an
+    address the outbound policy refuses (core.outbound), an S3 source without its own credentials
+    or at the portal's own storage."""
     unknown = sorted(set(options) - set(SOURCE_FIELDS))
     if unknown:
         raise ValueError(f"unknown source settings: {', '.join(unknown)}")
@@ -69,7 +81,7 @@ def source_create(*, corpus: Corpus, user: AbstractBaseUser | None, name: str, k
     if not name or "/" in name:
         raise ApplicationError("A source needs a name without '/'.", {"name": name})
     source = Source(corpus=corpus, created_by=user, name=name, kind=kind,
-                    location=_location_check(kind, location), **options)
+                    location=_location_check(kind, location, options), **options)
     try:
         source.full_clean(exclude=["corpus", "created_by"], validate_unique=False)
     except ValidationError as error:

@@ -31,6 +31,7 @@ from django.core.files import File
 from django.db import transaction
 from django.utils import timezone
 
+from core.outbound import OutboundRefused, OutboundUnresolved
 from corpus.events import corpus_group, send_event
 from corpus.models import Corpus, Dataset
 from corpus.services.appends import append_start, appends_allowed, covered_dataset_ids
@@ -100,11 +101,13 @@ def source_sync_run(*, source_id: int, confirm: bool = False) -> Source | None:
             outcome["failures"] = [{"name": n, "reason": r} for n, r in [*scan.failed, *outcome["failures"]]]
             if source.cursor != scan.cursor:
                 outcome["cursor"] = scan.cursor
-    except (SourceUnavailable, SourceRefused) as error:
+    except (SourceUnavailable, SourceRefused, OutboundRefused, OutboundUnresolved) as error:
         outcome |= {"status": Source.Status.FAILED, "error": error.message}
     except Exception as error:  # noqa: BLE001 - the row says it failed; the log has the trace
         logger.exception("sync of source %s failed", source.pk)
-        outcome |= {"status": Source.Status.FAILED, "error": f"{type(error).__name__}: {error}"}
+        # Only the type: an exception's text may quote what was fetched.
+        reason = f"{type(error).__name__} (the log has the details)"
+        outcome |= {"status": Source.Status.FAILED, "error": reason}
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
     Source.objects.filter(pk=source.pk).update(sync_finished=timezone.now(),
@@ -128,8 +131,10 @@ def _apply(source: Source, scan: Scan, removed: list[str], progress: _Progress) 
             continue
         try:
             _store(source, fetched, document, covered)
-        except DatasetRejected as error:
-            counts["failures"].append((fetched.path, error.message))
+        except DatasetRejected:
+            # The upload check's reason may quote the document; a source's failure never does.
+            reason = f"not a readable {fetched.file.suffix or 'text'} document"
+            counts["failures"].append((fetched.path, reason))
             continue
         counts["changed" if document is not None else "added"] += 1
     for path in removed:

@@ -16,6 +16,8 @@ from urllib.robotparser import RobotFileParser
 import requests
 from django.conf import settings
 
+from core.outbound import OutboundRefused, OutboundUnresolved, url_check
+from core.outbound_http import pinned_session
 from corpus.sources.reading import (
     READABLE_SUFFIXES,
     Fetched,
@@ -62,7 +64,8 @@ class WebReader:
         self.prefix = path_prefix or (parsed.path.rsplit("/", 1)[0] + "/")
         self.sitemap = web_url_check(sitemap_url) if sitemap_url else ""
         self.max_pages, self.max_depth, self.filters = max_pages, max_depth, filters
-        self.session = requests.Session()
+        # Every request connects to an address the outbound policy checked (core.outbound_http).
+        self.session = pinned_session()
         self.session.headers["User-Agent"] = USER_AGENT
         self.timeout = settings.SOURCE_TIMEOUT_SECONDS
 
@@ -75,6 +78,8 @@ class WebReader:
         robots = RobotFileParser(f"{self.origin}/robots.txt")
         try:
             response = self._get(robots.url)
+        except OutboundUnresolved as error:
+            raise SourceUnavailable(error.message) from None
         except requests.RequestException as error:
             raise SourceUnavailable(f"{self.origin} cannot be reached: {type(error).__name__}") from None
         if response.status_code >= 500:
@@ -97,12 +102,20 @@ class WebReader:
         return parsed.path.lstrip("/") + (f"?{parsed.query}" if parsed.query else "")
 
     def _sitemap_urls(self) -> list[str]:
+        # The reason names the status or the failure's type, never the text the site sent.
+        unreadable = f"The sitemap {self.sitemap} cannot be read"
         try:
             response = self._get(self.sitemap)
-            response.raise_for_status()
+        except OutboundUnresolved as error:
+            raise SourceUnavailable(f"The sitemap cannot be read: {error.message}") from None
+        except requests.RequestException as error:
+            raise SourceUnavailable(f"{unreadable}: {type(error).__name__}") from None
+        if response.status_code != 200:
+            raise SourceUnavailable(f"{unreadable}: it answered {response.status_code}.")
+        try:
             root = ElementTree.fromstring(response.content)
-        except (requests.RequestException, ElementTree.ParseError) as error:
-            raise SourceUnavailable(f"The sitemap {self.sitemap} cannot be read: {error}") from None
+        except ElementTree.ParseError:
+            raise SourceUnavailable(f"{unreadable}: it is not well-formed XML.") from None
         return [node.text.strip() for node in root.iter() if node.tag.endswith("loc") and node.text]
 
     def scan(self, *, known: dict[str, Known], workdir: Path, progress: Progress) -> Scan:
@@ -131,13 +144,19 @@ class WebReader:
                                          ("If-Modified-Since", known.version.get("last_modified"))) if v}
         try:
             response = self._get(url, headers)
-        except requests.RequestException as error:
+        except OutboundRefused as error:
             if first:
-                raise SourceUnavailable(f"{url} cannot be reached: {type(error).__name__}") from None
-            scan.failed.append((key, f"cannot be reached: {type(error).__name__}"))
+                raise
+            scan.failed.append((key, error.message))
+            return []
+        except (requests.RequestException, OutboundUnresolved) as error:
+            reason = error.message if isinstance(error, OutboundUnresolved) else type(error).__name__
+            if first:
+                raise SourceUnavailable(f"{url} cannot be reached: {reason}") from None
+            scan.failed.append((key, f"cannot be reached: {reason}"))
             return known.version.get("links", []) if known else []
         if response.status_code in (301, 302, 303, 307, 308):
-            return [response.headers.get("Location", "")]
+            return self._redirect(url, key, response, scan, first=first)
         if response.status_code == 304 and known is not None:
             scan.unchanged.add(key)
             return known.version.get("links", [])
@@ -149,6 +168,23 @@ class WebReader:
         if response.status_code != 200:
             return []  # gone (404, 410): removed at the source
         return self._store(url, key, response, scan, workdir)
+
+    def _redirect(self, url: str, key: str, response: requests.Response, scan: Scan, *,
+                  first: bool) -> list[str]:
+        """A redirect's target, as a link to follow if it is the site's; one the outbound policy
+        refuses fails the page (the start page: the sync) with the policy's reason."""
+        target = _joined(url, [response.headers.get("Location", "")])
+        if not target or urlparse(target[0]).scheme not in ("http", "https"):
+            return []
+        try:
+            url_check(target[0], strict=True)
+        except (OutboundRefused, OutboundUnresolved) as error:
+            reason = f"redirects to an address sources may not reach: {error.message}"
+            if first:
+                raise SourceRefused(f"{url} {reason}") from None
+            scan.failed.append((key, reason))
+            return []
+        return target
 
     def _store(self, url: str, key: str, response: requests.Response, scan: Scan, workdir: Path) -> list[str]:
         kind = response.headers.get("Content-Type", "").split(";")[0].strip().lower()

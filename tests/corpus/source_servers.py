@@ -133,6 +133,7 @@ class Site:
     pages: dict[str, tuple[str, str]] = field(default_factory=dict)
     requests: list[tuple[str, str]] = field(default_factory=list)  # (path, status)
     failing: set[str] = field(default_factory=set)  # paths that answer 500
+    redirects: dict[str, str] = field(default_factory=dict)  # path: the Location it answers 302 with
     host: str = "127.0.0.1"
     port: int = 0
 
@@ -151,6 +152,13 @@ def site_handler(site: Site) -> type[BaseHTTPRequestHandler]:
             if path in site.failing or "*" in site.failing:
                 site.requests.append((path, "500"))
                 self.send_error(500)
+                return
+            if path in site.redirects:
+                site.requests.append((path, "302"))
+                self.send_response(302)
+                self.send_header("Location", site.redirects[path])
+                self.send_header("Content-Length", "0")
+                self.end_headers()
                 return
             page = site.pages.get(path)
             if page is None:

@@ -24,6 +24,9 @@ from tests.corpus.sources import (
     sync,
 )
 
+# The servers listen on loopback: these sources are allowed it, as an operator would allow a network.
+pytestmark = pytest.mark.usefixtures("allow_loopback")
+
 
 @pytest.fixture
 def server(tmp_path):

@@ -10,6 +10,9 @@ from corpus.sources.services import source_create
 from tests.corpus.source_servers import Site, web_site
 from tests.corpus.sources import ADDED, CHANGED, DELETED, DOCS, found, sync
 
+# The servers listen on loopback: these sources are allowed it, as an operator would allow a network.
+pytestmark = pytest.mark.usefixtures("allow_loopback")
+
 HTML = "text/html"
 
 
