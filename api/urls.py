@@ -7,7 +7,7 @@ from django.urls import include, path, re_path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerSplitView
 
 from api.errors import not_found
-from api.views import audit, conversations, corpora, feedback, openai, search, sources, store
+from api.views import audit, conversations, corpora, feedback, openai, search, sources, store, usage
 
 
 def _api(view_class: type) -> object:
@@ -38,6 +38,7 @@ v1 = [
          name="message_feedback"),
     path("feedback/", _api(feedback.FeedbackList), name="feedback"),
     path("audit/", _api(audit.AuditList), name="audit"),
+    path("usage/", _api(usage.Usage), name="usage"),
     path("corpora/<int:corpus_id>/store/", _api(store.StoreStats), name="store"),
     path("corpora/<int:corpus_id>/store/pages/", _api(store.StorePages), name="store_pages"),
     path("corpora/<int:corpus_id>/store/chunks/", _api(store.StoreChunks), name="store_chunks"),

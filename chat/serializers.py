@@ -167,3 +167,50 @@ def message_json(message: Message) -> dict[str, Any]:
 
 def conversation_json(conversation: Conversation) -> dict[str, Any]:
     return ConversationSerializer(conversation).data
+
+
+class UsageDaySerializer(serializers.Serializer):
+    day = serializers.DateField()
+    questions = serializers.IntegerField()
+    people = serializers.IntegerField(help_text="People who asked that day.")
+    tokens = serializers.IntegerField(help_text="LLM tokens, prompt and answer.")
+
+
+class UsageCorpusSerializer(serializers.Serializer):
+    corpus = serializers.CharField()
+    questions = serializers.IntegerField()
+
+
+class UsageModelSerializer(serializers.Serializer):
+    model = serializers.CharField()
+    server = serializers.CharField()
+    answers = serializers.IntegerField()
+
+
+class UsageBuildSerializer(serializers.Serializer):
+    corpus = serializers.CharField()
+    number = serializers.IntegerField(allow_null=True)
+    kind = serializers.CharField()
+    documents = serializers.IntegerField(allow_null=True)
+    seconds = serializers.FloatField()
+    finished = serializers.DateTimeField()
+
+
+class UsageReportSerializer(serializers.Serializer):
+    """What the usage page shows (`chat.usage_report.UsageReport`)."""
+
+    days = serializers.IntegerField()
+    start = serializers.DateField()
+    questions = serializers.IntegerField()
+    people = serializers.IntegerField()
+    daily = UsageDaySerializer(many=True)
+    corpora = UsageCorpusSerializer(many=True)
+    models = UsageModelSerializer(many=True)
+    first_token_p50_ms = serializers.FloatField(allow_null=True)
+    first_token_p95_ms = serializers.FloatField(allow_null=True)
+    grounding = serializers.DictField(child=serializers.IntegerField(),
+                                      help_text="Answers per grounding: grounded, partly, not grounded, nothing to check.")
+    feedback = serializers.DictField(child=serializers.IntegerField(), help_text="Ratings: up and down.")
+    no_memory_share = serializers.FloatField(allow_null=True,
+                                             help_text="Share of questions to a corpus that found no memory.")
+    slowest_builds = UsageBuildSerializer(many=True)

@@ -22,6 +22,8 @@ from chat.services import (
     conversation_delete,
     conversation_update,
 )
+from chat.usage_charts import bar_chart
+from chat.usage_report import DAYS_CHOICES, usage_report
 from core import runtime
 from core.errors import ApplicationError
 from corpus.selectors import corpora_visible_to
@@ -175,4 +177,38 @@ def feedback_download(request: HttpRequest, fmt: str) -> HttpResponse:
     kind = "text/csv" if fmt == "csv" else "application/x-ndjson"
     response = HttpResponse(content, content_type=f"{kind}; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="answer-feedback.{fmt}"'
+    return response
+
+
+def _usage_days(request: HttpRequest) -> int:
+    try:
+        days = int(request.GET.get("days", 30))
+    except ValueError:
+        days = 30
+    return days if days in DAYS_CHOICES else 30
+
+
+@require_GET
+def usage_page(request: HttpRequest) -> HttpResponse:
+    """Who uses the portal and how well it answers, with plots (staff)."""
+    _staff_only(request)
+    report = usage_report(days=_usage_days(request))
+    daily = [(f"{row['day']:%m-%d}", row["questions"]) for row in report.daily]
+    charts = {"questions": bar_chart(daily, label="Questions a day, and people active a day (line)",
+                                     line=[row["people"] for row in report.daily], line_label="people active"),
+              "grounding": bar_chart(list(report.grounding.items()), label="Answers by grounding"),
+              "corpora": bar_chart([(row["corpus"][:14], row["questions"]) for row in report.corpora[:12]],
+                                   label="Questions per corpus")}
+    return render(request, "chat/usage.html", {"report": report, "charts": charts, "choices": DAYS_CHOICES})
+
+
+@require_GET
+def usage_download(request: HttpRequest) -> HttpResponse:
+    """The report's days as CSV: day, questions, people, tokens."""
+    _staff_only(request)
+    report = usage_report(days=_usage_days(request))
+    lines = ["day,questions,people,tokens"] + [f"{row['day']},{row['questions']},{row['people']},{row['tokens']}"
+                                               for row in report.daily]
+    response = HttpResponse("\n".join(lines) + "\n", content_type="text/csv; charset=utf-8")
+    response["Content-Disposition"] = f'attachment; filename="usage-{report.days}-days.csv"'
     return response

@@ -161,6 +161,7 @@ def test_every_operation_answers_what_its_schema_documents(contract, chat_settin
     c.call("PUT", rated, 204, json={"rating": None})
     c.call("GET", "/api/v1/feedback/", 403)  # staff only
     c.call("GET", "/api/v1/audit/", 403)  # staff only
+    c.call("GET", "/api/v1/usage/", 403)  # staff only
     # OpenAI-compatible.
     c.call("GET", "/api/v1/models", 200)
     c.call("GET", f"/api/v1/models/corpus-{corpus.pk}", 200)
