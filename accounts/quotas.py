@@ -28,7 +28,7 @@ WORDS = {"questions_per_day": "questions", "tokens_per_day": "LLM tokens", "uplo
 class QuotaExceeded(ApplicationError):
     """A person's daily limit is used up: try again after `retry_after` seconds (the next day)."""
 
-    code = "quota_exceeded"
+    code = "daily_quota_exceeded"
     status = 429
 
     def __init__(self, message: str, *, retry_after: int, details: dict) -> None:

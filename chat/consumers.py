@@ -14,8 +14,9 @@ Protocol (JSON objects with a `type`):
     server -> client   chat.ready on connect ({"conversation": id, "blend_turns": int}), then per
                        turn the events of `chat.turns.run_turn`; chat.error with code "busy",
                        "invalid" or "unknown_type" for a message the server refuses, and "llm_busy"
-                       (with `retry_after`, seconds) when too many turns wait for the LLM, "quota_exceeded"
-                       (with `retry_after`: the next day) when the person's daily quota is used up.
+                       (with `retry_after`, seconds) when too many turns wait for the LLM,
+                       "daily_quota_exceeded" (with `retry_after`: the next day) when the person's daily
+                       quota is used up.
 
 One turn at a time per connection. While a turn runs, the session is checked every
 `SESSION_RECHECK_SECONDS`: a logout or a deactivation stops the answer (stored as stopped, as a

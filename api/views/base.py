@@ -22,8 +22,8 @@ ERROR_DESCRIPTIONS = {
     404: "No such object, or one you may not read (outsiders learn nothing).",
     409: "Conflicts with the current state (a build already running, a duplicate, a finished build).",
     413: "The body or upload is larger than the limit.",
-    429: "Throttled, the LLM queue is full, or a daily quota is used up (`quota_exceeded`): wait the `Retry-After` "
-         "seconds.",
+    429: "Throttled, the LLM queue is full, or a daily quota is used up (`daily_quota_exceeded`): wait the "
+         "`Retry-After` seconds.",
     502: "The LLM server refused the portal's credentials (`llm_unauthorized`): its API key is wrong or missing.",
     503: "A backing service (LLM server, multi-vector store) is unavailable.",
 }

@@ -89,7 +89,7 @@ def test_uploads_past_the_daily_bytes_are_429_and_the_first_is_kept(settings, co
     assert client.post(url, {"file": SimpleUploadedFile("a.jsonl", first)}, format="multipart").status_code == 201
     refused = client.post(url, {"file": SimpleUploadedFile("b.jsonl", jsonl_bytes(TEXTS[:3]))}, format="multipart")
     assert refused.status_code == 429 and int(refused["Retry-After"]) > 0
-    assert error_of(refused)["code"] == "quota_exceeded" and "b.jsonl" in error_of(refused)["message"]
+    assert error_of(refused)["code"] == "daily_quota_exceeded" and "b.jsonl" in error_of(refused)["message"]
     assert list(Dataset.objects.values_list("name", flat=True)) == ["a.jsonl"]
     Dataset.objects.update(uploaded_at=F("uploaded_at") - timedelta(days=1))
     assert client.post(url, {"file": SimpleUploadedFile("b.jsonl", jsonl_bytes(TEXTS[:3]))},
@@ -108,7 +108,7 @@ def test_over_the_question_quota_the_api_and_openai_endpoint_answer_429_until_th
         assert http.post(f"{base}/conversations/{conversation}/messages/", json={"content": QUESTION}).status_code == 201
         refused = http.post(f"{base}/conversations/{conversation}/messages/", json={"content": "And send()?"})
         assert refused.status_code == 429 and int(refused.headers["Retry-After"]) > 0
-        assert error_of(refused)["code"] == "quota_exceeded" and "1 questions" in error_of(refused)["message"]
+        assert error_of(refused)["code"] == "daily_quota_exceeded" and "1 questions" in error_of(refused)["message"]
         completion = {"model": f"corpus-{corpus.pk}", "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 16}
         openai_refused = http.post(f"{base}/chat/completions", json=completion)
         assert openai_refused.status_code == 429 and "Retry-After" in openai_refused.headers
@@ -135,7 +135,7 @@ async def test_over_the_quota_the_websocket_says_so_and_stores_nothing(chat_sett
         await socket.send_json_to({"type": "chat.send", "content": QUESTION})
         events = await events_until(socket, "chat.done", "chat.error")
         await socket.disconnect()
-        assert events[-1]["code"] == "quota_exceeded" and events[-1]["retry_after"] > 0
+        assert events[-1]["code"] == "daily_quota_exceeded" and events[-1]["retry_after"] > 0
         assert await database_sync_to_async(Message.objects.filter(conversation=conversation).count)() == 0
     finally:
         await database_sync_to_async(connections.close_all)()
