@@ -22,7 +22,7 @@ default search path.
   tokens' rows: a table lookup, the cost of HDC's build rather than a transformer's. "default+static" fuses it with the default path.
 * `DefaultPathRanker` ("default"): what a corpus search ranks on the portal's default path: the
   HDC build with its exact-word channel (`engine.lexical.WordIndex`), the fusion rule chosen from
-  the build's own self-queries (`engine.gate.fusion_evidence`), and the retriever's fused
+  the build's own self-queries (`engine.gate.channel_evidence`), and the retriever's fused
   order of its candidates (its top `candidates` by HDC, the first `FUSION_DEPTH` re-ordered). The
   threshold, dedup and MMR that follow choose how many to show, not which ranks first.
 """
