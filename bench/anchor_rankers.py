@@ -22,7 +22,7 @@ default search path.
   tokens' rows: a table lookup, the cost of HDC's build rather than a transformer's. "default+static" fuses it with the default path.
 * `DefaultPathRanker` ("default"): what a corpus search ranks on the portal's default path: the
   HDC build with its exact-word channel (`engine.lexical.WordIndex`), the fusion rule chosen from
-  the build's own self-queries (`engine.gate.fusion_evidence`), and the retriever's fused
+  the build's own self-queries (`engine.gate.channel_evidence`), and the retriever's fused
   order of its candidates (its top `candidates` by HDC, the first `FUSION_DEPTH` re-ordered). The
   threshold, dedup and MMR that follow choose how many to show, not which ranks first.
 """
@@ -215,9 +215,9 @@ class DefaultPathRanker:
         self.name = "default path (HDC + words, gated)"
 
     def index(self, documents: list[str]) -> None:
-        from engine.gate import fusion_evidence
+        from engine.channels import WORDS, SearchTarget
+        from engine.gate import channel_evidence
         from engine.lexical import WordIndex
-        from engine.retrieval import SearchTarget
 
         if self.shared is not None and getattr(self.shared, "documents", None) is documents:
             self.hdc = self.shared
@@ -235,9 +235,10 @@ class DefaultPathRanker:
 
         corpus, retriever = self.hdc.corpus, self.hdc.retriever
         self.words = WordIndex.build(texts[row] for row in rows)
-        target = SearchTarget(corpus=corpus, store=Store(), name="eval", late=self.words)
-        self.fusion = fusion_evidence(retriever=retriever, target=target)
-        self.target = SearchTarget(corpus=corpus, store=Store(), name="eval", late=self.words, fusion=self.fusion)
+        target = SearchTarget(corpus=corpus, store=Store(), name="eval", channels={WORDS: self.words})
+        self.fusion = channel_evidence(retriever=retriever, target=target, channel=WORDS)
+        self.target = SearchTarget(corpus=corpus, store=Store(), name="eval", channels={WORDS: self.words},
+                                   rules={WORDS: self.fusion})
         self.name = f"default path (HDC + words, gate: {self.fusion.rule})"
         self.index_bytes = self.hdc.index_bytes
 
@@ -251,12 +252,13 @@ class DefaultPathRanker:
 class MeaningPathRanker(DefaultPathRanker):
     """The default path with the meaning channel turned on (`engine.meaning`): each memory's
     all-MiniLM-L6-v2 vector as int8, fused with the default path's order under the rule the gate
-    chooses from the build's self-queries (`engine.gate.meaning_evidence`), ranked as a search ranks."""
+    chooses from the build's self-queries (`engine.gate.channel_evidence`), ranked as a search ranks."""
 
     def index(self, documents: list[str]) -> None:
         from dataclasses import replace
 
-        from engine.gate import meaning_evidence
+        from engine.channels import MEANING
+        from engine.gate import channel_evidence
         from engine.meaning import MeaningChannel, MeaningIndex, sentence_encoder
 
         super().index(documents)
@@ -265,9 +267,9 @@ class MeaningPathRanker(DefaultPathRanker):
         vectors = sentence_encoder().encode([texts[row] for row in sorted(texts)])
         self.encode_s = time.perf_counter() - start
         channel = MeaningChannel(MeaningIndex.of_vectors(vectors))
-        self.target = replace(self.target, meaning=channel)
-        self.meaning_fusion = meaning_evidence(retriever=self.hdc.retriever, target=self.target)
-        self.target = replace(self.target, meaning_fusion=self.meaning_fusion)
+        self.target = replace(self.target, channels={**self.target.channels, MEANING: channel})
+        self.meaning_fusion = channel_evidence(retriever=self.hdc.retriever, target=self.target, channel=MEANING)
+        self.target = replace(self.target, rules={**self.target.rules, MEANING: self.meaning_fusion})
         self.name = f"default path + meaning (gates: {self.fusion.rule}, {self.meaning_fusion.rule})"
         self.encoded = len(vectors)
         self.index_bytes = self.hdc.index_bytes + channel.index.codes.nbytes + channel.index.scales.nbytes

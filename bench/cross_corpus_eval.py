@@ -39,11 +39,11 @@ PAIRS = "jargon+manpages,pydocs+gcide,manpages+pydocs"
 
 def _build(root: Path, name: str, documents: list[str], *, gguf_path: Path, tokenizer, config, retriever):  # noqa: ANN001, ANN202
     from engine.build import build_index
+    from engine.channels import WORDS, SearchTarget
     from engine.fusion import FusionChoice
-    from engine.gate import fusion_evidence
+    from engine.gate import channel_evidence
     from engine.lexical import WordIndex
     from engine.loaded_build import MemoryRecord, load_corpus
-    from engine.retrieval import SearchTarget
 
     path = root / f"{name}.jsonl"
     path.write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in documents), encoding="utf-8")
@@ -65,22 +65,25 @@ def _build(root: Path, name: str, documents: list[str], *, gguf_path: Path, toke
             return {r: MemoryRecord(hdv_idx=r, content_hash=str(r), text=texts[r], token_count=1)
                     for r in wanted if r in texts}
 
-    target = SearchTarget(corpus=corpus, store=Store(), name=name, late=words)
-    rule = fusion_evidence(retriever=retriever, target=target)
+    target = SearchTarget(corpus=corpus, store=Store(), name=name, channels={WORDS: words})
+    rule = channel_evidence(retriever=retriever, target=target, channel=WORDS)
     row_document = np.array([rows[r] for r in range(corpus.count)], dtype=np.int64)
-    return SearchTarget(corpus=corpus, store=Store(), name=name, late=words,
-                        fusion=FusionChoice.from_dict(rule.to_dict())), row_document
+    return SearchTarget(corpus=corpus, store=Store(), name=name, channels={WORDS: words},
+                        rules={WORDS: FusionChoice.from_dict(rule.to_dict())}), row_document
 
 
 def _orders(retriever, query: str, targets, fused: bool):  # noqa: ANN001, ANN202
     """Each target's candidates in its own ranking (HDC, or fused), as the retriever makes them."""
+    from engine.channels import FIRST
     from engine.ranking import Candidate, group_by_target, query_length
-    from engine.retrieval import _rows_scorer
+    from engine.stages import bind, first_stage
 
     candidates = []
+    vectors = []
     nonzero = {}
     for number, target in enumerate(targets):
         q_pos, q_neg = retriever.query_vector(target.corpus, query)
+        vectors.append((q_pos, q_neg))
         if not (q_pos.any() or q_neg.any()):
             continue
         nonzero[number] = query_length(q_pos, q_neg)
@@ -88,8 +91,7 @@ def _orders(retriever, query: str, targets, fused: bool):  # noqa: ANN001, ANN20
         candidates.extend(Candidate(number, int(r), int(s)) for r, s in zip(found, scores, strict=True))
     candidates.sort(key=lambda c: (-c.score, c.target, c.row))
     if fused:
-        late = [_rows_scorer(t.late, query) if t.uses_late else None for t in targets]
-        orders = retriever._fuse(targets, late, candidates)
+        orders = first_stage(targets, bind(targets, query, FIRST), candidates, vectors)
         if orders is not None:
             return orders, nonzero
     return group_by_target(candidates), nonzero

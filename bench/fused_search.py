@@ -1,6 +1,6 @@
 """Latency of the full search pipeline with fusion: HDC alone, fusion as it was (late interaction
-through the Chroma store's two-stage search, then RRF), and fusion now (`LateScorer` re-scores
-HDC's candidates from the build's kept token vectors).
+through the Chroma store's two-stage search, then RRF), and fusion now (`LateInteractionChannel`
+re-scores HDC's candidates from the build's kept token vectors).
 
 One build of a known-item set (bench/retrieval_eval.py's sets) is made and filled into a real
 embedded Chroma store; every query then goes through `Retriever.search` (encode, exact search,
@@ -63,10 +63,16 @@ for line in sys.stdin:
 
 
 class _TimedScorer:
-    """A late scorer that adds up the wall time of its scorings (ms)."""
+    """A late-interaction channel that adds up the wall time of its scorings (ms)."""
 
-    def __init__(self, scorer) -> None:  # noqa: ANN001 - engine.text_store.LateScorer
+    def __init__(self, scorer) -> None:  # noqa: ANN001 - engine.text_store.LateInteractionChannel
         self.scorer, self.times = scorer, []
+        self.name, self.file, self.gate = scorer.name, scorer.file, scorer.gate
+
+    def query(self, query):  # noqa: ANN001, ANN201
+        from engine.text_store import LateInteractionQuery
+
+        return LateInteractionQuery(self, query)
 
     def score_rows(self, query, rows):  # noqa: ANN001, ANN201
         began = time.perf_counter()
@@ -105,14 +111,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from engine.build import build_index
+    from engine.channels import LATE_INTERACTION, SearchTarget
     from engine.config import Config
     from engine.fusion import FusionChoice
     from engine.loaded_build import load_corpus
     from engine.model_files import default_gguf_path
     from engine.multivector import ChromaClient
-    from engine.retrieval import Retriever, SearchTarget
+    from engine.retrieval import Retriever
     from engine.spm import GGUFTokenizer
-    from engine.text_store import LateScorer, text_encoder_for, text_store_fill
+    from engine.text_store import LateInteractionChannel, text_encoder_for, text_store_fill
 
     print_hardware()
     data = load_set(args)
@@ -144,12 +151,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"set {args.set}: {corpus.count} rows, {len(queries)} queries")
         print(f"old pipeline: commit {commit[:10]} (fusion weights HDC 1, late 0.5 through Chroma)")
 
-        scorer = _TimedScorer(LateScorer.for_build(corpus, encoder=encoder, tokenizer=tokenizer))
+        scorer = _TimedScorer(LateInteractionChannel.for_build(corpus, encoder=encoder, tokenizer=tokenizer))
+        channels = {LATE_INTERACTION: scorer}
         modes = {"HDC alone": SearchTarget(corpus=corpus, store=corpus.store, name="bench"),
-                 "fusion now (z:2)": SearchTarget(corpus=corpus, store=corpus.store, name="bench", late=scorer,
-                                                  fusion=FusionChoice("z:2")),
-                 "fusion now (rrf:1)": SearchTarget(corpus=corpus, store=corpus.store, name="bench", late=scorer,
-                                                    fusion=FusionChoice("rrf:1"))}
+                 "fusion now (z:2)": SearchTarget(corpus=corpus, store=corpus.store, name="bench", channels=channels,
+                                                  rules={LATE_INTERACTION: FusionChoice("z:2")}),
+                 "fusion now (rrf:1)": SearchTarget(corpus=corpus, store=corpus.store, name="bench",
+                                                    channels=channels, rules={LATE_INTERACTION: FusionChoice("rrf:1")})}
         old_tree = _baseline_tree(commit, Path(scratch) / "old")
         payload = json.dumps({"build": str(work / "build"), "gguf": gguf, "cache": cache, "chroma": str(work / "chroma"),
                               "config": {}})

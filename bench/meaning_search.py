@@ -60,6 +60,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from bench.anchor_rankers import MeaningPathRanker
     from bench.embedding_model import open_embedding_model
+    from engine.channels import MEANING
 
     torch.set_num_threads(args.threads)
     data = load_set(args)
@@ -73,8 +74,9 @@ def main(argv: list[str] | None = None) -> int:
         ranker.index(data.documents)
         print(ranker.build_rate())
         retriever, on = ranker.hdc.retriever, ranker.target
-        off = replace(on, meaning=None, meaning_fusion=None)
-        channel = on.meaning
+        channel = on.channels[MEANING]
+        off = replace(on, channels={name: c for name, c in on.channels.items() if name != MEANING},
+                      rules={name: r for name, r in on.rules.items() if name != MEANING})
         queries = list(data.queries)
         for query in queries:  # one untimed pass: the encoding cache and first-use costs, both sides
             retriever.search(query, [off])

@@ -1,6 +1,6 @@
 """Index serving: what a process keeps to search corpora, each cache bounded (`core.cache`).
 
-Tokenizers, retrievers, late-interaction text encoders and scorers, exact-word indexes, loaded
+Tokenizers, retrievers, late-interaction text encoders and channels, exact-word indexes, loaded
 builds and states (memory-mapped index files), Chroma connections, a build's model on this machine
 (`model_for`), and the slots that bound how many searches run at once. The apps ask this module;
 none keeps a cache of its own. `core.runtime.reset()` empties every cache (tests, and a process
@@ -42,8 +42,8 @@ def _in_memory_bytes() -> int:
 
 _text_encoders: BoundedCache[tuple[str, str], Any] = BoundedCache(TEXT_ENCODERS)
 # Read into RAM (not mapped): bounded by bytes as well as entries.
-_late_scorers: BoundedCache[tuple[str, str], Any] = BoundedCache(TEXT_ENCODERS, max_bytes=_in_memory_bytes,
-                                                                 weigh=array_bytes)
+_late_interactions: BoundedCache[tuple[str, str], Any] = BoundedCache(
+    TEXT_ENCODERS, max_bytes=_in_memory_bytes, weigh=array_bytes)
 _word_indexes: BoundedCache[str, Any] = BoundedCache(LOADED_BUILDS, max_bytes=_in_memory_bytes, weigh=array_bytes)
 # A state's meaning rows (`engine.meaning.MeaningIndex`, its segments' joined), by its segments' directories.
 _meanings: BoundedCache[tuple[str, ...], Any] = BoundedCache(LOADED_BUILDS, max_bytes=_in_memory_bytes,
@@ -123,14 +123,14 @@ def text_encoder_for(build: LoadedIndex, gguf_path: str | Path):  # TokenVectorE
         dim=settings.MULTIVECTOR_DIM))
 
 
-def late_scorer_for(build: LoadedIndex, gguf_path: str | Path):  # text_store.LateScorer | None
-    """The exact late-interaction scorer of a build its fill left token vectors for (`late.npz`,
+def late_interaction_for(build: LoadedIndex, gguf_path: str | Path):  # LateInteractionChannel | None
+    """The exact late-interaction channel of a build its fill left token vectors for (`late.npz`,
     read into memory once: a few bytes per token of the corpus and ~1.5 kB per vocabulary token);
     None for a build without them."""
-    from engine.text_store import LateScorer
+    from engine.text_store import LateInteractionChannel
 
     key = (str(build.build_dir), str(gguf_path))
-    return _late_scorers.get(key, lambda: LateScorer.for_build(
+    return _late_interactions.get(key, lambda: LateInteractionChannel.for_build(
         build, encoder=text_encoder_for(build, gguf_path), tokenizer=tokenizer_for(gguf_path)))
 
 
@@ -196,16 +196,17 @@ def forget_build(build_dir: str | Path) -> None:
     _builds.drop(lambda cached: cached != key)
     _states.drop(lambda cached: key not in cached)
     _text_encoders.drop(lambda cached: cached[0] != key)
-    _late_scorers.drop(lambda cached: cached[0] != key)
+    _late_interactions.drop(lambda cached: cached[0] != key)
     _word_indexes.drop(lambda cached: cached != key)
     _meanings.drop(lambda cached: key not in cached)
 
 
 def forget_vanished_builds() -> None:
     """Drop every cached build, and what was made for one, whose manifest is gone: its directory
-    was deleted meanwhile (a word index or late scorer can outlive its build's place here)."""
+    was deleted meanwhile (a word index or late-interaction channel can outlive its build's place here)."""
     directories = {*_builds.snapshot(), *_word_indexes.snapshot(), *(d for key in _meanings.snapshot() for d in key),
-                   *(key[0] for key in _late_scorers.snapshot()), *(key[0] for key in _text_encoders.snapshot())}
+                   *(key[0] for key in _late_interactions.snapshot()),
+                   *(key[0] for key in _text_encoders.snapshot())}
     for key in directories:
         if not (Path(key) / MANIFEST).exists():
             forget_build(key)

@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from engine import gguf
+from engine.batching import batched
 from engine.config import Config
 from engine.datasets import DatasetIssue, iter_dataset
 from engine.encoder import HDCEncoder, compute_idf
@@ -93,18 +94,6 @@ def _check_out_dir(out_dir: Path) -> None:
     if out_dir.exists() and (not out_dir.is_dir() or any(out_dir.iterdir())):
         raise BuildError(f"{out_dir}: out_dir must be new or an empty directory")
     out_dir.mkdir(parents=True, exist_ok=True)
-
-
-def batched(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
-    """`items` in lists of `size` (the last may be shorter): itertools.batched before Python 3.12."""
-    batch = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
-        yield batch
 
 
 def _file_digest(path: Path) -> dict[str, Any]:

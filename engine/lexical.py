@@ -13,23 +13,37 @@ no stemming. BM25 with k1 = 1.5 and b = 0.75 (Robertson's; idf ln(1 + (N - df + 
 never negative). The index is a word-major sparse table (`WORDS_FILE` in the build directory): per
 word, the rows that hold it and how often; scoring a query reads only its words' lists.
 
-`WordIndex` answers as `engine.text_store.LateScorer` does (`score_rows`, `score_texts`), so the
-retriever fuses it over HDC's top candidates under a rule chosen from the build's own evidence
-(`engine.gate.fusion_evidence`). A row without any query word scores 0; a query without
-any indexed word gets nan everywhere (nothing to fuse: HDC's order stands).
+`WordIndex` is the `WORDS` channel (`engine.channels`) of the first stage: a search fuses it over
+HDC's top candidates, with its own best `WORD_CANDIDATES` rows, under a rule chosen from the
+build's own evidence (`engine.gate.channel_evidence`). A row without any query word scores 0; a
+query without any indexed word gets nan everywhere (nothing to fuse: HDC's order stands).
 """
 
 from __future__ import annotations
 
 import re
 import zipfile
+from abc import ABC, abstractmethod
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 
+from engine.channels import FIRST, WORDS, Gate, RowFilter, best_rows, rows_of
+
 WORDS_FILE = "words.npz"
+# Rows the channel ranks first that join a fused target's first FUSION_DEPTH HDC candidates
+# (hybrid candidates): a memory holding the rare words a question names is fused even where HDC
+# did not shortlist it (the sampled search, from SAMPLED_SEARCH_MIN_ROWS rows on, ranks by a part of
+# the dimensions first; a paraphrase shares few n-grams with its memory).
+WORD_CANDIDATES = 50
+# The rule where the self-queries show no significant gain either way: on all nine known-item sets
+# of docs/retrieval-measurements.md, "z:1" ranked at or above HDC alone (MRR@10), and the
+# self-queries of WordNet's one-line glosses cannot show its gain there (0.481 to 0.594 MRR@10 on
+# the real queries).
+WORD_FALLBACK = "z:1"
+WORD_GATE = Gate(stage=FIRST, candidates=WORD_CANDIDATES, fallback=WORD_FALLBACK)
 K1 = 1.5
 B = 0.75
 
@@ -60,47 +74,32 @@ def bm25_weights(counts: np.ndarray, lengths: np.ndarray, average_length: float)
     return counts * (K1 + 1.0) / (counts + norm)
 
 
-def rows_of(scores: np.ndarray | None, rows: np.ndarray | Iterable[int]) -> np.ndarray:
-    """The scores (m,) float64 of `rows` among every row's `scores` (count,): nan for a row outside
-    them, and everywhere where `scores` is None (a query without an indexed word)."""
-    rows = np.asarray(list(rows) if not isinstance(rows, np.ndarray) else rows, dtype=np.int64)
-    out = np.full(rows.shape[0], np.nan)
-    if scores is None:
-        return out
-    inside = (rows >= 0) & (rows < scores.shape[0])
-    out[inside] = scores[rows[inside]]
-    return out
-
-
-def best_rows(scores: np.ndarray | None, k: int, keep: Callable[[np.ndarray], np.ndarray] | None = None
-              ) -> np.ndarray:
-    """The rows (<= k,) int64 of the `k` highest of `scores` (count,) above 0, best first (lower row
-    first among equal scores; which of several rows tied at the k-th score are taken is the
-    selection's), among those `keep` keeps (rows (m,) -> bool (m,); None: all); none for None scores."""
-    if scores is None or k <= 0:
-        return np.zeros(0, dtype=np.int64)
-    hits = np.flatnonzero(scores > 0)
-    if keep is not None:
-        # The filter asked of the best few first (most rows pass it), of every hit only if too few did.
-        first = _best(hits, scores, 4 * k)
-        kept = first[keep(first)]
-        hits = kept if kept.size >= k or first.size == hits.size else hits[keep(hits)]
-    return _best(hits, scores, k)
-
-
-def _best(rows: np.ndarray, scores: np.ndarray, k: int) -> np.ndarray:
-    """`rows` (m,) less all but `k` of the highest `scores`, best first (lower row first on ties)."""
-    if rows.size > k:
-        top = np.argpartition(-scores[rows], k - 1)[:k]
-        rows = rows[top]
-    return rows[np.lexsort((rows, -scores[rows]))].astype(np.int64)
-
-
 class WordIndexError(ValueError):
     """A words file that is missing, unreadable or inconsistent."""
 
 
-class WordIndex:
+class WordChannel(ABC):
+    """A word index as the `WORDS` channel: one build's (`WordIndex`) or a state's segments' scored
+    together (`engine.segments.SegmentedWordIndex`)."""
+
+    name = WORDS
+    file = WORDS_FILE
+    gate = WORD_GATE
+
+    @abstractmethod
+    def score_all(self, query: str) -> np.ndarray | None:
+        """BM25 scores (count,) float64 of every row; None for a query without an indexed word."""
+
+    @abstractmethod
+    def score_texts(self, query: str, texts: Sequence[str]) -> np.ndarray:
+        """BM25 scores (n,) float64 of texts that are not rows; nan everywhere for a query without
+        an indexed word."""
+
+    def query(self, query: str) -> WordQuery:
+        return WordQuery(self, query)
+
+
+class WordIndex(WordChannel):
     """BM25 over the rows of one build. Immutable and thread-safe once made."""
 
     def __init__(self, vocabulary: Sequence[str], starts: np.ndarray, rows: np.ndarray, counts: np.ndarray,
@@ -203,26 +202,25 @@ class WordIndex:
 
 
 class WordQuery:
-    """A word index (`WordIndex` or `engine.segments.SegmentedWordIndex`: anything with `score_all`)
-    bound to one query: every row's BM25 scores, computed once, serve both the re-scoring of a
-    search's candidates (called with rows, as `engine.retrieval.RowScorer`) and the channel's own
-    best rows (`best`)."""
+    """A word index bound to one query (`engine.channels.ChannelQuery`): every row's BM25 scores,
+    computed once, serve both the re-scoring of a search's candidates and the channel's own best rows."""
 
-    def __init__(self, scorer: WordIndex, query: str) -> None:
-        self._scorer = scorer
+    def __init__(self, index: WordChannel, query: str) -> None:
+        self._index = index
         self._query = query
         self._scores: np.ndarray | None = None
         self._scored = False
 
     def _all(self) -> np.ndarray | None:
         if not self._scored:
-            self._scores, self._scored = self._scorer.score_all(self._query), True
+            self._scores, self._scored = self._index.score_all(self._query), True
         return self._scores
 
-    def __call__(self, rows: np.ndarray) -> np.ndarray:
+    def scores(self, rows: np.ndarray) -> np.ndarray:
         return rows_of(self._all(), rows)
 
-    def best(self, k: int, keep: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
-        """The rows (<= k,) int64 it scores highest above 0, best first, among those `keep`
-        (rows -> bool mask) keeps."""
+    def best(self, k: int, keep: RowFilter | None = None) -> np.ndarray:
         return best_rows(self._all(), k, keep)
+
+    def text_scores(self, texts: Sequence[str]) -> np.ndarray:
+        return self._index.score_texts(self._query, texts)

@@ -17,35 +17,27 @@ owner turns it on, never the default path.
 * The rows: one per memory, `MEANING_FILE` in each segment's directory: int8 codes (a symmetric
   scale per row, 384 bytes + 4) of the unit vector; a row's score is its cosine with the query's
   vector, quantized alike (`MeaningIndex.scores`: int8 dot products, no float copy of the rows).
-* Fusion: the second stage of a search (`engine.retrieval`): a target's ranking so far (HDC, fused
-  with its word channel) is fused with this channel's ranking of the same pool and of the channel's
-  own best `MEANING_CANDIDATES` rows, under a rule of `MEANING_RULES` chosen per corpus by the gate
-  from its own self-queries (`engine.gate.meaning_evidence`); "hdc" there means the first stage's
-  order is kept.
+* Fusion: `MeaningChannel` is the `MEANING` channel (`engine.channels`) of a search's second stage
+  (`engine.stages`): a target's ranking so far (HDC, fused with its word channel) is fused with this
+  channel's ranking of the same pool and of the channel's own best `MEANING_CANDIDATES` rows, under
+  a rule of `MEANING_RULES` chosen per corpus by the gate from its own held-out self-queries
+  (`engine.gate.channel_evidence`); "hdc" there means the first stage's order is kept.
 """
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import zipfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
+from engine.batching import batched
+from engine.channels import MEANING, SECOND, ChannelUnavailable, Gate, RowFilter, best_rows, rows_of
 from engine.files import atomic_write
-from engine.fusion import DEFAULT_K, fuse_scores
 from engine.kernels import int8_dots
-from engine.lexical import best_rows
-from engine.ranking import Candidate
-
-if TYPE_CHECKING:
-    from engine.retrieval import SearchTarget
-
-logger = logging.getLogger(__name__)
 
 MEANING_FILE = "meaning.npz"
 MODEL_NAME = "all-MiniLM-L6-v2"
@@ -58,6 +50,14 @@ MEANING_RULES: tuple[str, ...] = ("hdc", "rrf:0.5", "rrf:1", "rrf:2", "late")
 # With no significant winner among the self-queries: equal-weight RRF, the rule measured above the
 # default path by recall@10 on all nine known-item sets (docs/retrieval-measurements.md).
 MEANING_FALLBACK = "rrf:1"
+# The evidence: held-out sentences only. A lead or span is the text's own words, which the first
+# stage finds whatever the channel adds (jargon-paraphrase, 2,000 entries: MRR@10 0.98 on spans by
+# HDC and words, 0.78 fused with meaning), yet fused by rank with the channel the default path
+# gained recall@10 on all nine known-item sets, names and paraphrases alike
+# (docs/retrieval-measurements.md): words copied from the text say nothing of a question in others.
+MEANING_EVIDENCE = ("heldout",)
+MEANING_GATE = Gate(stage=SECOND, candidates=MEANING_CANDIDATES, fallback=MEANING_FALLBACK,
+                    rules=MEANING_RULES, kinds=MEANING_EVIDENCE, samples=128)
 ENCODE_BATCH = 32
 WRITE_CHUNK = 1024  # texts read at a time by `write_meaning`
 
@@ -198,8 +198,6 @@ def write_meaning(texts: Iterable[str], out_dir: str | Path, *, total: int | Non
     """Encode every memory text (row order; `total` of them, default len(texts)) and write
     `MEANING_FILE` in `out_dir`; None, and nothing written, when `should_cancel` stopped it. The
     texts are read `WRITE_CHUNK` at a time: only the int8 rows of the whole corpus are held."""
-    from engine.build import batched  # build-time work: a search, which imports this module, needs no builder
-
     total = len(texts) if total is None else total  # type: ignore[arg-type]
     encoder = encoder or sentence_encoder()
     codes, scales = np.zeros((total, DIMENSIONS), dtype=np.int8), np.zeros(total, dtype=np.float32)
@@ -222,8 +220,11 @@ def write_meaning(texts: Iterable[str], out_dir: str | Path, *, total: int | Non
 
 
 class MeaningChannel:
-    """A corpus's rows and the encoder: a query's cosines with every row (`score_all`), and with
-    texts that are not rows beside them (`scores`), the query encoded once per call."""
+    """A corpus's rows and the encoder: the `MEANING` channel (`engine.channels`)."""
+
+    name = MEANING
+    file = MEANING_FILE
+    gate = MEANING_GATE
 
     def __init__(self, index: MeaningIndex, encoder: SentenceEncoder | None = None) -> None:
         self.index = index
@@ -233,49 +234,45 @@ class MeaningChannel:
     def query_vector(self, query: str) -> np.ndarray:
         return self.encoder.encode([query])[0]
 
-    def score_all(self, query: str) -> np.ndarray:
-        """Cosines (count,) float64 of every row with `query`."""
-        return self.index.scores(self.query_vector(query))
-
-    def scores(self, query: str, texts: Sequence[str] = ()) -> tuple[np.ndarray, np.ndarray]:
-        """(every row's cosines (count,), `texts`' cosines (n,)) with `query`, encoded in one call
-        with the texts (the gate's held-out query and the rest of its memory)."""
-        vectors = self.encoder.encode([query, *texts])
-        return self.index.scores(vectors[0]), (vectors[1:] @ vectors[0]).astype(np.float64)
+    def query(self, query: str) -> MeaningQuery:
+        return MeaningQuery(self, query)
 
 
-def order_by_meaning(targets: Sequence[SearchTarget], orders: dict[int, list[Candidate]], query: str,
-                     vectors: Sequence[tuple[np.ndarray, np.ndarray]],
-                     keep: Callable[[SearchTarget], Callable[[np.ndarray], np.ndarray] | None], depth: int
-                     ) -> dict[int, list[Candidate]] | None:
-    """The second stage of a search (`engine.retrieval`): `orders` (each target's candidates so
-    far, best first; a target HDC found nothing in may have none) with each meaning target's first
-    `depth`, and its channel's own best `MEANING_CANDIDATES` rows within its dataset filter
-    (`keep(target)`; with their exact HDC scores from `vectors`, after them), fused by rank with
-    their cosines under its `meaning_fusion` rule, `fused` = 1 / (60 + rank) set; None when no
-    target's channel answered (an encoder that cannot load: the order so far stands)."""
-    out, moved = dict(orders), False
-    for number, target in enumerate(targets):
-        if not target.uses_meaning or target.corpus.count == 0:
-            continue
-        own = orders.get(number, [])  # none: HDC found nothing (no word of the query in its vocabulary)
+class MeaningQuery:
+    """`MeaningChannel` bound to one query (`engine.channels.ChannelQuery`): the query encoded once,
+    with the first texts asked of it where they come first (the gate's held-out query and the rest of
+    its memory: one encoder call), and every row's cosine scanned once. An encoder that cannot load
+    is `ChannelUnavailable`."""
+
+    def __init__(self, channel: MeaningChannel, query: str) -> None:
+        self._channel, self._query = channel, query
+        self._vector: np.ndarray | None = None
+        self._cosines: np.ndarray | None = None
+
+    def _encode(self, texts: Sequence[str]) -> np.ndarray:
         try:
-            scores = target.meaning.score_all(query)
+            return self._channel.encoder.encode(texts)
         except MeaningError as error:
-            logger.warning("%s: meaning channel unavailable, the order so far kept: %s", target.name, error)
-            continue
-        head, tail = own[:depth], own[depth:]
-        rows = best_rows(scores, MEANING_CANDIDATES, keep(target))
-        rows = rows[~np.isin(rows, [c.row for c in head])]
-        hdc = target.corpus.index.score_rows(rows, *vectors[number]) if rows.size else []
-        head = head + [Candidate(number, int(r), int(s)) for r, s in zip(rows, hdc, strict=True)]
-        added = set(rows.tolist())
-        for c in head:
-            c.meaning = float(scores[c.row])
-        rule = target.meaning_fusion.rule if target.meaning_fusion is not None else MEANING_FALLBACK
-        fused = fuse_scores(-np.arange(len(head), dtype=np.float64), scores[[c.row for c in head]], rule=rule)
-        out[number] = [head[i] for i in np.argsort(-fused, kind="stable")] + [c for c in tail if c.row not in added]
-        for rank, c in enumerate(out[number], start=1):
-            c.fused = 1.0 / (DEFAULT_K + rank)
-        moved = True
-    return out if moved else None
+            raise ChannelUnavailable(str(error)) from error
+
+    def _all(self) -> np.ndarray:
+        """Cosines (count,) float64 of every row with the query."""
+        if self._cosines is None:
+            if self._vector is None:
+                self._vector = self._encode([self._query])[0]
+            self._cosines = self._channel.index.scores(self._vector)
+        return self._cosines
+
+    def scores(self, rows: np.ndarray) -> np.ndarray:
+        return rows_of(self._all(), rows)
+
+    def best(self, k: int, keep: RowFilter | None = None) -> np.ndarray:
+        return best_rows(self._all(), k, keep)
+
+    def text_scores(self, texts: Sequence[str]) -> np.ndarray:
+        if self._vector is None:
+            vectors = self._encode([self._query, *texts])
+            self._vector, rest = vectors[0], vectors[1:]
+        else:
+            rest = self._encode(texts) if texts else np.zeros((0, DIMENSIONS), dtype=np.float32)
+        return (rest @ self._vector).astype(np.float64)

@@ -44,7 +44,7 @@ class Candidate:
     score: int
     memory: MemoryRecord | None = None
     words: frozenset[str] = frozenset()
-    late: float | None = None  # the late scorer's score, when it scored this row
+    late: float | None = None  # the first-stage channel's score (`engine.stages`), when it scored this row
     meaning: float | None = None  # the meaning channel's cosine (`engine.meaning`), when it scored this row
     fused: float = 0.0  # 1 / (60 + rank in its target's fused order), when the search fuses
     merge: float | None = None  # several targets: the key they are merged by (`merge_targets`)

@@ -20,21 +20,17 @@ Choices the spec leaves open:
   the token budget).
 * Budget: `token_budget` (default `config.max_context_tokens`) is never exceeded, not even to
   reach `min_context`. `top_document=True` returns only the best-scoring candidate.
-* Fusion (a target with a `late` scorer: late interaction over the corpus's token vectors,
-  `engine.text_store.LateScorer`, or BM25 over its words, `engine.lexical.WordIndex`): the late
-  scorer re-scores each such target's HDC candidates (its top `FUSION_DEPTH`), and
-  `fusion.fuse_scores` fuses the two scores under the target's rule (`FusionChoice`, chosen per
-  corpus from its own self-queries by `engine.gate.fusion_evidence`; rule "hdc" skips the late scorer).
-  A word channel also brings candidates of its own: its best `WORD_CANDIDATES` rows within the
-  dataset filter join the fused pool with their exact HDC scores (hybrid candidates; the evidence
-  is gathered over the same pool), so a memory that holds the question's rare words is fused even
-  where HDC's (sampled) search did not shortlist it. A target with a meaning channel then has that
-  order, and the channel's own best rows, fused by rank with their cosines (`engine.meaning`).
-  Candidates past `FUSION_DEPTH` follow in HDC order; a candidate's fused score is 1 / (60 + its
-  rank in its target's fused order). The adaptive threshold still decides *how many*
-  candidates are kept (at least `min_context`), the fused ranking decides *which*; dedup is
-  unchanged and HDC-MMR weighs novelty against the fused order (`ranking.mmr_scores`). With no
-  late scorer at all, nothing above changes.
+* Channels (`engine.channels`: exact words, late interaction, meaning; a target holds them by
+  name, each with the rule its corpus's gate chose from the build's own self-queries,
+  `engine.gate.channel_evidence`): the first stage re-scores each target's first `FUSION_DEPTH`
+  HDC candidates, with the channel's own best rows (hybrid candidates: a memory that holds the
+  question's rare words is fused even where HDC's sampled search did not shortlist it), and fuses
+  the scores under the target's rule; the second fuses that order by rank with its channel's
+  (`engine.stages`; rule "hdc": the channel is not asked). Candidates past `FUSION_DEPTH` follow in
+  HDC order; a candidate's fused score is 1 / (60 + its rank in its target's fused order). The
+  adaptive threshold still decides *how many* candidates are kept (at least `min_context`), the
+  fused ranking decides *which*; dedup is unchanged and HDC-MMR weighs novelty against the fused
+  order (`ranking.mmr_scores`). With no channel at all, nothing above changes.
 * Several targets (corpora searched together): their HDC scores are not comparable (each corpus has
   its own vocabulary, weights and query density), so each target's ranking (HDC, or fused) is kept
   and the targets are interleaved by `merge_targets` (`engine.ranking`): the rank-r candidate of a
@@ -52,17 +48,16 @@ import re
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
 
 import numpy as np
 from cachetools import LRUCache
 
 from engine import bits
+from engine.channels import FIRST, SECOND, SearchTarget
 from engine.config import Config
-from engine.fusion import DEFAULT_K, FusionChoice, fuse_scores
-from engine.lexical import WordQuery, words
-from engine.loaded_build import LoadedIndex, MemoryRecord, MemoryStore
-from engine.meaning import MeaningChannel, order_by_meaning
+from engine.fusion import DEFAULT_K
+from engine.lexical import words
+from engine.loaded_build import LoadedIndex, MemoryRecord
 from engine.query import BlendState, blend_vectors, query_terms
 from engine.query_names import definer
 from engine.ranking import (
@@ -75,72 +70,15 @@ from engine.ranking import (
     query_length,
     word_coverage,
 )
+from engine.stages import Vectors, bind, first_stage, second_stage
 from engine.tokenizer import Tokenizer
 
 CONTEXT_DELIMITER = "\n\n---\n\n"
-# HDC candidates the late scorer re-scores and the fusion rule reorders (bench/fusion_eval.py:
-# on WordNet, 100 cost late interaction 0.015 of recall@10 that 200 keeps).
-FUSION_DEPTH = 200
-# Rows the exact-word channel ranks first that join a fused target's first FUSION_DEPTH HDC
-# candidates (hybrid candidates): a memory holding the rare words a question names is fused even
-# where HDC did not shortlist it (the sampled search, from SAMPLED_SEARCH_MIN_ROWS rows on, ranks by
-# a part of the dimensions first; a paraphrase shares few n-grams with its memory).
-WORD_CANDIDATES = 50
 # Several targets: how many of each one's first candidates its word coverage is taken over
 # (`word_coverage`; 10 and 50 measured the same, bench/cross_corpus_eval.py).
 COVERAGE_DEPTH = 10
 DEFINER_DEPTH = 50  # first candidates a definer checks (texts fetched); 200 ranked the same everywhere
 _WORDS = re.compile(r"\w+")
-
-
-class LateScorer(Protocol):
-    """Scores a build's rows, or texts, for a query by another method than HDC (higher is better;
-    nan: not scored). Either method may raise `LateUnavailable` (the search then uses HDC alone)."""
-
-    def score_rows(self, query: str, rows: np.ndarray) -> np.ndarray: ...
-
-    def score_texts(self, query: str, texts: list[str]) -> np.ndarray: ...
-
-
-class LateUnavailable(RuntimeError):
-    """A late scorer that cannot answer now."""
-
-
-# A late scorer bound to one query: rows (m,) int64 -> scores (m,) float (nan: not scored), or None
-# while the scorer is unavailable.
-RowScorer = Callable[[np.ndarray], "np.ndarray | None"]
-
-
-@dataclass(frozen=True)
-class SearchTarget:
-    """One corpus to search: its loaded build, where its texts live, and its dataset filter.
-
-    `late`, when set, re-scores the build's HDC candidates (`LateScorer`); `fusion` is the rule
-    that fuses the two (None: "rrf:1", equal weights); with rule "hdc", `late` is not called.
-    `meaning`, when set, ranks that fused order's pool again by meaning (`engine.meaning`) and
-    `meaning_fusion` fuses the two rankings (None: `MEANING_FALLBACK`; "hdc": not called).
-    """
-
-    corpus: LoadedIndex
-    store: MemoryStore
-    name: str = ""
-    enabled_sources: frozenset[int] | None = None
-    late: LateScorer | None = None
-    fusion: FusionChoice | None = None
-    meaning: MeaningChannel | None = None
-    meaning_fusion: FusionChoice | None = None
-
-    @property
-    def uses_late(self) -> bool:
-        return self.late is not None and (self.fusion is None or self.fusion.uses_late)
-
-    @property
-    def uses_meaning(self) -> bool:
-        return self.meaning is not None and (self.meaning_fusion is None or self.meaning_fusion.uses_late)
-
-    @property
-    def rule(self) -> str:
-        return self.fusion.rule if self.fusion is not None else "rrf:1"
 
 
 @dataclass(frozen=True)
@@ -151,8 +89,9 @@ class SearchResult:
     `content_hash` the hash of its text, `memory_id` the store's row where it has rows). `target` is
     the `SearchTarget.name` it came from: the caller's label, not necessarily a corpus's name (the
     portal labels each target with its corpus's primary key).
-    `hdc_score`: its ternary HDC score; `late_score`, `meaning_score`: its target's late scorer's and
-    meaning channel's (a cosine), where they scored it; `fused_score`: 1 / (60 + rank) in the fused or
+    `hdc_score`: its ternary HDC score; `late_score`, `meaning_score`: its target's first-stage
+    channel's (words or late interaction) and second-stage channel's (meaning, a cosine), where they
+    scored it; `fused_score`: 1 / (60 + rank) in the fused or
     merged ranking, where the search fused or merged; `merge_score`: the key several targets were
     merged by (`merge_targets`), else None."""
 
@@ -208,9 +147,8 @@ class Retriever:
         `trace`, when given, receives how many candidates each stage kept: {"candidates",
         "threshold", "dedup", "selected"} and the threshold's score cut "cut" (None when fused)."""
         vectors = [self.query_vector(target.corpus, query, blend) for target in targets]
-        late = [_rows_scorer(target.late, query) if target.uses_late else None for target in targets]
         return self.search_vectors(vectors, targets, token_budget=token_budget, top_document=top_document,
-                                   late=late, trace=trace, query=query)
+                                   trace=trace, query=query)
 
     def search_raw(self, query: str, targets: Sequence[SearchTarget], *, blend: BlendState | None = None,
                    limit: int = 10) -> list[SearchResult]:
@@ -237,7 +175,7 @@ class Retriever:
 
     def rank_rows(self, query: str, target: SearchTarget) -> np.ndarray:
         """One target's candidate rows (m,) int64 in the order a search ranks them (HDC's top
-        `candidates`, fused with the target's late scorer where it has one), before the threshold,
+        `candidates`, fused with the target's channels where it has them), before the threshold,
         dedup and MMR choose how many to keep: what a known-item benchmark scores."""
         q_pos, q_neg = self.query_vector(target.corpus, query)
         if target.corpus.count == 0 or not (q_pos.any() or q_neg.any()):
@@ -246,18 +184,15 @@ class Retriever:
             q_pos, q_neg, min(self.candidates, target.corpus.count), allowed_sources=target.enabled_sources)
         candidates = [Candidate(0, int(r), int(s)) for r, s in zip(rows, scores, strict=True)]
         candidates.sort(key=lambda c: (-c.score, c.row))
-        late = [_rows_scorer(target.late, query) if target.uses_late else None]
-        orders = self._order([target], late, candidates, query, [(q_pos, q_neg)])
+        orders = self._order([target], candidates, query, [(q_pos, q_neg)])
         ranked = orders[0] if orders is not None else candidates
         return np.array([c.row for c in ranked], dtype=np.int64)
 
     def search_vectors(self, vectors: Sequence[tuple[np.ndarray, np.ndarray]], targets: Sequence[SearchTarget], *,
                        token_budget: int | None = None, top_document: bool = False,
-                       late: Sequence[RowScorer | None] | None = None,
                        trace: dict | None = None, query: str = "") -> list[SearchResult]:
-        """`search` from already blended query bitmaps, one (pos, neg) (words,) uint64 per target,
-        and optionally one late scorer of rows per target (rows (m,) -> scores (m,), nan: not
-        scored; None: that target is not fused). `query`, the text, weighs several targets by their
+        """`search` from already blended query bitmaps, one (pos, neg) (words,) uint64 per target.
+        `query`, the text, is what the targets' channels score, and weighs several targets by their
         word coverage (`merge_targets`); without it they are merged by score per length alone."""
         if len(vectors) != len(targets):
             raise ValueError(f"one query vector per target expected, got {len(vectors)} for {len(targets)}")
@@ -277,9 +212,7 @@ class Retriever:
         candidates.sort(key=lambda c: (-c.score, c.target, c.row))
         trace = {} if trace is None else trace
         trace.update(candidates=len(candidates), threshold=0, dedup=0, selected=0, cut=None)
-        if late is not None and len(late) != len(targets):
-            raise ValueError(f"one late scorer per target expected, got {len(late)} for {len(targets)}")
-        orders = self._order(targets, late, candidates, query, vectors)
+        orders = self._order(targets, candidates, query, vectors)
         fused = orders is not None
         if len(set(orders) if fused else {c.target for c in candidates}) > 1:
             # Several corpora: their HDC scores are on scales of their own (each encodes the query
@@ -312,19 +245,17 @@ class Retriever:
         trace["selected"] = len(chosen)
         return self._results(targets, [kept[i] for i in chosen], fused)
 
-    def _order(self, targets: Sequence[SearchTarget], late: Sequence[RowScorer | None] | None,
-               candidates: list[Candidate], query: str, vectors: Sequence[tuple[np.ndarray, np.ndarray]]
-               ) -> dict[int, list[Candidate]] | None:
-        """Each target's candidates in the order the search ranks them (`_fuse`, with the word
-        channel's own candidates, `_word_candidates`; then by meaning, `engine.meaning.order_by_meaning`;
-        then the memories that define what the query asks about first, `_definers_first`), with `fused`
-        = 1 / (60 + rank) in it; None when none changed HDC's order (the word channel's candidates
-        then dropped: they are candidates of the fusion only)."""
-        extra = self._word_candidates(targets, vectors, late, candidates)
-        orders = self._fuse(targets, late, candidates, extra) if late is not None else None
-        if vectors and any(target.uses_meaning for target in targets):
-            by_meaning = order_by_meaning(targets, orders if orders is not None else group_by_target(candidates),
-                                          query, vectors, keep=_source_filter, depth=FUSION_DEPTH)
+    def _order(self, targets: Sequence[SearchTarget], candidates: list[Candidate], query: str,
+               vectors: Vectors) -> dict[int, list[Candidate]] | None:
+        """Each target's candidates in the order the search ranks them (its channels' two stages,
+        `engine.stages`; then the memories that define what the query asks about first,
+        `_definers_first`), with `fused` = 1 / (60 + rank) in it; None when none changed HDC's order
+        (the first stage's own candidates then dropped: they are candidates of the fusion only)."""
+        orders = first_stage(targets, bind(targets, query, FIRST), candidates, vectors)
+        second = bind(targets, query, SECOND)
+        if vectors and any(query is not None for query in second):
+            own_orders = orders if orders is not None else group_by_target(candidates)
+            by_meaning = second_stage(targets, second, own_orders, vectors)
             orders = by_meaning if by_meaning is not None else orders
         defined = definer(query)
         if defined is not None and candidates:
@@ -351,61 +282,6 @@ class Retriever:
             for rank, c in enumerate(out[number], start=1):
                 c.fused = 1.0 / (DEFAULT_K + rank)
         return out if moved else None
-
-    @staticmethod
-    def _word_candidates(targets: Sequence[SearchTarget], vectors: Sequence[tuple[np.ndarray, np.ndarray]],
-                         late: Sequence[RowScorer | None] | None, candidates: list[Candidate]
-                         ) -> dict[int, list[Candidate]]:
-        """Each target's best `WORD_CANDIDATES` rows by its word channel (a late scorer with `best`:
-        `engine.lexical.WordQuery`), within its dataset filter, less those among its first
-        FUSION_DEPTH HDC `candidates`, with their exact HDC scores; only for targets HDC found
-        candidates in."""
-        if late is None:
-            return {}
-        out = {}
-        for number, own in group_by_target(candidates).items():
-            best = getattr(late[number], "best", None)
-            if best is None:
-                continue
-            rows = best(WORD_CANDIDATES, _source_filter(targets[number]))
-            rows = rows[~np.isin(rows, [c.row for c in own[:FUSION_DEPTH]])]
-            if rows.size:
-                scores = targets[number].corpus.index.score_rows(rows, *vectors[number])
-                out[number] = [Candidate(number, int(r), int(s)) for r, s in zip(rows, scores, strict=True)]
-        return out
-
-    @staticmethod
-    def _fuse(targets: Sequence[SearchTarget], late: Sequence[RowScorer | None],
-              candidates: list[Candidate], extra: dict[int, list[Candidate]]) -> dict[int, list[Candidate]] | None:
-        """Each target's candidates in its fused order (HDC order in, its `extra` candidates fused
-        beside its first FUSION_DEPTH; see the module docstring), with `fused` = 1 / (60 + rank) in
-        it; None when no late scorer answered (none given, or all unavailable): the search is not fused."""
-        by_target = group_by_target(candidates)
-        heads: dict[int, list[Candidate]] = {}
-        scored: dict[int, np.ndarray] = {}
-        for number, own in by_target.items():
-            added = {c.row for c in extra.get(number, ())}
-            heads[number] = own[:FUSION_DEPTH] + extra.get(number, [])
-            by_target[number] = heads[number] + [c for c in own[FUSION_DEPTH:] if c.row not in added]
-            scorer = late[number]
-            scores = scorer(np.array([c.row for c in heads[number]], dtype=np.int64)) if scorer else None
-            if scores is not None:
-                scored[number] = scores
-        if not scored:
-            return None
-        for number, own in by_target.items():
-            head, tail = heads[number], own[len(heads[number]):]
-            scores = scored.get(number)
-            if scores is not None:
-                for c, score in zip(head, scores.tolist(), strict=True):
-                    c.late = None if np.isnan(score) else float(score)
-                fused = fuse_scores(np.array([float(c.score) for c in head]), np.asarray(scores, dtype=np.float64),
-                                    rule=targets[number].rule)
-                head = [head[i] for i in np.argsort(-fused, kind="stable")]
-            by_target[number] = head + tail
-            for rank, c in enumerate(by_target[number], start=1):
-                c.fused = 1.0 / (DEFAULT_K + rank)
-        return by_target
 
     def get_context(self, query: str, targets: Sequence[SearchTarget], *, blend: BlendState | None = None,
                     token_budget: int | None = None, top_document: bool = False, compress: bool = False) -> str:
@@ -474,27 +350,3 @@ class Retriever:
     def _results(targets: Sequence[SearchTarget], chosen: list[Candidate], fused: bool = False) -> list[SearchResult]:
         return [SearchResult(c.memory, float(c.score), targets[c.target].name, c.late, c.fused if fused else None,
                              c.merge, c.meaning) for c in chosen]
-
-
-def _source_filter(target: SearchTarget) -> Callable[[np.ndarray], np.ndarray] | None:
-    """rows (m,) -> bool (m,): which rows the target's dataset filter lets through; None: all."""
-    if target.enabled_sources is None:
-        return None
-    enabled = np.fromiter(target.enabled_sources, dtype=np.int64)
-    sources = target.corpus.index.source_ids
-    return lambda rows: np.isin(sources[rows], enabled)
-
-
-def _rows_scorer(scorer: LateScorer, query: str) -> RowScorer:
-    """`scorer` bound to `query`: rows -> scores, or None while it is unavailable (a word channel:
-    `engine.lexical.WordQuery`)."""
-    if hasattr(scorer, "score_all"):
-        return WordQuery(scorer, query)
-
-    def score(rows: np.ndarray) -> np.ndarray | None:
-        try:
-            return scorer.score_rows(query, rows)
-        except LateUnavailable:
-            return None
-
-    return score

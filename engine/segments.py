@@ -60,7 +60,7 @@ from engine.index_search import (
     SAMPLED_SEARCH_MIN_ROWS,
     SHORTLIST_PER_RESULT,
 )
-from engine.lexical import WORDS_FILE, WordIndex, bm25_weights, words
+from engine.lexical import WORDS_FILE, WordChannel, WordIndex, bm25_weights, words
 from engine.loaded_build import VOCAB_FILE, CorpusError, LoadedIndex, load_corpus, read_manifest
 from engine.tokenizer import Tokenizer
 from engine.vocab import VocabIndex
@@ -227,10 +227,11 @@ def _search_small(part: BitmapIndex, q_pos: np.ndarray, q_neg: np.ndarray, k: in
     return rows[order], scores[order].astype(np.int32)
 
 
-class SegmentedWordIndex:
+class SegmentedWordIndex(WordChannel):
     """BM25 over the rows of several segments' word indexes (`engine.lexical.WordIndex`), with the
     statistics of all of them together: the scores one index over the same rows gives (up to the
-    rounding of float sums). Answers as `WordIndex` does (`score_all`, `score_rows`, `score_texts`)."""
+    rounding of float sums). The `WORDS` channel as `WordIndex` is (`score_all`, `score_rows`,
+    `score_texts`)."""
 
     def __init__(self, parts: Sequence[WordIndex], offsets: Sequence[int]) -> None:
         if len(offsets) != len(parts) + 1:

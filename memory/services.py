@@ -23,15 +23,19 @@ from corpus.memory_rows import StateMemoryStore
 from corpus.models import Corpus, Dataset, IndexBuild
 from corpus.segment_cache import segment_path
 from corpus.selectors import corpora_readable_among
+from engine.channels import FIRST, LATE_INTERACTION, MEANING, WORDS, Channel, SearchTarget
 from engine.fusion import FusionChoice
-from engine.lexical import WordIndex, WordIndexError
+from engine.lexical import WordChannel, WordIndexError
 from engine.loaded_build import LoadedIndex
 from engine.meaning import MeaningChannel
 from engine.query import BlendState
-from engine.retrieval import SearchResult, SearchTarget
-from engine.text_store import LateScorer, TextStoreError
+from engine.retrieval import SearchResult
+from engine.text_store import LateInteractionChannel, TextStoreError
 
 logger = logging.getLogger(__name__)
+
+# What a result's `late_score` is, by the first-stage channel that gave it: the API's `late_kind`.
+LATE_KINDS = {LATE_INTERACTION: "maxsim", WORDS: "bm25"}
 
 
 @dataclass(frozen=True)
@@ -63,19 +67,20 @@ class MemoryResult(SearchResult):
         return str(self.dataset_name or self.memory.metadata.get("source") or "")
 
 
-def _late_scorer(*, corpus_id: int, corpus: LoadedIndex, gguf_path: str) -> LateScorer | None:
-    """SearchTarget.late of a late-interaction build: the exact MaxSim of its rows from the token
-    vectors its fill kept (`engine.text_store.LateScorer`); None for a build filled before they
+def _late_interaction(*, corpus_id: int, corpus: LoadedIndex, gguf_path: str
+                      ) -> LateInteractionChannel | None:
+    """The late-interaction channel of a build: the exact MaxSim of its rows from the token vectors
+    its fill kept (`engine.text_store.LateInteractionChannel`); None for a build filled before they
     were kept, or when they cannot be read (the search then runs on HDC alone)."""
     try:
-        return serving.late_scorer_for(corpus, gguf_path)
+        return serving.late_interaction_for(corpus, gguf_path)
     except (OSError, ValueError, TextStoreError) as error:
         logger.warning("corpus %s: late-interaction scores unavailable, HDC alone: %s", corpus_id, error)
         return None
 
 
-def _word_index(*, corpus_id: int, corpus: LoadedIndex) -> WordIndex | None:
-    """SearchTarget.late of a state whose segments wrote exact-word indexes (`engine.lexical`,
+def _word_index(*, corpus_id: int, corpus: LoadedIndex) -> WordChannel | None:
+    """The word channel of a state whose segments wrote exact-word indexes (`engine.lexical`,
     scored together over segments); None when one cannot be read (the search then runs on HDC
     alone)."""
     try:
@@ -86,7 +91,7 @@ def _word_index(*, corpus_id: int, corpus: LoadedIndex) -> WordIndex | None:
 
 
 def _meaning(*, corpus_id: int, corpus: LoadedIndex) -> MeaningChannel | None:
-    """SearchTarget.meaning of a state whose builds wrote meaning rows (`engine.meaning`); None when
+    """The meaning channel of a state whose builds wrote meaning rows (`engine.meaning`); None when
     they cannot be read (the search then ranks by HDC and words)."""
     try:
         return serving.state_meaning(corpus)
@@ -133,21 +138,19 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
     datasets = list(Dataset.objects.filter(corpus__in=[c.pk for c in corpora]).order_by()
                     .values_list("corpus_id", "pk", "name", "enabled"))
     targets = []
-    late_kinds: dict[int, str] = {}
     for corpus in corpora:
         enabled = frozenset(pk for owner, pk, _, on in datasets
                             if owner == corpus.pk and on and (chosen is None or pk in chosen))
-        target, late_kind = _search_target(corpus, built=params[corpus.pk], appends=appends, enabled=enabled,
-                                           gguf_path=gguf_path)
-        targets.append(target)
-        if late_kind is not None:
-            late_kinds[corpus.pk] = late_kind
+        targets.append(_search_target(corpus, built=params[corpus.pk], appends=appends, enabled=enabled,
+                                      gguf_path=gguf_path))
     with serving.search_slot():
         if raw_limit is not None:
             results = serving.retriever_for(gguf_path).search_raw(query, targets, blend=blend, limit=raw_limit)
         else:
             results = serving.retriever_for(gguf_path).search(query, targets, blend=blend, token_budget=token_budget,
                                                               top_document=top_document, trace=trace)
+    late_kinds = {int(target.name): LATE_KINDS[first.name] for target in targets
+                  if (first := target.channel(FIRST)) is not None}
     return _memory_results(results, corpora=corpora, dataset_names={pk: name for _, pk, name, _ in datasets},
                            late_kinds=late_kinds)
 
@@ -177,30 +180,31 @@ def _common_model(corpora: list[Corpus], params: dict[int, BuildParameters]) -> 
 
 
 def _search_target(corpus: Corpus, *, built: BuildParameters, appends: dict[int, IndexBuild],
-                   enabled: frozenset[int], gguf_path: str) -> tuple[SearchTarget, str | None]:
-    """The corpus's state as the retriever searches it, with its late channel (late interaction or
-    exact words, under the rule its build measured) and that channel's kind (`MemoryResult.late_kind`)."""
+                   enabled: frozenset[int], gguf_path: str) -> SearchTarget:
+    """The corpus's state as the retriever searches it, with its channels (late interaction or exact
+    words, and meaning after exact words) under the rules its build measured."""
     segments = corpus.serving_build_ids
     # This machine's copies, fetched from the object store when it lacks them (corpus.segment_cache).
     loaded = serving.loaded_state([segment_path(corpus.active_build),
                                    *[segment_path(appends[i]) for i in segments[1:]]])
-    late = fusion = late_kind = None
+    channels: list[Channel | None] = []
+    rules: dict[str, FusionChoice] = {}
     if built.late_interaction:
-        late = _late_scorer(corpus_id=corpus.pk, corpus=loaded, gguf_path=gguf_path)
+        channels.append(_late_interaction(corpus_id=corpus.pk, corpus=loaded, gguf_path=gguf_path))
         # The rule measured on the build's own self-queries; a build made before it was
         # measured has none, and gets HDC alone: unweighted fusion lowered recall on real text.
-        fusion = built.fusion or FusionChoice()
-        late_kind = "maxsim"
+        rules[LATE_INTERACTION] = built.fusion or FusionChoice()
     elif built.word_fusion is not None:
         # The exact-word channel, under the rule the build measured on its own self-queries.
-        late = _word_index(corpus_id=corpus.pk, corpus=loaded)
-        fusion = built.word_fusion
-        late_kind = "bm25"
-    meaning = _meaning(corpus_id=corpus.pk, corpus=loaded) if late_kind == "bm25" and built.meaning_fusion else None
-    target = SearchTarget(corpus=loaded, store=StateMemoryStore(tuple(segments)), name=str(corpus.pk),
-                          enabled_sources=enabled, late=late, fusion=fusion, meaning=meaning,
-                          meaning_fusion=built.meaning_fusion)
-    return target, late_kind
+        channels.append(_word_index(corpus_id=corpus.pk, corpus=loaded))
+        rules[WORDS] = built.word_fusion
+        if built.meaning_fusion is not None:
+            channels.append(_meaning(corpus_id=corpus.pk, corpus=loaded))
+            rules[MEANING] = built.meaning_fusion
+    present = {channel.name: channel for channel in channels if channel is not None}
+    return SearchTarget(corpus=loaded, store=StateMemoryStore(tuple(segments)), name=str(corpus.pk),
+                        enabled_sources=enabled, channels=present,
+                        rules={name: rule for name, rule in rules.items() if name in present})
 
 
 def _memory_results(results: list[SearchResult], *, corpora: list[Corpus], dataset_names: dict[int, str],

@@ -41,16 +41,23 @@ from corpus.services.builds import after_job, corpus_parameters
 from corpus.services.corpora import datasets_retire_replaced, datasets_superseded
 from corpus.serving import model_for, model_identity, tokenizer_for
 from engine.build import BuildCancelled, BuildResult, build_index, verify_build
+from engine.channels import LATE_INTERACTION, MEANING, WORDS, SearchTarget
 from engine.config import Config
 from engine.fusion import FusionChoice
-from engine.gate import fusion_evidence, meaning_evidence
+from engine.gate import channel_evidence
 from engine.lexical import WORDS_FILE, WordIndex
 from engine.loaded_build import LoadedIndex, MemoryStore, load_corpus
 from engine.meaning import MeaningChannel, MeaningIndex, write_meaning
 from engine.multivector.token_vectors import TokenVectorEncoder
-from engine.retrieval import Retriever, SearchTarget
+from engine.retrieval import Retriever
 from engine.segments import SEGMENT, append_segment
-from engine.text_store import LateScorer, TextStoreError, text_encoder_for, text_store_fill, text_store_prune
+from engine.text_store import (
+    LateInteractionChannel,
+    TextStoreError,
+    text_encoder_for,
+    text_store_fill,
+    text_store_prune,
+)
 from engine.tokenizer import Tokenizer
 
 logger = logging.getLogger(__name__)
@@ -146,25 +153,26 @@ def build_run(*, build_id: int) -> IndexBuild | None:
 def _fusion_evidence(*, build: IndexBuild, corpus: LoadedIndex, config: Config, tokenizer: Tokenizer,
                      encoder: TokenVectorEncoder, memories: MemoryStore) -> FusionChoice:
     """The fusion rule for this build, from its own held-out self-queries
-    (`engine.gate.fusion_evidence`), scored by the token vectors the fill kept beside the
+    (`engine.gate.channel_evidence`), scored by the token vectors the fill kept beside the
     store; searches read it from `BuildParameters.fusion`."""
-    scorer = LateScorer.for_build(corpus, encoder=encoder, tokenizer=tokenizer)
-    if scorer is None:
+    channel = LateInteractionChannel.for_build(corpus, encoder=encoder, tokenizer=tokenizer)
+    if channel is None:
         raise TextStoreError(f"build {build.pk}: the fill left no late-interaction vectors in {corpus.build_dir}")
-    target = SearchTarget(corpus=corpus, store=memories, name=str(build.corpus_id), late=scorer)
-    return fusion_evidence(retriever=Retriever(tokenizer, config), target=target)
+    target = SearchTarget(corpus=corpus, store=memories, name=str(build.corpus_id),
+                          channels={LATE_INTERACTION: channel})
+    return channel_evidence(retriever=Retriever(tokenizer, config), target=target, channel=LATE_INTERACTION)
 
 
 def _word_channel(*, build: IndexBuild, out_dir: Path, config: Config, tokenizer: Tokenizer) -> FusionChoice:
     """Write the build's exact-word index (`engine.lexical`, BM25 over its memories' words) and
     choose, from the build's own held-out self-queries, how searches fuse it with HDC: the rule that
     beats HDC alone significantly, else equal weight unless HDC alone is significantly better
-    (`fusion_evidence`, `engine.gate.WORD_FALLBACK`)."""
+    (`channel_evidence`, `engine.lexical.WORD_FALLBACK`)."""
     index = WordIndex.build(build_memory_texts(build_id=build.pk))
     index.save(out_dir / WORDS_FILE)
     target = SearchTarget(corpus=load_corpus(out_dir), store=BuildMemoryStore(build.pk), name=str(build.corpus_id),
-                          late=index)
-    return fusion_evidence(retriever=Retriever(tokenizer, config), target=target)
+                          channels={WORDS: index})
+    return channel_evidence(retriever=Retriever(tokenizer, config), target=target, channel=WORDS)
 
 
 def _words_and_meaning(*, build: IndexBuild, values: BuildParameters, out_dir: Path, config: Config,
@@ -184,11 +192,12 @@ def _meaning_channel(*, build: IndexBuild, out_dir: Path, config: Config, tokeni
                      word_fusion: FusionChoice, reporter: _Reporter) -> FusionChoice:
     """Write the build's meaning rows (`engine.meaning`: each memory read by the sentence encoder,
     its progress reported as the "meaning" phase) and choose, from the build's own self-queries,
-    how searches fuse them with the order HDC and the words give (`meaning_evidence`)."""
+    how searches fuse them with the order HDC and the words give (`channel_evidence`)."""
     written = _write_meaning(build, out_dir, reporter)
     target = SearchTarget(corpus=load_corpus(out_dir), store=BuildMemoryStore(build.pk), name=str(build.corpus_id),
-                          late=WordIndex.for_build(out_dir), fusion=word_fusion, meaning=MeaningChannel(written))
-    return meaning_evidence(retriever=Retriever(tokenizer, config), target=target)
+                          channels={WORDS: WordIndex.for_build(out_dir), MEANING: MeaningChannel(written)},
+                          rules={WORDS: word_fusion})
+    return channel_evidence(retriever=Retriever(tokenizer, config), target=target, channel=MEANING)
 
 
 def _write_meaning(build: IndexBuild, out_dir: Path, reporter: _Reporter, first_row: int = 0) -> MeaningIndex:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import numpy as np
 import pytest
 from django.urls import reverse
 
@@ -52,7 +53,7 @@ def test_a_build_reads_every_memory_by_meaning_and_measures_its_rule(meaning_cor
     # Row i of the meaning rows is row i of the HDC index: the memory stored with hdv_idx i.
     channel = serving.state_meaning(serving.loaded_build(build.build_dir))
     for memory in build.memories.all():
-        assert int(channel.score_all(memory.text).argmax()) == memory.hdv_idx
+        assert int(channel.query(memory.text).scores(np.arange(channel.count)).argmax()) == memory.hdv_idx
 
 
 def test_searches_find_a_paraphrase_by_meaning_and_outsiders_find_nothing(

@@ -8,7 +8,8 @@ import math
 import numpy as np
 import pytest
 
-from engine.lexical import K1, WORDS_FILE, B, WordIndex, WordIndexError, best_rows, rows_of, words
+from engine.channels import best_rows, rows_of
+from engine.lexical import K1, WORDS_FILE, B, WordIndex, WordIndexError, words
 
 DOCS = [
     "random.shuffle shuffles a list in place.",

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from engine import meaning
+from engine.channels import MEANING, WORDS, ChannelUnavailable, RowFilter, best_rows, rows_of
 from engine.fusion import FusionChoice
-from engine.gate import meaning_evidence
+from engine.gate import channel_evidence
 from engine.lexical import WordIndex
 from engine.meaning import (
     DIMENSIONS,
@@ -82,9 +83,11 @@ def test_the_real_encoder_finds_a_text_by_what_it_means(tmp_path, monkeypatch):
     # No content word in common with its text: found by meaning only.
     for query, row in [("Which animal meows and catches rodents?", 0), ("What do you call an automobile?", 1),
                        ("the hottest part of the year", 2), ("a tool that turns code into an executable", 3)]:
-        scores = channel.score_all(query)
+        scores = channel.query(query).scores(np.arange(len(TEXTS)))
         assert int(np.argmax(scores)) == row, (query, scores)
-        every, text = channel.scores(query, [TEXTS[row]])
+        bound = channel.query(query)
+        text = bound.text_scores([TEXTS[row]])  # first: the query encoded with the text, in one call
+        every = bound.scores(np.arange(len(TEXTS)))
         assert np.allclose(every, scores, atol=1e-5) and text[0] == pytest.approx(scores[row], abs=0.02)
     # Cancelled: nothing written; more or fewer texts than rows: an error, nothing written.
     assert write_meaning(TEXTS, tmp_path / "x", should_cancel=lambda: True) is None
@@ -106,18 +109,47 @@ def test_the_real_encoder_finds_a_text_by_what_it_means(tmp_path, monkeypatch):
 class FixedMeaning:
     """A meaning channel of fixed cosines (the encoder's own behaviour is tested above)."""
 
+    name, file, gate = MEANING, MeaningChannel.file, MeaningChannel.gate
+
     def __init__(self, cosines: np.ndarray, text_score: float = 0.0, fails: bool = False) -> None:
         self.cosines, self.text_score, self.fails, self.asked = cosines, text_score, fails, 0
-        self.count = cosines.size
 
-    def score_all(self, query: str) -> np.ndarray:
-        self.asked += 1
-        if self.fails:
-            raise MeaningError("the sentence encoder cannot be loaded: gone")
-        return self.cosines.copy()
+    def query(self, query: str) -> FixedMeaningQuery:
+        return FixedMeaningQuery(self)
 
-    def scores(self, query: str, texts: list[str] = ()) -> tuple[np.ndarray, np.ndarray]:
-        return self.score_all(query), np.full(len(texts), self.text_score)
+
+class FixedMeaningQuery:
+    """`FixedMeaning` bound to a query: its cosines, asked once, and its texts' fixed score."""
+
+    def __init__(self, channel: FixedMeaning) -> None:
+        self.channel = channel
+        self._cosines: np.ndarray | None = None
+
+    def _all(self) -> np.ndarray:
+        if self._cosines is None:
+            self.channel.asked += 1
+            if self.channel.fails:
+                raise ChannelUnavailable("the sentence encoder cannot be loaded: gone")
+            self._cosines = self.channel.cosines.copy()
+        return self._cosines
+
+    def scores(self, rows: np.ndarray) -> np.ndarray:
+        return rows_of(self._all(), rows)
+
+    def best(self, k: int, keep: RowFilter | None = None) -> np.ndarray:
+        return best_rows(self._all(), k, keep)
+
+    def text_scores(self, texts: list[str]) -> np.ndarray:
+        return np.full(len(texts), self.channel.text_score)
+
+
+def meaning_channel(channel: FixedMeaning, rule: str | None = None, word_index: WordIndex | None = None,
+                    word_rule: str | None = None) -> dict:
+    """SearchTarget keyword arguments: the meaning channel under `rule`, beside a word channel under
+    `word_rule` where one is given (None: unmeasured)."""
+    channels = {MEANING: channel} | ({WORDS: word_index} if word_index is not None else {})
+    rules = {name: FusionChoice(r) for name, r in ((MEANING, rule), (WORDS, word_rule)) if r is not None}
+    return {"channels": channels, "rules": rules}
 
 
 def test_the_second_stage_brings_the_channels_own_rows_and_keeps_the_filter(tmp_path):
@@ -130,25 +162,24 @@ def test_the_second_stage_brings_the_channels_own_rows_and_keeps_the_filter(tmp_
     base = targets[0]
     plain = retriever.rank_rows("q", base)
     assert outside not in plain
-    off = SearchTarget(base.corpus, base.store, "case", meaning=FixedMeaning(cosines), meaning_fusion=FusionChoice("hdc"))
-    assert np.array_equal(retriever.rank_rows("q", off), plain) and off.meaning.asked == 0  # not asked
-    alone = SearchTarget(base.corpus, base.store, "case", meaning=FixedMeaning(cosines),
-                         meaning_fusion=FusionChoice("late"))
+    off = SearchTarget(base.corpus, base.store, "case", **meaning_channel(FixedMeaning(cosines), "hdc"))
+    assert np.array_equal(retriever.rank_rows("q", off), plain)
+    assert off.channels[MEANING].asked == 0  # not asked
+    alone = SearchTarget(base.corpus, base.store, "case", **meaning_channel(FixedMeaning(cosines), "late"))
     found = retriever.search("q", [alone])
     assert found[0].memory.hdv_idx == outside and found[0].hdc_score == float(hdc_scores[outside])
     ranked = retriever.rank_rows("q", alone)
     assert ranked[0] == outside and len(set(ranked.tolist())) == ranked.size == plain.size + 1
-    equal = SearchTarget(base.corpus, base.store, "case", meaning=FixedMeaning(cosines))  # the fallback rule
+    equal = SearchTarget(base.corpus, base.store, "case", **meaning_channel(FixedMeaning(cosines)))  # no rule
     assert outside in retriever.rank_rows("q", equal)[:MEANING_CANDIDATES]
     # A row of a dataset the search leaves out is not added; an encoder that fails keeps the order.
     sources = np.zeros(len(rows), np.int32)
     sources[outside] = 1
     filtered = SearchTarget(make_corpus(tmp_path, "filtered", rows, source_ids=sources), base.store, "case",
-                            enabled_sources=frozenset({0}), meaning=FixedMeaning(cosines),
-                            meaning_fusion=FusionChoice("late"))
+                            enabled_sources=frozenset({0}), **meaning_channel(FixedMeaning(cosines), "late"))
     assert outside not in retriever.rank_rows("q", filtered)
-    down = SearchTarget(base.corpus, base.store, "case", meaning=FixedMeaning(cosines, fails=True),
-                        meaning_fusion=FusionChoice("late"))
+    down = SearchTarget(base.corpus, base.store, "case",
+                        **meaning_channel(FixedMeaning(cosines, fails=True), "late"))
     assert np.array_equal(retriever.rank_rows("q", down), plain)
     assert [r.memory.hdv_idx for r in retriever.search("q", [down])] == \
         [r.memory.hdv_idx for r in retriever.search("q", [base])]
@@ -157,29 +188,29 @@ def test_the_second_stage_brings_the_channels_own_rows_and_keeps_the_filter(tmp_
 def test_the_gate_keeps_equal_weight_without_evidence_and_moves_for_a_channel_that_finds(tmp_path):
     corpus, retriever, texts = _random_word_corpus(tmp_path)
     words = WordIndex.build(texts)
-    word_rule = FusionChoice("z:1")
-    flat = SearchTarget(corpus, DictStore(texts), "e", late=words, fusion=word_rule,
-                        meaning=FixedMeaning(np.full(60, 0.5), 0.5))
-    choice = meaning_evidence(retriever=retriever, target=flat, samples=20)
+    flat = SearchTarget(corpus, DictStore(texts), "e", **meaning_channel(
+        FixedMeaning(np.full(60, 0.5), 0.5), word_index=words, word_rule="z:1"))
+    choice = channel_evidence(retriever=retriever, target=flat, channel=MEANING, samples=20)
     assert choice.rule == MEANING_FALLBACK == "rrf:1" and choice.evidence["queries"] == 20  # held-out only
     # A channel that rates each held-out text above every row finds every held-out target.
-    oracle = SearchTarget(corpus, DictStore(texts), "e", late=words, fusion=word_rule,
-                          meaning=FixedMeaning(np.zeros(60), 1.0))
-    choice = meaning_evidence(retriever=retriever, target=oracle, samples=20)
+    oracle = SearchTarget(corpus, DictStore(texts), "e", **meaning_channel(
+        FixedMeaning(np.zeros(60), 1.0), word_index=words, word_rule="z:1"))
+    choice = channel_evidence(retriever=retriever, target=oracle, channel=MEANING, samples=20)
     assert choice.evidence["mrr_by_kind"]["heldout"]["late"] == 1.0
     assert choice.evidence["mrr"][choice.rule] > choice.evidence["mrr"]["hdc"]
     # Texts whose held-out sentences share their words with the rest: HDC and words find them, and a
     # channel that ranks every target last is left out (the first stage alone significantly better).
     corpus, retriever, texts = _random_word_corpus(tmp_path / "topics", topics=True)
-    worst = SearchTarget(corpus, DictStore(texts), "t", late=WordIndex.build(texts), fusion=word_rule,
-                         meaning=FixedMeaning(np.linspace(1.0, 0.9, 60), -1.0))
-    choice = meaning_evidence(retriever=retriever, target=worst, samples=20)
+    worst = SearchTarget(corpus, DictStore(texts), "t", **meaning_channel(
+        FixedMeaning(np.linspace(1.0, 0.9, 60), -1.0), word_index=WordIndex.build(texts), word_rule="z:1"))
+    choice = channel_evidence(retriever=retriever, target=worst, channel=MEANING, samples=20)
     assert choice.rule == "hdc" and choice.evidence["mrr"]["hdc"] > 0.5 > choice.evidence["mrr"]["rrf:1"]
-    with pytest.raises(ValueError, match="meaning channel"):
-        meaning_evidence(retriever=retriever, target=SearchTarget(corpus, DictStore(texts), "e", late=words))
-    with pytest.raises(ValueError, match="word channel"):
-        meaning_evidence(retriever=retriever, target=SearchTarget(corpus, DictStore(texts), "e",
-                                                                  meaning=FixedMeaning(np.zeros(60))))
+    with pytest.raises(ValueError, match="meaning channel needs a target that has it"):
+        channel_evidence(retriever=retriever, target=SearchTarget(corpus, DictStore(texts), "e",
+                                                                  channels={WORDS: words}), channel=MEANING)
+    with pytest.raises(ValueError, match="needs a first-stage channel"):
+        alone = SearchTarget(corpus, DictStore(texts), "e", **meaning_channel(FixedMeaning(np.zeros(60))))
+        channel_evidence(retriever=retriever, target=alone, channel=MEANING)
 
 
 def test_the_search_path_does_not_import_the_builder():

@@ -12,12 +12,14 @@ import pytest
 
 from corpus.demo import pydoc_topics, stdlib_docstrings
 from engine.build import build_index
+from engine.channels import FIRST, WORDS, SearchTarget
 from engine.config import Config
-from engine.gate import fusion_evidence
+from engine.gate import channel_evidence
 from engine.lexical import WordIndex
 from engine.loaded_build import load_corpus
 from engine.query_names import asked_term, called_names, definer, defines, heads
-from engine.retrieval import Retriever, SearchTarget, _rows_scorer
+from engine.retrieval import Retriever
+from engine.stages import bind, first_stage
 
 
 @pytest.mark.parametrize(("query", "names"), [
@@ -98,9 +100,9 @@ def demo(tmp_path_factory, gemma_gguf, tokenizer, embedding_cache):  # noqa: ANN
     texts = corpus.store.get_memories(list(range(corpus.count)))
     words = WordIndex.build(texts[row].text for row in range(corpus.count))
     retriever = Retriever(tokenizer, Config())
-    target = SearchTarget(corpus, corpus.store, "demo", late=words)
-    rule = fusion_evidence(retriever=retriever, target=target)
-    return retriever, SearchTarget(corpus, corpus.store, "demo", late=words, fusion=rule)
+    target = SearchTarget(corpus, corpus.store, "demo", channels={WORDS: words})
+    rule = channel_evidence(retriever=retriever, target=target, channel=WORDS)
+    return retriever, SearchTarget(corpus, corpus.store, "demo", channels={WORDS: words}, rules={WORDS: rule})
 
 
 @pytest.mark.parametrize(("question", "head"), [
@@ -122,10 +124,9 @@ def test_a_question_without_a_called_name_ranks_as_before(demo):
     question = "What does the zip function return?"
     assert called_names(question) == () and asked_term(question) is None and definer(question) is None
     ranked = retriever.rank_rows(question, target)
-    late = [_rows_scorer(target.late, question)]
     candidates = _hdc_candidates(retriever, target, question)
-    extra = retriever._word_candidates([target], [retriever.query_vector(target.corpus, question)], late, candidates)
-    fused = retriever._fuse([target], late, candidates, extra)
+    fused = first_stage([target], bind([target], question, FIRST), candidates,
+                        [retriever.query_vector(target.corpus, question)])
     order = fused[0] if fused is not None else _hdc_candidates(retriever, target, question)
     assert np.array_equal(ranked, np.array([c.row for c in order]))
 
@@ -209,7 +210,8 @@ def glossary(tmp_path_factory, gemma_gguf, tokenizer, embedding_cache):  # noqa:
     corpus = load_corpus(root / "build")
     texts = corpus.store.get_memories(list(range(corpus.count)))
     words = WordIndex.build(texts[row].text for row in range(corpus.count))
-    return Retriever(tokenizer, Config()), SearchTarget(corpus, corpus.store, "glossary", late=words)
+    return Retriever(tokenizer, Config()), SearchTarget(corpus, corpus.store, "glossary",
+                                                        channels={WORDS: words})
 
 
 @pytest.mark.parametrize(("question", "entry"), [

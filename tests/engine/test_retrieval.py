@@ -10,23 +10,18 @@ import numpy as np
 import pytest
 
 from engine.bits import adaptive_threshold, pack_ternary, unpack_ternary
+from engine.channels import LATE_INTERACTION, WORDS, ChannelUnavailable
 from engine.config import Config
 from engine.fusion import FusionChoice, SelfQuery
-from engine.gate import WORD_FALLBACK, _evidence_pool, fusion_evidence
+from engine.gate import _evidence_pool, channel_evidence
 from engine.index import BitmapIndex
-from engine.lexical import WordIndex
+from engine.lexical import WORD_CANDIDATES, WORD_FALLBACK, WordIndex, WordQuery
 from engine.loaded_build import LoadedIndex, MemoryRecord
 from engine.query import BlendState, blend_vectors, query_terms
 from engine.ranking import Candidate, hdc_mmr, mmr_scores
-from engine.retrieval import (
-    CONTEXT_DELIMITER,
-    FUSION_DEPTH,
-    WORD_CANDIDATES,
-    LateUnavailable,
-    Retriever,
-    SearchResult,
-    SearchTarget,
-)
+from engine.retrieval import CONTEXT_DELIMITER, Retriever, SearchResult, SearchTarget
+from engine.stages import FUSION_DEPTH
+from engine.text_store import LateInteractionChannel, LateInteractionQuery
 from tests.engine.test_encoder import make_encoder
 
 DIMS = 512
@@ -306,7 +301,9 @@ def test_several_corpora_merge_and_require_equal_dims(tmp_path):
 
 
 class FixedScorer:
-    """A late scorer with set scores per row (nan elsewhere), recording what it was asked."""
+    """A late-interaction channel with set scores per row (nan elsewhere), recording what it was asked."""
+
+    name, file, gate = LATE_INTERACTION, LateInteractionChannel.file, LateInteractionChannel.gate
 
     def __init__(self, scores: dict[int, float], text_score: float = np.nan, unavailable: bool = False):
         self.scores, self.text_score, self.unavailable = scores, text_score, unavailable
@@ -314,29 +311,42 @@ class FixedScorer:
 
     def score_rows(self, query: str, rows: np.ndarray) -> np.ndarray:
         if self.unavailable:
-            raise LateUnavailable("down")
+            raise ChannelUnavailable("down")
         self.asked.append((query, [int(r) for r in rows]))
         return np.array([self.scores.get(int(r), np.nan) for r in rows])
 
     def score_texts(self, query: str, texts: list[str]) -> np.ndarray:
         return np.full(len(texts), self.text_score)
 
+    def query(self, query: str) -> LateInteractionQuery:
+        return LateInteractionQuery(self, query)
+
+
+def late_channel(scorer: object, rule: str | None = None) -> dict:
+    """SearchTarget keyword arguments for a late-interaction channel under `rule` (None: unmeasured)."""
+    return {"channels": {LATE_INTERACTION: scorer},
+            "rules": {LATE_INTERACTION: FusionChoice(rule)} if rule is not None else {}}
+
+
+def word_channel(index: object, rule: str | None = None) -> dict:
+    """SearchTarget keyword arguments for a word channel under `rule` (None: unmeasured)."""
+    return {"channels": {WORDS: index}, "rules": {WORDS: FusionChoice(rule)} if rule is not None else {}}
+
 
 def test_fusion_reorders_hdc_candidates_and_keeps_hdc_only_searches_unchanged(tmp_path):
     retriever, targets, q, rows, query = constructed_case(tmp_path, min_context=3)
     scores = rows @ query.astype(np.int64)
     plain = retriever.search_vectors([q], targets)
-    assert retriever.search_vectors([q], targets, late=[None]) == plain
     assert all(r.late_score is None and r.fused_score is None for r in plain)
     # Late scores: row 4 best, then rows 0-2, the noise rows 0; row 3 not scored. Rule "late".
     scorer = FixedScorer({4: 9.0, 0: 1.0, 1: 1.0, 2: 1.0} | {r: 0.0 for r in range(5, 305)})
-    asked: list[np.ndarray] = []
-    targets = [SearchTarget(targets[0].corpus, targets[0].store, "case", fusion=FusionChoice("late"))]
-    fused = retriever.search_vectors([q], targets, late=[lambda rows: asked.append(rows) or
-                                                         scorer.score_rows("q", rows)])
+    off = SearchTarget(targets[0].corpus, targets[0].store, "case", **late_channel(scorer, "hdc"))
+    assert retriever.search_vectors([q], [off], query="q") == plain and scorer.asked == []
+    targets = [SearchTarget(targets[0].corpus, targets[0].store, "case", **late_channel(scorer, "late"))]
+    fused = retriever.search_vectors([q], targets, query="q")
     # Only HDC's top FUSION_DEPTH candidates are re-scored: the late scorer adds no rows.
     hdc_order = [int(r) for r in np.lexsort((np.arange(len(scores)), -scores))]
-    assert asked[0].tolist() == hdc_order[:min(FUSION_DEPTH, retriever.candidates)]
+    assert scorer.asked[0] == ("q", hdc_order[:min(FUSION_DEPTH, retriever.candidates)])
     by_row = {r.memory.hdv_idx: r for r in fused}
     assert [r.memory.hdv_idx for r in fused][:2] == [4, 0]  # late order; 1 and 2 deduplicated
     assert by_row[4].late_score == 9.0 and by_row[0].late_score == 1.0
@@ -344,11 +354,12 @@ def test_fusion_reorders_hdc_candidates_and_keeps_hdc_only_searches_unchanged(tm
     assert by_row[4].fused_score == pytest.approx(1 / 61) and by_row[0].fused_score == pytest.approx(1 / 62)
     assert 3 not in [r.memory.hdv_idx for r in fused[:2]]  # unscored: after every scored candidate
     # The dataset filter holds before any scoring.
-    filtered = SearchTarget(targets[0].corpus, targets[0].store, "case", enabled_sources=frozenset({1}))
-    assert retriever.search_vectors([q], [filtered], late=[scorer.score_rows.__get__(scorer)]) == []
+    filtered = SearchTarget(targets[0].corpus, targets[0].store, "case", enabled_sources=frozenset({1}),
+                            **late_channel(scorer, "late"))
+    assert retriever.search_vectors([q], [filtered], query="q") == []
     # Through `search`, the target's own scorer is asked with the query text.
     retriever.query_vector = lambda corpus, query, blend=None: q
-    target = SearchTarget(targets[0].corpus, targets[0].store, "case", late=scorer, fusion=FusionChoice("late"))
+    target = SearchTarget(targets[0].corpus, targets[0].store, "case", **late_channel(scorer, "late"))
     assert [r.memory.hdv_idx for r in retriever.search("the question", [target])] == \
         [r.memory.hdv_idx for r in fused]
     assert scorer.asked[-1][0] == "the question"
@@ -362,10 +373,10 @@ def test_the_word_channel_adds_its_best_rows_to_the_fusion_within_the_dataset_fi
     outside = int(hdc_order[-1])  # HDC's last row: far from its 100 candidates
     word = targets[0].store.texts[outside].split()[-1]  # "w<i>": that row's own word
     index = WordIndex.build(targets[0].store.texts)
-    hdc_alone = SearchTarget(targets[0].corpus, targets[0].store, "case", late=index, fusion=FusionChoice("hdc"))
+    hdc_alone = SearchTarget(targets[0].corpus, targets[0].store, "case", **word_channel(index, "hdc"))
     assert outside not in {r.memory.hdv_idx for r in retriever.search(word, [hdc_alone])}
     assert outside not in retriever.rank_rows(word, hdc_alone)
-    fused = SearchTarget(targets[0].corpus, targets[0].store, "case", late=index, fusion=FusionChoice("late"))
+    fused = SearchTarget(targets[0].corpus, targets[0].store, "case", **word_channel(index, "late"))
     found = retriever.search(word, [fused])
     assert found[0].memory.hdv_idx == outside
     assert found[0].hdc_score == float(scores[outside]) and found[0].late_score > 0  # its exact HDC score
@@ -375,8 +386,8 @@ def test_the_word_channel_adds_its_best_rows_to_the_fusion_within_the_dataset_fi
     sources = np.zeros(len(rows), np.int32)
     sources[outside] = 1
     corpus = make_corpus(tmp_path, "filtered", rows, source_ids=sources)
-    filtered = SearchTarget(corpus, targets[0].store, "case", enabled_sources=frozenset({0}), late=index,
-                            fusion=FusionChoice("late"))
+    filtered = SearchTarget(corpus, targets[0].store, "case", enabled_sources=frozenset({0}),
+                            **word_channel(index, "late"))
     assert outside not in {r.memory.hdv_idx for r in retriever.search(word, [filtered])}
     assert outside not in retriever.rank_rows(word, filtered)
 
@@ -388,13 +399,14 @@ def test_the_gate_gathers_its_evidence_over_the_pool_a_search_fuses(tmp_path):
     outside = int(np.lexsort((np.arange(len(scores)), -scores))[-1])
     retriever.encode_text = lambda corpus, text: (*packed(rows[outside]), 1)  # the rest: the row's own vector
     word = targets[0].store.texts[outside].split()[-1]
-    target = SearchTarget(targets[0].corpus, targets[0].store, "case", late=WordIndex.build(targets[0].store.texts))
+    index = WordIndex.build(targets[0].store.texts)
+    target = SearchTarget(targets[0].corpus, targets[0].store, "case", **word_channel(index))
     held_out = SelfQuery(index=0, kind="heldout", query=word, rest=f"noise {word}")
-    found, hdc, late = _evidence_pool(retriever, target, held_out, outside, *q, depth=20)
+    found, hdc, scored = _evidence_pool(retriever, target, index, held_out, outside, *q, depth=20)
     assert outside not in found[:20] and outside in found  # not HDC's: the word channel's own row
     at = int(np.flatnonzero(found == outside)[0])
     # A held-out memory competes as the rest of its text, on both sides.
-    assert hdc[at] == float(scores[outside]) and late[at] == target.late.score_texts(word, [f"noise {word}"])[0]
+    assert hdc[at] == float(scores[outside]) and scored[at] == index.score_texts(word, [f"noise {word}"])[0]
     assert len(set(found.tolist())) == found.size <= 20 + WORD_CANDIDATES
 
 
@@ -403,14 +415,14 @@ def test_the_fusion_rule_decides_whether_and_how_the_late_scorer_counts(tmp_path
     retriever.query_vector = lambda corpus, query, blend=None: q
     plain = retriever.search("the question", targets)
     scorer = FixedScorer({300: 9.0, 4: 8.0})
-    off = SearchTarget(targets[0].corpus, targets[0].store, "case", late=scorer, fusion=FusionChoice("hdc"))
+    off = SearchTarget(targets[0].corpus, targets[0].store, "case", **late_channel(scorer, "hdc"))
     assert retriever.search("the question", [off]) == plain and scorer.asked == []  # HDC alone, not asked
-    alone = SearchTarget(targets[0].corpus, targets[0].store, "case", late=scorer, fusion=FusionChoice("late"))
+    alone = SearchTarget(targets[0].corpus, targets[0].store, "case", **late_channel(scorer, "late"))
     ranked = [r.memory.hdv_idx for r in retriever.search("the question", [alone])]
     assert ranked[0] == 4 and len(scorer.asked) == 1  # row 300 is no HDC candidate: never added
     assert 300 not in scorer.asked[0][1]
-    down = SearchTarget(targets[0].corpus, targets[0].store, "case", late=FixedScorer({}, unavailable=True),
-                        fusion=FusionChoice("late"))
+    down = SearchTarget(targets[0].corpus, targets[0].store, "case",
+                        **late_channel(FixedScorer({}, unavailable=True), "late"))
     assert [r.memory.hdv_idx for r in retriever.search("the question", [down])] == \
         [r.memory.hdv_idx for r in plain]  # an unavailable scorer: HDC order
 
@@ -435,24 +447,35 @@ def _random_word_corpus(tmp_path, topics: bool = False) -> tuple[LoadedIndex, Re
 
 def test_fusion_evidence_moves_off_hdc_only_for_a_scorer_that_finds_held_out_texts(tmp_path):
     corpus, retriever, texts = _random_word_corpus(tmp_path)
-    useless = SearchTarget(corpus, DictStore(texts), "e", late=FixedScorer({r: 1.0 for r in range(60)}, 0.0))
-    choice = fusion_evidence(retriever=retriever, target=useless, samples=20)
+    useless = SearchTarget(corpus, DictStore(texts), "e",
+                           **late_channel(FixedScorer({r: 1.0 for r in range(60)}, 0.0)))
+    choice = channel_evidence(retriever=retriever, target=useless, channel=LATE_INTERACTION, samples=20)
     assert choice.rule == "hdc" and choice.evidence["queries"] == 60  # a lead, a span, a held-out sentence each
     assert set(choice.evidence["mrr_by_kind"]) == {"lead", "span", "heldout"}
     assert choice.evidence["mrr"]["late"] < choice.evidence["mrr"]["hdc"]
     # A scorer that rates each held-out text above every row finds every target: significant.
-    oracle = SearchTarget(corpus, DictStore(texts), "e", late=FixedScorer({r: 0.0 for r in range(60)}, 1.0))
-    choice = fusion_evidence(retriever=retriever, target=oracle, samples=20)
+    oracle = SearchTarget(corpus, DictStore(texts), "e",
+                          **late_channel(FixedScorer({r: 0.0 for r in range(60)}, 1.0)))
+    choice = channel_evidence(retriever=retriever, target=oracle, channel=LATE_INTERACTION, samples=20)
     assert choice.rule != "hdc" and choice.evidence["mrr_by_kind"]["heldout"]["late"] == 1.0
-    with pytest.raises(ValueError, match="late scorer"):
-        fusion_evidence(retriever=retriever, target=SearchTarget(corpus, DictStore(texts), "e"))
+    with pytest.raises(ValueError, match="late_interaction channel needs a target that has it"):
+        channel_evidence(retriever=retriever, target=SearchTarget(corpus, DictStore(texts), "e"),
+                         channel=LATE_INTERACTION)
+    down = SearchTarget(corpus, DictStore(texts), "e", **late_channel(FixedScorer({}, unavailable=True)))
+    with pytest.raises(ValueError, match="cannot answer now"):
+        channel_evidence(retriever=retriever, target=down, channel=LATE_INTERACTION, samples=20)
 
 
 class FixedWordChannel(FixedScorer):
     """`FixedScorer` shaped as the exact-word channel: it scores every row at once."""
 
+    name, file, gate = WORDS, WordIndex.file, WordIndex.gate
+
     def score_all(self, query: str) -> np.ndarray:
         return np.array([self.scores.get(row, 0.0) for row in range(max(self.scores) + 1)])
+
+    def query(self, query: str) -> WordQuery:
+        return WordQuery(self, query)
 
 
 def test_a_word_channel_without_significant_evidence_is_fused_at_equal_weight(tmp_path):
@@ -460,12 +483,12 @@ def test_a_word_channel_without_significant_evidence_is_fused_at_equal_weight(tm
     # Every row and held-out text scored alike: no evidence either way. A late-interaction scorer
     # is then left out; a word channel keeps the gate's fallback, equal weight.
     flat = {r: 1.0 for r in range(60)}
-    late = fusion_evidence(retriever=retriever, target=SearchTarget(corpus, DictStore(texts), "e",
-                                                                     late=FixedScorer(flat, 1.0)), samples=20)
-    words = fusion_evidence(retriever=retriever, target=SearchTarget(corpus, DictStore(texts), "e",
-                                                                      late=FixedWordChannel(flat, 1.0)), samples=20)
-    assert late.rule == "hdc" and words.rule == WORD_FALLBACK == "z:1"
-    assert words.evidence["mrr"]["z:1"] == words.evidence["mrr"]["hdc"]  # flat scores change no ranking
+    late = SearchTarget(corpus, DictStore(texts), "e", **late_channel(FixedScorer(flat, 1.0)))
+    by_late = channel_evidence(retriever=retriever, target=late, channel=LATE_INTERACTION, samples=20)
+    words = SearchTarget(corpus, DictStore(texts), "e", **word_channel(FixedWordChannel(flat, 1.0)))
+    by_words = channel_evidence(retriever=retriever, target=words, channel=WORDS, samples=20)
+    assert by_late.rule == "hdc" and by_words.rule == WORD_FALLBACK == "z:1"
+    assert by_words.evidence["mrr"]["z:1"] == by_words.evidence["mrr"]["hdc"]  # flat scores change no ranking
 
 
 @pytest.mark.parametrize(("query", "terms"), [

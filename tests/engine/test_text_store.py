@@ -18,7 +18,7 @@ from engine.multivector.token_vectors import TokenVectorEncoder
 from engine.text_store import (
     LATE_FILE,
     PHASE,
-    LateScorer,
+    LateInteractionChannel,
     TextStoreError,
     text_doc_id,
     text_encoder_for,
@@ -104,8 +104,8 @@ def test_fill_writes_one_record_per_row_with_its_row_key(store, corpus, encoder,
 
 
 @pytest.fixture(scope="module")
-def scorer(filled, corpus, encoder, tokenizer) -> LateScorer:
-    return LateScorer.for_build(corpus, encoder=encoder, tokenizer=tokenizer)
+def scorer(filled, corpus, encoder, tokenizer) -> LateInteractionChannel:
+    return LateInteractionChannel.for_build(corpus, encoder=encoder, tokenizer=tokenizer)
 
 
 @pytest.mark.parametrize("query, expected", [
@@ -145,10 +145,10 @@ def test_scores_are_the_store_sequences_maxsim(scorer, filled, corpus, encoder, 
 
 def test_a_build_without_kept_vectors_has_no_scorer(tmp_path, corpus, encoder, tokenizer):
     bare = LoadedIndex(encoder=corpus.encoder, index=corpus.index, manifest=corpus.manifest, build_dir=tmp_path)
-    assert LateScorer.for_build(bare, encoder=encoder, tokenizer=tokenizer) is None
+    assert LateInteractionChannel.for_build(bare, encoder=encoder, tokenizer=tokenizer) is None
     other = TokenVectorEncoder(encoder.embeddings, dim=64)
     with pytest.raises(TextStoreError, match="written by encoder"):
-        LateScorer(Path(corpus.build_dir) / LATE_FILE, encoder=other, tokenizer=tokenizer)
+        LateInteractionChannel(Path(corpus.build_dir) / LATE_FILE, encoder=other, tokenizer=tokenizer)
 
 
 def test_a_later_build_replaces_the_previous_one(store, corpus, encoder, tokenizer):
