@@ -13,7 +13,7 @@ from rest_framework.test import APIClient
 
 from accounts.models import ApiToken
 from accounts.services.tokens import api_token_create, api_token_revoke
-from chat.services import conversation_create
+from chat.services import conversation_create, message_create_assistant, message_create_user
 from corpus.models import IndexBuild, Memory
 from corpus.services.builds import build_start
 from tests.plugins.api import error_of, token_client
@@ -68,6 +68,11 @@ CASES = [
     ("get", "/api/v1/conversations/{v}/messages/", None, None, (200, 404, 404, 404)),
     ("post", "/api/v1/conversations/{v}/messages/", {"content": ""}, "json", (400, 404, 404, 404)),
     ("get", "/api/v1/conversations/{v}/export/?format=md", None, None, (200, 404, 404, 404)),
+    ("put", "/api/v1/conversations/{v}/messages/{a}/feedback/", {"rating": "down"}, "json", (200, 404, 404, 404)),
+    # Staff only (none of these four is staff): the team lead's reads.
+    ("get", "/api/v1/feedback/", None, None, (403, 403, 403, 403)),
+    ("get", "/api/v1/audit/", None, None, (403, 403, 403, 403)),
+    ("get", "/api/v1/usage/", None, None, (403, 403, 403, 403)),
     ("get", "/api/v1/models/corpus-{c}", None, None, (200, 200, 200, 404)),
     ("post", "/api/v1/chat/completions", {"model": "corpus-{c}", "messages": []}, "json", (400, 400, 400, 400)),
     ("post", "/api/v1/chat/completions", {"model": "corpus-{c}", "messages": [{"role": "assistant", "content": "x"}]},
@@ -80,10 +85,12 @@ LISTS = ["/api/v1/corpora/", "/api/v1/conversations/", "/api/v1/models", "/api/v
 def objects(corpus, owner, dataset):
     build = build_start(corpus=corpus, user=owner)  # queued: its task waits for a commit that never comes
     conversation = conversation_create(user=owner, title="Mine", corpus_ids=[corpus.pk])
+    message_create_user(conversation_id=conversation.pk, content="Where do tides come from?")
+    answer = message_create_assistant(conversation_id=conversation.pk, content="The moon.", status="complete")
     old_build = IndexBuild.objects.create(corpus=corpus, status="succeeded")
     memory = Memory.objects.create(corpus=corpus, build=old_build, hdv_idx=0, content_hash="0" * 32,
                                    text="Tides follow the moon.", dataset=dataset, token_count=5)
-    return {"c": corpus.pk, "d": dataset.pk, "b": build.pk, "v": conversation.pk, "m": memory.pk}
+    return {"c": corpus.pk, "d": dataset.pk, "b": build.pk, "v": conversation.pk, "m": memory.pk, "a": answer.pk}
 
 
 def _call(client: APIClient, method: str, path: str, body, fmt):  # noqa: ANN001
