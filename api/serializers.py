@@ -40,15 +40,19 @@ def _group_ids(value: list[int], user: Any, field: str) -> list[Group]:
 
 
 def _setting_field(setting: CorpusSetting, *, write: bool) -> serializers.Field:
-    """The API's field for a declared corpus setting: its type, range and help text."""
-    options: dict[str, Any] = {"help_text": setting.help_text}
+    """The API's field for a declared corpus setting: its type and help text, and what a request
+    may send (a stored value is shown as it is, even one accepted under older bounds)."""
+    staff = " Staff only." if setting.staff_only else ""
+    options: dict[str, Any] = {"help_text": f"{setting.help_text}{staff}"}
     if write:
         options["required"] = False
     if setting.kind is bool:
         return serializers.BooleanField(**options)
     if setting.kind is str:
         return serializers.CharField(allow_blank=True, max_length=setting.max_length, **options)
-    return serializers.IntegerField(min_value=setting.bounds.low, max_value=setting.bounds.high, **options)
+    if write:
+        options.update(min_value=setting.bounds.low, max_value=setting.bounds.high)
+    return serializers.IntegerField(**options)
 
 
 def _with_settings(fields: dict[str, serializers.Field], *, after: str,
@@ -65,9 +69,9 @@ def _with_settings(fields: dict[str, serializers.Field], *, after: str,
     return out
 
 
+# A corpus's name and sharing, and its declared settings (corpus.corpus_settings): what a value
+# may be is checked again by the service the page calls too (`corpus_create`, `corpus_update`).
 class CorpusWriteSerializer(serializers.Serializer):
-    """A corpus's name and sharing, and its declared settings (corpus.corpus_settings): what a
-    value may be is checked by the service the page calls too (`corpus_create`, `corpus_update`)."""
 
     name = serializers.CharField(max_length=200)
     description = serializers.CharField(required=False, allow_blank=True, max_length=10000)
@@ -93,9 +97,8 @@ class CorpusWriteSerializer(serializers.Serializer):
         return attrs
 
 
+# The declared settings but the staff-only ones (a path on the server).
 class CorpusSerializer(serializers.Serializer):
-    """A corpus as the API shows it: the declared settings but the staff-only ones."""
-
     id = serializers.IntegerField()
     name = serializers.CharField()
     description = serializers.CharField()

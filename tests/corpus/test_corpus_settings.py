@@ -59,9 +59,12 @@ def test_a_setting_added_to_the_declaration_reaches_every_surface(dummy_declared
     assert "Index settings apply to the next build" in saved  # declared `rebuild`
 
     components = _schema()["components"]["schemas"]
-    for shape in ("CorpusWriteRequest", "PatchedCorpusWriteRequest", "Corpus"):
+    for shape in ("CorpusWriteRequest", "PatchedCorpusWriteRequest"):
         declared = components[shape]["properties"]["dummy_depth"]
         assert (declared["type"], declared["minimum"], declared["maximum"]) == ("integer", 1, 9), shape
+    shown = components["Corpus"]["properties"]["dummy_depth"]
+    assert shown["type"] == "integer" and "how deep the dummy goes" in shown["description"]
+    assert "dummy_depth" in components["Corpus"]["required"]
     api = token_client(owner)
     refused = api.patch(f"/api/v1/corpora/{corpus.pk}/", {"dummy_depth": 0}, format="json")
     assert refused.status_code == 400 and "dummy_depth" in error_of(refused)["details"]
