@@ -15,10 +15,9 @@ from rest_framework import serializers
 from chat.models import MAX_TOKEN_BUDGET, Message
 from chat.serializers import CitationSerializer, MessageSerializer
 from chat.services import MAX_MESSAGE_CHARS
+from corpus.corpus_settings import CorpusSetting, settings_declared
 from corpus.models import Corpus
 from corpus.serializers import BuildSerializer
-from engine.gguf import GGUFError, read_metadata
-from engine.tokenizer import index_tokenizer_refusal
 
 
 class ErrorDetailSerializer(serializers.Serializer):
@@ -40,54 +39,65 @@ def _group_ids(value: list[int], user: Any, field: str) -> list[Group]:
     return found
 
 
+def _setting_field(setting: CorpusSetting, *, write: bool) -> serializers.Field:
+    """The API's field for a declared corpus setting: its type and help text, and what a request
+    may send (a stored value is shown as it is, even one accepted under older bounds)."""
+    staff = " Staff only." if setting.staff_only else ""
+    options: dict[str, Any] = {"help_text": f"{setting.help_text}{staff}"}
+    if write:
+        options["required"] = False
+    if setting.kind is bool:
+        return serializers.BooleanField(**options)
+    if setting.kind is str:
+        return serializers.CharField(allow_blank=True, max_length=setting.max_length, **options)
+    if write:
+        options.update(min_value=setting.bounds.low, max_value=setting.bounds.high)
+    return serializers.IntegerField(**options)
+
+
+def _with_settings(fields: dict[str, serializers.Field], *, after: str,
+                   write: bool) -> dict[str, serializers.Field]:
+    """`fields` with a field for each declared corpus setting after the field `after`; a read
+    shape leaves out the staff-only ones (a path on the server)."""
+    shown = [setting for setting in settings_declared() if write or not setting.staff_only]
+    declared = {setting.name: _setting_field(setting, write=write) for setting in shown}
+    out: dict[str, serializers.Field] = {}
+    for name, field in fields.items():
+        out[name] = field
+        if name == after:
+            out.update(declared)
+    return out
+
+
+# A corpus's name and sharing, and its declared settings (corpus.corpus_settings): what a value
+# may be is checked again by the service the page calls too (`corpus_create`, `corpus_update`).
 class CorpusWriteSerializer(serializers.Serializer):
+
     name = serializers.CharField(max_length=200)
     description = serializers.CharField(required=False, allow_blank=True, max_length=10000)
     visibility = serializers.ChoiceField(choices=Corpus.Visibility.values, required=False)
-    readable_groups = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False,
-                                            max_length=1000, help_text="Ids of your groups that may read.")
-    writable_groups = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False,
-                                            max_length=1000, help_text="Ids of your groups that may also write.")
-    hdc_dimensions = serializers.IntegerField(min_value=64, max_value=65536, required=False)
-    hdc_seed = serializers.IntegerField(min_value=0, max_value=2 ** 31 - 1, required=False)
-    hdc_ngram = serializers.IntegerField(min_value=1, max_value=16, required=False)
-    chunk_size = serializers.IntegerField(min_value=8, max_value=32768, required=False)
-    late_interaction = serializers.BooleanField(required=False)
-    meaning_channel = serializers.BooleanField(required=False, help_text=(
-        "Also read each memory with a sentence encoder at build time, so questions worded unlike the text find "
-        "it (tens of memories a second to build; not with late_interaction)."))
-    append_on_upload = serializers.BooleanField(required=False, help_text=(
-        "Make uploads searchable at once: an upload queues an append (default true)."))
-    gguf_path = serializers.CharField(required=False, allow_blank=True, max_length=500,
-                                      help_text="A GGUF model path on the server (staff only).")
+    readable_groups = serializers.ListField(
+        child=serializers.IntegerField(min_value=1), required=False, max_length=1000,
+        help_text="Ids of your groups that may read.")
+    writable_groups = serializers.ListField(
+        child=serializers.IntegerField(min_value=1), required=False, max_length=1000,
+        help_text="Ids of your groups that may also write.")
 
-    def validate_gguf_path(self, value: str) -> str:
-        if not self.context["request"].user.is_staff:
-            raise serializers.ValidationError("Only staff may choose the model.")
-        value = value.strip()
-        if value:
-            try:
-                metadata = read_metadata(value)
-            except (GGUFError, OSError, ValueError) as error:
-                raise serializers.ValidationError(f"Not a readable GGUF model: {error}") from None
-            refusal = index_tokenizer_refusal(metadata.tokenizer_model)
-            if refusal:
-                raise serializers.ValidationError(refusal)
-        return value
+    def get_fields(self) -> dict[str, serializers.Field]:
+        return _with_settings(super().get_fields(), after="writable_groups", write=True)
 
     def validate(self, attrs: dict[str, Any]) -> dict[str, Any]:
         user = self.context["request"].user
         for field in ("readable_groups", "writable_groups"):
             if field in attrs:
                 attrs[field] = _group_ids(attrs[field], user, field)
-        corpus = self.instance
-        both = [attrs.get(name, getattr(corpus, name, False)) for name in ("meaning_channel", "late_interaction")]
-        if all(both):
-            raise serializers.ValidationError({"meaning_channel": "The meaning channel ranks after the exact-word "
-                                               "channel, which a late-interaction corpus does not have."})
+        staff_only = sorted(s.name for s in settings_declared() if s.staff_only and s.name in attrs)
+        if staff_only and not user.is_staff:
+            raise serializers.ValidationError({name: "Only staff may set this." for name in staff_only})
         return attrs
 
 
+# The declared settings but the staff-only ones (a path on the server).
 class CorpusSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     name = serializers.CharField()
@@ -96,18 +106,14 @@ class CorpusSerializer(serializers.Serializer):
     owner = serializers.CharField(source="owner.username")
     readable_groups = serializers.SerializerMethodField()
     writable_groups = serializers.SerializerMethodField()
-    hdc_dimensions = serializers.IntegerField()
-    hdc_seed = serializers.IntegerField()
-    hdc_ngram = serializers.IntegerField()
-    chunk_size = serializers.IntegerField()
-    late_interaction = serializers.BooleanField()
-    meaning_channel = serializers.BooleanField()
-    append_on_upload = serializers.BooleanField()
     active_build = serializers.IntegerField(source="active_build_id", allow_null=True)
     active_appends = serializers.ListField(child=serializers.IntegerField(), help_text=(
         "Ids of the append segments searched on top of the active build, oldest first."))
     created = serializers.DateTimeField()
     updated = serializers.DateTimeField()
+
+    def get_fields(self) -> dict[str, serializers.Field]:
+        return _with_settings(super().get_fields(), after="writable_groups", write=False)
 
     def get_readable_groups(self, corpus: Corpus) -> list[int]:
         return sorted(g.pk for g in corpus.readable_groups.all())

@@ -1,16 +1,12 @@
 from __future__ import annotations
 
 from django import forms
-from django.core.validators import MaxValueValidator, MinValueValidator
 
 from accounts.services.groups import groups_shareable_by
+from corpus.corpus_settings import settings_declared
 from corpus.models import Corpus
 from corpus.services.builds import MEANING_BYTES_PER_MEMORY, meaning_rate
 from corpus.templatetags.portal import seconds
-from engine.gguf import GGUFError, read_metadata
-from engine.tokenizer import index_tokenizer_refusal
-
-NUMBER_FIELDS = ("hdc_dimensions", "hdc_seed", "hdc_ngram", "chunk_size")
 
 
 def meaning_cost(corpus: Corpus | None) -> str:
@@ -27,13 +23,13 @@ def meaning_cost(corpus: Corpus | None) -> str:
 
 
 class CorpusForm(forms.ModelForm):
-    """Create/edit a corpus. The model path is a path on the server, so only staff may set it."""
+    """Create/edit a corpus: its name, description and sharing, then each declared setting
+    (corpus.corpus_settings). The view saves through the service, whose checks are the settings'.
+    A staff-only setting names something on the server (the model path), so only staff see it."""
 
     class Meta:
         model = Corpus
-        fields = ["name", "description", "visibility", "readable_groups", "writable_groups", "hdc_dimensions",
-                  "hdc_seed", "hdc_ngram", "chunk_size", "gguf_path", "late_interaction", "meaning_channel",
-                  "append_on_upload"]
+        fields = ["name", "description", "visibility", "readable_groups", "writable_groups"]
         widgets = {"description": forms.Textarea(attrs={"rows": 3}),
                    "readable_groups": forms.CheckboxSelectMultiple, "writable_groups": forms.CheckboxSelectMultiple}
 
@@ -48,39 +44,19 @@ class CorpusForm(forms.ModelForm):
         else:
             # In no group: nothing to pick (a label with no boxes); the corpus page shares with people.
             del self.fields["readable_groups"], self.fields["writable_groups"]
-        # The browser refuses what the model's validators would (0 dimensions, a 0-gram) before a round trip.
-        for name, field in self.fields.items():
-            for validator in Corpus._meta.get_field(name).validators if name in NUMBER_FIELDS else ():
-                if isinstance(validator, MinValueValidator):
-                    field.min_value = validator.limit_value
-                    field.widget.attrs["min"] = validator.limit_value
-                elif isinstance(validator, MaxValueValidator):
-                    field.max_value = validator.limit_value
-                    field.widget.attrs["max"] = validator.limit_value
-        if not user.is_staff:
-            del self.fields["gguf_path"]
+        for setting in settings_declared():
+            if setting.staff_only and not user.is_staff:
+                continue
+            self.fields[setting.name] = setting.form_field()
+            if self.instance.pk:
+                self.initial[setting.name] = getattr(self.instance, setting.name)
         # What the option costs, measured where it can be, before the owner turns it on.
-        self.fields["meaning_channel"].help_text = (f"{Corpus._meta.get_field('meaning_channel').help_text} "
+        self.fields["meaning_channel"].help_text = (f"{self.fields['meaning_channel'].help_text} "
                                                     f"{meaning_cost(self.instance if self.instance.pk else None)}")
 
-    def clean(self) -> dict:
-        data = super().clean()
-        if data.get("meaning_channel") and data.get("late_interaction"):
-            self.add_error("meaning_channel", "The meaning channel ranks after the exact-word channel, which a "
-                                              "late-interaction corpus does not have: choose one of the two.")
-        return data
-
-    def clean_gguf_path(self) -> str:
-        path = self.cleaned_data.get("gguf_path", "").strip()
-        if path:
-            try:
-                metadata = read_metadata(path)
-            except (GGUFError, OSError) as error:
-                raise forms.ValidationError(f"Not a readable GGUF model: {error}") from None
-            refusal = index_tokenizer_refusal(metadata.tokenizer_model)
-            if refusal:
-                raise forms.ValidationError(refusal)
-        return path
+    def rebuild_changed(self) -> bool:
+        """Whether a changed setting waits for the next build (after `is_valid`)."""
+        return any(setting.rebuild and setting.name in self.changed_data for setting in settings_declared())
 
 
 class MultipleFileInput(forms.ClearableFileInput):

@@ -6,15 +6,13 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import Group
-from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models import Max, Q
 
 from corpus.build_parameters import BuildParameters
+from corpus.corpus_settings import model_field
 from corpus.files import data_storage
-from engine.config import Config
 
-_DEFAULTS = Config()
 # How pages name a dataset's format (engine.datasets.FORMATS).
 FORMAT_LABELS = {"pdf": "PDF", "docx": "Word", "markdown": "Markdown", "text": "text", "html": "HTML", "xml": "XML",
                  "json": "JSON", "jsonl": "JSONL", "parquet": "Parquet"}
@@ -38,32 +36,15 @@ class Corpus(models.Model):
                                             help_text="People who may search and view (visibility 'shared').")
     writable_users = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="writable_corpora",
                                             help_text="People who may also upload datasets and start builds.")
-    hdc_dimensions = models.PositiveIntegerField(
-        "HDC dimensions", default=_DEFAULTS.hdc_dimensions, validators=[MinValueValidator(64), MaxValueValidator(65536)],
-        help_text="Length of each memory's hypervector (64 to 65,536); more separates memories better.")
-    hdc_seed = models.PositiveIntegerField(
-        "Random seed", default=_DEFAULTS.hdc_seed, validators=[MinValueValidator(1), MaxValueValidator(2 ** 31 - 1)],
-        help_text="Seeds the random projection; the same seed gives the same index.")
-    hdc_ngram = models.PositiveSmallIntegerField(
-        "N-gram length", default=_DEFAULTS.hdc_ngram, validators=[MinValueValidator(1), MaxValueValidator(16)],
-        help_text="Neighbouring tokens bound together (1 to 16).")
-    chunk_size = models.PositiveIntegerField(
-        "Chunk size (tokens)", default=_DEFAULTS.chunk_size, validators=[MinValueValidator(8), MaxValueValidator(32768)],
-        help_text="Tokens per memory: longer texts, pages and records are cut into windows of this size.")
-    gguf_path = models.CharField("GGUF model path", max_length=500, blank=True,
-                                 help_text="GGUF model whose token embeddings seed the index; blank: the default model.")
-    late_interaction = models.BooleanField(
-        "Late interaction", default=False,
-        help_text="Also fill the corpus's text collection with each memory's token multi-vector at build time, "
-                  "so searches fuse HDC with late interaction. Costs up to ~0.5 MB per memory in Chroma.")
-    meaning_channel = models.BooleanField(
-        "Meaning channel", default=False,
-        help_text="Also read each memory with a small sentence encoder (all-MiniLM-L6-v2) at build time, so a "
-                  "question worded unlike the text still finds it. Slow to build: tens of memories a second.")
-    append_on_upload = models.BooleanField(
-        "Index uploads at once", default=True,
-        help_text="A successful upload queues an append that makes the new files searchable within seconds, "
-                  "without a full build (not for late-interaction corpora, which need a build).")
+    # The settings are declared in corpus.corpus_settings; each column is made from its declaration.
+    hdc_dimensions = model_field("hdc_dimensions")
+    hdc_seed = model_field("hdc_seed")
+    hdc_ngram = model_field("hdc_ngram")
+    chunk_size = model_field("chunk_size")
+    gguf_path = model_field("gguf_path")
+    late_interaction = model_field("late_interaction")
+    meaning_channel = model_field("meaning_channel")
+    append_on_upload = model_field("append_on_upload")
     active_build = models.ForeignKey("IndexBuild", null=True, blank=True, on_delete=models.SET_NULL,
                                      related_name="+", help_text="The build searches use; switched atomically.")
     # The corpus's searchable state is the active (full) build plus these append segments, oldest

@@ -34,8 +34,10 @@ from corpus.services.batch_uploads import datasets_upload, upload_summary
 from corpus.services.build_liveness import builds_sweep_stale
 from corpus.services.builds import build_cancel, build_start, index_after_upload
 from corpus.services.corpora import (
+    CorpusSettingsInvalid,
     corpus_create,
     corpus_delete,
+    corpus_update,
     dataset_discard,
     dataset_set_enabled,
 )
@@ -58,11 +60,10 @@ def corpus_new(request: HttpRequest) -> HttpResponse:
     form = CorpusForm(request.POST or None, user=request.user)
     if request.method == "POST" and form.is_valid():
         data = dict(form.cleaned_data)
-        readable, writable = data.pop("readable_groups", ()), data.pop("writable_groups", ())
         try:
-            corpus = corpus_create(owner=request.user, readable_groups=readable, writable_groups=writable, **data)
+            corpus = corpus_create(owner=request.user, **data)
         except ApplicationError as error:
-            form.add_error(None, error.message)
+            _refusals_shown(form, error)
         else:
             messages.success(request, f"Corpus {corpus.name!r} created. Upload a dataset, then build its index.")
             return redirect("corpus:detail", pk=corpus.pk)
@@ -75,17 +76,29 @@ def corpus_edit(request: HttpRequest, pk: int) -> HttpResponse:
         raise PermissionDenied("Only the owner can change a corpus's settings.")
     form = CorpusForm(request.POST or None, instance=corpus, user=request.user)
     if request.method == "POST" and form.is_valid():
-        form.save()
-        index_fields = {"hdc_dimensions", "hdc_seed", "hdc_ngram", "chunk_size", "gguf_path", "late_interaction",
-                        "meaning_channel"}
-        if not form.changed_data:
-            messages.info(request, "Nothing changed.")
-        elif index_fields & set(form.changed_data):
-            messages.success(request, "Settings saved. Index settings apply to the next build; the rest at once.")
+        try:
+            corpus_update(corpus=corpus, **form.cleaned_data)
+        except ApplicationError as error:
+            _refusals_shown(form, error)
         else:
-            messages.success(request, "Settings saved. They apply at once.")
-        return redirect("corpus:detail", pk=corpus.pk)
+            if not form.changed_data:
+                messages.info(request, "Nothing changed.")
+            elif form.rebuild_changed():
+                messages.success(request, "Settings saved. Index settings apply to the next build; "
+                                          "the rest at once.")
+            else:
+                messages.success(request, "Settings saved. They apply at once.")
+            return redirect("corpus:detail", pk=corpus.pk)
     return render(request, "corpus/form.html", {"form": form, "corpus": corpus})
+
+
+def _refusals_shown(form: CorpusForm, error: ApplicationError) -> None:
+    """The service's refusal on the form: each field's messages beside it, the rest above."""
+    if not isinstance(error, CorpusSettingsInvalid):
+        form.add_error(None, error.message)
+        return
+    for field, refusals in error.details.items():
+        form.add_error(field if field in form.fields else None, refusals)
 
 
 @require_POST

@@ -34,15 +34,45 @@ def check_ranges(settings: object, ranges: Iterable[Range]) -> None:
             raise ValueError(f"{name} must be {wording}, got {value}")
 
 
-_CONFIG_RANGES: tuple[Range, ...] = (
-    ("hdc_dimensions", lambda value: value >= 64, ">= 64"),
-    ("hdc_ngram", lambda value: 1 <= value <= 16, "in 1..16"),
-    ("hdc_drop_components", lambda value: value >= 0, ">= 0"),
-    ("min_context", lambda value: value >= 0, ">= 0"),
-    ("max_context_tokens", lambda value: value > 0, "> 0"),
-    ("chunk_size", lambda value: value >= 8, ">= 8"),
-    ("loop_retries", lambda value: 0 <= value <= 3, "in 0..3"),
-)
+@dataclass(frozen=True)
+class Bounds:
+    """An integer setting's allowed values, `low`..`high` inclusive; None leaves that end open."""
+
+    low: int | None = None
+    high: int | None = None
+
+    def allows(self, value: int) -> bool:
+        return (self.low is None or value >= self.low) and (self.high is None or value <= self.high)
+
+    @property
+    def wording(self) -> str:
+        if self.low is not None and self.high is not None:
+            return f"in {self.low}..{self.high}"
+        return f">= {self.low}" if self.low is not None else f"<= {self.high}"
+
+    def narrowed(self, *, low: int | None = None, high: int | None = None) -> Bounds:
+        """These bounds with a caller's tighter ends (a portal's storage limit); an end that would
+        widen what the engine allows is a ValueError, since the engine would refuse the value."""
+        if low is not None and self.low is not None and low < self.low \
+                or high is not None and self.high is not None and high > self.high:
+            raise ValueError(f"{low}..{high} widens the engine's {self.wording}")
+        return Bounds(self.low if low is None else low, self.high if high is None else high)
+
+
+# The engine's own ranges for its integer settings: what a Config refuses. Apps that expose a
+# setting name its bounds here and may narrow them (corpus.corpus_settings), never widen them.
+CONFIG_BOUNDS: dict[str, Bounds] = {
+    "hdc_dimensions": Bounds(64),
+    "hdc_seed": Bounds(0),
+    "hdc_ngram": Bounds(1, 16),
+    "hdc_drop_components": Bounds(0),
+    "min_context": Bounds(0),
+    "max_context_tokens": Bounds(1),
+    "chunk_size": Bounds(8),
+    "loop_retries": Bounds(0, 3),
+}
+_CONFIG_RANGES: tuple[Range, ...] = tuple((name, bounds.allows, bounds.wording)
+                                          for name, bounds in CONFIG_BOUNDS.items())
 
 
 @dataclass(frozen=True)

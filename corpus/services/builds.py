@@ -21,6 +21,7 @@ from django.utils import timezone
 from core.errors import ApplicationError, ConflictError
 from core.runtime import default_gguf, engine_config
 from corpus.build_parameters import BuildParameters
+from corpus.corpus_settings import settings_declared
 from corpus.events import send_build_event
 from corpus.files import build_dir
 from corpus.memory_rows import memories_delete_for_build
@@ -43,11 +44,14 @@ class BuildNotCancellable(ConflictError):
 
 
 def corpus_parameters(corpus: Corpus) -> BuildParameters:
-    """The corpus's engine settings as a build of it now would record them."""
-    return BuildParameters(hdc_dimensions=corpus.hdc_dimensions, hdc_seed=corpus.hdc_seed, hdc_ngram=corpus.hdc_ngram,
-                           hdc_drop_components=engine_config().hdc_drop_components, chunk_size=corpus.chunk_size,
-                           gguf_path=str(Path(corpus.gguf_path) if corpus.gguf_path else default_gguf()),
-                           late_interaction=corpus.late_interaction, meaning_channel=corpus.meaning_channel)
+    """The corpus's engine settings as a build of it now would record them: each setting declared
+    `rebuild` (corpus.corpus_settings), the model's path on this machine and the engine's
+    components to drop."""
+    recorded = {setting.name: getattr(corpus, setting.name)
+                for setting in settings_declared() if setting.rebuild}
+    recorded["gguf_path"] = str(Path(corpus.gguf_path) if corpus.gguf_path else default_gguf())
+    recorded["hdc_drop_components"] = engine_config().hdc_drop_components
+    return BuildParameters.from_json(recorded)
 
 
 def build_start(*, corpus: Corpus, user: AbstractBaseUser | None) -> IndexBuild:

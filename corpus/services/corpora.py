@@ -23,6 +23,7 @@ from core.errors import ApplicationError, ConflictError
 from core.runtime import default_gguf
 from corpus.build_parameters import BuildParameters
 from corpus.chroma import store_for
+from corpus.corpus_settings import settings_declared, settings_refusals
 from corpus.files import corpus_dir, staging_dir
 from corpus.models import Corpus, Dataset
 from corpus.object_store import delete_corpus_objects, delete_dataset, put_dataset
@@ -32,8 +33,8 @@ from corpus.uploads import upload_limit_message
 from engine.datasets import DatasetError, validate_dataset
 from engine.text_store import text_store_delete_source
 
-CORPUS_SETTINGS = ("description", "visibility", "hdc_dimensions", "hdc_seed", "hdc_ngram", "chunk_size", "gguf_path",
-                   "late_interaction", "meaning_channel", "append_on_upload")
+# What a corpus has beside its declared settings (corpus.corpus_settings) that the services change.
+CORPUS_FIELDS = ("description", "visibility")
 logger = logging.getLogger(__name__)
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -64,44 +65,65 @@ class CorpusNameTaken(ConflictError):
     code = "name_taken"
 
 
+class CorpusSettingsInvalid(ApplicationError):
+    """A value or a rule between settings refused; `details` maps each field to its messages."""
+
+
 def corpus_create(*, owner: AbstractBaseUser, name: str, readable_groups: Iterable[Group] = (),
                   writable_groups: Iterable[Group] = (), **options: Any) -> Corpus:
-    """A new corpus owned by `owner`; `options` are any of CORPUS_SETTINGS."""
-    unknown = sorted(set(options) - set(CORPUS_SETTINGS))
-    if unknown:
-        raise ValueError(f"unknown corpus settings: {', '.join(unknown)}")
+    """A new corpus owned by `owner`; `options` are any of CORPUS_FIELDS and the declared settings.
+    Raises ApplicationError (CorpusSettingsInvalid: the refusals by field in `details`)."""
     name = name.strip()
     if not name:
         raise ApplicationError("A corpus needs a name.")
-    corpus = _checked_save(Corpus(owner=owner, name=name, **options), readable_groups=readable_groups,
-                           writable_groups=writable_groups)
+    corpus = Corpus(owner=owner, name=name)
+    _options_apply(corpus, options, check_all=True)
+    corpus = _checked_save(corpus, readable_groups=readable_groups, writable_groups=writable_groups)
     audit_record(action="corpus_created", target=f"{corpus.name} (#{corpus.pk})", owner=owner.get_username())
     return corpus
 
 
 def corpus_update(*, corpus: Corpus, name: str | None = None, readable_groups: Iterable[Group] | None = None,
                   writable_groups: Iterable[Group] | None = None, **options: Any) -> Corpus:
-    """Change the given settings (any of CORPUS_SETTINGS, the name, the groups); they apply to
-    the next build. Raises ApplicationError (a ValidationError's messages in `details`)."""
-    unknown = sorted(set(options) - set(CORPUS_SETTINGS))
-    if unknown:
-        raise ValueError(f"unknown corpus settings: {', '.join(unknown)}")
+    """Change the given settings (any of CORPUS_FIELDS and the declared settings, the name, the
+    groups): the page and the API both change a corpus here. A setting declared `rebuild` applies to
+    the next build, the rest at once. Raises ApplicationError (its refusals by field in `details`)."""
     if name is not None:
         if not name.strip():
             raise ApplicationError("A corpus needs a name.", {"name": name})
         corpus.name = name.strip()
-    for field, value in options.items():
-        setattr(corpus, field, value)
+    _options_apply(corpus, options, check_all=False)
     return _checked_save(corpus, readable_groups=readable_groups, writable_groups=writable_groups)
+
+
+def _options_apply(corpus: Corpus, options: dict[str, Any], *, check_all: bool) -> None:
+    """Set `options` on `corpus` (not saved) after the declaration's checks: every setting's with
+    `check_all`, else those whose value changes; then the rules between settings."""
+    declared = {setting.name: setting for setting in settings_declared()}
+    unknown = sorted(set(options) - set(declared) - set(CORPUS_FIELDS))
+    if unknown:
+        raise ValueError(f"unknown corpus settings: {', '.join(unknown)}")
+    changed = set(declared) if check_all else set()
+    for field, value in options.items():
+        if field in declared:
+            value = declared[field].cleaned(value)
+            if getattr(corpus, field) != value:
+                changed.add(field)
+        setattr(corpus, field, value)
+    refusals = settings_refusals({name: getattr(corpus, name) for name in declared}, changed=changed)
+    if refusals:
+        raise CorpusSettingsInvalid("Invalid corpus settings.", refusals)
 
 
 def _checked_save(corpus: Corpus, *, readable_groups: Iterable[Group] | None,
                   writable_groups: Iterable[Group] | None) -> Corpus:
-    """Validate the fields, then save the row and the given group lists together (None: unchanged)."""
+    """Validate the other fields (the declared settings were checked by `_options_apply`), then
+    save the row and the given group lists together (None: unchanged)."""
     try:
-        corpus.full_clean(exclude=["owner", "active_build"], validate_unique=False)
+        corpus.full_clean(exclude=["owner", "active_build", *(s.name for s in settings_declared())],
+                          validate_unique=False)
     except ValidationError as error:
-        raise ApplicationError("Invalid corpus settings.", error.message_dict) from None
+        raise CorpusSettingsInvalid("Invalid corpus settings.", error.message_dict) from None
     try:
         with transaction.atomic():
             corpus.save()

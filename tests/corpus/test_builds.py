@@ -222,18 +222,20 @@ def test_nul_characters_survive_the_memory_insert(corpus, owner, django_capture_
     assert stored.text == texts[0].replace("\x00", "\ufffd")
 
 
-def test_an_embedding_model_the_engine_cannot_tokenize_is_refused_by_the_form(staff, gemma_gguf):
-    """The chat model (byte-level BPE) is a fine LLM but cannot build an index: the corpus form
-    says so at once instead of a build failing later."""
-    from corpus.forms import CorpusForm
+def test_an_embedding_model_the_engine_cannot_tokenize_is_refused_by_the_settings_page(staff, gemma_gguf):
+    """The chat model (byte-level BPE) is a fine LLM but cannot build an index: the settings page
+    says so at once (the service's check, which the API shares) instead of a build failing later."""
     from engine.model_files import default_chat_gguf_path
 
+    client = login(staff)
     values = {"name": "Notes", "visibility": "private", "hdc_dimensions": 1024, "hdc_seed": 42, "hdc_ngram": 3,
               "chunk_size": 256}
-    form = CorpusForm(data={**values, "gguf_path": str(default_chat_gguf_path())}, user=staff)
-    assert not form.is_valid()
-    assert "SentencePiece" in form.errors["gguf_path"][0] and "'gpt2'" in form.errors["gguf_path"][0]
-    assert CorpusForm(data={**values, "gguf_path": str(gemma_gguf)}, user=staff).is_valid()
+    refused = client.post(reverse("corpus:new"), {**values, "gguf_path": str(default_chat_gguf_path())})
+    page = refused.content.decode()
+    assert refused.status_code == 200 and "SentencePiece" in page and "&#x27;gpt2&#x27;" in page
+    assert not Corpus.objects.filter(name="Notes").exists()
+    accepted = client.post(reverse("corpus:new"), {**values, "gguf_path": str(gemma_gguf)})
+    assert accepted.status_code == 302 and Corpus.objects.get(name="Notes").gguf_path == str(gemma_gguf)
 
 
 def test_the_build_task_is_registered_in_every_process_that_loads_the_apps():
