@@ -196,6 +196,22 @@ class UsageBuildSerializer(serializers.Serializer):
     finished = serializers.DateTimeField()
 
 
+class UsageLimitsSerializer(serializers.Serializer):
+    questions_per_day = serializers.IntegerField(allow_null=True, help_text="null: no limit.")
+    tokens_per_day = serializers.IntegerField(allow_null=True, help_text="null: no limit.")
+    upload_bytes_per_day = serializers.IntegerField(allow_null=True, help_text="null: no limit.")
+
+
+class UsageAskerSerializer(serializers.Serializer):
+    user = serializers.CharField()
+    user_id = serializers.IntegerField()
+    questions = serializers.IntegerField()
+    tokens = serializers.IntegerField()
+    today_questions = serializers.IntegerField()
+    today_tokens = serializers.IntegerField()
+    limits = UsageLimitsSerializer(help_text="Today's limits (accounts.quotas).")
+
+
 class UsageReportSerializer(serializers.Serializer):
     """What the usage page shows (`chat.usage_report.UsageReport`)."""
 
@@ -214,3 +230,4 @@ class UsageReportSerializer(serializers.Serializer):
     no_memory_share = serializers.FloatField(allow_null=True,
                                              help_text="Share of questions to a corpus that found no memory.")
     slowest_builds = UsageBuildSerializer(many=True)
+    askers = UsageAskerSerializer(many=True, help_text="Each person's use, most active first (50 at most).")

@@ -9,11 +9,12 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
 
-from django.db.models import Count, DurationField, ExpressionWrapper, F, QuerySet
+from django.contrib.auth import get_user_model
+from django.db.models import Count, DurationField, ExpressionWrapper, F, QuerySet, Sum
 from django.db.models.functions import TruncDate
 from django.utils import timezone
 
-from accounts.quotas import day_bounds
+from accounts.quotas import day_bounds, quota_limits
 from chat.models import AnswerFeedback, TurnRecord
 from corpus.models import Corpus, IndexBuild
 
@@ -37,6 +38,8 @@ class UsageReport:
     people: int = 0
     no_memory_share: float | None = None
     slowest_builds: list[dict] = field(default_factory=list)
+    # {"user", "user_id", "questions", "tokens", "today_questions", "today_tokens", "limits"}, most active first
+    askers: list[dict] = field(default_factory=list)
 
 
 def _percentile(values: list[float], share: float) -> float | None:
@@ -67,7 +70,22 @@ def usage_report(*, days: int) -> UsageReport:
     searched = [memories for memories, corpora in turns.values_list("memories", "corpus_ids") if corpora]
     report.no_memory_share = round(searched.count(0) / len(searched), 3) if searched else None
     report.slowest_builds = _slowest_builds(start)
+    report.askers = _askers(turns, today)
     return report
+
+
+def _askers(turns: QuerySet[TurnRecord], today: datetime, limit: int = 50) -> list[dict]:
+    """Each person's questions and tokens in the range and today, beside their daily limits."""
+    tokens = Sum(F("prompt_tokens") + F("completion_tokens"))
+    rows = list(turns.exclude(user=None).values("user").annotate(questions=Count("id"), tokens=tokens)
+                .order_by("-questions")[:limit])
+    today_rows = {row["user"]: row for row in turns.filter(created__gte=today, user__in=[r["user"] for r in rows])
+                  .values("user").annotate(questions=Count("id"), tokens=tokens)}
+    users = get_user_model().objects.in_bulk([row["user"] for row in rows])
+    return [{"user": users[row["user"]].get_username(), "user_id": row["user"], "questions": row["questions"],
+             "tokens": row["tokens"] or 0, "today_questions": today_rows.get(row["user"], {}).get("questions", 0),
+             "today_tokens": today_rows.get(row["user"], {}).get("tokens") or 0,
+             "limits": quota_limits(user=users[row["user"]])} for row in rows]
 
 
 def _daily(report: UsageReport, turns: QuerySet[TurnRecord]) -> None:

@@ -59,6 +59,10 @@ def test_the_report_counts_what_happened(data_dir, celery_eager, owner, member, 
     assert report["no_memory_share"] == 0.25  # one of the four questions to a corpus found nothing
     assert report["feedback"] == {"up": 0, "down": 1}
     assert report["slowest_builds"][0]["corpus"] == corpus.name and report["slowest_builds"][0]["number"] == build.number
+    assert [(a["user"], a["questions"], a["today_questions"], a["today_tokens"]) for a in report["askers"]] == [
+        ("owner", 4, 4, 480), ("member", 1, 0, 0)]
+    assert report["askers"][0]["limits"] == {"questions_per_day": None, "tokens_per_day": None,
+                                             "upload_bytes_per_day": None}
     assert token_client(staff).get("/api/v1/usage/", {"days": 365}).json()["questions"] == 6
     assert token_client(staff).get("/api/v1/usage/", {"days": 12}).status_code == 400
 
