@@ -1,6 +1,6 @@
 """A source of documents kept in sync with a corpus, and the documents it holds there.
 
-Registered by the corpus app (imported at the end of `corpus.models`). Each document of a source
+Registered by the corpus app (gathered by `corpus.models`). Each document of a source
 is one dataset of the corpus, keyed by (source, path); `SourceDocument` remembers which dataset
 serves the path and what the source said about it (content hash, ETag, Last-Modified, commit), so a
 sync reads again only what changed.
@@ -12,7 +12,7 @@ from django.conf import settings
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 
-from corpus.models import Corpus, Dataset
+from corpus.models.corpora import Corpus, Dataset
 
 
 class Source(models.Model):

@@ -251,7 +251,3 @@ class Memory(models.Model):
 
     def __str__(self) -> str:
         return f"{self.content_hash[:8]}: {self.text[:60]}"
-
-
-# The sources' models belong to this app (corpus/sources/).
-from corpus.sources.models import Source, SourceDocument  # noqa: E402, F401
