@@ -1,10 +1,11 @@
 """Backups of a whole portal, and restoring one on a fresh machine (docs/backups-and-upgrades.md).
 
 A backup is a directory: `database.jsonl` (every row, Django's `dumpdata` with natural foreign
-keys, so it loads into SQLite or PostgreSQL alike), `files/` (every dataset's upload and every
-serving segment's files, in DATA_DIR's layout) and `backup.json`, written last, which ties the two:
-the migrations the rows are in, each copied file's size and sha256, and each serving build's
-model by name and sha256.
+keys, so it loads into SQLite or PostgreSQL alike; every timestamp to the microsecond,
+`corpus.backup_format`), `files/` (every dataset's upload and every serving segment's files, in
+DATA_DIR's layout) and `backup.json`, written last, which ties the two: the migrations the rows are
+in, each copied file's size and sha256, and each serving build's model by name and sha256.
+`backup_read` checks every one of those files before a restore writes anything.
 
 Consistency while the portal serves: the rows are read as one snapshot (PostgreSQL: one
 REPEATABLE READ transaction; SQLite: the online backup API copies the file, then the copy is
@@ -33,6 +34,7 @@ from django.db import connection, connections, transaction
 from django.db.migrations.recorder import MigrationRecorder
 
 from core.errors import ApplicationError
+from corpus.backup_format import FORMAT_NAME
 from corpus.files import build_dir
 from corpus.models import Corpus, Dataset, IndexBuild
 from corpus.object_store import MANIFEST, build_key, file_digest, object_store
@@ -75,7 +77,7 @@ def _describe(alias: str) -> dict[str, Any]:
 
 
 def _dump(alias: str, dump: Path) -> dict[str, Any]:
-    call_command("dumpdata", format="jsonl", output=str(dump), database=alias, exclude=EXCLUDED,
+    call_command("dumpdata", format=FORMAT_NAME, output=str(dump), database=alias, exclude=EXCLUDED,
                  use_natural_foreign_keys=True, verbosity=0)
     return _describe(alias)
 
@@ -154,15 +156,18 @@ def _copy_files(described: dict[str, Any], directory: Path) -> dict[str, Any]:
             problems.append(problem)
     for dataset in described["datasets"].values():
         source = Path(settings.DATA_DIR) / dataset["path"]
+        # What was copied, checked by a restore: None for an upload already lost (a restore reports it).
+        dataset["file"] = None
         if object_store() is not None and not source.is_file():
-            copied = _fetch_file(dataset["path"], files / dataset["path"], None)
+            dataset["file"] = _fetch_file(dataset["path"], files / dataset["path"], None)
         elif source.is_file():
-            copied = _copy_file(source, files / dataset["path"])
+            dataset["file"] = _copy_file(source, files / dataset["path"])
         else:
             problems.append(f"dataset {dataset['path']} of corpus {dataset['corpus']}: its file is missing")
             continue
-        if copied["sha256"] != dataset["sha256"]:
-            problems.append(f"dataset {dataset['path']}: sha256 {copied['sha256'][:12]}… differs from its row's")
+        if dataset["file"]["sha256"] != dataset["sha256"]:
+            problems.append(f"dataset {dataset['path']}: sha256 {dataset['file']['sha256'][:12]}… "
+                            "differs from its row's")
     described["problems"] = problems
     return described
 
@@ -193,8 +198,36 @@ def backup_create(*, directory: Path) -> dict[str, Any]:
     return manifest
 
 
+def _listed_files(directory: Path, manifest: dict[str, Any]) -> Iterator[tuple[Path, dict[str, Any]]]:
+    """Every file the manifest lists, with the size and sha256 it had when the backup was taken."""
+    yield directory / DUMP_NAME, {"sha256": manifest["dump_sha256"]}
+    for build_id, build in manifest["builds"].items():
+        folder = directory / FILES / build_key(build["corpus"], int(build_id))
+        for name, digest in build["files"].items():
+            yield folder / name, digest
+    for dataset in manifest["datasets"].values():
+        # A backup written before "file" was recorded copied every upload it lists, as its row says.
+        copied = dataset.get("file", {"bytes": dataset["bytes"], "sha256": dataset["sha256"]})
+        if copied is not None:
+            yield directory / FILES / dataset["path"], copied
+
+
+def _damaged(directory: Path, manifest: dict[str, Any]) -> list[str]:
+    """'PATH (missing)' or 'PATH (changed)' for each listed file that is not as it was copied."""
+    damaged = []
+    for path, expected in _listed_files(directory, manifest):
+        if not path.is_file():
+            damaged.append(f"{path} (missing)")
+            continue
+        found = file_digest(path)
+        if any(found[key] != expected[key] for key in ("bytes", "sha256") if key in expected):
+            damaged.append(f"{path} (changed)")
+    return damaged
+
+
 def backup_read(directory: Path) -> dict[str, Any]:
-    """The manifest of a backup, every file it names checked (size and sha256)."""
+    """The manifest of a backup, every file it lists checked (present, with its size and sha256):
+    a damaged backup raises BackupError naming each such file."""
     directory = Path(directory)
     try:
         manifest = json.loads((directory / MANIFEST_NAME).read_text())
@@ -202,15 +235,8 @@ def backup_read(directory: Path) -> dict[str, Any]:
         raise BackupError(f"{directory} holds no complete backup ({MANIFEST_NAME}: {error}).") from error
     if manifest.get("format") != FORMAT:
         raise BackupError(f"backup format {manifest.get('format')!r}; this release reads format {FORMAT}.")
-    bad = [] if file_digest(directory / DUMP_NAME)["sha256"] == manifest["dump_sha256"] else [DUMP_NAME]
-    for build_id, build in manifest["builds"].items():
-        folder = directory / FILES / build_key(build["corpus"], int(build_id))
-        bad += [f"{folder / name}" for name, digest in build["files"].items()
-                if not (folder / name).is_file() or file_digest(folder / name) != digest]
-    for dataset in manifest["datasets"].values():
-        path = directory / FILES / dataset["path"]
-        if path.is_file() and file_digest(path)["sha256"] != dataset["sha256"]:
-            bad.append(str(path))
-    if bad:
-        raise BackupError(f"the backup in {directory} is damaged: {', '.join(bad)} missing or changed.")
+    damaged = _damaged(directory, manifest)
+    if damaged:
+        raise BackupError(f"the backup in {directory} is damaged, so nothing was restored: "
+                          f"{'; '.join(damaged)}.")
     return manifest

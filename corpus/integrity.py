@@ -1,5 +1,5 @@
 """Whether the rows and the files of each corpus agree: what a corpus's serving state needs on
-this machine (or in the object store), and what is missing.
+this machine (or in the object store), whether every dataset's upload is kept, and what is missing.
 
 A database restored without its files, or files restored from before the rows (a build the rows
 say serves, removed since by the cleanup), leaves corpora whose rows point at segments that are
@@ -7,6 +7,10 @@ not there. Nothing here changes anything: the corpus page shows the report with 
 datasets, searches of such a corpus are a clear error (`corpus.segment_cache.SegmentFilesMissing`),
 and the processes log it when they start (`corpora_files_log`), so it is never a 500 and never a
 half-active build.
+
+A dataset whose upload is gone (deleted under DATA_DIR, or from the object store) still serves
+what was built from it, but a rebuild, a merge or a download cannot include it: the same report
+names it, for every corpus with datasets, so it is found before a team needs it.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from pathlib import Path
 from django.conf import settings
 from django.core import checks
 from django.db import DatabaseError, connections
+from django.db.models import Q
 
 from core.errors import ApplicationError
 from corpus.files import build_dir
@@ -32,8 +37,9 @@ logger = logging.getLogger(__name__)
 
 @dataclass
 class CorpusFiles:
-    """What a corpus's serving state lacks. `segments`: one line per segment whose files are not
-    here; `datasets`: the names of datasets whose uploaded file is gone (a rebuild needs them)."""
+    """What a corpus lacks. `segments`: one line per segment whose files are not here; `datasets`:
+    the names of datasets whose uploaded file is gone `uploads_place` (a rebuild needs them);
+    `uploads_unknown`: why the object store could not say."""
 
     corpus_id: int
     name: str
@@ -41,22 +47,43 @@ class CorpusFiles:
     model: str = ""
     datasets: list[str] = field(default_factory=list)
     rows: list[str] = field(default_factory=list)
+    uploads_place: str = "on this machine"
+    uploads_unknown: str = ""
 
     @property
     def broken(self) -> bool:
+        """It cannot serve."""
         return bool(self.segments or self.model or self.rows)
+
+    @property
+    def uploads_lost(self) -> bool:
+        """It may serve, but a rebuild cannot bring back all of it."""
+        return bool(self.datasets or self.uploads_unknown)
+
+    @property
+    def has_problems(self) -> bool:
+        return self.broken or self.uploads_lost
 
     @property
     def can_rebuild(self) -> bool:
         """A full build from the datasets brings the corpus back: it has datasets, all present."""
-        return not self.datasets and Dataset.objects.filter(corpus_id=self.corpus_id).exists()
+        return not self.uploads_lost and Dataset.objects.filter(corpus_id=self.corpus_id).exists()
 
     def lines(self) -> list[str]:
         missing = [*self.segments, *([self.model] if self.model else []), *self.rows]
         if self.datasets:
-            missing.append(f"the files of dataset{'s' if len(self.datasets) > 1 else ''} "
-                           f"{', '.join(repr(n) for n in self.datasets)} (upload them again to rebuild)")
+            plural = len(self.datasets) > 1
+            missing.append(f"the uploaded file{'s' if plural else ''} of dataset{'s' if plural else ''} "
+                           f"{', '.join(repr(n) for n in self.datasets)}, {self.uploads_place} "
+                           f"(upload {'them' if plural else 'it'} again to rebuild)")
+        if self.uploads_unknown:
+            missing.append(self.uploads_unknown)
         return missing
+
+    def summary(self) -> str:
+        """One line for the commands and the log: what the corpus cannot do, and what it lacks."""
+        what = "cannot serve" if self.broken else "cannot be rebuilt whole"
+        return f"corpus {self.corpus_id} ({self.name!r}) {what}: {'; '.join(self.lines())}"
 
 
 def _segment_missing(build: IndexBuild, *, deep: bool) -> str:
@@ -85,8 +112,9 @@ def _segment_missing(build: IndexBuild, *, deep: bool) -> str:
 
 
 def corpus_files_report(*, corpus: Corpus, deep: bool = False) -> CorpusFiles:
-    """What `corpus` lacks to serve. `deep` also checks every file's sha256, the object store's
-    objects and each segment's memory rows (slower: `manage.py check_restore`)."""
+    """What `corpus` lacks to serve, and which of its uploads are gone. `deep` also checks every
+    segment file's sha256, the object store's objects and each segment's memory rows (slower:
+    `manage.py check_restore`)."""
     report = CorpusFiles(corpus_id=corpus.pk, name=corpus.name)
     ids = corpus.serving_build_ids
     segments = IndexBuild.objects.in_bulk(ids)
@@ -107,19 +135,37 @@ def corpus_files_report(*, corpus: Corpus, deep: bool = False) -> CorpusFiles:
             model_for(segments[ids[0]].params)
         except ApplicationError as error:
             report.model = error.message
-    store = object_store()
-    for dataset in corpus.datasets.all():
-        path = Path(settings.DATA_DIR) / dataset.file.name
-        if path.is_file() or store is not None:
-            continue  # with a store, an upload lives there; a build fetches it
-        report.datasets.append(dataset.name)
+    _uploads_check(corpus, report)
     return report
 
 
+def _uploads_check(corpus: Corpus, report: CorpusFiles) -> None:
+    """Name the datasets whose upload is not where a build reads it, with the size it was uploaded
+    with: under DATA_DIR, or with a store in the store (where every machine's builds fetch it
+    from; one listing per corpus). Sizes, not checksums: reading every upload would make the check
+    as slow as a backup, and a fetch for a build is checked whole anyway."""
+    datasets = list(corpus.datasets.order_by("pk"))
+    store = object_store()
+    if store is None:
+        for dataset in datasets:
+            path = Path(settings.DATA_DIR) / dataset.file.name
+            if not path.is_file() or path.stat().st_size != dataset.size:
+                report.datasets.append(dataset.name)
+        return
+    report.uploads_place = "in the object store"
+    try:
+        stored = store.sizes(f"corpora/{corpus.pk}/datasets") if datasets else {}
+    except ObjectStoreUnavailable as error:
+        report.uploads_unknown = f"the object store cannot say whether its uploads are kept ({error.message})"
+        return
+    report.datasets = [d.name for d in datasets if stored.get(d.file.name) != d.size]
+
+
 def corpora_files_reports(*, deep: bool = False) -> list[CorpusFiles]:
-    """The report of every corpus that serves something and lacks what it needs."""
-    corpora = Corpus.objects.exclude(active_build=None).order_by("pk")
-    return [report for corpus in corpora if (report := corpus_files_report(corpus=corpus, deep=deep)).broken]
+    """The report of every corpus that serves something or has datasets, and lacks what it needs."""
+    corpora = Corpus.objects.filter(Q(active_build__isnull=False) | Q(datasets__isnull=False)).distinct()
+    return [report for corpus in corpora.order_by("pk")
+            if (report := corpus_files_report(corpus=corpus, deep=deep)).has_problems]
 
 
 def corpora_files_log() -> list[CorpusFiles]:
@@ -130,9 +176,14 @@ def corpora_files_log() -> list[CorpusFiles]:
     except DatabaseError:
         return []
     for report in reports:
-        logger.warning("corpus %s (%r) cannot serve: %s. Its page offers a rebuild from its datasets.",
-                       report.corpus_id, report.name, "; ".join(report.lines()))
+        logger.warning("%s. %s", report.summary(), _advice(report))
     return reports
+
+
+def _advice(report: CorpusFiles) -> str:
+    if report.broken:
+        return "Restore its files (manage.py restore), or rebuild it from its datasets on its page."
+    return "Restore the uploads from a backup (manage.py restore), or upload them again on its page."
 
 
 def corpora_files_log_soon() -> threading.Thread:
@@ -160,6 +211,6 @@ def corpora_files_check(app_configs: object = None, **kwargs: object) -> list[ch
         reports = corpora_files_reports()
     except DatabaseError:
         return []  # before the first migrate
-    return [checks.Warning(f"corpus {r.corpus_id} ({r.name!r}) cannot serve: {'; '.join(r.lines())}",
-                           hint="Restore its files (manage.py restore), or rebuild it from its datasets on its page.",
-                           id="hdrag.W010") for r in reports]
+    # W010: a corpus that cannot serve; W011: one that serves but whose uploads are gone.
+    return [checks.Warning(r.summary(), hint=_advice(r), id="hdrag.W010" if r.broken else "hdrag.W011")
+            for r in reports]

@@ -118,6 +118,15 @@ class ObjectStore:
                 deleted += len(keys)
         return deleted
 
+    def sizes(self, relative: str) -> dict[str, int]:
+        """{key relative to the prefix: size} of every object under a folder: one listing (a page of
+        1,000 keys a request), nothing downloaded."""
+        paginator = self.client.get_paginator("list_objects_v2")
+        prefix, root = self.key(relative.rstrip("/") + "/"), len(self.key(""))
+        pages = self._call(f"list {relative}",
+                           lambda: list(paginator.paginate(Bucket=self.bucket, Prefix=prefix)))
+        return {item["Key"][root:]: item["Size"] for page in pages for item in page.get("Contents", [])}
+
     def exists(self, relative: str) -> bool:
         """Whether an object is stored under `relative`."""
         from botocore.exceptions import BotoCoreError, ClientError

@@ -49,8 +49,8 @@ def _put_files(manifest: dict[str, Any], source: Path) -> None:
     data_dir = Path(settings.DATA_DIR)
     for dataset in manifest["datasets"].values():
         path = source / FILES / dataset["path"]
-        if not path.is_file():
-            continue  # reported missing when the backup was taken; the check names it again
+        if "file" in dataset and dataset["file"] is None:
+            continue  # already lost when the backup was taken: the check after the restore names it
         target = data_dir / dataset["path"]
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(path, target)
@@ -79,7 +79,8 @@ def _adopt_rows() -> None:
 
 def backup_restore(*, directory: Path) -> list[CorpusFiles]:
     """Restore the backup in `directory` into this (empty) database and DATA_DIR; returns the
-    corpora that still cannot serve after it (none for a backup of a healthy portal)."""
+    corpora that still lack something after it (none for a backup of a healthy portal). A damaged
+    backup is refused before anything is written (`backup_read`)."""
     source = Path(directory)
     manifest = backup_read(source)
     call_command("migrate", interactive=False, verbosity=0)

@@ -131,7 +131,7 @@ def _detail(request: HttpRequest, corpus, upload_form: DatasetUploadForm, status
         "upload_form": upload_form, "active_build_running": any(b.is_active for b in builds),
         "storage": storage_usage(user=request.user),
         "store": None, "store_error": "",
-        "files": corpus_files_report(corpus=corpus) if corpus.active_build_id else None,
+        "files": corpus_files_report(corpus=corpus),
         "access": corpus_access_list(corpus=corpus), "visibility_choices": Corpus.Visibility.choices,
         "share_groups": groups_shareable_by(request.user) if corpus_can_manage(user=request.user, corpus=corpus) else [],
         "sources": corpus_sources(corpus=corpus) if corpus_can_manage(user=request.user, corpus=corpus) else [],

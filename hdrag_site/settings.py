@@ -100,6 +100,9 @@ MIDDLEWARE = [
 ]
 CONTENT_SECURITY_POLICY = envstr("CONTENT_SECURITY_POLICY", DEFAULT_POLICY)
 
+# A backup's dump format: JSON Lines that keep microseconds (corpus/backup_format.py).
+SERIALIZATION_MODULES = {"jsonl_exact": "corpus.backup_format"}
+
 ROOT_URLCONF = "hdrag_site.urls"
 WSGI_APPLICATION = "hdrag_site.wsgi.application"
 ASGI_APPLICATION = "hdrag_site.asgi.application"

@@ -2,8 +2,10 @@
 upgrade tests (tests/corpus/test_backups.py, test_upgrade.py). Run in its own process against the
 DATA_DIR / DATABASE_URL / BUILD_STORAGE_URL of its environment:
 
-    python tests/corpus/backup_scenario.py make [--small]  # users, corpora built and appended, a chat, a token
-    python tests/corpus/backup_scenario.py state    # JSON of every row a user sees, and searches
+    python tests/corpus/backup_scenario.py make [--small] [--meaning]  # users, corpora built and appended,
+                                                                       # a chat, a token
+    python tests/corpus/backup_scenario.py state      # JSON of every row a user sees, and searches
+    python tests/corpus/backup_scenario.py timestamps # every date and time of every row, in full
 
 `make` prints the API token's secret as JSON; `state TOKEN` checks it still authenticates. It uses
 only services that the previous release has too, so the upgrade fixture is made by the same script.
@@ -65,8 +67,9 @@ def _run(job: IndexBuild) -> IndexBuild:
     return job
 
 
-def make(*, small: bool = False) -> dict:
-    """`small`: one corpus (the upgrade fixture, kept in the repository)."""
+def make(*, small: bool = False, meaning: bool = False) -> dict:
+    """`small`: one corpus (the upgrade fixture, kept in the repository); `meaning`: the second
+    corpus has the meaning channel (its segment holds meaning rows)."""
     celery_app.conf.task_always_eager = True
     readers = Group.objects.create(name="readers")
     owner = User.objects.create_user("owner", "owner@example.org", "owner-password-1")
@@ -81,7 +84,8 @@ def make(*, small: bool = False) -> dict:
     notes.refresh_from_db()
     _run(append_start(corpus=notes, user=owner))
     if not small:
-        recipes = corpus_create(owner=member, name="Recipes", **SMALL_HDC)
+        options = {"meaning_channel": True} if meaning else {}
+        recipes = corpus_create(owner=member, name="Recipes", **SMALL_HDC, **options)
         _upload(recipes, member, "recipes.jsonl", RECIPES)
         _run(build_start(corpus=recipes, user=member))
     _, secret = api_token_create(user=owner, name="integration")
@@ -142,6 +146,22 @@ def state(token: str | None) -> dict:
             "token_user": authenticated.user.username if authenticated else None}
 
 
+def timestamps() -> dict:
+    """{model: {pk: [each date, time and datetime field's value, ISO 8601 in full]}} for every row
+    a backup holds (sessions are not in one)."""
+    from django.apps import apps
+    from django.db import models
+
+    kinds = (models.DateTimeField, models.DateField, models.TimeField)
+    found = {}
+    for model in apps.get_models():
+        fields = [f.attname for f in model._meta.concrete_fields if isinstance(f, kinds)]
+        if fields and model._meta.app_label != "sessions":
+            found[model._meta.label] = {str(row[0]): [v.isoformat() if v else None for v in row[1:]]
+                                        for row in model.objects.order_by("pk").values_list("pk", *fields)}
+    return found
+
+
 def append() -> dict:
     """Upload one more dataset to the team's notes and append it: the restored or upgraded portal writes."""
     celery_app.conf.task_always_eager = True
@@ -185,11 +205,13 @@ def chat(token: str) -> dict:
 if __name__ == "__main__":
     command = sys.argv[1]
     if command == "make":
-        output = make(small="--small" in sys.argv)
+        output = make(small="--small" in sys.argv, meaning="--meaning" in sys.argv)
     elif command == "append":
         output = append()
     elif command == "append_many":
         output = append_many(int(sys.argv[2]))
+    elif command == "timestamps":
+        output = timestamps()
     elif command == "chat":
         output = chat(sys.argv[2])
     else:

@@ -9,7 +9,8 @@ from corpus.integrity import corpora_files_reports
 
 class Command(BaseCommand):
     help = ("Check that every serving segment's files are here (or in the object store) with the size and "
-            "sha256 recorded, its memory rows complete, its model present, and every dataset's upload kept.")
+            "sha256 recorded, its memory rows complete, its model present, and every dataset's upload kept "
+            "(here, or in the object store, with its size).")
 
     def add_arguments(self, parser: CommandParser) -> None:
         parser.add_argument("--quick", action="store_true", help="Only look for the files (no checksums, no store).")
@@ -17,7 +18,8 @@ class Command(BaseCommand):
     def handle(self, *args: object, quick: bool = False, **options: object) -> None:
         broken = corpora_files_reports(deep=not quick)
         for report in broken:
-            self.stderr.write(f"corpus {report.corpus_id} ({report.name!r}) cannot serve: {'; '.join(report.lines())}")
+            self.stderr.write(report.summary())
         if broken:
-            raise CommandError(f"{len(broken)} corpora cannot serve; rebuild each from its page, or restore its files")
+            raise CommandError(f"{len(broken)} corpora lack files (above): restore them, rebuild a corpus "
+                               "that cannot serve from its page, or upload a lost dataset again")
         self.stdout.write("every corpus's rows and files agree")

@@ -22,7 +22,8 @@ class Command(BaseCommand):
         except BackupError as error:
             raise CommandError(error.message) from error
         for report in broken:
-            self.stderr.write(f"corpus {report.corpus_id} ({report.name!r}) cannot serve: {'; '.join(report.lines())}")
+            self.stderr.write(report.summary())
         if broken:
-            raise CommandError(f"restored, but {len(broken)} corpora cannot serve (above); their pages offer a rebuild")
+            raise CommandError(f"restored, but {len(broken)} corpora lack files (above): the backup did not "
+                               "hold them; their pages say what to rebuild or upload again")
         self.stdout.write(f"restored {directory}; every corpus's files checked")
