@@ -24,6 +24,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from core.errors import ApplicationError
+from corpus.build_parameters import BuildParameters
 from corpus.events import send_build_event, send_event
 from corpus.models import Corpus, Dataset, IndexBuild
 from corpus.segment_cache import segment_path
@@ -49,7 +50,8 @@ def covered_dataset_ids(corpus: Corpus) -> set[int]:
         if recorded is not None:
             covered.update(recorded)
         elif segment.started is not None:
-            covered.update(corpus.datasets.filter(uploaded_at__lte=segment.started).values_list("pk", flat=True))
+            before = corpus.datasets.filter(uploaded_at__lte=segment.started)
+            covered.update(before.values_list("pk", flat=True))
     return covered
 
 
@@ -83,7 +85,8 @@ def append_start(*, corpus: Corpus, user: AbstractBaseUser | None,
                                         previous=[int(i) for i in corpus.active_appends or []]).to_json()
     try:
         with transaction.atomic():
-            job = IndexBuild.objects.create(corpus=corpus, kind=Kind.APPEND, created_by=user, parameters=parameters)
+            job = IndexBuild.objects.create(corpus=corpus, kind=Kind.APPEND, created_by=user,
+                                            parameters=parameters)
             transaction.on_commit(lambda: current_app.signature(RUN_BUILD_TASK, args=(job.pk,)).delay())
     except IntegrityError:
         return None
@@ -119,8 +122,9 @@ def append_previous_dir(build: IndexBuild) -> str:
 
 
 def append_activate(*, build: IndexBuild, result: BuildResult, timings: dict,
-                    published: dict | None = None) -> None:
-    """Mark the append succeeded and add it to the corpus's state, in one transaction."""
+                    parameters: BuildParameters) -> None:
+    """Mark the append succeeded and add it to the corpus's state, in one transaction; its row
+    records `parameters` and its segment."""
     expected = append_state(build)
     with transaction.atomic():
         row = IndexBuild.objects.select_for_update().get(pk=build.pk)
@@ -133,10 +137,10 @@ def append_activate(*, build: IndexBuild, result: BuildResult, timings: dict,
             status=Status.SUCCEEDED, finished=timezone.now(), phase="done", done=result.documents,
             total=result.documents, documents=result.documents, duplicates=result.duplicates,
             vocab_size=result.vocab_size, timings=timings, heartbeat=timezone.now(),
-            parameters=build.params.replace(segment=result.manifest.get("segment", {}),
-                                            published=published or {}).to_json())
+            parameters=parameters.replace(segment=result.manifest.get("segment", {}),
+                                          published=parameters.published or {}).to_json())
         Corpus.objects.filter(pk=corpus.pk).update(active_appends=[*expected[1:], build.pk])
-        datasets_retire_replaced(dataset_ids=build.params.dataset_ids or [])
+        datasets_retire_replaced(dataset_ids=parameters.dataset_ids or [])
         for source in result.manifest["sources"]:
             Dataset.objects.filter(pk=source["source_id"]).update(record_count=source["documents"],
                                                                   record_count_exact=True)

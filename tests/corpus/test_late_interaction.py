@@ -14,7 +14,7 @@ from django.urls import reverse
 from core import runtime
 from corpus.chroma import store_for
 from corpus.models import Corpus, IndexBuild, Memory
-from corpus.services import build_runner
+from corpus.services import build_phases
 from corpus.services.builds import build_cancel
 from corpus.services.corpora import dataset_delete
 from engine.fusion import CHOSEN_RULES
@@ -101,7 +101,7 @@ def test_second_build_replaces_the_first_records_after_it_is_active(
     fuse_equally(first)
     upload(late_corpus, owner, MORE, "more.jsonl")
     seen = {}
-    real_fill = build_runner.text_store_fill
+    real_fill = build_phases.text_store_fill
 
     def observed_fill(**kwargs):  # noqa: ANN003, ANN202 - a spy: the real fill runs, then we look around
         result = real_fill(**kwargs)
@@ -110,7 +110,7 @@ def test_second_build_replaces_the_first_records_after_it_is_active(
         seen["results"] = memories_search(user=member, corpus_ids=[late_corpus.pk], query=TEXTS[3])
         return result
 
-    monkeypatch.setattr(build_runner, "text_store_fill", observed_fill)
+    monkeypatch.setattr(build_phases, "text_store_fill", observed_fill)
     second = build_now(late_corpus, owner, django_capture_on_commit_callbacks)
     assert second.status == Status.SUCCEEDED, second.error
     # Filled but not yet active: the first build served, with its own records, beside the new ones.
@@ -141,7 +141,7 @@ def test_chroma_unreachable_during_the_fill_fails_the_build(late_corpus, owner, 
 def test_build_cancelled_after_its_fill_leaves_no_records(late_corpus, owner, dataset, monkeypatch,
                                                           django_capture_on_commit_callbacks):
     first = build_now(late_corpus, owner, django_capture_on_commit_callbacks)
-    real_fill = build_runner.text_store_fill
+    real_fill = build_phases.text_store_fill
 
     def fill_then_cancel(**kwargs):  # noqa: ANN003, ANN202 - the real fill, then the user cancels
         result = real_fill(**kwargs)
@@ -149,7 +149,7 @@ def test_build_cancelled_after_its_fill_leaves_no_records(late_corpus, owner, da
         build_cancel(build=IndexBuild.objects.get(pk=kwargs["build_id"]))
         return result
 
-    monkeypatch.setattr(build_runner, "text_store_fill", fill_then_cancel)
+    monkeypatch.setattr(build_phases, "text_store_fill", fill_then_cancel)
     second = build_now(late_corpus, owner, django_capture_on_commit_callbacks)
     assert second.status == Status.CANCELLED
     assert late_corpus.active_build_id == first.pk
