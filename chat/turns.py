@@ -143,11 +143,14 @@ def _in_worker(func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
     return call
 
 
-def _prepare(conversation_id: int, user_message_id: int, content: str, *, waiting: bool = False) -> PreparedTurn:
-    """The turn prepared from the conversation's state, fresh from its rows (`chat.preparation`)."""
+def _prepare(conversation_id: int, user_message_id: int, content: str, *, model: str,
+             waiting: bool = False) -> PreparedTurn:
+    """The turn prepared from the conversation's state, fresh from its rows (`chat.preparation`),
+    counted in the tokens of `model`, on the server the conversation would get now."""
     conversation = conversation_for_turn(conversation_id=conversation_id)
     state = ConversationState.of_conversation(conversation, before_id=user_message_id)
-    return turn_prepare(user=conversation.owner, state=state, question=content, waiting=waiting)
+    return turn_prepare(user=conversation.owner, state=state, question=content, waiting=waiting, model=model,
+                        affinity=conversation_id)
 
 
 async def run_turn(*, conversation_id: int, user_id: int, content: str = "", emit: Emit, regenerate: bool = False,
@@ -218,7 +221,8 @@ async def _prepare_and_stream(result: TurnResult, *, ticket: Ticket, user_messag
     and `result`'s timings and loops, so a failure or stop midway stores what there was."""
     timings = result.timings
     prepare_started = time.perf_counter()
-    prepared = await _in_worker(_prepare)(conversation_id, user_message_id, question, waiting=not ticket.admitted)
+    prepared = await _in_worker(_prepare)(conversation_id, user_message_id, question, model=model,
+                                          waiting=not ticket.admitted)
     plan = prepared.plan
     memories.extend(prepared.memories)
     timings.retrieval, timings.prepare = prepared.retrieval_seconds, time.perf_counter() - prepare_started

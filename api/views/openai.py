@@ -122,6 +122,7 @@ class ChatCompletions(ApiView):
             prepared = completion_prepare(user=request.user, corpus=target.corpus, messages=data["messages"],
                                           temperature=data.get("temperature"), top_p=data.get("top_p"),
                                           max_tokens=max_tokens, waiting=not ticket.admitted,
+                                          llm_model=target.llm_model,
                                           **{name: data[name] for name in CONVERSATION_SETTINGS if name in data})
         except BaseException as error:
             ticket.close()
