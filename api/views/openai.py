@@ -30,33 +30,16 @@ from chat.completions import (
 )
 from chat.llm import clients
 from chat.llm.answer import answer_stream
+from chat.llm.errors import llm_failure
 from chat.llm.queue import Ticket
 from chat.preparation import PreparedTurn
-from core.errors import ApplicationError
 from engine.llm.answer import AnswerTokens, TokenSpan
-from engine.llm.errors import LLMError, LLMUnauthorizedError, PromptTooLongError
+from engine.llm.errors import LLMError, PromptTooLongError
 from engine.llm.stream import Usage
 
 TAGS = ["openai"]
 # The request's extra fields that are a conversation's settings (`completion_prepare`).
 CONVERSATION_SETTINGS = ("token_budget", "top_document", "compress_context")
-
-
-class LLMUnavailable(ApplicationError):
-    code = "llm_unavailable"
-    status = 503
-
-
-class LLMUnauthorized(ApplicationError):
-    """The LLM server refused the portal's credentials: a bad gateway, the operator's to mend."""
-
-    code = "llm_unauthorized"
-    status = 502
-
-
-def _llm_failure(error: LLMError) -> ApplicationError:
-    kind = LLMUnauthorized if isinstance(error, LLMUnauthorizedError) else LLMUnavailable
-    return kind(f"The language model failed: {error}")
 
 
 class ModelList(ApiView):
@@ -127,7 +110,7 @@ class ChatCompletions(ApiView):
         except BaseException as error:
             ticket.close()
             if isinstance(error, PromptTooLongError):
-                raise ApplicationError(str(error), {"code": "prompt_too_long"}) from None
+                raise llm_failure(error).openai() from None
             raise
         completion_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if data["stream"]:
@@ -138,7 +121,7 @@ class ChatCompletions(ApiView):
         try:
             text, finish_reason, usage, tokens = async_to_sync(_complete)(prepared, ticket, target.llm_model)
         except LLMError as error:
-            raise _llm_failure(error) from None
+            raise llm_failure(error).openai() from None
         finally:
             ticket.close()
         return Response(ChatCompletionSerializer({
@@ -185,7 +168,7 @@ async def _stream(emit, prepared: PreparedTurn, ticket: Ticket, completion_id: s
             end = await answer_stream(ticket=ticket, prepared=prepared, loop_retries=0, tokens=tokens, on_delta=on_delta,
                                       model=target.llm_model)
     except LLMError as error:
-        failure = _llm_failure(error)
+        failure = llm_failure(error).openai()
         await emit(sse_frame({"error": {"code": failure.code, "message": failure.message, "details": {}}}))
         return
     finish_reason = LOOP_FINISH_REASON if end.looping else end.finish_reason or "stop"
