@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
 
-from chat.llm.queue import LLMQueue
+from chat.llm.queue import LLMQueue, TurnQueue
 from chat.llm.queue_redis import RedisLLMQueue
 from chat.llm.servers import LLMServer, ServerPool, servers_parse
 from chat.llm.servers_redis import SharedServerPool
@@ -26,7 +26,7 @@ RETRIEVAL_THREADS = 2
 
 _counters: BoundedCache[tuple[str, str], ServerTokenCounter] = BoundedCache(TOKEN_COUNTERS)
 _clients: BoundedCache[tuple[str, float, str, str], LLMClient] = BoundedCache(LLM_CLIENTS)
-_queues: BoundedCache[tuple[str, int, int, int, int, str], LLMQueue | RedisLLMQueue] = BoundedCache(LLM_CLIENTS)
+_queues: BoundedCache[tuple[str, int, int, int, int, str], TurnQueue] = BoundedCache(LLM_CLIENTS)
 _pools: BoundedCache[tuple, ServerPool] = BoundedCache(2)
 _executor_lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None
@@ -65,7 +65,7 @@ def server_pool() -> ServerPool:
     return _pools.get(key, lambda: ServerPool(llm_servers()))
 
 
-def llm_queue() -> LLMQueue | RedisLLMQueue:
+def llm_queue() -> TurnQueue:
     """The queue of turns into the configured LLM server, one per server (and policy) in this process;
     with `LLM_QUEUE_REDIS_URL`, this process's handle on the queue every process shares in Redis."""
     # Several servers: the slots of all of them, and one prompt in prefill per server.
