@@ -39,7 +39,7 @@ from django.db import connection
 
 from chat.citations import answer_citations
 from chat.llm import clients
-from chat.llm.answer import AnswerClock, answer_stream
+from chat.llm.answer import AnswerClock, turn_answer
 from chat.llm.errors import llm_failure
 from chat.llm.queue import Ticket
 from chat.llm.queue_redis import QueueUnavailable
@@ -243,9 +243,10 @@ async def _prepare_and_stream(result: TurnResult, *, ticket: Ticket, user_messag
         await emit({"type": "chat.rewind", "content": kept, "reason": "repetition"})
         parts[:] = [kept]
 
-    return await answer_stream(ticket=ticket, prepared=prepared, loop_retries=prepared.loop_retries, tokens=tokens,
-                               clock=clock, on_queued=lambda ahead: emit({"type": "chat.queued", "ahead": ahead}),
-                               on_delta=on_delta, on_rewind=on_rewind, affinity=conversation_id, model=model)
+    return await turn_answer(ticket=ticket, prepared=prepared, loop_retries=prepared.loop_retries,
+                             tokens=tokens, clock=clock,
+                             on_queued=lambda ahead: emit({"type": "chat.queued", "ahead": ahead}),
+                             on_delta=on_delta, on_rewind=on_rewind, affinity=conversation_id, model=model)
 
 
 def _failure(exc: Exception, *, conversation_id: int) -> ApplicationError:

@@ -29,7 +29,7 @@ from chat.completions import (
     completion_target,
 )
 from chat.llm import clients
-from chat.llm.answer import answer_stream
+from chat.llm.answer import turn_answer
 from chat.llm.errors import llm_failure
 from chat.llm.queue import Ticket
 from chat.preparation import PreparedTurn
@@ -149,8 +149,8 @@ async def _complete(prepared: PreparedTurn, ticket: Ticket,
     `loop_retries` times); one that loops again ends at the cut with LOOP_FINISH_REASON."""
     tokens = AnswerTokens()
     async with ticket:
-        end = await answer_stream(ticket=ticket, prepared=prepared, loop_retries=prepared.loop_retries, tokens=tokens,
-                                  model=llm_model)
+        end = await turn_answer(ticket=ticket, prepared=prepared, loop_retries=prepared.loop_retries,
+                                tokens=tokens, model=llm_model)
     return end.content, LOOP_FINISH_REASON if end.looping else end.finish_reason, end.usage, tokens.spans
 
 
@@ -165,8 +165,8 @@ async def _stream(emit, prepared: PreparedTurn, ticket: Ticket, completion_id: s
         tokens = AnswerTokens()
         async with ticket:
             # No continuation (loop_retries 0): what a stream sent cannot be taken back.
-            end = await answer_stream(ticket=ticket, prepared=prepared, loop_retries=0, tokens=tokens, on_delta=on_delta,
-                                      model=target.llm_model)
+            end = await turn_answer(ticket=ticket, prepared=prepared, loop_retries=0, tokens=tokens,
+                                    on_delta=on_delta, model=target.llm_model)
     except LLMError as error:
         failure = llm_failure(error).openai()
         await emit(sse_frame({"error": {"code": failure.code, "message": failure.message, "details": {}}}))
