@@ -41,6 +41,7 @@ import redis  # noqa: E402
 
 from bench._hw import print_hardware  # noqa: E402
 from bench.answers import percentile  # noqa: E402
+from chat.llm.queue import TurnQueue  # noqa: E402
 from chat.llm.queue_redis import namespace, redacted  # noqa: E402
 
 
@@ -61,7 +62,7 @@ def _policy(users: int) -> dict[str, int]:
     return {"prefill": 1, "streams": users + 1, "limit": 10_000, "per_user": 2}
 
 
-def _queue(arm: str, redis_url: str, server_url: str, users: int):  # noqa: ANN202 - LLMQueue | RedisLLMQueue
+def _queue(arm: str, redis_url: str, server_url: str, users: int) -> TurnQueue:
     policy = _policy(users)
     if arm == "process":
         from chat.llm.queue import LLMQueue

@@ -132,7 +132,7 @@ def completion_prepare(*, user: AbstractBaseUser, corpus: Corpus | None, message
                        temperature: float | None = None, top_p: float | None = None,
                        max_tokens: int | None = None, token_budget: int = DEFAULT_TOKEN_BUDGET,
                        top_document: bool = False, compress_context: bool = False,
-                       waiting: bool = False) -> PreparedTurn:
+                       waiting: bool = False, llm_model: str = "") -> PreparedTurn:
     """The turn the chat would prepare for a conversation in the state `messages` describe
     (`chat.preparation.turn_prepare`): `corpus` searched for the last user message, with
     the assistant turns as its blend and a conversation's settings (`token_budget`, `top_document`,
@@ -141,7 +141,8 @@ def completion_prepare(*, user: AbstractBaseUser, corpus: Corpus | None, message
 
     `waiting`: the turn waits for the LLM (its memory budget may be smaller, `runtime.memory_budget`).
     `corpus` is the one a completion's model names (`completion_target`, which has checked that the
-    user may read it; None for `none`); its LLM model answers through the caller.
+    user may read it; None for `none`); its LLM model (`llm_model`, the pool's default when empty)
+    answers through the caller, and the prompt is counted in that model's tokens.
     Raises ApplicationError for malformed messages, PromptTooLongError.
     """
     if not messages:
@@ -168,4 +169,4 @@ def completion_prepare(*, user: AbstractBaseUser, corpus: Corpus | None, message
         system_prompt="\n\n".join(text for text in system if text.strip()),
         temperature=None if temperature is None else float(temperature),
         top_p=None if top_p is None else float(top_p), max_tokens=max_tokens)
-    return turn_prepare(user=user, state=state, question=question, waiting=waiting)
+    return turn_prepare(user=user, state=state, question=question, waiting=waiting, model=llm_model)

@@ -79,20 +79,22 @@ def turn_memories(*, user: AbstractBaseUser, state: ConversationState, question:
                            token_budget=token_budget, top_document=state.top_document)
 
 
-def turn_prepare(*, user: AbstractBaseUser, state: ConversationState, question: str,
-                 waiting: bool = False) -> PreparedTurn:
+def turn_prepare(*, user: AbstractBaseUser, state: ConversationState, question: str, waiting: bool = False,
+                 model: str = "", affinity: object = None) -> PreparedTurn:
     """Retrieve for `question` as `user` and assemble the prompt: the system prompt, the history
     that fits, and the new user turn carrying the memories that fit (each compressed with
     `compress_context`). A turn `waiting` for the LLM gets at most `LLM_BUSY_TOKEN_BUDGET` memory
     tokens (when set, `clients.memory_budget`): a shorter prompt is a shorter prefill for it and for
-    every turn behind it.
+    every turn behind it. Tokens are counted in `model`'s own (the LLM model that answers, the pool's
+    default when empty), on the server the pool would give `affinity` (a conversation) now
+    (`clients.token_counter`).
 
     Raises ApplicationError for sampling values out of range, PromptTooLongError.
     """
     config = runtime.engine_config()
     generation = _generation(state)
     budget = clients.context_budget()
-    tokenizer = clients.token_counter()
+    tokenizer = clients.token_counter(model=model, affinity=affinity)
     system_prompt = state.system_prompt or config.system_prompt
     started = time.perf_counter()
     results: list[MemoryResult] = []

@@ -40,7 +40,8 @@ from django.db import connection
 
 from chat.citations import answer_citations
 from chat.llm import clients
-from chat.llm.answer import AnswerClock, answer_stream
+from chat.llm.answer import AnswerClock, turn_answer
+from chat.llm.errors import llm_failure
 from chat.llm.queue import Ticket
 from chat.llm.queue_redis import QueueUnavailable
 from chat.model_rights import model_for_turn
@@ -58,29 +59,27 @@ from chat.usage import turn_quota_check, turn_record_create
 from core.errors import ApplicationError
 from core.metrics import chat_turn_observe
 from engine.llm.answer import AnswerEnd, AnswerTokens, TokenSpan
-from engine.llm.errors import (
-    LLMConnectionError,
-    LLMError,
-    LLMHTTPError,
-    LLMProtocolError,
-    LLMTimeoutError,
-    LLMUnauthorizedError,
-    PromptTooLongError,
-)
+from engine.llm.errors import LLMError
 from engine.llm.stream import Usage
 from engine.repetition import restates_question
 from memory.services import MemoryResult
 
 logger = logging.getLogger(__name__)
 
-ERROR_CODES: dict[type[LLMError], str] = {
-    LLMConnectionError: "llm_unreachable",
-    LLMTimeoutError: "llm_timeout",
-    LLMHTTPError: "llm_http_error",
-    LLMUnauthorizedError: "llm_unauthorized",
-    LLMProtocolError: "llm_protocol_error",
-    PromptTooLongError: "prompt_too_long",
-}
+
+
+class TurnNotPrepared(ApplicationError):
+    """The turn could not be prepared (retrieval, its settings): the user's turn is kept."""
+
+    code = "retrieval"
+    status = 503
+
+
+class TurnInternalError(ApplicationError):
+    """The turn failed in an unforeseen way; the details are logged."""
+
+    code = "internal"
+    status = 503
 
 Emit = Callable[[dict[str, Any]], Awaitable[None]]
 # The finish reason of an answer that only restated its question (stored with status repetition).
@@ -118,8 +117,7 @@ class TurnResult:
     token_logprobs: list[TokenSpan] = field(default_factory=list)  # the answer's (AnswerTokens)
     user_message: dict[str, Any] | None = None  # as sent in chat.accepted
     message: dict[str, Any] | None = None  # the answer as stored and sent in chat.done or chat.error
-    error: str = ""
-    error_code: str = ""
+    failure: ApplicationError | None = None  # why it failed (status error): its message, code and status
 
 
 def _db(func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
@@ -146,11 +144,14 @@ def _in_worker(func: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
     return call
 
 
-def _prepare(conversation_id: int, user_message_id: int, content: str, *, waiting: bool = False) -> PreparedTurn:
-    """The turn prepared from the conversation's state, fresh from its rows (`chat.preparation`)."""
+def _prepare(conversation_id: int, user_message_id: int, content: str, *, model: str,
+             waiting: bool = False) -> PreparedTurn:
+    """The turn prepared from the conversation's state, fresh from its rows (`chat.preparation`),
+    counted in the tokens of `model`, on the server the conversation would get now."""
     conversation = conversation_for_turn(conversation_id=conversation_id)
     state = ConversationState.of_conversation(conversation, before_id=user_message_id)
-    return turn_prepare(user=conversation.owner, state=state, question=content, waiting=waiting)
+    return turn_prepare(user=conversation.owner, state=state, question=content, waiting=waiting, model=model,
+                        affinity=conversation_id)
 
 
 async def run_turn(*, conversation_id: int, user_id: int, content: str = "", emit: Emit, regenerate: bool = False,
@@ -194,7 +195,7 @@ async def _run_turn(*, conversation_id: int, content: str, emit: Emit, regenerat
         raise
     except Exception as exc:
         await _finish(result, status=Message.Status.ERROR, content="".join(parts),
-                      **_failure(exc, conversation_id=conversation_id), **common)
+                      failure=_failure(exc, conversation_id=conversation_id), **common)
         return result
     await _finish_answer(result, end, common)
     return result
@@ -222,7 +223,8 @@ async def _prepare_and_stream(result: TurnResult, *, ticket: Ticket, user_messag
     and `result`'s timings and loops, so a failure or stop midway stores what there was."""
     timings = result.timings
     prepare_started = time.perf_counter()
-    prepared = await _in_worker(_prepare)(conversation_id, user_message_id, question, waiting=not ticket.admitted)
+    prepared = await _in_worker(_prepare)(conversation_id, user_message_id, question, model=model,
+                                          waiting=not ticket.admitted)
     plan = prepared.plan
     memories.extend(prepared.memories)
     timings.retrieval, timings.prepare = prepared.retrieval_seconds, time.perf_counter() - prepare_started
@@ -245,22 +247,26 @@ async def _prepare_and_stream(result: TurnResult, *, ticket: Ticket, user_messag
         await emit({"type": "chat.rewind", "content": kept, "reason": "repetition"})
         parts[:] = [kept]
 
-    return await answer_stream(ticket=ticket, prepared=prepared, loop_retries=prepared.loop_retries, tokens=tokens,
-                               clock=clock, on_queued=lambda ahead: emit({"type": "chat.queued", "ahead": ahead}),
-                               on_delta=on_delta, on_rewind=on_rewind, affinity=conversation_id, model=model)
+    return await turn_answer(ticket=ticket, prepared=prepared, loop_retries=prepared.loop_retries,
+                             tokens=tokens, clock=clock,
+                             on_queued=lambda ahead: emit({"type": "chat.queued", "ahead": ahead}),
+                             on_delta=on_delta, on_rewind=on_rewind, affinity=conversation_id, model=model)
 
 
-def _failure(exc: Exception, *, conversation_id: int) -> dict[str, str]:
-    """The `error` and `error_code` stored and sent for a turn that failed before its answer ended."""
+def _failure(exc: Exception, *, conversation_id: int) -> ApplicationError:
+    """What is stored and sent for a turn that failed before its answer ended: its message, code
+    and (for the API) status."""
     if isinstance(exc, LLMError):
-        return {"error": str(exc), "error_code": ERROR_CODES.get(type(exc), "llm_error")}
-    if isinstance(exc, ApplicationError):  # from the preparation, or the shared queue's Redis lost while waiting
-        return {"error": exc.message, "error_code": exc.code if isinstance(exc, QueueUnavailable) else "retrieval"}
+        return llm_failure(exc)
+    if isinstance(exc, QueueUnavailable):  # the shared queue's Redis lost while the turn waited
+        return exc
+    if isinstance(exc, ApplicationError):  # from the preparation
+        return TurnNotPrepared(exc.message)
     # Retrieval failed in an unforeseen way (e.g. a build's files removed under us): the user
     # turn is kept and the user gets a message; the details go to the log.
     logger.exception("chat turn failed in conversation %s", conversation_id, exc_info=exc)
-    return {"error": "The answer could not be prepared because of an internal error; it is logged. "
-                     "Try again, or ask an administrator.", "error_code": "internal"}
+    return TurnInternalError("The answer could not be prepared because of an internal error; it is logged. "
+                             "Try again, or ask an administrator.")
 
 
 async def _finish_answer(result: TurnResult, end: AnswerEnd, common: dict[str, Any]) -> None:
@@ -285,7 +291,7 @@ async def _finish_answer(result: TurnResult, end: AnswerEnd, common: dict[str, A
 async def _finish(result: TurnResult, *, conversation_id: int, content: str, status: str, memories: list[MemoryResult],
                   emit: Emit, started: float, question: str, tokens: AnswerTokens, clock: AnswerClock,
                   model: str, usage: Usage | None = None,
-                  finish_reason: str = "", error: str = "", error_code: str = "") -> None:
+                  finish_reason: str = "", failure: ApplicationError | None = None) -> None:
     """Store the answer in whatever state it ended, with its citations (unless it failed), update
     the blend, and report it."""
     citations = None
@@ -295,7 +301,7 @@ async def _finish(result: TurnResult, *, conversation_id: int, content: str, sta
                                      memory_texts=[r.memory.text for r in memories], token_logprobs=tokens.spans)
     message = await _db(message_create_assistant)(
         conversation_id=conversation_id, content=content, status=status, memories=memories, usage=usage,
-        finish_reason=finish_reason, error=error, citations=citations, model=model)
+        finish_reason=finish_reason, error=failure.message if failure else "", citations=citations, model=model)
     result.status, result.assistant_message_id, result.content, result.usage = status, message.pk, content, usage
     blend_turns = None
     # Stopped answers enter the blend too: the user saw them, they are where the talk went.
@@ -314,9 +320,9 @@ async def _finish(result: TurnResult, *, conversation_id: int, content: str, sta
         server=clock.server.shown_url if clock.server else "", usage=usage, first_token_seconds=timings.first_token,
         memories=len(memories), grounding=message.grounding, message_id=message.pk)
     stored = result.message = await _db(_reload)(message.pk)
-    result.error, result.error_code = error, error_code
-    if status == Message.Status.ERROR:
-        await emit({"type": "chat.error", "code": error_code, "error": error, "message": stored})
+    result.failure = failure
+    if failure is not None:
+        await emit({"type": "chat.error", "code": failure.code, "error": failure.message, "message": stored})
     else:
         await emit({"type": "chat.done", "status": status, "message": stored, "blend_turns": blend_turns,
                     "grounding": stored["grounding"], "grounding_word": stored["grounding_word"],

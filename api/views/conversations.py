@@ -16,7 +16,6 @@ from api.views.sse import sse_frame, sse_response
 from chat.exports import conversation_export
 from chat.llm import clients
 from chat.model_rights import model_for_turn
-from chat.models import Message
 from chat.selectors import conversation_get_for_user, conversation_messages, conversations_for_user
 from chat.serializers import ConversationSerializer, MessageSerializer
 from chat.services import conversation_create, conversation_delete, conversation_update
@@ -25,19 +24,15 @@ from chat.usage import turn_quota_check
 from core.errors import ApplicationError
 
 CONVERSATION = id_path("conversation_id", "conversation")
-# A failed answer (the user's turn is kept): the LLM was unreachable or timed out (503), refused the
-# portal's credentials (502: a bad gateway, the operator's to mend) or the prompt could not be prepared (400).
-TURN_ERROR_STATUS = {"llm_unreachable": 503, "llm_timeout": 503, "llm_http_error": 503, "llm_protocol_error": 503,
-                     "llm_unauthorized": 502, "prompt_too_long": 400}
 
 
 class TurnFailed(ApplicationError):
-    """A stored turn whose answer failed; `code` is the chat's error code (see chat.turns)."""
+    """A stored turn whose answer failed (the user's turn is kept): the failure's message, code and
+    status (`chat.turns`, `chat.llm.errors`), with the ids of the stored messages."""
 
-    def __init__(self, message: str, *, code: str, details: dict) -> None:
-        super().__init__(message, details)
-        self.code = code
-        self.status = TURN_ERROR_STATUS.get(code, 503)
+    def __init__(self, failure: ApplicationError, *, details: dict) -> None:
+        super().__init__(failure.message, details)
+        self.code, self.status = failure.code, failure.status
 
 
 def _conversation(request: Request, conversation_id: int):  # chat.models.Conversation
@@ -125,8 +120,8 @@ class MessageList(ApiView):
 
             return sse_response(produce, on_close=ticket.close)
         result = async_to_sync(run_turn)(**turn, emit=_unheard)
-        if result.status == Message.Status.ERROR:
-            raise TurnFailed(result.error, code=result.error_code,
+        if result.failure is not None:
+            raise TurnFailed(result.failure,
                              details={"user_message": result.user_message_id, "message": result.assistant_message_id})
         return Response(TurnSerializer(result).data, status=status.HTTP_201_CREATED)
 

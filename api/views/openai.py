@@ -30,36 +30,19 @@ from chat.completions import (
     completion_target,
 )
 from chat.llm import clients
-from chat.llm.answer import AnswerClock, answer_stream
+from chat.llm.answer import AnswerClock, turn_answer
+from chat.llm.errors import llm_failure
 from chat.llm.queue import Ticket
 from chat.models import TurnRecord
 from chat.preparation import PreparedTurn
 from chat.usage import turn_quota_check, turn_record_create
-from core.errors import ApplicationError
 from engine.llm.answer import AnswerTokens, TokenSpan
-from engine.llm.errors import LLMError, LLMUnauthorizedError, PromptTooLongError
+from engine.llm.errors import LLMError, PromptTooLongError
 from engine.llm.stream import Usage
 
 TAGS = ["openai"]
 # The request's extra fields that are a conversation's settings (`completion_prepare`).
 CONVERSATION_SETTINGS = ("token_budget", "top_document", "compress_context")
-
-
-class LLMUnavailable(ApplicationError):
-    code = "llm_unavailable"
-    status = 503
-
-
-class LLMUnauthorized(ApplicationError):
-    """The LLM server refused the portal's credentials: a bad gateway, the operator's to mend."""
-
-    code = "llm_unauthorized"
-    status = 502
-
-
-def _llm_failure(error: LLMError) -> ApplicationError:
-    kind = LLMUnauthorized if isinstance(error, LLMUnauthorizedError) else LLMUnavailable
-    return kind(f"The language model failed: {error}")
 
 
 class ModelList(ApiView):
@@ -126,11 +109,12 @@ class ChatCompletions(ApiView):
             prepared = completion_prepare(user=request.user, corpus=target.corpus, messages=data["messages"],
                                           temperature=data.get("temperature"), top_p=data.get("top_p"),
                                           max_tokens=max_tokens, waiting=not ticket.admitted,
+                                          llm_model=target.llm_model,
                                           **{name: data[name] for name in CONVERSATION_SETTINGS if name in data})
         except BaseException as error:
             ticket.close()
             if isinstance(error, PromptTooLongError):
-                raise ApplicationError(str(error), {"code": "prompt_too_long"}) from None
+                raise llm_failure(error).openai() from None
             raise
         completion_id, created = f"chatcmpl-{uuid.uuid4().hex}", int(time.time())
         if data["stream"]:
@@ -141,7 +125,7 @@ class ChatCompletions(ApiView):
         try:
             text, finish_reason, usage, tokens = async_to_sync(_complete)(prepared, ticket, target, request.user.pk)
         except LLMError as error:
-            raise _llm_failure(error) from None
+            raise llm_failure(error).openai() from None
         finally:
             ticket.close()
         return Response(ChatCompletionSerializer({
@@ -180,8 +164,8 @@ async def _complete(prepared: PreparedTurn, ticket: Ticket, target: CompletionTa
     tokens, clock = AnswerTokens(), AnswerClock()
     try:
         async with ticket:
-            end = await answer_stream(ticket=ticket, prepared=prepared, loop_retries=prepared.loop_retries,
-                                      tokens=tokens, clock=clock, model=target.llm_model)
+            end = await turn_answer(ticket=ticket, prepared=prepared, loop_retries=prepared.loop_retries,
+                                    tokens=tokens, clock=clock, model=target.llm_model)
     except LLMError:
         await _record(user_id, target, prepared, clock, "error")
         raise
@@ -200,11 +184,11 @@ async def _stream(emit, prepared: PreparedTurn, ticket: Ticket, completion_id: s
         tokens, clock = AnswerTokens(), AnswerClock()
         async with ticket:
             # No continuation (loop_retries 0): what a stream sent cannot be taken back.
-            end = await answer_stream(ticket=ticket, prepared=prepared, loop_retries=0, tokens=tokens, on_delta=on_delta,
-                                      clock=clock, model=target.llm_model)
+            end = await turn_answer(ticket=ticket, prepared=prepared, loop_retries=0, tokens=tokens,
+                                    on_delta=on_delta, clock=clock, model=target.llm_model)
     except LLMError as error:
         await _record(user_id, target, prepared, clock, "error")
-        failure = _llm_failure(error)
+        failure = llm_failure(error).openai()
         await emit(sse_frame({"error": {"code": failure.code, "message": failure.message, "details": {}}}))
         return
     await _record(user_id, target, prepared, clock, "repetition" if end.looping else "complete", end.usage)

@@ -1,7 +1,7 @@
 """The one streaming loop of an answer: wait for the turn's place in the LLM queue, stream the answer,
 keep its token log-probabilities, and hand each piece to the caller. The chat turn
 (`chat.turns.run_turn`, behind the websocket and the conversations API) and the OpenAI-compatible
-completions (whole and streamed) all answer through `answer_stream`."""
+completions (whole and streamed) all answer through `turn_answer`."""
 
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ class AnswerClock:
     server: LLMServer | None = None  # the server that answered (chat.llm.servers)
 
 
-async def answer_stream(*, ticket: Ticket, prepared: PreparedTurn, loop_retries: int, tokens: AnswerTokens,
+async def turn_answer(*, ticket: Ticket, prepared: PreparedTurn, loop_retries: int, tokens: AnswerTokens,
                         clock: AnswerClock | None = None,
                         on_queued: Callable[[int], Awaitable[None]] | None = None,
                         on_delta: Callable[[str], Awaitable[None]] | None = None,

@@ -1,4 +1,4 @@
-"""The process's LLM side of a chat turn: the client and token counter of the configured server, its
+"""The process's LLM side of a chat turn: the clients and token counters of its LLM servers, its
 queue of turns, the prompt's budgets and sampling, and the threads a turn's retrieval runs on.
 Each cache is bounded (`core.cache`); `core.runtime.reset()` empties them."""
 
@@ -9,7 +9,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from django.conf import settings
 
-from chat.llm.queue import LLMQueue
+from chat.llm.queue import LLMQueue, TurnQueue
 from chat.llm.queue_redis import RedisLLMQueue
 from chat.llm.servers import LLMServer, ServerPool, servers_parse
 from chat.llm.servers_redis import SharedServerPool
@@ -20,13 +20,13 @@ from engine.llm.prompt import ContextBudget, TokenCounter
 from engine.llm.sampling import GenerationSettings
 from engine.llm.tokens import ServerTokenCounter
 
-TOKEN_COUNTERS = 4  # one per LLM server URL
+TOKEN_COUNTERS = 8  # one per LLM server (URL and key)
 LLM_CLIENTS = 4  # one per LLM server URL and timeout
 RETRIEVAL_THREADS = 2
 
 _counters: BoundedCache[tuple[str, str], ServerTokenCounter] = BoundedCache(TOKEN_COUNTERS)
 _clients: BoundedCache[tuple[str, float, str, str], LLMClient] = BoundedCache(LLM_CLIENTS)
-_queues: BoundedCache[tuple[str, int, int, int, int, str], LLMQueue | RedisLLMQueue] = BoundedCache(LLM_CLIENTS)
+_queues: BoundedCache[tuple[str, int, int, int, int, str], TurnQueue] = BoundedCache(LLM_CLIENTS)
 _pools: BoundedCache[tuple, ServerPool] = BoundedCache(2)
 _executor_lock = threading.Lock()
 _executor: ThreadPoolExecutor | None = None
@@ -65,7 +65,7 @@ def server_pool() -> ServerPool:
     return _pools.get(key, lambda: ServerPool(llm_servers()))
 
 
-def llm_queue() -> LLMQueue | RedisLLMQueue:
+def llm_queue() -> TurnQueue:
     """The queue of turns into the configured LLM server, one per server (and policy) in this process;
     with `LLM_QUEUE_REDIS_URL`, this process's handle on the queue every process shares in Redis."""
     # Several servers: the slots of all of them, and one prompt in prefill per server.
@@ -96,11 +96,19 @@ def context_budget() -> ContextBudget:
     return ContextBudget.from_config(engine_config())
 
 
-def token_counter() -> TokenCounter:
-    """Counts in the served model's own tokens (its server's `/tokenize`, remembered per text):
-    the chat model's vocabulary is not the embedding model's."""
-    url, key = settings.LLM_BASE_URL, settings.LLM_API_KEY
-    return _counters.get((url, key), lambda: ServerTokenCounter(url, api_key=key))
+def token_counter(*, model: str = "", affinity: object = None) -> TokenCounter:
+    """Counts in the tokens of the model that answers (a server's `/tokenize`, remembered per text):
+    the chat model's vocabulary is not the embedding model's, nor another served model's.
+
+    A turn's prompt is built while the turn waits in the queue, and its server is taken only when
+    the queue admits it (`ServerPool.take`: a slot held from then on), so the prompt is counted on
+    the server of `model` (the pool's default model when empty) that the pool would give the
+    conversation (`affinity`) now. Every server of one model has that model's tokenizer, so the
+    count is the answering server's whichever of them it turns out to be. A model no server serves
+    is refused when the turn is answered (`ServerPool.unserved`); meanwhile it counts on the first."""
+    pool = server_pool()
+    server = pool.choose(model or pool.default_model, affinity) or pool.servers[0]
+    return _counters.get((server.url, server.key), lambda: ServerTokenCounter(server.url, api_key=server.key))
 
 
 def retrieval_executor() -> ThreadPoolExecutor:

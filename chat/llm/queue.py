@@ -19,7 +19,7 @@ One queue per LLM server and web process (`chat.llm.clients.llm_queue`). State i
 a thread lock and waiters are woken on their own event loop, so a turn may wait from the chat's
 event loop or from a view's `async_to_sync`. Several web processes in front of one LLM server
 share one queue in Redis instead (`LLM_QUEUE_REDIS_URL`: `chat.llm.queue_redis`, the same
-interface and policy over all of them).
+interface and policy over all of them). Callers hold either as a `TurnQueue`, the interface both have.
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Hashable
 from types import TracebackType
+from typing import Protocol, runtime_checkable
 
 from core.errors import ApplicationError
 
@@ -128,6 +129,26 @@ class Ticket:
     async def __aexit__(self, kind: type[BaseException] | None, error: BaseException | None,
                         traceback: TracebackType | None) -> None:
         self.close()
+
+
+@runtime_checkable
+class TurnQueue(Protocol):
+    """What a caller asks of a queue of turns into the LLM: this process's `LLMQueue` and the one
+    every process shares in Redis (`chat.llm.queue_redis.RedisLLMQueue`) are each one
+    (`chat.llm.clients.llm_queue` gives the configured one). A ticket asks its own queue the rest."""
+
+    prefill: int
+    streams: int
+    limit: int
+    per_user: int
+
+    def enter(self, user: Hashable) -> Ticket:
+        """A place at the back of the queue (admitted at once when there is room), or QueueFull."""
+        ...
+
+    def snapshot(self) -> dict[str, int]:
+        """The turns `waiting`, `prefilling` and `streaming`."""
+        ...
 
 
 class LLMQueue:

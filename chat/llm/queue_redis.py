@@ -279,7 +279,7 @@ class RedisTicket(Ticket):
 
 class RedisLLMQueue:
     """`LLMQueue` over every process that shares `redis_url` and names the same `server_url`
-    and policy (see the module docstring)."""
+    and policy (see the module docstring): a `chat.llm.queue.TurnQueue`."""
 
     def __init__(self, *, redis_url: str, server_url: str, prefill: int = 1, streams: int = 4, limit: int = 32,
                  per_user: int = 2, lease_seconds: float = LEASE_SECONDS, poll_seconds: float = POLL_SECONDS) -> None:

@@ -12,7 +12,7 @@ no new setting.
 * a server that cannot be reached or stops answering is taken out for `RETRY_SECONDS`, then tried
   again; a turn that had not begun streaming on it goes to another server of its model, a turn that
   was streaming ends with the error (stored as failed, with the text it had: nothing is stored as
-  complete that was not). The loop that does so is `chat.llm.answer.answer_stream`.
+  complete that was not). The loop that does so is `chat.llm.answer.turn_answer`.
 
 A key is a secret: a server is named by its URL without credentials (`engine.llm_access.redacted`).
 """

@@ -1,5 +1,5 @@
 """Several LLM servers (chat.llm.servers): the setting, the choice of a server, and two real llama.cpp
-servers on loopback behind the one streaming loop (chat.llm.answer.answer_stream): turns spread over
+servers on loopback behind the one streaming loop (chat.llm.answer.turn_answer): turns spread over
 both, a conversation sticks to its server, one killed while it streams ends that answer with a clear
 error and sends the next turns to the other, and once restarted it is used again."""
 
@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from chat.llm import clients
-from chat.llm.answer import AnswerClock, answer_stream
+from chat.llm.answer import AnswerClock, turn_answer
 from chat.llm.queue import LLMQueue
 from chat.llm.servers import LLMServer, ServerPool, ServersError, servers_parse
 from engine.llama_server import LlamaServer, LlamaServerError
@@ -140,8 +140,8 @@ async def _answer(queue: LLMQueue, affinity: int, settings: GenerationSettings =
     clock = AnswerClock()
     ticket = queue.enter(affinity)
     async with ticket:
-        end = await answer_stream(ticket=ticket, prepared=prepared, loop_retries=0, tokens=AnswerTokens(), clock=clock,
-                                  on_delta=on_delta, affinity=affinity)
+        end = await turn_answer(ticket=ticket, prepared=prepared, loop_retries=0, tokens=AnswerTokens(),
+                                clock=clock, on_delta=on_delta, affinity=affinity)
     return end, clock.server
 
 

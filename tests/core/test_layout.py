@@ -214,7 +214,7 @@ def test_the_walk_finds_each_kind_of_violation(tmp_path):
 
 def test_one_streaming_loop():
     """Every answer the portal streams (the chat turn, the conversations API, both OpenAI-compatible
-    replies) goes through chat.llm.answer.answer_stream: no other product module calls the
+    replies) goes through chat.llm.answer.turn_answer: no other product module calls the
     engine's stream_answer."""
     callers = set()
     for path in product_files(ROOT):

@@ -7,7 +7,8 @@ import threading
 
 import pytest
 
-from chat.llm.queue import LLMQueue, QueueFull
+from chat.llm.queue import LLMQueue, QueueFull, TurnQueue
+from chat.llm.queue_redis import RedisLLMQueue
 
 
 async def _settle() -> None:
@@ -139,3 +140,15 @@ async def test_closing_twice_or_after_a_cancelled_wait_is_harmless():
 def test_a_policy_that_cannot_work_is_refused():
     with pytest.raises(ValueError, match="streams"):
         LLMQueue(streams=0)
+
+
+def test_both_queues_are_turn_queues_and_the_configured_one_is_held_as_one(settings):
+    """The in-process queue and the one in Redis share `TurnQueue`, the interface callers hold
+    (`chat.llm.clients.llm_queue`). Making a Redis queue connects to nothing (port 9 is closed)."""
+    from chat.llm import clients
+
+    shared = RedisLLMQueue(redis_url="redis://127.0.0.1:9/0", server_url="http://127.0.0.1:9")
+    assert isinstance(LLMQueue(), TurnQueue) and isinstance(shared, TurnQueue)
+    assert not isinstance(object(), TurnQueue)
+    settings.LLM_QUEUE_REDIS_URL = ""
+    assert isinstance(clients.llm_queue(), LLMQueue) and isinstance(clients.llm_queue(), TurnQueue)

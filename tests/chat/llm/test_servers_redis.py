@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from chat.llm.answer import AnswerClock, answer_stream
+from chat.llm.answer import AnswerClock, turn_answer
 from chat.llm.queue_redis import RedisLLMQueue
 from chat.llm.servers import LLMServer
 from chat.llm.servers_redis import SharedServerPool
@@ -139,8 +139,8 @@ async def test_two_processes_never_put_more_turns_on_a_real_server_than_its_slot
             queue, pool = processes[number % 2]
             clock = AnswerClock()
             async with queue.enter(number) as ticket:
-                end = await answer_stream(ticket=ticket, prepared=prepared, loop_retries=0, tokens=AnswerTokens(),
-                                          clock=clock, affinity=number, pool=pool)
+                end = await turn_answer(ticket=ticket, prepared=prepared, loop_retries=0,
+                                        tokens=AnswerTokens(), clock=clock, affinity=number, pool=pool)
                 spans.append((clock.server.url, clock.first_token, time.perf_counter()))
             return end.content
 
