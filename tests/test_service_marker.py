@@ -75,7 +75,8 @@ def _calls(function: ast.AST) -> set[str]:
 @cache
 def _functions(path: str) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef]:
     tree = ast.parse(Path(path).read_text(), filename=path)
-    return {node.name: node for node in ast.walk(tree) if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
+    return {node.name: node for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)}
 
 
 @cache
@@ -102,13 +103,14 @@ def _fixture_decorator(function: ast.FunctionDef | ast.AsyncFunctionDef) -> ast.
 
 def _params_marked_service(decorator: ast.expr) -> bool:
     """Whether the fixture's parameters carry the marker (`pytest.param(..., marks=pytest.mark.service)`)."""
-    return any(isinstance(node, ast.keyword) and node.arg == "marks" and "pytest.mark.service" in ast.unparse(node.value)
-               for node in ast.walk(decorator))
+    return any(isinstance(node, ast.keyword) and node.arg == "marks"
+               and "pytest.mark.service" in ast.unparse(node.value) for node in ast.walk(decorator))
 
 
 def _sources() -> list[Path]:
     """The suite's Python files, but this one: its own examples start services in strings."""
-    return [path for path in sorted(TESTS.rglob("*.py")) if "node_modules" not in path.parts and path != AUDIT]
+    return [path for path in sorted(TESTS.rglob("*.py"))
+            if "node_modules" not in path.parts and path != AUDIT]
 
 
 def _fixtures() -> list[tuple[str, str, ast.FunctionDef | ast.AsyncFunctionDef, ast.expr]]:
@@ -126,8 +128,8 @@ def _suite_collected(config: pytest.Config, tmp_path: Path) -> list[Collected]:
     if test_files <= {each.path for each in collected}:
         return collected
     target = tmp_path / "collected.json"
-    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.plugins.workers", "--collect-only", "-q",
-                           "-n", "0", "-p", "no:cacheprovider", str(TESTS)],
+    done = subprocess.run([sys.executable, "-m", "pytest", "-p", "tests.plugins.workers", "--collect-only",
+                           "-q", "-n", "0", "-p", "no:cacheprovider", str(TESTS)],
                           cwd=TESTS.parent, env={**os.environ, COLLECTED_FILE_VARIABLE: str(target)},
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -141,8 +143,8 @@ def suite(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFacto
 
 def test_every_test_with_a_service_fixture_and_every_browser_test_is_marked(suite):
     assert len(suite) > 1000  # the whole suite, not a part of it
-    needing = [each for each in suite
-               if SERVICE_FIXTURES.intersection(each.fixtures) or Path(each.path).is_relative_to(BROWSER_TESTS)]
+    needing = [each for each in suite if SERVICE_FIXTURES.intersection(each.fixtures)
+               or Path(each.path).is_relative_to(BROWSER_TESTS)]
     assert len(needing) > 100
     assert [each.nodeid for each in needing if "service" not in each.marks] == []
     browser = [each for each in suite if Path(each.path).is_relative_to(BROWSER_TESTS)]
@@ -157,8 +159,9 @@ def test_every_test_that_starts_a_service_itself_is_marked(suite):
 
 def test_every_fixture_that_starts_a_service_is_a_service_fixture():
     fixtures = _fixtures()
-    assert {name for name, *_ in fixtures} >= SERVICE_FIXTURES, "a name in SERVICE_FIXTURES that no fixture has"
-    unlisted = [f"{name} ({Path(path).relative_to(TESTS.parent)})" for name, path, function, decorator in fixtures
+    assert {name for name, *_ in fixtures} >= SERVICE_FIXTURES, "a SERVICE_FIXTURES name that no fixture has"
+    unlisted = [f"{name} ({Path(path).relative_to(TESTS.parent)})"
+                for name, path, function, decorator in fixtures
                 if name in _starting(path) and name not in SERVICE_FIXTURES
                 # a fixture that asks for a service fixture is in its tests' fixture closure with it
                 and not SERVICE_FIXTURES.intersection(argument.arg for argument in function.args.args)
@@ -177,4 +180,5 @@ def test_the_source_check_finds_a_start_in_a_helper_and_not_one_that_is_expected
         "def test_the_shared_store(request):\n    request.getfixturevalue('chroma_server')\n"
         "def test_a_module_run():\n    run(['python', '-m', 'engine.llama_server'])\n"
         "def test_plain():\n    assert 1 + 1 == 2\n")
-    assert _starting(str(module)) == {"_server", "test_through_a_helper", "test_the_shared_store", "test_a_module_run"}
+    assert _starting(str(module)) == {"_server", "test_through_a_helper", "test_the_shared_store",
+                                      "test_a_module_run"}

@@ -41,7 +41,8 @@ def _cached_functions() -> list[tuple[str, str]]:
 
 def _cleared_by_clear_caches(module: str) -> set[str]:
     tree = ast.parse((ROOT / Path(*module.split("."))).with_suffix(".py").read_text())
-    clear = next(node for node in tree.body if isinstance(node, ast.FunctionDef) and node.name == "clear_caches")
+    clear = next(node for node in tree.body
+                 if isinstance(node, ast.FunctionDef) and node.name == "clear_caches")
     return {_dotted(node.func).removesuffix(".cache_clear") for node in ast.walk(clear)
             if isinstance(node, ast.Call) and _dotted(node.func).endswith(".cache_clear")}
 

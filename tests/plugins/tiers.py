@@ -73,5 +73,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def collected_read(path: Path) -> list[Collected]:
     """What a collection run with COLLECTED_FILE_VARIABLE set wrote."""
-    return [Collected(**{key: tuple(value) if isinstance(value, list) else value for key, value in each.items()})
-            for each in json.loads(path.read_text())]
+    return [Collected(**{key: tuple(value) if isinstance(value, list) else value
+                         for key, value in each.items()}) for each in json.loads(path.read_text())]
