@@ -42,12 +42,14 @@ from django.contrib.auth.signals import user_login_failed
 from django.db.models import Sum
 from django.http import HttpRequest
 
+from core.cache import function_cache_register
 from core.errors import CredentialsLockedOut
 
 Checked = TypeVar("Checked")
 Network = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
+@function_cache_register
 @cache
 def _networks(proxies: tuple[str, ...]) -> tuple[Network, ...]:
     return tuple(ipaddress.ip_network(proxy, strict=False) for proxy in proxies)

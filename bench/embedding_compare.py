@@ -6,7 +6,7 @@ and MRR@10 beside BM25 (which does not depend on the model), its tokenization sp
 speed and index size, and the Qwen/Gemma ratios. Each retrieval_eval run is a child process (one
 model's 0.5-0.7 GB embedding table at a time) whose full output is echoed.
 
-    flock -x /tmp/hdrag-cpu.lock .venv/bin/python -m bench.embedding_compare --set wordnet --docs 5000 --queries 500
+    .venv/bin/python -m bench.embedding_compare --set wordnet --docs 5000 --queries 500
 """
 
 from __future__ import annotations

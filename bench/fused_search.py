@@ -11,8 +11,8 @@ load that changes during the run weighs on all alike), after one untimed pass of
 both sides (format 2 derives a token's vocabulary rows on first use in a process). Prints hardware, the load average, p50/p90
 per mode and the ratio to the old fused pipeline.
 
-    flock -s /tmp/hdrag-cpu.lock python -m bench.fused_search --work-dir /tmp/fused --prepare   # build + fill
-    flock -x /tmp/hdrag-cpu.lock python -m bench.fused_search --work-dir /tmp/fused              # timings
+    python -m bench.fused_search --work-dir var/fused --prepare   # build + fill
+    python -m bench.fused_search --work-dir var/fused             # timings, on a quiet machine
 """
 
 from __future__ import annotations

@@ -7,8 +7,8 @@ corpus's own self-queries (`engine.fusion.self_queries`, every kind), and saves 
 without rebuilding anything: recall@10 / MRR@10 on the test queries, and what each gate chooses
 from the self-queries alone (never from the test queries).
 
-    python -m bench.fusion_eval --set jargon --docs 3000 --queries 200 --out /tmp/fusion/jargon.npz
-    python -m bench.fusion_eval --report /tmp/fusion/*.npz
+    python -m bench.fusion_eval --set jargon --docs 3000 --queries 200 --out var/fusion/jargon.npz
+    python -m bench.fusion_eval --report var/fusion/*.npz
 """
 
 from __future__ import annotations
@@ -241,7 +241,7 @@ def main(argv: list[str] | None = None) -> int:
         args.work_dir = args.work_dir or Path(scratch)
         # The rankers read their model from here since retrieval_eval gained --gguf.
         args.embedding_model = open_embedding_model(args.gguf, servers, threads=args.threads)
-        args.out = args.out or Path(f"/tmp/fusion/{args.set}.npz")
+        args.out = args.out or Path(tempfile.gettempdir()) / "fusion" / f"{args.set}.npz"
         collect(args)
     return 0
 

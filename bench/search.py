@@ -7,7 +7,7 @@ the exact full scan (numba) and a plain numpy `np.bitwise_count` scan as fractio
 bandwidth, pruned search latency (p50/p95), recall@10 of pruned vs exact, and the peak
 anonymous memory used by pruned search beyond the memory map.
 
-    .venv/bin/python -m bench.search --docs 1000000 --dims 10000 --queries 20 --dir /tmp/hdrag-bench
+    .venv/bin/python -m bench.search --docs 1000000 --dims 10000 --queries 20
 
 `--real-text` replaces the synthetic corpus with ~518,000 memories of real text (Debian-packaged
 dictionaries and manuals, bench/data/real_corpus.py) built once by the engine, and real questions
@@ -17,7 +17,7 @@ search now (`search_auto`: `search_sampled` from `SAMPLED_SEARCH_MIN_ROWS` rows 
 the top 10 and of the retriever's top 500 against the exact scan; then a grid of `search_sampled`
 settings at the full size:
 
-    .venv/bin/python -m bench.search --real-text --queries 50 --dir /work/main/.cache/bench
+    .venv/bin/python -m bench.search --real-text --queries 50 --dir .cache/bench
 
 `--segments 10` then searches the same rows cut into 10 segments (`engine.segments`, appends not
 yet merged): equal segments, and a base with nine small appends, against the one index:

@@ -35,6 +35,7 @@ from django.http import HttpRequest
 from django.http.cookie import parse_cookie
 from django.utils.module_loading import import_string
 
+from core.cache import function_cache_register
 from core.errors import CredentialsLockedOut
 
 logger = logging.getLogger(__name__)
@@ -53,6 +54,7 @@ def body_limit_credential_check_register(check: CredentialCheck) -> None:
         _credential_checks.append(check)
 
 
+@function_cache_register
 @cache
 def _upload_paths(pattern: str) -> re.Pattern[str]:
     return re.compile(pattern)

@@ -2,7 +2,9 @@
 
 Each app owns its process-wide state (`corpus.serving`: loaded builds, tokenizers, Chroma;
 `chat.llm.clients`: LLM clients, token counters, queues) in `BoundedCache`s; every one made is
-known here, so `core.runtime.reset()` empties them without knowing the apps.
+known here, so `core.runtime.reset()` empties them without knowing the apps. The small memos kept
+with `functools.cache` or `lru_cache` (a compiled pattern, a model's hash) are known here too:
+each is registered with `function_cache_register` where it is defined.
 """
 
 from __future__ import annotations
@@ -11,13 +13,23 @@ import sys
 import threading
 import weakref
 from collections.abc import Callable, Hashable
-from typing import Generic, TypeVar
+from typing import Generic, Protocol, TypeVar
 
 from cachetools import LRUCache
 
 K = TypeVar("K", bound=Hashable)
 V = TypeVar("V")
 _every_cache: weakref.WeakSet[BoundedCache] = weakref.WeakSet()
+
+
+class FunctionCache(Protocol):
+    """A function memoised by `functools.cache` or `functools.lru_cache`."""
+
+    def cache_clear(self) -> None: ...
+
+
+Memoised = TypeVar("Memoised", bound=FunctionCache)
+_function_caches: list[FunctionCache] = []
 
 
 class BoundedCache(Generic[K, V]):
@@ -100,7 +112,16 @@ def array_bytes(value: object) -> int:
     return sum(v.nbytes for v in vars(value).values() if isinstance(v, np.ndarray)) if value is not None else 0
 
 
+def function_cache_register(function: Memoised) -> Memoised:
+    """Have `bounded_caches_clear` empty `function`'s memo too; a decorator, above the `functools` one."""
+    if function not in _function_caches:
+        _function_caches.append(function)
+    return function
+
+
 def bounded_caches_clear() -> None:
-    """Empty every BoundedCache of this process."""
+    """Empty every BoundedCache and every registered function cache of this process."""
     for cache in list(_every_cache):
         cache.clear()
+    for function in _function_caches:
+        function.cache_clear()

@@ -27,6 +27,7 @@ from urllib.parse import urlsplit
 from django.conf import settings
 from django.utils.module_loading import import_string
 
+from core.cache import function_cache_register
 from core.errors import ApplicationError
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
@@ -94,6 +95,7 @@ def allowed_entry(text: str) -> Allowed:
     return Allowed(network, "", number, exact=network.num_addresses == 1)
 
 
+@function_cache_register
 @lru_cache(maxsize=8)
 def _entries(raw: tuple[str, ...]) -> tuple[Allowed, ...]:
     return tuple(allowed_entry(item) for item in raw)

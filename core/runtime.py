@@ -12,12 +12,13 @@ from pathlib import Path
 import yaml
 from django.conf import settings
 
-from core.cache import bounded_caches_clear
+from core.cache import bounded_caches_clear, function_cache_register
 from engine.config import Config
 from engine.llm.prompt import ContextBudget
 from engine.llm.sampling import GenerationSettings
 
 
+@function_cache_register
 @functools.cache
 def engine_config() -> Config:
     """The engine defaults with the portal's generation settings (`LLM_CONTEXT_SIZE`, the llama.cpp
@@ -59,6 +60,5 @@ def reset() -> None:
     """Forget everything this process keeps (thread pools stay: they hold no state)."""
     from engine.vocab import clear_caches
 
-    engine_config.cache_clear()
-    clear_caches()
-    bounded_caches_clear()
+    clear_caches()  # the engine's own (it imports nothing above it, so cannot register them here)
+    bounded_caches_clear()  # every BoundedCache and registered function cache, engine_config's too

@@ -27,6 +27,7 @@ from urllib.parse import urlparse
 
 from django.conf import settings
 
+from core.cache import function_cache_register
 from core.errors import ApplicationError
 from engine.files import atomic_write
 
@@ -157,6 +158,7 @@ def _client() -> Any:
                                                                "AWS_DEFAULT_REGION")))
 
 
+@function_cache_register
 @functools.lru_cache(maxsize=4)
 def _client_for(endpoint: str, access_key: str, region: str) -> Any:  # one per environment
     """Short timeouts, so a store that is down fails a request in seconds; checksums are asked for

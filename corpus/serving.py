@@ -21,7 +21,7 @@ from typing import Any
 
 from django.conf import settings
 
-from core.cache import BoundedCache, array_bytes
+from core.cache import BoundedCache, array_bytes, function_cache_register
 from core.runtime import default_gguf, engine_config
 from corpus.build_parameters import BuildParameters
 from engine.config import Config
@@ -53,6 +53,7 @@ _states: BoundedCache[tuple[str, ...], LoadedIndex] = BoundedCache(LOADED_BUILDS
 _chroma: BoundedCache[tuple[str, str, float], Any] = BoundedCache(CHROMA_CLIENTS)
 
 
+@function_cache_register
 @functools.lru_cache(maxsize=16)
 def _model_sha256(path: str, size: int, mtime_ns: int) -> str:
     from engine.gguf import model_fingerprint
@@ -234,6 +235,7 @@ def chroma_client() -> Any:
     return _chroma.get((kind, location, timeout), lambda: connect_chroma(**{kind: location}, timeout=timeout))
 
 
+@function_cache_register
 @functools.cache
 def _search_slots(count: int) -> threading.BoundedSemaphore:
     return threading.BoundedSemaphore(count)

@@ -8,7 +8,7 @@ import pytest
 
 pytest_plugins = ["tests.plugins.llama", "tests.plugins.s3", "tests.plugins.oidc", "tests.plugins.gateway",
                   "tests.plugins.chroma", "tests.plugins.portal", "tests.plugins.chat", "tests.plugins.api",
-                  "tests.plugins.services", "tests.plugins.outbound"]
+                  "tests.plugins.services", "tests.plugins.outbound", "tests.plugins.tiers"]
 
 
 @pytest.fixture(scope="session")

@@ -16,6 +16,7 @@ from django.utils import timezone
 
 from accounts.audit import audit_record
 from accounts.models import ApiToken
+from core.cache import function_cache_register
 from core.errors import ApplicationError
 
 TOKEN_PREFIX = "hdr_"
@@ -69,6 +70,7 @@ def get_api_token_for_user(*, user: AbstractBaseUser | AnonymousUser, pk: int) -
     return token
 
 
+@function_cache_register
 @functools.cache
 def _lookup_sql(vendor: str) -> tuple[str, str]:
     """The SQL of the token's and its user's lookups, compiled by the ORM once per process (and

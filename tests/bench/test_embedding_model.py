@@ -40,6 +40,7 @@ def test_default_model_is_gemma_tokenized_in_process():
         assert "gemma3" in model.describe() and "262,144 x 640" in model.describe()
 
 
+@pytest.mark.service  # open_embedding_model("chat") starts a llama.cpp server
 def test_chat_model_is_tokenized_by_a_real_server_that_stops_with_the_stack(tmp_path):
     with ExitStack() as stack:
         model = open_embedding_model("chat", stack, threads=1)

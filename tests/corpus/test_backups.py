@@ -135,20 +135,20 @@ def backed_up(tmp_path_factory) -> tuple[Portal, Path]:
 
 
 @pytest.fixture(scope="module", params=["sqlite", pytest.param("postgresql+s3", marks=pytest.mark.service)])
-def backup_of(request, tmp_path_factory) -> tuple[str, Path]:
-    """(kind, a backup made on it): `backed_up`'s on SQLite; on PostgreSQL with the S3 store, one made
-    the same way, its uploads and segments read from the store."""
+def backup_of(request, tmp_path_factory):  # noqa: ANN201 - (kind, backup, S3Server or None)
+    """(kind, a backup made on it, the S3 server or None): `backed_up`'s on SQLite; on PostgreSQL with
+    the S3 store, one made the same way, its uploads and segments read from the store."""
     if request.param == "sqlite":
-        return request.param, request.getfixturevalue("backed_up")[1]
+        return request.param, request.getfixturevalue("backed_up")[1], None
     tmp_path = tmp_path_factory.mktemp("backed_up_s3")
     database = pg_url("damage_source")
     request.addfinalizer(lambda: drop_pg(database))
-    store = request.getfixturevalue("s3_server").env(f"{tmp_path.name}-source")
-    source = Portal(tmp_path / "source", database, store)
+    server = request.getfixturevalue("s3_server")
+    source = Portal(tmp_path / "source", database, server.env(f"{tmp_path.name}-source"))
     source.manage("migrate", "-v0")
     source.scenario("make", "--meaning")
     source.manage("backup", str(tmp_path / "backup"))
-    return request.param, tmp_path / "backup"
+    return request.param, tmp_path / "backup", server
 
 
 # Every kind of file a backup lists, where it lies in the backup.
@@ -157,25 +157,27 @@ LISTED = {"upload": "files/corpora/*/datasets/*", "segment file": "files/corpora
           "segment manifest": "files/corpora/*/builds/*/manifest.json", "database dump": "database.jsonl"}
 
 
-def _written(restored: Portal, s3_prefix: str, request: pytest.FixtureRequest) -> list[str]:
+def _written(restored: Portal, s3_prefix: str, server) -> list[str]:  # noqa: ANN001 - S3Server or None
     """What a restore wrote: the DATA_DIR's corpora, the database's tables, the bucket prefix's objects."""
     written = [str(p) for p in (restored.data_dir / "corpora").rglob("*")]
     if restored.database_url:
         with psycopg.connect(restored.database_url, connect_timeout=10) as db:
             written += [row[0] for row in db.execute(
                 "SELECT table_name FROM information_schema.tables WHERE table_schema = 'public'")]
-        written += request.getfixturevalue("s3_server").objects(s3_prefix)
+        written += server.objects(s3_prefix)
     elif (restored.data_dir / "portal.sqlite3").exists():
         with closing(sqlite3.connect(restored.data_dir / "portal.sqlite3")) as db:
             written += [row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")]
     return written
 
 
+# Its PostgreSQL case connects in the test's own code, so every case is in the service tier.
+@pytest.mark.service
 @pytest.mark.parametrize("damage", ["missing", "changed"])
 @pytest.mark.parametrize("listed", list(LISTED))
 def test_a_backup_lacking_or_changing_a_file_it_lists_is_refused_before_anything_is_written(
         backup_of, listed, damage, tmp_path, request):
-    kind, original = backup_of
+    kind, original, server = backup_of
     backup = shutil.copytree(original, tmp_path / "backup")
     files = sorted(backup.glob(LISTED[listed]))
     assert files, f"the backup holds no {listed}"
@@ -189,11 +191,11 @@ def test_a_backup_lacking_or_changing_a_file_it_lists_is_refused_before_anything
     if kind == "postgresql+s3":
         database = pg_url("damage_restored")
         request.addfinalizer(lambda: drop_pg(database))
-        restored = Portal(tmp_path / "restored", database, request.getfixturevalue("s3_server").env(prefix))
+        restored = Portal(tmp_path / "restored", database, server.env(prefix))
     result = restored.manage("restore", str(backup), check=False)
     assert result.returncode != 0 and "is damaged, so nothing was restored" in result.stderr
     assert f"{files[0]} ({damage})" in result.stderr
-    assert _written(restored, prefix, request) == []
+    assert _written(restored, prefix, server) == []
 
 
 def test_a_restore_refuses_a_database_that_is_not_empty(backed_up):

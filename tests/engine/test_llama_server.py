@@ -110,6 +110,7 @@ def test_bad_options_are_rejected(gemma_gguf):
         ServerOptions(gguf_path=gemma_gguf, threads=0)
 
 
+@pytest.mark.service
 def test_the_prompt_cache_is_bounded(gemma_gguf):
     """llama.cpp's own default keeps up to 8 GiB of saved slot states; the portal gives it a limit,
     from the LlamaServer option through the child's command line into xllamacpp's parameters."""
@@ -156,6 +157,7 @@ def test_a_fixed_mmap_threshold_keeps_saved_states_off_the_heap(threshold, mappe
     assert result.stdout.strip() == mapped
 
 
+@pytest.mark.service
 def test_corrupt_model_fails_startup_with_log(tmp_path):
     bogus = tmp_path / "bogus.gguf"
     bogus.write_bytes(b"GGUF" + b"\x00" * 64)
@@ -165,6 +167,7 @@ def test_corrupt_model_fails_startup_with_log(tmp_path):
     assert not server.running
 
 
+@pytest.mark.service
 @pytest.mark.parametrize("stop_signal", [signal.SIGTERM, signal.SIGINT])
 def test_module_process_shuts_down_cleanly_on_signal(gemma_gguf, stop_signal, tmp_path):
     port = free_port()
@@ -204,6 +207,7 @@ def _alive(pid: int) -> bool:
     return state != "Z"
 
 
+@pytest.mark.service
 def test_a_server_whose_owner_is_killed_shuts_down(gemma_gguf, tmp_path):
     """A `LlamaServer` owner killed outright (no cleanup runs) does not leave its server behind."""
     repo_root = Path(__file__).resolve().parents[2]
@@ -229,6 +233,7 @@ def test_a_server_whose_owner_is_killed_shuts_down(gemma_gguf, tmp_path):
             os.kill(child, signal.SIGKILL)
 
 
+@pytest.mark.service
 def test_the_chat_model_is_served_with_its_own_template():
     """The packaged instruct model runs with the ChatML template its GGUF carries (Jinja), not a
     built-in one: its end-of-turn token then ends every answer."""

@@ -141,7 +141,7 @@ def own_chroma_server(tmp_path: Path) -> Iterator[ChromaServer]:
 StoreFactory = Callable[..., ChromaClient]
 
 
-@pytest.fixture(params=["embedded", "server"])
+@pytest.fixture(params=["embedded", pytest.param("server", marks=pytest.mark.service)])
 def make_store(request: pytest.FixtureRequest, tmp_path: Path) -> StoreFactory:
     """Factory of ChromaClient on the parametrised backend; fresh collections per call
     unless `name` repeats, so tests sharing the session server never see each other."""

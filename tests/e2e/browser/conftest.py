@@ -6,7 +6,8 @@ with the session's real llama.cpp server for the chat. It is its own stack (not 
 database), so DATABASE_URL / REDIS_URL of the rest of the suite are left out on purpose.
 
 Chromium is Debian's (`/usr/bin/chromium`; `./portal test` installs it): Playwright's own browser
-download is never used. A missing browser fails the tests; it never skips them.
+download is never used. A missing browser fails the tests; it never skips them. Every test here is
+marked `browser` and `service` by tests/plugins/tiers.py.
 """
 
 from __future__ import annotations
@@ -52,12 +53,6 @@ DROP = """([zone, files]) => {
 
 # Screenshots of every page the tests visit; CI keeps them as artifacts, the README uses some.
 SCREENSHOT_DIR = Path(os.environ.get("BROWSER_SCREENSHOTS", ROOT / "var" / "test" / "screenshots"))
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "tests/e2e/browser/" in str(item.fspath):
-            item.add_marker(pytest.mark.browser)
 
 
 @dataclass(frozen=True)
