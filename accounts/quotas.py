@@ -14,6 +14,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import Q
 from django.utils import timezone
 
 from accounts.models import Quota
@@ -53,7 +54,7 @@ def day_bounds(now: datetime | None = None) -> tuple[datetime, datetime]:
 
 
 def quota_limits(*, user: AbstractBaseUser) -> DailyLimits:
-    rows = list(Quota.objects.filter(user=user)) + list(Quota.objects.filter(group__in=user.groups.all()))
+    rows = list(Quota.objects.filter(Q(user=user) | Q(group__in=user.groups.all())))  # one query
     own = next((row for row in rows if row.user_id is not None), None)
     groups = [row for row in rows if row.group_id is not None]
     limits = {}
@@ -69,10 +70,11 @@ def quota_limits(*, user: AbstractBaseUser) -> DailyLimits:
     return DailyLimits(**limits)
 
 
-def quota_check(*, user: AbstractBaseUser, kind: str, used: int, adding: int = 1, subject: str = "") -> None:
+def quota_check(*, user: AbstractBaseUser, kind: str, used: int, adding: int = 1, subject: str = "",
+                limits: DailyLimits | None = None) -> None:
     """Raise QuotaExceeded when `used` + `adding` of `kind` would pass the person's limit today
-    (`subject` begins its message: what was refused)."""
-    limit = getattr(quota_limits(user=user), kind)
+    (`subject` begins its message: what was refused; `limits`: theirs, when the caller has read them)."""
+    limit = getattr(limits or quota_limits(user=user), kind)
     if limit is None or used + adding <= limit:
         return
     now = timezone.now()

@@ -25,8 +25,8 @@ def turn_quota_check(*, user: AbstractBaseUser) -> None:
     start, _ = day_bounds()
     today = TurnRecord.objects.filter(user=user, created__gte=start).aggregate(
         turns=Count("id"), tokens=Sum(F("prompt_tokens") + F("completion_tokens")))
-    quota_check(user=user, kind="questions_per_day", used=today["turns"])
-    quota_check(user=user, kind="tokens_per_day", used=today["tokens"] or 0)
+    quota_check(user=user, kind="questions_per_day", used=today["turns"], limits=limits)
+    quota_check(user=user, kind="tokens_per_day", used=today["tokens"] or 0, limits=limits)
 
 
 def turn_record_create(*, user_id: int | None, surface: str, status: str, model: str, server: str,
@@ -35,9 +35,9 @@ def turn_record_create(*, user_id: int | None, surface: str, status: str, model:
                        conversation_id: int | None = None, corpus_ids: Iterable[int] = ()) -> TurnRecord:
     """Record one ended turn; a conversation's turn is its owner's and names the corpora the
     conversation searched."""
-    if conversation_id is not None:
-        conversation = Conversation.objects.get(pk=conversation_id)
-        user_id, corpus_ids = conversation.owner_id, conversation.corpora.values_list("pk", flat=True)
+    if conversation_id is not None:  # its owner and corpora in one query: a row per corpus (one with None: none)
+        rows = list(Conversation.objects.filter(pk=conversation_id).values_list("owner_id", "corpora"))
+        user_id, corpus_ids = rows[0][0], [corpus for _, corpus in rows if corpus is not None]
     return TurnRecord.objects.create(
         user_id=user_id, surface=surface, status=status, model=model, server=server, message_id=message_id,
         corpus_ids=sorted(corpus_ids), prompt_tokens=usage.prompt_tokens if usage else 0,

@@ -62,8 +62,10 @@ def storage_usage(*, user: AbstractBaseUser | None, lock: bool = False) -> Stora
 def upload_quota_check(*, user: AbstractBaseUser | None, name: str, size: int) -> None:
     """Raise `accounts.quotas.QuotaExceeded` (429) when storing `size` more bytes today would pass
     the person's daily upload quota (`QUOTA_UPLOAD_BYTES_PER_DAY` or their `Quota`)."""
-    if user is None or quota_limits(user=user).upload_bytes_per_day is None:
+    limits = None if user is None else quota_limits(user=user)
+    if limits is None or limits.upload_bytes_per_day is None:
         return
     start, _ = day_bounds()
     today = Dataset.objects.filter(uploaded_by=user, uploaded_at__gte=start).aggregate(total=Sum("size"))["total"]
-    quota_check(user=user, kind="upload_bytes_per_day", used=today or 0, adding=size, subject=f"{name}: ")
+    quota_check(user=user, kind="upload_bytes_per_day", used=today or 0, adding=size, subject=f"{name}: ",
+                limits=limits)
