@@ -18,9 +18,15 @@ ADMIN_FLAGS = {ADDITION: "added", CHANGE: "changed", DELETION: "deleted"}
 AUDITED_MODELS = {("auth", "user"), ("auth", "group"), ("accounts", "quota")}
 
 
+# The views that sign a person in through the identity provider (django-allauth's callback); any
+# other sign-in is the login form's (or the admin's), with a password.
+SSO_VIEWS = frozenset({"openid_connect_callback"})
+
+
 @receiver(user_logged_in, dispatch_uid="audit_sign_in")
 def _signed_in(sender: Any, request: Any, user: Any, **kwargs: Any) -> None:
-    method = "single sign-on" if "allauth" in str(getattr(user, "backend", "")) else "password"
+    match = getattr(request, "resolver_match", None)
+    method = "single sign-on" if match is not None and match.url_name in SSO_VIEWS else "password"
     audit_record(action="sign_in", actor=user, request=request, target=user.get_username(), method=method)
 
 
