@@ -4,6 +4,8 @@ service checks every edit."""
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
 from dataclasses import fields
 
 import pytest
@@ -12,6 +14,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.test import Client
 from django.urls import reverse
 
+from api.serializers import CorpusSerializer, CorpusWriteSerializer
 from corpus import corpus_settings
 from corpus.build_parameters import BuildParameters
 from corpus.corpus_settings import CorpusSetting
@@ -28,13 +31,25 @@ DUMMY = CorpusSetting("dummy_depth", "Dummy depth", int, 3, "A test's setting: h
 BOTH_CHANNELS = "choose one of the two"
 
 
+def _forget_computed_fields() -> None:
+    """Serializer instances made once at import (the API's schema annotations: a page's `results`)
+    keep the fields DRF computed for them the first time; a declaration changed at run time must be
+    computed again, before the test and after it (else the next test's schema keeps the dummy)."""
+    for instance in gc.get_objects():
+        if type(instance) in (CorpusSerializer, CorpusWriteSerializer):  # never a weak proxy's referent
+            instance.__dict__.pop("fields", None)
+
+
 @pytest.fixture
-def dummy_declared(monkeypatch) -> CorpusSetting:
+def dummy_declared(monkeypatch) -> Iterator[CorpusSetting]:
     """The declaration with one more setting. A class attribute stands in for its column: a real
     setting gets one from `model_field` and a migration, and a test cannot add a column to a table."""
     monkeypatch.setattr(corpus_settings, "SETTINGS", (*corpus_settings.SETTINGS, DUMMY))
     monkeypatch.setattr(Corpus, DUMMY.name, DUMMY.default, raising=False)
-    return DUMMY
+    _forget_computed_fields()
+    yield DUMMY
+    monkeypatch.undo()
+    _forget_computed_fields()
 
 
 def _schema() -> dict:

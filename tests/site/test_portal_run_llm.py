@@ -44,7 +44,7 @@ def _portal_run(tmp_path: Path, **llm: str) -> str:
 ], ids=["llm-servers-alone", "no-server-named"])
 def test_portal_run_starts_llama_only_when_it_serves_the_model_itself(tmp_path, llm, starts_llama):
     output = _portal_run(tmp_path, **llm)
-    assert "web.1 stopped (rc=0)" in output, output
+    assert "web stopped (rc=0)" in output, output
     starting = next(line for line in output.splitlines() if line.startswith("portal: starting"))
     assert ("llama" in starting.split()) is starts_llama, output
     assert ("llama stand-in started" in output) is starts_llama, output
