@@ -27,6 +27,7 @@ from django.utils import timezone
 from accounts.models import AuditEvent
 from accounts.throttle import client_address
 from core.errors import ApplicationError
+from core.spreadsheet import spreadsheet_cell
 
 ACTIONS = {
     "sign_in": "signed in", "sign_in_failed": "failed to sign in", "locked_out": "locked out",
@@ -102,5 +103,5 @@ def audit_export(events: Iterable[AuditEvent]) -> str:
     for event in events:
         row = [event.created.isoformat(), event.actor_name, event.action, event.target, event.address or "",
                json.dumps(event.details, ensure_ascii=False, sort_keys=True)]
-        writer.writerow([f"'{cell}" if cell[:1] in ("=", "+", "-", "@", "\t", "\r") else cell for cell in row])
+        writer.writerow([spreadsheet_cell(cell) for cell in row])
     return out.getvalue()

@@ -17,6 +17,7 @@ from django.http import Http404
 
 from chat.models import AnswerFeedback, Message
 from core.errors import ApplicationError
+from core.spreadsheet import spreadsheet_cell
 
 RATINGS = {"up": AnswerFeedback.Rating.UP, "down": AnswerFeedback.Rating.DOWN}
 
@@ -90,12 +91,5 @@ def feedback_export(rated: Iterable[AnswerFeedback], *, fmt: str) -> str:
     writer.writeheader()
     for record in records:
         row = {**record, "memories": " | ".join(f"{m['corpus']}: {m['source']}" for m in record["memories"])}
-        writer.writerow({key: _cell(value) for key, value in row.items()})
+        writer.writerow({key: spreadsheet_cell(value) for key, value in row.items()})
     return out.getvalue()
-
-
-def _cell(value: Any) -> Any:
-    """A text cell a spreadsheet would read as a formula (=, +, -, @) is quoted as text."""
-    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r"):
-        return f"'{value}"
-    return value

@@ -90,14 +90,12 @@ def _askers(turns: QuerySet[TurnRecord], today: datetime, limit: int = 50) -> li
 
 def _daily(report: UsageReport, turns: QuerySet[TurnRecord]) -> None:
     rows = {row["day"]: row for row in turns.annotate(day=TruncDate("created")).values("day").annotate(
-        questions=Count("id"), people=Count("user", distinct=True)).order_by("day")}
-    tokens = Counter()
-    for day, prompt, completion in turns.annotate(day=TruncDate("created")).values_list(
-            "day", "prompt_tokens", "completion_tokens"):
-        tokens[day] += prompt + completion
-    report.daily = [{"day": day, "questions": rows[day]["questions"] if day in rows else 0,
-                     "people": rows[day]["people"] if day in rows else 0, "tokens": tokens[day]}
-                    for day in (report.start + timedelta(days=n) for n in range(report.days))]
+        questions=Count("id"), people=Count("user", distinct=True),
+        tokens=Sum(F("prompt_tokens") + F("completion_tokens"))).order_by("day")}
+    empty = {"questions": 0, "people": 0, "tokens": 0}
+    report.daily = [{"day": day, "questions": row["questions"], "people": row["people"], "tokens": row["tokens"] or 0}
+                    for day, row in ((day, rows.get(day, empty))
+                                     for day in (report.start + timedelta(days=n) for n in range(report.days)))]
     report.questions = sum(row["questions"] for row in report.daily)
     report.people = turns.exclude(user=None).values("user").distinct().count()
 
