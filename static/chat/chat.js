@@ -259,9 +259,9 @@
     const bar = document.createElement("div");
     bar.className = "chat-feedback";
     bar.dataset.message = messageId;
-    const buttons = [["up", "\u{1F44D}", "Helpful"], ["down", "\u{1F44E}", "Not helpful: say why"]].map(
-      ([rating, symbol, label]) => {
-        const button = tag("button", "chat-feedback-button", symbol, label);
+    const buttons = [["up", "Helpful", "Helpful"], ["down", "Not helpful", "Not helpful: say why"]].map(
+      ([rating, text, label]) => {
+        const button = tag("button", "chat-feedback-button", text, label);
         button.type = "button";
         button.dataset.rating = rating;
         button.setAttribute("aria-label", label);
