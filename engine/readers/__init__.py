@@ -1,0 +1,60 @@
+"""Document readers: one declaration per format, shared by uploads, ZIPs and every kind of source.
+
+A reader turns one file into `Part`s: a run of text and its place in the document (the keys of
+`engine.places`: page, slide, sheet and rows, heading path, line range, message and attachment, region
+of a page image). The dataset iteration (`engine.datasets`) chunks each part on its own and copies its
+place into the metadata of every memory cut from it, so a citation can name and open that place.
+
+Contract of a reader (`Reader`):
+- ``name``: the format's name as stored in a memory's metadata ("pdf", "xlsx", "eml", ...);
+- ``suffixes``: the file name endings it claims (lower case, with the dot);
+- ``sniff(head, suffix)``: True when the file's first bytes are this format (content wins over the
+  name; a claimed suffix with other content raises `DocumentError`);
+- ``read(path, options)``: the parts in document order; raises `DocumentError` with a reason a person
+  can act on (encrypted, password-protected, damaged, no text and OCR off, over a limit).
+
+Every reader streams (a sheet of 100,000 rows is never held whole) and honours `ReadOptions`' caps.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class DocumentError(ValueError):
+    """A document whose text cannot be read; the message says why, in words a person can act on."""
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """What a corpus allows its readers: OCR on or off, and the caps a shared drive needs."""
+
+    ocr: bool = True
+    max_pages: int = 5_000
+    max_rows: int = 1_000_000
+    max_pixels: int = 20_000 * 20_000
+    max_seconds: float = 600.0
+
+
+@dataclass(frozen=True)
+class Part:
+    """A run of a document's text with its place (`engine.places` keys) and `share`, the fraction of
+    the document read once this part is done (0..1; progress and partial-read estimates)."""
+
+    text: str
+    place: dict[str, Any] = field(default_factory=dict)
+    share: float = 1.0
+
+
+@dataclass(frozen=True)
+class Reader:
+    """One format's declaration (see the module's contract)."""
+
+    name: str
+    suffixes: tuple[str, ...]
+    sniff: Callable[[bytes, str], bool]
+    read: Callable[[Path, ReadOptions], Iterator[Part]]
+    label: str = ""
