@@ -58,3 +58,26 @@ class Reader:
     sniff: Callable[[bytes, str], bool]
     read: Callable[[Path, ReadOptions], Iterator[Part]]
     label: str = ""
+
+
+# The formats, as data: each module exposes READERS, a tuple of `Reader`s. Order matters for sniffing
+# (the first reader whose sniff accepts the head wins), so specific containers come before generic ones.
+READER_MODULES: tuple[str, ...] = ()
+
+
+def readers() -> tuple[Reader, ...]:
+    """Every declared reader, in `READER_MODULES` order (modules are imported on first use)."""
+    from importlib import import_module
+
+    return tuple(reader for name in READER_MODULES for reader in import_module(name).READERS)
+
+
+def reader_for(head: bytes, suffix: str) -> Reader | None:
+    """The reader of a file whose first bytes are `head` and whose name ends in `suffix`, or None when
+    no reader claims it (the caller then tries the dataset formats: JSON, text, ...). Raises
+    DocumentError when a reader's suffix is given to other content."""
+    suffix = suffix.lower()
+    for reader in readers():
+        if reader.sniff(head, suffix):
+            return reader
+    return None
