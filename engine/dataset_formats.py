@@ -13,11 +13,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from engine.documents import DOCUMENT_FORMAT_BY_SUFFIX, ZIP_MAGIC, DocumentError, sniff_document
+from engine.readers import DocumentError, reader_for, reader_suffixes
+from engine.readers.packages import ZIP_MAGIC
 
 FORMAT_BY_SUFFIX = {
     ".json": "json", ".jsonl": "jsonl", ".parquet": "parquet", ".txt": "text", ".md": "markdown",
-    ".markdown": "markdown", ".html": "html", ".htm": "html", ".xml": "xml", **DOCUMENT_FORMAT_BY_SUFFIX,
+    ".markdown": "markdown", ".html": "html", ".htm": "html", ".xml": "xml",
+    # The documents' formats, read by `engine.readers` (PDF, DOCX, XLSX, ODS, CSV, PPTX, ODP, ODT, EPUB, ...).
+    **reader_suffixes(),
 }
 FORMATS = frozenset(FORMAT_BY_SUFFIX.values())
 CHUNKED_FORMATS = frozenset({"text", "markdown", "html", "xml"})
@@ -164,14 +167,15 @@ def _read_sample(source: str | Path | bytes, filename: str | None) -> _Sample:
 
 
 def _sniff_binary(sample: _Sample) -> str | None:
-    """A document or parquet format known by its magic bytes, else None (a text format, maybe)."""
+    """A document reader's format (`engine.readers.reader_for`: by content, or by a name the content
+    does not contradict) or parquet, else None (a text format, maybe)."""
     head, label = sample.head, sample.label
     try:
-        document = sniff_document(head, sample.suffix)
+        document = reader_for(head, sample.suffix)
     except DocumentError as error:
         raise DatasetError(f"{label}: {error}") from None
-    if document:
-        return document
+    if document is not None:
+        return document.name
     if head.startswith(ZIP_MAGIC):
         raise DatasetError(f"{label}: unsupported file type {sample.unknown or sample.suffix or '(a ZIP archive)'!r}: "
                            f"a ZIP archive is not one dataset (the portal's upload unpacks .zip files into their "

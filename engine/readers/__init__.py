@@ -37,6 +37,10 @@ class ReadOptions:
     max_rows: int = 1_000_000
     max_pixels: int = 20_000 * 20_000
     max_seconds: float = 600.0
+    # An XLSX, PPTX, ODS, ODP, ODT or EPUB is a ZIP: the archive caps of a ZIP upload apply before it is
+    # opened (corpus.services.batch_uploads: ZIP_MAX_MEMBERS; UPLOAD_MAX_EXPANDED_BYTES' default).
+    max_members: int = 2_000
+    max_expanded_bytes: int = 1024 ** 3
 
 
 @dataclass(frozen=True)
@@ -62,7 +66,8 @@ class Reader:
 
 # The formats, as data: each module exposes READERS, a tuple of `Reader`s. Order matters for sniffing
 # (the first reader whose sniff accepts the head wins), so specific containers come before generic ones.
-READER_MODULES: tuple[str, ...] = ()
+READER_MODULES: tuple[str, ...] = ("engine.readers.pdf", "engine.readers.docx", "engine.readers.sheets",
+                                    "engine.readers.slides", "engine.readers.books")
 
 
 def readers() -> tuple[Reader, ...]:
@@ -70,6 +75,16 @@ def readers() -> tuple[Reader, ...]:
     from importlib import import_module
 
     return tuple(reader for name in READER_MODULES for reader in import_module(name).READERS)
+
+
+def reader_named(name: str) -> Reader | None:
+    """The reader whose `name` (a memory's "format") is `name`, or None."""
+    return next((reader for reader in readers() if reader.name == name), None)
+
+
+def reader_suffixes() -> dict[str, str]:
+    """Every claimed file name ending and the name of the reader that claims it (".xlsx": "xlsx")."""
+    return {suffix: reader.name for reader in readers() for suffix in reader.suffixes}
 
 
 def reader_for(head: bytes, suffix: str) -> Reader | None:

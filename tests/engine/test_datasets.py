@@ -474,7 +474,6 @@ def test_sniff_large_pretty_json_head(tmp_path):
 @pytest.mark.parametrize(("content", "filename"), [
     (b"GNU GENERAL PUBLIC LICENSE\n   Version 3, 29 June 2007\n", "GPL-3"),
     (b"Apache License\n   Version 2.0, January 2004\n", "Apache-2.0"),
-    (b"a,b\n1,2\n", "table.csv"),
 ])
 def test_text_under_a_name_without_a_known_extension_is_text(content, filename, tmp_path):
     # Debian's common-licenses: no extension, or a version number where an extension would be.
@@ -512,13 +511,14 @@ def test_discover_datasets(tmp_path):
     (tmp_path / "sub" / "b.md").write_text("# B")
     (tmp_path / "sub" / "c.parquet").write_bytes(b"garbage")
     (tmp_path / ".hidden" / "d.txt").write_text("hidden")
-    (tmp_path / "e.csv").write_text("a,b")
+    (tmp_path / "e.csv").write_text("a,b")  # a spreadsheet now (engine.readers.sheets)
+    (tmp_path / "f.xls").write_text("an old binary workbook is no format of the portal")
     found = discover_datasets(tmp_path)
     assert [(entry["name"], entry["format"]) for entry in found] == [
-        ("a.jsonl", "jsonl"), ("sub/b.md", "markdown"), ("sub/c.parquet", None)]
+        ("a.jsonl", "jsonl"), ("e.csv", "csv"), ("sub/b.md", "markdown"), ("sub/c.parquet", None)]
     assert found[0]["size"] == (tmp_path / "a.jsonl").stat().st_size
     assert found[0]["path"] == tmp_path / "a.jsonl"
-    assert "not a parquet file" in found[2]["error"]
+    assert "not a parquet file" in found[3]["error"]
     with pytest.raises(DatasetError, match="not a directory"):
         discover_datasets(tmp_path / "a.jsonl")
 
@@ -565,7 +565,7 @@ def test_jsonl_bad_first_line_is_an_issue_not_fatal(tmp_path):
 
 def test_iter_dataset_rejects_bad_arguments(tmp_path):
     with pytest.raises(ValueError, match="format must be one of"):
-        iter_dataset(tmp_path / "x.txt", format="csv")
+        iter_dataset(tmp_path / "x.txt", format="xls")
     with pytest.raises(ValueError, match="chunk_size must be >= 1"):
         iter_dataset(tmp_path / "x.txt", chunk_size=0)
 
