@@ -12,10 +12,11 @@ from django.db.models import Max, Q
 from corpus.build_parameters import BuildParameters
 from corpus.corpus_settings import model_field
 from corpus.files import data_storage
+from engine.readers import readers
 
-# How pages name a dataset's format (engine.datasets.FORMATS).
-FORMAT_LABELS = {"pdf": "PDF", "docx": "Word", "markdown": "Markdown", "text": "text", "html": "HTML", "xml": "XML",
-                 "json": "JSON", "jsonl": "JSONL", "parquet": "Parquet"}
+# How pages name a dataset's format (engine.datasets.FORMATS): a document's reader names its own.
+FORMAT_LABELS = {"markdown": "Markdown", "text": "text", "html": "HTML", "xml": "XML", "json": "JSON", "jsonl": "JSONL",
+                 "parquet": "Parquet", **{reader.name: reader.label or reader.name for reader in readers()}}
 
 
 class Corpus(models.Model):

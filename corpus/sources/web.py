@@ -35,7 +35,13 @@ USER_AGENT = "HdRAG-Portal-sync"
 SUFFIX_BY_TYPE = {"text/html": ".html", "application/xhtml+xml": ".html", "text/plain": ".txt",
                   "text/markdown": ".md", "application/pdf": ".pdf", "application/json": ".json",
                   "application/xml": ".xml", "text/xml": ".xml",
-                  "application/vnd.openxmlformats-officedocument.wordprocessingml.document": ".docx"}
+                  "application/vnd.openxmlformats-officedocument.wordprocessingml.document": ".docx",
+                  "application/vnd.openxmlformats-officedocument.spreadsheetml.sheet": ".xlsx",
+                  "application/vnd.openxmlformats-officedocument.presentationml.presentation": ".pptx",
+                  "application/vnd.oasis.opendocument.text": ".odt",
+                  "application/vnd.oasis.opendocument.spreadsheet": ".ods",
+                  "application/vnd.oasis.opendocument.presentation": ".odp",
+                  "application/epub+zip": ".epub", "text/csv": ".csv", "text/tab-separated-values": ".tsv"}
 
 
 class _Links(HTMLParser):

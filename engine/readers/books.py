@@ -71,6 +71,7 @@ def read_odt(path: Path, options: ReadOptions) -> Iterator[Part]:
 _CONTAINER = "META-INF/container.xml"
 _HEADING = re.compile(r"<h[1-6][^>]*>(.*?)</h[1-6]\s*>", re.IGNORECASE | re.DOTALL)
 _TITLE = re.compile(r"<title[^>]*>(.*?)</title\s*>", re.IGNORECASE | re.DOTALL)
+_HEAD = re.compile(r"<head[\s>].*?</head\s*>", re.IGNORECASE | re.DOTALL)
 
 
 def _xml(archive: zipfile.ZipFile, name: str) -> ElementTree.Element:
@@ -100,7 +101,7 @@ def _line(fragment: str) -> str:
 
 
 def chapter_part(markup: str, share: float) -> Part | None:
-    text = "".join(html_text([markup])).strip()
+    text = "".join(html_text([_HEAD.sub("", markup, count=1)])).strip()  # the <title> is not the text
     if not text:
         return None
     found = _HEADING.search(markup) or _TITLE.search(markup)

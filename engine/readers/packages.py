@@ -23,6 +23,11 @@ OLE_MAGIC = b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1"
 _MIMETYPE_AT = 30  # a ZIP's first local header is 30 bytes, then the member's name
 
 
+def article(label: str) -> str:
+    """ "an" before "Excel", "OpenDocument", "EPUB"; "a" before "PowerPoint", "Word"."""
+    return "an" if label[:1].upper() in "AEIOU" else "a"
+
+
 def package_sniffer(suffixes: tuple[str, ...], label: str,
                     mimetype: bytes = b"") -> Callable[[bytes, str], bool]:
     """A `Reader.sniff` for a ZIP package: its ``mimetype`` member (ODF, EPUB) wins; otherwise a claimed
@@ -37,7 +42,7 @@ def package_sniffer(suffixes: tuple[str, ...], label: str,
             return False
         if head.startswith((ZIP_MAGIC, OLE_MAGIC)):
             return True
-        raise DocumentError(f"not a {label} file (content starts with {head[:8]!r})")
+        raise DocumentError(f"not {article(label)} {label} file (content starts with {head[:8]!r})")
 
     return sniff
 
@@ -98,7 +103,7 @@ def package(path: Path, options: ReadOptions, label: str, required: str) -> Iter
             raise DocumentError(f"the {label} file is password-protected (encrypted): open it, remove the "
                                 f"password and upload the unprotected copy")
         if required not in archive.NameToInfo:
-            raise DocumentError(f"not a {label} file: the package has no {required}")
+            raise DocumentError(f"not {article(label)} {label} file: the package has no {required}")
         yield archive
 
 

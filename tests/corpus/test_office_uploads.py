@@ -1,0 +1,47 @@
+"""End to end: a spreadsheet and a presentation in one ZIP, uploaded through the portal, built, and
+found by search, each hit naming its place; a broken office file refused alone, the rest kept."""
+
+from __future__ import annotations
+
+from django.core.files.uploadedfile import SimpleUploadedFile
+from django.urls import reverse
+
+from engine.places import place_label
+from tests.office_files import encrypted, pptx_file, xlsx_file, zip_of
+from tests.plugins.portal import build_now, login
+
+INVENTORY = [["Warehouse", "Part", "Count"], ["Leeds", "flange gaskets", 40], ["Bristol", "sprocket chains", 12]]
+SLIDES = [{"title": "Safety review", "body": ["Incidents fell by a third"]},
+          {"title": "Next steps", "body": ["Train the night shift"],
+           "notes": "Remind everyone that the forklift certification expires in March"}]
+
+
+def test_zip_of_xlsx_and_pptx_builds_and_search_finds_a_row_and_a_slides_notes(
+        corpus, owner, outsider, tmp_path, django_capture_on_commit_callbacks):
+    workbook = xlsx_file(tmp_path / "stock.xlsx", {"Inventory": INVENTORY})
+    deck = pptx_file(tmp_path / "review.pptx", SLIDES)
+    locked = encrypted(xlsx_file(tmp_path / "plain.xlsx", {"Secret": INVENTORY}), tmp_path / "locked.xlsx")
+    archive = zip_of({"team/stock.xlsx": workbook, "team/review.pptx": deck, "team/locked.xlsx": locked})
+    client = login(owner)
+    response = client.post(reverse("corpus:dataset_add", args=[corpus.pk]),
+                           {"file": SimpleUploadedFile("drive.zip", archive)}, headers={"Accept": "application/json"})
+    results = {r["name"]: r for r in response.json()["results"]}
+    assert results["team/stock.xlsx"]["format"] == "xlsx" and results["team/review.pptx"]["format"] == "pptx"
+    assert "password-protected" in results["team/locked.xlsx"]["error"]  # refused alone, the rest stored
+    assert "Excel, 1 record" in results["team/stock.xlsx"]["message"]
+    build = build_now(corpus, owner, django_capture_on_commit_callbacks)
+    assert build.status == "succeeded"
+
+    def top_hit(question: str) -> dict:
+        found = client.get(f"/api/v1/corpora/{corpus.pk}/search/", {"q": question})
+        assert found.status_code == 200
+        return found.json()["results"][0]
+
+    row = top_hit("sprocket chains Bristol")
+    assert "Warehouse: Bristol; Part: sprocket chains; Count: 12" in row["text"]
+    assert place_label(row["metadata"]) == "Inventory!A2:C3" and row["metadata"]["format"] == "xlsx"
+    notes = top_hit("forklift certification expires")
+    assert notes["metadata"]["slide"] == 2 and "Notes: Remind everyone" in notes["text"]
+    assert place_label(notes["metadata"]) == "slide 2"
+    # An outsider sees neither the corpus nor its hits.
+    assert login(outsider).get(f"/api/v1/corpora/{corpus.pk}/search/", {"q": "sprocket"}).status_code == 404
