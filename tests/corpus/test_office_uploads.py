@@ -45,3 +45,12 @@ def test_zip_of_xlsx_and_pptx_builds_and_search_finds_a_row_and_a_slides_notes(
     assert place_label(notes["metadata"]) == "slide 2"
     # An outsider sees neither the corpus nor its hits.
     assert login(outsider).get(f"/api/v1/corpora/{corpus.pk}/search/", {"q": "sprocket"}).status_code == 404
+
+
+def test_every_kind_of_source_keeps_the_office_formats():
+    from corpus.sources.reading import PathFilter
+
+    wanted = PathFilter()
+    assert all(wanted.wants(f"shared/drive/file{suffix}") for suffix in
+               (".xlsx", ".ods", ".csv", ".tsv", ".pptx", ".odp", ".odt", ".epub", ".docx", ".pdf"))
+    assert not wanted.wants("shared/drive/old.xls")
