@@ -79,9 +79,10 @@ class MultipleFileField(forms.FileField):
 
 class DatasetUploadForm(forms.Form):
     file = MultipleFileField(
-        label="Files", help_text="PDF, Word (DOCX), Excel (XLSX), PowerPoint (PPTX), OpenDocument (ODT, ODS, ODP), "
-                                 "EPUB, CSV/TSV, Markdown, text, HTML, XML, JSON, JSONL or Parquet, or a ZIP of "
-                                 "such files. Several at once; drop a folder to upload all its files.")
+        label="Files",
+        help_text="PDF, Word (DOCX), Excel (XLSX), PowerPoint (PPTX), OpenDocument (ODT, ODS, ODP), EPUB, "
+                  "CSV/TSV, Markdown, text, HTML, XML, JSON, JSONL or Parquet, or a ZIP of such files. "
+                  "Several at once; drop a folder to upload all its files.")
 
     def __init__(self, *args, upload_errors: dict | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)

@@ -15,8 +15,9 @@ from corpus.files import data_storage
 from engine.readers import readers
 
 # How pages name a dataset's format (engine.datasets.FORMATS): a document's reader names its own.
-FORMAT_LABELS = {"markdown": "Markdown", "text": "text", "html": "HTML", "xml": "XML", "json": "JSON", "jsonl": "JSONL",
-                 "parquet": "Parquet", **{reader.name: reader.label or reader.name for reader in readers()}}
+FORMAT_LABELS = {"markdown": "Markdown", "text": "text", "html": "HTML", "xml": "XML", "json": "JSON",
+                 "jsonl": "JSONL", "parquet": "Parquet",
+                 **{reader.name: reader.label or reader.name for reader in readers()}}
 
 
 class Corpus(models.Model):

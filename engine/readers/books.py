@@ -128,7 +128,9 @@ def read_epub(path: Path, options: ReadOptions) -> Iterator[Part]:
 
 
 READERS = (
-    Reader("odt", (".odt",), package_sniffer((".odt",), ODT_LABEL, b"application/vnd.oasis.opendocument.text"),
+    Reader("odt", (".odt",),
+           package_sniffer((".odt",), ODT_LABEL, b"application/vnd.oasis.opendocument.text"),
            read_odt, "ODT"),
-    Reader("epub", (".epub",), package_sniffer((".epub",), EPUB_LABEL, b"application/epub+zip"), read_epub, "EPUB"),
+    Reader("epub", (".epub",),
+           package_sniffer((".epub",), EPUB_LABEL, b"application/epub+zip"), read_epub, "EPUB"),
 )

@@ -33,7 +33,8 @@ def read(path: Path, options: ReadOptions) -> Iterator[Part]:
             raise DocumentError("the PDF is encrypted; upload an unprotected copy")
         pages = reader.pages
         if len(pages) > options.max_pages:
-            raise DocumentError(f"the PDF has {len(pages):,} pages, more than the limit of {options.max_pages:,}")
+            raise DocumentError(f"the PDF has {len(pages):,} pages, more than the limit of "
+                                f"{options.max_pages:,}")
         for number, page in enumerate(pages, start=1):
             yield Part((page.extract_text() or "").strip(), {"page": number}, number / len(pages))
     except PdfReadError as error:

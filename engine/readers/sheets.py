@@ -191,8 +191,10 @@ def sniff_csv(head: bytes, suffix: str) -> bool:
 
 
 READERS = (
-    Reader("xlsx", (".xlsx", ".xlsm"), package_sniffer((".xlsx", ".xlsm"), "Excel (XLSX)"), read_xlsx, "Excel"),
-    Reader("ods", (".ods",), package_sniffer((".ods",), "OpenDocument spreadsheet (ODS)",
-                                             b"application/vnd.oasis.opendocument.spreadsheet"), read_ods, "ODS"),
+    Reader("xlsx", (".xlsx", ".xlsm"),
+           package_sniffer((".xlsx", ".xlsm"), "Excel (XLSX)"), read_xlsx, "Excel"),
+    Reader("ods", (".ods",),
+           package_sniffer((".ods",), "OpenDocument spreadsheet (ODS)",
+                           b"application/vnd.oasis.opendocument.spreadsheet"), read_ods, "ODS"),
     Reader("csv", (".csv", ".tsv"), sniff_csv, read_csv, "CSV"),
 )

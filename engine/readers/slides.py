@@ -124,6 +124,7 @@ def read_odp(path: Path, options: ReadOptions) -> Iterator[Part]:
 
 READERS = (
     Reader("pptx", (".pptx",), package_sniffer((".pptx",), PPTX_LABEL), read_pptx, "PowerPoint"),
-    Reader("odp", (".odp",), package_sniffer((".odp",), ODP_LABEL,
-                                             b"application/vnd.oasis.opendocument.presentation"), read_odp, "ODP"),
+    Reader("odp", (".odp",),
+           package_sniffer((".odp",), ODP_LABEL, b"application/vnd.oasis.opendocument.presentation"),
+           read_odp, "ODP"),
 )

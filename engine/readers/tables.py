@@ -20,7 +20,8 @@ def cell_text(value: Any) -> str:
 
 def header_names(cells: Sequence[Any]) -> list[str]:
     """The header row's names; an empty header cell is named by its column ("Column C")."""
-    return [cell_text(cell) or f"Column {column_letters(number)}" for number, cell in enumerate(cells, start=1)]
+    return [cell_text(cell) or f"Column {column_letters(number)}"
+            for number, cell in enumerate(cells, start=1)]
 
 
 def row_text(headers: Sequence[str], cells: Sequence[Any]) -> str:

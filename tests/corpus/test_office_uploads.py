@@ -10,7 +10,8 @@ from engine.places import place_label
 from tests.office_files import encrypted, pptx_file, xlsx_file, zip_of
 from tests.plugins.portal import build_now, login
 
-INVENTORY = [["Warehouse", "Part", "Count"], ["Leeds", "flange gaskets", 40], ["Bristol", "sprocket chains", 12]]
+INVENTORY = [["Warehouse", "Part", "Count"], ["Leeds", "flange gaskets", 40],
+             ["Bristol", "sprocket chains", 12]]
 SLIDES = [{"title": "Safety review", "body": ["Incidents fell by a third"]},
           {"title": "Next steps", "body": ["Train the night shift"],
            "notes": "Remind everyone that the forklift certification expires in March"}]
@@ -24,7 +25,8 @@ def test_zip_of_xlsx_and_pptx_builds_and_search_finds_a_row_and_a_slides_notes(
     archive = zip_of({"team/stock.xlsx": workbook, "team/review.pptx": deck, "team/locked.xlsx": locked})
     client = login(owner)
     response = client.post(reverse("corpus:dataset_add", args=[corpus.pk]),
-                           {"file": SimpleUploadedFile("drive.zip", archive)}, headers={"Accept": "application/json"})
+                           {"file": SimpleUploadedFile("drive.zip", archive)},
+                           headers={"Accept": "application/json"})
     results = {r["name"]: r for r in response.json()["results"]}
     assert results["team/stock.xlsx"]["format"] == "xlsx" and results["team/review.pptx"]["format"] == "pptx"
     assert "password-protected" in results["team/locked.xlsx"]["error"]  # refused alone, the rest stored

@@ -58,7 +58,8 @@ def test_validation_counts_document_chunks(tmp_path):
 @pytest.mark.parametrize(("name", "content", "message"), [
     ("fake.pdf", b"just some text", "not a PDF file"),
     ("fake.docx", b"just some text", r"not a Word \(DOCX\) file"),
-    ("broken.docx", b"PK\x03\x04not really a zip", r"damaged Word \(DOCX\) file: its ZIP directory is missing"),
+    ("broken.docx", b"PK\x03\x04not really a zip",
+     r"damaged Word \(DOCX\) file: its ZIP directory is missing"),
     ("blank.pdf", None, "no readable records"),
 ])
 def test_unreadable_documents_are_refused_with_a_clear_message(tmp_path, name, content, message):

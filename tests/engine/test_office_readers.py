@@ -42,7 +42,8 @@ def test_xlsx_rows_are_read_with_their_headers_sheet_and_cells(tmp_path):
                                             "Region: South; Product: Toasters; Units: 80",
                                             "Item: Rent; Cost: 5000"]
     # Rows and columns as the sheet numbers them: the Costs header stands in row 2 from column B.
-    assert places(records, "sheet", "rows", "columns") == [("Sales", [2, 3], [1, 3]), ("Costs", [3, 3], [1, 3])]
+    assert places(records, "sheet", "rows", "columns") == [("Sales", [2, 3], [1, 3]),
+                                                           ("Costs", [3, 3], [1, 3])]
     assert {r["metadata"]["format"] for r in records} == {"xlsx"}
 
 
@@ -82,9 +83,10 @@ def test_slides_keep_title_body_tables_and_notes(tmp_path):
 
 
 def test_odt_docx_and_epub_keep_their_heading_path(tmp_path):
-    blocks = [(1, "Field guide"), (None, "Birds of the coast."), (2, "Gulls"), (None, "Gulls nest on cliffs."),
-              [["Species", "Length"], ["Herring gull", "60 cm"]]]
-    for path in (odt_file(tmp_path / "guide.odt", blocks), docx_with_headings(tmp_path / "guide.docx", blocks)):
+    blocks = [(1, "Field guide"), (None, "Birds of the coast."), (2, "Gulls"),
+              (None, "Gulls nest on cliffs."), [["Species", "Length"], ["Herring gull", "60 cm"]]]
+    odt, docx = odt_file(tmp_path / "guide.odt", blocks), docx_with_headings(tmp_path / "guide.docx", blocks)
+    for path in (odt, docx):
         records = list(iter_dataset(path))
         assert places(records, "headings") == [(["Field guide"],), (["Field guide", "Gulls"],)], path.name
         assert records[1]["text"] == "Gulls\n\nGulls nest on cliffs.\n\nSpecies: Herring gull; Length: 60 cm"
@@ -124,7 +126,8 @@ def test_damaged_office_files_are_refused_with_a_reason(tmp_path):
             validate_dataset(path)
     with zipfile.ZipFile(tmp_path / "other.pptx", "w") as archive:
         archive.writestr("readme.txt", "not a presentation")
-    with pytest.raises(DatasetError, match=r"not a PowerPoint \(PPTX\) file: the package has no ppt/presentation.xml"):
+    with pytest.raises(DatasetError,
+                       match=r"not a PowerPoint \(PPTX\) file: the package has no ppt/presentation.xml"):
         validate_dataset(tmp_path / "other.pptx")
 
 
