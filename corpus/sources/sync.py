@@ -47,6 +47,11 @@ from corpus.sources.web import WebReader
 
 logger = logging.getLogger(__name__)
 PROGRESS_INTERVAL = 0.5
+# What a person can do about a document the readers refused, by the phrase of the reader's reason
+# (engine.readers): named without quoting the reason itself, which may quote the document.
+SAFE_REASONS = (("password-protected", "password-protected: remove the password and save it again"),
+                ("damaged", "damaged (cut short or corrupt): save it again"),
+                ("more than the limit", "over a reading limit (too many pages, rows or parts)"))
 
 
 def source_reader(source: Source) -> Reader:
@@ -117,6 +122,14 @@ def source_sync_run(*, source_id: int, confirm: bool = False) -> Source | None:
     return source
 
 
+def failure_reason(error: DatasetRejected, suffix: str) -> str:
+    """Why a source's document was not stored, in words that never quote it: the upload check's
+    reason may quote the document; a source's failure never does."""
+    reason = f"not a readable {suffix or 'text'} document"
+    message = str(error.message)
+    return next((f"{reason}: {safe}" for phrase, safe in SAFE_REASONS if phrase in message), reason)
+
+
 def _apply(source: Source, scan: Scan, removed: list[str], progress: _Progress) -> dict:
     """Store the new and changed documents, delete the removed ones, queue the job that indexes
     them. Returns the counts and the documents that could not be stored."""
@@ -131,10 +144,8 @@ def _apply(source: Source, scan: Scan, removed: list[str], progress: _Progress) 
             continue
         try:
             _store(source, fetched, document, covered)
-        except DatasetRejected:
-            # The upload check's reason may quote the document; a source's failure never does.
-            reason = f"not a readable {fetched.file.suffix or 'text'} document"
-            counts["failures"].append((fetched.path, reason))
+        except DatasetRejected as error:
+            counts["failures"].append((fetched.path, failure_reason(error, fetched.file.suffix)))
             continue
         counts["changed" if document is not None else "added"] += 1
     for path in removed:

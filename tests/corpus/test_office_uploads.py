@@ -56,3 +56,24 @@ def test_every_kind_of_source_keeps_the_office_formats():
     assert all(wanted.wants(f"shared/drive/file{suffix}") for suffix in
                (".xlsx", ".ods", ".csv", ".tsv", ".pptx", ".odp", ".odt", ".epub", ".docx", ".pdf"))
     assert not wanted.wants("shared/drive/old.xls")
+
+
+def test_a_folder_source_reads_office_files_and_names_a_locked_one(
+        corpus, owner, member, settings, tmp_path, django_capture_on_commit_callbacks):
+    from corpus.sources.services import source_create
+    from tests.corpus.sources import found, sync
+
+    root = tmp_path / "shared"
+    drive = root / "team"
+    drive.mkdir(parents=True)
+    settings.SOURCE_ROOTS = [str(root)]
+    xlsx_file(drive / "stock.xlsx", {"Inventory": INVENTORY})
+    pptx_file(drive / "review.pptx", SLIDES)
+    encrypted(xlsx_file(tmp_path / "plain.xlsx", {"Secret": INVENTORY}), drive / "locked.xlsx")
+    source = source_create(corpus=corpus, user=owner, name="drive", kind="folder", location=str(drive))
+    sync(source, django_capture_on_commit_callbacks)
+    assert source.added == 2, (source.error, source.failures)
+    assert [f["name"] for f in source.failures] == ["locked.xlsx"]
+    assert "password-protected" in source.failures[0]["reason"]
+    assert sorted(corpus.datasets.values_list("format", flat=True)) == ["pptx", "xlsx"]
+    assert found(member, corpus, "forklift certification expires in March")
