@@ -42,6 +42,11 @@ class _Budget:
                                 f"{self.options.max_seconds:g} seconds")
 
 
+def _left(cells: Sequence[Any]) -> int:
+    """The 1-based number of the row's first non-empty cell (its length + 1 for an empty row)."""
+    return next((number for number, cell in enumerate(cells, start=1) if cell_text(cell)), len(cells) + 1)
+
+
 def _width(cells: Sequence[Any]) -> int:
     """The 1-based number of the row's last non-empty cell (0 for an empty row)."""
     for number in range(len(cells), 0, -1):
@@ -55,29 +60,34 @@ def sheet_parts(sheet: str, rows: Iterable[tuple[int, Sequence[Any]]], budget: _
     """One sheet's parts from its (row number, cells) in order (see the module)."""
     headers: list[str] | None = None
     lines: list[str] = []
-    first = last = width = chars = 0
+    first = last = width = chars = left = 0
     for count, (number, cells) in enumerate(rows, start=1):
         budget.check(sheet, count)
         if headers is None:
             headers = header_names(cells[:_width(cells)]) or None
+            header_left = _left(cells)
             continue
         text = row_text(headers, cells)
         if not text:
             continue
         if lines and (len(lines) >= PART_ROWS or chars + len(text) > PART_CHARS):
-            yield _part(sheet, lines, first, last, first_column, width, share())
+            yield _part(sheet, lines, first, last, first_column, (left, width), share())
             lines, chars, width = [], 0, 0
         if not lines:
-            first = number
+            first, left = number, header_left
         lines.append(text)
         last, chars, width = number, chars + len(text) + 1, max(width, _width(cells), len(headers))
+        left = min(left, _left(cells))
     if lines:
-        yield _part(sheet, lines, first, last, first_column, width, share())
+        yield _part(sheet, lines, first, last, first_column, (left, width), share())
 
 
-def _part(sheet: str, lines: list[str], first: int, last: int, first_column: int, width: int,
+def _part(sheet: str, lines: list[str], first: int, last: int, first_column: int, span: tuple[int, int],
           share: float) -> Part:
-    place = {"sheet": sheet, "rows": [first, last], "columns": [first_column, first_column + width - 1]}
+    """A part of rows `first`..`last` whose non-empty cells lie in the sheet's columns `span` (1-based,
+    counted from `first_column`, where the reader's rows start)."""
+    columns = [first_column + span[0] - 1, first_column + span[1] - 1]
+    place = {"sheet": sheet, "rows": [first, last], "columns": columns}
     return Part("\n".join(lines), place, min(1.0, share))
 
 

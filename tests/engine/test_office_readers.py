@@ -43,7 +43,7 @@ def test_xlsx_rows_are_read_with_their_headers_sheet_and_cells(tmp_path):
                                             "Item: Rent; Cost: 5000"]
     # Rows and columns as the sheet numbers them: the Costs header stands in row 2 from column B.
     assert places(records, "sheet", "rows", "columns") == [("Sales", [2, 3], [1, 3]),
-                                                           ("Costs", [3, 3], [1, 3])]
+                                                           ("Costs", [3, 3], [2, 3])]
     assert {r["metadata"]["format"] for r in records} == {"xlsx"}
 
 
@@ -53,6 +53,9 @@ def test_ods_and_csv_rows_with_their_headers(tmp_path):
     [record] = iter_dataset(ods)
     assert record["text"].splitlines()[1] == "Region: South; Product: Toasters; Units: 80"
     assert places([record], "sheet", "rows", "columns") == [("Sales", [2, 3], [1, 3])]
+    shifted = ods_file(tmp_path / "shifted.ods", {"S": [["", ""], ["", "", "Region", "Sales"],
+                                                        ["", "", "North", 12]]})
+    assert places(list(iter_dataset(shifted)), "rows", "columns") == [([3, 3], [3, 4])]  # "S!C3:D3"
     semicolons = tmp_path / "stock.csv"
     semicolons.write_text("Item;Shelf;Count\nBolts;A4;300\nNuts;A5;120\n", encoding="utf-8-sig")
     assert sniff_format(semicolons) == "csv"
