@@ -281,22 +281,52 @@ class RedisLLMQueue:
     """`LLMQueue` over every process that shares `redis_url` and names the same `server_url`
     and policy (see the module docstring): a `chat.llm.queue.TurnQueue`."""
 
-    def __init__(self, *, redis_url: str, server_url: str, prefill: int = 1, streams: int = 4, limit: int = 32,
-                 per_user: int = 2, lease_seconds: float = LEASE_SECONDS, poll_seconds: float = POLL_SECONDS) -> None:
+    def __init__(
+        self,
+        *,
+        redis_url: str,
+        server_url: str,
+        prefill: int = 1,
+        streams: int = 4,
+        limit: int = 32,
+        per_user: int = 2,
+        lease_seconds: float = LEASE_SECONDS,
+        poll_seconds: float = POLL_SECONDS,
+    ) -> None:
         check_policy(prefill=prefill, streams=streams, limit=limit, per_user=per_user)
         if lease_seconds <= 0 or poll_seconds <= 0:
-            raise ValueError(f"LLM queue: lease_seconds and poll_seconds > 0; got {lease_seconds}, {poll_seconds}")
+            raise ValueError(
+                f"LLM queue: lease_seconds and poll_seconds > 0; got {lease_seconds}, {poll_seconds}"
+            )
         self.prefill, self.streams, self.limit, self.per_user = prefill, streams, limit, per_user
         self.lease_seconds, self.poll_seconds = lease_seconds, poll_seconds
         self.redis_url = redacted(redis_url)
-        self.namespace = namespace(server_url, prefill=prefill, streams=streams, limit=limit, per_user=per_user)
+        self.namespace = namespace(
+            server_url, prefill=prefill, streams=streams, limit=limit, per_user=per_user
+        )
         # One quick retry, on a broken connection only (a stale pooled one after a Redis restart):
         # redis-py's default retries for seconds, and a retried timeout could enter a turn twice.
-        self._redis = redis.Redis.from_url(redis_url, socket_connect_timeout=CONNECT_SECONDS,
-                                           socket_timeout=CONNECT_SECONDS,
-                                           retry=Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)))
-        self._scripts = {name: self._redis.register_script(_PRELUDE + body) for name, body in _SCRIPTS.items()}
-        names = ("waiting", "users", "prefilling", "streaming", "leases", "seq", "turn", "held", "down", "last")
+        self._redis = redis.Redis.from_url(
+            redis_url,
+            socket_connect_timeout=CONNECT_SECONDS,
+            socket_timeout=CONNECT_SECONDS,
+            retry=Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
+        )
+        self._scripts = {
+            name: self._redis.register_script(_PRELUDE + body) for name, body in _SCRIPTS.items()
+        }
+        names = (
+            "waiting",
+            "users",
+            "prefilling",
+            "streaming",
+            "leases",
+            "seq",
+            "turn",
+            "held",
+            "down",
+            "last",
+        )
         self._keys = [f"{self.namespace}:{name}" for name in names]
         self._channel = f"{self.namespace}:changed"
         self._policy = [self._channel, prefill, streams, round(lease_seconds * 1000), KEYS_IDLE_MS]
@@ -316,7 +346,11 @@ class RedisLLMQueue:
             self._listen()  # subscribed before the ticket exists: no message about it is missed
             result = self._call("enter", str(user), self.limit, self.per_user)
             if not result[0]:
-                waiting, mine, seconds = int(result[1]), int(result[2]), float(result[3] or FIRST_GUESS_SECONDS)
+                waiting, mine, seconds = (
+                    int(result[1]),
+                    int(result[2]),
+                    float(result[3] or FIRST_GUESS_SECONDS),
+                )
                 raise queue_full(waiting=waiting, mine=mine, per_user=self.per_user,
                                  retry_after=retry_after(seconds, waiting=waiting, streams=self.streams))
             ticket = RedisTicket(self, user, int(result[1]))
@@ -370,9 +404,11 @@ class RedisLLMQueue:
 
     def _unavailable(self, error: redis.RedisError) -> QueueUnavailable:
         reason = str(error).rstrip(".") or type(error).__name__
-        return QueueUnavailable(f"The queue for the language model is unavailable: Redis at {self.redis_url} cannot "
-                                f"be reached ({reason}). Try again in a moment; if it lasts, tell an administrator.",
-                                {"redis": self.redis_url})
+        return QueueUnavailable(
+            f"The queue for the language model is unavailable: Redis at {self.redis_url} cannot "
+            f"be reached ({reason}). Try again in a moment; if it lasts, tell an administrator.",
+            {"redis": self.redis_url},
+        )
 
     def _call(self, script: str, *args: Any) -> Any:
         try:
@@ -411,8 +447,9 @@ class RedisLLMQueue:
                 channel.subscribe(self._channel)
                 # Wait for the confirmation: a change published from now on reaches this process.
                 deadline = time.monotonic() + CONNECT_SECONDS
-                while (message := channel.get_message(timeout=max(0.0, deadline - time.monotonic()))) is None \
-                        or message["type"] != "subscribe":
+                while (
+                    message := channel.get_message(timeout=max(0.0, deadline - time.monotonic()))
+                ) is None or message["type"] != "subscribe":
                     if time.monotonic() >= deadline:
                         raise redis.TimeoutError("no confirmation of the subscription")
             except redis.RedisError as error:

@@ -153,8 +153,16 @@ class SharedServerPool(ServerPool):
             while True:
                 ticket._changed = ticket._loop.create_future()
                 self.queue._watch(ticket, waiting=True)
-                result = await asyncio.to_thread(self.queue.call, "servers-take", ticket.id, model, conversation,
-                                                 self._described, avoided, AFFINITIES)
+                result = await asyncio.to_thread(
+                    self.queue.call,
+                    "servers-take",
+                    ticket.id,
+                    model,
+                    conversation,
+                    self._described,
+                    avoided,
+                    AFFINITIES,
+                )
                 if int(result[0]) == _TAKEN:
                     return self._by_url[result[1].decode()]
                 if int(result[0]) == _NONE:
@@ -183,8 +191,16 @@ class SharedServerPool(ServerPool):
         except QueueUnavailable as error:
             logger.warning("LLM servers: the shared state is unavailable: %s", error.message)
             return super().status()
-        return [{"url": server.shown_url, "model": server.model, "slots": server.slots, "busy": int(flat[2 * n]),
-                 "up": bool(flat[2 * n + 1])} for n, server in enumerate(self.servers)]
+        return [
+            {
+                "url": server.shown_url,
+                "model": server.model,
+                "slots": server.slots,
+                "busy": int(flat[2 * n]),
+                "up": bool(flat[2 * n + 1]),
+            }
+            for n, server in enumerate(self.servers)
+        ]
 
     def _tell(self, server: LLMServer, out_ms: int) -> None:
         """Mark `server` out for `out_ms` (0: up) for every process; a Redis that cannot be reached is
