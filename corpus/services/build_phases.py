@@ -315,8 +315,10 @@ class MeaningRows(Phase):
         if written is None:
             raise BuildCancelled(f"build {build.pk} cancelled")
         if self.gate:
-            target = job.target(channels={WORDS: WordIndex.for_build(job.out_dir), MEANING: MeaningChannel(written)},
-                                rules={WORDS: job.values.word_fusion})
+            target = job.target(
+                channels={WORDS: WordIndex.for_build(job.out_dir), MEANING: MeaningChannel(written)},
+                rules={WORDS: job.values.word_fusion},
+            )
             evidence = channel_evidence(retriever=job.retriever(), target=target, channel=MEANING)
             job.values = job.values.replace(meaning_fusion=evidence)
 
