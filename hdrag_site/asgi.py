@@ -30,9 +30,13 @@ from corpus.integrity import corpora_files_log_soon  # noqa: E402
 
 corpora_files_log_soon()  # a database restored without its files is named at start (its pages offer a rebuild)
 
-application = ProtocolTypeRouter({
-    "http": BodyLimitMiddleware(django_asgi_app),
-    "websocket": SameOriginValidator(
-        AuthMiddlewareStack(URLRouter(chat.routing.websocket_urlpatterns + corpus.routing.websocket_urlpatterns))
-    ),
-})
+application = ProtocolTypeRouter(
+    {
+        "http": BodyLimitMiddleware(django_asgi_app),
+        "websocket": SameOriginValidator(
+            AuthMiddlewareStack(
+                URLRouter(chat.routing.websocket_urlpatterns + corpus.routing.websocket_urlpatterns)
+            )
+        ),
+    }
+)
