@@ -58,8 +58,9 @@ def test_a_killed_pool_child_fails_its_build_at_redelivery(e2e_database, redis_u
     migrate(env)
     worker_log = tmp_path / "worker.log"
     with celery_worker(env, worker_log, "--concurrency", "1"):
-        driver = subprocess.run([sys.executable, "-c", DRIVER], cwd=ROOT, env=env, capture_output=True, text=True,
-                                timeout=400)
+        driver = subprocess.run(
+            [sys.executable, "-c", DRIVER], cwd=ROOT, env=env, capture_output=True, text=True, timeout=400
+        )
     log_tail = worker_log.read_text(errors="replace")[-4000:]
     assert driver.returncode == 0, driver.stderr[-3000:] + log_tail
     outcome = json.loads(driver.stdout.strip().splitlines()[-1])
@@ -148,7 +149,9 @@ print(json.dumps(outcome))
 """
 
 
-def _drive(driver: str, name: str, e2e_database: str, redis_url: str, tmp_path, timeout: int) -> tuple[dict, str]:
+def _drive(
+    driver: str, name: str, e2e_database: str, redis_url: str, tmp_path, timeout: int
+) -> tuple[dict, str]:
     """Run `driver` against a real worker on a queue of its own: its outcome, and the worker log's tail."""
     env = e2e_env(e2e_database, redis_url, f"e2e-{name}-{uuid.uuid4().hex[:8]}", tmp_path / "data",
                   BUILD_STALE_SECONDS="3600", INDEX_ON_UPLOAD="1")
@@ -167,7 +170,9 @@ def test_an_upload_is_appended_by_the_real_worker_and_a_killed_append_leaves_not
     outcome, log_tail = _drive(APPEND_DRIVER, "append", e2e_database, redis_url, tmp_path, timeout=500)
     # Killed mid-append: failed at redelivery, the previous state serves, nothing of it is left.
     assert outcome["killed"] == "failed" and "died" in outcome["error"], outcome
-    assert outcome["state"] == [outcome["first"]] and outcome["rows_left"] == 0 and not outcome["dir_left"], outcome
+    assert outcome["state"] == [outcome["first"]] and outcome["rows_left"] == 0 and not outcome["dir_left"], (
+        outcome
+    )
     assert outcome["old_found"].startswith("The storming of the Bastille"), outcome
     # The next upload's append holds what the killed one did not make searchable, and serves.
     assert outcome["last"] == "succeeded", (outcome, log_tail)
@@ -180,9 +185,15 @@ def test_a_killed_merge_leaves_the_state_it_would_have_replaced_serving(e2e_data
     # Killed mid-merge: failed at redelivery; the full build and its append still serve, searched
     # together; nothing of the merge is left.
     assert outcome["killed"] == "failed" and "died" in outcome["error"], outcome
-    assert outcome["state"] == outcome["before"] and outcome["rows_left"] == 0 and not outcome["dir_left"], outcome
-    assert outcome["old_found"].startswith(("The storming of the Bastille", "Mitochondria")), outcome  # first.jsonl
-    assert outcome["big_found"] is not None and outcome["big_found"].split()[-1].isdigit(), outcome  # a big.jsonl row
+    assert outcome["state"] == outcome["before"] and outcome["rows_left"] == 0 and not outcome["dir_left"], (
+        outcome
+    )
+    assert outcome["old_found"].startswith(("The storming of the Bastille", "Mitochondria")), (
+        outcome
+    )  # first.jsonl
+    assert outcome["big_found"] is not None and outcome["big_found"].split()[-1].isdigit(), (
+        outcome
+    )  # a big.jsonl row
     # The next upload is appended onto that state and serves.
     assert outcome["last"] == "succeeded", (outcome, log_tail)
     assert outcome["new_found"].startswith("Quokkas"), outcome
