@@ -18,7 +18,9 @@ from api.serializers import ErrorSerializer
 ERROR_DESCRIPTIONS = {
     400: "Invalid input: `details` names the fields.",
     401: "No credentials, or an invalid or revoked token.",
-    403: "Authenticated, but this needs write (or owner) access; or a browser request without its CSRF token.",
+    403: (
+        "Authenticated, but this needs write (or owner) access; or a browser request without its CSRF token."
+    ),
     404: "No such object, or one you may not read (outsiders learn nothing).",
     409: "Conflicts with the current state (a build already running, a duplicate, a finished build).",
     413: "The body or upload is larger than the limit.",
