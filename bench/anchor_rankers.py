@@ -19,7 +19,8 @@ default search path.
   the `model2vec` library (its `distill_from_model`: each of the 29,525 entries of the encoder's own
   WordPiece vocabulary left once its [unused] slots are dropped, through the model once, PCA to 256
   dimensions, SIF weights; cached in `--encoder-cache`). A window's vector is the mean of its
-  tokens' rows: a table lookup, the cost of HDC's build rather than a transformer's. "default+static" fuses it with the default path.
+  tokens' rows: a table lookup, the cost of HDC's build rather than a transformer's. "default+static" fuses it
+  with the default path.
 * `DefaultPathRanker` ("default"): what a corpus search ranks on the portal's default path: the
   HDC build with its exact-word channel (`engine.lexical.WordIndex`), the fusion rule chosen from
   the build's own self-queries (`engine.gate.channel_evidence`), and the retriever's fused

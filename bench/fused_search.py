@@ -8,8 +8,8 @@ threshold, fusion, dedup, HDC-MMR) on one corpus. The old pipeline is the code o
 (a git commit, default the branch's merge base with main, exported to a temp dir) run in a child
 process on the SAME build and store, in the same run, the modes taking turns query by query (a
 load that changes during the run weighs on all alike), after one untimed pass of every query on
-both sides (format 2 derives a token's vocabulary rows on first use in a process). Prints hardware, the load average, p50/p90
-per mode and the ratio to the old fused pipeline.
+both sides (format 2 derives a token's vocabulary rows on first use in a process). Prints hardware, the load
+average, p50/p90 per mode and the ratio to the old fused pipeline.
 
     python -m bench.fused_search --work-dir var/fused --prepare   # build + fill
     python -m bench.fused_search --work-dir var/fused             # timings, on a quiet machine
@@ -51,8 +51,12 @@ corpus = load_corpus(args["build"])
 tokenizer = GGUFTokenizer.from_gguf(args["gguf"])
 encoder = text_encoder_for(corpus, gguf_path=args["gguf"], tokenizer=tokenizer, cache_dir=args["cache"])
 store = ChromaClient(path=args["chroma"], visual_collection="bench_visual", text_collection="bench_text")
-late = lambda query: text_store_rank(store=store, encoder=encoder, tokenizer=tokenizer, query=query, build_id=1)
-target = SearchTarget(corpus=corpus, store=corpus.store, name="bench", late=late, fusion=FusionWeights(1.0, 0.5))
+late = lambda query: text_store_rank(
+    store=store, encoder=encoder, tokenizer=tokenizer, query=query, build_id=1
+)
+target = SearchTarget(
+    corpus=corpus, store=corpus.store, name="bench", late=late, fusion=FusionWeights(1.0, 0.5)
+)
 retriever = Retriever(tokenizer, Config(**args["config"]))
 print("ready", flush=True)
 for line in sys.stdin:

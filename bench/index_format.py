@@ -97,7 +97,8 @@ for query in queries:  # again: every word of the queries seen once already
     corpus.index.search_exact(pos, neg, 10)
     warm.append(time.perf_counter() - q0)
 print(json.dumps({"load_ms": (t1 - t0) * 1e3, "first_query_ms": times[0] * 1e3,
-                  "p50_ms": float(np.median(times[1:]) * 1e3), "p90_ms": float(np.percentile(times[1:], 90) * 1e3),
+                  "p50_ms": float(np.median(times[1:]) * 1e3),
+                  "p90_ms": float(np.percentile(times[1:], 90) * 1e3),
                   "warm_p50_ms": float(np.median(warm) * 1e3), "rows": rows, "scores": scores}))
 """
 

@@ -1,4 +1,5 @@
-"""The queue of turns into the LLM: its own cost per turn and its hand-over, in-process vs shared through Redis.
+"""The queue of turns into the LLM: its own cost per turn and its hand-over, in-process vs shared through
+Redis.
 
     python -m bench.llm_queue [--turns 200] [--users 1,4,16] [--processes 2] [--redis redis://127.0.0.1:6379/0]
                               [--prefill-ms 5] [--decode-ms 20]

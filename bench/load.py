@@ -171,7 +171,8 @@ def plan_turns(users: int, turns: int, questions: list[str], think: tuple[float,
 def start_web(data_dir: Path, llm_url: str, policy: str, streams: int, nice: int = 0, queue_redis: str = "",
               name: str = "", env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
     """One web process of the portal (its own queue of turns, or with `queue_redis` the queue it
-    shares with the others in that Redis; `env`: more of its settings); its log is `web-{policy}{name}.log`."""
+    shares with the others in that Redis; `env`: more of its settings); its log is
+    `web-{policy}{name}.log`."""
     from engine.llama_server import free_port
 
     port = free_port()
@@ -247,7 +248,9 @@ def make_users(count: int, corpus_id: int, mode: str) -> list[dict]:
         made.append(
             {
                 "user": user,
-                "cookie": f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}",
+                "cookie": (
+                    f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+                ),
                 "conversation": conversation.pk,
                 "token": api_token_create(user=user, name="load")[1] if mode == "openai" else "",
                 "corpus": corpus_id,

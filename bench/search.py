@@ -385,7 +385,8 @@ def segments_comparison(
 
 
 def sampled_grid(index: BitmapIndex, qp: np.ndarray, qn: np.ndarray) -> None:
-    """`search_sampled` latency and recall against the exact scan at the full size, over a grid of settings."""
+    """`search_sampled` latency and recall against the exact scan at the full size, over a grid of
+    settings."""
     chunks = len(index._chunks())
     exact10 = [index.search_exact(qp[q], qn[q], 10)[0] for q in range(len(qp))]
     exact500 = [index.search_exact(qp[q], qn[q], RETRIEVER_CANDIDATES)[0] for q in range(len(qp))]

@@ -263,7 +263,9 @@ def setup_accounts(users: int) -> tuple[list[dict], str, int, int]:
         client.force_login(user)
         accounts.append(
             {
-                "cookie": f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}",
+                "cookie": (
+                    f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+                ),
                 "token": api_token_create(user=user, name="soak")[1],
                 "corpus": demo.pk,
                 "conversation": conversation_create(user=user, corpus_ids=[demo.pk]).pk,
@@ -390,7 +392,8 @@ async def sampler(root: int, ports: dict, data_dir: Path, run: Run, until: float
 
 
 def growth(run: Run, settle: float) -> dict[str, tuple[float, float, float]]:
-    """{series: (first value, slope per hour, % per hour of the mean)} over the samples after `settle` minutes."""
+    """{series: (first value, slope per hour, % per hour of the mean)} over the samples after `settle`
+    minutes."""
     names = sorted({k for s in run.samples for k in s if k != "minute"})
     result = {}
     for name in names:

@@ -74,7 +74,8 @@ def gcide_entries(directory: Path = GCIDE_DIR) -> list[tuple[str, str]]:
 
 
 def jargon_entries(path: Path = JARGON_TEXT) -> list[tuple[str, str]]:
-    """(term, text) of every Jargon File glossary entry (lines "   :term: pronunciation, pos" then the body)."""
+    """(term, text) of every Jargon File glossary entry (lines "   :term: pronunciation, pos" then the
+    body)."""
     if not path.exists():
         raise GlossaryMissing(f"{path}: the Jargon File not found ({PACKAGE_HINT})")
     entries: list[tuple[str, list[str]]] = []
