@@ -10,7 +10,8 @@ receives plain event dicts with a `type`:
     chat.delta     {"delta": str}                              streamed text, in order
     chat.rewind    {"content": str, "reason": "repetition"}     the answer began looping: what was
                    streamed is replaced by `content` (cut before the echo), and deltas continue it
-    chat.done      {"message": {...}, "status", "usage", "blend_turns", "timings", "grounding", "grounding_word",
+    chat.done      {"message": {...}, "status", "usage", "blend_turns", "timings", "grounding",
+    "grounding_word",
                    "citations"} (`chat.citations`, also in the message) status: complete, stopped, or
                    repetition (the answer looped again after `loop_retries` continuations, or the
                    server cannot continue an answer: it was cut and the stored text has no echo; or,

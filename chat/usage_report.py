@@ -38,7 +38,8 @@ class UsageReport:
     people: int = 0
     no_memory_share: float | None = None
     slowest_builds: list[dict] = field(default_factory=list)
-    # {"user", "user_id", "questions", "tokens", "today_questions", "today_tokens", "limits"}, most active first
+    # {"user", "user_id", "questions", "tokens", "today_questions", "today_tokens", "limits"}, most active
+    # first
     askers: list[dict] = field(default_factory=list)
 
 

@@ -49,7 +49,8 @@ def llm_client_for(server: LLMServer) -> LLMClient:
 
 
 def llm_servers() -> list[LLMServer]:
-    """`LLM_SERVERS`, or the one server `LLM_BASE_URL` (with `LLM_API_KEY`, `LLM_MODEL`, `LLM_STREAMS` slots)."""
+    """`LLM_SERVERS`, or the one server `LLM_BASE_URL` (with `LLM_API_KEY`, `LLM_MODEL`, `LLM_STREAMS`
+    slots)."""
     if settings.LLM_SERVERS:
         return servers_parse(
             settings.LLM_SERVERS, default_model=settings.LLM_MODEL, default_slots=settings.LLM_STREAMS

@@ -11,10 +11,10 @@ also names this host, since 127.0.0.1 on two machines is two servers): `waiting`
 ticket id by arrival), `prefilling` and `streaming` (sorted sets, id by admission time, Redis's
 clock), `users` (id → user), `leases` (id → expiry), `seq` (ticket ids), `turn` (the smoothed
 seconds of a turn); with several LLM servers, their slots and state (`held`, `down`, `last`:
-`chat.llm.servers_redis`, whose scripts run here too, and a ticket's slot goes with its place). Every change is one Lua script (`register_script`, run with EVALSHA), so it
-is atomic: each drops the expired tickets, applies its change, admits from the front while there
-is room, and publishes on the namespace's channel when anything changed (the message: the ids
-just admitted). Idle keys expire after a day.
+`chat.llm.servers_redis`, whose scripts run here too, and a ticket's slot goes with its place). Every change
+is one Lua script (`register_script`, run with EVALSHA), so it is atomic: each drops the expired tickets,
+applies its change, admits from the front while there is room, and publishes on the namespace's channel when
+anything changed (the message: the ids just admitted). Idle keys expire after a day.
 
 Leases: each ticket has a lease of `lease_seconds` (10 s), renewed every `lease_seconds / 4` by
 one thread per queue object for all of the process's live tickets. A process that dies, or a
@@ -96,7 +96,9 @@ local function dispatch()
     local head = redis.call('ZRANGE', waiting, 0, 0)[1]
     if not head then break end
     local reading = redis.call('ZCARD', prefilling)
-    if reading + redis.call('ZCARD', streaming) >= streams or (prefill > 0 and reading >= prefill) then break end
+    if reading + redis.call('ZCARD', streaming) >= streams or (prefill > 0 and reading >= prefill) then
+        break
+    end
     redis.call('ZREM', waiting, head)
     redis.call('ZADD', prefilling, now, head)
     admitted[#admitted + 1] = head
@@ -399,7 +401,8 @@ class RedisLLMQueue:
             self._scripts[name] = self._redis.register_script(_PRELUDE + body)
 
     def call(self, script: str, *args: Any) -> Any:
-        """Run one of the scripts (its own ARGV after the policy's); QueueUnavailable when Redis cannot be reached."""
+        """Run one of the scripts (its own ARGV after the policy's); QueueUnavailable when Redis cannot be
+        reached."""
         return self._call(script, *args)
 
     def _unavailable(self, error: redis.RedisError) -> QueueUnavailable:

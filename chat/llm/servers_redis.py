@@ -33,7 +33,8 @@ logger = logging.getLogger(__name__)
 
 _TAKEN, _FULL, _NONE, _GONE = 2, 1, 0, -2
 
-# ARGV[6] id, [7] model, [8] conversation ('' none), [9] servers [[url, model, slots], ...], [10] URLs to avoid
+# ARGV[6] id, [7] model, [8] conversation ('' none), [9] servers [[url, model, slots], ...], [10] URLs to
+# avoid
 # → {2, url} taken, {1} every server of the model full, {0} no server of the model left, {-2} not admitted.
 _TAKE = """
 dispatch()
@@ -185,7 +186,8 @@ class SharedServerPool(ServerPool):
         return dict(zip(self.servers, self.status(), strict=True))[server]["up"]
 
     def status(self) -> list[dict[str, Any]]:
-        """As `ServerPool.status`, over every process (this process's own view when Redis cannot be reached)."""
+        """As `ServerPool.status`, over every process (this process's own view when Redis cannot be
+        reached)."""
         try:
             flat = self.queue.call("servers-status", self._described)
         except QueueUnavailable as error:

@@ -15,7 +15,9 @@ class Migration(migrations.Migration):
             name="model",
             field=models.CharField(
                 blank=True,
-                help_text="The LLM model that answers (one the server pool serves); blank: the default model.",
+                help_text=(
+                    "The LLM model that answers (one the server pool serves); blank: the default model."
+                ),
                 max_length=200,
             ),
         ),
