@@ -146,7 +146,8 @@ def _unpack(zipped: zipfile.ZipFile, members: list[zipfile.ZipInfo], directory: 
             continue
         try:
             with zipped.open(member) as source, open(path, "wb") as out:
-                # At most one byte past the per-file limit or the budget: a lying size header cannot fill the disk.
+                # At most one byte past the per-file limit or the budget: a lying size header cannot fill the
+                # disk.
                 shutil.copyfileobj(_Capped(source, min(limit, budget - expanded) + 1), out)
                 copied = out.tell()
         except (zipfile.BadZipFile, OSError, EOFError) as error:
