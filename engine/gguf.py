@@ -397,7 +397,10 @@ def load_token_embeddings(gguf_path: str | Path, cache_dir: str | Path | None = 
         return out
 
     stat = path.stat()
-    key_source = f"{_CACHE_FORMAT}:{model_fingerprint(path)}:{stat.st_size}:{stat.st_mtime_ns}:{tensor.tensor_type.name}"
+    key_source = (
+        f"{_CACHE_FORMAT}:{model_fingerprint(path)}:{stat.st_size}:{stat.st_mtime_ns}"
+        f":{tensor.tensor_type.name}"
+    )
     key = hashlib.sha256(key_source.encode()).hexdigest()[:24]
     cache = Path(cache_dir)
     cache.mkdir(parents=True, exist_ok=True)

@@ -12,8 +12,8 @@ Choices the spec leaves open:
 * Candidates: the index's top-`candidates` (default 500) by ternary score, after the dataset
   filter (applied inside the index, before any scoring): exact below
   `index_search.SAMPLED_SEARCH_MIN_ROWS` rows, from a sampled first pass with an exact re-rank above
-  (`BitmapIndex.search_auto`; recall against the exact scan measured by bench/search.py). Several corpora of the same dims
-  are searched one by one and their candidates merged before everything below.
+  (`BitmapIndex.search_auto`; recall against the exact scan measured by bench/search.py). Several corpora of
+  the same dims are searched one by one and their candidates merged before everything below.
 * Threshold: `bits.adaptive_threshold` over the merged candidate scores; kept: score >= it and
   score > 0, topped up from the ranking (score > 0) to `min_context` documents.
 * Dedup and HDC-MMR: `engine.ranking` (`dedup`, `hdc_mmr`: coverage-aware greedy selection within

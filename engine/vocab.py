@@ -21,9 +21,9 @@ Format 1 stored both tables: 1.19 GB for a 36,562-token vocabulary at 10,000 dim
 
 Format 4's values are format 2's, and format 1's as this code writes it (the float32 Gaussian,
 products and sums in float64, rounded once to float32), computed by one kernel in one fixed order
-(`kernels.project_float`), so they are exact on any machine and batch. Format 2 is format 4 without the projection section: its
-rows are `project_rows` (a float64 BLAS product with `projection_matrix` built in each process),
-exact only up to BLAS rounding, reading a 51 MB matrix per cold query. Format 3 stores an int8
+(`kernels.project_float`), so they are exact on any machine and batch. Format 2 is format 4 without the
+projection section: its rows are `project_rows` (a float64 BLAS product with `projection_matrix` built in each
+process), exact only up to BLAS rounding, reading a 51 MB matrix per cold query. Format 3 stores an int8
 projection (`integer_projection`, a slightly different matrix) and a float64 `column_scale`
 section: integer sums exact in any order (`project_rows_fixed`). Formats 1, 2 and 3 are still read
 and used as written; `write_vocab_index(format_version=1, 2 or 3)` still writes them, for
