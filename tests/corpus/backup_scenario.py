@@ -94,7 +94,8 @@ def make(*, small: bool = False, meaning: bool = False) -> dict:
 
 
 def _conversation(owner: User, corpus: Corpus) -> None:
-    """A chat turn and its answer with citations and the memories that primed it, as chat.services stores them."""
+    """A chat turn and its answer with citations and the memories that primed it, as chat.services stores
+    them."""
     conversation = Conversation.objects.create(owner=owner, title="Photosynthesis")
     conversation.corpora.add(corpus)
     Message.objects.create(

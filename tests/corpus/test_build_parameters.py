@@ -1,4 +1,5 @@
-"""BuildParameters: every shape `IndexBuild.parameters` holds reads through it, and what it writes reads back."""
+"""BuildParameters: every shape `IndexBuild.parameters` holds reads through it, and what it writes reads
+back."""
 
 from __future__ import annotations
 

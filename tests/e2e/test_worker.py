@@ -92,7 +92,9 @@ else:  # web process B, another disk: searches both corpora
     found = {}
     queries = json.loads(sys.argv[2])
     for corpus in Corpus.objects.order_by("pk"):
-        results = memories_search(user=owner, corpus_ids=[corpus.pk], query=queries[corpus.name], top_document=True)
+        results = memories_search(
+            user=owner, corpus_ids=[corpus.pk], query=queries[corpus.name], top_document=True
+        )
         found[corpus.name] = results[0].memory.text if results else None
     print(json.dumps(found))
 """

@@ -31,8 +31,10 @@ from corpus.services.corpora import corpus_create, dataset_upload
 owner = User.objects.create_user("killed-owner")
 corpus = corpus_create(owner=owner, name="killed", hdc_dimensions=1024, hdc_ngram=3)
 words = "river fox glucose bastille mitochondria generator volcano hash table binary search".split()
-lines = [json.dumps({"text": " ".join(words[(i + j) % len(words)] for j in range(60)) + f" {i}"}) for i in range(20000)]
-dataset_upload(corpus=corpus, user=owner, uploaded_file=SimpleUploadedFile("big.jsonl", "\n".join(lines).encode()))
+lines = [json.dumps({"text": " ".join(words[(i + j) % len(words)] for j in range(60)) + f" {i}"})
+         for i in range(20000)]
+dataset_upload(corpus=corpus, user=owner,
+               uploaded_file=SimpleUploadedFile("big.jsonl", "\n".join(lines).encode()))
 build = build_start(corpus=corpus, user=owner)
 
 def wait(condition, seconds):
@@ -41,7 +43,9 @@ def wait(condition, seconds):
         return condition()
     return wait_until(holds, what=f"build {build.pk} ({build.status}, {build.phase})", timeout=seconds)
 
-assert wait(lambda: build.status == "running" and build.worker and build.phase not in ("", "starting"), 180), build.status
+started = wait(lambda: build.status == "running" and build.worker
+               and build.phase not in ("", "starting"), 180)
+assert started, build.status
 pid = int(build.worker.split(":")[1])
 os.kill(pid, signal.SIGKILL)
 killed = time.monotonic()
@@ -106,16 +110,20 @@ def top(query):
     return found[0].memory.text if found else None
 
 def kill_mid_job(job):
-    assert wait(job, lambda j: j.status == "running" and j.worker and j.phase in ("tokenize", "encode"), 180), job.phase
+    running = wait(job, lambda j: j.status == "running" and j.worker
+                   and j.phase in ("tokenize", "encode"), 180)
+    assert running, job.phase
     os.kill(int(job.worker.split(":")[1]), signal.SIGKILL)
     wait(job, lambda j: j.status != "running", 120)
     corpus.refresh_from_db()
     return {"killed": job.status, "error": job.error, "state": corpus.serving_build_ids,
-            "rows_left": Memory.objects.filter(build_id=job.pk).count(), "dir_left": build_dir(corpus.pk, job.pk).exists()}
+            "rows_left": Memory.objects.filter(build_id=job.pk).count(),
+            "dir_left": build_dir(corpus.pk, job.pk).exists()}
 
 def append_last():
     last = upload("new.jsonl", [QUOKKA])
-    assert last.kind == "append" and wait(last, lambda j: j.status in ("succeeded", "failed"), 240), last.status
+    assert last.kind == "append", last.kind
+    assert wait(last, lambda j: j.status in ("succeeded", "failed"), 240), last.status
     corpus.refresh_from_db()
     return last, {"last": last.status, "last_error": last.error, "new_found": top(QUOKKA)}
 
@@ -123,7 +131,8 @@ first = upload("first.jsonl", ["The storming of the Bastille began the French re
                                "Mitochondria produce most of the cell's chemical energy."])
 assert wait(first, lambda j: j.status == "succeeded", 180), (first.status, first.error)
 words = "river fox glucose bastille mitochondria generator volcano hash table binary search".split()
-big = upload("big.jsonl", [" ".join(words[(i + j) % len(words)] for j in range(60)) + f" {i}" for i in range(20000)])
+big = upload("big.jsonl",
+             [" ".join(words[(i + j) % len(words)] for j in range(60)) + f" {i}" for i in range(20000)])
 assert big.kind == "append"
 """
 

@@ -161,7 +161,8 @@ def test_certainty_ignores_tokens_past_the_answer_and_words_no_token_covers():
                      token_logprobs=[]).sentences[0].certainty is None
 
 
-# The Jargon File memory bench.answers primed "What is a psyton?" with (2026-11-26): three entries side by side.
+# The Jargon File memory bench.answers primed "What is a psyton?" with (2026-11-26): three entries side by
+# side.
 JARGON = (
     "ly prime. The hacker backgammon usage stems from the idea that a\n   pseudoprime is almost as good as"
     " a prime: it will do the same job unless\n   you are unlucky.\n\n   :pseudosuit: "

@@ -1,5 +1,6 @@
 """text_store: a real build on the real Gemma model filled into a real embedded Chroma store,
-scored by late interaction from the kept token vectors; replacement by a later build, deletion, cancel and bad input."""
+scored by late interaction from the kept token vectors; replacement by a later build, deletion, cancel and bad
+input."""
 
 from __future__ import annotations
 

@@ -69,7 +69,8 @@ def running_gateway(api_base: str) -> Iterator[Gateway]:
     command = gateway_venv() / "bin" / "litellm"
     if not command.exists():
         pytest.fail(
-            f"no gateway at {command}: run ./portal test (it installs tests/plugins/gateway-requirements.txt)",
+            f"no gateway at {command}: run ./portal test "
+            "(it installs tests/plugins/gateway-requirements.txt)",
             pytrace=False,
         )
     folder = Path(tempfile.mkdtemp(prefix="llm-gateway-"))

@@ -69,7 +69,8 @@ async def test_slots_are_counted_over_both_processes_and_a_conversation_sticks(m
     assert [entry["busy"] for entry in pool2.status()] == [1, 1, 1]
     first.close()
     second.close()
-    # Conversation 2 ran on TWO through process 2: through process 1 it goes there again, though ONE is as free.
+    # Conversation 2 ran on TWO through process 2: through process 1 it goes there again, though ONE is as
+    # free.
     again = web1.enter("d")
     assert await pool1.take(again, "m", 2) == TWO
     assert [entry["busy"] for entry in pool1.status()] == [0, 1, 1]
@@ -95,7 +96,8 @@ async def test_a_server_out_for_one_process_is_out_for_the_other_and_full_server
     assert not taking.done()
     holder.close()  # the slot is given back in process 2: process 1's turn gets it
     assert await asyncio.wait_for(taking, timeout=60) == TWO
-    # Every server of the model out: the one out longest is tried, and a turn that succeeds there puts it back.
+    # Every server of the model out: the one out longest is tried, and a turn that succeeds there puts it
+    # back.
     pool2.mark_down(TWO)
     waiter.close()
     later = web1.enter("c")

@@ -77,8 +77,9 @@ answer = Message.objects.create(conversation=conversation, role="assistant", con
                                 prompt_tokens=120, completion_tokens=60, finish_reason="stop")
 for memory in case["memories"]:
     MessageMemory.objects.create(message=answer, rank=memory["rank"], memory_id=memory["memory_id"],
-                                 memory_key=memory["key"], corpus_name=memory["corpus"], source=memory["source"],
-                                 score=memory["score"], token_count=memory["token_count"], excerpt=memory["excerpt"])
+                                 memory_key=memory["key"], corpus_name=memory["corpus"],
+                                 source=memory["source"], score=memory["score"],
+                                 token_count=memory["token_count"], excerpt=memory["excerpt"])
 """
 
 READ_MEMORIES = """
