@@ -326,51 +326,24 @@ async def _finish_answer(result: TurnResult, end: AnswerEnd, common: dict[str, A
                   **common)
 
 
-async def _finish(
-    result: TurnResult,
-    *,
-    conversation_id: int,
-    content: str,
-    status: str,
-    memories: list[MemoryResult],
-    emit: Emit,
-    started: float,
-    question: str,
-    tokens: AnswerTokens,
-    clock: AnswerClock,
-    model: str,
-    usage: Usage | None = None,
-    finish_reason: str = "",
-    failure: ApplicationError | None = None,
-) -> None:
+async def _finish(result: TurnResult, *, conversation_id: int, content: str, status: str,
+                  memories: list[MemoryResult], emit: Emit, started: float, question: str,
+                  tokens: AnswerTokens, clock: AnswerClock, model: str, usage: Usage | None = None,
+                  finish_reason: str = "", failure: ApplicationError | None = None) -> None:
     """Store the answer in whatever state it ended, with its citations (unless it failed), update
     the blend, and report it."""
     citations = None
     result.token_logprobs = tokens.spans
     if status != Message.Status.ERROR:
-        citations = answer_citations(
-            question=question,
-            answer=content,
-            memory_texts=[r.memory.text for r in memories],
-            token_logprobs=tokens.spans,
-        )
+        citations = answer_citations(question=question, answer=content,
+                                     memory_texts=[r.memory.text for r in memories],
+                                     token_logprobs=tokens.spans)
     message = await _db(message_create_assistant)(
-        conversation_id=conversation_id,
-        content=content,
-        status=status,
-        memories=memories,
-        usage=usage,
-        finish_reason=finish_reason,
-        error=failure.message if failure else "",
-        citations=citations,
-        model=model,
-    )
-    result.status, result.assistant_message_id, result.content, result.usage = (
-        status,
-        message.pk,
-        content,
-        usage,
-    )
+        conversation_id=conversation_id, content=content, status=status, memories=memories, usage=usage,
+        finish_reason=finish_reason, error=failure.message if failure else "", citations=citations,
+        model=model)
+    result.status, result.assistant_message_id = status, message.pk
+    result.content, result.usage = content, usage
     blend_turns = None
     # Stopped answers enter the blend too: the user saw them, they are where the talk went.
     if status != Message.Status.ERROR and content.strip():

@@ -125,16 +125,9 @@ class _Tokenized:
     skipped: list[DatasetIssue]
 
 
-def _tokenize_pass(
-    datasets: list[tuple[int, str, Path]],
-    tokenizer: Tokenizer,
-    chunk_size: int,
-    spool: _Spool,
-    batch_docs: int,
-    report: Progress,
-    checkpoint: Callable[[], None],
-    known: Callable[[list[str]], set[str]] | None = None,
-) -> _Tokenized:
+def _tokenize_pass(datasets: list[tuple[int, str, Path]], tokenizer: Tokenizer, chunk_size: int,
+                   spool: _Spool, batch_docs: int, report: Progress, checkpoint: Callable[[], None],
+                   known: Callable[[list[str]], set[str]] | None = None) -> _Tokenized:
     """Pass 1: read, deduplicate and tokenize every dataset into the spool; count document frequencies.
 
     `known(ids)`, when given, says which of a batch's content ids are held elsewhere already (an
@@ -149,13 +142,8 @@ def _tokenize_pass(
         open(spool.records_path, "w", encoding="utf-8") as records_out,
     ):
         for source_id, name, path in datasets:
-            counts = {
-                "source_id": source_id,
-                "name": name,
-                "path": str(path),
-                "documents": 0,
-                "duplicates": 0,
-            }
+            counts = {"source_id": source_id, "name": name, "path": str(path), "documents": 0,
+                      "duplicates": 0}
             items = iter_dataset(path, tokenizer, chunk_size, errors=skipped, source=name)
             for batch in batched(items, batch_docs):
                 checkpoint()
@@ -176,13 +164,9 @@ def _tokenize_pass(
                     tokens_out.write(ids.astype("<i4").tobytes())
                     spool.offsets.append(spool.offsets[-1] + ids.size)
                     document_frequency += np.bincount(np.unique(ids), minlength=vocab_total)
-                    record = {
-                        "id": item["id"],
-                        "text": item["text"],
-                        "source_id": source_id,
-                        "metadata": {**item.get("metadata", {}), "source": name},
-                        "token_count": int(ids.size),
-                    }
+                    record = {"id": item["id"], "text": item["text"], "source_id": source_id,
+                              "metadata": {**item.get("metadata", {}), "source": name},
+                              "token_count": int(ids.size)}
                     records_out.write(json.dumps(record, ensure_ascii=False) + "\n")
                 counts["documents"] += len(fresh)
                 report("tokenize", len(spool.offsets) - 1, 0)
@@ -324,20 +308,11 @@ def _write_manifest(out_dir: Path, manifest: dict[str, Any]) -> None:
         json.dump(manifest, handle, indent=2, sort_keys=True)
 
 
-def build_index(
-    *,
-    datasets: Iterable[tuple[int, str, str | Path]],
-    out_dir: str | Path,
-    gguf_path: str | Path,
-    tokenizer: Tokenizer,
-    config: Config,
-    sink: Sink | None = None,
-    progress: Progress | None = None,
-    should_cancel: Callable[[], bool] | None = None,
-    cache_dir: str | Path | None = None,
-    batch_docs: int = BATCH_DOCS,
-    format_version: int = FORMAT_VERSION,
-) -> BuildResult:
+def build_index(*, datasets: Iterable[tuple[int, str, str | Path]], out_dir: str | Path,
+                gguf_path: str | Path, tokenizer: Tokenizer, config: Config, sink: Sink | None = None,
+                progress: Progress | None = None, should_cancel: Callable[[], bool] | None = None,
+                cache_dir: str | Path | None = None, batch_docs: int = BATCH_DOCS,
+                format_version: int = FORMAT_VERSION) -> BuildResult:
     """Build a complete, verified index in `out_dir` from `datasets` = [(source_id, name, path)].
 
     `sink(records)` receives batches of {"id", "hdv_idx", "text", "source_id", "metadata",
@@ -376,33 +351,15 @@ def build_index(
     checkpoint()
     vocabulary = _corpus_vocabulary(tokenizer, tokenized.document_frequency)
     idf = compute_idf(tokenized.document_frequency[vocabulary], n_docs)
-    vocab = _write_vocabulary(
-        out_dir,
-        vocabulary=vocabulary,
-        idf=idf,
-        gguf_path=gguf_path,
-        cache_dir=cache_dir,
-        config=config,
-        vocab_total=int(tokenizer.vocab_size),
-        timings=timings,
-        report=report,
-        tables_dir=spool_dir / "tables",
-        format_version=format_version,
-    )
+    vocab = _write_vocabulary(out_dir, vocabulary=vocabulary, idf=idf, gguf_path=gguf_path,
+                              cache_dir=cache_dir, config=config, vocab_total=int(tokenizer.vocab_size),
+                              timings=timings, report=report, tables_dir=spool_dir / "tables",
+                              format_version=format_version)
     # Memory-mapped: a large corpus's token ids never need to fit in RAM at once.
     tokens = np.memmap(spool.tokens_path, dtype="<i4", mode="r") if offsets[-1] else np.zeros(0, np.int32)
     with _timed(timings, "encode"):
-        _encode_pass(
-            out_dir,
-            encoder=HDCEncoder(vocab),
-            spool=spool,
-            tokens=tokens,
-            offsets=offsets,
-            sink=sink,
-            batch_docs=batch_docs,
-            report=report,
-            checkpoint=checkpoint,
-        )
+        _encode_pass(out_dir, encoder=HDCEncoder(vocab), spool=spool, tokens=tokens, offsets=offsets,
+                     sink=sink, batch_docs=batch_docs, report=report, checkpoint=checkpoint)
     with _timed(timings, "verify"):
         _write_verify_sample(out_dir, tokens, offsets, config.hdc_seed)
         del tokens

@@ -196,13 +196,8 @@ class _EnoughChecked(Exception):
     pass
 
 
-def validate_dataset(
-    path: str | Path,
-    max_records_to_check: int = 1000,
-    *,
-    tokenizer: Tokenizer | None = None,
-    chunk_size: int = 1024,
-) -> dict:
+def validate_dataset(path: str | Path, max_records_to_check: int = 1000, *,
+                     tokenizer: Tokenizer | None = None, chunk_size: int = 1024) -> dict:
     """Check an uploaded file by reading up to `max_records_to_check` documents.
 
     Returns ``{"path", "format", "size", "records_checked", "records_valid", "record_estimate",
@@ -248,14 +243,6 @@ def validate_dataset(
         estimate = pq.ParquetFile(path).metadata.num_rows
     else:
         estimate = round(valid * size / max(1, reader.bytes_read))
-    return {
-        "path": str(path),
-        "format": fmt,
-        "size": size,
-        "records_checked": checked,
-        "records_valid": valid,
-        "record_estimate": estimate,
-        "complete": complete,
-        "issues": [str(issue) for issue in errors[:20]],
-        "issue_count": len(errors),
-    }
+    return {"path": str(path), "format": fmt, "size": size, "records_checked": checked,
+            "records_valid": valid, "record_estimate": estimate, "complete": complete,
+            "issues": [str(issue) for issue in errors[:20]], "issue_count": len(errors)}

@@ -205,18 +205,10 @@ def _paired_z(gain: np.ndarray) -> float:
     return mean / spread if spread > 0 else float(np.sign(mean)) * CERTAIN_Z
 
 
-def choose_fusion(
-    hdc: np.ndarray,
-    late: np.ndarray,
-    targets: np.ndarray,
-    *,
-    kinds: Sequence[str] | None = None,
-    rules: Sequence[str] = CHOSEN_RULES,
-    k: float = DEFAULT_K,
-    depth: int = 10,
-    z: float = SIGNIFICANCE_Z,
-    fallback: str = "hdc",
-) -> FusionChoice:
+def choose_fusion(hdc: np.ndarray, late: np.ndarray, targets: np.ndarray, *,
+                  kinds: Sequence[str] | None = None, rules: Sequence[str] = CHOSEN_RULES,
+                  k: float = DEFAULT_K, depth: int = 10, z: float = SIGNIFICANCE_Z,
+                  fallback: str = "hdc") -> FusionChoice:
     """The fusion rule the self-queries' evidence supports; `fallback` where it supports none.
 
     Every rule's fused ranking is scored by reciprocal rank (MRR@depth) on every self-query. A
@@ -262,14 +254,10 @@ def choose_fusion(
         if all(_paired_z(over[g]) > z for g in groups):
             chosen, chosen_z = "late", _paired_z(ranks["late"] - base)
     gain = float((ranks.get(chosen, base) - base).mean()) if targets.size else 0.0
-    by_kind = (
-        {
-            str(kind): {rule: round(float(r[g].mean()), 4) for rule, r in ranks.items()}
-            for kind, g in zip(dict.fromkeys(labels.tolist()), groups, strict=True)
-        }
-        if kinds is not None
-        else {}
-    )
+    by_kind = {
+        str(kind): {rule: round(float(r[g].mean()), 4) for rule, r in ranks.items()}
+        for kind, g in zip(dict.fromkeys(labels.tolist()), groups, strict=True)
+    } if kinds is not None else {}
     evidence = {"queries": int(targets.size), "mrr": table, "gain": round(gain, 4), "z": round(chosen_z, 2)}
     if by_kind:
         evidence["mrr_by_kind"] = by_kind

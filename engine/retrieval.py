@@ -192,16 +192,10 @@ class Retriever:
         ranked = orders[0] if orders is not None else candidates
         return np.array([c.row for c in ranked], dtype=np.int64)
 
-    def search_vectors(
-        self,
-        vectors: Sequence[tuple[np.ndarray, np.ndarray]],
-        targets: Sequence[SearchTarget],
-        *,
-        token_budget: int | None = None,
-        top_document: bool = False,
-        trace: dict | None = None,
-        query: str = "",
-    ) -> list[SearchResult]:
+    def search_vectors(self, vectors: Sequence[tuple[np.ndarray, np.ndarray]],
+                       targets: Sequence[SearchTarget], *, token_budget: int | None = None,
+                       top_document: bool = False, trace: dict | None = None,
+                       query: str = "") -> list[SearchResult]:
         """`search` from already blended query bitmaps, one (pos, neg) (words,) uint64 per target.
         `query`, the text, is what the targets' channels score, and weighs several targets by their
         word coverage (`merge_targets`); without it they are merged by score per length alone."""
@@ -217,12 +211,9 @@ class Retriever:
         for number, (target, (q_pos, q_neg)) in enumerate(zip(targets, vectors, strict=True)):
             if target.corpus.count == 0 or not (q_pos.any() or q_neg.any()):
                 continue
-            rows, scores = target.corpus.index.search_auto(
-                q_pos,
-                q_neg,
-                min(self.candidates, target.corpus.count),
-                allowed_sources=target.enabled_sources,
-            )
+            rows, scores = target.corpus.index.search_auto(q_pos, q_neg,
+                                                           min(self.candidates, target.corpus.count),
+                                                           allowed_sources=target.enabled_sources)
             candidates.extend(Candidate(number, int(r), int(s)) for r, s in zip(rows, scores, strict=True))
         candidates.sort(key=lambda c: (-c.score, c.target, c.row))
         trace = {} if trace is None else trace

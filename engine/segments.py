@@ -100,9 +100,8 @@ class SegmentedIndex:
 
     def _split(self, rows: np.ndarray | Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
         """State rows (m,) -> (segment number (m,), local row (m,)); IndexError outside [0, count)."""
-        rows = np.asarray(list(rows) if not isinstance(rows, np.ndarray) else rows, dtype=np.int64).reshape(
-            -1
-        )
+        rows = np.asarray(list(rows) if not isinstance(rows, np.ndarray) else rows, dtype=np.int64)
+        rows = rows.reshape(-1)
         if rows.size and (rows.min() < 0 or rows.max() >= self.count):
             raise IndexError(f"rows must lie in [0, {self.count})")
         part = np.searchsorted(self.offsets, rows, side="right") - 1
@@ -135,15 +134,9 @@ class SegmentedIndex:
             found.append(getattr(part, method)(q_pos, q_neg, min(k, part.count), **options, **extra))
         return self._merged(k, found)
 
-    def search(
-        self,
-        q_pos: np.ndarray,
-        q_neg: np.ndarray,
-        k: int,
-        *,
-        allowed_sources: Iterable[int] | None = None,
-        row_mask: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def search(self, q_pos: np.ndarray, q_neg: np.ndarray, k: int, *,
+               allowed_sources: Iterable[int] | None = None,
+               row_mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """`BitmapIndex.search` over every segment (exact)."""
         return self._each("search", q_pos, q_neg, k, row_mask, allowed_sources=allowed_sources)
 
@@ -222,14 +215,9 @@ class SegmentedIndex:
         return pos, neg
 
 
-def _search_small(
-    part: BitmapIndex,
-    q_pos: np.ndarray,
-    q_neg: np.ndarray,
-    k: int,
-    allowed_sources: Iterable[int] | None,
-    row_mask: np.ndarray | None,
-) -> tuple[np.ndarray, np.ndarray]:
+def _search_small(part: BitmapIndex, q_pos: np.ndarray, q_neg: np.ndarray, k: int,
+                  allowed_sources: Iterable[int] | None,
+                  row_mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """The exact top k of a small segment from one gather of its rows (see SMALL_SEGMENT_ROWS):
     the same rows and scores as `BitmapIndex.search_exact`, ties to the lower row."""
     rows = np.arange(part.count, dtype=np.int64)
@@ -290,11 +278,9 @@ class SegmentedWordIndex(WordChannel):
             if local is not None:
                 span = slice(part.starts[local], part.starts[local + 1])
                 hits = part.rows[span]
-                scores[hits] += weight * bm25_weights(
-                    part.counts[span].astype(np.float64),
-                    part.lengths[hits].astype(np.float64),
-                    self.average_length,
-                )
+                scores[hits] += weight * bm25_weights(part.counts[span].astype(np.float64),
+                                                      part.lengths[hits].astype(np.float64),
+                                                      self.average_length)
         return scores
 
     def score_all(self, query: str) -> np.ndarray | None:
@@ -408,17 +394,10 @@ def append_segment(*, previous_dir: str | Path, datasets: Iterable[tuple[int, st
     row_offset = int(segment_info(previous)["row_offset"]) + int(previous["documents"])
     timings: dict[str, float] = {}
     spool_dir = out_dir / _SPOOL
-    spool, tokenized, offsets = _tokenize_append(
-        datasets,
-        spool_dir,
-        tokenizer=tokenizer,
-        chunk_size=int(previous["chunk_size"]),
-        batch_docs=batch_docs,
-        report=report,
-        checkpoint=checkpoint,
-        known=known,
-        timings=timings,
-    )
+    spool, tokenized, offsets = _tokenize_append(datasets, spool_dir, tokenizer=tokenizer,
+                                                 chunk_size=int(previous["chunk_size"]),
+                                                 batch_docs=batch_docs, report=report, checkpoint=checkpoint,
+                                                 known=known, timings=timings)
     n_docs = offsets.size - 1
     checkpoint()
     with _timed(timings, "vocabulary"):
@@ -458,21 +437,10 @@ def _tokenize_append(datasets: list[tuple[int, str, Path]], spool_dir: Path, *, 
     return spool, tokenized, offsets
 
 
-def _encode_append(
-    out_dir: Path,
-    *,
-    encoder: HDCEncoder,
-    spool: _Spool,
-    tokens: np.ndarray,
-    offsets: np.ndarray,
-    sink: Sink | None,
-    batch_docs: int,
-    report: Progress,
-    checkpoint: Callable[[], None],
-    row_offset: int,
-    word_index: bool,
-    timings: dict[str, float],
-) -> None:
+def _encode_append(out_dir: Path, *, encoder: HDCEncoder, spool: _Spool, tokens: np.ndarray,
+                   offsets: np.ndarray, sink: Sink | None, batch_docs: int, report: Progress,
+                   checkpoint: Callable[[], None], row_offset: int, word_index: bool,
+                   timings: dict[str, float]) -> None:
     """The new documents' rows (numbered from `row_offset`) and records, and with `word_index`
     their exact-word index (`words.npz`)."""
     texts: list[str] | None = [] if word_index else None
@@ -503,39 +471,17 @@ def _extend_vocabulary(vocab: VocabIndex, out_dir: Path, *, tokenizer: Tokenizer
     return vocab, {"new_tokens": int(unseen.size), "oov_share": round(oov_share, 6)}
 
 
-def _append_manifest(
-    previous: dict[str, Any],
-    *,
-    tokenized: _Tokenized,
-    offsets: np.ndarray,
-    vocab: VocabIndex,
-    sink: Sink | None,
-    segment: dict[str, Any],
-) -> dict[str, Any]:
+def _append_manifest(previous: dict[str, Any], *, tokenized: _Tokenized, offsets: np.ndarray,
+                     vocab: VocabIndex, sink: Sink | None, segment: dict[str, Any]) -> dict[str, Any]:
     """An append's manifest: the previous segment's parameters, the new documents' counts and sources."""
     n_docs = offsets.size - 1
     return {
-        **{
-            k: previous[k]
-            for k in (
-                "format_version",
-                "dims",
-                "seed",
-                "ngram",
-                "drop_components",
-                "chunk_size",
-                "model",
-                "encoder",
-            )
-            if k in previous
-        },
-        "created": _created(),
-        "documents": n_docs,
+        **{k: previous[k] for k in ("format_version", "dims", "seed", "ngram", "drop_components",
+                                    "chunk_size", "model", "encoder") if k in previous},
+        "created": _created(), "documents": n_docs,
         "duplicates": sum(s["duplicates"] for s in tokenized.sources),
-        "skipped_records": len(tokenized.skipped),
-        "vocab_size": vocab.size,
-        "median_doc_length": float(np.median(np.diff(offsets))),
-        "sources": tokenized.sources,
+        "skipped_records": len(tokenized.skipped), "vocab_size": vocab.size,
+        "median_doc_length": float(np.median(np.diff(offsets))), "sources": tokenized.sources,
         "memories": "sink" if sink is not None else "memories.sqlite",
         SEGMENT: segment,
     }

@@ -88,60 +88,32 @@ def corpus_stats(*, corpus: Corpus, sample_rows: int = SAMPLE_ROWS, seed: int = 
     by_dataset = memory_counts_by_dataset(build_ids=[build.pk])
     datasets = {d.pk: d.name for d in corpus.datasets.all()}
     per_dataset = top_and_others({datasets.get(pk, f"dataset #{pk}"): n for pk, n in by_dataset.items()})
-    total_seconds = (
-        (build.finished - build.started).total_seconds() if build.finished and build.started else None
-    )
+    total_seconds = ((build.finished - build.started).total_seconds()
+                     if build.finished and build.started else None)
     timings = build_phase_seconds(build.timings or {}, total_seconds)
     return {
-        "empty": False,
-        "build": build,
-        "count": count,
-        "dims": dims,
-        "sampled": len(rows),
-        "vocab_size": build.vocab_size,
-        "duplicates": build.duplicates,
+        "empty": False, "build": build, "count": count, "dims": dims, "sampled": len(rows),
+        "vocab_size": build.vocab_size, "duplicates": build.duplicates,
         "mean_density": float(density.mean()) if len(rows) else 0.0,
         "mean_abs_cosine": float(np.abs(pairs).mean()) if pairs.size else 0.0,
         "dead_dimensions": int(((active_pos + active_neg) == 0).sum()),
-        "disk_bytes": directory_bytes(str(directory)),
-        "timings": timings,
+        "disk_bytes": directory_bytes(str(directory)), "timings": timings,
         "total_seconds": total_seconds,
         "dataset_count": len(by_dataset),
         "charts": [
-            bar_chart(
-                density_counts,
-                labels=density_labels,
-                title="Density: share of non-zero dimensions per memory",
-                x_label="density",
-                color="#3867d6",
-            ),
-            bar_chart(
-                cosine_counts,
-                labels=cosine_labels,
-                title=f"Cosine similarity of {len(pairs):,} sampled pairs",
-                x_label="cosine",
-                color="#8854d0",
-                tick_every=5,
-            ),
-            bar_chart(
-                activation,
-                labels=[f"{b[0]:,}" for b in buckets],
-                title=f"Activation per dimension (share of memories non-zero, {len(buckets)} buckets)",
-                x_label="dimension",
-                color="#20bf6b",
-                tick_every=10,
-                integer=False,
-            ),
-            bar_chart(
-                tokens_counts,
-                labels=tokens_labels,
-                title="Memory size in tokens",
-                x_label="tokens",
-                color="#fa8231",
-            ),
-            hbar_chart(
-                per_dataset, title=f"Memories per dataset ({len(by_dataset):,} datasets)", color="#0fb9b1"
-            ),
+            bar_chart(density_counts, labels=density_labels,
+                      title="Density: share of non-zero dimensions per memory", x_label="density",
+                      color="#3867d6"),
+            bar_chart(cosine_counts, labels=cosine_labels,
+                      title=f"Cosine similarity of {len(pairs):,} sampled pairs", x_label="cosine",
+                      color="#8854d0", tick_every=5),
+            bar_chart(activation, labels=[f"{b[0]:,}" for b in buckets],
+                      title=f"Activation per dimension (share of memories non-zero, {len(buckets)} buckets)",
+                      x_label="dimension", color="#20bf6b", tick_every=10, integer=False),
+            bar_chart(tokens_counts, labels=tokens_labels, title="Memory size in tokens", x_label="tokens",
+                      color="#fa8231"),
+            hbar_chart(per_dataset, title=f"Memories per dataset ({len(by_dataset):,} datasets)",
+                       color="#0fb9b1"),
         ],
     }
 

@@ -14,7 +14,7 @@ from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from api.serializers import (
+from api.store_serializers import (
     EmbeddingsResponseSerializer,
     StoreAddedSerializer,
     StoreAddSerializer,

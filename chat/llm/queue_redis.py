@@ -283,18 +283,9 @@ class RedisLLMQueue:
     """`LLMQueue` over every process that shares `redis_url` and names the same `server_url`
     and policy (see the module docstring): a `chat.llm.queue.TurnQueue`."""
 
-    def __init__(
-        self,
-        *,
-        redis_url: str,
-        server_url: str,
-        prefill: int = 1,
-        streams: int = 4,
-        limit: int = 32,
-        per_user: int = 2,
-        lease_seconds: float = LEASE_SECONDS,
-        poll_seconds: float = POLL_SECONDS,
-    ) -> None:
+    def __init__(self, *, redis_url: str, server_url: str, prefill: int = 1, streams: int = 4,
+                 limit: int = 32, per_user: int = 2, lease_seconds: float = LEASE_SECONDS,
+                 poll_seconds: float = POLL_SECONDS) -> None:
         check_policy(prefill=prefill, streams=streams, limit=limit, per_user=per_user)
         if lease_seconds <= 0 or poll_seconds <= 0:
             raise ValueError(
@@ -317,18 +308,8 @@ class RedisLLMQueue:
         self._scripts = {
             name: self._redis.register_script(_PRELUDE + body) for name, body in _SCRIPTS.items()
         }
-        names = (
-            "waiting",
-            "users",
-            "prefilling",
-            "streaming",
-            "leases",
-            "seq",
-            "turn",
-            "held",
-            "down",
-            "last",
-        )
+        names = ("waiting", "users", "prefilling", "streaming", "leases", "seq", "turn", "held", "down",
+                 "last")
         self._keys = [f"{self.namespace}:{name}" for name in names]
         self._channel = f"{self.namespace}:changed"
         self._policy = [self._channel, prefill, streams, round(lease_seconds * 1000), KEYS_IDLE_MS]
@@ -348,11 +329,8 @@ class RedisLLMQueue:
             self._listen()  # subscribed before the ticket exists: no message about it is missed
             result = self._call("enter", str(user), self.limit, self.per_user)
             if not result[0]:
-                waiting, mine, seconds = (
-                    int(result[1]),
-                    int(result[2]),
-                    float(result[3] or FIRST_GUESS_SECONDS),
-                )
+                waiting, mine = int(result[1]), int(result[2])
+                seconds = float(result[3] or FIRST_GUESS_SECONDS)
                 raise queue_full(waiting=waiting, mine=mine, per_user=self.per_user,
                                  retry_after=retry_after(seconds, waiting=waiting, streams=self.streams))
             ticket = RedisTicket(self, user, int(result[1]))
