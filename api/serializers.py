@@ -149,8 +149,7 @@ class DatasetUploadedSerializer(DatasetSerializer):
         help_text=(
             "The job that makes the upload searchable without a click (its first build, or an append): poll "
             "`GET /api/v1/builds/{id}/` until `searchable`. Null when the corpus does not index uploads at "
-            "once, or "
-            "when another job of the corpus runs: its end queues the append."
+            "once, or when another job of the corpus runs: its end queues the append."
         ),
     )
 
@@ -229,8 +228,7 @@ class MemoryResultSerializer(CompletionMemorySerializer):
         allow_null=True,
         help_text=(
             "Several corpora searched together: the key they are merged by, the HDC score (of the result's "
-            "rank in "
-            "its corpus) per unit of the query's length in that corpus (results come in this order)."
+            "rank in its corpus) per unit of the query's length in that corpus (results come in this order)."
         ),
     )
     text = serializers.CharField(source="memory.text")
