@@ -388,9 +388,8 @@ def summary(name: str, rows: list[dict], facts: dict[str, str]) -> dict:
     }
     print(
         f"{name:<16} n={n:<3} grounded {figures['grounded']:6.1%}  stopped by itself "
-        f"{figures['stopped']:6.1%}  "
-        f"loops {figures['loops']:5.1%}  errors {figures['errors']:5.1%}  fact in a memory "
-        f"{figures['recall']:6.1%}  "
+        f"{figures['stopped']:6.1%}  loops {figures['loops']:5.1%}  errors {figures['errors']:5.1%}  fact in "
+        f"a memory {figures['recall']:6.1%}  "
         f"recited {figures['recited']:5.1%}  restated the question {restated}  began looping {began} "
         f"(recovered after the cut: {began - loops})\n"
         f"{'':<16} TTFT p50 {figures['ttft_p50']:5.2f} s  p95 {figures['ttft_p95']:5.2f} s  "
@@ -451,9 +450,8 @@ def grounding_report(rows: dict[str, list[dict]], facts: dict[str, str], scorers
     with_tokens = sum(bool(r.get("token_logprobs")) for mode_rows in rows.values() for r in mode_rows)
     print(
         f"\ngrounding against the fact judge (portal: {SCORER.name}, threshold {CITATION_THRESHOLD}, weighed "
-        "by "
-        f"certainty; {with_tokens} of {sum(map(len, rows.values()))} answers have token log-probabilities; "
-        f"'grounded' cut {GROUNDED_FROM:.0%}):"
+        f"by certainty; {with_tokens} of {sum(map(len, rows.values()))} answers have token "
+        f"log-probabilities; 'grounded' cut {GROUNDED_FROM:.0%}):"
     )
     variants = [(name, threshold, True) for name, thresholds in CHANNEL_THRESHOLDS.items() if name in scorers
                 for threshold in thresholds]
@@ -669,8 +667,7 @@ def main() -> int:
             LlamaServer(gguf, threads=args.threads, ctx_size=8192, parallel=1) as server:
         print(
             f"set {args.set}: chat model {gguf.name} on llama.cpp {server.base_url} ({args.threads} "
-            "threads); "
-            f"{len(questions)} questions, answers up to {args.max_tokens} tokens; settings "
+            f"threads); {len(questions)} questions, answers up to {args.max_tokens} tokens; settings "
             f"{args.config or 'the defaults'}"
             + (f", paired against {args.versus}" if args.versus else "")
         )

@@ -364,10 +364,8 @@ def main() -> int:
             for block, (times, cpu) in measured.items():
                 print(
                     f"\n== one search at a time ({args.memories:,} memories, {count} queries in blocks of "
-                    f"{block}, "
-                    f"{'each path in turn' if block == 1 else 'each path a whole block in turn'}, order "
-                    "rotating, "
-                    "tokens warm in every process) =="
+                    f"{block}, {'each path in turn' if block == 1 else 'each path a whole block in turn'}, "
+                    "order rotating, tokens warm in every process) =="
                 )
                 _line("engine, the query's tokens cold (first sight)", times["cold"])
                 _line("engine Retriever.search (baseline)", times["engine"])
@@ -408,10 +406,8 @@ def main() -> int:
                 verdict = "meets" if added < GOAL_MS else "MISSES"
                 print(
                     f"{label}: {name} added (client latency - engine alone, same query): median {added:+.2f} "
-                    "ms "
-                    f"(p50 - p50: {added_p50s:+.2f} ms; HTTP, auth, throttle, JSON beside the server's "
-                    "search: "
-                    f"{statistics.median(times[name + ' took']):+.2f} ms); goal < {GOAL_MS:g} ms"
+                    f"ms (p50 - p50: {added_p50s:+.2f} ms; HTTP, auth, throttle, JSON beside the server's "
+                    f"search: {statistics.median(times[name + ' took']):+.2f} ms); goal < {GOAL_MS:g} ms"
                     + (f": {verdict}" if block == STEADY else " (judged on the steady figure)")
                 )
         print(f"load average after: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")

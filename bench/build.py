@@ -240,14 +240,12 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
         files = write_real_corpus(args.real_text / "real-text", manual_chars=MANUAL_CHARS, queries=0).datasets
         print(
             f"PostgreSQL: {django.db.connection.cursor().connection.info.server_version}; the real-text "
-            "corpus "
-            f"({len(files)} dataset files, bench/data/real_corpus.py); dims {args.dims}"
+            f"corpus ({len(files)} dataset files, bench/data/real_corpus.py); dims {args.dims}"
         )
     else:
         print(
             f"PostgreSQL: {django.db.connection.cursor().connection.info.server_version}; docs "
-            f"{args.docs:,}; "
-            f"dims {args.dims}"
+            f"{args.docs:,}; dims {args.dims}"
         )
         path = scratch / "bench.jsonl"
         path.write_text(
@@ -282,11 +280,9 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
         rest = wall - meaning
         print(
             f"meaning channel (all-MiniLM-L6-v2: load, {build.documents:,} memories, the gate): "
-            f"{meaning:.1f} s, "
-            f"{build.documents / meaning:,.1f} memories/s; the default path (the build without it): "
-            f"{rest:.1f} s, "
-            f"{build.documents / rest:,.0f} memories/s: {meaning / rest:.1f}x faster; "
-            f"rule {build.params.meaning_fusion.rule}"
+            f"{meaning:.1f} s, {build.documents / meaning:,.1f} memories/s; the default path (the build "
+            f"without it): {rest:.1f} s, {build.documents / rest:,.0f} memories/s: {meaning / rest:.1f}x "
+            f"faster; rule {build.params.meaning_fusion.rule}"
         )
 
     if not args.no_baseline:

@@ -222,8 +222,7 @@ def _summary(name: str, results: list[dict]) -> None:
     print(
         f"{name:<28} n={len(results):<3} TTFT median {ttft:8.1f} ms   retrieval {retrieval:6.1f} ms "
         f"({100 * retrieval / ttft if ttft else 0:4.1f} % of TTFT)   prompt {med('prompt_tokens'):6.0f} "
-        "tok   "
-        f"{med('tokens_per_s'):6.1f} tok/s per chat"
+        f"tok   {med('tokens_per_s'):6.1f} tok/s per chat"
     )
 
 

@@ -127,8 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     retriever = Retriever(tokenizer, config)
     print(
         f"\n{'pair':<22} {'queries of':<10} {'mode':<6} {'alone R@10':>10} {'raw R@10':>9} "
-        f"{'length R@10':>11} "
-        f"{'merged R@10':>11} {'alone MRR':>9} {'raw MRR':>8} {'length MRR':>10} {'merged MRR':>10}"
+        f"{'length R@10':>11} {'merged R@10':>11} {'alone MRR':>9} {'raw MRR':>8} {'length MRR':>10} "
+        f"{'merged MRR':>10}"
     )
     for pair in [p.strip() for p in args.pairs.split(",") if p.strip()]:
         names = pair.split("+")
@@ -189,8 +189,8 @@ def main(argv: list[str] | None = None) -> int:
                         f"{results['alone'][0]:>10.4f} {results['raw'][0]:>9.4f} "
                         f"{results['length'][0]:>11.4f} "
                         f"{results['merged'][0]:>11.4f} {results['alone'][1]:>9.4f} "
-                        f"{results['raw'][1]:>8.4f} "
-                        f"{results['length'][1]:>10.4f} {results['merged'][1]:>10.4f}",
+                        f"{results['raw'][1]:>8.4f} {results['length'][1]:>10.4f} "
+                        f"{results['merged'][1]:>10.4f}",
                         flush=True,
                     )
     print(

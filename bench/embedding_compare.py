@@ -81,8 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     gemma, qwen = runs["gemma"], runs["qwen"]
     print(
         f"== embedding model comparison: {args.set}, {args.docs} docs, {args.queries} queries, seed "
-        f"{args.seed}, "
-        f"dims {args.dims} (baseline: Gemma) =="
+        f"{args.seed}, dims {args.dims} (baseline: Gemma) =="
     )
     print(f"{'figure':<34} {'Gemma 3 270M':>13} {'Qwen2.5 0.5B':>13} {'Qwen/Gemma':>11}")
     rows = []

@@ -37,9 +37,8 @@ class EmbeddingModel:
         tensor = embedding_tensor_info(self.path)
         return (
             f"embedding model: {self.path.name} ({metadata.architecture}, tokenizer "
-            f"{metadata.tokenizer_model!r} "
-            f"tokenized {self.tokenized_by}); token_embd {tensor.tensor_type.name} "
-            f"{tensor.shape[0]:,} x {tensor.shape[1]}"
+            f"{metadata.tokenizer_model!r} tokenized {self.tokenized_by}); token_embd "
+            f"{tensor.tensor_type.name} {tensor.shape[0]:,} x {tensor.shape[1]}"
         )
 
 

@@ -151,8 +151,7 @@ def collect(args: argparse.Namespace) -> None:
     )
     print(
         f"{args.set}: {len(data.documents)} documents, {len(data.queries)} test + {len(self_texts)} "
-        "self-queries; "
-        f"HDC {hdc_s:.0f} s, LI {li_s:.0f} s -> {args.out}"
+        f"self-queries; HDC {hdc_s:.0f} s, LI {li_s:.0f} s -> {args.out}"
     )
 
 

@@ -184,9 +184,8 @@ def main(argv: list[str] | None = None) -> int:
         label = f"{label} [format {run['format']}]"
         print(
             f"{label:<40} {sizes['vocab.idx'] / 1e6:>13.1f} {sum(sizes.values()) / 1e6:>9.1f} "
-            f"{run['build_s']:>8.1f} "
-            f"{run['load_ms']:>8.1f} {run['first_query_ms']:>13.1f} {run['p50_ms']:>7.2f} "
-            f"{run['p90_ms']:>7.2f} "
+            f"{run['build_s']:>8.1f} {run['load_ms']:>8.1f} {run['first_query_ms']:>13.1f} "
+            f"{run['p50_ms']:>7.2f} {run['p90_ms']:>7.2f} "
             f"{run['warm_p50_ms']:>10.2f} {run['recall']:>10.4f}"
         )
     old, stored = list(runs.values())[:2]
@@ -208,11 +207,9 @@ def main(argv: list[str] | None = None) -> int:
                            for a, b in zip(old["rows"], new["rows"], strict=True)])
         print(
             f"\n{label} / baseline: vocab.idx {new['sizes']['vocab.idx'] / old['sizes']['vocab.idx']:.4f}, "
-            "whole "
-            f"build {sum(new['sizes'].values()) / sum(old['sizes'].values()):.4f}; query p50 "
+            f"whole build {sum(new['sizes'].values()) / sum(old['sizes'].values()):.4f}; query p50 "
             f"{new['p50_ms'] / old['p50_ms']:.2f}x, p90 {new['p90_ms'] / old['p90_ms']:.2f}x, the queries "
-            "again "
-            f"p50 {new['warm_p50_ms'] / old['warm_p50_ms']:.2f}x, first query "
+            f"again p50 {new['warm_p50_ms'] / old['warm_p50_ms']:.2f}x, first query "
             f"{new['first_query_ms'] / old['first_query_ms']:.2f}x, load "
             f"{new['load_ms'] / max(old['load_ms'], 1e-9):.2f}x"
         )

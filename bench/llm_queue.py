@@ -170,8 +170,7 @@ def main() -> None:
     server = redis.Redis.from_url(args.redis).info("server")
     print(
         f"== setup ==\n  Redis {server['redis_version']} at {redacted(args.redis)}, {args.turns} turns per "
-        "run, "
-        f"hand-over work: prefill {args.prefill_ms:g} ms, decode {args.decode_ms:g} ms"
+        f"run, hand-over work: prefill {args.prefill_ms:g} ms, decode {args.decode_ms:g} ms"
     )
     user_counts = [int(n) for n in args.users.split(",")]
     for title, work in (("cycle: enter -> admitted -> streaming -> close, no work", False),

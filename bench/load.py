@@ -617,11 +617,9 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-load-") as data_dir:
         print(
             f"set {args.set}; chat model {gguf.name} on llama.cpp ({args.parallel} slots, {args.threads} "
-            "threads, "
-            f"batch {args.batch}, KV cache {args.ctx_size}, "
+            f"threads, batch {args.batch}, KV cache {args.ctx_size}, "
             f"a fresh server per phase); mode {args.mode}; {args.turns} turns per user, think {args.think} "
-            "s; "
-            f"answers up to {args.max_tokens} tokens; policies {', '.join(policies)}; users {args.users}; "
+            f"s; answers up to {args.max_tokens} tokens; policies {', '.join(policies)}; users {args.users}; "
             f"{args.web_processes} web process{'es' if args.web_processes > 1 else ''}"
             + (f", one queue in Redis {queue_redis}" if queue_redis else ", a queue in each")
         )

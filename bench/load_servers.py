@@ -95,10 +95,8 @@ def main_servers(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-load-servers-") as data_dir:
         print(
             f"set {args.set}; {users[0]} users at once, {args.turns} turns each, think {args.think} s; "
-            "answers up "
-            f"to {args.max_tokens} tokens; {args.threads} threads and {args.parallel} slots in all on each "
-            "side; "
-            f"load average {_load_average()}"
+            f"answers up to {args.max_tokens} tokens; {args.threads} threads and {args.parallel} slots in "
+            f"all on each side; load average {_load_average()}"
         )
         os.environ.pop("LLM_SERVERS", None)
         portal_setup(Path(data_dir), "http://127.0.0.1:1", args.max_tokens)

@@ -516,8 +516,7 @@ def report_build(hdc: HDCRanker | DefaultPathRanker, result: Result, n_documents
     """The HDC build's speed and size (the index directory: vocabulary index, hypervectors, texts)."""
     print(
         f"{result.name} build: {n_documents / result.index_s:,.0f} docs/s ({result.index_s:.2f} s, load and "
-        "queries' "
-        f"encoder setup included), index {hdc.index_bytes / 1e6:,.1f} MB"
+        f"queries' encoder setup included), index {hdc.index_bytes / 1e6:,.1f} MB"
     )
     distilled = getattr(hdc, "distilled", None)
     if distilled is not None:

@@ -245,8 +245,7 @@ def synthetic(args: argparse.Namespace) -> tuple[BitmapIndex, np.ndarray, np.nda
     print("\n== pruned search (exact progressive pruning, k = 10) ==")
     print(
         f"latency        : p50 {np.percentile(times_ms, 50):.1f} ms, p95 {np.percentile(times_ms, 95):.1f} "
-        "ms "
-        f"over {args.queries} queries"
+        f"ms over {args.queries} queries"
     )
     print(f"vs exact scan  : {exact_s * 1e3 / np.percentile(times_ms, 50):.1f}x faster at p50")
     print(f"recall@10      : {np.mean(recalls):.3f} vs exact ({len(recalls)} queries); "
@@ -256,8 +255,7 @@ def synthetic(args: argparse.Namespace) -> tuple[BitmapIndex, np.ndarray, np.nda
     else:
         print(
             f"peak RSS       : {peak_anon_mb:.0f} MB anonymous (whole process, memmap excluded) during "
-            "pruned "
-            f"search, {peak_extra_mb:+.0f} MB over before it; search work arrays "
+            f"pruned search, {peak_extra_mb:+.0f} MB over before it; search work arrays "
             f"~{index.count * 5 / 1e6:.0f} MB"
         )
     return index, qp, qn
@@ -310,8 +308,7 @@ def real_text(args: argparse.Namespace) -> tuple[BitmapIndex, np.ndarray, np.nda
           f"{SAMPLED_SEARCH_MIN_ROWS} rows on) ==")
     print(
         f"{'rows':>8} {'exact p50':>10} {'baseline p50':>13} {'p95':>7} {'new p50':>8} {'p95':>7} "
-        f"{'ratio':>6} "
-        f"{'recall@10':>10} {'recall@500':>11}"
+        f"{'ratio':>6} {'recall@10':>10} {'recall@500':>11}"
     )
     for size in sizes:
         sub = index if size == index.count else subset_index(index, args.dir, size, args.seed)

@@ -459,8 +459,7 @@ def report(run: Run, args: argparse.Namespace) -> None:
     print(f"\nload average at the end (1, 5, 15 min): {os.getloadavg()} on {os.cpu_count()} CPUs")
     print(
         f"{args.minutes:g} min run: {run.turns} chat turns, {run.searches} API searches, {run.uploads} "
-        "uploads, "
-        f"{run.conversations} new conversations, "
+        f"uploads, {run.conversations} new conversations, "
         f"{len(run.samples)} samples; growth after the first {args.settle_minutes:g} min (least squares):"
     )
     for name, (first, slope, percent) in growth(run, args.settle_minutes).items():

@@ -145,8 +145,7 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
     build.refresh_from_db()
     print(
         f"PostgreSQL; base corpus: {build.documents:,} memories built in {time.perf_counter() - started:.1f} "
-        "s; "
-        f"dims {args.dims}; sources of {args.source_docs:,} documents, {args.changed} changed"
+        f"s; dims {args.dims}; sources of {args.source_docs:,} documents, {args.changed} changed"
     )
     sentences = synthetic_docs(3 * args.source_docs, seed=10_000)
     bodies = [" ".join(sentences[3 * n:3 * n + 3]) for n in range(args.source_docs)]
@@ -179,8 +178,7 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
             print(
                 f"{kind}: first sync (read and append {source.documents.count():,} documents) {first:.2f} s; "
                 f"nothing changed {unchanged:.2f} s; {len(changed)} changed: searchable {ten:.2f} s after "
-                "the "
-                f"sync started"
+                f"the sync started"
             )
     started = time.perf_counter()
     build = build_start(corpus=corpus, user=owner)

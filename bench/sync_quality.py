@@ -233,15 +233,13 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
         worst = max(worst, abs(recall_s - recall_f), abs(mrr_s - mrr_f))
         print(
             f"{label}: synced recall@{K} {recall_s:.4f} MRR@{K} {mrr_s:.4f} | fresh recall@{K} "
-            f"{recall_f:.4f} "
-            f"MRR@{K} {mrr_f:.4f} | difference recall {recall_s - recall_f:+.4f} MRR {mrr_s - mrr_f:+.4f}; "
-            f"{same} of {len(queries)} top-{K} lists identical"
+            f"{recall_f:.4f} MRR@{K} {mrr_f:.4f} | difference recall {recall_s - recall_f:+.4f} MRR "
+            f"{mrr_s - mrr_f:+.4f}; {same} of {len(queries)} top-{K} lists identical"
         )
     load = os.getloadavg()
     print(
         f"largest difference {worst:.4f} ({'within' if worst <= 0.01 else 'OVER'} 0.01); load average at the "
-        "end "
-        f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} CPUs)"
+        f"end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} CPUs)"
     )
     print(subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip())
 
