@@ -89,8 +89,7 @@ def conversation_export_markdown(*, conversation: Conversation) -> str:
         if message.grounding is not None:
             lines += [
                 f"_Grounding: {message.grounding:.0%} ({grounding_word(message.grounding)}): the share of "
-                "its "
-                f"claims a memory supports, each weighed by the model's certainty of its words._",
+                f"its claims a memory supports, each weighed by the model's certainty of its words._",
                 "",
             ]
         if message.error:
