@@ -71,8 +71,7 @@ def segment_path(build: IndexBuild) -> Path:
             logger.warning("build %s: index files missing at %s", build.pk, directory)
             raise SegmentFilesMissing(
                 f"The index files of {build.get_kind_display().lower()} #{build.number} of this corpus are "
-                "missing: "
-                "restore them, or rebuild the corpus from its datasets on its page.",
+                "missing: restore them, or rebuild the corpus from its datasets on its page.",
                 {"corpus_id": build.corpus_id, "build_id": build.pk},
             )
         return directory

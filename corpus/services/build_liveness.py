@@ -139,8 +139,7 @@ def builds_sweep_stale(*, corpus_id: int | None = None) -> list[int]:
         seen = build.heartbeat or build.started
         message = (
             f"The worker running this build stopped responding (last heartbeat {seen:%Y-%m-%d %H:%M:%S} "
-            "UTC); "
-            f"the previous index stays active. Start a new build."
+            f"UTC); the previous index stays active. Start a new build."
         )
         build_discard(build, status=Status.FAILED, error=message)
         swept.append(build.pk)
