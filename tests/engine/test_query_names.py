@@ -210,22 +210,20 @@ GLOSSARY = [
     GLOSSARY_INDEX,
     ":buzzword-compliant: adj.\n\n   Includes features to keep up with the latest buzzwords. See BWQ.\n\n"
     "   :BWQ: /B-W-Q/, n.\n\n   [IBM: abbreviation, Buzz Word Quotient] The percentage of buzzwords in a "
-    "speech "
-    "or documents. Usually roughly proportional to bogosity. See also buzzword-compliant, byte, nybble.\n\n"
+    "speech or documents. Usually roughly proportional to bogosity. See also buzzword-compliant, byte, "
+    "nybble.\n\n"
     "   :byte: /bi:t/, n.\n\n   A unit of memory or data equal to the amount used to represent one "
-    "character; "
-    "on modern architectures this is invariably 8 bits. Some older architectures used byte for quantities "
+    "character; on modern architectures this is invariably 8 bits. Some older architectures used byte for "
+    "quantities "
     "of 6, 7, or 9 bits, and the PDP-10 supported bytes that were actually bitfields of 1 to 36 bits.",
     ":mouse ahead: vi.\n\n   Point-and-click analog of type ahead. To manipulate a computer's pointing "
-    "device "
-    "(almost always a mouse in this usage, but not necessarily) and its selection or command buttons before "
+    "device (almost always a mouse in this usage, but not necessarily) and its selection or command buttons "
+    "before "
     "a computer program is ready to accept such input.\n\n"
     "   :mouso: /mow'soh/, n.\n\n   [by analogy with typo] An error in mouse usage resulting in an "
-    "inappropriate "
-    "selection or graphic garbage on the screen.\n\n"
+    "inappropriate selection or graphic garbage on the screen.\n\n"
     "   :mung: /muhng/, vt.\n\n   To make changes to a file, esp. large-scale and irrevocable changes; a "
-    "mouso "
-    "can mung a drawing. See BWQ.",
+    "mouso can mung a drawing. See BWQ.",
     ":nybble: /nib'l/, n.\n\n   Four bits; one hex digit; a half-byte.",
 ]
 
