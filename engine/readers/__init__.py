@@ -43,6 +43,21 @@ class ReadOptions:
     max_expanded_bytes: int = 1024 ** 3
 
 
+class Clock:
+    """One document's time cap (`ReadOptions.max_seconds`): `check()` between pages, slides, chapters."""
+
+    def __init__(self, options: ReadOptions, label: str) -> None:
+        from time import monotonic
+
+        self.now, self.limit, self.label = monotonic, options.max_seconds, label
+        self.started = monotonic()
+
+    def check(self) -> None:
+        if self.now() - self.started > self.limit:
+            raise DocumentError(f"reading the {self.label} file took longer than the limit of "
+                                f"{self.limit:g} seconds")
+
+
 @dataclass(frozen=True)
 class Part:
     """A run of a document's text with its place (`engine.places` keys) and `share`, the fraction of

@@ -17,7 +17,7 @@ from urllib.parse import unquote
 from xml.etree import ElementTree
 
 from engine.markup import MarkupError, html_text
-from engine.readers import DocumentError, Part, Reader, ReadOptions
+from engine.readers import Clock, DocumentError, Part, Reader, ReadOptions
 from engine.readers.packages import check_package, damaged, package, package_sniffer
 from engine.readers.sections import heading_sections
 from engine.readers.slides import odf_name
@@ -112,7 +112,9 @@ def chapter_part(markup: str, share: float) -> Part | None:
 def read_epub(path: Path, options: ReadOptions) -> Iterator[Part]:
     with package(path, options, EPUB_LABEL, _CONTAINER) as archive:
         chapters = spine(archive)
+        clock = Clock(options, EPUB_LABEL)
         for number, name in enumerate(chapters, start=1):
+            clock.check()
             try:
                 markup = archive.read(name).decode("utf-8-sig", errors="replace")
             except KeyError:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
-from engine.readers import DocumentError, Part, Reader, ReadOptions
+from engine.readers import Clock, DocumentError, Part, Reader, ReadOptions
 
 PDF_MAGIC = b"%PDF-"
 
@@ -35,7 +35,9 @@ def read(path: Path, options: ReadOptions) -> Iterator[Part]:
         if len(pages) > options.max_pages:
             raise DocumentError(f"the PDF has {len(pages):,} pages, more than the limit of "
                                 f"{options.max_pages:,}")
+        clock = Clock(options, "PDF")
         for number, page in enumerate(pages, start=1):
+            clock.check()
             yield Part((page.extract_text() or "").strip(), {"page": number}, number / len(pages))
     except PdfReadError as error:
         raise DocumentError(f"damaged PDF: {error}") from None

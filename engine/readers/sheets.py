@@ -13,12 +13,11 @@ from __future__ import annotations
 import codecs
 import csv
 import io
-import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from engine.readers import DocumentError, Part, Reader, ReadOptions
+from engine.readers import Clock, DocumentError, Part, Reader, ReadOptions
 from engine.readers.packages import check_package, damaged, package_sniffer
 from engine.readers.tables import cell_text, header_names, row_text
 
@@ -31,15 +30,14 @@ class _Budget:
     """The caps of one document's read: rows per sheet and seconds in all."""
 
     def __init__(self, options: ReadOptions, label: str) -> None:
-        self.options, self.label, self.started = options, label, time.monotonic()
+        self.options, self.label, self.clock = options, label, Clock(options, label)
 
     def check(self, sheet: str, rows: int) -> None:
         if rows > self.options.max_rows:
             raise DocumentError(f"the sheet {sheet!r} of the {self.label} file has more than "
                                 f"{self.options.max_rows:,} rows (the limit); split it into smaller files")
-        if rows % 1000 == 0 and time.monotonic() - self.started > self.options.max_seconds:
-            raise DocumentError(f"reading the {self.label} file took longer than the limit of "
-                                f"{self.options.max_seconds:g} seconds")
+        if rows % 1000 == 0:
+            self.clock.check()
 
 
 def _left(cells: Sequence[Any]) -> int:

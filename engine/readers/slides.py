@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from engine.readers import DocumentError, Part, Reader, ReadOptions
+from engine.readers import Clock, DocumentError, Part, Reader, ReadOptions
 from engine.readers.packages import check_package, damaged, package_sniffer
 from engine.readers.tables import table_lines
 
@@ -52,7 +52,9 @@ def read_pptx(path: Path, options: ReadOptions) -> Iterator[Part]:
     if len(slides) > options.max_pages:
         raise DocumentError(f"the presentation has {len(slides):,} slides, more than the limit of "
                             f"{options.max_pages:,}")
+    clock = Clock(options, PPTX_LABEL)
     for number, slide in enumerate(slides, start=1):
+        clock.check()
         title = slide.shapes.title
         lines = [title.text_frame.text] if title is not None and title.has_text_frame else []
         lines.extend(_shape_lines(slide.shapes, skip=title))
@@ -113,7 +115,9 @@ def read_odp(path: Path, options: ReadOptions) -> Iterator[Part]:
     if len(pages) > options.max_pages:
         raise DocumentError(f"the presentation has {len(pages):,} slides, more than the limit of "
                             f"{options.max_pages:,}")
+    clock = Clock(options, ODP_LABEL)
     for number, page in enumerate(pages, start=1):
+        clock.check()
         lines: list[str] = []
         notes: list[str] = []
         _odf_lines(page, lines, notes)

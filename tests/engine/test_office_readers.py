@@ -185,3 +185,11 @@ def test_heavy_a_100000_row_xlsx_streams_in_bounded_memory(tmp_path, rows):
     assert last == rows + 1 and count == rows // 50
     # The process's peak grew by far less than the sheet's cells would take held whole.
     assert _peak_mib() - before < 60
+
+
+def test_a_document_past_its_time_cap_is_refused_with_the_limit(tmp_path):
+    deck = pptx_file(tmp_path / "review.pptx", SLIDES)
+    reader = reader_for(deck.read_bytes()[:64], ".pptx")
+    with pytest.raises(DocumentError, match=r"\(PPTX\) file took longer than the limit of 0 seconds"):
+        list(reader.read(deck, ReadOptions(max_seconds=0)))
+    assert len(list(reader.read(deck, ReadOptions()))) == 2
