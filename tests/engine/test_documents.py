@@ -74,3 +74,15 @@ def test_unreadable_documents_are_refused_with_a_clear_message(tmp_path, name, c
 def test_a_zip_that_is_not_named_docx_is_not_a_document(tmp_path):
     with pytest.raises(DatasetError, match="unsupported file type '.zip'"):
         sniff_format(b"PK\x03\x04rest", filename="bundle.zip")
+
+
+def test_a_pdf_over_max_pages_is_refused_before_a_page_is_read(tmp_path):
+    from engine.readers import DocumentError, ReadOptions
+    from engine.readers.pdf import read
+
+    path = tmp_path / "biology.pdf"
+    path.write_bytes(pdf_bytes(PAGES))
+    with pytest.raises(DocumentError, match="the PDF has 3 pages, more than the limit of 2"):
+        next(read(path, ReadOptions(max_pages=2)))
+    places = [part.place for part in read(path, ReadOptions(max_pages=3))]
+    assert places == [{"page": 1}, {"page": 2}, {"page": 3}]
