@@ -94,6 +94,15 @@ class Dataset(models.Model):
     # old one serves until the job that indexes this one activates, which deletes it in the same
     # transaction, so no search sees both or neither (corpus.services.corpora.datasets_retire_replaced).
     replaces = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replaced_by")
+    # The document's own readers, narrower than its corpus's (corpus.document_access): none means
+    # the corpus's readers. `restricted` says whether any is set, so that a search of a corpus
+    # without document readers reads nothing more (kept by `corpus.document_access.readers_changed`).
+    reader_users = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="readable_datasets",
+                                          help_text="People who may read this document (none: the corpus's readers).")
+    reader_groups = models.ManyToManyField(Group, blank=True, related_name="readable_datasets",
+                                           help_text="Groups whose members may read this document.")
+    restricted = models.BooleanField(default=False, editable=False,
+                                     help_text="Whether the document has readers of its own.")
 
     class Meta:
         ordering = ["corpus", "name", "id"]
