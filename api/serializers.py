@@ -16,6 +16,7 @@ from chat.models import MAX_TOKEN_BUDGET, Message
 from chat.serializers import CitationSerializer, MessageSerializer
 from chat.services import MAX_MESSAGE_CHARS
 from corpus.corpus_settings import CorpusSetting, settings_declared
+from corpus.document_access import dataset_readers
 from corpus.models import Corpus
 from corpus.serializers import BuildSerializer
 
@@ -122,6 +123,13 @@ class CorpusSerializer(serializers.Serializer):
         return sorted(g.pk for g in corpus.writable_groups.all())
 
 
+class ReadersSerializer(serializers.Serializer):
+    users = serializers.ListField(child=serializers.CharField(max_length=150), max_length=1000, default=list,
+                                  help_text="Usernames of the people who may read the document.")
+    groups = serializers.ListField(child=serializers.CharField(max_length=150), max_length=1000, default=list,
+                                   help_text="Names of the groups whose members may read it.")
+
+
 class DatasetSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     corpus = serializers.IntegerField(source="corpus_id")
@@ -134,6 +142,12 @@ class DatasetSerializer(serializers.Serializer):
     enabled = serializers.BooleanField()
     uploaded_at = serializers.DateTimeField()
     memory_count = serializers.IntegerField(required=False, help_text="Memories of the active build from it.")
+    readers = serializers.SerializerMethodField(help_text=(
+        "The document's own readers, narrower than the corpus's; both lists empty: the corpus's readers."))
+
+    @extend_schema_field(ReadersSerializer)
+    def get_readers(self, dataset: Any) -> dict[str, list[str]]:
+        return dataset_readers(dataset)
 
 
 class DatasetUploadSerializer(serializers.Serializer):
@@ -141,10 +155,24 @@ class DatasetUploadSerializer(serializers.Serializer):
     replace = serializers.BooleanField(default=False, help_text=(
         "Replace the corpus's dataset of the same name: the old one serves until the new one is indexed, "
         "then leaves searches in the same step."))
+    reader_users = serializers.CharField(required=False, allow_blank=True, max_length=10000, help_text=(
+        "Comma-separated usernames who alone (with `reader_groups`) may read the document; blank: the corpus's "
+        "readers."))
+    reader_groups = serializers.CharField(required=False, allow_blank=True, max_length=10000, help_text=(
+        "Comma-separated names of the groups whose members may read the document."))
 
 
 class DatasetUpdateSerializer(serializers.Serializer):
-    enabled = serializers.BooleanField(help_text="Disabled datasets are left out of searches at once.")
+    enabled = serializers.BooleanField(required=False,
+                                       help_text="Disabled datasets are left out of searches at once.")
+    readers = ReadersSerializer(required=False, help_text=(
+        "Replace the document's own readers (both lists empty: the corpus's readers again); effective at the "
+        "next search, no rebuild."))
+
+    def validate(self, attrs: dict) -> dict:
+        if not attrs:
+            raise serializers.ValidationError("Give `enabled`, `readers` or both.")
+        return attrs
 
 
 class DatasetUploadedSerializer(DatasetSerializer):

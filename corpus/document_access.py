@@ -17,11 +17,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group
 from django.db.models import Q, QuerySet
 from django.db.models.signals import m2m_changed
 from django.dispatch import receiver
 
+from core.errors import ApplicationError
 from corpus.models import Corpus, Dataset
 from corpus.selectors import corpora_readable_among, corpora_writable_by
 
@@ -85,6 +87,40 @@ def dataset_readers_set(*, dataset: Dataset, users: Iterable[AbstractBaseUser] =
     dataset.reader_groups.set(list(groups))
     dataset.refresh_from_db(fields=["restricted"])
     return dataset
+
+
+def readers_named(*, users: Iterable[str] = (), groups: Iterable[str] = ()
+                  ) -> tuple[list[AbstractBaseUser], list[Group]]:
+    """The people (by username) and groups (by name) named as a document's readers; an
+    ApplicationError naming every one that does not exist (nothing is changed then)."""
+    users, groups = sorted({u.strip() for u in users if u.strip()}), sorted({g.strip() for g in groups if g.strip()})
+    User = get_user_model()
+    found_users = list(User.objects.filter(**{f"{User.USERNAME_FIELD}__in": users}))
+    found_groups = list(Group.objects.filter(name__in=groups))
+    missing = {"users": sorted(set(users) - {u.get_username() for u in found_users}),
+               "groups": sorted(set(groups) - {g.name for g in found_groups})}
+    if missing["users"] or missing["groups"]:
+        named = ", ".join([*(f"user {n!r}" for n in missing["users"]), *(f"group {n!r}" for n in missing["groups"])])
+        raise ApplicationError(f"No such reader: {named}.", {k: v for k, v in missing.items() if v})
+    return found_users, found_groups
+
+
+def dataset_readers(dataset: Dataset) -> dict[str, list[str]]:
+    """The document's own readers by name: {"users": [...], "groups": [...]} (both empty: its
+    corpus's readers). Reads prefetched `reader_users` / `reader_groups` where the caller did."""
+    return {"users": sorted(u.get_username() for u in dataset.reader_users.all()),
+            "groups": sorted(g.name for g in dataset.reader_groups.all())}
+
+
+def dataset_readers_on_upload(*, dataset: Dataset, users: Iterable[AbstractBaseUser] = (),
+                              groups: Iterable[Group] = ()) -> Dataset:
+    """A new upload's readers: those given, else those of the version it replaces (a new version of
+    a document does not open it to the whole corpus), else none (the corpus's readers)."""
+    users, groups = list(users), list(groups)
+    if not users and not groups and dataset.replaces_id is not None:
+        users = list(dataset.replaces.reader_users.all())
+        groups = list(dataset.replaces.reader_groups.all())
+    return dataset_readers_set(dataset=dataset, users=users, groups=groups) if users or groups else dataset
 
 
 def _restricted_sync(dataset_ids: Iterable[int]) -> None:

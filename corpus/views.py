@@ -122,7 +122,7 @@ def _detail(request: HttpRequest, corpus, upload_form: DatasetUploadForm, status
     builds = corpus_builds(corpus=corpus)
     segments = state_segments(corpus)
     context = {
-        "corpus": corpus, "datasets": corpus_datasets(corpus=corpus), "builds": builds,
+        "corpus": corpus, "datasets": corpus_datasets(corpus=corpus, user=request.user), "builds": builds,
         "segments": segments, "serving": set(corpus.serving_build_ids),
         "state_memories": sum(s.documents or 0 for s in segments), "merge_due": merge_due(corpus),
         "segment_limit": settings.SEGMENT_LIMIT, "merge_percent": settings.SEGMENT_MERGE_PERCENT,
