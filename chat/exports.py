@@ -10,6 +10,9 @@ from accounts.audit import audit_record
 from chat.citations import cited_markdown
 from chat.models import Conversation, Message
 from chat.selectors import conversation_messages
+from corpus.document_access import hidden_dataset_ids
+from corpus.models import Memory
+from corpus.selectors import corpora_visible_to
 from engine.citations import grounding_word
 
 SHAREGPT_ROLES = {Message.Role.USER: "human", Message.Role.ASSISTANT: "gpt"}
@@ -51,13 +54,31 @@ def _quote(text: str) -> str:
     return "\n".join(f"> {line}" if line else ">" for line in text.splitlines())
 
 
+def unreadable_memories(*, conversation: Conversation, messages: list[Message]) -> set[int]:
+    """The memory rows that primed `messages` which the conversation's owner may no longer read:
+    its corpus no longer shared with him, or its document given readers he is not among
+    (`corpus.document_access`). A memory whose row is gone (its build deleted) keeps its snapshot."""
+    ids = {m.memory_id for message in messages for m in message.memories.all() if m.memory_id is not None}
+    if not ids:
+        return set()
+    user = conversation.owner
+    rows = list(Memory.objects.filter(pk__in=ids).order_by().values_list("pk", "corpus_id", "dataset_id"))
+    readable = set(corpora_visible_to(user).filter(pk__in={c for _, c, _ in rows}).values_list("pk", flat=True))
+    hidden = hidden_dataset_ids(user, readable)
+    return {pk for pk, corpus, dataset in rows
+            if corpus not in readable or dataset in hidden.get(corpus, frozenset())}
+
+
 def conversation_export_markdown(*, conversation: Conversation) -> str:
     """The conversation as Markdown, with each answer's citations (the numbers of the memories
     that support a sentence, "(unsure)" after them where the model was unsure of its words, or
-    "(unsupported)"), its grounding and its priming memories (source, score)."""
+    "(unsupported)"), its grounding and its priming memories (source, score). A memory the owner
+    may no longer read is named (corpus, source) but not quoted."""
     lines = [f"# {conversation.title}", "", f"_Exported conversation {conversation.pk}, "
              f"started {conversation.created:%Y-%m-%d %H:%M} UTC._", ""]
-    for message in conversation_messages(conversation=conversation):
+    messages = list(conversation_messages(conversation=conversation))
+    unreadable = unreadable_memories(conversation=conversation, messages=messages)
+    for message in messages:
         speaker = "You" if message.role == Message.Role.USER else "Assistant"
         status = "" if message.status == Message.Status.COMPLETE else f" ({message.get_status_display().lower()})"
         text = cited_markdown(message.content, message.citations).strip() if message.citations else message.content.strip()
@@ -74,6 +95,10 @@ def conversation_export_markdown(*, conversation: Conversation) -> str:
             lines += ["<details><summary>Memories</summary>", ""]
             for memory in memories:
                 where = " / ".join(part for part in (memory.corpus_name, memory.source) if part) or "unknown source"
+                if memory.memory_id in unreadable:
+                    lines.append(f"{memory.rank + 1}. **{_plain(where)}** (score {memory.score:g}): "
+                                 "_(no longer readable by you: not quoted)_")
+                    continue
                 excerpt = " ".join(memory.excerpt.split())[:280]
                 lines.append(f"{memory.rank + 1}. **{_plain(where)}** (score {memory.score:g}): {_plain(excerpt)}")
             lines += ["", "</details>", ""]
