@@ -36,6 +36,7 @@ ACTIONS = {
     "corpus_unshared": "unshared a corpus", "corpus_visibility": "changed a corpus's visibility",
     "corpus_deleted": "deleted a corpus", "source_created": "created a source", "source_synced": "synced a source",
     "source_deleted": "deleted a source", "document_deleted": "deleted a document",
+    "source_readers_changed": "changed who reads a source's documents",
     "conversation_exported": "exported a conversation", "admin_change": "changed a user or group in the admin",
 }
 _request: ContextVar[HttpRequest | None] = ContextVar("audit_request", default=None)
