@@ -336,23 +336,24 @@ def filter_comparison(index: BitmapIndex, qp: np.ndarray, qn: np.ndarray, k: int
     kept = np.isin(index.source_ids, np.fromiter(allowed, dtype=np.int64))
     index.search_auto(qp[0], qn[0], k)
     index.search_auto(qp[0], qn[0], k, allowed_sources=allowed)
-    plain_ms, filtered_ms, recalls, readable = [], [], [], True
+    plain_ms, filtered_ms, recalls, readable = [], [], {False: [], True: []}, True
     for q in range(len(qp)):
         for filtered in ((False, True) if q % 2 == 0 else (True, False)):
+            sources = allowed if filtered else None
             started = time.perf_counter()
-            rows, _ = index.search_auto(qp[q], qn[q], k, allowed_sources=allowed if filtered else None)
+            rows, _ = index.search_auto(qp[q], qn[q], k, allowed_sources=sources)
             (filtered_ms if filtered else plain_ms).append((time.perf_counter() - started) * 1e3)
-            if filtered:
-                readable &= bool(kept[rows[:10]].all()) and len(rows) >= 10
-                exact, _ = index.search_exact(qp[q], qn[q], 10, allowed_sources=allowed)
-                recalls.append(_recall(rows[:10], exact[:10]))
+            readable &= not filtered or (bool(kept[rows[:10]].all()) and len(rows) >= 10)
+            exact, _ = index.search_exact(qp[q], qn[q], 10, allowed_sources=sources)
+            recalls[filtered].append(_recall(rows[:10], exact[:10]))
     plain, half = np.median(plain_ms), np.median(filtered_ms)
     print(f"\n== dataset filter leaving {kept.mean():.1%} of {index.count} rows (sources {sorted(allowed)}), "
           f"k = {k}, {len(qp)} queries, paired ==")
     print(f"no filter      : p50 {plain:.1f} ms, p95 {np.percentile(plain_ms, 95):.1f} ms")
     print(f"half the rows  : p50 {half:.1f} ms, p95 {np.percentile(filtered_ms, 95):.1f} ms "
           f"(p50 ratio {half / plain:.2f})")
-    print(f"top 10         : all allowed rows: {readable}; recall@10 vs exact filtered scan {np.mean(recalls):.3f}")
+    print(f"top 10         : all allowed rows: {readable}; recall@10 vs the exact scan with the same filter: "
+          f"{np.mean(recalls[True]):.3f} filtered, {np.mean(recalls[False]):.3f} unfiltered")
 
 
 def row_range_index(index: BitmapIndex, directory: Path, start: int, stop: int) -> BitmapIndex:

@@ -23,6 +23,7 @@ urlpatterns = [
     path("<int:pk>/store/delete/", views.store_document_remove, name="store_document_delete"),
     path("datasets/<int:pk>/toggle/", views.dataset_toggle, name="dataset_toggle"),
     path("datasets/<int:pk>/delete/", views.dataset_remove, name="dataset_delete"),
+    path("datasets/<int:pk>/readers/", views.dataset_readers, name="dataset_readers"),
     path("builds/<int:pk>/cancel/", views.build_stop, name="build_cancel"),
     path("<int:pk>/sources/", source_views.source_add, name="source_add"),
     path("<int:pk>/sources/status.json", source_views.source_status, name="source_status"),

@@ -14,9 +14,10 @@ from django.views.decorators.http import require_GET, require_POST
 from accounts.services.groups import groups_shareable_by
 from core.errors import ApplicationError
 from core.flash import flash
+from corpus.document_access import dataset_readers_set, readers_named
 from corpus.forms import CorpusForm, DatasetUploadForm
 from corpus.integrity import corpus_files_report
-from corpus.models import Corpus, IndexBuild
+from corpus.models import Corpus, Dataset, IndexBuild
 from corpus.quotas import storage_usage
 from corpus.selectors import (
     build_state,
@@ -220,6 +221,21 @@ def dataset_toggle(request: HttpRequest, pk: int) -> HttpResponse:
     dataset_set_enabled(dataset=dataset, enabled=request.POST.get("enabled") == "1")
     state = "enabled" if dataset.enabled else "disabled"
     messages.success(request, f"{dataset.name} {state} for search.")
+    return redirect("corpus:detail", pk=dataset.corpus_id)
+
+
+def _readers_set(dataset: Dataset, users: str, groups: str) -> Dataset:
+    named_users, named_groups = readers_named(users=users.split(","), groups=groups.split(","))
+    return dataset_readers_set(dataset=dataset, users=named_users, groups=named_groups)
+
+
+@require_POST
+def dataset_readers(request: HttpRequest, pk: int) -> HttpResponse:
+    """The document's own readers, from its row on the corpus page (owner and writers)."""
+    dataset = get_dataset_for_user(request.user, pk, write=True)
+    flash(request, lambda: _readers_set(dataset, request.POST.get("users", ""), request.POST.get("groups", "")),
+          lambda done: f"{done.name}: " + ("read by the readers named." if done.restricted
+                                           else "read by the corpus's readers."))
     return redirect("corpus:detail", pk=dataset.corpus_id)
 
 

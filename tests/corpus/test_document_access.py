@@ -177,3 +177,22 @@ def test_upload_with_readers(corpus, people, groups):
     assert made.status_code == 201, made.content
     assert made.json()["readers"] == {"users": ["bob"], "groups": ["hr"]}
     assert Dataset.objects.get(pk=made.json()["id"]).restricted
+
+
+def test_the_corpus_page_sets_a_documents_readers(corpus, people, groups):
+    dataset = upload(corpus, people["owner"], BOTH, "handbook.jsonl")
+    path = f"/corpora/datasets/{dataset.pk}/readers/"
+    assert login(people["outsider"]).post(path, {"groups": "hr"}).status_code == 404
+    assert login(people["member"]).post(path, {"groups": "hr"}).status_code == 403
+    refused = login(people["writer"]).post(path, {"groups": "hr, nope"}, follow=True)
+    assert "nope" in refused.content.decode()
+    assert not Dataset.objects.get(pk=dataset.pk).restricted  # nothing changed
+    page = login(people["writer"]).post(path, {"groups": "hr", "users": "bob"}, follow=True)
+    assert "read by the readers named" in page.content.decode()
+    dataset.refresh_from_db()
+    assert dataset.restricted and {g.name for g in dataset.reader_groups.all()} == {"hr"}
+    # The member no longer sees the row; alice does, with its readers.
+    assert "handbook.jsonl" not in login(people["member"]).get(f"/corpora/{corpus.pk}/").content.decode()
+    assert "handbook.jsonl" in login(people["alice"]).get(f"/corpora/{corpus.pk}/").content.decode()
+    login(people["owner"]).post(path, {"groups": "", "users": ""})
+    assert not Dataset.objects.get(pk=dataset.pk).restricted
