@@ -9,10 +9,7 @@ import re
 from accounts.audit import audit_record
 from chat.citations import cited_markdown
 from chat.models import Conversation, Message
-from chat.selectors import conversation_messages
-from corpus.document_access import hidden_dataset_ids
-from corpus.models import Memory
-from corpus.selectors import corpora_visible_to
+from chat.selectors import conversation_messages, unreadable_memories
 from engine.citations import grounding_word
 
 SHAREGPT_ROLES = {Message.Role.USER: "human", Message.Role.ASSISTANT: "gpt"}
@@ -52,21 +49,6 @@ def _plain(text: str) -> str:
 
 def _quote(text: str) -> str:
     return "\n".join(f"> {line}" if line else ">" for line in text.splitlines())
-
-
-def unreadable_memories(*, conversation: Conversation, messages: list[Message]) -> set[int]:
-    """The memory rows that primed `messages` which the conversation's owner may no longer read:
-    its corpus no longer shared with him, or its document given readers he is not among
-    (`corpus.document_access`). A memory whose row is gone (its build deleted) keeps its snapshot."""
-    ids = {m.memory_id for message in messages for m in message.memories.all() if m.memory_id is not None}
-    if not ids:
-        return set()
-    user = conversation.owner
-    rows = list(Memory.objects.filter(pk__in=ids).order_by().values_list("pk", "corpus_id", "dataset_id"))
-    readable = set(corpora_visible_to(user).filter(pk__in={c for _, c, _ in rows}).values_list("pk", flat=True))
-    hidden = hidden_dataset_ids(user, readable)
-    return {pk for pk, corpus, dataset in rows
-            if corpus not in readable or dataset in hidden.get(corpus, frozenset())}
 
 
 def conversation_export_markdown(*, conversation: Conversation) -> str:

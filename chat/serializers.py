@@ -11,6 +11,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from chat.models import AnswerFeedback, Conversation, Message, MessageMemory
+from chat.selectors import unreadable_memories
 from engine.citations import grounding_word
 from memory.services import MemoryResult
 
@@ -135,7 +136,11 @@ class MessageSerializer(serializers.Serializer):
     def get_memories(self, message: Message) -> list[dict[str, Any]]:
         if message.role != Message.Role.ASSISTANT:
             return []
-        return MessageMemorySerializer(message.memories.all(), many=True).data
+        memories = list(message.memories.all())
+        # A memory its owner may no longer read (`chat.selectors.unreadable_memories`): named, not quoted.
+        hidden = unreadable_memories(conversation=message.conversation, messages=[message])
+        return [item if memory.memory_id not in hidden else {**item, "excerpt": "", "url": ""}
+                for memory, item in zip(memories, MessageMemorySerializer(memories, many=True).data, strict=True)]
 
     @extend_schema_field(FeedbackSerializer(allow_null=True))
     def get_feedback(self, message: Message) -> dict[str, Any] | None:

@@ -165,3 +165,8 @@ def test_export_names_but_does_not_quote_what_is_no_longer_readable(corpus, owne
     exported = conversation_export_markdown(conversation=conversation)
     assert "team/hr/pay.md" in exported  # named
     assert "payroll committee" not in exported and "no longer readable" in exported  # not quoted
+    # The conversation's messages (API and chat page alike: `chat.serializers.MessageSerializer`) likewise.
+    listed = token_client(alice).get(f"/api/v1/conversations/{conversation.pk}/messages/").json()["results"]
+    shown = [m for message in listed for m in message["memories"] if m["source"] == "team/hr/pay.md"]
+    assert shown and all(m["excerpt"] == "" and m["url"] == "" for m in shown)
+    assert "payroll committee" not in str(listed)
