@@ -51,10 +51,10 @@ def hidden_dataset_ids(user: User, corpus_ids: Iterable[int]) -> dict[int, froze
     if not restricted:
         return {}
     others = {corpus for corpus, _ in restricted} - _managing(user, {corpus for corpus, _ in restricted})
-    if not others or not user.is_authenticated:
+    if not others:
         return {}
     granted = set(Dataset.objects.filter(corpus_id__in=others, restricted=True).filter(_granted(user))
-                  .order_by().values_list("pk", flat=True))
+                  .order_by().values_list("pk", flat=True)) if user.is_authenticated else set()
     hidden: dict[int, set[int]] = {}
     for corpus, pk in restricted:
         if corpus in others and pk not in granted:

@@ -84,7 +84,9 @@ def corpus_stats(*, corpus: Corpus, sample_rows: int = SAMPLE_ROWS, seed: int = 
     cosine_counts, cosine_labels = _histogram(pairs, 40, (-1.0, 1.0)) if pairs.size else ([], [])
     tokens_counts, tokens_labels = _token_histogram(token_counts)
     by_dataset = memory_counts_by_dataset(build_ids=[build.pk])
-    datasets = {d.pk: d.name for d in corpus.datasets.all()}
+    # The same page for every reader: a document with readers of its own is not named here.
+    datasets = {pk: f"document #{pk} (own readers)" if restricted else name
+                for pk, name, restricted in corpus.datasets.values_list("pk", "name", "restricted")}
     per_dataset = top_and_others({datasets.get(pk, f"dataset #{pk}"): n for pk, n in by_dataset.items()})
     total_seconds = (build.finished - build.started).total_seconds() if build.finished and build.started else None
     timings = build_phase_seconds(build.timings or {}, total_seconds)

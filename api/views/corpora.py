@@ -10,14 +10,16 @@ from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from api.parsers import PayloadTooLarge
-from api.serializers import (
-    CorpusSerializer,
-    CorpusWriteSerializer,
+from api.dataset_serializers import (
     DatasetSerializer,
     DatasetUpdateSerializer,
     DatasetUploadedSerializer,
     DatasetUploadSerializer,
+)
+from api.parsers import PayloadTooLarge
+from api.serializers import (
+    CorpusSerializer,
+    CorpusWriteSerializer,
 )
 from api.views.base import PAGE_PARAMETERS, ApiView, errors, id_path, page_of
 from corpus.document_access import dataset_readers_on_upload, dataset_readers_set, readers_named
