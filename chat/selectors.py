@@ -32,7 +32,11 @@ def conversation_get_for_user(*, user: AbstractBaseUser | AnonymousUser, pk: int
 
 
 def conversation_messages(*, conversation: Conversation) -> QuerySet[Message]:
-    return conversation.messages.select_related("feedback").prefetch_related("memories").order_by("created", "id")
+    return (
+        conversation.messages.select_related("feedback")
+        .prefetch_related("memories")
+        .order_by("created", "id")
+    )
 
 
 def conversation_history(*, conversation_id: int, before_id: int | None = None) -> list[tuple[str, str]]:
@@ -73,7 +77,8 @@ def unreadable_memories(*, conversation: Conversation, messages: list[Message]) 
         return set()
     user = conversation.owner
     rows = list(Memory.objects.filter(pk__in=ids).order_by().values_list("pk", "corpus_id", "dataset_id"))
-    readable = set(corpora_visible_to(user).filter(pk__in={c for _, c, _ in rows}).values_list("pk", flat=True))
+    corpora = {corpus for _, corpus, _ in rows}
+    readable = set(corpora_visible_to(user).filter(pk__in=corpora).values_list("pk", flat=True))
     hidden = hidden_dataset_ids(user, readable)
     return {pk for pk, corpus, dataset in rows
             if corpus not in readable or dataset in hidden.get(corpus, frozenset())}

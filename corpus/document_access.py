@@ -46,15 +46,26 @@ def hidden_dataset_ids(user: User, corpus_ids: Iterable[int]) -> dict[int, froze
     """Per corpus of `corpus_ids` (corpora `user` may read), the documents with readers of their own
     that `user` may not read; a corpus with none is absent. Two small queries, for the corpora that
     have such documents only (callers that know none has any need not call it)."""
-    restricted = list(Dataset.objects.filter(corpus_id__in=set(corpus_ids), restricted=True).order_by()
-                      .values_list("corpus_id", "pk"))
+    restricted = list(
+        Dataset.objects.filter(corpus_id__in=set(corpus_ids), restricted=True)
+        .order_by()
+        .values_list("corpus_id", "pk")
+    )
     if not restricted:
         return {}
     others = {corpus for corpus, _ in restricted} - _managing(user, {corpus for corpus, _ in restricted})
     if not others:
         return {}
-    granted = set(Dataset.objects.filter(corpus_id__in=others, restricted=True).filter(_granted(user))
-                  .order_by().values_list("pk", flat=True)) if user.is_authenticated else set()
+    granted = (
+        set(
+            Dataset.objects.filter(corpus_id__in=others, restricted=True)
+            .filter(_granted(user))
+            .order_by()
+            .values_list("pk", flat=True)
+        )
+        if user.is_authenticated
+        else set()
+    )
     hidden: dict[int, set[int]] = {}
     for corpus, pk in restricted:
         if corpus in others and pk not in granted:
@@ -79,8 +90,9 @@ def document_readable(user: User, dataset: Dataset) -> bool:
     return dataset.pk not in hidden_dataset_ids(user, [dataset.corpus_id]).get(dataset.corpus_id, frozenset())
 
 
-def dataset_readers_set(*, dataset: Dataset, users: Iterable[AbstractBaseUser] = (),
-                        groups: Iterable[Group] = ()) -> Dataset:
+def dataset_readers_set(
+    *, dataset: Dataset, users: Iterable[AbstractBaseUser] = (), groups: Iterable[Group] = ()
+) -> Dataset:
     """Give `dataset` these readers (replacing its own; none: its corpus's readers again). The
     caller has checked that the person asking may write the corpus."""
     dataset.reader_users.set(list(users))
@@ -89,18 +101,26 @@ def dataset_readers_set(*, dataset: Dataset, users: Iterable[AbstractBaseUser] =
     return dataset
 
 
-def readers_named(*, users: Iterable[str] = (), groups: Iterable[str] = ()
-                  ) -> tuple[list[AbstractBaseUser], list[Group]]:
+def readers_named(
+    *, users: Iterable[str] = (), groups: Iterable[str] = ()
+) -> tuple[list[AbstractBaseUser], list[Group]]:
     """The people (by username) and groups (by name) named as a document's readers; an
     ApplicationError naming every one that does not exist (nothing is changed then)."""
-    users, groups = sorted({u.strip() for u in users if u.strip()}), sorted({g.strip() for g in groups if g.strip()})
+    users, groups = (
+        sorted({u.strip() for u in users if u.strip()}),
+        sorted({g.strip() for g in groups if g.strip()}),
+    )
     User = get_user_model()
     found_users = list(User.objects.filter(**{f"{User.USERNAME_FIELD}__in": users}))
     found_groups = list(Group.objects.filter(name__in=groups))
-    missing = {"users": sorted(set(users) - {u.get_username() for u in found_users}),
-               "groups": sorted(set(groups) - {g.name for g in found_groups})}
+    missing = {
+        "users": sorted(set(users) - {u.get_username() for u in found_users}),
+        "groups": sorted(set(groups) - {g.name for g in found_groups}),
+    }
     if missing["users"] or missing["groups"]:
-        named = ", ".join([*(f"user {n!r}" for n in missing["users"]), *(f"group {n!r}" for n in missing["groups"])])
+        named = ", ".join(
+            [*(f"user {n!r}" for n in missing["users"]), *(f"group {n!r}" for n in missing["groups"])]
+        )
         raise ApplicationError(f"No such reader: {named}.", {k: v for k, v in missing.items() if v})
     return found_users, found_groups
 
@@ -108,12 +128,15 @@ def readers_named(*, users: Iterable[str] = (), groups: Iterable[str] = ()
 def dataset_readers(dataset: Dataset) -> dict[str, list[str]]:
     """The document's own readers by name: {"users": [...], "groups": [...]} (both empty: its
     corpus's readers). Reads prefetched `reader_users` / `reader_groups` where the caller did."""
-    return {"users": sorted(u.get_username() for u in dataset.reader_users.all()),
-            "groups": sorted(g.name for g in dataset.reader_groups.all())}
+    return {
+        "users": sorted(u.get_username() for u in dataset.reader_users.all()),
+        "groups": sorted(g.name for g in dataset.reader_groups.all()),
+    }
 
 
-def dataset_readers_on_upload(*, dataset: Dataset, users: Iterable[AbstractBaseUser] = (),
-                              groups: Iterable[Group] = ()) -> Dataset:
+def dataset_readers_on_upload(
+    *, dataset: Dataset, users: Iterable[AbstractBaseUser] = (), groups: Iterable[Group] = ()
+) -> Dataset:
     """A new upload's readers: those given, else those of the version it replaces (a new version of
     a document does not open it to the whole corpus), else none (the corpus's readers)."""
     users, groups = list(users), list(groups)
@@ -125,16 +148,20 @@ def dataset_readers_on_upload(*, dataset: Dataset, users: Iterable[AbstractBaseU
 
 def _restricted_sync(dataset_ids: Iterable[int]) -> None:
     ids = set(dataset_ids)
-    with_readers = set(Dataset.objects.filter(pk__in=ids).filter(
-        Q(reader_users__isnull=False) | Q(reader_groups__isnull=False)).values_list("pk", flat=True))
+    with_readers = set(
+        Dataset.objects.filter(pk__in=ids)
+        .filter(Q(reader_users__isnull=False) | Q(reader_groups__isnull=False))
+        .values_list("pk", flat=True)
+    )
     Dataset.objects.filter(pk__in=with_readers, restricted=False).update(restricted=True)
     Dataset.objects.filter(pk__in=ids - with_readers, restricted=True).update(restricted=False)
 
 
 @receiver(m2m_changed, sender=Dataset.reader_users.through, dispatch_uid="dataset_reader_users")
 @receiver(m2m_changed, sender=Dataset.reader_groups.through, dispatch_uid="dataset_reader_groups")
-def readers_changed(sender: type, instance: object, action: str, reverse: bool, pk_set: set | None,
-                    **kwargs: object) -> None:
+def readers_changed(
+    sender: type, instance: object, action: str, reverse: bool, pk_set: set | None, **kwargs: object
+) -> None:
     """Keep `Dataset.restricted` true to the readers, whichever way they change (the API, a
     source's rules, the admin, a user or group deleted)."""
     if action not in ("post_add", "post_remove", "post_clear", "pre_clear"):
@@ -144,6 +171,8 @@ def readers_changed(sender: type, instance: object, action: str, reverse: bool, 
     elif action == "pre_clear":
         # From the user's or group's side: the datasets it is about to leave, read before they go.
         field = "reader_users" if sender is Dataset.reader_users.through else "reader_groups"
-        instance._document_reader_of = list(Dataset.objects.filter(**{field: instance}).values_list("pk", flat=True))
+        instance._document_reader_of = list(
+            Dataset.objects.filter(**{field: instance}).values_list("pk", flat=True)
+        )
     else:
         _restricted_sync(pk_set or getattr(instance, "_document_reader_of", []))

@@ -28,7 +28,11 @@ def _readable(user: User) -> Q:
     groups = user.groups.all()
     shared = (Q(readable_groups__in=groups) | Q(writable_groups__in=groups)
               | Q(readable_users=user) | Q(writable_users=user))
-    return Q(owner=user) | Q(visibility=Corpus.Visibility.EVERYONE) | (Q(visibility=Corpus.Visibility.GROUPS) & shared)
+    return (
+        Q(owner=user)
+        | Q(visibility=Corpus.Visibility.EVERYONE)
+        | (Q(visibility=Corpus.Visibility.GROUPS) & shared)
+    )
 
 
 def _writable(user: User) -> Q:
@@ -113,7 +117,8 @@ def get_dataset_for_user(user: User, pk: int, *, write: bool = False) -> Dataset
     from corpus.document_access import hidden_dataset_ids  # it stands on this module
 
     dataset = _part_for_user(Dataset, user, pk, write=False, missing="No such dataset.")
-    if dataset.restricted and dataset.pk in hidden_dataset_ids(user, [dataset.corpus_id]).get(dataset.corpus_id, ()):
+    hidden = hidden_dataset_ids(user, [dataset.corpus_id]) if dataset.restricted else {}
+    if dataset.pk in hidden.get(dataset.corpus_id, ()):
         raise Http404("No such dataset.")
     _check_write(user, dataset.corpus, write)
     return dataset
@@ -134,7 +139,8 @@ def corpus_datasets(*, corpus: Corpus, user: User | None = None) -> list[Dataset
     from corpus.document_access import hidden_dataset_ids  # it stands on this module
 
     hidden = hidden_dataset_ids(user, [corpus.pk]).get(corpus.pk, ()) if user is not None else ()
-    datasets = list(corpus.datasets.select_related("uploaded_by").prefetch_related("reader_users", "reader_groups")
+    datasets = list(corpus.datasets.select_related("uploaded_by")
+                    .prefetch_related("reader_users", "reader_groups")
                     .exclude(pk__in=hidden).order_by("name", "id"))
     counts = memory_counts_by_dataset(build_ids=corpus.serving_build_ids)
     for dataset in datasets:

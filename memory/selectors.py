@@ -11,7 +11,8 @@ from corpus.selectors import corpora_visible_to
 
 
 def get_memory_for_user(user: AbstractBaseUser | AnonymousUser, pk: int) -> Memory:
-    """A memory of a corpus and a document `user` may read, or Http404 (outsiders cannot tell it from a missing one).
+    """A memory of a corpus and a document `user` may read, or Http404 (outsiders cannot tell it
+    from a missing one).
     Memories of old builds stay readable while their rows exist (a chat may cite them)."""
     memory = (Memory.objects.filter(pk=pk, corpus__in=corpora_visible_to(user))
               .select_related("corpus", "dataset", "build").first())

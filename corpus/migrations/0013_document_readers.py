@@ -5,37 +5,57 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('auth', '0012_alter_user_first_name_max_length'),
-        ('corpus', '0012_meaning_channel'),
+        ("auth", "0012_alter_user_first_name_max_length"),
+        ("corpus", "0012_meaning_channel"),
         migrations.swappable_dependency(settings.AUTH_USER_MODEL),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='dataset',
-            name='reader_groups',
-            field=models.ManyToManyField(blank=True, help_text='Groups whose members may read this document.', related_name='readable_datasets', to='auth.group'),
+            model_name="dataset",
+            name="reader_groups",
+            field=models.ManyToManyField(
+                blank=True,
+                help_text="Groups whose members may read this document.",
+                related_name="readable_datasets",
+                to="auth.group",
+            ),
         ),
         migrations.AddField(
-            model_name='dataset',
-            name='reader_users',
-            field=models.ManyToManyField(blank=True, help_text="People who may read this document (none: the corpus's readers).", related_name='readable_datasets', to=settings.AUTH_USER_MODEL),
+            model_name="dataset",
+            name="reader_users",
+            field=models.ManyToManyField(
+                blank=True,
+                help_text="People who may read this document (none: the corpus's readers).",
+                related_name="readable_datasets",
+                to=settings.AUTH_USER_MODEL,
+            ),
         ),
         migrations.AddField(
-            model_name='dataset',
-            name='restricted',
-            field=models.BooleanField(default=False, editable=False, help_text='Whether the document has readers of its own.'),
+            model_name="dataset",
+            name="restricted",
+            field=models.BooleanField(
+                default=False, editable=False, help_text="Whether the document has readers of its own."
+            ),
         ),
         migrations.AddField(
-            model_name='source',
-            name='posix_groups',
-            field=models.BooleanField(default=False, help_text="Folder: a file's POSIX group is the portal group of the same name that may read it."),
+            model_name="source",
+            name="posix_groups",
+            field=models.BooleanField(
+                default=False,
+                help_text="Folder: a file's POSIX group is the portal group of the same name that "
+                "may read it.",
+            ),
         ),
         migrations.AddField(
-            model_name='source',
-            name='reader_rules',
-            field=models.JSONField(blank=True, default=list, help_text='Ordered rules [{"pattern": "hr/**", "groups": ["hr"]}]: the first whose glob matches a document\'s path gives its readers.'),
+            model_name="source",
+            name="reader_rules",
+            field=models.JSONField(
+                blank=True,
+                default=list,
+                help_text='Ordered rules [{"pattern": "hr/**", "groups": ["hr"]}]: the first whose glob '
+                "matches a document's path gives its readers.",
+            ),
         ),
     ]

@@ -32,17 +32,25 @@ def rules_check(rules: Any) -> list[dict[str, Any]]:
     """The rules in their stored shape ([{"pattern": str, "groups": [str, ...]}], order kept), or an
     ApplicationError saying which rule is wrong and why."""
     if not isinstance(rules, list) or len(rules) > MAX_RULES:
-        raise ApplicationError(f"Reader rules are a list of at most {MAX_RULES} rules.", {"reader_rules": rules})
+        raise ApplicationError(
+            f"Reader rules are a list of at most {MAX_RULES} rules.", {"reader_rules": rules}
+        )
     clean = []
     for number, rule in enumerate(rules, start=1):
         pattern = rule.get("pattern") if isinstance(rule, dict) else None
         groups = rule.get("groups") if isinstance(rule, dict) else None
         if not isinstance(pattern, str) or not pattern.strip() or len(pattern) > 500:
-            raise ApplicationError(f"Reader rule {number}: a path pattern (a glob such as hr/**) is needed.",
-                                   {"rule": number})
-        if not isinstance(groups, list) or not groups or not all(
-                isinstance(g, str) and g.strip() and len(g) <= 150 for g in groups):
-            raise ApplicationError(f"Reader rule {number}: name one group or more (e.g. [\"hr\"]).", {"rule": number})
+            raise ApplicationError(
+                f"Reader rule {number}: a path pattern (a glob such as hr/**) is needed.", {"rule": number}
+            )
+        if (
+            not isinstance(groups, list)
+            or not groups
+            or not all(isinstance(g, str) and g.strip() and len(g) <= 150 for g in groups)
+        ):
+            raise ApplicationError(
+                f'Reader rule {number}: name one group or more (e.g. ["hr"]).', {"rule": number}
+            )
         clean.append({"pattern": pattern.strip(), "groups": sorted({g.strip() for g in groups})})
     return clean
 
@@ -76,7 +84,9 @@ def readers_apply(source: Source, documents: Iterable[SourceDocument]) -> int:
     return named
 
 
-def source_readers_update(*, source: Source, reader_rules: Any = None, posix_groups: bool | None = None) -> Source:
+def source_readers_update(
+    *, source: Source, reader_rules: Any = None, posix_groups: bool | None = None
+) -> Source:
     """Change the source's reader rules (and, for a folder, whether a file's POSIX group reads it),
     then give every document of the source its readers again: effective at the next search, no
     rebuild. Bad rules raise ApplicationError and change nothing."""
@@ -84,12 +94,19 @@ def source_readers_update(*, source: Source, reader_rules: Any = None, posix_gro
         source.reader_rules = rules_check(reader_rules)
     if posix_groups is not None:
         if posix_groups and source.kind != Source.Kind.FOLDER:
-            raise ApplicationError("Only a folder source can take a file's POSIX group as its readers.",
-                                   {"posix_groups": posix_groups})
+            raise ApplicationError(
+                "Only a folder source can take a file's POSIX group as its readers.",
+                {"posix_groups": posix_groups},
+            )
         source.posix_groups = posix_groups
     with transaction.atomic():
         source.save(update_fields=["reader_rules", "posix_groups"])
         named = readers_apply(source, source.documents.select_related("dataset", "dataset__replaces"))
-    audit_record(action="source_readers_changed", target=f"{source.name} of corpus #{source.corpus_id}",
-                 rules=len(source.reader_rules), posix_groups=source.posix_groups, documents_with_readers=named)
+    audit_record(
+        action="source_readers_changed",
+        target=f"{source.name} of corpus #{source.corpus_id}",
+        rules=len(source.reader_rules),
+        posix_groups=source.posix_groups,
+        documents_with_readers=named,
+    )
     return source

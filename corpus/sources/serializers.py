@@ -25,12 +25,17 @@ class SourceSerializer(serializers.Serializer):
     branch = serializers.CharField()
     has_token = serializers.SerializerMethodField(
         help_text="Whether a token is set (the token itself is never shown).")
-    interval_minutes = serializers.IntegerField(help_text="Synced every this many minutes (0: on demand only).")
+    interval_minutes = serializers.IntegerField(
+        help_text="Synced every this many minutes (0: on demand only)."
+    )
     reader_rules = serializers.JSONField(help_text=(
-        'Who reads each document, by its path: [{"pattern": "hr/**", "groups": ["hr"]}], the first match wins; '
-        "a document no rule names is read by the corpus's readers."))
-    posix_groups = serializers.BooleanField(help_text="Folder: a file's POSIX group is the portal group that reads it.")
-    documents = serializers.IntegerField(source="documents.count", help_text="Documents of the source the corpus holds.")
+        'Who reads each document, by its path: [{"pattern": "hr/**", "groups": ["hr"]}], the first match '
+        "wins; a document no rule names is read by the corpus's readers."))
+    posix_groups = serializers.BooleanField(
+        help_text="Folder: a file's POSIX group is the portal group that reads it.")
+    documents = serializers.IntegerField(
+        source="documents.count", help_text="Documents of the source the corpus holds."
+    )
     status = serializers.ChoiceField(choices=Source.Status.choices, help_text=(
         "The last sync: `confirm` when it stopped before removing more than half of the documents "
         "(sync again with `confirm: true`)."))

@@ -18,13 +18,22 @@ def test_chat_and_completions_cite_only_readable_documents(chat_settings, corpus
         user, allowed = people[name], {documents[key].pk for key in SEES[name]}
         unread = [text for key, lines in texts.items() if key not in SEES[name] for text in lines]
         conversation = conversation_create(user=user, title="Q", corpus_ids=[corpus.pk])
-        prepared = turn_prepare(user=user, state=ConversationState.of_conversation(conversation), question=QUESTION)
+        prepared = turn_prepare(
+            user=user, state=ConversationState.of_conversation(conversation), question=QUESTION
+        )
         assert prepared.memories and {m.dataset_id for m in prepared.memories} <= allowed, name
         prompt = " ".join(str(m["content"]) for m in prepared.plan.messages)
         assert not any(text[:40] in prompt for text in unread), name
-        response = token_client(user).post("/api/v1/chat/completions", {
-            "model": f"corpus-{corpus.pk}", "max_tokens": 40, "temperature": 0,
-            "messages": [{"role": "user", "content": QUESTION}]}, format="json")
+        response = token_client(user).post(
+            "/api/v1/chat/completions",
+            {
+                "model": f"corpus-{corpus.pk}",
+                "max_tokens": 40,
+                "temperature": 0,
+                "messages": [{"role": "user", "content": QUESTION}],
+            },
+            format="json",
+        )
         assert response.status_code == 200, response.content[:300]
         body = response.json()
         assert body["choices"][0]["message"]["content"].strip()

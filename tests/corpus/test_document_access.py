@@ -15,12 +15,18 @@ from memory.services import memories_search
 from tests.plugins.api import token_client
 from tests.plugins.portal import build_now, login, upload
 
-HR = ["Salary bands for engineers are reviewed every spring by the payroll committee.",
-      "Parental leave lasts sixteen weeks and the payroll keeps paying the full salary."]
-SALES = ["The Acme contract renews in March with a discount of eight percent on licences.",
-         "Our quota for the northern territory doubled after the Acme licences were signed."]
-BOTH = ["The office opens at eight and the cafeteria serves lunch from noon to two.",
-        "Visitors sign in at the front desk and wear a badge while in the building."]
+HR = [
+    "Salary bands for engineers are reviewed every spring by the payroll committee.",
+    "Parental leave lasts sixteen weeks and the payroll keeps paying the full salary.",
+]
+SALES = [
+    "The Acme contract renews in March with a discount of eight percent on licences.",
+    "Our quota for the northern territory doubled after the Acme licences were signed.",
+]
+BOTH = [
+    "The office opens at eight and the cafeteria serves lunch from noon to two.",
+    "Visitors sign in at the front desk and wear a badge while in the building.",
+]
 
 
 @pytest.fixture
@@ -36,13 +42,23 @@ def people(groups, member, outsider, owner, writer) -> dict[str, User]:
     alice.groups.add(groups["hr"])
     bob = User.objects.create_user("bob")
     bob.groups.add(groups["sales"])
-    return {"alice": alice, "bob": bob, "member": member, "outsider": outsider, "owner": owner, "writer": writer}
+    return {
+        "alice": alice,
+        "bob": bob,
+        "member": member,
+        "outsider": outsider,
+        "owner": owner,
+        "writer": writer,
+    }
 
 
 @pytest.fixture
 def documents(corpus, owner, groups, django_capture_on_commit_callbacks) -> dict[str, Dataset]:
-    made = {"hr": upload(corpus, owner, HR, "hr.jsonl"), "sales": upload(corpus, owner, SALES, "sales.jsonl"),
-            "both": upload(corpus, owner, BOTH, "handbook.jsonl")}
+    made = {
+        "hr": upload(corpus, owner, HR, "hr.jsonl"),
+        "sales": upload(corpus, owner, SALES, "sales.jsonl"),
+        "both": upload(corpus, owner, BOTH, "handbook.jsonl"),
+    }
     dataset_readers_set(dataset=made["hr"], groups=[groups["hr"]])
     dataset_readers_set(dataset=made["sales"], groups=[groups["sales"]])
     build_now(corpus, owner, django_capture_on_commit_callbacks)
@@ -50,8 +66,14 @@ def documents(corpus, owner, groups, django_capture_on_commit_callbacks) -> dict
 
 
 # Who reads which document: the corpus's owner and writers manage every document.
-SEES = {"alice": {"hr", "both"}, "bob": {"sales", "both"}, "member": {"both"}, "outsider": set(),
-        "owner": {"hr", "sales", "both"}, "writer": {"hr", "sales", "both"}}
+SEES = {
+    "alice": {"hr", "both"},
+    "bob": {"sales", "both"},
+    "member": {"both"},
+    "outsider": set(),
+    "owner": {"hr", "sales", "both"},
+    "writer": {"hr", "sales", "both"},
+}
 QUERIES = {"hr": "payroll salary leave", "sales": "Acme contract licences", "both": "office cafeteria badge"}
 
 
@@ -59,7 +81,9 @@ def _found(user: User, corpus_id: int, documents: dict[str, Dataset], raw: bool 
     names = {d.pk: key for key, d in documents.items()}
     found = set()
     for query in QUERIES.values():
-        results = memories_search(user=user, corpus_ids=[corpus_id], query=query, raw_limit=50 if raw else None)
+        results = memories_search(
+            user=user, corpus_ids=[corpus_id], query=query, raw_limit=50 if raw else None
+        )
         found |= {names[r.dataset_id] for r in results}
     return found
 
@@ -90,8 +114,9 @@ def test_the_top_ten_are_all_readable_inside_the_scan(corpus, people, documents)
 
 def test_a_chosen_dataset_filter_is_intersected(corpus, people, documents):
     chosen = [documents["hr"].pk, documents["both"].pk]
-    found = memories_search(user=people["bob"], corpus_ids=[corpus.pk], query=QUERIES["hr"], dataset_ids=chosen,
-                            raw_limit=50)
+    found = memories_search(
+        user=people["bob"], corpus_ids=[corpus.pk], query=QUERIES["hr"], dataset_ids=chosen, raw_limit=50
+    )
     assert {r.dataset_id for r in found} == {documents["both"].pk}
 
 
@@ -138,7 +163,9 @@ def test_a_change_of_readers_or_membership_takes_effect_at_the_next_search(corpu
     assert "hr" in _found(bob, corpus.pk, documents)
     dataset_readers_set(dataset=hr)  # no readers of its own: the corpus's again
     assert "hr" in _found(people["member"], corpus.pk, documents)
-    assert hidden_dataset_ids(people["member"], [corpus.pk]) == {corpus.pk: frozenset({documents["sales"].pk})}
+    assert hidden_dataset_ids(people["member"], [corpus.pk]) == {
+        corpus.pk: frozenset({documents["sales"].pk})
+    }
 
 
 def test_api_sets_readers_writers_only_and_names_unknown_ones(corpus, people, documents):
@@ -149,8 +176,9 @@ def test_api_sets_readers_writers_only_and_names_unknown_ones(corpus, people, do
     # Alice cannot read the sales document: she learns nothing of it.
     sales = f"/api/v1/corpora/{corpus.pk}/datasets/{documents['sales'].pk}/"
     assert token_client(people["alice"]).patch(sales, body, format="json").status_code == 404
-    wrong = token_client(people["writer"]).patch(path, {"readers": {"users": ["nobody"], "groups": ["hr", "x"]}},
-                                                 format="json")
+    wrong = token_client(people["writer"]).patch(
+        path, {"readers": {"users": ["nobody"], "groups": ["hr", "x"]}}, format="json"
+    )
     assert wrong.status_code == 400
     assert "nobody" in wrong.json()["error"]["message"] and "'x'" in wrong.json()["error"]["message"]
     assert not Dataset.objects.get(pk=documents["both"].pk).restricted  # nothing changed
@@ -167,14 +195,22 @@ def test_upload_with_readers(corpus, people, groups):
 
     from tests.plugins.portal import jsonl_bytes
 
-    refused = client.post(f"/api/v1/corpora/{corpus.pk}/datasets/",
-                          {"file": SimpleUploadedFile("a.jsonl", jsonl_bytes(HR)), "reader_groups": "hr,nope"},
-                          format="multipart")
+    refused = client.post(
+        f"/api/v1/corpora/{corpus.pk}/datasets/",
+        {"file": SimpleUploadedFile("a.jsonl", jsonl_bytes(HR)), "reader_groups": "hr,nope"},
+        format="multipart",
+    )
     assert refused.status_code == 400 and "nope" in refused.json()["error"]["message"]
     assert not corpus.datasets.exists()  # nothing stored
-    made = client.post(f"/api/v1/corpora/{corpus.pk}/datasets/",
-                       {"file": SimpleUploadedFile("a.jsonl", jsonl_bytes(HR)), "reader_groups": "hr",
-                        "reader_users": "bob"}, format="multipart")
+    made = client.post(
+        f"/api/v1/corpora/{corpus.pk}/datasets/",
+        {
+            "file": SimpleUploadedFile("a.jsonl", jsonl_bytes(HR)),
+            "reader_groups": "hr",
+            "reader_users": "bob",
+        },
+        format="multipart",
+    )
     assert made.status_code == 201, made.content
     assert made.json()["readers"] == {"users": ["bob"], "groups": ["hr"]}
     assert Dataset.objects.get(pk=made.json()["id"]).restricted
