@@ -136,19 +136,10 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
     appended = [int(i) for c in corpora for i in c.active_appends or []]
     appends = IndexBuild.objects.in_bulk(appended) if appended else {}
     chosen = None if dataset_ids is None else {int(i) for i in dataset_ids}
-    # (corpus, dataset, name, enabled, restricted) rows: one plain query (prefetching model
-    # instances cost more).
-    datasets = list(Dataset.objects.filter(corpus__in=[c.pk for c in corpora]).order_by()
-                    .values_list("corpus_id", "pk", "name", "enabled", "restricted"))
-    # The documents this person may not read leave the scan's rows with the disabled ones; only
-    # corpora holding documents with readers of their own ask who may read them (this request only).
-    hidden = hidden_dataset_ids(user, {owner for owner, *_, restricted in datasets if restricted}) \
-        if any(row[4] for row in datasets) else {}
+    datasets, searched = _searched_datasets(user, corpora, chosen)
     targets = []
     for corpus in corpora:
-        unread = hidden.get(corpus.pk, frozenset())
-        enabled = frozenset(pk for owner, pk, _, on, _ in datasets if owner == corpus.pk and on
-                            and pk not in unread and (chosen is None or pk in chosen))
+        enabled = searched.get(corpus.pk, frozenset())
         targets.append(_search_target(corpus, built=params[corpus.pk], appends=appends, enabled=enabled,
                                       gguf_path=gguf_path))
     with serving.search_slot():
@@ -164,6 +155,23 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
                   if (first := target.channel(FIRST)) is not None}
     return _memory_results(results, corpora=corpora, dataset_names={pk: name for _, pk, name, *_ in datasets},
                            late_kinds=late_kinds)
+
+
+def _searched_datasets(user: AbstractBaseUser | AnonymousUser, corpora: list[Corpus], chosen: set[int] | None
+                       ) -> tuple[list[tuple], dict[int, frozenset[int]]]:
+    """The corpora's (corpus, dataset, name, enabled, restricted) rows, in one plain query
+    (prefetching model instances cost more), and per corpus the datasets the scan lets through:
+    enabled, `chosen` (None: all), and readable by `user`. Only corpora holding documents with
+    readers of their own ask who may read them (`corpus.document_access`, this request only)."""
+    datasets = list(Dataset.objects.filter(corpus__in=[c.pk for c in corpora]).order_by()
+                    .values_list("corpus_id", "pk", "name", "enabled", "restricted"))
+    hidden = hidden_dataset_ids(user, {owner for owner, *_, restricted in datasets if restricted}) \
+        if any(row[4] for row in datasets) else {}
+    searched: dict[int, set[int]] = {}
+    for owner, pk, _, on, _ in datasets:
+        if on and pk not in hidden.get(owner, ()) and (chosen is None or pk in chosen):
+            searched.setdefault(owner, set()).add(pk)
+    return datasets, {owner: frozenset(pks) for owner, pks in searched.items()}
 
 
 def _readable_corpora(user: AbstractBaseUser | AnonymousUser, *, corpus_ids: Iterable[int],
