@@ -4,10 +4,16 @@ the person may read (tests/corpus/test_document_access.py has the corpus and its
 
 from __future__ import annotations
 
+import pytest
+
 from chat.preparation import ConversationState, turn_prepare
 from chat.services import conversation_create
 from tests.corpus.test_document_access import HR, SALES, SEES, documents, groups, people  # noqa: F401 - fixtures
 from tests.plugins.api import token_client
+
+# The endpoint records the turn from another thread (asgiref): on PostgreSQL that thread's own
+# connection must see the rows, so they are committed.
+pytestmark = pytest.mark.django_db(transaction=True)
 
 QUESTION = "What does the payroll committee review, when does the Acme contract renew, and when is lunch?"
 
