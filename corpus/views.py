@@ -41,6 +41,7 @@ from corpus.services.corpora import (
     dataset_discard,
     dataset_set_enabled,
 )
+from corpus.services.meaning_jobs import meaning_state
 from corpus.services.multivector import StoreUnavailable, store_document_delete, store_documents, store_stats
 from corpus.services.sharing import corpus_access_list
 from corpus.sources.selectors import corpus_sources
@@ -126,6 +127,7 @@ def _detail(request: HttpRequest, corpus, upload_form: DatasetUploadForm, status
         "segments": segments, "serving": set(corpus.serving_build_ids),
         "state_memories": sum(s.documents or 0 for s in segments), "merge_due": merge_due(corpus),
         "segment_limit": settings.SEGMENT_LIMIT, "merge_percent": settings.SEGMENT_MERGE_PERCENT,
+        "meaning": meaning_state(corpus.pk),
         "can_write": corpus_can_write(user=request.user, corpus=corpus),
         "can_manage": corpus_can_manage(user=request.user, corpus=corpus),
         "upload_form": upload_form, "active_build_running": any(b.is_active for b in builds),

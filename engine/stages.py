@@ -121,7 +121,7 @@ def second_stage(targets: Sequence[SearchTarget], bound: Sequence[ChannelQuery |
             continue
         added = {c.row for c in extra}
         for c, score in zip(head, scores.tolist(), strict=True):
-            c.meaning = float(score)
+            c.meaning = None if np.isnan(score) else float(score)  # nan: a row not read by meaning yet
         fused = fuse_scores(-np.arange(len(head), dtype=np.float64), scores, rule=target.rule(channel.name))
         out[number] = [head[i] for i in np.argsort(-fused, kind="stable")]
         out[number] += [c for c in tail if c.row not in added]
