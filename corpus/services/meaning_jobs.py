@@ -79,11 +79,12 @@ def meaning_queue(*, corpus_id: int) -> int:
     return waiting
 
 
-def meaning_run(*, corpus_id: int) -> int:
-    """Read the corpus's waiting segments by meaning, base first, one claim at a time. Returns how
-    many this call read; never raises for a segment that fails (its error stays on its row)."""
+def meaning_run(*, corpus_id: int, segments: int | None = None) -> int:
+    """Read the corpus's waiting segments by meaning, base first, one claim at a time (at most
+    `segments` of them; None: all). Returns how many it took up; never raises for a segment
+    that fails (its error stays on its row)."""
     read = 0
-    while True:
+    while segments is None or read < segments:
         corpus = Corpus.objects.filter(pk=corpus_id).first()
         if corpus is None:
             return read
@@ -92,12 +93,13 @@ def meaning_run(*, corpus_id: int) -> int:
             return read
         try:
             _read(segment, base=segment.pk == corpus.active_build_id)
-            read += 1
         except Exception as error:
             logger.exception("build %s of corpus %s: reading by meaning failed", segment.pk, corpus_id)
             IndexBuild.objects.filter(pk=segment.pk, meaning=Meaning.RUNNING).update(
                 meaning=Meaning.FAILED, meaning_error=f"{type(error).__name__}: {error}"[:10000])
+        read += 1
         _tell(corpus_id)
+    return read
 
 
 def _claim(serving: list[int]) -> IndexBuild | None:
