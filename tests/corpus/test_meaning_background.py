@@ -67,7 +67,8 @@ def test_a_build_serves_before_meaning_and_the_task_reads_segment_by_segment(
     assert "meaning_fusion" not in build.parameters or build.parameters["meaning_fusion"] is None
     found = memories_search(user=member, corpus_ids=[corpus.pk], query=TEXTS[5])
     assert found[0].memory.text == TEXTS[5] and found[0].meaning_score is None
-    assert memories_search(user=member, corpus_ids=[corpus.pk], query=PARAPHRASE)  # no error
+    # A question in other words: no error, and HDC and words alone do not put its memory first.
+    assert _texts(memories_search(user=member, corpus_ids=[corpus.pk], query=PARAPHRASE))[:1] != [TEXTS[6]]
     state = meaning_state(corpus.pk)
     assert (state["segments_read"], state["waiting"], state["done"], state["total"]) == (0, 1, 0, len(TEXTS))
     page = login(owner).get(reverse("corpus:detail", args=[corpus.pk])).content.decode()
@@ -77,6 +78,7 @@ def test_a_build_serves_before_meaning_and_the_task_reads_segment_by_segment(
     assert token_client(outsider).get(f"/api/v1/builds/{build.pk}/").status_code == 404
 
     # An append onto a state not read yet serves at once too, and waits its turn.
+    corpus.refresh_from_db()
     upload(corpus, owner, NEW, "new.jsonl")
     with capture():
         queued = append_start(corpus=corpus, user=owner)
