@@ -113,7 +113,7 @@ def test_the_form_shows_the_cost_before_the_owner_turns_it_on(monkeypatch, corpu
     monkeypatch.setattr(builds, "MEANING_RATE_MIN_MEMORIES", len(TEXTS))  # the rate of an 8-memory build counts
     client = login(owner)
     page = client.get(reverse("corpus:edit", args=[corpus.pk])).content.decode()
-    estimate = f"About {seconds(1000 / builds.MEANING_RATE_ESTIMATE)} more of build per 1,000 memories"
+    estimate = f"About {seconds(1000 / builds.MEANING_RATE_ESTIMATE)} of reading in the background per 1,000"
     assert "Meaning channel" in page and estimate in page
     assert "estimated for two cores" in page
     Corpus.objects.filter(pk=corpus.pk).update(meaning_channel=True)
@@ -121,7 +121,7 @@ def test_the_form_shows_the_cost_before_the_owner_turns_it_on(monkeypatch, corpu
     build_now(corpus, owner, django_capture_on_commit_callbacks)
     page = client.get(reverse("corpus:edit", args=[corpus.pk])).content.decode()
     assert f"For this corpus&#x27;s {len(TEXTS)} memories" in page
-    assert "as measured by the last build that read one here" in page
+    assert "as measured by the last segment read here" in page
     form = {"name": corpus.name, "visibility": corpus.visibility, "hdc_dimensions": corpus.hdc_dimensions,
             "hdc_seed": corpus.hdc_seed, "hdc_ngram": corpus.hdc_ngram, "chunk_size": corpus.chunk_size,
             "meaning_channel": "on", "late_interaction": "on"}
