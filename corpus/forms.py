@@ -31,8 +31,11 @@ class CorpusForm(forms.ModelForm):
     class Meta:
         model = Corpus
         fields = ["name", "description", "visibility", "readable_groups", "writable_groups"]
-        widgets = {"description": forms.Textarea(attrs={"rows": 3}),
-                   "readable_groups": forms.CheckboxSelectMultiple, "writable_groups": forms.CheckboxSelectMultiple}
+        widgets = {
+            "description": forms.Textarea(attrs={"rows": 3}),
+            "readable_groups": forms.CheckboxSelectMultiple,
+            "writable_groups": forms.CheckboxSelectMultiple,
+        }
 
     def __init__(self, *args, user, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -52,8 +55,10 @@ class CorpusForm(forms.ModelForm):
             if self.instance.pk:
                 self.initial[setting.name] = getattr(self.instance, setting.name)
         # What the option costs, measured where it can be, before the owner turns it on.
-        self.fields["meaning_channel"].help_text = (f"{self.fields['meaning_channel'].help_text} "
-                                                    f"{meaning_cost(self.instance if self.instance.pk else None)}")
+        self.fields["meaning_channel"].help_text = (
+            f"{self.fields['meaning_channel'].help_text} "
+            f"{meaning_cost(self.instance if self.instance.pk else None)}"
+        )
 
     def rebuild_changed(self) -> bool:
         """Whether a changed setting waits for the next build (after `is_valid`)."""
@@ -80,8 +85,10 @@ class MultipleFileField(forms.FileField):
 
 class DatasetUploadForm(forms.Form):
     file = MultipleFileField(
-        label="Files", help_text="PDF, Word (DOCX), Markdown, text, HTML, XML, JSON, JSONL or Parquet (UTF-8 text), "
-                                 "or a ZIP of such files. Several at once; drop a folder to upload all its files.")
+        label="Files",
+        help_text="PDF, Word (DOCX), Markdown, text, HTML, XML, JSON, JSONL or Parquet (UTF-8 text), "
+        "or a ZIP of such files. Several at once; drop a folder to upload all its files.",
+    )
 
     def __init__(self, *args, upload_errors: dict | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)

@@ -77,13 +77,16 @@ def build_cancel(*, build: IndexBuild) -> IndexBuild:
     is flagged and stops at the engine's next batch boundary."""
     now = timezone.now()
     if IndexBuild.objects.filter(pk=build.pk, status=Status.QUEUED).update(
-            status=Status.CANCELLED, cancel_requested=True, finished=now, error="Cancelled before it started."):
+        status=Status.CANCELLED, cancel_requested=True, finished=now, error="Cancelled before it started."
+    ):
         build.refresh_from_db()
         send_build_event(build, op="finished")
         return build
     if not IndexBuild.objects.filter(pk=build.pk, status=Status.RUNNING).update(cancel_requested=True):
-        raise BuildNotCancellable(f"Build {build.pk} is {build.status}; only queued or running builds can be cancelled.",
-                                  {"status": build.status})
+        raise BuildNotCancellable(
+            f"Build {build.pk} is {build.status}; only queued or running builds can be cancelled.",
+            {"status": build.status},
+        )
     build.refresh_from_db()
     send_build_event(build, op="progress")
     return build

@@ -64,7 +64,9 @@ def test_searches_find_a_paraphrase_by_meaning_and_outsiders_find_nothing(
         meaning_corpus, owner, member, outsider, dataset, django_capture_on_commit_callbacks):
     build = build_now(meaning_corpus, owner, django_capture_on_commit_callbacks)
     with_meaning_rule(build, "hdc")  # the first stage alone: the channel is not asked
-    before = [r.memory.text for r in memories_search(user=member, corpus_ids=[meaning_corpus.pk], query=PARAPHRASE)]
+    before = [
+        r.memory.text for r in memories_search(user=member, corpus_ids=[meaning_corpus.pk], query=PARAPHRASE)
+    ]
     with_meaning_rule(build, "late")
     results = memories_search(user=member, corpus_ids=[meaning_corpus.pk], query=PARAPHRASE)
     assert results[0].memory.text == TEXTS[6] and results[0].fused_score is not None
@@ -110,7 +112,9 @@ def test_a_damaged_meaning_file_falls_back_to_hdc_and_words_and_says_so(
 
 def test_the_form_shows_the_cost_before_the_owner_turns_it_on(monkeypatch, corpus, owner, dataset,
                                                              django_capture_on_commit_callbacks):
-    monkeypatch.setattr(builds, "MEANING_RATE_MIN_MEMORIES", len(TEXTS))  # the rate of an 8-memory build counts
+    monkeypatch.setattr(
+        builds, "MEANING_RATE_MIN_MEMORIES", len(TEXTS)
+    )  # the rate of an 8-memory build counts
     client = login(owner)
     page = client.get(reverse("corpus:edit", args=[corpus.pk])).content.decode()
     estimate = f"About {seconds(1000 / builds.MEANING_RATE_ESTIMATE)} of reading in the background per 1,000"
@@ -134,7 +138,8 @@ def test_the_form_shows_the_cost_before_the_owner_turns_it_on(monkeypatch, corpu
 def test_the_progress_bar_gives_the_encoder_most_of_an_append_that_reads_by_meaning():
     plain = IndexBuild(kind="append", phase="words", done=1, total=1, parameters={})
     words = IndexBuild(kind="append", phase="words", done=1, total=1, parameters={"meaning_channel": True})
-    half = IndexBuild(kind="append", phase="meaning", done=50, total=100, parameters={"meaning_channel": True})
+    meaning = {"meaning_channel": True}
+    half = IndexBuild(kind="append", phase="meaning", done=50, total=100, parameters=meaning)
     # A full build serves before it is read by meaning: its bar has no meaning phase.
     build = IndexBuild(kind="build", phase="words", done=1, total=1, parameters={"meaning_channel": True})
     assert plain.percent > 80 and words.percent < 10 < half.percent < 60 and build.percent > 80

@@ -43,7 +43,10 @@ def data_dir(settings, tmp_path) -> Path:
     # New corpora read nothing by meaning unless a test asks (the encoder is slow on two cores:
     # tests/corpus/test_meaning_background.py turns the site's default back on).
     settings.MEANING_CHANNEL_DEFAULT = False
-    settings.CHROMA_PATH, settings.CHROMA_URL = settings.DATA_DIR / "chroma", ""  # corpus pages open the store
+    settings.CHROMA_PATH, settings.CHROMA_URL = (
+        settings.DATA_DIR / "chroma",
+        "",
+    )  # corpus pages open the store
     settings.FILE_UPLOAD_TEMP_DIR = str(tmp_path / "data" / "tmp")
     Path(settings.FILE_UPLOAD_TEMP_DIR).mkdir(parents=True)
     return settings.DATA_DIR
@@ -124,7 +127,9 @@ def jsonl_bytes(texts: list[str]) -> bytes:
 
 
 def upload(corpus: Corpus, user: User, texts: list[str] = TEXTS, name: str = "notes.jsonl") -> Dataset:
-    return dataset_upload(corpus=corpus, user=user, uploaded_file=SimpleUploadedFile(name, jsonl_bytes(texts)))
+    return dataset_upload(
+        corpus=corpus, user=user, uploaded_file=SimpleUploadedFile(name, jsonl_bytes(texts))
+    )
 
 
 @pytest.fixture
