@@ -184,9 +184,8 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = envstr("CELERY_QUEUE", "hdrag")
-# The meaning channel's background encoding (corpus.services.meaning_jobs) has a queue of its own,
-# consumed by a worker of its own (Procfile's "meaning", one task at a time): a corpus's encoder
-# runs for minutes to hours and must never hold up another corpus's build or append in the pool.
+# The meaning channel's background reading (corpus.services.meaning_jobs): a queue and a worker of
+# its own (Procfile's "meaning"), so its hours of encoding never hold a build's or an append's slot.
 CELERY_MEANING_QUEUE = f"{CELERY_TASK_DEFAULT_QUEUE}-meaning"
 CELERY_TASK_ROUTES = {"corpus.tasks.encode_meaning": {"queue": CELERY_MEANING_QUEUE}}
 CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)
@@ -257,8 +256,7 @@ BUILD_STALE_SECONDS = envint("BUILD_STALE_SECONDS", 300, minimum=10)
 # SEGMENT_LIMIT segments, or when its appends hold more than SEGMENT_MERGE_PERCENT % of the
 # documents of its full build (how far frozen statistics may drift; docs/segments.md measures it).
 INDEX_ON_UPLOAD = envbool("INDEX_ON_UPLOAD", True)
-# A new corpus reads its memories by meaning too (corpus setting `meaning_channel`, engine.meaning)
-# unless it is created with late interaction or this is 0; a corpus's own setting turns it off.
+# A new corpus reads by meaning (its setting `meaning_channel`) unless this is 0 or it has late interaction.
 MEANING_CHANNEL_DEFAULT = envbool("MEANING_CHANNEL_DEFAULT", True)
 SEGMENT_LIMIT = envint("SEGMENT_LIMIT", 10, minimum=1)
 SEGMENT_MERGE_PERCENT = envint("SEGMENT_MERGE_PERCENT", 25, minimum=1)
