@@ -42,6 +42,7 @@ from corpus.services.corpora import (
     dataset_discard,
     dataset_set_enabled,
 )
+from corpus.services.meaning_jobs import meaning_state
 from corpus.services.multivector import StoreUnavailable, store_document_delete, store_documents, store_stats
 from corpus.services.sharing import corpus_access_list
 from corpus.sources.selectors import corpus_sources
@@ -134,6 +135,7 @@ def _detail(request: HttpRequest, corpus, upload_form: DatasetUploadForm, status
         "merge_due": merge_due(corpus),
         "segment_limit": settings.SEGMENT_LIMIT,
         "merge_percent": settings.SEGMENT_MERGE_PERCENT,
+        "meaning": meaning_state(corpus.pk),
         "can_write": corpus_can_write(user=request.user, corpus=corpus),
         "can_manage": corpus_can_manage(user=request.user, corpus=corpus),
         "upload_form": upload_form,
