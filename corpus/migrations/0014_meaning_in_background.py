@@ -16,7 +16,7 @@ def mark_read(apps, schema_editor) -> None:  # noqa: ANN001, ARG001 - a migratio
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("corpus", "0012_meaning_channel"),
+        ("corpus", "0013_document_readers"),
     ]
 
     operations = [
