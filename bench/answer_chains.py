@@ -71,7 +71,8 @@ def repeats(answer: str, earlier: list[str]) -> bool:
                      if len(ln.strip()) >= MIN_CODE_LINE and not ln.strip().startswith("#")}
             if lines and len(lines & mine) * 2 >= len(lines):
                 return True
-        if any(len(s.text.split()) >= MIN_SENTENCE_WORDS and _normal(s.text) in text for s in sentences(before)):
+        long_ones = [s.text for s in sentences(before) if len(s.text.split()) >= MIN_SENTENCE_WORDS]
+        if any(_normal(sentence) in text for sentence in long_ones):
             return True
     return False
 
@@ -111,10 +112,11 @@ async def run_chains(args, user, corpus_id: int, config_file: Path) -> list[dict
     for number, chain in enumerate(chains):
         (first, _), *later = chain["turns"]
         use_settings(config_file, args.max_tokens, [*args.config, *ARMS[REFERENCE]])
-        conversation = await db(conversation_create)(user=user, corpus_ids=[corpus_id], temperature=0.0, **options)
+        conversation = await db(conversation_create)(user=user, corpus_ids=[corpus_id], temperature=0.0,
+                                                     **options)
         row = await answer_in(user, conversation.pk, first)
-        rows.append({**row, "chain": number, "turn": 1, "arm": "", "kind": chain["kind"], "split": chain["split"],
-                     "fact": chain["turns"][0][1], "earlier": []})
+        rows.append({**row, "chain": number, "turn": 1, "arm": "", "kind": chain["kind"],
+                     "split": chain["split"], "fact": chain["turns"][0][1], "earlier": []})
         # Rotate the arms' order chain by chain: none always runs right after the first turn.
         for arm in arms[number % len(arms):] + arms[:number % len(arms)]:
             use_settings(config_file, args.max_tokens, [*args.config, *ARMS[arm]])
@@ -161,11 +163,11 @@ def chain_report(rows: list[dict]) -> None:
             if arm == REFERENCE:
                 continue
             today = {(r["chain"], r["turn"]): r for r in rows if r["arm"] == REFERENCE}
-            pairs = [(_found(r["fact"], [r["answer"]]), _found(r["fact"], [today[(r["chain"], r["turn"])]["answer"]]))
-                     for r in mine]
+            pairs = [(_found(r["fact"], [r["answer"]]),
+                      _found(r["fact"], [today[(r["chain"], r["turn"])]["answer"]])) for r in mine]
             only_arm, only_today = sum(a and not b for a, b in pairs), sum(b and not a for a, b in pairs)
-            print(f"  {'':<12} paired against {REFERENCE}: grounded in {arm} only {only_arm}, in {REFERENCE} only "
-                  f"{only_today}; sign test p = {sign_test(only_arm, only_today):.3f}")
+            print(f"  {'':<12} paired against {REFERENCE}: grounded in {arm} only {only_arm}, in {REFERENCE} "
+                  f"only {only_today}; sign test p = {sign_test(only_arm, only_today):.3f}")
 
 
 def show_answers(rows: list[dict], count: int) -> None:

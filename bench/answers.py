@@ -124,9 +124,11 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--versus", action="append", default=[], metavar="KEY=VALUE", type=_setting,
                         help="a second arm, paired: these settings over --config's; repeatable")
     parser.add_argument("--chains", action="store_true",
-                        help="multi-turn: chains of three questions over the demo corpus, each later turn under "
-                             "every --arms history policy, paired against today's (bench.answer_chains)")
-    parser.add_argument("--split", choices=("dev", "held-out", "all"), default="dev", help="with --chains: which chains")
+                        help="multi-turn: chains of three questions over the demo corpus, each later turn "
+                             "under every --arms history policy, paired against today's "
+                             "(bench.answer_chains)")
+    parser.add_argument("--split", choices=("dev", "held-out", "all"), default="dev",
+                        help="with --chains: which chains")
     parser.add_argument("--arms", default="whole,lead,questions,last",
                         help="with --chains: history policies to compare (bench.answer_chains.ARMS)")
     args = parser.parse_args()
@@ -288,7 +290,8 @@ async def ask(user, corpus_id: int, question: str, *, use_memory: bool, budget: 
     return await answer_in(user, conversation.pk, question, use_memory=use_memory)
 
 
-async def answer_in(user, conversation_id: int, question: str, *, use_memory: bool = True) -> dict:  # noqa: ANN001
+async def answer_in(user, conversation_id: int, question: str, *,  # noqa: ANN001
+                    use_memory: bool = True) -> dict:
     """One turn of `question` in the conversation, through `chat.turns.run_turn`, as a row."""
     from chat.turns import run_turn
 

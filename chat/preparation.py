@@ -83,7 +83,8 @@ def turn_memories(*, user: AbstractBaseUser, state: ConversationState, question:
 def turn_prepare(*, user: AbstractBaseUser, state: ConversationState, question: str, waiting: bool = False,
                  model: str = "", affinity: object = None) -> PreparedTurn:
     """Retrieve for `question` as `user` and assemble the prompt: the system prompt, the history
-    the engine's `history_policy` lets in (`engine.llm.history`) as far as it fits, and the new user turn carrying the memories that fit (each compressed with
+    the engine's `history_policy` lets in (`engine.llm.history`) as far as it fits, and the new
+    user turn carrying the memories that fit (each compressed with
     `compress_context`). A turn `waiting` for the LLM gets at most `LLM_BUSY_TOKEN_BUDGET` memory
     tokens (when set, `clients.memory_budget`): a shorter prompt is a shorter prefill for it and for
     every turn behind it. Tokens are counted in `model`'s own (the LLM model that answers, the pool's

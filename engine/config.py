@@ -133,7 +133,7 @@ class Config:
     # What of the earlier turns enters the prompt (engine.llm.history): "whole" exchanges, each
     # answer's "lead" (before its first code block, its first sentences), the "questions" only, or
     # the "last" exchange; chosen on bench/answers.py --chains (docs/answer-measurements.md).
-    history_policy: str = "whole"
+    history_policy: str = "lead"
     # Search for a follow-up with the previous question before it ("and how do I write them back?"
     # names nothing); off, each turn searches with its own question only.
     follow_up_query: bool = False

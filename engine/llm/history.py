@@ -32,12 +32,15 @@ _FENCE = re.compile(r"^[ \t]*(```|~~~)", re.MULTILINE)
 
 def answer_lead(answer: str, max_sentences: int = LEAD_SENTENCES) -> str:
     """`answer` up to its first fenced code block, and of that its first `max_sentences` sentences
-    (`engine.citations.sentences`); empty when the answer begins with code."""
+    (`engine.citations.sentences`); empty when the answer begins with code, and the answer itself
+    when it is that short already."""
     fence = _FENCE.search(answer)
     prose = answer[:fence.start()] if fence else answer
     found = sentences(prose)
     if not found:
         return ""
+    if fence is None and len(found) <= max_sentences:
+        return answer
     lead = prose[:found[min(max_sentences, len(found)) - 1].end].strip()
     return lead.rstrip(":").rstrip() + ("" if lead.endswith((".", "!", "?")) else ".")
 

@@ -27,8 +27,8 @@ with open("data.csv", newline="") as handle:
 
 
 def test_an_answer_that_reuses_an_earlier_sentence_repeats_it():
-    later = ("Nonlocal names a variable. You can use csv.reader to read the rows of a CSV file one by one, as lists "
-             "of strings.")
+    later = ("Nonlocal names a variable. You can use csv.reader to read the rows of a CSV file one by one, "
+             "as lists of strings.")
     assert repeats(later, [CSV_ANSWER])
 
 

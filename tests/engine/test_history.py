@@ -31,7 +31,8 @@ def test_lead_keeps_the_questions_and_each_answers_first_sentences_without_its_c
     kept = history_for_prompt(HISTORY, "lead")
     assert [role for role, _ in kept] == ["user", "assistant", "user", "assistant"]
     assert [text for role, text in kept if role == "user"] == [HISTORY[0][1], HISTORY[2][1]]
-    assert kept[1][1] == "To read rows from a CSV file, use `csv.reader`. It returns an iterator over the rows."
+    assert kept[1][1] == ("To read rows from a CSV file, use `csv.reader`. "
+                          "It returns an iterator over the rows.")
     assert "```" not in kept[1][1] and "csv.reader(handle)" not in kept[1][1]
     assert kept[3][1] == NONLOCAL_ANSWER
 
@@ -67,3 +68,7 @@ def test_a_follow_ups_search_text_starts_with_the_previous_question():
     assert follow_up_query(HISTORY, "And how do I write them back?") == (
         "What does the nonlocal statement do?\nAnd how do I write them back?")
     assert follow_up_query([], "How do I read rows from a CSV file?") == "How do I read rows from a CSV file?"
+
+
+def test_a_short_answer_without_code_is_kept_as_it_was_said():
+    assert answer_lead(NONLOCAL_ANSWER + " ") == NONLOCAL_ANSWER + " "
