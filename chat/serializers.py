@@ -12,6 +12,7 @@ from rest_framework import serializers
 
 from chat.models import AnswerFeedback, Conversation, Message, MessageMemory
 from engine.citations import grounding_word
+from engine.places import place_label
 from memory.services import MemoryResult
 
 EXCERPT_PREVIEW_CHARS = 600
@@ -51,9 +52,16 @@ class MessageMemorySerializer(serializers.Serializer):
     score = serializers.FloatField()
     token_count = serializers.IntegerField()
     excerpt = serializers.CharField(allow_blank=True)
+    place = serializers.CharField(allow_blank=True, help_text=(
+        'Where in its document it came from, in words: "page 12", "slide 4"; empty when none is known.'))
+    document_url = serializers.SerializerMethodField(help_text=(
+        "The document view at its passage (through GET /memory/{id}/document/); empty once its row is gone."))
 
     def get_url(self, memory: MessageMemory) -> str:
         return reverse("memory:detail", args=[memory.memory_id]) if memory.memory_id else ""
+
+    def get_document_url(self, memory: MessageMemory) -> str:
+        return reverse("memory:in_document", args=[memory.memory_id]) if memory.memory_id else ""
 
 
 class CitationSerializer(serializers.Serializer):
@@ -158,7 +166,8 @@ def memory_result_json(result: MemoryResult, *, rank: int) -> dict[str, Any]:
     return MessageMemorySerializer(MessageMemory(
         rank=rank, memory_id=result.memory_id, memory_key=result.memory.content_hash, corpus_name=result.corpus_name,
         source=result.source, score=result.hdc_score, token_count=result.memory.token_count,
-        excerpt=result.memory.text[:MessageMemory.EXCERPT_CHARS])).data
+        excerpt=result.memory.text[:MessageMemory.EXCERPT_CHARS],
+        place=place_label(result.memory.metadata)[:MessageMemory.PLACE_CHARS])).data
 
 
 def message_json(message: Message) -> dict[str, Any]:

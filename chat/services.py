@@ -25,6 +25,7 @@ from core.errors import ApplicationError
 from corpus.models import Memory
 from corpus.selectors import corpora_visible_to
 from engine.llm.stream import Usage
+from engine.places import place_label
 from engine.query import BlendState
 from memory.services import MemoryResult
 
@@ -215,7 +216,8 @@ def _memory_rows(results: Sequence[MemoryResult], message: Message) -> list[Mess
             message=message, rank=rank, memory_id=result.memory_id if result.memory_id in existing else None, memory_key=memory.content_hash[:64],
             corpus_name=result.corpus_name[:200], source=result.source[:500],
             score=result.hdc_score, token_count=memory.token_count,
-            excerpt=memory.text[:MessageMemory.EXCERPT_CHARS]))
+            excerpt=memory.text[:MessageMemory.EXCERPT_CHARS],
+            place=place_label(memory.metadata)[:MessageMemory.PLACE_CHARS]))
     return rows
 
 

@@ -13,10 +13,13 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 from PIL import Image
 
+from chat.models import MessageMemory
+from chat.serializers import MessageMemorySerializer
 from corpus.documents import document_url
 from corpus.models import Dataset, Memory
 from corpus.services.batch_uploads import datasets_upload
 from tests.documents import written_pdf_bytes
+from tests.plugins.api import token_client
 from tests.plugins.portal import build_now, login
 
 PAGES = [["The harbour of Alexandria held the great lighthouse, one of the wonders of the ancient world."],
@@ -123,3 +126,45 @@ def test_anonymous_is_sent_to_log_in(documents, client):
                 reverse("corpus:document_original", args=[pdf.corpus_id, pdf.pk])):
         response = client.get(url)
         assert response.status_code == 302 and response["Location"].startswith(reverse("login")), url
+
+
+def test_the_memory_page_and_a_search_hit_link_to_the_document_at_the_place(documents, member):
+    pdf = documents["pdf"]
+    passage = _memory(pdf, page=2)
+    client = login(member)
+    view = document_url(corpus_id=pdf.corpus_id, document_id=pdf.pk, memory_id=passage.pk)
+    detail = client.get(reverse("memory:detail", args=[passage.pk])).content.decode()
+    assert "<h1>history.pdf, page 2</h1>" in detail
+    assert f'<a id="in-document" href="{html.escape(view)}">Open in the document at page 2</a>' in detail
+    search = client.get(reverse("memory:search"), {"q": "Rosetta Stone found in 1799"}).content.decode()
+    assert "history.pdf, page 2</a></h3>" in search
+    assert f'<a class="in-document" href="{html.escape(view)}">in the document</a>' in search
+
+
+def test_the_api_hit_and_memory_carry_the_place_and_the_document_url(documents, member, no_throttle):
+    pdf = documents["pdf"]
+    passage = _memory(pdf, page=2)
+    client = token_client(member)
+    view = document_url(corpus_id=pdf.corpus_id, document_id=pdf.pk, memory_id=passage.pk)
+    hits = client.get(f"/api/v1/corpora/{pdf.corpus_id}/search/", {"q": "Rosetta Stone found in 1799"}).json()
+    hit = next(h for h in hits["results"] if h["id"] == passage.pk)
+    assert (hit["place"], hit["place_label"], hit["document_url"]) == ({"page": 2}, "page 2", view)
+    row = client.get(f"/api/v1/memories/{passage.pk}/").json()
+    assert (row["place"], row["place_label"], row["document_url"]) == ({"page": 2}, "page 2", view)
+    guide_memory = Memory.objects.filter(dataset=documents["guide"]).first()
+    assert client.get(f"/api/v1/memories/{guide_memory.pk}/").json()["place_label"] == ""
+
+
+def test_a_chat_memory_keeps_its_place_and_links_through_the_memory(documents, member, outsider):
+    pdf = documents["pdf"]
+    passage = _memory(pdf, page=3)
+    shown = MessageMemorySerializer(MessageMemory(rank=0, memory_id=passage.pk, memory_key=passage.content_hash,
+                                                  score=1.0, place="page 3")).data
+    redirect_url = reverse("memory:in_document", args=[passage.pk])
+    assert (shown["place"], shown["document_url"]) == ("page 3", redirect_url)
+    response = login(member).get(redirect_url)
+    assert response.status_code == 302
+    assert response["Location"] == document_url(corpus_id=pdf.corpus_id, document_id=pdf.pk, memory_id=passage.pk)
+    assert login(outsider).get(redirect_url).status_code == 404
+    gone = MessageMemorySerializer(MessageMemory(rank=0, memory_id=None, score=1.0, place="page 3")).data
+    assert (gone["place"], gone["document_url"]) == ("page 3", "")

@@ -117,7 +117,8 @@ def _check_answer(answer, memories: list[dict]) -> None:  # noqa: ANN001 - playw
                                                         ("[1]", "Supported by memory 1")]
     by_rank = {0: memories[0], 1: memories[1]}
     for cite, rank in zip(cites, (0, 1, 0), strict=True):
-        assert cite["tag"] == "A" and cite["href"] == f"/memory/{by_rank[rank]['id']}/"
+        # A click opens the document view at the memory's passage (through the memory's redirect).
+        assert cite["tag"] == "A" and cite["href"] == f"/memory/{by_rank[rank]['id']}/document/"
         assert cite["title"] == by_rank[rank]["text"]
     others = [(mark["cls"], mark["text"]) for mark in read["marks"] if mark["cls"] != "chat-cite"]
     assert others == [("chat-unsure", "unsure"), ("chat-unsupported", "unsupported")]
@@ -135,7 +136,8 @@ def test_citations_of_memories_full_of_markup_show_as_marks_live_and_after_a_rel
                       NAME=USER, PASSWORD=PASSWORD)
     page = log_in(browser, live_portal, USER)
     rows = _tricky_corpus(page, live_portal)
-    memories = [{"rank": rank, "memory_id": row["id"], "url": f"/memory/{row['id']}/", "key": row["key"],
+    memories = [{"rank": rank, "memory_id": row["id"], "url": f"/memory/{row['id']}/", "place": "",
+                 "document_url": f"/memory/{row['id']}/document/", "key": row["key"],
                  "corpus": "Markup", "source": f"markup-{rank + 1}.jsonl", "score": 800.0 - rank, "token_count": 40,
                  "excerpt": row["text"]} for rank, row in enumerate(rows)]
     message = {"id": 99, "role": "assistant", "content": ANSWER, "status": "complete", "error": "",
@@ -185,5 +187,6 @@ def test_citations_of_memories_full_of_markup_show_as_marks_live_and_after_a_rel
     stored.locator(".chat-cite").first.hover()
     screenshot(page, "17-chat-citations-markup")  # the README's chat picture (docs/portal-chat.png)
     stored.locator(".chat-cite").first.click()
-    page.wait_for_url(re.compile(rf"/memory/{rows[0]['id']}/$"))
+    page.wait_for_url(re.compile(rf"/corpora/\d+/documents/\d+/\?memory={rows[0]['id']}#passage$"))
+    assert page.locator("mark#passage").text_content() == RECORDS[0]
     page.context.close()
