@@ -73,7 +73,8 @@ def conversation_export_markdown(*, conversation: Conversation) -> str:
         if memories:
             lines += ["<details><summary>Memories</summary>", ""]
             for memory in memories:
-                where = " / ".join(part for part in (memory.corpus_name, memory.source) if part) or "unknown source"
+                source = ", ".join(part for part in (memory.source, memory.place) if part)
+                where = " / ".join(part for part in (memory.corpus_name, source) if part) or "unknown source"
                 excerpt = " ".join(memory.excerpt.split())[:280]
                 lines.append(f"{memory.rank + 1}. **{_plain(where)}** (score {memory.score:g}): {_plain(excerpt)}")
             lines += ["", "</details>", ""]

@@ -79,15 +79,17 @@ def _render(path: Path, number: int, target: Path) -> None:
         pdf.close()
 
 
-def _trim(directory: Path, limit: int) -> None:
-    """Delete the least recently written images until the cache holds at most `limit` bytes."""
+def _trim(directory: Path, limit: int, keep: Path) -> None:
+    """Delete the least recently written images, never `keep` (the one being served), until the
+    cache holds at most `limit` bytes."""
     images = sorted((p.stat().st_mtime, p.stat().st_size, p) for p in directory.rglob("*.png"))
     total = sum(size for _, size, _ in images)
     for _, size, image in images:
         if total <= limit:
             break
-        image.unlink(missing_ok=True)
-        total -= size
+        if image != keep:
+            image.unlink(missing_ok=True)
+            total -= size
 
 
 def page_image(*, path: Path, sha256: str, number: int) -> Path:
@@ -100,7 +102,7 @@ def page_image(*, path: Path, sha256: str, number: int) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     _render(path, number, target)
     try:
-        _trim(pages_cache_dir(), PAGE_CACHE_MAX_BYTES)
+        _trim(pages_cache_dir(), PAGE_CACHE_MAX_BYTES, keep=target)
     except OSError:  # another request trimming at once; the next render trims again
         logger.warning("page cache: trimming failed", exc_info=True)
     return target

@@ -15,8 +15,10 @@ from PIL import Image
 
 from chat.models import MessageMemory
 from chat.serializers import MessageMemorySerializer
+from corpus import page_images
 from corpus.documents import document_url
 from corpus.models import Dataset, Memory
+from corpus.page_images import pages_cache_dir
 from corpus.services.batch_uploads import datasets_upload
 from tests.documents import written_pdf_bytes
 from tests.plugins.api import token_client
@@ -168,3 +170,35 @@ def test_a_chat_memory_keeps_its_place_and_links_through_the_memory(documents, m
     assert login(outsider).get(redirect_url).status_code == 404
     gone = MessageMemorySerializer(MessageMemory(rank=0, memory_id=None, score=1.0, place="page 3")).data
     assert (gone["place"], gone["document_url"]) == ("page 3", "")
+
+
+def test_a_known_region_is_marked_on_the_page(documents, member):
+    """The region an OCR reader records (fractions of the page image) is drawn over the page."""
+    pdf = documents["pdf"]
+    passage = _memory(pdf, page=1)
+    passage.metadata = {**passage.metadata, "region": [0.1, 0.2, 0.6, 0.3]}
+    passage.save(update_fields=["metadata"])
+    page = login(member).get(document_url(corpus_id=pdf.corpus_id, document_id=pdf.pk,
+                                          memory_id=passage.pk)).content.decode()
+    # fpdf2's A4 page: 595.28 × 841.89 points.
+    assert 'viewBox="0 0 595.28 841.89"' in page
+    assert '<rect class="page-region" id="page-region" x="59.53" y="168.38" width="297.64" height="84.19"/>' in page
+    assert "the passage marked" in page
+
+
+def test_the_page_cache_stays_within_its_bound(documents, member, monkeypatch):
+    pdf = documents["pdf"]
+    client = login(member)
+    first = client.get(reverse("corpus:document_page", args=[pdf.corpus_id, pdf.pk, 1]))
+    cached = pages_cache_dir() / pdf.sha256 / "1.png"
+    assert first.status_code == 200 and cached.is_file()
+    monkeypatch.setattr(page_images, "PAGE_CACHE_MAX_BYTES", cached.stat().st_size)
+    second = client.get(reverse("corpus:document_page", args=[pdf.corpus_id, pdf.pk, 2]))
+    assert second.status_code == 200 and b"".join(second.streaming_content)[:4] == b"\x89PNG"
+    assert not cached.exists() and (pages_cache_dir() / pdf.sha256 / "2.png").is_file()
+
+
+def test_the_corpus_page_links_each_document_to_its_view(documents, member):
+    page = login(member).get(reverse("corpus:detail", args=[documents["pdf"].corpus_id])).content.decode()
+    for dataset in (documents["pdf"], documents["guide"]):
+        assert f'<a href="{reverse("corpus:document", args=[dataset.corpus_id, dataset.pk])}">{dataset.name}</a>' in page
