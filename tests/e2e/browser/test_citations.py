@@ -113,8 +113,10 @@ def _check_answer(answer, memories: list[dict]) -> None:  # noqa: ANN001 - playw
     assert answer.locator(".chat-body table td").all_inner_texts() == ["nonlocal", "enclosing"]
     # Each marker links to its memory and holds the memory's whole text for the hover.
     cites = [mark for mark in read["marks"] if mark["cls"] == "chat-cite"]
-    assert [(c["text"], c["label"]) for c in cites] == [("[1]", "Supported by memory 1"), ("[2]", "Supported by memory 2"),
-                                                        ("[1]", "Supported by memory 1")]
+    # The label names the memory's document (a JSONL record has no place within it: no ", page …").
+    assert [(c["text"], c["label"]) for c in cites] == [
+        ("[1]", "Supported by memory 1 (markup-1.jsonl)"), ("[2]", "Supported by memory 2 (markup-2.jsonl)"),
+        ("[1]", "Supported by memory 1 (markup-1.jsonl)")]
     by_rank = {0: memories[0], 1: memories[1]}
     for cite, rank in zip(cites, (0, 1, 0), strict=True):
         # A click opens the document view at the memory's passage (through the memory's redirect).
