@@ -20,6 +20,7 @@ from corpus.documents import document_url
 from corpus.models import Dataset, Memory
 from corpus.page_images import pages_cache_dir
 from corpus.services.batch_uploads import datasets_upload
+from corpus.services.corpora import corpus_create
 from tests.documents import written_pdf_bytes
 from tests.plugins.api import token_client
 from tests.plugins.portal import build_now, login
@@ -111,6 +112,10 @@ def test_outsiders_get_404_for_the_view_the_page_and_the_original(documents, out
         response = client.get(url)
         assert response.status_code == 404, url
         assert b"Rosetta" not in b"".join(getattr(response, "streaming_content", [response.content]))
+    # Nor through a corpus of their own: a document is looked up in the corpus the address names.
+    own = corpus_create(owner=outsider, name="Mine", hdc_dimensions=1024)
+    for name in ("corpus:document", "corpus:document_original"):
+        assert client.get(reverse(name, args=[own.pk, pdf.pk])).status_code == 404
 
 
 def test_a_memory_of_another_document_is_not_shown(documents, member):

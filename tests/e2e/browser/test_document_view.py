@@ -93,7 +93,7 @@ def test_a_citation_opens_the_pdf_page_with_the_passage_marked(browser, live_por
     assert image.status == 200 and image.headers["content-type"] == "image/png" and image.body()[:8] == b"\x89PNG\r\n\x1a\n"
     original_url = page.locator("#download-original").get_attribute("href")
     assert page.request.get(f"{live_portal.url}{original_url}").body()[:5] == b"%PDF-"
-    screenshot(page, "18-document-view-pdf-page")
+    screenshot(page, "18-document-view-pdf-page")  # docs/portal-document.png
     page.context.close()
 
     outsider = log_in(browser, live_portal, "bob")
