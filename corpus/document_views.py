@@ -48,7 +48,9 @@ def _page_figure(document: Dataset, passage: Memory | None) -> dict | None:
 
 def _region(region: object, size: PageSize) -> dict | None:
     """The OCR region (fractions of the page, `engine.places`) in the page's points, or None."""
-    if not (isinstance(region, list) and len(region) == 4 and all(isinstance(v, int | float) for v in region)):
+    if not isinstance(region, list) or len(region) != 4:
+        return None
+    if not all(isinstance(v, int | float) for v in region):
         return None
     left, top, right, bottom = (min(max(float(v), 0.0), 1.0) for v in region)
     if right <= left or bottom <= top:

@@ -13,6 +13,10 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='messagememory',
             name='place',
-            field=models.CharField(blank=True, help_text='Where in its document it came from, in words ("page 12"; engine.places).', max_length=300),
+            field=models.CharField(
+                blank=True,
+                help_text='Where in its document it came from, in words ("page 12"; engine.places).',
+                max_length=300,
+            ),
         ),
     ]

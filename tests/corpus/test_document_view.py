@@ -55,7 +55,8 @@ def test_pdf_passage_is_marked_on_its_page_with_the_page_image(documents, member
     page = response.content.decode()
     assert response.status_code == 200
     assert '<strong id="place">page 2</strong>' in page
-    assert f'<mark id="passage">{html.escape(passage.text)}</mark>' in page and "Rosetta Stone" in passage.text
+    assert "Rosetta Stone" in passage.text
+    assert f'<mark id="passage">{html.escape(passage.text)}</mark>' in page
     image_url = reverse("corpus:document_page", args=[pdf.corpus_id, pdf.pk, 2])
     assert f'href="{image_url}"' in page
     image = client.get(image_url)
@@ -85,7 +86,8 @@ def test_markdown_passage_is_shown_in_the_text_around_it(documents, member):
 
 def test_the_original_downloads_byte_identical(documents, member):
     for dataset in (documents["pdf"], documents["guide"]):
-        response = login(member).get(reverse("corpus:document_original", args=[dataset.corpus_id, dataset.pk]))
+        url = reverse("corpus:document_original", args=[dataset.corpus_id, dataset.pk])
+        response = login(member).get(url)
         assert response.status_code == 200
         assert f'filename="{dataset.name}"' in response["Content-Disposition"]
         assert b"".join(response.streaming_content) == documents["uploaded"][dataset.name]
@@ -123,7 +125,8 @@ def test_a_memory_of_another_document_is_not_shown(documents, member):
     other = Memory.objects.filter(dataset=guide).first()
     url = document_url(corpus_id=pdf.corpus_id, document_id=pdf.pk, memory_id=other.pk)
     assert login(member).get(url).status_code == 404
-    assert login(member).get(reverse("corpus:document", args=[pdf.corpus_id, pdf.pk]) + "?memory=x").status_code == 404
+    not_a_number = reverse("corpus:document", args=[pdf.corpus_id, pdf.pk]) + "?memory=x"
+    assert login(member).get(not_a_number).status_code == 404
 
 
 def test_anonymous_is_sent_to_log_in(documents, client):
@@ -165,13 +168,14 @@ def test_the_api_hit_and_memory_carry_the_place_and_the_document_url(documents, 
 def test_a_chat_memory_keeps_its_place_and_links_through_the_memory(documents, member, outsider):
     pdf = documents["pdf"]
     passage = _memory(pdf, page=3)
-    shown = MessageMemorySerializer(MessageMemory(rank=0, memory_id=passage.pk, memory_key=passage.content_hash,
-                                                  score=1.0, place="page 3")).data
+    shown = MessageMemorySerializer(MessageMemory(
+        rank=0, memory_id=passage.pk, memory_key=passage.content_hash, score=1.0, place="page 3")).data
     redirect_url = reverse("memory:in_document", args=[passage.pk])
     assert (shown["place"], shown["document_url"]) == ("page 3", redirect_url)
     response = login(member).get(redirect_url)
     assert response.status_code == 302
-    assert response["Location"] == document_url(corpus_id=pdf.corpus_id, document_id=pdf.pk, memory_id=passage.pk)
+    assert response["Location"] == document_url(corpus_id=pdf.corpus_id, document_id=pdf.pk,
+                                                memory_id=passage.pk)
     assert login(outsider).get(redirect_url).status_code == 404
     gone = MessageMemorySerializer(MessageMemory(rank=0, memory_id=None, score=1.0, place="page 3")).data
     assert (gone["place"], gone["document_url"]) == ("page 3", "")
@@ -187,7 +191,8 @@ def test_a_known_region_is_marked_on_the_page(documents, member):
                                           memory_id=passage.pk)).content.decode()
     # fpdf2's A4 page: 595.28 × 841.89 points.
     assert 'viewBox="0 0 595.28 841.89"' in page
-    assert '<rect class="page-region" id="page-region" x="59.53" y="168.38" width="297.64" height="84.19"/>' in page
+    assert ('<rect class="page-region" id="page-region" x="59.53" y="168.38" width="297.64" height="84.19"/>'
+            in page)
     assert "the passage marked" in page
 
 
@@ -206,4 +211,5 @@ def test_the_page_cache_stays_within_its_bound(documents, member, monkeypatch):
 def test_the_corpus_page_links_each_document_to_its_view(documents, member):
     page = login(member).get(reverse("corpus:detail", args=[documents["pdf"].corpus_id])).content.decode()
     for dataset in (documents["pdf"], documents["guide"]):
-        assert f'<a href="{reverse("corpus:document", args=[dataset.corpus_id, dataset.pk])}">{dataset.name}</a>' in page
+        url = reverse("corpus:document", args=[dataset.corpus_id, dataset.pk])
+        assert f'<a href="{url}">{dataset.name}</a>' in page

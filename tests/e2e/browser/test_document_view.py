@@ -15,12 +15,14 @@ from tests.documents import written_pdf_bytes
 from tests.e2e.browser.conftest import BUSY_MACHINE_SECONDS, DROP, PASSWORD, log_in, wait_until
 
 USER = "dana"
-PAGES = [["The harbour of Alexandria held the great lighthouse, one of the wonders of the ancient world."],
+PAGES = [["The harbour of Alexandria held the great lighthouse, one of the wonders of the ancient "
+          "world."],
          ["The Rosetta Stone was found in 1799 near the town of Rashid in the Nile delta."],
          ["Glycolysis splits one molecule of glucose into two molecules of pyruvate."]]
 QUESTION = "Where was the Rosetta Stone found?"
 ANSWER = "The Rosetta Stone was found near Rashid in 1799."
-CITATIONS = [{"text": ANSWER, "claim": True, "memories": [0], "scores": [0.9], "certainty": 0.9, "unsure": False}]
+CITATIONS = [{"text": ANSWER, "claim": True, "memories": [0], "scores": [0.9], "certainty": 0.9,
+              "unsure": False}]
 
 STORE_ANSWER = """
 import json, os
@@ -35,8 +37,9 @@ answer = Message.objects.create(conversation=conversation, role="assistant", con
                                 status="complete", grounding=0.9, citations=case["citations"],
                                 prompt_tokens=80, completion_tokens=20, finish_reason="stop")
 MessageMemory.objects.create(message=answer, rank=0, memory=memory, memory_key=memory.content_hash,
-                             corpus_name="Egypt", source="history.pdf", score=900.0, token_count=memory.token_count,
-                             excerpt=memory.text, place=place_label(memory.metadata))
+                             corpus_name="Egypt", source="history.pdf", score=900.0,
+                             token_count=memory.token_count, excerpt=memory.text,
+                             place=place_label(memory.metadata))
 """
 
 READ_MEMORIES = """
@@ -58,13 +61,15 @@ def _pdf_corpus(page, live_portal) -> list[dict]:  # noqa: ANN001 - playwright P
     wait_until(page, "document.querySelectorAll('#upload-list .upload-item.ok').length === 1")
     page.goto(page.url)
     page.get_by_role("button", name="Build index").click()
-    page.wait_for_selector("#builds tbody tr:first-child .pill:text('active')", timeout=BUSY_MACHINE_SECONDS * 1000)
+    page.wait_for_selector("#builds tbody tr:first-child .pill:text('active')",
+                           timeout=BUSY_MACHINE_SECONDS * 1000)
     return json.loads(live_portal.shell(READ_MEMORIES))
 
 
 def test_a_citation_opens_the_pdf_page_with_the_passage_marked(browser, live_portal, screenshot):
     live_portal.shell("from django.contrib.auth.models import User; import json, os; "
-                      "User.objects.create_user(json.loads(os.environ['NAME']), password=json.loads(os.environ['PASSWORD']))",
+                      "User.objects.create_user(json.loads(os.environ['NAME']), "
+                      "password=json.loads(os.environ['PASSWORD']))",
                       NAME=USER, PASSWORD=PASSWORD)
     page = log_in(browser, live_portal, USER)
     memories = _pdf_corpus(page, live_portal)
@@ -74,8 +79,8 @@ def test_a_citation_opens_the_pdf_page_with_the_passage_marked(browser, live_por
     page.get_by_role("button", name="Start a conversation").click()
     page.wait_for_url(re.compile(r"/chat/\d+/$"))
     conversation = int(re.search(r"/chat/(\d+)/$", page.url).group(1))
-    live_portal.shell(STORE_ANSWER, CASE={"conversation": conversation, "memory": cited["id"], "question": QUESTION,
-                                          "answer": ANSWER, "citations": CITATIONS})
+    live_portal.shell(STORE_ANSWER, CASE={"conversation": conversation, "memory": cited["id"],
+                                          "question": QUESTION, "answer": ANSWER, "citations": CITATIONS})
     page.goto(f"{live_portal.url}/chat/{conversation}/")
     cite = page.locator("#chat-messages li.chat-assistant .chat-cite").first
     assert cite.inner_text() == "[1, page 2]"
@@ -86,11 +91,13 @@ def test_a_citation_opens_the_pdf_page_with_the_passage_marked(browser, live_por
     assert page.locator("#place").inner_text() == "page 2"
     passage = page.locator("mark#passage")
     assert passage.text_content() == cited["text"] and "Rosetta Stone" in cited["text"]
-    assert passage.is_visible() and passage.evaluate("(m) => m.getBoundingClientRect().top < window.innerHeight")
+    assert passage.is_visible()
+    assert passage.evaluate("(m) => m.getBoundingClientRect().top < window.innerHeight"), "scrolled to"
     image_url = page.locator("svg.page-image image").get_attribute("href")
     assert image_url.endswith("/pages/2.png")
     image = page.request.get(f"{live_portal.url}{image_url}")
-    assert image.status == 200 and image.headers["content-type"] == "image/png" and image.body()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert image.status == 200 and image.headers["content-type"] == "image/png"
+    assert image.body()[:8] == b"\x89PNG\r\n\x1a\n"
     original_url = page.locator("#download-original").get_attribute("href")
     assert page.request.get(f"{live_portal.url}{original_url}").body()[:5] == b"%PDF-"
     screenshot(page, "18-document-view-pdf-page")  # docs/portal-document.png
