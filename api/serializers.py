@@ -8,6 +8,7 @@ from django.contrib.auth.models import Group
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from api.places import ResultPlaceFields, RowPlaceFields
 from chat.models import MAX_TOKEN_BUDGET, Message
 from chat.serializers import CitationSerializer, MessageSerializer
 from chat.services import MAX_MESSAGE_CHARS
@@ -157,7 +158,7 @@ class MultiSearchQuerySerializer(SearchQuerySerializer):
         return _int_list(value, "corpora")
 
 
-class CompletionMemorySerializer(serializers.Serializer):
+class CompletionMemorySerializer(ResultPlaceFields):
     """A memory that primed an OpenAI-compatible completion: a search result's where and how much."""
 
     id = serializers.IntegerField(source="memory.memory_id", allow_null=True,
@@ -206,7 +207,7 @@ class SearchResponseSerializer(serializers.Serializer):
     results = MemoryResultSerializer(many=True)
 
 
-class MemorySerializer(serializers.Serializer):
+class MemorySerializer(RowPlaceFields):
     id = serializers.IntegerField()
     key = serializers.CharField(source="content_hash")
     corpus = serializers.IntegerField(source="corpus_id")

@@ -101,8 +101,9 @@ def conversation_export_markdown(*, conversation: Conversation) -> str:
         if memories:
             lines += ["<details><summary>Memories</summary>", ""]
             for memory in memories:
+                source = ", ".join(part for part in (memory.source, memory.place) if part)
                 where = (
-                    " / ".join(part for part in (memory.corpus_name, memory.source) if part)
+                    " / ".join(part for part in (memory.corpus_name, source) if part)
                     or "unknown source"
                 )
                 if memory.memory_id in unreadable:

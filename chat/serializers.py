@@ -13,6 +13,7 @@ from rest_framework import serializers
 from chat.models import AnswerFeedback, Conversation, Message, MessageMemory
 from chat.selectors import unreadable_memories
 from engine.citations import grounding_word
+from engine.places import place_label
 from memory.services import MemoryResult
 
 EXCERPT_PREVIEW_CHARS = 600
@@ -54,9 +55,16 @@ class MessageMemorySerializer(serializers.Serializer):
     score = serializers.FloatField()
     token_count = serializers.IntegerField()
     excerpt = serializers.CharField(allow_blank=True)
+    place = serializers.CharField(allow_blank=True, help_text=(
+        'Where in its document it came from, in words: "page 12", "slide 4"; empty when none is known.'))
+    document_url = serializers.SerializerMethodField(help_text=(
+        "The document view at its passage (through GET /memory/{id}/document/); empty once its row is gone."))
 
     def get_url(self, memory: MessageMemory) -> str:
         return reverse("memory:detail", args=[memory.memory_id]) if memory.memory_id else ""
+
+    def get_document_url(self, memory: MessageMemory) -> str:
+        return reverse("memory:in_document", args=[memory.memory_id]) if memory.memory_id else ""
 
 
 class CitationSerializer(serializers.Serializer):
@@ -179,6 +187,7 @@ def memory_result_json(result: MemoryResult, *, rank: int) -> dict[str, Any]:
             score=result.hdc_score,
             token_count=result.memory.token_count,
             excerpt=result.memory.text[: MessageMemory.EXCERPT_CHARS],
+            place=place_label(result.memory.metadata)[: MessageMemory.PLACE_CHARS],
         )
     ).data
 
