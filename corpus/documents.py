@@ -19,6 +19,7 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.http import Http404
 from django.urls import reverse
 
+from corpus.document_access import document_readable
 from corpus.models import Dataset, Memory
 from corpus.selectors import get_corpus_for_user
 from engine.places import place_label
@@ -36,7 +37,7 @@ def document_for_user(user: AbstractBaseUser | AnonymousUser, corpus_id: int, do
     view, its page images and its original."""
     corpus = get_corpus_for_user(user, corpus_id)
     document = Dataset.objects.filter(pk=document_id, corpus=corpus).select_related("corpus").first()
-    if document is None:
+    if document is None or not document_readable(user, document):
         raise Http404("No such document.")
     return document
 
