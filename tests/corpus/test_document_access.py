@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 from django.contrib.auth.models import Group, User
+from django.urls import reverse
 from rest_framework.test import APIClient
 
 from corpus.document_access import dataset_readers_set, document_readable, hidden_dataset_ids
@@ -141,6 +142,9 @@ def _api_surfaces(corpus, people, documents, name) -> None:  # noqa: ANN001 - th
         assert client.get(f"/api/v1/corpora/{corpus.pk}/datasets/{dataset.pk}/").status_code == wanted, name
         assert client.get(f"/api/v1/memories/{memory.pk}/").status_code == wanted, name
         assert login(people[name]).get(f"/memory/{memory.pk}/").status_code == wanted, name
+        for view in ("corpus:document", "corpus:document_original"):  # the document view (issue 58)
+            address = reverse(view, args=[corpus.pk, dataset.pk])
+            assert login(people[name]).get(address).status_code == wanted, (name, view)
         assert document_readable(people[name], dataset) is (key in SEES[name]), name
 
 
