@@ -46,6 +46,7 @@ from engine.dataset_readers import (
 from engine.dataset_text import content_id, extract_text
 from engine.documents import DOCUMENT_FORMATS, DocumentError, document_records
 from engine.markup import MarkupError, html_text, xml_text
+from engine.readers import ReadOptions
 from engine.tokenizer import Tokenizer
 
 __all__ = ["CHUNKED_FORMATS", "FORMATS", "FORMAT_BY_SUFFIX", "MAX_JSON_OBJECT_BYTES", "RECORD_LIST_KEYS",
@@ -87,7 +88,7 @@ def _markup_text(path: Path, fmt: str, reader: _Reader) -> Iterator[str]:
 
 
 def _iter(path: Path, tokenizer: Tokenizer | None, chunk_size: int, on_issue: Callable[[DatasetIssue], None],
-          source: str | None, fmt: str | None, reader: _Reader) -> Iterator[dict]:
+          source: str | None, fmt: str | None, reader: _Reader, options: ReadOptions | None = None) -> Iterator[dict]:
     fmt = fmt or sniff_format(path)
     source = source or path.name
 
@@ -98,7 +99,7 @@ def _iter(path: Path, tokenizer: Tokenizer | None, chunk_size: int, on_issue: Ca
 
     if fmt in DOCUMENT_FORMATS:
         try:
-            yield from document_records(path, fmt, reader, tokenizer, chunk_size, source)
+            yield from document_records(path, fmt, reader, tokenizer, chunk_size, source, options)
         except DocumentError as error:
             raise DatasetError(f"{path}: {error}") from None
         return
@@ -140,7 +141,7 @@ def _record_documents(text: str, tokenizer: Tokenizer | None, chunk_size: int, m
 
 def iter_dataset(path: str | Path, tokenizer: Tokenizer | None = None, chunk_size: int = 1024, *,
                  errors: list[DatasetIssue] | None = None, source: str | None = None,
-                 format: str | None = None) -> Iterator[dict]:
+                 format: str | None = None, options: ReadOptions | None = None) -> Iterator[dict]:
     """Stream the documents of one dataset file.
 
     Yields ``{"id": content_id(text), "text": str, "metadata": {"source", "format", "record", ...}}``.
@@ -149,7 +150,8 @@ def iter_dataset(path: str | Path, tokenizer: Tokenizer | None = None, chunk_siz
     readable text, and ``tokens``: the window length, in whitespace words when no tokenizer is given).
     A structured record longer than one window yields one document per window, with ``part`` and
     the same ``char_start``/``char_end``/``tokens`` in the record's text. `source` defaults to
-    the file name; `format` defaults to `sniff_format(path)`. Skipped records are logged and
+    the file name; `format` defaults to `sniff_format(path)`; `options` are what the corpus allows its
+    document readers (OCR, caps; `engine.readers.ReadOptions`). Skipped records are logged and
     appended to `errors` as DatasetIssue; unreadable files raise DatasetError.
     """
     path = Path(path)
@@ -158,7 +160,7 @@ def iter_dataset(path: str | Path, tokenizer: Tokenizer | None = None, chunk_siz
     if chunk_size < 1:
         raise ValueError(f"chunk_size must be >= 1, got {chunk_size}")
     on_issue = errors.append if errors is not None else _ignore
-    return _iter(path, tokenizer, chunk_size, on_issue, source, format, _Reader(path))
+    return _iter(path, tokenizer, chunk_size, on_issue, source, format, _Reader(path), options)
 
 
 def _ignore(issue: DatasetIssue) -> None:
@@ -170,7 +172,7 @@ class _EnoughChecked(Exception):
 
 
 def validate_dataset(path: str | Path, max_records_to_check: int = 1000, *, tokenizer: Tokenizer | None = None,
-                     chunk_size: int = 1024) -> dict:
+                     chunk_size: int = 1024, options: ReadOptions | None = None) -> dict:
     """Check an uploaded file by reading up to `max_records_to_check` documents.
 
     Returns ``{"path", "format", "size", "records_checked", "records_valid", "record_estimate",
@@ -190,7 +192,7 @@ def validate_dataset(path: str | Path, max_records_to_check: int = 1000, *, toke
         if valid + len(errors) >= max_records_to_check:
             raise _EnoughChecked
 
-    records = _iter(path, tokenizer, chunk_size, on_issue, None, fmt, reader)
+    records = _iter(path, tokenizer, chunk_size, on_issue, None, fmt, reader, options)
     complete = False
     try:
         for _ in records:

@@ -62,7 +62,7 @@ class Reader:
 
 # The formats, as data: each module exposes READERS, a tuple of `Reader`s. Order matters for sniffing
 # (the first reader whose sniff accepts the head wins), so specific containers come before generic ones.
-READER_MODULES: tuple[str, ...] = ()
+READER_MODULES: tuple[str, ...] = ("engine.readers.images",)
 
 
 def readers() -> tuple[Reader, ...]:
