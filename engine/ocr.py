@@ -1,8 +1,7 @@
 """Text of page images by OCR: scans, photos of whiteboards, PDF pages without a text layer.
 
 The engine is RapidOCR (the `rapidocr` wheel) on onnxruntime, on the CPU: PP-OCRv6 small text
-detection and recognition and the PP-OCR text-direction classifier, ONNX models that ship inside the
-wheel. They are named by path, so RapidOCR's downloader is never reached: nothing is fetched at run
+detection and recognition, ONNX models that ship inside the wheel. They are named by path, so RapidOCR's downloader is never reached: nothing is fetched at run
 time. Chosen by measurement over rapidocr-onnxruntime (PP-OCRv4): on pages rendered from the Python
 documentation's text it dropped the spaces between words at 150 dpi (3.8 % character error rate
 against 0.06 %) at about the same speed (bench/ingest.py, docs/benchmarks.md).
@@ -34,7 +33,7 @@ PDF_DPI = 200
 # An image larger than this on its long side is reduced before OCR (the detector reduces it anyway;
 # this bounds the memory of the decoded pixels).
 MAX_SIDE = 4000
-_MODELS = ("PP-OCRv6_det_small.onnx", "ch_ppocr_mobile_v2.0_cls_mobile.onnx", "PP-OCRv6_rec_small.onnx")
+_MODELS = ("PP-OCRv6_det_small.onnx", "PP-OCRv6_rec_small.onnx")
 
 
 @dataclass(frozen=True)
@@ -70,9 +69,11 @@ def _engine() -> Any:
     missing = [name for name in _MODELS if not (models / name).is_file()]
     if missing:
         raise RuntimeError(f"the rapidocr wheel lacks its models {missing}: reinstall rapidocr")
-    detector, classifier, recogniser = (str(models / name) for name in _MODELS)
-    return RapidOCR(params={"Global.log_level": "error", "Det.model_path": detector,
-                            "Cls.model_path": classifier, "Rec.model_path": recogniser})
+    detector, recogniser = (str(models / name) for name in _MODELS)
+    # No text-direction classifier: on skewed, noisy scans it turned upright lines that start with a
+    # bracket upside down (two lines of garbage a page; bench.ingest: 8.8 % → 0 % at 150 dpi).
+    return RapidOCR(params={"Global.log_level": "error", "Global.use_cls": False,
+                            "Det.model_path": detector, "Rec.model_path": recogniser})
 
 
 def clear_caches() -> None:
@@ -123,7 +124,21 @@ def ocr_image(image: Image) -> list[OcrLine]:
         box = tuple(round(min(max(float(v), 0.0), 1.0), 4) for v in (xs.min(), ys.min(), xs.max(), ys.max()))
         if text.strip():
             lines.append(OcrLine(text.strip(), box, round(float(score), 4)))
-    return sorted(lines, key=lambda line: (line.box[1], line.box[0]))
+    return reading_order(lines)
+
+
+def reading_order(lines: list[OcrLine]) -> list[OcrLine]:
+    """`lines` row by row, top to bottom, each row left to right. A row is the lines whose middles lie
+    within the height of its first line: on a skewed scan the pieces of one line the detector
+    found apart stand at different heights, and sorting by their tops alone would swap them."""
+    rows: list[list[OcrLine]] = []
+    for line in sorted(lines, key=lambda line: line.box[1] + line.box[3]):
+        middle = (line.box[1] + line.box[3]) / 2
+        if rows and rows[-1][0].box[1] <= middle <= rows[-1][0].box[3]:
+            rows[-1].append(line)
+        else:
+            rows.append([line])
+    return [line for row in rows for line in sorted(row, key=lambda line: line.box[0])]
 
 
 def _joins(block: list[OcrLine], line: OcrLine) -> bool:

@@ -61,7 +61,7 @@ def render_page(text: str, dpi: int, *, skew: float = 0.0, noise: float = 0.0, s
     `size_inches` at `dpi`, `margin_inches` from its top left), its paragraphs (split at blank
     lines) apart by a blank line, rotated by `skew` degrees, with Gaussian noise of `noise` grey
     levels. Returns (the greyscale page, the text as drawn: its lines joined by newlines, a blank
-    line between paragraphs)."""
+    line between paragraphs; lines below the bottom margin are left out)."""
     import numpy as np
     from PIL import Image as PILImage
     from PIL import ImageDraw, ImageFont
@@ -75,8 +75,10 @@ def render_page(text: str, dpi: int, *, skew: float = 0.0, noise: float = 0.0, s
     lines: list[str] = []
     for paragraph in text.split("\n\n"):
         lines += [*([""] if lines else []), *textwrap.wrap(paragraph, width=columns)]
+    step = round(font_px * 1.4)
+    lines = lines[: max(0, (height - 2 * margin) // step)]  # what fits on the page is what is drawn
     for number, line in enumerate(lines):
-        draw.text((margin, margin + number * round(font_px * 1.4)), line, font=font, fill=0)
+        draw.text((margin, margin + number * step), line, font=font, fill=0)
     if skew:
         page = page.rotate(skew, resample=PILImage.Resampling.BICUBIC, fillcolor=255)
     if noise:
@@ -84,6 +86,13 @@ def render_page(text: str, dpi: int, *, skew: float = 0.0, noise: float = 0.0, s
         grey += np.random.default_rng(seed).normal(0.0, noise, grey.shape).astype(np.float32)
         page = PILImage.fromarray(np.clip(grey, 0, 255).astype(np.uint8))
     return page, "\n".join(lines)
+
+
+def lines_per_page(dpi: int, *, size_inches: tuple[float, float] = A4_INCHES, points: float = 11.0,
+                   margin_inches: float = 0.8) -> int:
+    """How many lines `render_page` draws on a page of these measures."""
+    step = round(round(points / 72 * dpi) * 1.4)
+    return (round(size_inches[1] * dpi) - 2 * round(margin_inches * dpi)) // step
 
 
 def save_image_pdf(pages: list[Image], path: Path, dpi: int) -> Path:
