@@ -3,11 +3,12 @@ second per format, the peak RSS, and OCR's character error rate against the text
 
 The folder is assembled from real things: pages of the Python documentation's prose rendered with
 DejaVu Serif at 150 and 300 dpi, skewed and with scanner noise (bench.data.scans), saved by Pillow
-as PNG and WebP (150 dpi), JPEG, TIFF (one frame a page) and an image-only PDF (300 dpi); the public PDFs Debian ships in
-/usr/share/doc (where present); a DOCX written by python-docx, Markdown, plain text and JSONL of the
-same prose; and bad inputs: a damaged PNG, an image over the pixel cap, a PDF over the page cap.
-Each file is read the way a build reads it: an image through its reader (`engine.readers`), every
-other file through `engine.datasets.iter_dataset`, with the corpus's `ReadOptions`.
+as PNG and WebP (150 dpi), JPEG, TIFF (one frame a page) and an image-only PDF (300 dpi); the
+public PDFs Debian ships in /usr/share/doc (where present); a DOCX written by python-docx,
+Markdown, plain text and JSONL of the same prose; and bad inputs: a damaged PNG, an image over
+the pixel cap, a PDF over the page cap. Each file is read the way a build reads it: an image
+through its reader (`engine.readers`), every other file through `engine.datasets.iter_dataset`,
+with the corpus's `ReadOptions`.
 
     .venv/bin/python -m bench.ingest               # five scanned half pages: minutes on 2 busy cores
     .venv/bin/python -m bench.ingest --pages 3 --keep /tmp/ingest
@@ -53,7 +54,8 @@ def _scans(folder: Path, text: str, pages: int) -> dict[str, tuple[int, str]]:
             continue
         drawn = "\n".join(text for _, text in rendered)
         images[0].convert("RGB").save(folder / "scan-300.jpg", quality=85)
-        images[0].save(folder / "scan-300.tiff", save_all=True, append_images=images[1:], compression="tiff_deflate")
+        images[0].save(folder / "scan-300.tiff", save_all=True, append_images=images[1:],
+                       compression="tiff_deflate")
         save_image_pdf(images, folder / "scan-300.pdf", dpi)
         truth |= {"scan-300.jpg": (dpi, first), "scan-300.tiff": (dpi, drawn), "scan-300.pdf": (dpi, drawn)}
     return truth
@@ -99,7 +101,8 @@ def read_file(path: Path, options: object) -> tuple[str, list[str], set[int]]:
         return reader.name, [part.text for part in parts], {part.place.get("page", 1) for part in parts}
     fmt = sniff_format(path)
     records = list(iter_dataset(path, options=options))
-    return fmt, [r["text"] for r in records], {r["metadata"]["page"] for r in records if "page" in r["metadata"]}
+    pages = {record["metadata"]["page"] for record in records if "page" in record["metadata"]}
+    return fmt, [record["text"] for record in records], pages
 
 
 def _cer(texts: list[str], truth: str) -> float:

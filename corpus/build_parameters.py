@@ -44,7 +44,7 @@ class BuildParameters:
     model_name: str | None = None  # the model's identity, by which every machine finds its own copy
     model_sha256: str | None = None
     late_interaction: bool = False
-    ocr: bool = True  # images and text-less PDF pages read by OCR (`engine.ocr`); older builds did not record it
+    ocr: bool = True  # images and text-less PDF pages read by OCR (`engine.ocr`); older builds: on
     dataset_ids: tuple[int, ...] | None = None  # the datasets the build or segment holds
     base_build: int | None = None  # an append: the state it was queued on, base build first
     previous: tuple[int, ...] = ()

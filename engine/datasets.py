@@ -88,7 +88,8 @@ def _markup_text(path: Path, fmt: str, reader: _Reader) -> Iterator[str]:
 
 
 def _iter(path: Path, tokenizer: Tokenizer | None, chunk_size: int, on_issue: Callable[[DatasetIssue], None],
-          source: str | None, fmt: str | None, reader: _Reader, options: ReadOptions | None = None) -> Iterator[dict]:
+          source: str | None, fmt: str | None, reader: _Reader,
+          options: ReadOptions | None = None) -> Iterator[dict]:
     fmt = fmt or sniff_format(path)
     source = source or path.name
 

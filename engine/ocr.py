@@ -1,10 +1,11 @@
 """Text of page images by OCR: scans, photos of whiteboards, PDF pages without a text layer.
 
 The engine is RapidOCR (the `rapidocr` wheel) on onnxruntime, on the CPU: PP-OCRv6 small text
-detection and recognition, ONNX models that ship inside the wheel. They are named by path, so RapidOCR's downloader is never reached: nothing is fetched at run
-time. Chosen by measurement over rapidocr-onnxruntime (PP-OCRv4): on pages rendered from the Python
-documentation's text it dropped the spaces between words at 150 dpi (3.8 % character error rate
-against 0.06 %) at about the same speed (bench/ingest.py, docs/benchmarks.md).
+detection and recognition, ONNX models that ship inside the wheel. They are named by path, so
+RapidOCR's downloader is never reached: nothing is fetched at run time. Chosen by measurement over
+rapidocr-onnxruntime (PP-OCRv4): on an A4 page rendered from the Python documentation's text it
+dropped the spaces between words at 150 dpi (3.8 % character error rate against 0.06 %) at about
+the same speed (docs/benchmarks.md, bench.ingest).
 
 `ocr_image` gives an image's lines with their boxes (fractions of the width and height) and
 confidence; `ocr_parts` groups them into blocks (paragraphs), each a `Part` whose place is its page

@@ -384,8 +384,8 @@ def append_segment(*, previous_dir: str | Path, datasets: Iterable[tuple[int, st
     spool_dir = out_dir / _SPOOL
     spool, tokenized, offsets = _tokenize_append(datasets, spool_dir, tokenizer=tokenizer,
                                                  chunk_size=int(previous["chunk_size"]), batch_docs=batch_docs,
-                                                 report=report, checkpoint=checkpoint, known=known, timings=timings,
-                                                 read_options=read_options)
+                                                 report=report, checkpoint=checkpoint, known=known,
+                                                 timings=timings, read_options=read_options)
     n_docs = offsets.size - 1
     checkpoint()
     with _timed(timings, "vocabulary"):
@@ -416,8 +416,8 @@ def _tokenize_append(datasets: list[tuple[int, str, Path]], spool_dir: Path, *, 
     spool_dir.mkdir()
     spool = _Spool(spool_dir / "tokens.i32", spool_dir / "records.jsonl")
     with _timed(timings, "tokenize"):
-        tokenized = _tokenize_pass(datasets, tokenizer, chunk_size, spool, batch_docs, report, checkpoint, known,
-                                   read_options)
+        tokenized = _tokenize_pass(datasets, tokenizer, chunk_size, spool, batch_docs, report, checkpoint,
+                                   known, read_options)
     offsets = np.asarray(spool.offsets, dtype=np.int64)
     if offsets.size == 1:
         raise BuildError(f"no documents found in {[str(d[2]) for d in datasets]}")

@@ -329,8 +329,8 @@ def dataset_upload(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded_fi
         if replace and replaces is None:
             replaces, superseded = _replaced_by_name(corpus=corpus, name=name)
         try:
-            report = validate_dataset(staged, tokenizer=_corpus_tokenizer(corpus), chunk_size=corpus.chunk_size,
-                                      options=ReadOptions(ocr=corpus.ocr))
+            report = validate_dataset(staged, tokenizer=_corpus_tokenizer(corpus),
+                                      chunk_size=corpus.chunk_size, options=ReadOptions(ocr=corpus.ocr))
         except DatasetError as error:
             raise DatasetRejected(str(error).replace(str(staged), name)) from None
         dataset = _dataset_store(corpus=corpus, user=user, name=name, staged=staged, sha256=sha256, size=size,

@@ -40,7 +40,8 @@ def read_image(path: Path, options: ReadOptions) -> Iterator[Part]:
         raise DocumentError("OCR found no text on the image")
 
 
-def _sniffer(name: str, suffixes: tuple[str, ...], *magics: bytes, webp: bool = False) -> Callable[[bytes, str], bool]:
+def _sniffer(name: str, suffixes: tuple[str, ...], *magics: bytes,
+             webp: bool = False) -> Callable[[bytes, str], bool]:
     def sniff(head: bytes, suffix: str) -> bool:
         if any(head.startswith(magic) for magic in magics) and (not webp or head[8:12] == b"WEBP"):
             return True

@@ -10,7 +10,7 @@ from rapidfuzz.distance import Levenshtein
 
 from bench.data.scans import python_doc_paragraphs, render_page, save_image_pdf
 from engine.datasets import DatasetError, iter_dataset, validate_dataset
-from engine.ocr import Deadline, ocr_image
+from engine.ocr import Deadline, OcrLine, clear_caches, ocr_image, reading_order
 from engine.readers import DocumentError, ReadOptions, reader_for
 from engine.readers.images import OCR_OFF, read_image
 
@@ -66,7 +66,8 @@ def test_the_image_reader_gives_one_part_per_paragraph_with_its_page_and_region(
 
 
 def test_a_multi_page_tiff_gives_each_frame_its_page(tmp_path, paragraphs):
-    frames = [render_page(text[:60], 150, size_inches=(5.0, 0.8), margin_inches=0.3)[0] for text in paragraphs]
+    frames = [render_page(text[:60], 150, size_inches=(5.0, 0.8), margin_inches=0.3)[0]
+              for text in paragraphs]
     path = tmp_path / "scan.tiff"
     frames[0].save(path, save_all=True, append_images=frames[1:], compression="tiff_deflate")
     reader, parts = _read(path)
@@ -154,3 +155,24 @@ def test_a_pdf_over_the_page_cap_is_refused_before_it_is_read(tmp_path):
     writer.write(path)
     with pytest.raises(DatasetError, match="5,001 pages, over the cap of 5,000"):
         validate_dataset(path)
+
+
+def test_reading_order_keeps_the_pieces_of_a_skewed_line_left_to_right():
+    # The right piece of a line tilted up stands higher than its left piece, but within its height.
+    left = OcrLine("Serialize obj", (0.10, 0.120, 0.45, 0.160), 0.99)
+    right = OcrLine("to a JSON str.", (0.50, 0.110, 0.85, 0.150), 0.99)
+    below = OcrLine("If skipkeys is true", (0.10, 0.170, 0.60, 0.210), 0.99)
+    assert [line.text for line in reading_order([below, right, left])] == [
+        "Serialize obj", "to a JSON str.", "If skipkeys is true"]
+
+
+def test_the_models_come_from_the_wheel_without_a_connection(monkeypatch, page):
+    import socket
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"OCR tried to connect to {args[1:]}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    clear_caches()  # load the models again, here, with every connection refused
+    lines = ocr_image(page[0].copy())
+    assert lines and lines[0].text.startswith("Serialize")
