@@ -113,15 +113,15 @@ def _cer(texts: list[str], truth: str) -> float:
 
 
 def _ingest(folder: Path, options: object) -> tuple[dict, list[tuple[str, str, str]]]:
-    """Read every file of `folder` → ({format: [units, seconds]} of the files read, and
+    """Read every file of `folder` → ({format: [units, seconds, CPU seconds]} of the files read, and
     (file, "read" | "refused" | "FAILED", detail) for each file)."""
     from engine.datasets import DatasetError
     from engine.readers import DocumentError
 
-    rates: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0])
+    rates: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
     outcomes, texts = [], {}
     for path in sorted(folder.iterdir()):
-        started = time.perf_counter()
+        started, cpu_started = time.perf_counter(), time.process_time()
         try:
             fmt, read, pages = read_file(path, options)
         except (DocumentError, DatasetError) as error:
@@ -134,6 +134,7 @@ def _ingest(folder: Path, options: object) -> tuple[dict, list[tuple[str, str, s
         units = len(pages) or len(read)
         rates[fmt][0] += units
         rates[fmt][1] += seconds
+        rates[fmt][2] += time.process_time() - cpu_started
         texts[path.name] = read
         unit = "pages" if pages else "records"
         outcomes.append((path.name, "read", f"{fmt}, {units} {unit} in {seconds:.1f} s"))
@@ -162,9 +163,10 @@ def main(argv: list[str] | None = None) -> None:
     refused = sum(outcome == "refused" for _, outcome, _ in outcomes)
     print(f"\nfiles: {len(outcomes)}; read {read} ({read / len(outcomes):.0%}), refused with a reason "
           f"{refused} ({refused / len(outcomes):.0%}), failed without one {len(outcomes) - read - refused}")
-    print("\nper format (units a second, the files read):")
-    for fmt, (units, seconds) in sorted(found["rates"].items()):
-        print(f"  {fmt:8} {units / seconds:9.2f} /s  ({units:g} in {seconds:.1f} s)")
+    print("\nper format (pages or records a second of the files read; CPU seconds of this process, all its "
+          "threads, for each):")
+    for fmt, (units, seconds, cpu) in sorted(found["rates"].items()):
+        print(f"  {fmt:8} {units / seconds:9.2f} /s  ({units:g} in {seconds:.1f} s; {cpu / units:.2f} CPU s each)")
     print("\nOCR character error rate against the text drawn:")
     for dpi in (150, 300):
         rates = [(name, _cer(found["texts"][name], text)) for name, (at, text) in truth.items()

@@ -66,7 +66,7 @@ def test_the_image_reader_gives_one_part_per_paragraph_with_its_page_and_region(
 
 
 def test_a_multi_page_tiff_gives_each_frame_its_page(tmp_path, paragraphs):
-    frames = [render_page(text[:60], 150, size_inches=(5.0, 0.8), margin_inches=0.3)[0]
+    frames = [render_page(text[:60], 150, size_inches=(5.0, 1.0), margin_inches=0.25)[0]
               for text in paragraphs]
     path = tmp_path / "scan.tiff"
     frames[0].save(path, save_all=True, append_images=frames[1:], compression="tiff_deflate")
