@@ -166,7 +166,8 @@ def main(argv: list[str] | None = None) -> None:
     print("\nper format (pages or records a second of the files read; CPU seconds of this process, all its "
           "threads, for each):")
     for fmt, (units, seconds, cpu) in sorted(found["rates"].items()):
-        print(f"  {fmt:8} {units / seconds:9.2f} /s  ({units:g} in {seconds:.1f} s; {cpu / units:.2f} CPU s each)")
+        print(f"  {fmt:8} {units / seconds:9.2f} /s  ({units:g} in {seconds:.1f} s; "
+              f"{cpu / units:.2f} CPU s each)")
     print("\nOCR character error rate against the text drawn:")
     for dpi in (150, 300):
         rates = [(name, _cer(found["texts"][name], text)) for name, (at, text) in truth.items()

@@ -6,13 +6,20 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('corpus', '0012_meaning_channel'),
+        ("corpus", "0012_meaning_channel"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='corpus',
-            name='ocr',
-            field=models.BooleanField(default=True, help_text='Read images (PNG, JPEG, TIFF, WebP) and PDF pages without a text layer with an OCR model (RapidOCR, on the CPU); off: they are refused with that reason. Slow: about 25 CPU seconds a scanned A4 page (over a minute on busy cores), at upload and at build; pages with text cost nothing more.', verbose_name='OCR of images and scans'),
+            model_name="corpus",
+            name="ocr",
+            field=models.BooleanField(
+                default=True,
+                help_text="Read images (PNG, JPEG, TIFF, WebP) and PDF pages without a text layer with an "
+                          "OCR model (RapidOCR, on the CPU); off: they are refused with that reason. Slow: "
+                          "about 25 CPU seconds a scanned A4 page (over a minute on busy cores), at upload "
+                          "and at build; pages with text cost nothing more.",
+                verbose_name="OCR of images and scans",
+            ),
         ),
     ]
