@@ -343,10 +343,8 @@ def build_index(*, datasets: Iterable[tuple[int, str, str | Path]], out_dir: str
     spool_dir.mkdir()
     spool = _Spool(spool_dir / "tokens.i32", spool_dir / "records.jsonl")
     with _timed(timings, "tokenize"):
-        tokenized = _tokenize_pass(
-            datasets, tokenizer, config.chunk_size, spool, batch_docs, report, checkpoint,
-            options=ReadOptions(ocr=config.ocr),
-        )
+        tokenized = _tokenize_pass(datasets, tokenizer, config.chunk_size, spool, batch_docs, report,
+                                   checkpoint, options=ReadOptions(ocr=config.ocr))
     offsets = np.asarray(spool.offsets, dtype=np.int64)
     n_docs = offsets.size - 1
     if n_docs == 0:
