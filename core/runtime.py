@@ -58,7 +58,9 @@ def default_gguf() -> Path:
 
 def reset() -> None:
     """Forget everything this process keeps (thread pools stay: they hold no state)."""
+    from engine.ocr import clear_caches as clear_ocr_caches
     from engine.vocab import clear_caches
 
     clear_caches()  # the engine's own (it imports nothing above it, so cannot register them here)
+    clear_ocr_caches()
     bounded_caches_clear()  # every BoundedCache and registered function cache, engine_config's too

@@ -25,7 +25,7 @@ from engine.fusion import FusionChoice
 VERSION = 1
 # An append copies these from the state's base build: its segment must be encoded the same way.
 INHERITED_BY_APPENDS = ("hdc_dimensions", "hdc_seed", "hdc_ngram", "hdc_drop_components", "chunk_size",
-                        "gguf_path", "model_name", "model_sha256", "late_interaction")
+                        "gguf_path", "model_name", "model_sha256", "late_interaction", "ocr")
 _FUSIONS = ("fusion", "word_fusion", "meaning_fusion")
 _ID_LISTS = ("dataset_ids", "previous")
 
@@ -44,6 +44,7 @@ class BuildParameters:
     model_name: str | None = None  # the model's identity, by which every machine finds its own copy
     model_sha256: str | None = None
     late_interaction: bool = False
+    ocr: bool = True  # images and text-less PDF pages read by OCR (`engine.ocr`); older builds: on
     dataset_ids: tuple[int, ...] | None = None  # the datasets the build or segment holds
     base_build: int | None = None  # an append: the state it was queued on, base build first
     previous: tuple[int, ...] = ()

@@ -133,6 +133,13 @@ SETTINGS: tuple[CorpusSetting, ...] = (
         "HDC and words at once, by meaning as its segments are read (tens of memories a second).",
         rebuild=True),
     CorpusSetting(
+        "ocr", "OCR of images and scans", bool, True,
+        "Read images (PNG, JPEG, TIFF, WebP) and PDF pages without a text layer with an OCR model "
+        "(RapidOCR, on the CPU); off: they are refused with that reason. Slow: about 25 CPU seconds a "
+        "scanned A4 page (over a minute on busy cores), at upload and at build; pages with text cost "
+        "nothing more.",
+        rebuild=True),
+    CorpusSetting(
         "append_on_upload", "Index uploads at once", bool, True,
         "A successful upload queues an append that makes the new files searchable within seconds, "
         "without a full build (not for late-interaction corpora, which need a build).", rebuild=False),

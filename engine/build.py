@@ -49,6 +49,7 @@ from engine.loaded_build import (
     load_corpus,
     read_manifest,
 )
+from engine.readers import ReadOptions
 from engine.tokenizer import Tokenizer
 from engine.vocab import FORMAT_VERSION, VocabIndex, open_shared
 from engine.vocab_writer import write_vocab_index
@@ -127,7 +128,8 @@ class _Tokenized:
 
 def _tokenize_pass(datasets: list[tuple[int, str, Path]], tokenizer: Tokenizer, chunk_size: int,
                    spool: _Spool, batch_docs: int, report: Progress, checkpoint: Callable[[], None],
-                   known: Callable[[list[str]], set[str]] | None = None) -> _Tokenized:
+                   known: Callable[[list[str]], set[str]] | None = None,
+                   options: ReadOptions | None = None) -> _Tokenized:
     """Pass 1: read, deduplicate and tokenize every dataset into the spool; count document frequencies.
 
     `known(ids)`, when given, says which of a batch's content ids are held elsewhere already (an
@@ -144,7 +146,7 @@ def _tokenize_pass(datasets: list[tuple[int, str, Path]], tokenizer: Tokenizer, 
         for source_id, name, path in datasets:
             counts = {"source_id": source_id, "name": name, "path": str(path), "documents": 0,
                       "duplicates": 0}
-            items = iter_dataset(path, tokenizer, chunk_size, errors=skipped, source=name)
+            items = iter_dataset(path, tokenizer, chunk_size, errors=skipped, source=name, options=options)
             for batch in batched(items, batch_docs):
                 checkpoint()
                 fresh = []
@@ -341,9 +343,8 @@ def build_index(*, datasets: Iterable[tuple[int, str, str | Path]], out_dir: str
     spool_dir.mkdir()
     spool = _Spool(spool_dir / "tokens.i32", spool_dir / "records.jsonl")
     with _timed(timings, "tokenize"):
-        tokenized = _tokenize_pass(
-            datasets, tokenizer, config.chunk_size, spool, batch_docs, report, checkpoint
-        )
+        tokenized = _tokenize_pass(datasets, tokenizer, config.chunk_size, spool, batch_docs, report,
+                                   checkpoint, options=ReadOptions(ocr=config.ocr))
     offsets = np.asarray(spool.offsets, dtype=np.int64)
     n_docs = offsets.size - 1
     if n_docs == 0:

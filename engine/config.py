@@ -96,6 +96,8 @@ class Config:
     # that a chat's memory budget holds several memories and the prompt prefills within a few
     # seconds on a 2-core CPU (prefill rates: docs/models.md).
     chunk_size: int = 256
+    # Read images and PDF pages without a text layer by OCR (engine.ocr); a corpus may turn it off.
+    ocr: bool = True
     # Generation / context budget: context = search + generation + system + history
     llama_context_size: int = 16384
     max_new_tokens: int = 4096

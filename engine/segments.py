@@ -62,6 +62,7 @@ from engine.index_search import (
 )
 from engine.lexical import WORDS_FILE, WordChannel, WordIndex, bm25_weights, words
 from engine.loaded_build import VOCAB_FILE, CorpusError, LoadedIndex, load_corpus, read_manifest
+from engine.readers import ReadOptions
 from engine.tokenizer import Tokenizer
 from engine.vocab import VocabIndex
 from engine.vocab_writer import extend_vocab_index
@@ -366,7 +367,8 @@ def append_segment(*, previous_dir: str | Path, datasets: Iterable[tuple[int, st
                    out_dir: str | Path, gguf_path: str | Path, tokenizer: Tokenizer, sink: Sink | None = None,
                    progress: Progress | None = None, should_cancel: Callable[[], bool] | None = None,
                    batch_docs: int = BATCH_DOCS, word_index: bool = True,
-                   known: Callable[[list[str]], set[str]] | None = None) -> BuildResult:
+                   known: Callable[[list[str]], set[str]] | None = None,
+                   read_options: ReadOptions | None = None) -> BuildResult:
     """Write an append segment of `datasets` = [(source_id, name, path)] after the state whose
     newest segment is `previous_dir` (see the module docstring); returns it as a build result.
 
@@ -397,7 +399,7 @@ def append_segment(*, previous_dir: str | Path, datasets: Iterable[tuple[int, st
     spool, tokenized, offsets = _tokenize_append(datasets, spool_dir, tokenizer=tokenizer,
                                                  chunk_size=int(previous["chunk_size"]),
                                                  batch_docs=batch_docs, report=report, checkpoint=checkpoint,
-                                                 known=known, timings=timings)
+                                                 known=known, timings=timings, read_options=read_options)
     n_docs = offsets.size - 1
     checkpoint()
     with _timed(timings, "vocabulary"):
@@ -421,15 +423,15 @@ def append_segment(*, previous_dir: str | Path, datasets: Iterable[tuple[int, st
 
 def _tokenize_append(datasets: list[tuple[int, str, Path]], spool_dir: Path, *, tokenizer: Tokenizer,
                      chunk_size: int, batch_docs: int, report: Progress, checkpoint: Callable[[], None],
-                     known: Callable[[list[str]], set[str]] | None, timings: dict[str, float]
-                     ) -> tuple[_Spool, _Tokenized, np.ndarray]:
+                     known: Callable[[list[str]], set[str]] | None, timings: dict[str, float],
+                     read_options: ReadOptions | None = None) -> tuple[_Spool, _Tokenized, np.ndarray]:
     """The new documents' tokens and records, spooled in `spool_dir` → (the spool, what the pass
     counted, each document's token offsets (documents + 1,) int64); none at all is a BuildError."""
     spool_dir.mkdir()
     spool = _Spool(spool_dir / "tokens.i32", spool_dir / "records.jsonl")
     with _timed(timings, "tokenize"):
         tokenized = _tokenize_pass(
-            datasets, tokenizer, chunk_size, spool, batch_docs, report, checkpoint, known
+            datasets, tokenizer, chunk_size, spool, batch_docs, report, checkpoint, known, read_options
         )
     offsets = np.asarray(spool.offsets, dtype=np.int64)
     if offsets.size == 1:

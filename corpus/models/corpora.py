@@ -54,6 +54,7 @@ class Corpus(models.Model):
     gguf_path = model_field("gguf_path")
     late_interaction = model_field("late_interaction")
     meaning_channel = model_field("meaning_channel")
+    ocr = model_field("ocr")
     append_on_upload = model_field("append_on_upload")
     active_build = models.ForeignKey(
         "IndexBuild",

@@ -39,6 +39,7 @@ from engine.gate import channel_evidence
 from engine.lexical import WORDS_FILE, WordIndex
 from engine.loaded_build import load_corpus
 from engine.meaning import write_meaning
+from engine.readers import ReadOptions
 from engine.retrieval import Retriever
 from engine.segments import append_segment, segment_info
 from engine.text_store import LateInteractionChannel, TextStoreError, text_encoder_for, text_store_fill
@@ -119,7 +120,7 @@ class BuildJob:
         config, values = engine_config(), self.values
         drop = values.hdc_drop_components
         return config.replace(hdc_dimensions=values.hdc_dimensions, hdc_seed=values.hdc_seed,
-                              hdc_ngram=values.hdc_ngram, chunk_size=values.chunk_size,
+                              hdc_ngram=values.hdc_ngram, chunk_size=values.chunk_size, ocr=values.ocr,
                               hdc_drop_components=config.hdc_drop_components if drop is None else drop)
 
     def retriever(self) -> Retriever:
@@ -227,6 +228,7 @@ class EncodeSegment(Phase):
             previous_dir=job.previous_dir, datasets=_sources(job.datasets), out_dir=job.out_dir,
             gguf_path=job.gguf_path, tokenizer=job.tokenizer, sink=job.writer.add, progress=reporter.progress,
             should_cancel=reporter.should_cancel, word_index=job.values.word_channel,
+            read_options=ReadOptions(ocr=job.values.ocr),
             known=lambda ids: memory_hashes_among(build_ids=state, hashes=ids, retiring=retiring))
 
 

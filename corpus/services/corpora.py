@@ -31,6 +31,7 @@ from corpus.quotas import storage_usage, upload_quota_check
 from corpus.serving import forget_build, tokenizer_for
 from corpus.uploads import upload_limit_message
 from engine.datasets import DatasetError, validate_dataset
+from engine.readers import ReadOptions
 from engine.text_store import text_store_delete_source
 
 # What a corpus has beside its declared settings (corpus.corpus_settings) that the services change.
@@ -346,7 +347,8 @@ def dataset_upload(
             replaces, superseded = _replaced_by_name(corpus=corpus, name=name)
         try:
             report = validate_dataset(
-                staged, tokenizer=_corpus_tokenizer(corpus), chunk_size=corpus.chunk_size
+                staged, tokenizer=_corpus_tokenizer(corpus), chunk_size=corpus.chunk_size,
+                options=ReadOptions(ocr=corpus.ocr),
             )
         except DatasetError as error:
             raise DatasetRejected(str(error).replace(str(staged), name)) from None

@@ -82,7 +82,7 @@ class Reader:
 # The formats, as data: each module exposes READERS, a tuple of `Reader`s. Order matters for sniffing
 # (the first reader whose sniff accepts the head wins), so specific containers come before generic ones.
 READER_MODULES: tuple[str, ...] = ("engine.readers.pdf", "engine.readers.docx", "engine.readers.sheets",
-                                    "engine.readers.slides", "engine.readers.books")
+                                    "engine.readers.slides", "engine.readers.books", "engine.readers.images")
 
 
 def readers() -> tuple[Reader, ...]:

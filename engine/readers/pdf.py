@@ -1,13 +1,17 @@
 """PDF (pypdf): one part per page, place {"page": n}.
 
-A PDF starts with ``%PDF-``. Pages without a text layer (scans, blank pages) are yielded with ""
-so the caller can count them; encrypted and damaged files raise DocumentError.
+A PDF starts with ``%PDF-``. A page without a text layer (a scan) is read by OCR when the corpus
+allows it (`ReadOptions.ocr`, `engine.ocr.ocr_pdf_page`): each block of its text is a part placed at
+its page and its region on the page image. With OCR off such pages are yielded with "" so the caller
+can count them, and a PDF with no text layer at all is refused with that reason; encrypted and
+damaged files raise DocumentError.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 from engine.readers import Clock, DocumentError, Part, Reader, ReadOptions
 
@@ -35,12 +39,25 @@ def read(path: Path, options: ReadOptions) -> Iterator[Part]:
         if len(pages) > options.max_pages:
             raise DocumentError(f"the PDF has {len(pages):,} pages, more than the limit of "
                                 f"{options.max_pages:,}")
-        clock = Clock(options, "PDF")
-        for number, page in enumerate(pages, start=1):
-            clock.check()
-            yield Part((page.extract_text() or "").strip(), {"page": number}, number / len(pages))
+        yield from _pages(path, pages, options)
     except PdfReadError as error:
         raise DocumentError(f"damaged PDF: {error}") from None
+
+
+def _pages(path: Path, pages: Sequence[Any], options: ReadOptions) -> Iterator[Part]:
+    from engine.ocr import Deadline, ocr_pdf_page
+
+    clock, deadline, text_layer = Clock(options, "PDF"), Deadline(options.max_seconds), False
+    for number, page in enumerate(pages, start=1):
+        clock.check()
+        text, share = (page.extract_text() or "").strip(), number / len(pages)
+        text_layer = text_layer or bool(text)
+        if text or not options.ocr:
+            yield Part(text, {"page": number}, share)
+            continue
+        yield from ocr_pdf_page(path, number, options, share=share, deadline=deadline)
+    if len(pages) and not text_layer and not options.ocr:
+        raise DocumentError("the PDF has no text layer (a scan?) and OCR is off for this corpus")
 
 
 READERS = (Reader("pdf", (".pdf",), sniff, read, "PDF"),)

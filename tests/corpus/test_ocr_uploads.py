@@ -1,0 +1,46 @@
+"""Scanned PDFs through the real upload and build: OCR'd pages keep their page and region; a corpus with
+OCR off refuses a scan with that reason, and the other files of the upload are stored all the same."""
+
+from __future__ import annotations
+
+from django.core.files.uploadedfile import SimpleUploadedFile
+
+from bench.data.scans import render_page, save_image_pdf
+from corpus.models import Memory
+from corpus.services.batch_uploads import datasets_upload
+from corpus.services.builds import corpus_parameters
+from tests.plugins.portal import build_now
+
+SENTENCE = "Volcanic ash clouds ground aircraft for days."
+
+
+def _scan_pdf(tmp_path) -> bytes:
+    page = render_page(SENTENCE, 200, size_inches=(6.0, 1.2), columns=60, margin_inches=0.3)[0]
+    return save_image_pdf([page], tmp_path / "scan.pdf", 200).read_bytes()
+
+
+def test_a_scanned_pdf_is_built_with_the_page_and_region_of_its_text(corpus, owner, tmp_path,
+                                                                     django_capture_on_commit_callbacks):
+    outcomes = datasets_upload(corpus=corpus, user=owner, files=[
+        SimpleUploadedFile("scan.pdf", _scan_pdf(tmp_path)),
+        SimpleUploadedFile("notes.md", b"# Notes\n\nMagma cools into basalt near the surface.")])
+    assert [o.error for o in outcomes] == ["", ""]
+    assert corpus_parameters(corpus).ocr is True
+    build = build_now(corpus, owner, django_capture_on_commit_callbacks)
+    assert build.status == "succeeded" and build.params.ocr is True
+    [memory] = Memory.objects.filter(build=build, dataset=outcomes[0].dataset)
+    assert "aircraft" in memory.text and memory.metadata["page"] == 1
+    left, top, right, bottom = memory.metadata["region"]
+    assert 0 <= left < right <= 1 and 0 <= top < bottom <= 1
+
+
+def test_ocr_off_refuses_a_scan_with_its_reason_and_keeps_the_rest_of_the_upload(corpus, owner, tmp_path):
+    corpus.ocr = False
+    corpus.save(update_fields=["ocr"])
+    outcomes = datasets_upload(corpus=corpus, user=owner, files=[
+        SimpleUploadedFile("scan.pdf", _scan_pdf(tmp_path)),
+        SimpleUploadedFile("notes.md", b"# Notes\n\nMagma cools into basalt near the surface.")])
+    assert "scan.pdf" in outcomes[0].error and "no text layer" in outcomes[0].error
+    assert "OCR is off for this corpus" in outcomes[0].error
+    assert outcomes[1].error == "" and list(corpus.datasets.values_list("name", flat=True)) == ["notes.md"]
+    assert corpus_parameters(corpus).ocr is False
