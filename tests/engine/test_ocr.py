@@ -147,16 +147,6 @@ def test_an_image_only_pdf_page_is_read_by_ocr_with_its_page_and_region(tmp_path
         validate_dataset(path, options=ReadOptions(ocr=False))
 
 
-def test_a_pdf_over_the_page_cap_is_refused_before_it_is_read(tmp_path):
-    writer = PdfWriter()
-    for _ in range(5_001):
-        writer.add_blank_page(width=72, height=72)
-    path = tmp_path / "huge.pdf"
-    writer.write(path)
-    with pytest.raises(DatasetError, match="5,001 pages, over the cap of 5,000"):
-        validate_dataset(path)
-
-
 def test_reading_order_keeps_the_pieces_of_a_skewed_line_left_to_right():
     # The right piece of a line tilted up stands higher than its left piece, but within its height.
     left = OcrLine("Serialize obj", (0.10, 0.120, 0.45, 0.160), 0.99)
