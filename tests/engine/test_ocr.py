@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import pytest
 from PIL import Image
-from pypdf import PdfWriter
 from rapidfuzz.distance import Levenshtein
 
 from bench.data.scans import python_doc_paragraphs, render_page, save_image_pdf
