@@ -13,11 +13,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from engine import readers as document_readers
 from engine.documents import DOCUMENT_FORMAT_BY_SUFFIX, ZIP_MAGIC, DocumentError, sniff_document
 
+# The formats of `engine.readers` (mail, source code, ...), by name: read as parts with a place each.
+READER_BY_NAME = {reader.name: reader for reader in document_readers.readers()}
 FORMAT_BY_SUFFIX = {
     ".json": "json", ".jsonl": "jsonl", ".parquet": "parquet", ".txt": "text", ".md": "markdown",
     ".markdown": "markdown", ".html": "html", ".htm": "html", ".xml": "xml", **DOCUMENT_FORMAT_BY_SUFFIX,
+    **{suffix: reader.name for reader in READER_BY_NAME.values() for suffix in reader.suffixes},
 }
 FORMATS = frozenset(FORMAT_BY_SUFFIX.values())
 CHUNKED_FORMATS = frozenset({"text", "markdown", "html", "xml"})
@@ -166,6 +170,12 @@ def _read_sample(source: str | Path | bytes, filename: str | None) -> _Sample:
 def _sniff_binary(sample: _Sample) -> str | None:
     """A document or parquet format known by its magic bytes, else None (a text format, maybe)."""
     head, label = sample.head, sample.label
+    try:
+        reader = document_readers.reader_for(head, sample.suffix)
+    except document_readers.DocumentError as error:
+        raise DatasetError(f"{label}: {error}") from None
+    if reader is not None:
+        return reader.name
     try:
         document = sniff_document(head, sample.suffix)
     except DocumentError as error:

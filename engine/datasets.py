@@ -29,6 +29,7 @@ from engine.dataset_formats import (
     CHUNKED_FORMATS,
     FORMAT_BY_SUFFIX,
     FORMATS,
+    READER_BY_NAME,
     DatasetError,
     DatasetIssue,
     discover_datasets,
@@ -46,6 +47,10 @@ from engine.dataset_readers import (
 from engine.dataset_text import content_id, extract_text
 from engine.documents import DOCUMENT_FORMATS, DocumentError, document_records
 from engine.markup import MarkupError, html_text, xml_text
+from engine.places import place_label
+from engine.readers import DocumentError as ReaderError
+from engine.readers import Part, Reader, ReadOptions
+from engine.text_places import TextPlaces
 from engine.tokenizer import Tokenizer
 
 __all__ = ["CHUNKED_FORMATS", "FORMATS", "FORMAT_BY_SUFFIX", "MAX_JSON_OBJECT_BYTES", "RECORD_LIST_KEYS",
@@ -73,11 +78,11 @@ def _records(path: Path, fmt: str, reader: _Reader, report: Callable[[str, int, 
                 yield "item", item, record
 
 
-def _markup_text(path: Path, fmt: str, reader: _Reader) -> Iterator[str]:
+def _markup_text(path: Path, fmt: str, reader: _Reader, places: TextPlaces) -> Iterator[str]:
     with open(path, "rb") as handle:
         try:
             if fmt == "html":
-                yield from html_text(reader.blocks(handle))
+                yield from html_text(reader.blocks(handle), places.heading)
             elif fmt == "xml":
                 yield from xml_text(reader.raw_blocks(handle))
             else:
@@ -96,6 +101,9 @@ def _iter(path: Path, tokenizer: Tokenizer | None, chunk_size: int, on_issue: Ca
         logger.warning("skipped record: %s", issue)
         on_issue(issue)
 
+    if fmt in READER_BY_NAME:
+        yield from _part_records(path, READER_BY_NAME[fmt], tokenizer, chunk_size, source, reader, report)
+        return
     if fmt in DOCUMENT_FORMATS:
         try:
             yield from document_records(path, fmt, reader, tokenizer, chunk_size, source)
@@ -103,9 +111,11 @@ def _iter(path: Path, tokenizer: Tokenizer | None, chunk_size: int, on_issue: Ca
             raise DatasetError(f"{path}: {error}") from None
         return
     if fmt in CHUNKED_FORMATS:
-        for char_start, text, n_tokens, index in _chunk_stream(_markup_text(path, fmt, reader), tokenizer, chunk_size):
+        places = TextPlaces(fmt)
+        text_pieces = places.watch(_markup_text(path, fmt, reader, places))
+        for char_start, text, n_tokens, index in _chunk_stream(text_pieces, tokenizer, chunk_size):
             metadata = {"source": source, "format": fmt, "record": index,
-                        **window_metadata(char_start, text, n_tokens)}
+                        **window_metadata(char_start, text, n_tokens), **places.place(char_start, text)}
             yield {"id": content_id(text), "text": text, "metadata": metadata}
         return
     for kind, number, record in _records(path, fmt, reader, report):
@@ -121,6 +131,38 @@ def _iter(path: Path, tokenizer: Tokenizer | None, chunk_size: int, on_issue: Ca
             report(kind, number, f"no text found (keys: {', '.join(list(record)[:12]) or 'none'})")
             continue
         yield from _record_documents(text, tokenizer, chunk_size, {"source": source, "format": fmt, "record": number})
+
+
+def _part_records(path: Path, format_reader: Reader, tokenizer: Tokenizer | None, chunk_size: int,
+                  source: str, reader: _Reader, report: Callable[[str, int, str], None]) -> Iterator[dict]:
+    """The records of a document read by its `engine.readers` reader: each part is chunked on its own
+    and its place copied into every record's metadata (a part's ``lines`` narrowed to the window's);
+    what the reader skips becomes an issue ("part", the number of the part it would have been)."""
+    record, parts, size = 0, 0, path.stat().st_size
+
+    def on_skip(place: dict, reason: str) -> None:
+        report("part", parts + 1, f"{place_label(place) or 'the document'}: {reason}")
+
+    try:
+        for part in format_reader.read(path, ReadOptions(on_skip=on_skip)):
+            parts += 1
+            for char_start, chunk, n_tokens, _ in _chunk_stream([part.text], tokenizer, chunk_size):
+                metadata = {"source": source, "format": format_reader.name, "record": record,
+                            **window_metadata(char_start, chunk, n_tokens), **_window_place(part, char_start, chunk)}
+                record += 1
+                yield {"id": content_id(chunk), "text": chunk, "metadata": metadata}
+            reader.bytes_read = round(size * part.share)
+    except ReaderError as error:
+        raise DatasetError(f"{path}: {error}") from None
+
+
+def _window_place(part: Part, char_start: int, chunk: str) -> dict:
+    """The part's place for one window of its text: its ``lines`` narrowed to the window's own."""
+    lines = part.place.get("lines")
+    if not (isinstance(lines, list) and len(lines) == 2):
+        return dict(part.place)
+    first = lines[0] + part.text.count("\n", 0, char_start)
+    return {**part.place, "lines": [first, first + chunk.count("\n")]}
 
 
 def _record_documents(text: str, tokenizer: Tokenizer | None, chunk_size: int, metadata: dict) -> Iterator[dict]:

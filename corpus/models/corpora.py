@@ -12,10 +12,12 @@ from django.db.models import Max, Q
 from corpus.build_parameters import BuildParameters
 from corpus.corpus_settings import model_field
 from corpus.files import data_storage
+from engine.readers import readers as document_readers
 
-# How pages name a dataset's format (engine.datasets.FORMATS).
+# How pages name a dataset's format (engine.datasets.FORMATS); the document readers name their own.
 FORMAT_LABELS = {"pdf": "PDF", "docx": "Word", "markdown": "Markdown", "text": "text", "html": "HTML", "xml": "XML",
-                 "json": "JSON", "jsonl": "JSONL", "parquet": "Parquet"}
+                 "json": "JSON", "jsonl": "JSONL", "parquet": "Parquet",
+                 **{reader.name: reader.label for reader in document_readers() if reader.label}}
 
 
 class Corpus(models.Model):

@@ -18,10 +18,13 @@ Every reader streams (a sheet of 100,000 rows is never held whole) and honours `
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 
 class DocumentError(ValueError):
@@ -37,6 +40,9 @@ class ReadOptions:
     max_rows: int = 1_000_000
     max_pixels: int = 20_000 * 20_000
     max_seconds: float = 600.0
+    # Told (place, reason) of a piece that is skipped while the rest of the document is read (an
+    # attachment of a type no reader knows, a damaged message of a mailbox); None: only logged.
+    on_skip: Callable[[dict[str, Any], str], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -62,7 +68,7 @@ class Reader:
 
 # The formats, as data: each module exposes READERS, a tuple of `Reader`s. Order matters for sniffing
 # (the first reader whose sniff accepts the head wins), so specific containers come before generic ones.
-READER_MODULES: tuple[str, ...] = ()
+READER_MODULES: tuple[str, ...] = ("engine.readers.mail", "engine.readers.code")
 
 
 def readers() -> tuple[Reader, ...]:
@@ -81,3 +87,11 @@ def reader_for(head: bytes, suffix: str) -> Reader | None:
         if reader.sniff(head, suffix):
             return reader
     return None
+
+
+def skipped(options: ReadOptions, place: dict[str, Any], reason: str) -> None:
+    """Report a piece of a document that is skipped while the rest is read: logged, and given to
+    `options.on_skip` (the dataset iteration turns it into an issue of the upload)."""
+    logger.warning("skipped %s: %s", place, reason)
+    if options.on_skip is not None:
+        options.on_skip(place, reason)
