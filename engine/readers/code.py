@@ -120,10 +120,13 @@ def read_code(path: Path, options: ReadOptions) -> Iterator[Part]:
         head = handle.read(256)
     language = LANGUAGE_BY_SUFFIX.get(path.suffix.lower()) or _interpreter(head) or "text"
     size = max(1, path.stat().st_size)
-    read = 0
+    read, held = 0, None
     for first, last, text in code_parts(_lines(path)):
+        if held is not None:
+            yield Part(held[2], {"lines": [held[0], held[1]], "language": language}, min(0.99, read / size))
         read += len(text.encode("utf-8")) + 1
-        yield Part(text, {"lines": [first, last], "language": language}, min(1.0, read / size))
-
+        held = (first, last, text)
+    if held is not None:  # the last part says the whole file is read
+        yield Part(held[2], {"lines": [held[0], held[1]], "language": language}, 1.0)
 
 READERS = (Reader("code", tuple(LANGUAGE_BY_SUFFIX), sniff_code, read_code, "Source code"),)
