@@ -90,8 +90,9 @@ def reader_for(head: bytes, suffix: str) -> Reader | None:
 
 
 def skipped(options: ReadOptions, place: dict[str, Any], reason: str) -> None:
-    """Report a piece of a document that is skipped while the rest is read: logged, and given to
-    `options.on_skip` (the dataset iteration turns it into an issue of the upload)."""
-    logger.warning("skipped %s: %s", place, reason)
-    if options.on_skip is not None:
+    """Report a piece of a document that is skipped while the rest is read: given to
+    `options.on_skip` (the dataset iteration logs it as an issue of the upload), else logged."""
+    if options.on_skip is None:
+        logger.warning("skipped %s: %s", place, reason)
+    else:
         options.on_skip(place, reason)
