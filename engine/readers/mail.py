@@ -181,8 +181,7 @@ def _holds(node: EmailMessage, part: EmailMessage) -> bool:
     return any(child is part for child in node.walk())
 
 
-def _body_part(message: EmailMessage, place: dict[str, Any], options: ReadOptions) -> Part | None:
-    body = message.get_body(preferencelist=("plain", "html"))
+def _body_part(body: EmailMessage | None, place: dict[str, Any], options: ReadOptions) -> Part | None:
     if body is None:
         return None
     try:
@@ -203,7 +202,7 @@ def message_parts(message: EmailMessage, place: dict[str, Any], options: ReadOpt
         yield from _attachment_parts(message, place, options, depth)
         return
     body = message.get_body(preferencelist=("plain", "html"))
-    part = _body_part(message, place, options)
+    part = _body_part(body, place, options)
     if part is not None:
         yield part
     if not message.is_multipart():
@@ -304,17 +303,31 @@ def _parse(data: bytes) -> EmailMessage:
     return message
 
 
+# What the stdlib's header parser has been seen to raise on mangled mail (beyond its defects).
+_PARSER_FAILURES = (TypeError, IndexError, AttributeError, LookupError, UnicodeError, ValueError)
+
+
+def read_message(data: bytes, number: int, options: ReadOptions, share: float) -> Iterator[Part]:
+    """The parts of one message given as bytes (`number`: its 1-based place in its file); a message
+    the parser gives up on is skipped from there with the reason, the rest of its file read on."""
+    place: dict[str, Any] = {"message": number}
+    try:
+        message = _parse(data)
+        place = message_place(message, number)
+        for part in message_parts(message, place, options):
+            yield Part(part.text, part.place, share)
+    except DocumentError:
+        raise
+    except _PARSER_FAILURES as error:
+        skipped(options, place, f"the message could not be read past this point ({type(error).__name__}: "
+                                f"{error})")
+
+
 # ----------------------------------------------------------------------------- the formats
 
 def read_eml(path: Path, options: ReadOptions) -> Iterator[Part]:
     """One message file."""
-    message = _parse(path.read_bytes())
-    yield from _shared(message_parts(message, message_place(message, 1), options), 1.0)
-
-
-def _shared(parts: Iterator[Part], share: float) -> Iterator[Part]:
-    for part in parts:
-        yield Part(part.text, part.place, share)
+    yield from read_message(path.read_bytes(), 1, options, 1.0)
 
 
 def read_mbox(path: Path, options: ReadOptions) -> Iterator[Part]:
@@ -329,9 +342,7 @@ def read_mbox(path: Path, options: ReadOptions) -> Iterator[Part]:
             if time.monotonic() - started > options.max_seconds:
                 raise DocumentError(f"reading stopped at message {number} of {len(keys)}: over the "
                                     f"{options.max_seconds:g} s one document may take")
-            message = _parse(box.get_bytes(key))
-            parts = message_parts(message, message_place(message, number), options)
-            yield from _shared(parts, number / len(keys))
+            yield from read_message(box.get_bytes(key), number, options, number / len(keys))
     finally:
         box.close()
 
@@ -356,8 +367,7 @@ def read_msg(path: Path, options: ReadOptions) -> Iterator[Part]:
             raise DocumentError(f"this Outlook message cannot be converted: {error}") from None
     finally:
         outlook.close()
-    message = _parse(data)
-    yield from _shared(message_parts(message, message_place(message, 1), options), 1.0)
+    yield from read_message(data, 1, options, 1.0)
 
 
 READERS = (
