@@ -351,11 +351,10 @@ def read_msg(path: Path, options: ReadOptions) -> Iterator[Part]:
     """An Outlook message: extract-msg reads the OLE container and gives it as a MIME message."""
     import extract_msg
     from extract_msg.exceptions import ExMsgBaseException
-    from olefile import OleFileError
 
     try:
         outlook = extract_msg.openMsg(str(path))
-    except (ExMsgBaseException, OleFileError, OSError, ValueError) as error:
+    except (ExMsgBaseException, OSError, ValueError) as error:  # olefile's errors are OSErrors
         raise DocumentError(f"not a readable Outlook message (damaged, or another kind of Office "
                             f"file named .msg): {error}") from None
     try:
