@@ -16,12 +16,11 @@ from typing import Any
 from engine import readers as document_readers
 from engine.documents import DOCUMENT_FORMAT_BY_SUFFIX, ZIP_MAGIC, DocumentError, sniff_document
 
-# The formats of `engine.readers` (mail, source code, ...), by name: read as parts with a place each.
-READER_BY_NAME = {reader.name: reader for reader in document_readers.readers()}
 FORMAT_BY_SUFFIX = {
     ".json": "json", ".jsonl": "jsonl", ".parquet": "parquet", ".txt": "text", ".md": "markdown",
     ".markdown": "markdown", ".html": "html", ".htm": "html", ".xml": "xml", **DOCUMENT_FORMAT_BY_SUFFIX,
-    **{suffix: reader.name for reader in READER_BY_NAME.values() for suffix in reader.suffixes},
+    # The documents' formats read by `engine.readers` (mail, source code, ...).
+    **document_readers.reader_suffixes(),
 }
 FORMATS = frozenset(FORMAT_BY_SUFFIX.values())
 CHUNKED_FORMATS = frozenset({"text", "markdown", "html", "xml"})

@@ -29,7 +29,6 @@ from engine.dataset_formats import (
     CHUNKED_FORMATS,
     FORMAT_BY_SUFFIX,
     FORMATS,
-    READER_BY_NAME,
     DatasetError,
     DatasetIssue,
     discover_datasets,
@@ -49,7 +48,7 @@ from engine.documents import DOCUMENT_FORMATS, DocumentError, document_records
 from engine.markup import MarkupError, html_text, xml_text
 from engine.places import place_label
 from engine.readers import DocumentError as ReaderError
-from engine.readers import Part, Reader, ReadOptions
+from engine.readers import Part, Reader, ReadOptions, reader_named
 from engine.text_places import TextPlaces
 from engine.tokenizer import Tokenizer
 
@@ -101,8 +100,9 @@ def _iter(path: Path, tokenizer: Tokenizer | None, chunk_size: int, on_issue: Ca
         logger.warning("skipped record: %s", issue)
         on_issue(issue)
 
-    if fmt in READER_BY_NAME:
-        yield from _part_records(path, READER_BY_NAME[fmt], tokenizer, chunk_size, source, reader, report)
+    document_reader = reader_named(fmt)
+    if document_reader is not None:
+        yield from _part_records(path, document_reader, tokenizer, chunk_size, source, reader, report)
         return
     if fmt in DOCUMENT_FORMATS:
         try:

@@ -78,6 +78,16 @@ def readers() -> tuple[Reader, ...]:
     return tuple(reader for name in READER_MODULES for reader in import_module(name).READERS)
 
 
+def reader_named(name: str) -> Reader | None:
+    """The reader whose `name` (a memory's "format") is `name`, or None."""
+    return next((reader for reader in readers() if reader.name == name), None)
+
+
+def reader_suffixes() -> dict[str, str]:
+    """Every claimed file name ending and the name of the reader that claims it (".xlsx": "xlsx")."""
+    return {suffix: reader.name for reader in readers() for suffix in reader.suffixes}
+
+
 def reader_for(head: bytes, suffix: str) -> Reader | None:
     """The reader of a file whose first bytes are `head` and whose name ends in `suffix`, or None when
     no reader claims it (the caller then tries the dataset formats: JSON, text, ...). Raises
