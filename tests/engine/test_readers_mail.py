@@ -203,3 +203,10 @@ def test_eml_reader_reads_a_message_with_only_a_forwarded_message(tmp_path):
     parts = list(read_eml(path, ReadOptions()))
     assert parts[0].place["message"] == "Delivery Notification: Delivery has failed"
     assert any(part.place.get("attachment") == "forwarded message “[scr] yeah for Ians!!”" for part in parts)
+
+
+def test_a_mailbox_over_its_time_cap_stops_with_the_reason(tmp_path):
+    path = tmp_path / "archive.mbox"
+    write_mbox(path, ["01", "04"])
+    with pytest.raises(DocumentError, match=r"reading stopped at message \d of 2: over the 0 s"):
+        list(read_mbox(path, ReadOptions(max_seconds=0)))
