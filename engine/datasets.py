@@ -148,7 +148,8 @@ def _part_records(path: Path, format_reader: Reader, tokenizer: Tokenizer | None
             parts += 1
             for char_start, chunk, n_tokens, _ in _chunk_stream([part.text], tokenizer, chunk_size):
                 metadata = {"source": source, "format": format_reader.name, "record": record,
-                            **window_metadata(char_start, chunk, n_tokens), **_window_place(part, char_start, chunk)}
+                            **window_metadata(char_start, chunk, n_tokens),
+                            **_window_place(part, char_start, chunk)}
                 record += 1
                 yield {"id": content_id(chunk), "text": chunk, "metadata": metadata}
             reader.bytes_read = round(size * part.share)

@@ -76,8 +76,8 @@ class TextPlaces:
             marker = fence.group(1)
             if not self.fence:
                 self.fence = marker
-            elif marker[0] == self.fence[0] and len(marker) >= len(self.fence) and not line[fence.end():].strip():
-                self.fence = ""
+            elif marker[0] == self.fence[0] and len(marker) >= len(self.fence):
+                self.fence = "" if not line[fence.end():].strip() else self.fence
         elif not self.fence and self._markdown_heading(offset, line):
             line = ""  # a heading or its underline is not the title of a setext underline below it
         self.previous = (offset, "" if self.fence or self.front_matter else line)

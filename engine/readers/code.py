@@ -63,8 +63,8 @@ def sniff_code(head: bytes, suffix: str) -> bool:
     if suffix in LANGUAGE_BY_SUFFIX:
         if _is_text(head):
             return True
-        raise DocumentError(f"a {suffix} file is read as {LANGUAGE_BY_SUFFIX[suffix]} source code, but this one "
-                            f"holds binary data or text that is not UTF-8")
+        raise DocumentError(f"a {suffix} file is read as {LANGUAGE_BY_SUFFIX[suffix]} source code, but "
+                            f"this one holds binary data or text that is not UTF-8")
     return suffix == "" and _interpreter(head) is not None and _is_text(head)
 
 

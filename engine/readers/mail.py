@@ -68,7 +68,8 @@ def _looks_like_mail(lines: list[bytes], suffix: str, claimed: str) -> bool:
         return True
     # Under another format's name ("from:" and "to:" keys in a .yaml) a header block is not a mail.
     known = set(names)
-    return suffix in _UNCLAIMED and len(known & (_MAIL_FIELDS | _MIME_FIELDS)) >= 2 and bool(known & _MAIL_FIELDS)
+    fields = known & (_MAIL_FIELDS | _MIME_FIELDS)
+    return suffix in _UNCLAIMED and len(fields) >= 2 and bool(known & _MAIL_FIELDS)
 
 
 def _refuse(suffix: str, head: bytes, kind: str) -> None:

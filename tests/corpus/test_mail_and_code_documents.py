@@ -47,7 +47,8 @@ def memories(build, name: str) -> list[Memory]:  # noqa: ANN001 - an IndexBuild
 
 def test_a_zip_of_mail_and_code_is_built_and_found_with_places(corpus, owner, member, outsider, tmp_path,
                                                                 django_capture_on_commit_callbacks):
-    archive = zip_bytes({"inbox/plan.eml": plan_eml(), "inbox/archive.mbox": archive_mbox(tmp_path / "a.mbox"),
+    archive = zip_bytes({"inbox/plan.eml": plan_eml(),
+                         "inbox/archive.mbox": archive_mbox(tmp_path / "a.mbox"),
                          "src/dataset_chunks.py": CODE.read_bytes()})
     outcomes = datasets_upload(corpus=corpus, user=owner, files=[SimpleUploadedFile("team.zip", archive)])
     assert {o.name: o.dataset.format for o in outcomes} == {
@@ -55,10 +56,12 @@ def test_a_zip_of_mail_and_code_is_built_and_found_with_places(corpus, owner, me
     build = build_now(corpus, owner, django_capture_on_commit_callbacks)
     assert build.status == "succeeded"
     plan = memories(build, "plan.eml")
-    assert plan[0].metadata["message"] == "Budget plan" and plan[0].metadata["mail_from"] == "Ana <ana@example.org>"
+    assert plan[0].metadata["message"] == "Budget plan"
+    assert plan[0].metadata["mail_from"] == "Ana <ana@example.org>"
     attached = [m for m in plan if m.metadata.get("attachment") == "plan.pdf"]
     assert [m.metadata["page"] for m in attached] == [1, 2] and ATTACHED in attached[1].text
-    assert {m.metadata["message"] for m in memories(build, "archive.mbox")} >= {"This is a test message", "Lyrics"}
+    subjects = {m.metadata["message"] for m in memories(build, "archive.mbox")}
+    assert subjects >= {"This is a test message", "Lyrics"}
     code = memories(build, "dataset_chunks.py")
     lines = CODE.read_text().split("\n")
     for memory in code:

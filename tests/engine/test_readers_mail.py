@@ -99,7 +99,8 @@ def test_a_pdf_attachment_is_read_by_the_pdf_reader_with_its_place(tmp_path):
     for record in attached:
         metadata = record["metadata"]
         assert metadata["attachment"] == "plan.pdf" and metadata["message"] == "Budget plan"
-        assert metadata["mail_from"] == "Ana <ana@example.org>" and metadata["mail_date"] == "2026-03-03T09:30:00+01:00"
+        assert metadata["mail_from"] == "Ana <ana@example.org>"
+        assert metadata["mail_date"] == "2026-03-03T09:30:00+01:00"
 
 
 def test_forwarded_messages_and_digests_are_read_with_the_forwarding_message_named(tmp_path):
@@ -114,7 +115,8 @@ def test_forwarded_messages_and_digests_are_read_with_the_forwarding_message_nam
 def test_an_undecodable_part_is_skipped_with_its_reason_and_the_rest_is_read(tmp_path):
     message = parsed("01")
     message.make_mixed()
-    message.add_attachment(b"Minutes of the meeting", maintype="text", subtype="plain", filename="minutes.txt")
+    message.add_attachment(b"Minutes of the meeting", maintype="text", subtype="plain",
+                           filename="minutes.txt")
     message.add_attachment(b"caf\xe9 au lait", maintype="text", subtype="plain", filename="menu.txt")
     *_, menu = message.iter_attachments()
     menu.set_param("charset", "x-no-such-charset")
@@ -122,7 +124,8 @@ def test_an_undecodable_part_is_skipped_with_its_reason_and_the_rest_is_read(tmp
     path.write_bytes(message.as_bytes())
     errors: list = []
     records = list(iter_dataset(path, errors=errors))
-    assert [r["text"] for r in records] == ["Hi,\n\nDo you like this message?\n\n-Me", "Minutes of the meeting"]
+    assert [r["text"] for r in records] == ["Hi,\n\nDo you like this message?\n\n-Me",
+                                            "Minutes of the meeting"]
     assert records[1]["metadata"]["attachment"] == "minutes.txt"
     (issue,) = errors
     assert issue.kind == "part" and "menu.txt" in issue.message and "x-no-such-charset" in issue.message
@@ -160,7 +163,8 @@ def test_a_truncated_mbox_reads_every_message_and_names_the_one_cut_short(tmp_pa
     subjects = [r["metadata"]["message"] for r in records]
     assert subjects[0] == "This is a test message" and "a simple multipart" in subjects
     assert records[-1]["text"] == "Hi there,\n\nThis is the dingus fish."
-    assert any("“Here is your dingus fish”" in issue.message and "cut short" in issue.message for issue in errors)
+    assert any("“Here is your dingus fish”" in issue.message and "cut short" in issue.message
+               for issue in errors)
     report = validate_dataset(path)
     assert report["format"] == "mbox" and report["complete"] and report["records_valid"] == len(records)
 
@@ -184,7 +188,7 @@ def test_an_empty_mbox_and_a_message_without_text_say_so(tmp_path):
     path.write_bytes(b"From nobody Thu Jan  1 00:00:00 2026\nSubject: nothing\nTo: team@example.org\n\n")
     with pytest.raises(DatasetError, match="no readable records"):
         validate_dataset(path)
-    path.write_bytes(b"Quarterly numbers, first draft.\n")  # no "From " line: a reader given it reads no message
+    path.write_bytes(b"Quarterly numbers, first draft.\n")  # no "From " line: the reader finds no message
     with pytest.raises(DocumentError, match="no messages"):
         list(read_mbox(path, ReadOptions()))
     gif_only = parsed("07")
