@@ -11,7 +11,9 @@ Contract of a reader (`Reader`):
 - ``sniff(head, suffix)``: True when the file's first bytes are this format (content wins over the
   name; a claimed suffix with other content raises `DocumentError`);
 - ``read(path, options)``: the parts in document order; raises `DocumentError` with a reason a person
-  can act on (encrypted, password-protected, damaged, no text and OCR off, over a limit).
+  can act on (encrypted, password-protected, damaged, no text and OCR off, over a limit); a piece it
+  skips while reading the rest (a mail's attachment of an unknown type, a damaged message of a
+  mailbox) is reported with `skipped(options, place, reason)`, an issue of the upload.
 
 Every reader streams (a sheet of 100,000 rows is never held whole) and honours `ReadOptions`' caps.
 """
