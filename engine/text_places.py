@@ -18,6 +18,7 @@ from typing import Any
 _ATX = re.compile(r" {0,3}(#{1,6})(?:[ \t]+(.*?))?(?:[ \t]+#+)?[ \t]*$")
 _SETEXT = re.compile(r" {0,3}(=+|-+)[ \t]*$")
 _FENCE = re.compile(r" {0,3}(`{3,}|~{3,})")
+_LINE_KEPT = 4096  # of a Markdown line, enough to tell a heading (a line of megabytes is never one)
 _NOT_A_TITLE = re.compile(r" {0,3}(?:[-*+>]|\d+[.)])(?:[ \t]|$)")  # a list item or quote above "---"
 
 
@@ -61,10 +62,11 @@ class TextPlaces:
     def _scan(self, piece: str) -> None:
         start = 0
         while (end := piece.find("\n", start)) >= 0:
-            self._markdown_line(self.line_at, self.line + piece[start:end])
+            self._markdown_line(self.line_at, self.line + piece[start:min(end, start + _LINE_KEPT)])
             self.line, self.line_at = "", self.read + end + 1
             start = end + 1
-        self.line += piece[start:]
+        if len(self.line) < _LINE_KEPT:
+            self.line += piece[start:start + _LINE_KEPT]
 
     def _markdown_line(self, offset: int, line: str) -> None:
         line = line.rstrip("\r")
