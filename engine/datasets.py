@@ -192,7 +192,11 @@ def iter_dataset(path: str | Path, tokenizer: Tokenizer | None = None, chunk_siz
     readable text, and ``tokens``: the window length, in whitespace words when no tokenizer is given).
     A structured record longer than one window yields one document per window, with ``part`` and
     the same ``char_start``/``char_end``/``tokens`` in the record's text. `source` defaults to
-    the file name; `format` defaults to `sniff_format(path)`. Skipped records are logged and
+    the file name; `format` defaults to `sniff_format(path)`. A document read by its `engine.readers`
+    reader (mail, source code) gives each part's windows, with the part's place (a mail's header fields
+    too; ``lines`` narrowed to the window's) in their metadata; what the reader skips is an issue of
+    kind "part". Markdown and text windows carry ``lines``, Markdown and HTML ones ``headings``
+    (`engine.text_places`). Skipped records are logged and
     appended to `errors` as DatasetIssue; unreadable files raise DatasetError.
     """
     path = Path(path)
