@@ -30,13 +30,23 @@ from core.errors import ApplicationError
 from core.spreadsheet import spreadsheet_cell
 
 ACTIONS = {
-    "sign_in": "signed in", "sign_in_failed": "failed to sign in", "locked_out": "locked out",
-    "deactivated": "deactivated by a blocked group", "token_created": "created an API token",
-    "token_revoked": "revoked an API token", "corpus_created": "created a corpus", "corpus_shared": "shared a corpus",
-    "corpus_unshared": "unshared a corpus", "corpus_visibility": "changed a corpus's visibility",
-    "corpus_deleted": "deleted a corpus", "source_created": "created a source", "source_synced": "synced a source",
-    "source_deleted": "deleted a source", "document_deleted": "deleted a document",
-    "conversation_exported": "exported a conversation", "admin_change": "changed a user or group in the admin",
+    "sign_in": "signed in",
+    "sign_in_failed": "failed to sign in",
+    "locked_out": "locked out",
+    "deactivated": "deactivated by a blocked group",
+    "token_created": "created an API token",
+    "token_revoked": "revoked an API token",
+    "corpus_created": "created a corpus",
+    "corpus_shared": "shared a corpus",
+    "corpus_unshared": "unshared a corpus",
+    "corpus_visibility": "changed a corpus's visibility",
+    "corpus_deleted": "deleted a corpus",
+    "source_created": "created a source",
+    "source_synced": "synced a source",
+    "source_deleted": "deleted a source",
+    "document_deleted": "deleted a document",
+    "conversation_exported": "exported a conversation",
+    "admin_change": "changed a user or group in the admin",
 }
 _request: ContextVar[HttpRequest | None] = ContextVar("audit_request", default=None)
 
@@ -65,8 +75,13 @@ def audit_record(*, action: str, target: str = "", actor: AbstractBaseUser | Non
         user = getattr(request, "user", None)
         actor = user if user is not None and user.is_authenticated else None
     return AuditEvent.objects.create(
-        actor=actor, actor_name=actor.get_username() if actor is not None else "", action=action, target=target[:300],
-        address=client_address(request) if request is not None else None, details=details)
+        actor=actor,
+        actor_name=actor.get_username() if actor is not None else "",
+        action=action,
+        target=target[:300],
+        address=client_address(request) if request is not None else None,
+        details=details,
+    )
 
 
 def audit_prune(*, now: Any = None) -> int:
@@ -78,7 +93,9 @@ def audit_prune(*, now: Any = None) -> int:
     return deleted
 
 
-def audit_events(*, action: str = "", actor: str = "", since: str = "", until: str = "") -> QuerySet[AuditEvent]:
+def audit_events(
+    *, action: str = "", actor: str = "", since: str = "", until: str = ""
+) -> QuerySet[AuditEvent]:
     """The trail, newest first, narrowed by action, actor (part of a username) and dates (YYYY-MM-DD,
     inclusive); a malformed date is an ApplicationError naming it."""
     events = AuditEvent.objects.all()
@@ -86,7 +103,10 @@ def audit_events(*, action: str = "", actor: str = "", since: str = "", until: s
         events = events.filter(action=action)
     if actor:
         events = events.filter(actor_name__icontains=actor)
-    for name, value, lookup in (("since", since, "created__date__gte"), ("until", until, "created__date__lte")):
+    for name, value, lookup in (
+        ("since", since, "created__date__gte"),
+        ("until", until, "created__date__lte"),
+    ):
         if value:
             try:
                 events = events.filter(**{lookup: date.fromisoformat(value)})

@@ -11,7 +11,12 @@ class SuperuserPasswordBackend(ModelBackend):
     the way in when the identity provider is down); everyone else signs in through the provider.
     Sessions of any user stay valid (get_user is ModelBackend's)."""
 
-    def authenticate(self, request: HttpRequest | None, username: str | None = None, password: str | None = None,
-                     **kwargs: Any) -> Any:
+    def authenticate(
+        self,
+        request: HttpRequest | None,
+        username: str | None = None,
+        password: str | None = None,
+        **kwargs: Any,
+    ) -> Any:
         user = super().authenticate(request, username=username, password=password, **kwargs)
         return user if user is not None and user.is_superuser else None

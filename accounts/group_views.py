@@ -37,8 +37,11 @@ def group_detail(request: HttpRequest, pk: int) -> HttpResponse:
     group = get_group_for_user(request.user, pk)
     managers = set(group.managers.values_list("user_id", flat=True))
     members = [{"user": u, "manager": u.pk in managers} for u in group.user_set.order_by("username")]
-    return render(request, "accounts/group.html", {"group": group, "members": members,
-                                                 "can_manage": group_can_manage(user=request.user, group=group)})
+    return render(
+        request,
+        "accounts/group.html",
+        {"group": group, "members": members, "can_manage": group_can_manage(user=request.user, group=group)},
+    )
 
 
 @require_POST

@@ -17,7 +17,9 @@ class ApiToken(models.Model):
     # The secret has 256 random bits, so a plain (unsalted) SHA-256 cannot be brute-forced and can
     # be looked up by equality in one indexed query per request.
     key_hash = models.CharField(max_length=64, unique=True)
-    prefix = models.CharField(max_length=16, help_text="The token's first characters, to recognise it in lists.")
+    prefix = models.CharField(
+        max_length=16, help_text="The token's first characters, to recognise it in lists."
+    )
     created = models.DateTimeField(auto_now_add=True)
     last_used = models.DateTimeField(null=True, blank=True)
     revoked = models.DateTimeField(null=True, blank=True)
@@ -40,7 +42,9 @@ class GroupManager(models.Model):
     Groups are Django's own; this row is what lets people other than staff run them."""
 
     group = models.ForeignKey(Group, on_delete=models.CASCADE, related_name="managers")
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="managed_groups")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="managed_groups"
+    )
 
     class Meta:
         db_table = "corpus_groupmanager"  # the table it was created as, when groups were corpus's
@@ -74,14 +78,19 @@ class Quota(models.Model):
     group = models.OneToOneField(Group, null=True, blank=True, on_delete=models.CASCADE, related_name="quota")
     questions_per_day = models.PositiveIntegerField(null=True, blank=True,
                                                     help_text="Chat turns a day, on every surface (0: none).")
-    tokens_per_day = models.PositiveBigIntegerField(null=True, blank=True,
-                                                    help_text="LLM tokens a day, prompt and answer (0: none).")
+    tokens_per_day = models.PositiveBigIntegerField(
+        null=True, blank=True, help_text="LLM tokens a day, prompt and answer (0: none)."
+    )
     upload_bytes_per_day = models.PositiveBigIntegerField(null=True, blank=True,
                                                           help_text="Bytes of uploads a day (0: none).")
 
     class Meta:
-        constraints = [models.CheckConstraint(condition=models.Q(user__isnull=True) ^ models.Q(group__isnull=True),
-                                              name="quota_one_person_or_group")]
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(user__isnull=True) ^ models.Q(group__isnull=True),
+                name="quota_one_person_or_group",
+            )
+        ]
 
     def __str__(self) -> str:
         return f"quota of {self.user or self.group}"

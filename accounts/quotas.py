@@ -23,7 +23,11 @@ from core.errors import ApplicationError
 KINDS = ("questions_per_day", "tokens_per_day", "upload_bytes_per_day")
 SETTINGS = {"questions_per_day": "QUOTA_QUESTIONS_PER_DAY", "tokens_per_day": "QUOTA_TOKENS_PER_DAY",
             "upload_bytes_per_day": "QUOTA_UPLOAD_BYTES_PER_DAY"}
-WORDS = {"questions_per_day": "questions", "tokens_per_day": "LLM tokens", "upload_bytes_per_day": "upload bytes"}
+WORDS = {
+    "questions_per_day": "questions",
+    "tokens_per_day": "LLM tokens",
+    "upload_bytes_per_day": "upload bytes",
+}
 
 
 class QuotaExceeded(ApplicationError):
@@ -80,8 +84,10 @@ def quota_check(*, user: AbstractBaseUser, kind: str, used: int, adding: int = 1
     now = timezone.now()
     _, resets = day_bounds(now)
     retry_after = max(1, math.ceil((resets - now).total_seconds()))
-    message = (f"this would pass your daily quota of {limit:,} {WORDS[kind]} ({used:,} used today). It resets at "
-               f"{timezone.localtime(resets):%Y-%m-%d %H:%M %Z}; an administrator can raise it.")
+    message = (
+        f"this would pass your daily quota of {limit:,} {WORDS[kind]} ({used:,} used today). It resets at "
+        f"{timezone.localtime(resets):%Y-%m-%d %H:%M %Z}; an administrator can raise it."
+    )
     raise QuotaExceeded(f"{subject}{message}" if subject else message[0].upper() + message[1:],
                         retry_after=retry_after, details={"quota": kind, "limit": limit, "used": used,
                                                           "resets_at": resets.isoformat()})

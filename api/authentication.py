@@ -2,9 +2,9 @@
 its session (DRF's SessionAuthentication, CSRF included) after this in the list.
 
 Every token check goes through `bearer_token_check`, which the body-limit layer calls too
-(registered by `ApiConfig.ready`, `core.bodylimit.body_limit_credential_check_register`), and so through the one credential throttle
-(`accounts.throttle`): a wrong token is counted like a wrong password, and while the string
-presented or the client address is locked out a wrong token is answered 429 with Retry-After, so
+(registered by `ApiConfig.ready`, `core.bodylimit.body_limit_credential_check_register`), and so through the
+one credential throttle (`accounts.throttle`): a wrong token is counted like a wrong password, and while the
+string presented or the client address is locked out a wrong token is answered 429 with Retry-After, so
 guessing tokens is as slow as guessing passwords. A right one is admitted even then: it was not
 guessed, and a colleague behind the same address keeps working.
 """

@@ -2,12 +2,8 @@
 
 from __future__ import annotations
 
-import base64
-import binascii
 from typing import Any
 
-import numpy as np
-from django.conf import settings
 from django.contrib.auth.models import Group
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -148,10 +144,14 @@ class DatasetUpdateSerializer(serializers.Serializer):
 
 
 class DatasetUploadedSerializer(DatasetSerializer):
-    index_job = BuildSerializer(allow_null=True, help_text=(
-        "The job that makes the upload searchable without a click (its first build, or an append): poll "
-        "`GET /api/v1/builds/{id}/` until `searchable`. Null when the corpus does not index uploads at once, or "
-        "when another job of the corpus runs: its end queues the append."))
+    index_job = BuildSerializer(
+        allow_null=True,
+        help_text=(
+            "The job that makes the upload searchable without a click (its first build, or an append): poll "
+            "`GET /api/v1/builds/{id}/` until `searchable`. Null when the corpus does not index uploads at "
+            "once, or when another job of the corpus runs: its end queues the append."
+        ),
+    )
 
 
 def _int_list(value: str, name: str) -> list[int]:
@@ -163,14 +163,23 @@ def _int_list(value: str, name: str) -> list[int]:
 
 class SearchQuerySerializer(serializers.Serializer):
     q = serializers.CharField(max_length=2000, help_text="The query text.")
-    datasets = serializers.CharField(required=False, help_text="Comma-separated dataset ids to search (default all enabled).")
+    datasets = serializers.CharField(
+        required=False, help_text="Comma-separated dataset ids to search (default all enabled)."
+    )
     budget = serializers.IntegerField(min_value=1, max_value=MAX_TOKEN_BUDGET, required=False,
                                       help_text="Most tokens of memories returned (pipeline mode).")
-    mode = serializers.ChoiceField(choices=["pipeline", "raw"], default="pipeline",
-                                   help_text="pipeline: threshold, fusion, MMR within the budget (what the chat "
-                                             "uses); raw: the index's top `limit` rows by HDC score.")
-    limit = serializers.IntegerField(min_value=1, max_value=1000, default=50,
-                                     help_text="At most this many results, in either mode (pipeline mode: only when given).")
+    mode = serializers.ChoiceField(
+        choices=["pipeline", "raw"],
+        default="pipeline",
+        help_text="pipeline: threshold, fusion, MMR within the budget (what the chat "
+        "uses); raw: the index's top `limit` rows by HDC score.",
+    )
+    limit = serializers.IntegerField(
+        min_value=1,
+        max_value=1000,
+        default=50,
+        help_text="At most this many results, in either mode (pipeline mode: only when given).",
+    )
     top_document = serializers.BooleanField(default=False, help_text="Only the best memory (pipeline mode).")
 
     def validate_datasets(self, value: str) -> list[int]:
@@ -205,14 +214,23 @@ class MemoryResultSerializer(CompletionMemorySerializer):
     key = serializers.CharField(source="memory.content_hash", help_text="Content hash.")
     late_score = serializers.FloatField(allow_null=True,
                                         help_text="The second ranker's score, where the corpus fuses one.")
-    late_kind = serializers.ChoiceField(choices=["maxsim", "bm25"], allow_null=True,
-                                        help_text="What late_score is: late-interaction MaxSim, or BM25 over words.")
+    late_kind = serializers.ChoiceField(
+        choices=["maxsim", "bm25"],
+        allow_null=True,
+        help_text="What late_score is: late-interaction MaxSim, or BM25 over words.",
+    )
     meaning_score = serializers.FloatField(allow_null=True, help_text=(
         "The meaning channel's cosine of the memory with the question, where its corpus has the channel."))
-    fused_score = serializers.FloatField(allow_null=True, help_text="1 / (60 + rank) in the fused or merged ranking.")
-    merge_score = serializers.FloatField(allow_null=True, help_text=(
-        "Several corpora searched together: the key they are merged by, the HDC score (of the result's rank in "
-        "its corpus) per unit of the query's length in that corpus (results come in this order)."))
+    fused_score = serializers.FloatField(
+        allow_null=True, help_text="1 / (60 + rank) in the fused or merged ranking."
+    )
+    merge_score = serializers.FloatField(
+        allow_null=True,
+        help_text=(
+            "Several corpora searched together: the key they are merged by, the HDC score (of the result's "
+            "rank in its corpus) per unit of the query's length in that corpus (results come in this order)."
+        ),
+    )
     text = serializers.CharField(source="memory.text")
     metadata = serializers.JSONField(source="memory.metadata")
 
@@ -247,20 +265,33 @@ class MemorySerializer(serializers.Serializer):
 
 class ConversationWriteSerializer(serializers.Serializer):
     title = serializers.CharField(required=False, allow_blank=True, max_length=200)
-    corpora = serializers.ListField(child=serializers.IntegerField(min_value=1), required=False, max_length=100)
+    corpora = serializers.ListField(
+        child=serializers.IntegerField(min_value=1), required=False, max_length=100
+    )
     use_memory = serializers.BooleanField(required=False)
     top_document = serializers.BooleanField(required=False)
     compress_context = serializers.BooleanField(required=False)
     token_budget = serializers.IntegerField(min_value=1, max_value=MAX_TOKEN_BUDGET, required=False)
-    temperature = serializers.FloatField(min_value=0, max_value=2, required=False, allow_null=True,
-                                         help_text="The answers' sampling temperature; null: the model's default.")
-    model = serializers.CharField(required=False, allow_blank=True, max_length=200,
-                                  help_text="The LLM model that answers (GET /api/v1/models); blank: the default.")
+    temperature = serializers.FloatField(
+        min_value=0,
+        max_value=2,
+        required=False,
+        allow_null=True,
+        help_text="The answers' sampling temperature; null: the model's default.",
+    )
+    model = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        max_length=200,
+        help_text="The LLM model that answers (GET /api/v1/models); blank: the default.",
+    )
 
 
 class MessageSendSerializer(serializers.Serializer):
     content = serializers.CharField(max_length=MAX_MESSAGE_CHARS, help_text="The user's turn.")
-    stream = serializers.BooleanField(default=False, help_text="Server-Sent Events instead of one JSON reply.")
+    stream = serializers.BooleanField(
+        default=False, help_text="Server-Sent Events instead of one JSON reply."
+    )
 
 
 @extend_schema_field(MessageSerializer)
@@ -280,156 +311,41 @@ class TurnSerializer(serializers.Serializer):
     message = SentMessageField()
 
 
-_FLOAT_ROWS = {"type": "array", "items": {"type": "array", "items": {"type": "number"}}}
-_BASE64 = {"type": "object", "required": ["base64", "shape"],
-           "properties": {"base64": {"type": "string", "description": "Little-endian float32 bytes."},
-                          "shape": {"type": "array", "items": {"type": "integer", "minimum": 1}}}}
-
-
-@extend_schema_field({"oneOf": [_FLOAT_ROWS, {"type": "array", "items": {"type": "number"}}, _BASE64]})
-class EmbeddingsField(serializers.Field):
-    """A (rows, dim) float32 matrix (or a (dim,) vector with `vector=True`): a JSON array of
-    float arrays, or {"base64": little-endian float32 bytes, "shape": [rows, dim]}."""
-
-    def __init__(self, *, vector: bool = False, **kwargs: Any) -> None:
-        self.vector = vector
-        super().__init__(**kwargs)
-
-    def to_internal_value(self, data: Any) -> np.ndarray:
-        if isinstance(data, dict):
-            array = self._from_base64(data)
-        elif isinstance(data, list):
-            try:
-                # Values beyond float32 become inf here and are refused below as not finite.
-                with np.errstate(over="ignore"):
-                    array = np.asarray(data, dtype=np.float32)
-            except (ValueError, TypeError):
-                raise serializers.ValidationError("Expected an array of numbers"
-                                                  + ("." if self.vector else " per row, rows of equal length.")) from None
-        else:
-            raise serializers.ValidationError("Expected a JSON array or {\"base64\", \"shape\"}.")
-        wanted = 1 if self.vector else 2
-        if array.ndim != wanted or 0 in array.shape:
-            raise serializers.ValidationError(f"Expected a non-empty {wanted}-dimensional array, got shape "
-                                              f"{list(array.shape)}.")
-        if array.shape[-1] != settings.MULTIVECTOR_DIM:
-            raise serializers.ValidationError(f"Expected width {settings.MULTIVECTOR_DIM}, got {array.shape[-1]}.")
-        if not np.isfinite(array).all():
-            raise serializers.ValidationError("Values must be finite float32 numbers (|x| < 3.4e38).")
-        return array
-
-    def _from_base64(self, data: dict) -> np.ndarray:
-        shape = data.get("shape")
-        encoded = data.get("base64")
-        if (not isinstance(encoded, str) or not isinstance(shape, list) or not shape or len(shape) > 2
-                or not all(isinstance(n, int) and not isinstance(n, bool) and 0 < n <= 1 << 20 for n in shape)):
-            raise serializers.ValidationError("base64 needs a string `base64` and a `shape` of positive ints.")
-        try:
-            raw = base64.b64decode(encoded, validate=True)
-        except (binascii.Error, ValueError):
-            raise serializers.ValidationError("`base64` is not valid base64.") from None
-        expected = int(np.prod(shape)) * 4
-        if len(raw) != expected:
-            raise serializers.ValidationError(f"`base64` holds {len(raw)} bytes; shape {shape} of float32 needs "
-                                              f"{expected}.")
-        return np.frombuffer(raw, dtype="<f4").reshape(shape).astype(np.float32)
-
-    def to_representation(self, value: np.ndarray) -> list:
-        return np.asarray(value, dtype=np.float32).tolist()
-
-
-class StoreItemSerializer(serializers.Serializer):
-    index = serializers.IntegerField(min_value=0, max_value=999999, help_text="Page number or chunk id.")
-    embeddings = EmbeddingsField(help_text="(seq_length, dim) floats, or {base64, shape}.")
-    metadata = serializers.DictField(required=False, default=dict)
-
-
-class StoreAddSerializer(serializers.Serializer):
-    doc_id = serializers.CharField(max_length=200)
-    index = serializers.IntegerField(min_value=0, max_value=999999, help_text="Page number or chunk id.")
-    embeddings = EmbeddingsField(help_text="(seq_length, dim) floats, or {base64, shape}.")
-    metadata = serializers.DictField(required=False, default=dict)
-
-
-class StoreBatchSerializer(serializers.Serializer):
-    kind = serializers.ChoiceField(choices=["visual", "text"], help_text="visual: pages; text: chunks.")
-    doc_id = serializers.CharField(max_length=200)
-    items = StoreItemSerializer(many=True, allow_empty=False, max_length=500)
-
-
-class StoreSearchSerializer(serializers.Serializer):
-    kind = serializers.ChoiceField(choices=["visual", "text"])
-    query = EmbeddingsField(vector=True, help_text="(dim,) floats, or {base64, shape}.")
-    n_results = serializers.IntegerField(min_value=1, max_value=1000, default=10)
-    filters = serializers.DictField(required=False, allow_null=True, default=None)
-
-
-class StoreMultiSearchSerializer(serializers.Serializer):
-    kind = serializers.ChoiceField(choices=["visual", "text"])
-    query = EmbeddingsField(help_text="(q, dim) floats, or {base64, shape}.")
-    n_candidates = serializers.IntegerField(min_value=1, max_value=1000, default=100)
-    n_results = serializers.IntegerField(min_value=1, max_value=1000, default=10)
-    filters = serializers.DictField(required=False, allow_null=True, default=None)
-
-
-class StoreHitSerializer(serializers.Serializer):
-    id = serializers.CharField()
-    score = serializers.FloatField()
-    late_interaction_score = serializers.FloatField(required=False)
-    metadata = serializers.DictField()
-
-
-class StoreStatsSerializer(serializers.Serializer):
-    visual_count = serializers.IntegerField()
-    text_count = serializers.IntegerField()
-    total_documents = serializers.IntegerField()
-    storage_size_mb = serializers.FloatField()
-
-
-class StoreAddedSerializer(serializers.Serializer):
-    ids = serializers.ListField(child=serializers.CharField(), help_text="The records written, in the order given.")
-
-
-class StoreDeletedSerializer(serializers.Serializer):
-    pages = serializers.IntegerField(help_text="Page records deleted.")
-    chunks = serializers.IntegerField(help_text="Chunk records deleted.")
-
-
-class StoreDocumentSerializer(serializers.Serializer):
-    doc_id = serializers.CharField()
-    pages = serializers.IntegerField()
-    chunks = serializers.IntegerField()
-
-
-class EmbeddingsResponseSerializer(serializers.Serializer):
-    id = serializers.CharField()
-    kind = serializers.CharField()
-    shape = serializers.ListField(child=serializers.IntegerField())
-    embeddings = serializers.JSONField(required=False, help_text="Nested float arrays (encoding=json).")
-    base64 = serializers.CharField(required=False, help_text="Little-endian float32 (encoding=base64).")
-
-
 class ChatMessageSerializer(serializers.Serializer):
     role = serializers.ChoiceField(choices=["system", "user", "assistant"])
     content = serializers.JSONField(help_text="A string, or a list of {type: text, text} parts.")
 
 
 class ChatCompletionRequestSerializer(serializers.Serializer):
-    model = serializers.CharField(max_length=300, help_text=(
-        "none or corpus-<id>, optionally followed by @<llm model> (GET /api/v1/models); bare: your default LLM model."))
+    model = serializers.CharField(
+        max_length=300,
+        help_text=(
+            "none or corpus-<id>, optionally followed by @<llm model> (GET /api/v1/models); bare: your "
+            "default LLM model."
+        ),
+    )
     messages = serializers.ListField(child=ChatMessageSerializer(), min_length=1, max_length=1000)
     stream = serializers.BooleanField(default=False)
     temperature = serializers.FloatField(min_value=0, max_value=2, required=False, allow_null=True)
     top_p = serializers.FloatField(min_value=0.01, max_value=1, required=False, allow_null=True)
     max_tokens = serializers.IntegerField(min_value=1, max_value=1 << 20, required=False, allow_null=True)
-    max_completion_tokens = serializers.IntegerField(min_value=1, max_value=1 << 20, required=False, allow_null=True)
-    stream_options = serializers.DictField(required=False, allow_null=True,
-                                           help_text="{\"include_usage\": true}: a last chunk with the usage.")
+    max_completion_tokens = serializers.IntegerField(
+        min_value=1, max_value=1 << 20, required=False, allow_null=True
+    )
+    stream_options = serializers.DictField(
+        required=False, allow_null=True, help_text='{"include_usage": true}: a last chunk with the usage.'
+    )
     # A conversation's retrieval settings (extra fields, as the clients' `extra_body` sends them): the
     # same values prepare the same turn as in a conversation (`chat.preparation`).
-    token_budget = serializers.IntegerField(min_value=1, max_value=MAX_TOKEN_BUDGET, required=False,
-                                            help_text="Memory tokens asked for, as a conversation's (default 512).")
-    top_document = serializers.BooleanField(required=False, help_text="Only the best memory, as a conversation's.")
+    token_budget = serializers.IntegerField(
+        min_value=1,
+        max_value=MAX_TOKEN_BUDGET,
+        required=False,
+        help_text="Memory tokens asked for, as a conversation's (default 512).",
+    )
+    top_document = serializers.BooleanField(
+        required=False, help_text="Only the best memory, as a conversation's."
+    )
     compress_context = serializers.BooleanField(required=False, help_text=(
         "Each memory without its words more frequent than its median word, as a conversation's."))
 
@@ -464,7 +380,9 @@ class CompletionMessageSerializer(serializers.Serializer):
 class CompletionChoiceSerializer(serializers.Serializer):
     index = serializers.IntegerField()
     message = CompletionMessageSerializer()
-    finish_reason = serializers.CharField(help_text="stop, or length (cut by max_tokens, or an answer that looped).")
+    finish_reason = serializers.CharField(
+        help_text="stop, or length (cut by max_tokens, or an answer that looped)."
+    )
 
 
 class CompletionUsageSerializer(serializers.Serializer):
@@ -493,5 +411,7 @@ class ChatCompletionSerializer(serializers.Serializer):
     model = serializers.CharField()
     choices = CompletionChoiceSerializer(many=True)
     usage = CompletionUsageSerializer()
-    memories = CompletionMemorySerializer(many=True, help_text="The memories that primed the answer, best first.")
+    memories = CompletionMemorySerializer(
+        many=True, help_text="The memories that primed the answer, best first."
+    )
     hdrag = AnswerCheckSerializer()

@@ -33,9 +33,14 @@ v1 = [
     path("conversations/", _api(conversations.ConversationList), name="conversations"),
     path("conversations/<int:conversation_id>/", _api(conversations.ConversationDetail), name="conversation"),
     path("conversations/<int:conversation_id>/messages/", _api(conversations.MessageList), name="messages"),
-    path("conversations/<int:conversation_id>/export/", _api(conversations.ConversationExport), name="export"),
-    path("conversations/<int:conversation_id>/messages/<int:message_id>/feedback/", _api(feedback.MessageFeedback),
-         name="message_feedback"),
+    path(
+        "conversations/<int:conversation_id>/export/", _api(conversations.ConversationExport), name="export"
+    ),
+    path(
+        "conversations/<int:conversation_id>/messages/<int:message_id>/feedback/",
+        _api(feedback.MessageFeedback),
+        name="message_feedback",
+    ),
     path("feedback/", _api(feedback.FeedbackList), name="feedback"),
     path("audit/", _api(audit.AuditList), name="audit"),
     path("usage/", _api(usage.Usage), name="usage"),
@@ -44,12 +49,22 @@ v1 = [
     path("corpora/<int:corpus_id>/store/chunks/", _api(store.StoreChunks), name="store_chunks"),
     path("corpora/<int:corpus_id>/store/batch/", _api(store.StoreBatch), name="store_batch"),
     path("corpora/<int:corpus_id>/store/search/", _api(store.StoreSearch), name="store_search"),
-    path("corpora/<int:corpus_id>/store/search/multivector/", _api(store.StoreMultiSearch),
-         name="store_search_multivector"),
-    path("corpora/<int:corpus_id>/store/embeddings/<str:embedding_id>/", _api(store.StoreEmbeddings),
-         name="store_embeddings"),
+    path(
+        "corpora/<int:corpus_id>/store/search/multivector/",
+        _api(store.StoreMultiSearch),
+        name="store_search_multivector",
+    ),
+    path(
+        "corpora/<int:corpus_id>/store/embeddings/<str:embedding_id>/",
+        _api(store.StoreEmbeddings),
+        name="store_embeddings",
+    ),
     path("corpora/<int:corpus_id>/store/documents/", _api(store.StoreDocuments), name="store_documents"),
-    path("corpora/<int:corpus_id>/store/documents/<str:doc_id>/", _api(store.StoreDocument), name="store_document"),
+    path(
+        "corpora/<int:corpus_id>/store/documents/<str:doc_id>/",
+        _api(store.StoreDocument),
+        name="store_document",
+    ),
     # OpenAI clients join paths without trailing slashes.
     path("models", _api(openai.ModelList), name="models"),
     path("models/<path:model_id>", _api(openai.ModelDetail), name="model"),
@@ -60,7 +75,9 @@ urlpatterns = [
     path("schema/", login_not_required(SpectacularAPIView.as_view()), name="schema"),
     # The split view serves Swagger UI's start-up script as a file (docs/?script=), not inline, so the
     # pages' Content-Security-Policy (no inline code) lets it run; the template has no inline style.
-    path("docs/", login_not_required(SpectacularSwaggerSplitView.as_view(url_name="api:schema")), name="docs"),
+    path(
+        "docs/", login_not_required(SpectacularSwaggerSplitView.as_view(url_name="api:schema")), name="docs"
+    ),
     path("v1/", include(v1)),
     re_path(r"^.*$", login_not_required(not_found)),
 ]

@@ -78,9 +78,15 @@ class Portal:
         self.server, self.workdir = server, workdir
         self.port = _free_port()
         self.temp_dirs = [workdir / "tmp", workdir / "data" / "tmp"]
-        self.env = {**os.environ, "DJANGO_SETTINGS_MODULE": "hdrag_site.settings", "DATA_DIR": str(workdir / "data"),
-                    "TMPDIR": str(workdir / "tmp"), "UPLOAD_MAX_BYTES": str(UPLOAD_LIMIT), "DEBUG": "0",
-                    "LOG_LEVEL": "ERROR"}
+        self.env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "hdrag_site.settings",
+            "DATA_DIR": str(workdir / "data"),
+            "TMPDIR": str(workdir / "tmp"),
+            "UPLOAD_MAX_BYTES": str(UPLOAD_LIMIT),
+            "DEBUG": "0",
+            "LOG_LEVEL": "ERROR",
+        }
         for name in ("DATABASE_URL", "REDIS_URL", "CHROMA_URL"):
             self.env.pop(name, None)
         for directory in self.temp_dirs:
@@ -88,7 +94,9 @@ class Portal:
         self.session, self.conversation_id, self.corpus_id = self._prepare()
         command = [sys.executable] + [part.format(port=self.port) for part in SERVERS[server]]
         with open(workdir / f"{server}.log", "wb") as log:  # the child keeps its own descriptor
-            self.process = subprocess.Popen(command, cwd=REPO, env=self.env, stdout=subprocess.DEVNULL, stderr=log)
+            self.process = subprocess.Popen(
+                command, cwd=REPO, env=self.env, stdout=subprocess.DEVNULL, stderr=log
+            )
         self._wait_ready()
 
     def _prepare(self) -> tuple[str, int, int]:
@@ -96,11 +104,14 @@ class Portal:
             "import django, json; django.setup()\n"
             "from django.core.management import call_command; call_command('migrate', verbosity=0)\n"
             "from django.contrib.auth.models import User; from django.test import Client\n"
-            "from chat.services import conversation_create; from corpus.services.corpora import corpus_create\n"
+            "from chat.services import conversation_create; from corpus.services.corpora import "
+            "corpus_create\n"
             "user = User.objects.create_user('bench', password='bench-password-123')\n"
             "client = Client(); client.force_login(user)\n"
             "corpus = corpus_create(owner=user, name='bench')\n"
-            "print(json.dumps([client.cookies['sessionid'].value, conversation_create(user=user).pk, corpus.pk]))\n")
+            "print(json.dumps([client.cookies['sessionid'].value, conversation_create(user=user).pk, "
+            "corpus.pk]))\n"
+        )
         output = subprocess.run([sys.executable, "-c", script], cwd=REPO, env=self.env, check=True,
                                 capture_output=True, text=True).stdout
         session, conversation_id, corpus_id = json.loads(output.strip().splitlines()[-1])
@@ -167,7 +178,9 @@ def send_oversized(portal: Portal, path: str, *, size: int, multipart: bool, chu
                "Origin: http://127.0.0.1"]
     if logged_in:
         headers.append(f"Cookie: sessionid={portal.session}")
-    headers.append("Transfer-Encoding: chunked" if chunked else f"Content-Length: {len(head) + size + len(tail)}")
+    headers.append(
+        "Transfer-Encoding: chunked" if chunked else f"Content-Length: {len(head) + size + len(tail)}"
+    )
     block = b"x" * MIB
     peak_temp = 0
     stop = threading.Event()
@@ -238,18 +251,40 @@ def abuse(portal: Portal, mib: int) -> bool:
         ("anonymous multipart POST /accounts/login/", "/accounts/login/", True, False, False),
         ("anonymous chunked multipart POST /accounts/login/", "/accounts/login/", True, True, False),
         ("anonymous raw POST /no-such-page/", "/no-such-page/", False, False, False),
-        ("anonymous multipart POST to the dataset upload", f"/corpora/{portal.corpus_id}/datasets/", True, False,
-         False),
-        ("logged-in multipart POST to the dataset upload", f"/corpora/{portal.corpus_id}/datasets/", True, False,
-         True),
-        ("logged-in chunked multipart POST to the dataset upload", f"/corpora/{portal.corpus_id}/datasets/", True,
-         True, True),
-        ("logged-in raw POST /chat/<id>/settings/", f"/chat/{portal.conversation_id}/settings/", False, False, True),
+        (
+            "anonymous multipart POST to the dataset upload",
+            f"/corpora/{portal.corpus_id}/datasets/",
+            True,
+            False,
+            False,
+        ),
+        (
+            "logged-in multipart POST to the dataset upload",
+            f"/corpora/{portal.corpus_id}/datasets/",
+            True,
+            False,
+            True,
+        ),
+        (
+            "logged-in chunked multipart POST to the dataset upload",
+            f"/corpora/{portal.corpus_id}/datasets/",
+            True,
+            True,
+            True,
+        ),
+        (
+            "logged-in raw POST /chat/<id>/settings/",
+            f"/chat/{portal.conversation_id}/settings/",
+            False,
+            False,
+            True,
+        ),
     ]
     ok = True
     for label, path, multipart, chunked, logged_in in cases:
-        status, seconds, temp = send_oversized(portal, path, size=mib * MIB, multipart=multipart, chunked=chunked,
-                                               logged_in=logged_in)
+        status, seconds, temp = send_oversized(
+            portal, path, size=mib * MIB, multipart=multipart, chunked=chunked, logged_in=logged_in
+        )
         growth = (portal.peak_kib() - idle) / 1024
         good = status == 413 and seconds <= 1.0 and growth <= 64 and temp <= 64 * MIB
         ok &= good
@@ -312,8 +347,10 @@ def main() -> None:
                 rate = throughput(portal)
                 connect, round_trips = websocket_round_trips(portal)
                 results[server] = (ok, rate, connect, round_trips)
-                print(f"{server}: GET /healthz {rate:.0f} req/s (one keep-alive connection); websocket connect "
-                      f"{connect * 1000:.0f} ms, {round_trips:.0f} round trips/s")
+                print(
+                    f"{server}: GET /healthz {rate:.0f} req/s (one keep-alive connection); websocket connect "
+                    f"{connect * 1000:.0f} ms, {round_trips:.0f} round trips/s"
+                )
             else:
                 results[server] = (ok, None, None, None)
         finally:

@@ -19,7 +19,8 @@ default search path.
   the `model2vec` library (its `distill_from_model`: each of the 29,525 entries of the encoder's own
   WordPiece vocabulary left once its [unused] slots are dropped, through the model once, PCA to 256
   dimensions, SIF weights; cached in `--encoder-cache`). A window's vector is the mean of its
-  tokens' rows: a table lookup, the cost of HDC's build rather than a transformer's. "default+static" fuses it with the default path.
+  tokens' rows: a table lookup, the cost of HDC's build rather than a transformer's. "default+static" fuses it
+  with the default path.
 * `DefaultPathRanker` ("default"): what a corpus search ranks on the portal's default path: the
   HDC build with its exact-word channel (`engine.lexical.WordIndex`), the fusion rule chosen from
   the build's own self-queries (`engine.gate.channel_evidence`), and the retriever's fused
@@ -106,9 +107,12 @@ class EncoderRanker:
     def build_rate(self) -> str:
         if self.encode_s is None:
             return f"encoder: {self.n_windows:,} windows read from the cache (rate not measured in this run)"
-        return (f"encoder build: {self.n_windows / self.encode_s:,.1f} windows/s, {self.n_documents / self.encode_s:,.1f}"
-                f" docs/s ({self.n_windows:,} windows of <= {WINDOW_WORDS} words, {self.encode_s:.1f} s, "
-                f"{self.threads} threads)")
+        return (
+            f"encoder build: {self.n_windows / self.encode_s:,.1f} windows/s, "
+            f"{self.n_documents / self.encode_s:,.1f}"
+            f" docs/s ({self.n_windows:,} windows of <= {WINDOW_WORDS} words, {self.encode_s:.1f} s, "
+            f"{self.threads} threads)"
+        )
 
     def rank(self, queries: list[str], k: int) -> np.ndarray:
         return best_per_document(self._encode(queries) @ self.vectors.T, self.owner, self.n_documents, k)
@@ -125,7 +129,9 @@ class BinaryEncoderRanker(EncoderRanker):
 
     def rank(self, queries: list[str], k: int) -> np.ndarray:
         query_bits = np.packbits(self._encode(queries) > 0, axis=1)
-        differ = np.stack([np.bitwise_count(self.bits ^ bits).sum(axis=1, dtype=np.int32) for bits in query_bits])
+        differ = np.stack(
+            [np.bitwise_count(self.bits ^ bits).sum(axis=1, dtype=np.int32) for bits in query_bits]
+        )
         return best_per_document(-differ, self.owner, self.n_documents, k)  # fewest differing bits first
 
 
@@ -268,7 +274,9 @@ class MeaningPathRanker(DefaultPathRanker):
         self.encode_s = time.perf_counter() - start
         channel = MeaningChannel(MeaningIndex.of_vectors(vectors))
         self.target = replace(self.target, channels={**self.target.channels, MEANING: channel})
-        self.meaning_fusion = channel_evidence(retriever=self.hdc.retriever, target=self.target, channel=MEANING)
+        self.meaning_fusion = channel_evidence(
+            retriever=self.hdc.retriever, target=self.target, channel=MEANING
+        )
         self.target = replace(self.target, rules={**self.target.rules, MEANING: self.meaning_fusion})
         self.name = f"default path + meaning (gates: {self.fusion.rule}, {self.meaning_fusion.rule})"
         self.encoded = len(vectors)

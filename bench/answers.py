@@ -90,39 +90,61 @@ def _setting(text: str) -> str:
 def _parse() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--set", choices=tuple(SETS), default="demo", help="question set and its corpus")
-    parser.add_argument("--gguf", type=Path, help="chat model (default: the packaged instruction-tuned model)")
+    parser.add_argument(
+        "--gguf", type=Path, help="chat model (default: the packaged instruction-tuned model)"
+    )
     parser.add_argument("--questions", type=int, default=0, help="first N questions only (0: all)")
     # 1024, the cap of the answers issue 9 saw loop: a lower one (320 before) cuts answers with a code
     # example that end by themselves well before the portal's own cap (max_new_tokens, 4096), and
     # counts them as not stopping; a loop is still cut by the guard or this cap.
     parser.add_argument("--max-tokens", type=int, default=1024, help="longest answer in tokens")
-    parser.add_argument("--budget", type=int, default=0, help="memory tokens per answer (0: the conversation default)")
+    parser.add_argument(
+        "--budget", type=int, default=0, help="memory tokens per answer (0: the conversation default)"
+    )
     parser.add_argument("--temperature", type=float, default=None, help="default: the engine config's")
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp compute threads")
     parser.add_argument("--show", type=int, default=3, help="print this many answers of each mode")
     parser.add_argument("--rounds", type=int, default=1,
                         help="ask every question this many times in each mode; figures and verdicts pool the "
                              "rounds, and each round's lift is printed (sampling moves one round's rates)")
-    parser.add_argument("--memories-only", action="store_true",
-                        help="ask with memories only (no model-alone answers: no lift, no verdicts); for a larger "
-                             "sample of the grounding score in the same time")
+    parser.add_argument(
+        "--memories-only",
+        action="store_true",
+        help="ask with memories only (no model-alone answers: no lift, no verdicts); for a larger "
+        "sample of the grounding score in the same time",
+    )
     parser.add_argument("--meaning", action="store_true",
                         help="the corpus with the meaning channel (engine.meaning; not the demo set)")
-    parser.add_argument("--retrieval-only", action="store_true",
-                        help="no model: the share of questions whose fact is in a memory the search primes (the "
-                             "conversation's budget); with --meaning, also with the channel off, paired")
+    parser.add_argument(
+        "--retrieval-only",
+        action="store_true",
+        help="no model: the share of questions whose fact is in a memory the search primes (the "
+        "conversation's budget); with --meaning, also with the channel off, paired",
+    )
     parser.add_argument("--out", type=Path, help="write every answer as JSONL here")
-    parser.add_argument("--rescore", type=Path, metavar="JSONL",
-                        help="no model: the grounding report of the answers an earlier --out wrote (text channels)")
-    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE", type=_setting,
-                        help="an engine setting for this run (YAML value), e.g. repeat_penalty=1.0; repeatable")
+    parser.add_argument(
+        "--rescore",
+        type=Path,
+        metavar="JSONL",
+        help="no model: the grounding report of the answers an earlier --out wrote (text channels)",
+    )
+    parser.add_argument(
+        "--config",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        type=_setting,
+        help="an engine setting for this run (YAML value), e.g. repeat_penalty=1.0; repeatable",
+    )
     parser.add_argument("--versus", action="append", default=[], metavar="KEY=VALUE", type=_setting,
                         help="a second arm, paired: these settings over --config's; repeatable")
     args = parser.parse_args()
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     if args.meaning and args.set == "demo":
-        parser.error("--meaning: the demo corpus is built by portal_bootstrap; choose jargon, manpages or kernel")
+        parser.error(
+            "--meaning: the demo corpus is built by portal_bootstrap; choose jargon, manpages or kernel"
+        )
     return args
 
 
@@ -150,9 +172,17 @@ def use_settings(config_file: Path, max_tokens: int, settings: list[str]) -> Non
 def portal_setup(data_dir: Path, base_url: str, max_tokens: int, settings: list[str] = ()) -> None:
     config_file = data_dir / "engine.yaml"
     write_config(config_file, max_tokens, settings)
-    os.environ.update({"DJANGO_SETTINGS_MODULE": "hdrag_site.settings", "DATA_DIR": str(data_dir),
-                       "LLM_BASE_URL": base_url, "HDRAG_CONFIG_FILE": str(config_file), "LOG_LEVEL": "WARNING",
-                       "CELERY_TASK_ALWAYS_EAGER": "1", "HDRAG_ADMIN_PASSWORD": "bench-only-password"})
+    os.environ.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "hdrag_site.settings",
+            "DATA_DIR": str(data_dir),
+            "LLM_BASE_URL": base_url,
+            "HDRAG_CONFIG_FILE": str(config_file),
+            "LOG_LEVEL": "WARNING",
+            "CELERY_TASK_ALWAYS_EAGER": "1",
+            "HDRAG_ADMIN_PASSWORD": "bench-only-password",
+        }
+    )
     os.environ.pop("DATABASE_URL", None)
     os.environ.pop("REDIS_URL", None)
     import django
@@ -285,13 +315,22 @@ async def ask(user, corpus_id: int, question: str, *, use_memory: bool, budget: 
     first, total = result.timings.first_token, result.timings.total
     rate = (usage.completion_tokens - 1) / (total - first) if usage and first and total > first else 0.0
     done = next((e for e in events if e["type"] == "chat.done"), {})
-    return {"question": question, "memory": use_memory, "answer": result.content, "status": result.status,
-            "grounding": done.get("grounding"),
-            "finish_reason": (final.get("message") or {}).get("finish_reason", ""), "error": final.get("error", ""),
-            "ttft": first, "tokens_per_s": rate, "prompt_tokens": usage.prompt_tokens if usage else 0,
-            "completion_tokens": usage.completion_tokens if usage else 0, "began_looping": result.loops,
-            "memory_texts": [m["excerpt"] for m in memories],
-            "token_logprobs": [[start, end, round(logprob, 4)] for start, end, logprob in result.token_logprobs]}
+    return {
+        "question": question,
+        "memory": use_memory,
+        "answer": result.content,
+        "status": result.status,
+        "grounding": done.get("grounding"),
+        "finish_reason": (final.get("message") or {}).get("finish_reason", ""),
+        "error": final.get("error", ""),
+        "ttft": first,
+        "tokens_per_s": rate,
+        "prompt_tokens": usage.prompt_tokens if usage else 0,
+        "completion_tokens": usage.completion_tokens if usage else 0,
+        "began_looping": result.loops,
+        "memory_texts": [m["excerpt"] for m in memories],
+        "token_logprobs": [[start, end, round(logprob, 4)] for start, end, logprob in result.token_logprobs],
+    }
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -334,19 +373,29 @@ def summary(name: str, rows: list[dict], facts: dict[str, str]) -> dict:
     errors = sum(r["status"] == "error" for r in rows)
     recalled = sum(any(re.search(facts[r["question"]], t, re.I) for t in r["memory_texts"]) for r in rows)
     ttfts = [r["ttft"] for r in rows if r["ttft"] is not None]
-    figures = {"grounded": grounded_share(rows, facts), "stopped": stopped / n, "loops": loops / n, "errors": errors / n,
-               "recited": sum(recited(r) for r in rows) / n,
-               "recall": recalled / n, "ttft_p50": percentile(ttfts, 0.5), "ttft_p95": percentile(ttfts, 0.95),
-               "tokens_per_s": statistics.median(r["tokens_per_s"] for r in rows),
-               "prompt_tokens": statistics.median(r["prompt_tokens"] for r in rows),
-               "completion_tokens": statistics.median(r["completion_tokens"] for r in rows)}
-    print(f"{name:<16} n={n:<3} grounded {figures['grounded']:6.1%}  stopped by itself {figures['stopped']:6.1%}  "
-          f"loops {figures['loops']:5.1%}  errors {figures['errors']:5.1%}  fact in a memory {figures['recall']:6.1%}  "
-          f"recited {figures['recited']:5.1%}  restated the question {restated}  began looping {began} "
-          f"(recovered after the cut: {began - loops})\n"
-          f"{'':<16} TTFT p50 {figures['ttft_p50']:5.2f} s  p95 {figures['ttft_p95']:5.2f} s  "
-          f"{figures['tokens_per_s']:5.1f} tok/s  prompt {figures['prompt_tokens']:5.0f} tok  "
-          f"answer {figures['completion_tokens']:4.0f} tok (medians)")
+    figures = {
+        "grounded": grounded_share(rows, facts),
+        "stopped": stopped / n,
+        "loops": loops / n,
+        "errors": errors / n,
+        "recited": sum(recited(r) for r in rows) / n,
+        "recall": recalled / n,
+        "ttft_p50": percentile(ttfts, 0.5),
+        "ttft_p95": percentile(ttfts, 0.95),
+        "tokens_per_s": statistics.median(r["tokens_per_s"] for r in rows),
+        "prompt_tokens": statistics.median(r["prompt_tokens"] for r in rows),
+        "completion_tokens": statistics.median(r["completion_tokens"] for r in rows),
+    }
+    print(
+        f"{name:<16} n={n:<3} grounded {figures['grounded']:6.1%}  stopped by itself "
+        f"{figures['stopped']:6.1%}  loops {figures['loops']:5.1%}  errors {figures['errors']:5.1%}  fact in "
+        f"a memory {figures['recall']:6.1%}  "
+        f"recited {figures['recited']:5.1%}  restated the question {restated}  began looping {began} "
+        f"(recovered after the cut: {began - loops})\n"
+        f"{'':<16} TTFT p50 {figures['ttft_p50']:5.2f} s  p95 {figures['ttft_p95']:5.2f} s  "
+        f"{figures['tokens_per_s']:5.1f} tok/s  prompt {figures['prompt_tokens']:5.0f} tok  "
+        f"answer {figures['completion_tokens']:4.0f} tok (medians)"
+    )
     return figures
 
 
@@ -380,7 +429,9 @@ def channel_scorers(corpus_id: int) -> dict:
     from engine.citations import HDCSupport, MeanSupport, WordSupport
 
     build = Corpus.objects.select_related("active_build").get(pk=corpus_id).active_build
-    hdc = HDCSupport(serving.tokenizer_for(build.params.gguf_path), serving.loaded_build(build.build_dir).encoder)
+    hdc = HDCSupport(
+        serving.tokenizer_for(build.params.gguf_path), serving.loaded_build(build.build_dir).encoder
+    )
     return {**text_scorers(), "hdc": hdc, "words+hdc": MeanSupport(WordSupport(), hdc)}
 
 
@@ -397,9 +448,11 @@ def grounding_report(rows: dict[str, list[dict]], facts: dict[str, str], scorers
 
     primed = {(r["question"], r["round"]): r["memory_texts"] for r in rows["with memories"]}
     with_tokens = sum(bool(r.get("token_logprobs")) for mode_rows in rows.values() for r in mode_rows)
-    print(f"\ngrounding against the fact judge (portal: {SCORER.name}, threshold {CITATION_THRESHOLD}, weighed by "
-          f"certainty; {with_tokens} of {sum(map(len, rows.values()))} answers have token log-probabilities; "
-          f"'grounded' cut {GROUNDED_FROM:.0%}):")
+    print(
+        f"\ngrounding against the fact judge (portal: {SCORER.name}, threshold {CITATION_THRESHOLD}, weighed "
+        f"by certainty; {with_tokens} of {sum(map(len, rows.values()))} answers have token "
+        f"log-probabilities; 'grounded' cut {GROUNDED_FROM:.0%}):"
+    )
     variants = [(name, threshold, True) for name, thresholds in CHANNEL_THRESHOLDS.items() if name in scorers
                 for threshold in thresholds]
     if SCORER.name in scorers:
@@ -418,11 +471,14 @@ def grounding_report(rows: dict[str, list[dict]], facts: dict[str, str], scorers
             above = [grounding_word(score) == "grounded" for score in scores]
             share = {flag: (sum(a for a, j in zip(above, judged, strict=True) if j == flag)
                             / max(1, sum(j == flag for j in judged))) for flag in (True, False)}
-            print(f"  {mode:<14} {name:<17} {'' if weighed else 'plain'} threshold {threshold:4.2f}: "
-                  f"AUC {roc_auc(scores, judged):.3f}  "
-                  f"above the cut: judged grounded {share[True]:6.1%}, others {share[False]:6.1%}  "
-                  f"(n {sum(judged)}/{len(judged) - sum(judged)})  attribution p50 {percentile(times, 0.5) * 1000:5.1f} ms"
-                  f", p95 {percentile(times, 0.95) * 1000:5.1f} ms")
+            print(
+                f"  {mode:<14} {name:<17} {'' if weighed else 'plain'} threshold {threshold:4.2f}: "
+                f"AUC {roc_auc(scores, judged):.3f}  "
+                f"above the cut: judged grounded {share[True]:6.1%}, others {share[False]:6.1%}  "
+                f"(n {sum(judged)}/{len(judged) - sum(judged)})  attribution p50 "
+                f"{percentile(times, 0.5) * 1000:5.1f} ms"
+                f", p95 {percentile(times, 0.95) * 1000:5.1f} ms"
+            )
 
 
 def sign_test(only_a: int, only_b: int) -> float:
@@ -456,8 +512,11 @@ def paired(rows: dict[tuple[str, str], list[dict]], facts: dict[str, str]) -> No
         pairs = [(grounded(x, facts), grounded(y, facts)) for x, y in zip(a, b, strict=True)]
         only_a = sum(x and not y for x, y in pairs)
         only_b = sum(y and not x for x, y in pairs)
-        print(f"  {mode:<14} grounded in A only {only_a:3}, in B only {only_b:3}, in both {sum(x and y for x, y in pairs):3}"
-              f" of {len(pairs)}; sign test p = {sign_test(only_a, only_b):.3f}")
+        print(
+            f"  {mode:<14} grounded in A only {only_a:3}, in B only {only_b:3}, in both "
+            f"{sum(x and y for x, y in pairs):3}"
+            f" of {len(pairs)}; sign test p = {sign_test(only_a, only_b):.3f}"
+        )
 
 
 MODES = {"model alone": False, "with memories": True}
@@ -513,12 +572,18 @@ def report(args: argparse.Namespace, rows: dict[str, list[dict]], facts: dict[st
                         if r["round"] == round_number)
             print(f"round {round_number + 1}: grounded alone {shares['model alone']:6.1%}, with memories "
                   f"{shares['with memories']:6.1%}, lift {lifts[-1] * 100:+5.1f}; loops {loops}")
-        print(f"lift over {args.rounds} rounds: mean {statistics.mean(lifts) * 100:+.1f}, standard deviation "
-              f"{statistics.stdev(lifts) * 100:.1f}, range {min(lifts) * 100:+.1f} .. {max(lifts) * 100:+.1f} points\n")
+        print(
+            f"lift over {args.rounds} rounds: mean {statistics.mean(lifts) * 100:+.1f}, standard deviation "
+            f"{statistics.stdev(lifts) * 100:.1f}, range {min(lifts) * 100:+.1f} .. {max(lifts) * 100:+.1f} "
+            "points\n"
+        )
     figures = {mode: summary(mode, mode_rows, facts) for mode, mode_rows in rows.items()}
     for mode, mode_rows in rows.items():
         for row in mode_rows[:args.show]:
-            print(f"\n[{mode}] Q: {row['question']}\nA ({row['status']}, {row['finish_reason']}): {row['answer'][:600]}")
+            print(
+                f"\n[{mode}] Q: {row['question']}\nA ({row['status']}, {row['finish_reason']}): "
+                f"{row['answer'][:600]}"
+            )
     print()
     if both:
         verdicts(figures["model alone"], figures["with memories"])
@@ -542,11 +607,22 @@ def retrieval_only(args: argparse.Namespace, user, corpus_id: int, questions: li
             IndexBuild.objects.filter(pk=build.pk).update(
                 parameters={**build.parameters, "meaning_fusion": {"rule": override, "evidence": {}}})
         started = time.perf_counter()
-        found[name] = [any(re.search(fact, r.memory.text, re.I) for r in memories_search(
-            user=user, corpus_ids=[corpus_id], query=question, token_budget=budget)) for question, fact in questions]
-        print(f"{name:<10} (meaning rule {override or rule}): fact in a primed memory {sum(found[name])}/{len(questions)}"
-              f" = {sum(found[name]) / len(questions):.1%}; {(time.perf_counter() - started) / len(questions) * 1000:.0f} ms"
-              f" a search; budget {budget} tokens")
+        found[name] = [
+            any(
+                re.search(fact, r.memory.text, re.I)
+                for r in memories_search(
+                    user=user, corpus_ids=[corpus_id], query=question, token_budget=budget
+                )
+            )
+            for question, fact in questions
+        ]
+        print(
+            f"{name:<10} (meaning rule {override or rule}): fact in a primed memory "
+            f"{sum(found[name])}/{len(questions)}"
+            f" = {sum(found[name]) / len(questions):.1%}; "
+            f"{(time.perf_counter() - started) / len(questions) * 1000:.0f} ms"
+            f" a search; budget {budget} tokens"
+        )
         missed = [question for (question, _), hit in zip(questions, found[name], strict=True) if not hit]
         for question in missed[:args.show]:
             print(f"  missed: {question}")
@@ -569,7 +645,9 @@ def main() -> int:
     questions = [tuple(item) for item in json.loads((DATA / source).read_text(encoding="utf-8"))]
     questions = questions[:args.questions] if args.questions else questions
     if args.rescore:
-        saved = [json.loads(line) for line in args.rescore.read_text(encoding="utf-8").splitlines() if line.strip()]
+        saved = [
+            json.loads(line) for line in args.rescore.read_text(encoding="utf-8").splitlines() if line.strip()
+        ]
         for arm in dict.fromkeys(row.get("arm", "") for row in saved):
             print(f"\n{args.rescore} ({args.set}){f', arm {arm}' if arm else ''}:")
             grounding_report({mode: [r for r in saved if r.get("arm", "") == arm and r["memory"] == use]
@@ -587,9 +665,12 @@ def main() -> int:
     gguf = args.gguf or default_chat_gguf_path()
     with tempfile.TemporaryDirectory(prefix="bench-answers-") as data_dir, \
             LlamaServer(gguf, threads=args.threads, ctx_size=8192, parallel=1) as server:
-        print(f"set {args.set}: chat model {gguf.name} on llama.cpp {server.base_url} ({args.threads} threads); "
-              f"{len(questions)} questions, answers up to {args.max_tokens} tokens; settings {args.config or 'the defaults'}"
-              + (f", paired against {args.versus}" if args.versus else ""))
+        print(
+            f"set {args.set}: chat model {gguf.name} on llama.cpp {server.base_url} ({args.threads} "
+            f"threads); {len(questions)} questions, answers up to {args.max_tokens} tokens; settings "
+            f"{args.config or 'the defaults'}"
+            + (f", paired against {args.versus}" if args.versus else "")
+        )
         portal_setup(Path(data_dir), server.base_url, args.max_tokens, args.config)
         user, corpus_id = build_corpus(make_corpus)
         asyncio.run(run(args, user, corpus_id, questions, Path(data_dir) / "engine.yaml"))

@@ -204,9 +204,24 @@ def _free_port() -> int:
 
 
 def _start_server(port: int, env: dict, tree: Path) -> subprocess.Popen:
-    server = subprocess.Popen([sys.executable, "-m", "uvicorn", "hdrag_site.asgi:application", "--host", "127.0.0.1",
-                               "--port", str(port), "--log-level", "warning"], cwd=tree, env=env,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    server = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "uvicorn",
+            "hdrag_site.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        cwd=tree,
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
     import httpx
 
     deadline = time.monotonic() + 60
@@ -256,8 +271,15 @@ def main() -> int:
     gguf_path = default_gguf_path()
     build_dir, records_file, dataset = corpus_build(args.memories, args.seed, gguf_path)
     with tempfile.TemporaryDirectory(prefix="bench-api-") as data_dir:
-        env = {**os.environ, "DJANGO_SETTINGS_MODULE": "hdrag_site.settings", "DATA_DIR": data_dir,
-               "LOG_LEVEL": "WARNING", "API_THROTTLE_RATE": "1000000/min", "HDRAG_ENV": "development", "DEBUG": "0"}
+        env = {
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "hdrag_site.settings",
+            "DATA_DIR": data_dir,
+            "LOG_LEVEL": "WARNING",
+            "API_THROTTLE_RATE": "1000000/min",
+            "HDRAG_ENV": "development",
+            "DEBUG": "0",
+        }
         env.pop("DATABASE_URL", None)
         env.pop("REDIS_URL", None)
         os.environ.update(env)
@@ -332,15 +354,19 @@ def main() -> int:
                 clocks = {"engine": time.process_time, "service": time.process_time,
                           **{name: functools.partial(_cpu_seconds, process.pid)
                              for name, process in zip(urls, processes, strict=True)}}
-                measured = {block: _interleaved(paths, clocks, warm if block == STEADY else [], phase_q, block)
-                            for block, phase_q in phases.items()}
+                measured = {
+                    block: _interleaved(paths, clocks, warm if block == STEADY else [], phase_q, block)
+                    for block, phase_q in phases.items()
+                }
             finally:
                 for connection in connections.values():
                     connection.close()
             for block, (times, cpu) in measured.items():
-                print(f"\n== one search at a time ({args.memories:,} memories, {count} queries in blocks of {block}, "
-                      f"{'each path in turn' if block == 1 else 'each path a whole block in turn'}, order rotating, "
-                      "tokens warm in every process) ==")
+                print(
+                    f"\n== one search at a time ({args.memories:,} memories, {count} queries in blocks of "
+                    f"{block}, {'each path in turn' if block == 1 else 'each path a whole block in turn'}, "
+                    "order rotating, tokens warm in every process) =="
+                )
                 _line("engine, the query's tokens cold (first sight)", times["cold"])
                 _line("engine Retriever.search (baseline)", times["engine"])
                 _line("service memories_search (in process)", times["service"])
@@ -349,9 +375,13 @@ def main() -> int:
                     _line(f"{name} minus the server's own search time", times[name + " took"])
                 print("CPU per search (mean; the serving process's threads, 10 ms ticks summed): "
                       + ", ".join(f"{name} {ms:.1f} ms" for name, ms in cpu.items()))
-            print(f"\n== service memories_search in process, {args.clients} threads at once, {len(load_q)} searches ==")
-            latencies, wall = _threads_at_once(lambda q: memories_search(user=user, corpus_ids=[corpus_id], query=q),
-                                               load_q, args.clients)
+            print(
+                f"\n== service memories_search in process, {args.clients} threads at once, {len(load_q)} "
+                "searches =="
+            )
+            latencies, wall = _threads_at_once(
+                lambda q: memories_search(user=user, corpus_ids=[corpus_id], query=q), load_q, args.clients
+            )
             _line(f"service, {args.clients} threads", latencies)
             print(f"throughput: {len(latencies) / wall:.1f} searches/s ({wall:.1f} s wall)")
             for name in urls:
@@ -374,10 +404,12 @@ def main() -> int:
                 added = statistics.median([a - e for a, e in zip(times[name], engine, strict=True)])
                 added_p50s = statistics.median(times[name]) - statistics.median(engine)
                 verdict = "meets" if added < GOAL_MS else "MISSES"
-                print(f"{label}: {name} added (client latency - engine alone, same query): median {added:+.2f} ms "
-                      f"(p50 - p50: {added_p50s:+.2f} ms; HTTP, auth, throttle, JSON beside the server's search: "
-                      f"{statistics.median(times[name + ' took']):+.2f} ms); goal < {GOAL_MS:g} ms"
-                      + (f": {verdict}" if block == STEADY else " (judged on the steady figure)"))
+                print(
+                    f"{label}: {name} added (client latency - engine alone, same query): median {added:+.2f} "
+                    f"ms (p50 - p50: {added_p50s:+.2f} ms; HTTP, auth, throttle, JSON beside the server's "
+                    f"search: {statistics.median(times[name + ' took']):+.2f} ms); goal < {GOAL_MS:g} ms"
+                    + (f": {verdict}" if block == STEADY else " (judged on the steady figure)")
+                )
         print(f"load average after: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     return 0
 

@@ -80,16 +80,24 @@ def main() -> None:
     parser.add_argument("--database-url", default=os.environ.get("DATABASE_URL")
                         or "postgres://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--no-baseline", action="store_true", help="skip the engine-only build")
-    parser.add_argument("--append", type=int, default=0, help="then append this many 10-page documents, timed")
+    parser.add_argument(
+        "--append", type=int, default=0, help="then append this many 10-page documents, timed"
+    )
     parser.add_argument("--real-text", type=Path, metavar="DIR",
                         help="build bench.search --real-text's corpus (its dataset files, written once under "
                              "DIR/real-text) instead of --docs synthetic documents")
-    parser.add_argument("--store", action="store_true",
-                        help="publish to a real S3-compatible store (rclone serve s3 on loopback): the publish time, "
-                             "and the first search of a web process with an empty disk against one on the worker's")
-    parser.add_argument("--meaning", action="store_true",
-                        help="turn the corpus's meaning channel on (engine.meaning): the build's rate without it "
-                             "(the default path) against the sentence encoder's, on the same text")
+    parser.add_argument(
+        "--store",
+        action="store_true",
+        help="publish to a real S3-compatible store (rclone serve s3 on loopback): the publish time, "
+        "and the first search of a web process with an empty disk against one on the worker's",
+    )
+    parser.add_argument(
+        "--meaning",
+        action="store_true",
+        help="turn the corpus's meaning channel on (engine.meaning): the build's rate without it "
+        "(the default path) against the sentence encoder's, on the same text",
+    )
     args = parser.parse_args()
 
     server, _, _ = args.database_url.rpartition("/")
@@ -137,8 +145,13 @@ def _start_store(root: Path):  # noqa: ANN202 - subprocess.Popen
             if time.monotonic() > deadline or server.poll() is not None:
                 raise SystemExit("rclone serve s3 did not start") from None
             time.sleep(0.1)
-    os.environ.update(BUILD_STORAGE_URL="s3://bench/builds", AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}",
-                      AWS_ACCESS_KEY_ID=keys[0], AWS_SECRET_ACCESS_KEY=keys[1], AWS_DEFAULT_REGION="us-east-1")
+    os.environ.update(
+        BUILD_STORAGE_URL="s3://bench/builds",
+        AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}",
+        AWS_ACCESS_KEY_ID=keys[0],
+        AWS_SECRET_ACCESS_KEY=keys[1],
+        AWS_DEFAULT_REGION="us-east-1",
+    )
     return server
 
 
@@ -154,8 +167,11 @@ def store_figures(corpus, owner, build, scratch: Path) -> None:  # noqa: ANN001
     build = IndexBuild.objects.get(pk=build.pk)
     published = build.params.published or {}
     megabytes = sum(f["bytes"] for f in published.values()) / 1e6
-    print(f"\nobject store: {len(published)} files, {megabytes:,.1f} MB published in "
-          f"{build.timings.get('portal_publish', 0):.2f} s (of the build's {(build.finished - build.started).total_seconds():.1f} s)")
+    print(
+        f"\nobject store: {len(published)} files, {megabytes:,.1f} MB published in "
+        f"{build.timings.get('portal_publish', 0):.2f} s (of the build's "
+        f"{(build.finished - build.started).total_seconds():.1f} s)"
+    )
     query = "How do I sort a list in place?"
     runtime.reset()
     started = time.perf_counter()
@@ -222,13 +238,19 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
         from bench.data.real_index import MANUAL_CHARS
 
         files = write_real_corpus(args.real_text / "real-text", manual_chars=MANUAL_CHARS, queries=0).datasets
-        print(f"PostgreSQL: {django.db.connection.cursor().connection.info.server_version}; the real-text corpus "
-              f"({len(files)} dataset files, bench/data/real_corpus.py); dims {args.dims}")
+        print(
+            f"PostgreSQL: {django.db.connection.cursor().connection.info.server_version}; the real-text "
+            f"corpus ({len(files)} dataset files, bench/data/real_corpus.py); dims {args.dims}"
+        )
     else:
-        print(f"PostgreSQL: {django.db.connection.cursor().connection.info.server_version}; docs {args.docs:,}; "
-              f"dims {args.dims}")
+        print(
+            f"PostgreSQL: {django.db.connection.cursor().connection.info.server_version}; docs "
+            f"{args.docs:,}; dims {args.dims}"
+        )
         path = scratch / "bench.jsonl"
-        path.write_text("".join(json.dumps({"text": d}) + "\n" for d in synthetic_docs(args.docs)), encoding="utf-8")
+        path.write_text(
+            "".join(json.dumps({"text": d}) + "\n" for d in synthetic_docs(args.docs)), encoding="utf-8"
+        )
         files = [("bench", path)]
     owner = User.objects.create_user("bench")
     corpus = corpus_create(owner=owner, name="bench", hdc_dimensions=args.dims, meaning_channel=args.meaning)
@@ -247,17 +269,21 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
     for phase in ("tokenize", "embeddings", "vocabulary", "encode", "verify"):
         print(f"  engine {phase:<11} {timings.get(phase, 0):8.2f} s")
     print(f"  (encode includes the Memory inserts: {timings['memory_insert']:.2f} s)")
-    print(f"  portal activate   {timings.get('portal_activate', 0):8.2f} s (count check, verify_build, switch)")
+    print(
+        f"  portal activate   {timings.get('portal_activate', 0):8.2f} s (count check, verify_build, switch)"
+    )
     rate = timings["memory_rows_per_second"]
     print(f"Memory rows inserted: {build.documents:,} at {rate:,.0f} rows/s "
           f"(target {TARGET_ROWS_PER_SECOND:,}: {rate / TARGET_ROWS_PER_SECOND:.2f}x)")
     if args.meaning:
         meaning = timings["portal_meaning"]
         rest = wall - meaning
-        print(f"meaning channel (all-MiniLM-L6-v2: load, {build.documents:,} memories, the gate): {meaning:.1f} s, "
-              f"{build.documents / meaning:,.1f} memories/s; the default path (the build without it): {rest:.1f} s, "
-              f"{build.documents / rest:,.0f} memories/s: {meaning / rest:.1f}x faster; "
-              f"rule {build.params.meaning_fusion.rule}")
+        print(
+            f"meaning channel (all-MiniLM-L6-v2: load, {build.documents:,} memories, the gate): "
+            f"{meaning:.1f} s, {build.documents / meaning:,.1f} memories/s; the default path (the build "
+            f"without it): {rest:.1f} s, {build.documents / rest:,.0f} memories/s: {meaning / rest:.1f}x "
+            f"faster; rule {build.params.meaning_fusion.rule}"
+        )
 
     if not args.no_baseline:
         from core.runtime import default_gguf, engine_config
@@ -267,9 +293,14 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
         gguf = default_gguf()
         config = engine_config().replace(hdc_dimensions=args.dims)
         started = time.perf_counter()
-        result = build_index(datasets=[(number, name, path) for number, (name, path) in enumerate(files, start=1)],
-                             out_dir=scratch / "baseline", gguf_path=gguf,
-                             tokenizer=tokenizer_for(gguf), config=config, cache_dir=settings.EMBEDDING_CACHE_DIR)
+        result = build_index(
+            datasets=[(number, name, path) for number, (name, path) in enumerate(files, start=1)],
+            out_dir=scratch / "baseline",
+            gguf_path=gguf,
+            tokenizer=tokenizer_for(gguf),
+            config=config,
+            cache_dir=settings.EMBEDDING_CACHE_DIR,
+        )
         baseline = time.perf_counter() - started
         print(f"\nbaseline engine-only build (SQLite memory store): {baseline:.1f} s, "
               f"{result.documents / baseline:,.0f} docs/s")
@@ -283,10 +314,16 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
 PAGE_WORDS = 450  # a page of prose
 # One made-up fact per new document, each in words of its own (so that one document's sentence is
 # not a near copy of another's: it must find its own document, not the last one appended).
-FACTS = [("quokka", "Rottnest", "zymurgists", "xylophone mead"), ("axolotl", "Xochimilco", "glassblowers", "obsidian"),
-         ("narwhal", "Baffin", "cartographers", "walrus ivory"), ("pangolin", "Borneo", "beekeepers", "rattan honey"),
-         ("okapi", "Ituri", "luthiers", "ebony fiddles"), ("tardigrade", "Svalbard", "glaziers", "moss lanterns"),
-         ("capybara", "Pantanal", "weavers", "palm hammocks"), ("kakapo", "Whenua Hou", "coopers", "rimu barrels")]
+FACTS = [
+    ("quokka", "Rottnest", "zymurgists", "xylophone mead"),
+    ("axolotl", "Xochimilco", "glassblowers", "obsidian"),
+    ("narwhal", "Baffin", "cartographers", "walrus ivory"),
+    ("pangolin", "Borneo", "beekeepers", "rattan honey"),
+    ("okapi", "Ituri", "luthiers", "ebony fiddles"),
+    ("tardigrade", "Svalbard", "glaziers", "moss lanterns"),
+    ("capybara", "Pantanal", "weavers", "palm hammocks"),
+    ("kakapo", "Whenua Hou", "coopers", "rimu barrels"),
+]
 
 
 def ten_pages(number: int, seed: int) -> tuple[str, str]:

@@ -61,7 +61,9 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--token-budget", type=int, default=512, help="memory tokens per answer")
     parser.add_argument("--runs", type=int, default=3, help="single-chat repetitions per mode")
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp compute threads")
-    parser.add_argument("--ctx-size", type=int, default=16384, help="llama.cpp KV cache (shared by all slots)")
+    parser.add_argument(
+        "--ctx-size", type=int, default=16384, help="llama.cpp KV cache (shared by all slots)"
+    )
     parser.add_argument("--seed", type=int, default=0)
     return parser.parse_args()
 
@@ -111,8 +113,15 @@ def portal_setup(args: argparse.Namespace, data_dir: Path, base_url: str) -> Non
 
     config_file = data_dir / "engine.yaml"
     config_file.write_text(yaml.safe_dump({"max_new_tokens": args.max_tokens, "llama_context_size": 4096}))
-    os.environ.update({"DJANGO_SETTINGS_MODULE": "hdrag_site.settings", "DATA_DIR": str(data_dir),
-                       "LLM_BASE_URL": base_url, "HDRAG_CONFIG_FILE": str(config_file), "LOG_LEVEL": "WARNING"})
+    os.environ.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "hdrag_site.settings",
+            "DATA_DIR": str(data_dir),
+            "LLM_BASE_URL": base_url,
+            "HDRAG_CONFIG_FILE": str(config_file),
+            "LOG_LEVEL": "WARNING",
+        }
+    )
     import django
     from django.core.management import call_command
 
@@ -131,8 +140,13 @@ def corpus_rows(build_dir: Path, records_file: Path, dataset: Path, gguf_path: P
     Dataset.objects.create(pk=1, corpus=corpus, name="synthetic-pydoc.jsonl", file=str(dataset),
                            size=dataset.stat().st_size, sha256="0" * 64, format="jsonl")
     build = IndexBuild.objects.create(
-        corpus=corpus, status=IndexBuild.Status.SUCCEEDED, build_dir=str(build_dir),
-        parameters=BuildParameters(gguf_path=str(gguf_path), hdc_dimensions=10000, hdc_seed=42, hdc_ngram=5).to_json())
+        corpus=corpus,
+        status=IndexBuild.Status.SUCCEEDED,
+        build_dir=str(build_dir),
+        parameters=BuildParameters(
+            gguf_path=str(gguf_path), hdc_dimensions=10000, hdc_seed=42, hdc_ngram=5
+        ).to_json(),
+    )
     writer = MemoryWriter(build=build, dataset_ids=[1])
     with open(records_file, encoding="utf-8") as handle:
         batch = []
@@ -161,8 +175,11 @@ async def _socket(user, conversation_id: int):  # noqa: ANN001, ANN202 - Django 
         client.force_login(user)
         return client.cookies[settings.SESSION_COOKIE_NAME].value
 
-    headers = [(b"origin", b"http://localhost"), (b"host", b"localhost"),
-               (b"cookie", f"{settings.SESSION_COOKIE_NAME}={await database_sync_to_async(cookie)()}".encode())]
+    headers = [
+        (b"origin", b"http://localhost"),
+        (b"host", b"localhost"),
+        (b"cookie", f"{settings.SESSION_COOKIE_NAME}={await database_sync_to_async(cookie)()}".encode()),
+    ]
     socket = WebsocketCommunicator(application, f"/ws/chat/{conversation_id}/", headers=headers)
     connected, code = await socket.connect(timeout=30)
     if not connected:
@@ -202,9 +219,11 @@ def _summary(name: str, results: list[dict]) -> None:
     def med(key: str) -> float:
         return statistics.median(r[key] for r in results)
     ttft, retrieval = med("ttft_ms"), med("retrieval_ms")
-    print(f"{name:<28} n={len(results):<3} TTFT median {ttft:8.1f} ms   retrieval {retrieval:6.1f} ms "
-          f"({100 * retrieval / ttft if ttft else 0:4.1f} % of TTFT)   prompt {med('prompt_tokens'):6.0f} tok   "
-          f"{med('tokens_per_s'):6.1f} tok/s per chat")
+    print(
+        f"{name:<28} n={len(results):<3} TTFT median {ttft:8.1f} ms   retrieval {retrieval:6.1f} ms "
+        f"({100 * retrieval / ttft if ttft else 0:4.1f} % of TTFT)   prompt {med('prompt_tokens'):6.0f} "
+        f"tok   {med('tokens_per_s'):6.1f} tok/s per chat"
+    )
 
 
 def _median_ms(func, items) -> float:  # noqa: ANN001 - any callable of one item
@@ -308,8 +327,10 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="bench-chat-") as data_dir, \
             LlamaServer(default_chat_gguf_path(), threads=args.threads, ctx_size=args.ctx_size,
                         parallel=max(args.concurrent, 1)) as server:
-        print(f"llama.cpp server: {server.base_url}, {args.threads} threads, {max(args.concurrent, 1)} slots, "
-              f"ctx {args.ctx_size}; answers up to {args.max_tokens} tokens, memory budget {args.token_budget}")
+        print(
+            f"llama.cpp server: {server.base_url}, {args.threads} threads, {max(args.concurrent, 1)} slots, "
+            f"ctx {args.ctx_size}; answers up to {args.max_tokens} tokens, memory budget {args.token_budget}"
+        )
         portal_setup(args, Path(data_dir), server.base_url)
         from django.contrib.auth import get_user_model
 

@@ -46,7 +46,9 @@ def _build(root: Path, name: str, documents: list[str], *, gguf_path: Path, toke
     from engine.loaded_build import MemoryRecord, load_corpus
 
     path = root / f"{name}.jsonl"
-    path.write_text("".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in documents), encoding="utf-8")
+    path.write_text(
+        "".join(json.dumps({"text": t}, ensure_ascii=False) + "\n" for t in documents), encoding="utf-8"
+    )
     rows: dict[int, int] = {}
     texts: dict[int, str] = {}
 
@@ -123,17 +125,35 @@ def main(argv: list[str] | None = None) -> int:
     tokenizer = GGUFTokenizer.from_gguf(str(gguf_path))
     config = Config(hdc_dimensions=args.dims)
     retriever = Retriever(tokenizer, config)
-    print(f"\n{'pair':<22} {'queries of':<10} {'mode':<6} {'alone R@10':>10} {'raw R@10':>9} {'length R@10':>11} "
-          f"{'merged R@10':>11} {'alone MRR':>9} {'raw MRR':>8} {'length MRR':>10} {'merged MRR':>10}")
+    print(
+        f"\n{'pair':<22} {'queries of':<10} {'mode':<6} {'alone R@10':>10} {'raw R@10':>9} "
+        f"{'length R@10':>11} {'merged R@10':>11} {'alone MRR':>9} {'raw MRR':>8} {'length MRR':>10} "
+        f"{'merged MRR':>10}"
+    )
     for pair in [p.strip() for p in args.pairs.split(",") if p.strip()]:
         names = pair.split("+")
         with tempfile.TemporaryDirectory(prefix="hdrag-cross-") as scratch:
             sets, targets, mappings = [], [], []
             for name in names:
-                data = load_set(argparse.Namespace(set=name, docs=args.docs, queries=args.queries, seed=args.seed,
-                                                   no_hypernym=False, wordnet_dir=args.wordnet_dir))
-                target, rows = _build(Path(scratch), name, data.documents, gguf_path=gguf_path, tokenizer=tokenizer,
-                                      config=config, retriever=retriever)
+                data = load_set(
+                    argparse.Namespace(
+                        set=name,
+                        docs=args.docs,
+                        queries=args.queries,
+                        seed=args.seed,
+                        no_hypernym=False,
+                        wordnet_dir=args.wordnet_dir,
+                    )
+                )
+                target, rows = _build(
+                    Path(scratch),
+                    name,
+                    data.documents,
+                    gguf_path=gguf_path,
+                    tokenizer=tokenizer,
+                    config=config,
+                    retriever=retriever,
+                )
                 sets.append(data)
                 targets.append(target)
                 mappings.append(rows)
@@ -154,19 +174,31 @@ def main(argv: list[str] | None = None) -> int:
                         coverage = {t: word_coverage(query, [m.text for m in targets[t].store.get_memories(
                             [c.row for c in own[:COVERAGE_DEPTH]]).values()]) for t, own in orders.items()}
                         merged = merge_targets(orders, nonzero, coverage)
-                        for mode, order in (("alone", alone), ("raw", raw), ("length", length), ("merged", merged)):
+                        for mode, order in (
+                            ("alone", alone),
+                            ("raw", raw),
+                            ("length", length),
+                            ("merged", merged),
+                        ):
                             hits = [int(mappings[own][c.row]) if (mode == "alone" or c.target == own) else -2
                                     for c in order[:K]]
                             ranked[mode][position, :len(hits)] = hits
                     results = {mode: score(r, relevant) for mode, r in ranked.items()}
-                    print(f"{pair:<22} {names[own]:<10} {'fused' if fused else 'hdc':<6} "
-                          f"{results['alone'][0]:>10.4f} {results['raw'][0]:>9.4f} {results['length'][0]:>11.4f} "
-                          f"{results['merged'][0]:>11.4f} {results['alone'][1]:>9.4f} {results['raw'][1]:>8.4f} "
-                          f"{results['length'][1]:>10.4f} {results['merged'][1]:>10.4f}",
-                          flush=True)
-    print(f"\nalone: the query's own corpus only (the baseline); raw: both by raw HDC score (hdc) or by "
-          f"1/({DEFAULT_K}+rank) in each corpus's fused order (fused); length: score per unit of the query's "
-          f"length in each corpus; merged: engine.ranking.merge_targets, that times 1 + the corpus's word coverage.")
+                    print(
+                        f"{pair:<22} {names[own]:<10} {'fused' if fused else 'hdc':<6} "
+                        f"{results['alone'][0]:>10.4f} {results['raw'][0]:>9.4f} "
+                        f"{results['length'][0]:>11.4f} "
+                        f"{results['merged'][0]:>11.4f} {results['alone'][1]:>9.4f} "
+                        f"{results['raw'][1]:>8.4f} {results['length'][1]:>10.4f} "
+                        f"{results['merged'][1]:>10.4f}",
+                        flush=True,
+                    )
+    print(
+        f"\nalone: the query's own corpus only (the baseline); raw: both by raw HDC score (hdc) or by "
+        f"1/({DEFAULT_K}+rank) in each corpus's fused order (fused); length: score per unit of the query's "
+        "length in each corpus; merged: engine.ranking.merge_targets, that times 1 + the corpus's word "
+        "coverage."
+    )
     return 0
 
 

@@ -53,7 +53,9 @@ class DistilledTokens:
         from engine.gguf import model_fingerprint
 
         self.gguf_path = Path(gguf_path)
-        self.cache = Path(cache_dir) / f"{self.gguf_path.stem}.minilm-tokens.{model_fingerprint(gguf_path)[:16]}.npz"
+        self.cache = (
+            Path(cache_dir) / f"{self.gguf_path.stem}.minilm-tokens.{model_fingerprint(gguf_path)[:16]}.npz"
+        )
         self.encode_s = 0.0
         self.encoded = 0
 

@@ -21,8 +21,11 @@ from pathlib import Path
 
 MODELS = {"gemma": "embeddings", "qwen": "chat"}
 RANKERS = "bm25,hdc,li"
-_ROW = re.compile(r"^(?P<name>BM25|HDC exact|late interaction).*?\s+(?P<recall>[01]\.\d{4})\s+(?P<mrr>[01]\.\d{4})"
-                  r"\s+(?P<index>[\d.]+)\s+(?P<query>[\d.]+)\s", re.M)
+_ROW = re.compile(
+    r"^(?P<name>BM25|HDC exact|late interaction).*?\s+(?P<recall>[01]\.\d{4})\s+(?P<mrr>[01]\.\d{4})"
+    r"\s+(?P<index>[\d.]+)\s+(?P<query>[\d.]+)\s",
+    re.M,
+)
 _TOKENS = re.compile(r"^tokenization: .*?: (?P<docs>[\d,]+) docs/s, (?P<tokens>[\d,]+) tokens/s", re.M)
 _BUILD = re.compile(r"^HDC build: (?P<docs>[\d,]+) docs/s .*index (?P<mb>[\d,.]+) MB", re.M)
 
@@ -76,13 +79,17 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     runs = {model: run_model(model, args) for model in MODELS}
     gemma, qwen = runs["gemma"], runs["qwen"]
-    print(f"== embedding model comparison: {args.set}, {args.docs} docs, {args.queries} queries, seed {args.seed}, "
-          f"dims {args.dims} (baseline: Gemma) ==")
+    print(
+        f"== embedding model comparison: {args.set}, {args.docs} docs, {args.queries} queries, seed "
+        f"{args.seed}, dims {args.dims} (baseline: Gemma) =="
+    )
     print(f"{'figure':<34} {'Gemma 3 270M':>13} {'Qwen2.5 0.5B':>13} {'Qwen/Gemma':>11}")
     rows = []
     for ranker in ("BM25", "HDC exact", "late interaction"):
         for column, label in ((0, "recall@10"), (1, "MRR@10")):
-            rows.append((f"{ranker} {label}", gemma.scores[ranker][column], qwen.scores[ranker][column], "{:.4f}"))
+            rows.append(
+                (f"{ranker} {label}", gemma.scores[ranker][column], qwen.scores[ranker][column], "{:.4f}")
+            )
     rows += [("tokenization tokens/s", gemma.tokens_per_s, qwen.tokens_per_s, "{:,.0f}"),
              ("tokenization docs/s", gemma.tokenize_docs_per_s, qwen.tokenize_docs_per_s, "{:,.0f}"),
              ("HDC build docs/s", gemma.build_docs_per_s, qwen.build_docs_per_s, "{:,.0f}"),

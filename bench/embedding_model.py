@@ -35,9 +35,11 @@ class EmbeddingModel:
 
         metadata = read_metadata(self.path)
         tensor = embedding_tensor_info(self.path)
-        return (f"embedding model: {self.path.name} ({metadata.architecture}, tokenizer {metadata.tokenizer_model!r} "
-                f"tokenized {self.tokenized_by}); token_embd {tensor.tensor_type.name} "
-                f"{tensor.shape[0]:,} x {tensor.shape[1]}")
+        return (
+            f"embedding model: {self.path.name} ({metadata.architecture}, tokenizer "
+            f"{metadata.tokenizer_model!r} tokenized {self.tokenized_by}); token_embd "
+            f"{tensor.tensor_type.name} {tensor.shape[0]:,} x {tensor.shape[1]}"
+        )
 
 
 @dataclass(frozen=True)
@@ -47,8 +49,10 @@ class TokenizationSpeed:
     seconds: float
 
     def __str__(self) -> str:
-        return (f"tokenization: {self.documents:,} documents, {self.tokens:,} tokens in {self.seconds:.2f} s: "
-                f"{self.documents / self.seconds:,.0f} docs/s, {self.tokens / self.seconds:,.0f} tokens/s")
+        return (
+            f"tokenization: {self.documents:,} documents, {self.tokens:,} tokens in {self.seconds:.2f} s: "
+            f"{self.documents / self.seconds:,.0f} docs/s, {self.tokens / self.seconds:,.0f} tokens/s"
+        )
 
 
 def resolve_gguf(choice: str | None) -> Path:

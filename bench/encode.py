@@ -36,13 +36,74 @@ from collections.abc import Callable  # noqa: E402
 import numpy as np  # noqa: E402
 
 DOCSTRING_MODULES = (
-    "builtins", "os", "os.path", "sys", "re", "json", "collections", "itertools", "functools", "pathlib", "typing",
-    "asyncio", "subprocess", "threading", "logging", "argparse", "datetime", "decimal", "fractions", "statistics",
-    "random", "math", "string", "textwrap", "unittest", "email.message", "http.client", "urllib.request",
-    "xml.etree.ElementTree", "sqlite3", "csv", "zipfile", "tarfile", "shutil", "tempfile", "socket", "inspect",
-    "dataclasses", "enum", "contextlib", "heapq", "bisect", "struct", "codecs", "io", "pickle", "copy", "pprint",
-    "difflib", "hashlib", "secrets", "uuid", "time", "calendar", "shlex", "glob", "fnmatch", "traceback",
-    "warnings", "weakref", "types", "operator", "queue", "sched", "selectors", "signal", "gzip", "base64",
+    "builtins",
+    "os",
+    "os.path",
+    "sys",
+    "re",
+    "json",
+    "collections",
+    "itertools",
+    "functools",
+    "pathlib",
+    "typing",
+    "asyncio",
+    "subprocess",
+    "threading",
+    "logging",
+    "argparse",
+    "datetime",
+    "decimal",
+    "fractions",
+    "statistics",
+    "random",
+    "math",
+    "string",
+    "textwrap",
+    "unittest",
+    "email.message",
+    "http.client",
+    "urllib.request",
+    "xml.etree.ElementTree",
+    "sqlite3",
+    "csv",
+    "zipfile",
+    "tarfile",
+    "shutil",
+    "tempfile",
+    "socket",
+    "inspect",
+    "dataclasses",
+    "enum",
+    "contextlib",
+    "heapq",
+    "bisect",
+    "struct",
+    "codecs",
+    "io",
+    "pickle",
+    "copy",
+    "pprint",
+    "difflib",
+    "hashlib",
+    "secrets",
+    "uuid",
+    "time",
+    "calendar",
+    "shlex",
+    "glob",
+    "fnmatch",
+    "traceback",
+    "warnings",
+    "weakref",
+    "types",
+    "operator",
+    "queue",
+    "sched",
+    "selectors",
+    "signal",
+    "gzip",
+    "base64",
 )
 
 
@@ -75,9 +136,13 @@ def best_of(repeat: int, run: Callable[[], object]) -> tuple[float, object]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--docs", type=int, default=4000, help="documents encoded (the unique ones, repeated)")
+    parser.add_argument(
+        "--docs", type=int, default=4000, help="documents encoded (the unique ones, repeated)"
+    )
     parser.add_argument("--doc-tokens", type=int, default=500, help="document length in tokens")
-    parser.add_argument("--baseline-docs", type=int, default=400, help="documents for the per-document baseline")
+    parser.add_argument(
+        "--baseline-docs", type=int, default=400, help="documents for the per-document baseline"
+    )
     parser.add_argument("--batch", type=int, default=256, help="documents per encode_flat call")
     parser.add_argument("--dims", type=int, default=10000)
     parser.add_argument("--ngram", type=int, default=5)
@@ -115,8 +180,11 @@ def main(argv: list[str] | None = None) -> int:
     unique_tokens = tokenizer.bulk_tokenize(unique_docs)
     token_lists = [unique_tokens[i % len(unique_tokens)] for i in range(args.docs)]
     lengths = np.array([len(tokens) for tokens in token_lists])
-    print(f"\n== corpus == stdlib docs: {len(text):,} chars -> {len(unique_docs)} unique documents; "
-          f"encoding {len(token_lists)} (repeated), median {int(np.median(lengths))} tokens, {lengths.sum():,} tokens")
+    print(
+        f"\n== corpus == stdlib docs: {len(text):,} chars -> {len(unique_docs)} unique documents; "
+        f"encoding {len(token_lists)} (repeated), median {int(np.median(lengths))} tokens, {lengths.sum():,} "
+        "tokens"
+    )
 
     with tempfile.TemporaryDirectory(prefix="hdrag-bench-encode-") as scratch:
         started = time.perf_counter()
@@ -132,8 +200,11 @@ def main(argv: list[str] | None = None) -> int:
                                   idf=compute_idf(document_frequency[vocabulary], len(unique_tokens)),
                                   embeddings=embeddings, dims=args.dims, ngram=args.ngram, seed=args.seed)
         encoder = HDCEncoder(vocab)
-        print(f"== index == vocabulary {vocabulary.size} tokens, dims {args.dims}, ngram {args.ngram}, "
-              f"m_cap {encoder.m_cap}, c_min {encoder.c_min}  (built untimed in {time.perf_counter() - started:.1f} s)")
+        print(
+            f"== index == vocabulary {vocabulary.size} tokens, dims {args.dims}, ngram {args.ngram}, "
+            f"m_cap {encoder.m_cap}, c_min {encoder.c_min}  (built untimed in "
+            f"{time.perf_counter() - started:.1f} s)"
+        )
 
         flat, offsets = flatten(token_lists)
         encoder.encode_flat(flat[: offsets[2]], offsets[:3])  # compile the numba kernels outside the timings
@@ -156,9 +227,15 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit("MISMATCH: batched and per-document encodings differ")
         fast_rate, base_rate = args.docs / fast_s, n_base / base_s
         print(f"\n== encoding (best of {args.repeat}) ==")
-        print(f"{'baseline: encode() per document':<40} {n_base:>6} docs {base_s:8.3f} s {base_rate:>10,.0f} docs/s")
-        print(f"{f'encode_flat, batches of {args.batch}':<40} {args.docs:>6} docs {fast_s:8.3f} s {fast_rate:>10,.0f} docs/s"
-              f"  ({lengths.sum() / fast_s:,.0f} tokens/s)")
+        print(
+            f"{'baseline: encode() per document':<40} {n_base:>6} docs {base_s:8.3f} s {base_rate:>10,.0f} "
+            "docs/s"
+        )
+        print(
+            f"{f'encode_flat, batches of {args.batch}':<40} {args.docs:>6} docs {fast_s:8.3f} s "
+            f"{fast_rate:>10,.0f} docs/s"
+            f"  ({lengths.sum() / fast_s:,.0f} tokens/s)"
+        )
         print(f"ratio batched / per-document: {fast_rate / base_rate:.1f}x   bitmaps identical: yes   "
               f"target >= 1,000 docs/s: {'met' if fast_rate >= 1000 else 'NOT met'}")
 
@@ -167,7 +244,10 @@ def main(argv: list[str] | None = None) -> int:
     cold = GGUFTokenizer.from_gguf(gguf_path)
     cold_s, cold_ids = best_of(1, lambda: cold.bulk_tokenize(unique_docs))
     warm_s, warm_ids = best_of(args.repeat, lambda: cold.bulk_tokenize(unique_docs))
-    rows = [("GGUFTokenizer.bulk_tokenize (cold cache)", cold_s), ("GGUFTokenizer.bulk_tokenize (warm cache)", warm_s)]
+    rows = [
+        ("GGUFTokenizer.bulk_tokenize (cold cache)", cold_s),
+        ("GGUFTokenizer.bulk_tokenize (warm cache)", warm_s),
+    ]
     if cold_ids != unique_tokens or warm_ids != unique_tokens:
         raise SystemExit("MISMATCH: tokenizer runs disagree")
     http_s = None
@@ -185,7 +265,10 @@ def main(argv: list[str] | None = None) -> int:
     for label, seconds in rows:
         print(f"{label:<42} {n_tokens:>9,} tokens {seconds:8.3f} s {n_tokens / seconds:>12,.0f} tokens/s")
     if http_s is not None:
-        print(f"ratio cold / HTTP: {http_s / cold_s:.1f}x   warm / HTTP: {http_s / warm_s:.1f}x   ids identical: yes")
+        print(
+            f"ratio cold / HTTP: {http_s / cold_s:.1f}x   warm / HTTP: {http_s / warm_s:.1f}x   ids "
+            "identical: yes"
+        )
     print(f"target >= 300,000 tokens/s (cold): {'met' if n_tokens / cold_s >= 300_000 else 'NOT met'}")
     return 0
 

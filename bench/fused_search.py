@@ -8,8 +8,8 @@ threshold, fusion, dedup, HDC-MMR) on one corpus. The old pipeline is the code o
 (a git commit, default the branch's merge base with main, exported to a temp dir) run in a child
 process on the SAME build and store, in the same run, the modes taking turns query by query (a
 load that changes during the run weighs on all alike), after one untimed pass of every query on
-both sides (format 2 derives a token's vocabulary rows on first use in a process). Prints hardware, the load average, p50/p90
-per mode and the ratio to the old fused pipeline.
+both sides (format 2 derives a token's vocabulary rows on first use in a process). Prints hardware, the load
+average, p50/p90 per mode and the ratio to the old fused pipeline.
 
     python -m bench.fused_search --work-dir var/fused --prepare   # build + fill
     python -m bench.fused_search --work-dir var/fused             # timings, on a quiet machine
@@ -51,8 +51,12 @@ corpus = load_corpus(args["build"])
 tokenizer = GGUFTokenizer.from_gguf(args["gguf"])
 encoder = text_encoder_for(corpus, gguf_path=args["gguf"], tokenizer=tokenizer, cache_dir=args["cache"])
 store = ChromaClient(path=args["chroma"], visual_collection="bench_visual", text_collection="bench_text")
-late = lambda query: text_store_rank(store=store, encoder=encoder, tokenizer=tokenizer, query=query, build_id=1)
-target = SearchTarget(corpus=corpus, store=corpus.store, name="bench", late=late, fusion=FusionWeights(1.0, 0.5))
+late = lambda query: text_store_rank(
+    store=store, encoder=encoder, tokenizer=tokenizer, query=query, build_id=1
+)
+target = SearchTarget(
+    corpus=corpus, store=corpus.store, name="bench", late=late, fusion=FusionWeights(1.0, 0.5)
+)
 retriever = Retriever(tokenizer, Config(**args["config"]))
 print("ready", flush=True)
 for line in sys.stdin:
@@ -92,7 +96,9 @@ def _percentiles(times: list[float]) -> str:
 
 def _baseline_tree(commit: str, into: Path) -> Path:
     into.mkdir(parents=True)
-    archive = subprocess.run(["git", "-C", str(ROOT), "archive", commit, "engine"], capture_output=True, check=True)
+    archive = subprocess.run(
+        ["git", "-C", str(ROOT), "archive", commit, "engine"], capture_output=True, check=True
+    )
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
     return into
 
@@ -105,8 +111,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-hypernym", action="store_true")
     parser.add_argument("--wordnet-dir", type=Path, default=Path("/usr/share/wordnet"))
-    parser.add_argument("--baseline", default=None, help="git commit of the old pipeline (default: merge base with main)")
-    parser.add_argument("--work-dir", type=Path, default=None, help="keep the build and store here (default: temp)")
+    parser.add_argument(
+        "--baseline", default=None, help="git commit of the old pipeline (default: merge base with main)"
+    )
+    parser.add_argument(
+        "--work-dir", type=Path, default=None, help="keep the build and store here (default: temp)"
+    )
     parser.add_argument("--prepare", action="store_true", help="only build and fill --work-dir (untimed)")
     args = parser.parse_args(argv)
 
@@ -135,13 +145,17 @@ def main(argv: list[str] | None = None) -> int:
         if not (work / "build" / "late.npz").is_file():
             work.mkdir(parents=True, exist_ok=True)
             dataset = work / "documents.jsonl"
-            dataset.write_text("".join(json.dumps({"text": t}) + "\n" for t in data.documents), encoding="utf-8")
+            dataset.write_text(
+                "".join(json.dumps({"text": t}) + "\n" for t in data.documents), encoding="utf-8"
+            )
             started = time.perf_counter()
             build_index(datasets=[(1, args.set, dataset)], out_dir=work / "build", gguf_path=gguf,
                         tokenizer=tokenizer, config=config, cache_dir=cache)
             corpus = load_corpus(work / "build")
             encoder = text_encoder_for(corpus, gguf_path=gguf, tokenizer=tokenizer, cache_dir=cache)
-            store = ChromaClient(path=work / "chroma", visual_collection="bench_visual", text_collection="bench_text")
+            store = ChromaClient(
+                path=work / "chroma", visual_collection="bench_visual", text_collection="bench_text"
+            )
             text_store_fill(store=store, corpus=corpus, encoder=encoder, tokenizer=tokenizer, build_id=1)
             print(f"built and filled in {time.perf_counter() - started:.0f} s")
         if args.prepare:
@@ -153,16 +167,41 @@ def main(argv: list[str] | None = None) -> int:
 
         scorer = _TimedScorer(LateInteractionChannel.for_build(corpus, encoder=encoder, tokenizer=tokenizer))
         channels = {LATE_INTERACTION: scorer}
-        modes = {"HDC alone": SearchTarget(corpus=corpus, store=corpus.store, name="bench"),
-                 "fusion now (z:2)": SearchTarget(corpus=corpus, store=corpus.store, name="bench", channels=channels,
-                                                  rules={LATE_INTERACTION: FusionChoice("z:2")}),
-                 "fusion now (rrf:1)": SearchTarget(corpus=corpus, store=corpus.store, name="bench",
-                                                    channels=channels, rules={LATE_INTERACTION: FusionChoice("rrf:1")})}
+        modes = {
+            "HDC alone": SearchTarget(corpus=corpus, store=corpus.store, name="bench"),
+            "fusion now (z:2)": SearchTarget(
+                corpus=corpus,
+                store=corpus.store,
+                name="bench",
+                channels=channels,
+                rules={LATE_INTERACTION: FusionChoice("z:2")},
+            ),
+            "fusion now (rrf:1)": SearchTarget(
+                corpus=corpus,
+                store=corpus.store,
+                name="bench",
+                channels=channels,
+                rules={LATE_INTERACTION: FusionChoice("rrf:1")},
+            ),
+        }
         old_tree = _baseline_tree(commit, Path(scratch) / "old")
-        payload = json.dumps({"build": str(work / "build"), "gguf": gguf, "cache": cache, "chroma": str(work / "chroma"),
-                              "config": {}})
-        child = subprocess.Popen([sys.executable, "-c", _OLD, payload], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                 text=True, cwd=old_tree, env={**os.environ, "PYTHONPATH": str(old_tree)})
+        payload = json.dumps(
+            {
+                "build": str(work / "build"),
+                "gguf": gguf,
+                "cache": cache,
+                "chroma": str(work / "chroma"),
+                "config": {},
+            }
+        )
+        child = subprocess.Popen(
+            [sys.executable, "-c", _OLD, payload],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=old_tree,
+            env={**os.environ, "PYTHONPATH": str(old_tree)},
+        )
         if child.stdout.readline().strip() != "ready":
             raise RuntimeError("the baseline pipeline did not start")
         # Warm-up, untimed, on both sides: every query once, so the vocabulary rows its tokens need
@@ -188,12 +227,18 @@ def main(argv: list[str] | None = None) -> int:
             loads.append(os.getloadavg()[0])
         child.stdin.close()
         child.wait()
-    print(f"late scoring of HDC's top candidates alone (both fused modes): p50 {statistics.median(scorer.times):.1f} ms")
+    print(
+        "late scoring of HDC's top candidates alone (both fused modes): p50 "
+        f"{statistics.median(scorer.times):.1f} ms"
+    )
     print(f"1-minute load average during the run: min {min(loads):.2f}, max {max(loads):.2f}")
     print(f"load average: {os.getloadavg()}")
     old = statistics.median(results["fusion before (Chroma, RRF)"])
     for name, times in results.items():
-        print(f"{name:<30} {_percentiles(times)}   old fused / this (p50): {old / statistics.median(times):5.1f}x")
+        print(
+            f"{name:<30} {_percentiles(times)}   old fused / this (p50): "
+            f"{old / statistics.median(times):5.1f}x"
+        )
     return 0
 
 

@@ -70,7 +70,9 @@ def _score_matrix(queries: list[str], documents: int, score, *, missing: float) 
     return out
 
 
-def _word_scores(documents: list[str], queries: list[str], made: list, self_targets: list[int], n: int) -> np.ndarray:
+def _word_scores(
+    documents: list[str], queries: list[str], made: list, self_targets: list[int], n: int
+) -> np.ndarray:
     """The portal's exact-word channel (`engine.lexical.WordIndex`, BM25 over words) for every query
     and document; a held-out self-query's target is scored as the rest of its text, as a build's
     evidence does. nan: a query without an indexed word (not fused)."""
@@ -87,7 +89,9 @@ def _word_scores(documents: list[str], queries: list[str], made: list, self_targ
 def collect(args: argparse.Namespace) -> None:
     data = load_set(args)
     rng = np.random.default_rng(1)
-    sample = rng.choice(len(data.documents), size=min(args.self_query_docs, len(data.documents)), replace=False)
+    sample = rng.choice(
+        len(data.documents), size=min(args.self_query_docs, len(data.documents)), replace=False
+    )
     made = self_queries([data.documents[i] for i in sample], kinds=SELF_QUERY_KINDS)
     self_texts = [q.query for q in made]
     self_targets = [int(sample[q.index]) for q in made]
@@ -131,12 +135,24 @@ def collect(args: argparse.Namespace) -> None:
     bm25 = _bm25_scores(data.documents, queries)
     words = _word_scores(data.documents, queries, made, self_targets, n)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    np.savez_compressed(args.out, hdc=hdc_scores, li=li_scores, bm25=bm25, words=words, doc_nnz=doc_nnz,
-                        query_nnz=query_nnz,
-                        tests=np.asarray(data.relevant, dtype=np.int64), self_targets=np.asarray(self_targets),
-                        self_kinds=np.asarray(self_kinds), name=args.set, times=np.array([hdc_s, li_s]))
-    print(f"{args.set}: {len(data.documents)} documents, {len(data.queries)} test + {len(self_texts)} self-queries; "
-          f"HDC {hdc_s:.0f} s, LI {li_s:.0f} s -> {args.out}")
+    np.savez_compressed(
+        args.out,
+        hdc=hdc_scores,
+        li=li_scores,
+        bm25=bm25,
+        words=words,
+        doc_nnz=doc_nnz,
+        query_nnz=query_nnz,
+        tests=np.asarray(data.relevant, dtype=np.int64),
+        self_targets=np.asarray(self_targets),
+        self_kinds=np.asarray(self_kinds),
+        name=args.set,
+        times=np.array([hdc_s, li_s]),
+    )
+    print(
+        f"{args.set}: {len(data.documents)} documents, {len(data.queries)} test + {len(self_texts)} "
+        f"self-queries; HDC {hdc_s:.0f} s, LI {li_s:.0f} s -> {args.out}"
+    )
 
 
 def metrics(scores: np.ndarray, targets: np.ndarray) -> tuple[float, float]:
@@ -167,9 +183,16 @@ def report(paths: list[Path]) -> None:
         hdc, li, bm25 = data["hdc"], data["li"], data["bm25"]
         tests = data["tests"]
         print(f"\n== {data['name']} ({hdc.shape[1]} documents, {n} test queries) ==")
-        cos = hdc / np.sqrt(np.maximum(data["doc_nnz"][None, :], 1) * np.maximum(data["query_nnz"][:, None], 1))
+        cos = hdc / np.sqrt(
+            np.maximum(data["doc_nnz"][None, :], 1) * np.maximum(data["query_nnz"][:, None], 1)
+        )
         everything = np.arange(hdc.shape[1])[None, :].repeat(n, axis=0)
-        for name, scores in (("BM25", bm25[:n]), ("HDC", hdc[:n]), ("HDC cos", cos[:n]), ("LI (every document)", li[:n])):
+        for name, scores in (
+            ("BM25", bm25[:n]),
+            ("HDC", hdc[:n]),
+            ("HDC cos", cos[:n]),
+            ("LI (every document)", li[:n]),
+        ):
             _line(name, metrics(scores, tests), top_documents(everything, scores))
         top, pool_hdc, pool_li, positions = pooled(hdc[:n], li[:n], tests)
         for rule in FUSION_RULES:
@@ -177,12 +200,18 @@ def report(paths: list[Path]) -> None:
             _line(f"pool {FUSION_DEPTH}, {rule}", metrics(fused, positions), top_documents(top, fused))
         kinds, targets = data["self_kinds"], data["self_targets"]
         _, s_hdc, s_li, s_pos = pooled(hdc[n:], li[n:], targets)
-        for name, choice in (("every kind", choose_fusion(s_hdc, s_li, s_pos, kinds=kinds)),
-                             ("held-out only", choose_fusion(s_hdc[kinds == "heldout"], s_li[kinds == "heldout"],
-                                                             s_pos[kinds == "heldout"]))):
+        for name, choice in (
+            ("every kind", choose_fusion(s_hdc, s_li, s_pos, kinds=kinds)),
+            (
+                "held-out only",
+                choose_fusion(s_hdc[kinds == "heldout"], s_li[kinds == "heldout"], s_pos[kinds == "heldout"]),
+            ),
+        ):
             recall, mrr = metrics(fuse_scores(pool_hdc, pool_li, rule=choice.rule), positions)
-            print(f"  gate on {name}: {choice.rule} (gain {choice.evidence['gain']}, z {choice.evidence['z']})"
-                  f" -> test {recall:.3f} / {mrr:.3f}")
+            print(
+                f"  gate on {name}: {choice.rule} (gain {choice.evidence['gain']}, z {choice.evidence['z']})"
+                f" -> test {recall:.3f} / {mrr:.3f}"
+            )
         choice = choose_fusion(s_hdc, s_li, s_pos, kinds=kinds, rules=FUSION_RULES)
         for kind, table in choice.evidence["mrr_by_kind"].items():
             print(f"  self {kind:<8} n={(kinds == kind).sum():<4} MRR@10 " + " ".join(
@@ -194,7 +223,11 @@ def report(paths: list[Path]) -> None:
             pool_words = np.take_along_axis(words[:n], top, axis=1)
             for rule in ("z:0.5", "z:1", "z:2", "late"):
                 fused = fuse_scores(pool_hdc, pool_words, rule=rule)
-                _line(f"pool {FUSION_DEPTH}, HDC+words {rule}", metrics(fused, positions), top_documents(top, fused))
+                _line(
+                    f"pool {FUSION_DEPTH}, HDC+words {rule}",
+                    metrics(fused, positions),
+                    top_documents(top, fused),
+                )
             _, s_hdc, s_words, s_pos = pooled(hdc[n:], words[n:], targets)
             choice = choose_fusion(s_hdc, s_words, s_pos, kinds=kinds, fallback=WORD_FALLBACK)
             fused = fuse_scores(pool_hdc, pool_words, rule=choice.rule)
@@ -224,10 +257,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work-dir", type=Path, default=None)
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--report", type=Path, nargs="*", default=None)
-    parser.add_argument("--gguf", default=None, help="model whose token embeddings build HDC and LI (as retrieval_eval)")
+    parser.add_argument(
+        "--gguf", default=None, help="model whose token embeddings build HDC and LI (as retrieval_eval)"
+    )
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--self-query-docs", type=int, default=SELF_QUERY_DOCS,
-                        help="documents the gate's self-queries are made from (default: as a build's evidence)")
+    parser.add_argument(
+        "--self-query-docs",
+        type=int,
+        default=SELF_QUERY_DOCS,
+        help="documents the gate's self-queries are made from (default: as a build's evidence)",
+    )
     args = parser.parse_args(argv)
     if args.report:
         report(args.report)

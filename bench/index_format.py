@@ -97,7 +97,8 @@ for query in queries:  # again: every word of the queries seen once already
     corpus.index.search_exact(pos, neg, 10)
     warm.append(time.perf_counter() - q0)
 print(json.dumps({"load_ms": (t1 - t0) * 1e3, "first_query_ms": times[0] * 1e3,
-                  "p50_ms": float(np.median(times[1:]) * 1e3), "p90_ms": float(np.percentile(times[1:], 90) * 1e3),
+                  "p50_ms": float(np.median(times[1:]) * 1e3),
+                  "p90_ms": float(np.percentile(times[1:], 90) * 1e3),
                   "warm_p50_ms": float(np.median(warm) * 1e3), "rows": rows, "scores": scores}))
 """
 
@@ -105,8 +106,14 @@ print(json.dumps({"load_ms": (t1 - t0) * 1e3, "first_query_ms": times[0] * 1e3,
 def _run(code: str, engine_root: Path, *args: str) -> dict | list:
     env = {**os.environ, "PYTHONPATH": str(engine_root)}
     # `python -c` puts the working directory first on sys.path: run where no `engine` package is.
-    done = subprocess.run([sys.executable, "-c", code, *args], env=env, capture_output=True, text=True, check=False,
-                          cwd=tempfile.gettempdir())
+    done = subprocess.run(
+        [sys.executable, "-c", code, *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        cwd=tempfile.gettempdir(),
+    )
     if done.returncode:
         raise RuntimeError(f"{engine_root}: {done.stderr[-2000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -167,31 +174,45 @@ def main(argv: list[str] | None = None) -> int:
                 for key in ("load_ms", "first_query_ms", "p50_ms", "p90_ms", "warm_p50_ms"):
                     run[key] = min(run.get(key, float("inf")), measured[key])
                 run["rows"], run["scores"] = measured["rows"], measured["scores"]
-    print(f"\n{'':<40} {'vocab.idx MB':>13} {'build MB':>9} {'build s':>8} {'load ms':>8} {'1st query ms':>13} "
-          f"{'p50 ms':>7} {'p90 ms':>7} {'again p50':>10} {'recall@10':>10}")
+    print(
+        f"\n{'':<40} {'vocab.idx MB':>13} {'build MB':>9} {'build s':>8} {'load ms':>8} {'1st query ms':>13} "
+        f"{'p50 ms':>7} {'p90 ms':>7} {'again p50':>10} {'recall@10':>10}"
+    )
     for label, run in runs.items():
         sizes = run["sizes"]
         run["recall"] = np.mean([r in rows for r, rows in zip(relevant, run["rows"], strict=True)])
         label = f"{label} [format {run['format']}]"
-        print(f"{label:<40} {sizes['vocab.idx'] / 1e6:>13.1f} {sum(sizes.values()) / 1e6:>9.1f} {run['build_s']:>8.1f} "
-              f"{run['load_ms']:>8.1f} {run['first_query_ms']:>13.1f} {run['p50_ms']:>7.2f} {run['p90_ms']:>7.2f} "
-              f"{run['warm_p50_ms']:>10.2f} {run['recall']:>10.4f}")
+        print(
+            f"{label:<40} {sizes['vocab.idx'] / 1e6:>13.1f} {sum(sizes.values()) / 1e6:>9.1f} "
+            f"{run['build_s']:>8.1f} {run['load_ms']:>8.1f} {run['first_query_ms']:>13.1f} "
+            f"{run['p50_ms']:>7.2f} {run['p90_ms']:>7.2f} "
+            f"{run['warm_p50_ms']:>10.2f} {run['recall']:>10.4f}"
+        )
     old, stored = list(runs.values())[:2]
     for label, new in list(runs.items())[1:]:
         if label != "this code, format 1":
-            same_stored = np.mean([a == b and c == d for a, b, c, d in
-                                   zip(stored["rows"], new["rows"], stored["scores"], new["scores"], strict=True)])
+            same_stored = np.mean(
+                [
+                    a == b and c == d
+                    for a, b, c, d in zip(
+                        stored["rows"], new["rows"], stored["scores"], new["scores"], strict=True
+                    )
+                ]
+            )
             print(f"\n{label} / this code, format 1: identical top-10 rows and scores: {same_stored:.3f}")
         same_rows = np.mean([a == b for a, b in zip(old["rows"], new["rows"], strict=True)])
         same_all = np.mean([a == b and c == d for a, b, c, d in
                             zip(old["rows"], new["rows"], old["scores"], new["scores"], strict=True)])
         overlap = np.mean([len(set(a) & set(b)) / max(1, len(a))
                            for a, b in zip(old["rows"], new["rows"], strict=True)])
-        print(f"\n{label} / baseline: vocab.idx {new['sizes']['vocab.idx'] / old['sizes']['vocab.idx']:.4f}, whole "
-              f"build {sum(new['sizes'].values()) / sum(old['sizes'].values()):.4f}; query p50 "
-              f"{new['p50_ms'] / old['p50_ms']:.2f}x, p90 {new['p90_ms'] / old['p90_ms']:.2f}x, the queries again "
-              f"p50 {new['warm_p50_ms'] / old['warm_p50_ms']:.2f}x, first query "
-              f"{new['first_query_ms'] / old['first_query_ms']:.2f}x, load {new['load_ms'] / max(old['load_ms'], 1e-9):.2f}x")
+        print(
+            f"\n{label} / baseline: vocab.idx {new['sizes']['vocab.idx'] / old['sizes']['vocab.idx']:.4f}, "
+            f"whole build {sum(new['sizes'].values()) / sum(old['sizes'].values()):.4f}; query p50 "
+            f"{new['p50_ms'] / old['p50_ms']:.2f}x, p90 {new['p90_ms'] / old['p90_ms']:.2f}x, the queries "
+            f"again p50 {new['warm_p50_ms'] / old['warm_p50_ms']:.2f}x, first query "
+            f"{new['first_query_ms'] / old['first_query_ms']:.2f}x, load "
+            f"{new['load_ms'] / max(old['load_ms'], 1e-9):.2f}x"
+        )
         print(f"  top-10 identical (rows): {same_rows:.3f}; identical rows and scores: {same_all:.3f}; "
               f"mean top-10 overlap {overlap:.4f}")
     print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")

@@ -1,4 +1,5 @@
-"""The queue of turns into the LLM: its own cost per turn and its hand-over, in-process vs shared through Redis.
+"""The queue of turns into the LLM: its own cost per turn and its hand-over, in-process vs shared through
+Redis.
 
     python -m bench.llm_queue [--turns 200] [--users 1,4,16] [--processes 2] [--redis redis://127.0.0.1:6379/0]
                               [--prefill-ms 5] [--decode-ms 20]
@@ -106,7 +107,12 @@ async def _users(job: dict) -> dict:
     await asyncio.sleep(max(0.0, job["start_at"] - time.perf_counter()))
     began = time.perf_counter()
     await asyncio.gather(*(user(name, turns) for name, turns in job["users"]))
-    return {"cycles": cycles, "releases": releases, "admissions": admissions, "wall": time.perf_counter() - began}
+    return {
+        "cycles": cycles,
+        "releases": releases,
+        "admissions": admissions,
+        "wall": time.perf_counter() - began,
+    }
 
 
 def _run(arm: str, processes: int, users: int, args: argparse.Namespace, *, work: bool) -> dict:
@@ -135,15 +141,24 @@ def _run(arm: str, processes: int, users: int, args: argparse.Namespace, *, work
         if before:
             handovers.append(admitted - releases[before - 1])
     cycles = [c for r in results for c in r["cycles"]]
-    return {"cycles": cycles, "handovers": handovers, "turns_per_s": len(cycles) / max(r["wall"] for r in results)}
+    return {
+        "cycles": cycles,
+        "handovers": handovers,
+        "turns_per_s": len(cycles) / max(r["wall"] for r in results),
+    }
 
 
 def _row(name: str, values: list[float], baseline: list[float] | None, extra: str = "") -> str:
     if not values:
         return f"  {name:<22} (no turn waited)"
-    ratio = f"   ratio p50 {statistics.median(values) / statistics.median(baseline):6.1f}x" if baseline else ""
-    return (f"  {name:<22} p50 {statistics.median(values) * 1e3:8.3f} ms   p95 {percentile(values, 0.95) * 1e3:8.3f} ms"
-            f"{ratio}{extra}")
+    ratio = (
+        f"   ratio p50 {statistics.median(values) / statistics.median(baseline):6.1f}x" if baseline else ""
+    )
+    return (
+        f"  {name:<22} p50 {statistics.median(values) * 1e3:8.3f} ms   p95 "
+        f"{percentile(values, 0.95) * 1e3:8.3f} ms"
+        f"{ratio}{extra}"
+    )
 
 
 def main() -> None:
@@ -153,8 +168,10 @@ def main() -> None:
         return
     print_hardware()
     server = redis.Redis.from_url(args.redis).info("server")
-    print(f"== setup ==\n  Redis {server['redis_version']} at {redacted(args.redis)}, {args.turns} turns per run, "
-          f"hand-over work: prefill {args.prefill_ms:g} ms, decode {args.decode_ms:g} ms")
+    print(
+        f"== setup ==\n  Redis {server['redis_version']} at {redacted(args.redis)}, {args.turns} turns per "
+        f"run, hand-over work: prefill {args.prefill_ms:g} ms, decode {args.decode_ms:g} ms"
+    )
     user_counts = [int(n) for n in args.users.split(",")]
     for title, work in (("cycle: enter -> admitted -> streaming -> close, no work", False),
                         ("hand-over: streaming() -> the next waiter's wait() returns", True)):
@@ -164,13 +181,17 @@ def main() -> None:
                 continue  # no one waits
             arms = [("in-process", "process", 1), ("redis, 1 process", "redis", 1)]
             if min(args.processes, users) > 1:
-                arms.append((f"redis, {min(args.processes, users)} processes", "redis", min(args.processes, users)))
+                arms.append(
+                    (f"redis, {min(args.processes, users)} processes", "redis", min(args.processes, users))
+                )
             print(f" {users} user{'s' if users != 1 else ''} at once")
             baseline = None
             for name, arm, processes in arms:
                 result = _run(arm, processes, users, args, work=work)
                 values = result["handovers"] if work else result["cycles"]
-                print(_row(name, values, baseline, "" if work else f"   {result['turns_per_s']:8.0f} turns/s"))
+                print(
+                    _row(name, values, baseline, "" if work else f"   {result['turns_per_s']:8.0f} turns/s")
+                )
                 baseline = baseline or values
 
 

@@ -77,25 +77,44 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--think", default="1-4", help="think time between a user's turns, seconds (MIN-MAX)")
     parser.add_argument("--policies", default="fcfs", help="fcfs (one prefill at a time), parallel, or both")
     parser.add_argument("--mode", choices=("ws", "openai"), default="ws")
-    parser.add_argument("--max-tokens", type=int, default=128, help="answer cap (the engine's max_new_tokens)")
+    parser.add_argument(
+        "--max-tokens", type=int, default=128, help="answer cap (the engine's max_new_tokens)"
+    )
     parser.add_argument("--parallel", type=int, default=DEFAULT_PARALLEL,
                         help="llama.cpp slots (and the portal's LLM_STREAMS)")
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp compute threads")
     parser.add_argument("--batch", type=int, default=2048, help="llama.cpp prompt tokens per step (n_batch)")
-    parser.add_argument("--ctx-size", type=int, default=DEFAULT_CTX_SIZE, help="llama.cpp KV cache, shared by the slots")
-    parser.add_argument("--floor", choices=("together", "separate", "both", "none"), default="both",
-                        help="llama.cpp alone: the burst as one request (lands in one step: the targets' floor), "
-                             "as separate requests, both, or none")
+    parser.add_argument(
+        "--ctx-size", type=int, default=DEFAULT_CTX_SIZE, help="llama.cpp KV cache, shared by the slots"
+    )
+    parser.add_argument(
+        "--floor",
+        choices=("together", "separate", "both", "none"),
+        default="both",
+        help="llama.cpp alone: the burst as one request (lands in one step: the targets' floor), "
+        "as separate requests, both, or none",
+    )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--web-nice", type=int, default=0, help="niceness of the web process")
-    parser.add_argument("--web-processes", type=int, default=1,
-                        help="web processes in front of the one llama.cpp, each on its own port; user i on process i mod N")
-    parser.add_argument("--shared-queue", action="store_true",
-                        help="the web processes share one queue of turns in Redis (LLM_QUEUE_REDIS_URL=REDIS_URL, "
-                             "else the local Redis)")
+    parser.add_argument(
+        "--web-processes",
+        type=int,
+        default=1,
+        help="web processes in front of the one llama.cpp, each on its own port; user i on process i mod N",
+    )
+    parser.add_argument(
+        "--shared-queue",
+        action="store_true",
+        help="the web processes share one queue of turns in Redis (LLM_QUEUE_REDIS_URL=REDIS_URL, "
+        "else the local Redis)",
+    )
     parser.add_argument("--verbose", action="store_true", help="print every turn beside its floor")
-    parser.add_argument("--servers", type=int, default=0,
-                        help="N llama.cpp servers of threads/N threads against one of --threads (bench.load_servers)")
+    parser.add_argument(
+        "--servers",
+        type=int,
+        default=0,
+        help="N llama.cpp servers of threads/N threads against one of --threads (bench.load_servers)",
+    )
     return parser.parse_args()
 
 
@@ -117,7 +136,12 @@ class Turn:
 
     @property
     def per_token(self) -> float | None:
-        if self.ttft is None or self.total is None or not self.completion_tokens or self.completion_tokens < 2:
+        if (
+            self.ttft is None
+            or self.total is None
+            or not self.completion_tokens
+            or self.completion_tokens < 2
+        ):
             return None
         return (self.total - self.ttft) / (self.completion_tokens - 1)
 
@@ -147,17 +171,46 @@ def plan_turns(users: int, turns: int, questions: list[str], think: tuple[float,
 def start_web(data_dir: Path, llm_url: str, policy: str, streams: int, nice: int = 0, queue_redis: str = "",
               name: str = "", env: dict[str, str] | None = None) -> tuple[subprocess.Popen, str]:
     """One web process of the portal (its own queue of turns, or with `queue_redis` the queue it
-    shares with the others in that Redis; `env`: more of its settings); its log is `web-{policy}{name}.log`."""
+    shares with the others in that Redis; `env`: more of its settings); its log is
+    `web-{policy}{name}.log`."""
     from engine.llama_server import free_port
 
     port = free_port()
-    env = {**os.environ, "DEBUG": "0", "LLM_BASE_URL": llm_url, "LLM_STREAMS": str(streams if policy == "fcfs" else 64),
-           "LLM_PREFILL_AT_ONCE": "1" if policy == "fcfs" else "0", "LLM_QUEUE_LIMIT": "64", "LOG_LEVEL": "WARNING",
-           "LLM_QUEUE_REDIS_URL": queue_redis, **(env or {})}
+    env = {
+        **os.environ,
+        "DEBUG": "0",
+        "LLM_BASE_URL": llm_url,
+        "LLM_STREAMS": str(streams if policy == "fcfs" else 64),
+        "LLM_PREFILL_AT_ONCE": "1" if policy == "fcfs" else "0",
+        "LLM_QUEUE_LIMIT": "64",
+        "LOG_LEVEL": "WARNING",
+        "LLM_QUEUE_REDIS_URL": queue_redis,
+        **(env or {}),
+    }
     with open(data_dir / f"web-{policy}{name}.log", "ab") as log:
-        web = subprocess.Popen(["nice", "-n", str(nice), sys.executable, "-m", "uvicorn", "hdrag_site.asgi:application", "--host", "127.0.0.1",
-                                "--port", str(port), "--log-level", "warning", "--ws-max-size", "1048576"],
-                               cwd=REPO, env=env, stdout=subprocess.DEVNULL, stderr=log)
+        web = subprocess.Popen(
+            [
+                "nice",
+                "-n",
+                str(nice),
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "hdrag_site.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+                "--log-level",
+                "warning",
+                "--ws-max-size",
+                "1048576",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+        )
     import httpx
 
     deadline = time.monotonic() + 120
@@ -167,7 +220,9 @@ def start_web(data_dir: Path, llm_url: str, policy: str, streams: int, nice: int
             return web, f"127.0.0.1:{port}"
         except httpx.HTTPError:
             if web.poll() is not None:
-                raise SystemExit(f"the web process exited; see {data_dir / f'web-{policy}{name}.log'}") from None
+                raise SystemExit(
+                    f"the web process exited; see {data_dir / f'web-{policy}{name}.log'}"
+                ) from None
             time.sleep(0.3)
     raise SystemExit("the web process did not start in 120 s")
 
@@ -190,17 +245,31 @@ def make_users(count: int, corpus_id: int, mode: str) -> list[dict]:
         client = Client()
         client.force_login(user)
         conversation = conversation_create(user=user, corpus_ids=[corpus_id])
-        made.append({"user": user, "cookie": f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}",
-                     "conversation": conversation.pk, "token": api_token_create(user=user, name="load")[1] if mode == "openai" else "",
-                     "corpus": corpus_id})
+        made.append(
+            {
+                "user": user,
+                "cookie": (
+                    f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+                ),
+                "conversation": conversation.pk,
+                "token": api_token_create(user=user, name="load")[1] if mode == "openai" else "",
+                "corpus": corpus_id,
+            }
+        )
     return made
 
 
-async def ws_user(host: str, account: dict, plan: list[tuple[str, float]], index: int, turns: list[Turn]) -> None:
+async def ws_user(
+    host: str, account: dict, plan: list[tuple[str, float]], index: int, turns: list[Turn]
+) -> None:
     from websockets.asyncio.client import connect
 
-    async with connect(f"ws://{host}/ws/chat/{account['conversation']}/", max_size=2**24, open_timeout=60,
-                       additional_headers={"Cookie": account["cookie"], "Origin": f"http://{host}"}) as socket:
+    async with connect(
+        f"ws://{host}/ws/chat/{account['conversation']}/",
+        max_size=2**24,
+        open_timeout=60,
+        additional_headers={"Cookie": account["cookie"], "Origin": f"http://{host}"},
+    ) as socket:
         json.loads(await socket.recv())  # chat.ready
         for number, (question, think) in enumerate(plan):
             await asyncio.sleep(think)
@@ -228,7 +297,9 @@ async def ws_user(host: str, account: dict, plan: list[tuple[str, float]], index
                 return
 
 
-async def openai_user(host: str, account: dict, plan: list[tuple[str, float]], index: int, turns: list[Turn]) -> None:
+async def openai_user(
+    host: str, account: dict, plan: list[tuple[str, float]], index: int, turns: list[Turn]
+) -> None:
     import openai
 
     client = openai.AsyncOpenAI(base_url=f"http://{host}/api/v1", api_key=account["token"], max_retries=0,
@@ -242,8 +313,12 @@ async def openai_user(host: str, account: dict, plan: list[tuple[str, float]], i
         turn.request = [dict(message) for message in history]
         parts: list[str] = []
         try:
-            stream = await client.chat.completions.create(model=f"corpus-{account['corpus']}", messages=history,
-                                                          stream=True, stream_options={"include_usage": True})
+            stream = await client.chat.completions.create(
+                model=f"corpus-{account['corpus']}",
+                messages=history,
+                stream=True,
+                stream_options={"include_usage": True},
+            )
             async for chunk in stream:
                 if chunk.choices and chunk.choices[0].delta.content:
                     if turn.ttft is None:
@@ -278,23 +353,37 @@ def portal_prompts(accounts: list[dict], turns: list[Turn], mode: str) -> None:
             prepared = completion_prepare(user=account["user"], corpus=corpus, messages=turn.request)
             turn.messages = prepared.plan.messages
             continue
-        users = list(Message.objects.filter(conversation_id=account["conversation"], role="user").order_by("id"))
+        users = list(
+            Message.objects.filter(conversation_id=account["conversation"], role="user").order_by("id")
+        )
         if turn.number >= len(users):
             continue
         user_message = users[turn.number]
         answer = Message.objects.filter(conversation_id=account["conversation"], role="assistant",
                                         id__gt=user_message.pk).order_by("id").first()
-        texts = [m.memory.text for m in answer.memories.select_related("memory").order_by("rank") if m.memory] \
-            if answer else []
-        plan = assemble_prompt(system_prompt=config.system_prompt, memories=texts, tokenizer=counter, budget=budget,
-                               history=conversation_history(conversation_id=account["conversation"],
-                                                            before_id=user_message.pk),
-                               user_message=user_message.content)
+        texts = (
+            [m.memory.text for m in answer.memories.select_related("memory").order_by("rank") if m.memory]
+            if answer
+            else []
+        )
+        plan = assemble_prompt(
+            system_prompt=config.system_prompt,
+            memories=texts,
+            tokenizer=counter,
+            budget=budget,
+            history=conversation_history(conversation_id=account["conversation"], before_id=user_message.pk),
+            user_message=user_message.content,
+        )
         turn.messages = plan.messages
 
 
-async def burst_together(client: LLMClient, sources: list[Turn], settings: GenerationSettings, turns: list[Turn],
-                         ended: dict[int, asyncio.Event]) -> None:
+async def burst_together(
+    client: LLMClient,
+    sources: list[Turn],
+    settings: GenerationSettings,
+    turns: list[Turn],
+    ended: dict[int, asyncio.Event],
+) -> None:
     """The first turns of every user as ONE request to llama.cpp (`/completion` with a list of
     prompts, each rendered by the server's own chat template): its tasks reach the server's queue
     together, so they land in one scheduling step whatever the client's timing. Separate requests
@@ -312,7 +401,11 @@ async def burst_together(client: LLMClient, sources: list[Turn], settings: Gener
             rendered = await http.post(f"{llm_url}/apply-template", json={"messages": source.messages})
             rendered.raise_for_status()
             prompts.append(rendered.json()["prompt"])
-        sampling = {key: value for key, value in client.payload([], settings).items() if key not in ("model", "messages")}
+        sampling = {
+            key: value
+            for key, value in client.payload([], settings).items()
+            if key not in ("model", "messages")
+        }
         body = {**sampling, "prompt": prompts, "cache_prompt": True}
         sent = time.perf_counter()
         mine = [Turn(source.user, source.number, source.question, sent=sent) for source in sources]
@@ -343,7 +436,9 @@ async def burst_together(client: LLMClient, sources: list[Turn], settings: Gener
                 ended[turn.user].set()
 
 
-async def floor_phase(llm_url: str, portal: Phase, plans: list[list[tuple[str, float]]], together: bool) -> Phase:
+async def floor_phase(
+    llm_url: str, portal: Phase, plans: list[list[tuple[str, float]]], together: bool
+) -> Phase:
     """The portal phase's prompts straight to llama.cpp: same users, order and think times; with
     `together`, the turns every user sends at the start (a burst) go as one request."""
     from chat.llm import clients
@@ -390,8 +485,9 @@ async def floor_phase(llm_url: str, portal: Phase, plans: list[list[tuple[str, f
     return Phase("floor" if together else "floor-sep", portal.users, turns, time.perf_counter() - started)
 
 
-async def portal_phase(name: str, hosts: list[str], accounts: list[dict], plans: list[list[tuple[str, float]]],
-                       mode: str) -> Phase:
+async def portal_phase(
+    name: str, hosts: list[str], accounts: list[dict], plans: list[list[tuple[str, float]]], mode: str
+) -> Phase:
     """Every user's turns, user i on web process i mod len(hosts) (a load balancer's round robin)."""
     turns: list[Turn] = []
     run_user = ws_user if mode == "ws" else openai_user
@@ -433,7 +529,9 @@ def line(phase: Phase, floor: Phase | None) -> dict:
 def print_row(row: dict) -> None:
     ratio = row.get("ratio")
     ratio_text = f"{_s(ratio[0])}x / {_s(ratio[1])}x" if ratio else ""
-    per_minute = f"{row['per_minute']:.1f}" + (f" ({row['per_minute_ratio']:.0%})" if "per_minute_ratio" in row else "")
+    per_minute = f"{row['per_minute']:.1f}" + (
+        f" ({row['per_minute_ratio']:.0%})" if "per_minute_ratio" in row else ""
+    )
     print(f"  {row['name']:<9} {row['users']:>3} users  {row['answered']:>3}/{row['turns']:<3} answered  "
           f"TTFT p50 {_s(row['p50'], 1):>6} s  p95 {_s(row['p95'], 1):>6} s  {ratio_text:<16} "
           f"{_s(row['per_token'] and row['per_token'] * 1000, 0):>5} ms/token  {per_minute} answers/min  "
@@ -449,10 +547,15 @@ def print_breakdown(phase: Phase) -> None:
         return
     parts = {name: _median([(t.get(name) or 0) / 1000 for t in timed])
              for name in ("prepare", "retrieval", "queue", "prefill", "generation")}
-    transport = _median([t.ttft - (t.timings.get("first_token") or 0) / 1000 for t in phase.answered() if t.timings])
-    print(f"            where the time went (median s): prepare {_s(parts['prepare'])} (retrieval "
-          f"{_s(parts['retrieval'], 3)}), queue {_s(parts['queue'])}, prefill {_s(parts['prefill'])}, "
-          f"generation {_s(parts['generation'])}; client-side beyond the server's first token {_s(transport, 3)}")
+    transport = _median(
+        [t.ttft - (t.timings.get("first_token") or 0) / 1000 for t in phase.answered() if t.timings]
+    )
+    print(
+        f"            where the time went (median s): prepare {_s(parts['prepare'])} (retrieval "
+        f"{_s(parts['retrieval'], 3)}), queue {_s(parts['queue'])}, prefill {_s(parts['prefill'])}, "
+        f"generation {_s(parts['generation'])}; client-side beyond the server's first token "
+        f"{_s(transport, 3)}"
+    )
 
 
 def warm_up(host: str, account: dict, questions: list[str]) -> None:
@@ -470,10 +573,14 @@ def print_turns(phase: Phase, floor: Phase) -> None:
     for turn in sorted(phase.turns, key=lambda t: (t.sent, t.user)):
         other = floors.get((turn.user, turn.number))
         t = turn.timings
-        print(f"            user {turn.user} turn {turn.number}: TTFT {_s(turn.ttft)} s (prepare "
-              f"{_s((t.get('prepare') or 0) / 1000)}, queue {_s((t.get('queue') or 0) / 1000)}, prefill "
-              f"{_s((t.get('prefill') or 0) / 1000)}), prompt {turn.prompt_tokens}, answer {turn.completion_tokens}"
-              f" | floor TTFT {_s(other.ttft if other else None)} s, prompt {other.prompt_tokens if other else '-'}")
+        print(
+            f"            user {turn.user} turn {turn.number}: TTFT {_s(turn.ttft)} s (prepare "
+            f"{_s((t.get('prepare') or 0) / 1000)}, queue {_s((t.get('queue') or 0) / 1000)}, prefill "
+            f"{_s((t.get('prefill') or 0) / 1000)}), prompt {turn.prompt_tokens}, answer "
+            f"{turn.completion_tokens}"
+            f" | floor TTFT {_s(other.ttft if other else None)} s, prompt "
+            f"{other.prompt_tokens if other else '-'}"
+        )
 
 
 def main() -> int:
@@ -496,24 +603,42 @@ def main() -> int:
 
     def llm() -> LlamaServer:
         # A fresh server for every phase: nothing one phase prefilled is in another's prompt cache.
-        return LlamaServer(gguf, port=port, threads=args.threads, ctx_size=args.ctx_size, parallel=args.parallel,
-                           batch=args.batch)
+        return LlamaServer(
+            gguf,
+            port=port,
+            threads=args.threads,
+            ctx_size=args.ctx_size,
+            parallel=args.parallel,
+            batch=args.batch,
+        )
 
     llm_url = f"http://127.0.0.1:{port}"
     queue_redis = (os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0") if args.shared_queue else ""
     with tempfile.TemporaryDirectory(prefix="bench-load-") as data_dir:
-        print(f"set {args.set}; chat model {gguf.name} on llama.cpp ({args.parallel} slots, {args.threads} threads, "
-              f"batch {args.batch}, KV cache {args.ctx_size}, "
-              f"a fresh server per phase); mode {args.mode}; {args.turns} turns per user, think {args.think} s; "
-              f"answers up to {args.max_tokens} tokens; policies {', '.join(policies)}; users {args.users}; "
-              f"{args.web_processes} web process{'es' if args.web_processes > 1 else ''}"
-              + (f", one queue in Redis {queue_redis}" if queue_redis else ", a queue in each"))
+        print(
+            f"set {args.set}; chat model {gguf.name} on llama.cpp ({args.parallel} slots, {args.threads} "
+            f"threads, batch {args.batch}, KV cache {args.ctx_size}, "
+            f"a fresh server per phase); mode {args.mode}; {args.turns} turns per user, think {args.think} "
+            f"s; answers up to {args.max_tokens} tokens; policies {', '.join(policies)}; users {args.users}; "
+            f"{args.web_processes} web process{'es' if args.web_processes > 1 else ''}"
+            + (f", one queue in Redis {queue_redis}" if queue_redis else ", a queue in each")
+        )
         portal_setup(Path(data_dir), llm_url, args.max_tokens)
         _, corpus_id = build_corpus(make_corpus)
         results: list[dict] = []
         for policy in policies:
-            webs = [start_web(Path(data_dir), llm_url, policy, args.parallel, args.web_nice, queue_redis,
-                              f"-{number}" if args.web_processes > 1 else "") for number in range(args.web_processes)]
+            webs = [
+                start_web(
+                    Path(data_dir),
+                    llm_url,
+                    policy,
+                    args.parallel,
+                    args.web_nice,
+                    queue_redis,
+                    f"-{number}" if args.web_processes > 1 else "",
+                )
+                for number in range(args.web_processes)
+            ]
             hosts = [host for _, host in webs]
             try:
                 print(f"\n== policy {policy} ==")
@@ -550,7 +675,9 @@ def main() -> int:
                         print_turns(phase, floor)
                     for turn in phase.turns:
                         if turn.error and turn.status not in ("llm_busy", "429"):
-                            print(f"            error: user {turn.user} turn {turn.number}: {turn.error[:160]}")
+                            print(
+                                f"            error: user {turn.user} turn {turn.number}: {turn.error[:160]}"
+                            )
             finally:
                 for web, _ in webs:
                     web.terminate()
@@ -573,8 +700,11 @@ def main() -> int:
             print(f"  {row['name']:<9} {row['users']:>3} users: {target}: {'met' if verdict else 'NOT met'} "
                   f"({_s(ratio[0])}x / {_s(ratio[1])}x, lost {row['lost']})")
             if row["users"] == 8 and "per_minute_ratio" in row:
-                print(f"  {row['name']:<9}   8 users: answers/min >= 90 % of the floor's: "
-                      f"{'met' if row['per_minute_ratio'] >= 0.9 else 'NOT met'} ({row['per_minute_ratio']:.0%})")
+                print(
+                    f"  {row['name']:<9}   8 users: answers/min >= 90 % of the floor's: "
+                    f"{'met' if row['per_minute_ratio'] >= 0.9 else 'NOT met'} "
+                    f"({row['per_minute_ratio']:.0%})"
+                )
     return 0
 
 

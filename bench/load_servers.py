@@ -53,8 +53,14 @@ def _side(name: str, data_dir: Path, corpus_id: int, args: argparse.Namespace, s
     with ExitStack() as running:
         urls = []
         for _ in range(servers):
-            server = LlamaServer(default_chat_gguf_path(), port=free_port(), threads=threads, ctx_size=args.ctx_size,
-                                 parallel=slots, batch=args.batch)
+            server = LlamaServer(
+                default_chat_gguf_path(),
+                port=free_port(),
+                threads=threads,
+                ctx_size=args.ctx_size,
+                parallel=slots,
+                batch=args.batch,
+            )
             urls.append(running.enter_context(server).base_url)
         listed = json.dumps([{"url": url, "slots": slots} for url in urls]) if servers > 1 else ""
         web, host = start_web(data_dir, urls[0], "fcfs", args.parallel, args.web_nice, name=f"-{name}",
@@ -87,9 +93,11 @@ def main_servers(args: argparse.Namespace) -> int:
     source, _, make_corpus = SETS[args.set]
     questions = [question for question, _ in json.loads((DATA / source).read_text(encoding="utf-8"))]
     with tempfile.TemporaryDirectory(prefix="bench-load-servers-") as data_dir:
-        print(f"set {args.set}; {users[0]} users at once, {args.turns} turns each, think {args.think} s; answers up "
-              f"to {args.max_tokens} tokens; {args.threads} threads and {args.parallel} slots in all on each side; "
-              f"load average {_load_average()}")
+        print(
+            f"set {args.set}; {users[0]} users at once, {args.turns} turns each, think {args.think} s; "
+            f"answers up to {args.max_tokens} tokens; {args.threads} threads and {args.parallel} slots in "
+            f"all on each side; load average {_load_average()}"
+        )
         os.environ.pop("LLM_SERVERS", None)
         portal_setup(Path(data_dir), "http://127.0.0.1:1", args.max_tokens)
         _, corpus_id = build_corpus(make_corpus)
@@ -98,13 +106,17 @@ def main_servers(args: argparse.Namespace) -> int:
     rows = [line(several, None), line(one, None)]
     print(f"\n== side by side (load average {_load_average()}) ==")
     for row in rows:
-        print(f"  {row['name']:<10} {row['per_minute']:6.1f} answers/min  TTFT p50 {row['p50'] or 0:6.1f} s  "
-              f"p95 {row['p95'] or 0:6.1f} s  answered {row['answered']}/{row['turns']}  errors {row['errors']}")
+        print(
+            f"  {row['name']:<10} {row['per_minute']:6.1f} answers/min  TTFT p50 {row['p50'] or 0:6.1f} s  "
+            f"p95 {row['p95'] or 0:6.1f} s  answered {row['answered']}/{row['turns']}  errors {row['errors']}"
+        )
     per_server = rows[0]["per_minute"] / args.servers
     print(f"\n== on paper: a team of N servers like one of the {args.servers} "
           f"({max(1, args.threads // args.servers)} thread(s) each, each on its own machine) ==")
     print(f"  measured per server: {per_server:.1f} answers/min")
     for count in TEAMS:
-        print(f"  {count} server{'s' if count > 1 else ' '}: {count * per_server:6.1f} answers/min, as long as "
-              f"at least {count * max(1, args.parallel // args.servers)} users keep their slots busy")
+        print(
+            f"  {count} server{'s' if count > 1 else ' '}: {count * per_server:6.1f} answers/min, as long as "
+            f"at least {count * max(1, args.parallel // args.servers)} users keep their slots busy"
+        )
     return 0

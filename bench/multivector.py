@@ -255,7 +255,8 @@ def main() -> None:
             if store.get_collection_stats()["visual_count"] < args.records:
                 rate = fill(store, args)
                 print(
-                    f"\nv{version}: filled {args.records} pages of ({args.seq}, {args.dim}) at {rate:.0f} pages/s"
+                    f"\nv{version}: filled {args.records} pages of ({args.seq}, {args.dim}) at {rate:.0f} "
+                    "pages/s"
                 )
             results[version] = measure(store, args)
             if not url:

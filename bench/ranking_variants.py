@@ -67,7 +67,9 @@ class ScoreVariants:
         rng = np.random.default_rng(0)
         sample = rng.choice(len(documents), size=min(PSEUDO_QUERIES, len(documents)), replace=False)
         leads = [" ".join(documents[i].split()[:8]) for i in sample if documents[i].split()]
-        cosines = np.stack([self.cosine(query) for query in leads]) if leads else np.zeros((1, self.corpus.count))
+        cosines = (
+            np.stack([self.cosine(query) for query in leads]) if leads else np.zeros((1, self.corpus.count))
+        )
         neighbours = min(CSLS_NEIGHBOURS, cosines.shape[0])
         return np.sort(cosines, axis=0)[-neighbours:].mean(axis=0)
 

@@ -53,12 +53,18 @@ def _person(number: int, turns: int, baseline: list[float], records: list[float]
     for _ in range(turns):
         message_create_user(conversation_id=conversation.pk, content="How do I read rows from a CSV file?")
         started = time.perf_counter()
-        message = message_create_assistant(conversation_id=conversation.pk, content="Use csv.reader. " * 20,
-                                           status="complete", usage=Usage(prompt_tokens=900, completion_tokens=120))
+        message = message_create_assistant(
+            conversation_id=conversation.pk,
+            content="Use csv.reader. " * 20,
+            status="complete",
+            usage=Usage(prompt_tokens=900, completion_tokens=120),
+        )
         middle = time.perf_counter()
         turn_quota_check(user=user)
         chat_turn_observe(surface="chat", status="complete", first_token_seconds=1.5)
-        llm_answer_observe(model="qwen", server="http://127.0.0.1:8081", outcome="answered", first_token_seconds=1.2)
+        llm_answer_observe(
+            model="qwen", server="http://127.0.0.1:8081", outcome="answered", first_token_seconds=1.2
+        )
         turn_record_create(user_id=None, conversation_id=conversation.pk, surface="chat", status="complete",
                            model="qwen", server="http://127.0.0.1:8081", usage=Usage(900, 120),
                            first_token_seconds=1.5, memories=2, grounding=0.8, message_id=message.pk)
@@ -77,12 +83,19 @@ def main() -> None:
     _setup()
     from django.conf import settings
 
-    settings.QUOTA_QUESTIONS_PER_DAY = 10**6  # a limit, so the quota read happens as it does for a team with quotas
-    print(f"\n{'people':>6}  {'baseline ms/turn':>16}  {'records ms/turn':>15}  {'ratio':>6}  {'of a 26 s TTFT':>14}")
+    settings.QUOTA_QUESTIONS_PER_DAY = (
+        10**6
+    )  # a limit, so the quota read happens as it does for a team with quotas
+    print(
+        f"\n{'people':>6}  {'baseline ms/turn':>16}  {'records ms/turn':>15}  {'ratio':>6}  "
+        f"{'of a 26 s TTFT':>14}"
+    )
     for count in (int(value) for value in args.threads.split(",")):
         baseline: list[float] = []
         records: list[float] = []
-        people = [threading.Thread(target=_person, args=(n, args.turns, baseline, records)) for n in range(count)]
+        people = [
+            threading.Thread(target=_person, args=(n, args.turns, baseline, records)) for n in range(count)
+        ]
         for person in people:
             person.start()
         for person in people:

@@ -105,7 +105,9 @@ class BM25Ranker:
 
         self._bm25s = bm25s
         self._retriever = bm25s.BM25()
-        self._retriever.index(bm25s.tokenize(documents, stopwords="en", show_progress=False), show_progress=False)
+        self._retriever.index(
+            bm25s.tokenize(documents, stopwords="en", show_progress=False), show_progress=False
+        )
         self._n = len(documents)
 
     def rank(self, queries: list[str], k: int) -> np.ndarray:
@@ -186,7 +188,9 @@ class HDCRanker:
             if self.token_vectors != "input":
                 from bench.distilled_tokens import DistilledTokens, token_table
 
-                ids = np.unique(np.concatenate([np.asarray(t, np.int64) for t in tokenizer.bulk_tokenize(documents)]))
+                ids = np.unique(
+                    np.concatenate([np.asarray(t, np.int64) for t in tokenizer.bulk_tokenize(documents)])
+                )
                 self.distilled = DistilledTokens(gguf_path, self.encoder_cache or cache_dir)
                 swap.enter_context(token_table(self.token_vectors, self.distilled, ids))
             build_index(datasets=[(1, "wordnet", dataset)], out_dir=build_dir, gguf_path=gguf_path,
@@ -245,7 +249,9 @@ class LateInteractionRanker:
         seen = np.flatnonzero(df)
         idf = idf_table(vocab_size, seen, compute_idf(df[seen], len(documents)), len(documents))
         vocabulary = seen[~np.isin(seen, list(self.tokenizer.special_ids))]  # as the HDC build's vocab.idx
-        isotropy = isotropy_correction(vocabulary, embeddings, self.drop) if self.drop else None  # as for_corpus
+        isotropy = (
+            isotropy_correction(vocabulary, embeddings, self.drop) if self.drop else None
+        )  # as for_corpus
         self.encoder = TokenVectorEncoder(embeddings, idf=idf, special_ids=self.tokenizer.special_ids,
                                           weighting=self.weighting, min_idf=self.min_idf, isotropy=isotropy)
         self.documents, self.doc_tokens = documents, tokens
@@ -261,7 +267,9 @@ class LateInteractionRanker:
             stop = min(start + 2048, len(documents))
             lo, hi = self.offsets[start], self.offsets[stop]
             part = np.zeros((stop - start, self.encoder.dim), dtype=np.float32)
-            np.add.at(part, np.repeat(np.arange(stop - start), lengths[start:stop]), self.rows[self.local[lo:hi]])
+            np.add.at(
+                part, np.repeat(np.arange(stop - start), lengths[start:stop]), self.rows[self.local[lo:hi]]
+            )
             summaries[start:stop] = part
         norms = np.linalg.norm(summaries, axis=1, keepdims=True)
         self.summaries = np.divide(summaries, norms, out=summaries, where=norms > 0)
@@ -287,7 +295,9 @@ class LateInteractionRanker:
         from engine.multivector.late_interaction import maxsim_many
 
         rng = np.random.default_rng(0)
-        docs = rng.choice(np.flatnonzero(self.searchable), size=min(sample, int(self.searchable.sum())), replace=False)
+        docs = rng.choice(
+            np.flatnonzero(self.searchable), size=min(sample, int(self.searchable.sum())), replace=False
+        )
         sequences = [self.encoder.encode(self.doc_tokens[d]) for d in docs]
         for query in queries:
             fast = self.scores(query)
@@ -326,8 +336,12 @@ class StoreLateInteractionRanker(LateInteractionRanker):
         from engine.multivector.token_vectors import EmptySequenceError
 
         super().index(documents)
-        self.store = ChromaClient(path=self.store_dir, visual_collection="eval_visual", text_collection="eval_text",
-                                  storage_version="1.1")
+        self.store = ChromaClient(
+            path=self.store_dir,
+            visual_collection="eval_visual",
+            text_collection="eval_text",
+            storage_version="1.1",
+        )
         batch: tuple[list[int], list[np.ndarray], list[dict]] = ([], [], [])
         for number, (text, tokens) in enumerate(zip(documents, self.doc_tokens, strict=True)):
             try:
@@ -373,13 +387,22 @@ RANKERS: dict[str, Callable[[argparse.Namespace], Ranker]] = {
     "minilm-int8": Int8EncoderRanker,
     "minilm-static": StaticEncoderRanker,
 }
-FUSED = {"rrf": ("hdc", "li"), "default+bits": ("default", "minilm-bits"), "default+asym": ("default", "minilm-asym"),
-         "default+int8": ("default", "minilm-int8"), "default+minilm": ("default", "minilm"),
-         "default+static": ("default", "minilm-static")}
-FUSED_LABELS = {"rrf": "RRF(HDC, LI)", "default+bits": "RRF(default path, MiniLM sign bits)",
-                "default+asym": "RRF(default path, MiniLM sign bits, float query)",
-                "default+int8": "RRF(default path, MiniLM int8)", "default+minilm": "RRF(default path, MiniLM float)",
-                "default+static": "RRF(default path, MiniLM distilled static)"}
+FUSED = {
+    "rrf": ("hdc", "li"),
+    "default+bits": ("default", "minilm-bits"),
+    "default+asym": ("default", "minilm-asym"),
+    "default+int8": ("default", "minilm-int8"),
+    "default+minilm": ("default", "minilm"),
+    "default+static": ("default", "minilm-static"),
+}
+FUSED_LABELS = {
+    "rrf": "RRF(HDC, LI)",
+    "default+bits": "RRF(default path, MiniLM sign bits)",
+    "default+asym": "RRF(default path, MiniLM sign bits, float query)",
+    "default+int8": "RRF(default path, MiniLM int8)",
+    "default+minilm": "RRF(default path, MiniLM float)",
+    "default+static": "RRF(default path, MiniLM distilled static)",
+}
 VARIANTS = ("hdc-cos", "hdc-csls", "hdc-template", "hdc-idfq")
 
 
@@ -408,7 +431,9 @@ def evaluate(ranker: Ranker, documents: list[str], queries: list[str], relevant:
     ranked = ranker.rank(queries, DEPTH)
     answered = time.perf_counter()
     if ranked.shape != (len(queries), DEPTH):
-        raise ValueError(f"{ranker.name}: rank() returned shape {ranked.shape}, expected {(len(queries), DEPTH)}")
+        raise ValueError(
+            f"{ranker.name}: rank() returned shape {ranked.shape}, expected {(len(queries), DEPTH)}"
+        )
     recall, mrr = score(ranked[:, :K], relevant)
     return Result(ranker.name, recall, mrr, indexed - start, answered - indexed, ranked)
 
@@ -432,8 +457,14 @@ def fuse(label: str, parts: list[Result], relevant: np.ndarray, rrf_k: int, weig
 
 PARAPHRASE_SETS = tuple(f"{source}-paraphrase" for source in paraphrase.SOURCES)
 SET_CHOICES = ("wordnet", "gcide", "jargon", "gcide-definitions", "manpages", "pydocs", *PARAPHRASE_SETS)
-QUERY_STYLES = {**{name: "a definition sentence removed from its entry" for name in PARAPHRASE_SETS},"gcide": "What is X?", "jargon": "What is X?", "gcide-definitions": "a definition, the word removed",
-                "manpages": "the NAME line", "pydocs": "a docstring's summary line"}
+QUERY_STYLES = {
+    **{name: "a definition sentence removed from its entry" for name in PARAPHRASE_SETS},
+    "gcide": "What is X?",
+    "jargon": "What is X?",
+    "gcide-definitions": "a definition, the word removed",
+    "manpages": "the NAME line",
+    "pydocs": "a docstring's summary line",
+}
 
 
 def load_set(args: argparse.Namespace):  # noqa: ANN201 - a KnownItemSet of either module
@@ -475,24 +506,32 @@ def evaluate_variants(hdc: HDCRanker, variants: list[str], data, relevant: np.nd
             rows = rank_by(scorer.scores(variant, query), DEPTH)
             ranked[position, : rows.size] = hdc.row_to_document[rows]
         recall, mrr = score(ranked[:, :K], relevant)
-        out[variant] = Result(f"HDC {variant[4:]} (rescored)", recall, mrr, prepared, time.perf_counter() - start, ranked)
+        out[variant] = Result(
+            f"HDC {variant[4:]} (rescored)", recall, mrr, prepared, time.perf_counter() - start, ranked
+        )
     return out
 
 
 def report_build(hdc: HDCRanker | DefaultPathRanker, result: Result, n_documents: int) -> None:
     """The HDC build's speed and size (the index directory: vocabulary index, hypervectors, texts)."""
-    print(f"{result.name} build: {n_documents / result.index_s:,.0f} docs/s ({result.index_s:.2f} s, load and queries' "
-          f"encoder setup included), index {hdc.index_bytes / 1e6:,.1f} MB")
+    print(
+        f"{result.name} build: {n_documents / result.index_s:,.0f} docs/s ({result.index_s:.2f} s, load and "
+        f"queries' encoder setup included), index {hdc.index_bytes / 1e6:,.1f} MB"
+    )
     distilled = getattr(hdc, "distilled", None)
     if distilled is not None:
-        rate = f"{distilled.encoded / distilled.encode_s:,.0f} tokens/s" if distilled.encoded else "all cached"
+        rate = (
+            f"{distilled.encoded / distilled.encode_s:,.0f} tokens/s" if distilled.encoded else "all cached"
+        )
         print(f"  distilled token vectors: {distilled.encoded:,} tokens encoded in this run ({rate}), "
               f"cache {distilled.cache}")
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--docs", type=int, default=20000, help="corpus size (queries' documents + distractors)")
+    parser.add_argument(
+        "--docs", type=int, default=20000, help="corpus size (queries' documents + distractors)"
+    )
     parser.add_argument("--queries", type=int, default=1000, help="number of known-item queries")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-hypernym", action="store_true", help="queries are the lemmas only")
@@ -503,33 +542,53 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--li-weighting", default="sqrt_idf", help="token row weights: none, idf, sqrt_idf")
     parser.add_argument("--li-drop-components", type=int, default=16,
                         help="isotropy correction: mean and this many principal directions removed (0: none)")
-    parser.add_argument("--li-min-idf", type=float, default=0.0, help="drop tokens with a lower IDF (0: keep all)")
+    parser.add_argument(
+        "--li-min-idf", type=float, default=0.0, help="drop tokens with a lower IDF (0: keep all)"
+    )
     parser.add_argument("--store-candidates", type=int, default=100, help="li-store: stage-1 candidates")
     parser.add_argument("--rrf-k", type=int, default=60)
     parser.add_argument("--rrf-weights", default="1,1", help="RRF weight of each fused ranking (HDC, LI)")
     known = [*RANKERS, *VARIANTS, *FUSED]
     default = [name for name in known if name != "li-store"]  # li-store: ask for it, on a small --docs
-    parser.add_argument("--encoder-cache", type=Path, default=None,
-                        help="minilm: keep the windows' vectors here, keyed by their text (rerunning a set skips "
-                             "encoding, and the encoder's build rate is then not measured); --token-vectors: the "
-                             "distilled token vectors too (default: beside the embedding cache)")
+    parser.add_argument(
+        "--encoder-cache",
+        type=Path,
+        default=None,
+        help="minilm: keep the windows' vectors here, keyed by their text (rerunning a set skips "
+        "encoding, and the encoder's build rate is then not measured); --token-vectors: the "
+        "distilled token vectors too (default: beside the embedding cache)",
+    )
     parser.add_argument("--set", default="wordnet", choices=SET_CHOICES)
-    parser.add_argument("--token-vectors", default="input", choices=("input", "minilm", "concat"),
-                        help="what the hdc and default rankers' build projects: the GGUF's input embeddings, or "
-                             "static vectors distilled from all-MiniLM-L6-v2 alone or beside them "
-                             "(bench/distilled_tokens.py)")
-    parser.add_argument("--rankers", default=",".join(default), help=f"comma-separated, from: {', '.join(known)}")
-    parser.add_argument("--work-dir", type=Path, default=None, help="where indexes are built (default: a temp dir)")
+    parser.add_argument(
+        "--token-vectors",
+        default="input",
+        choices=("input", "minilm", "concat"),
+        help="what the hdc and default rankers' build projects: the GGUF's input embeddings, or "
+        "static vectors distilled from all-MiniLM-L6-v2 alone or beside them "
+        "(bench/distilled_tokens.py)",
+    )
+    parser.add_argument(
+        "--rankers", default=",".join(default), help=f"comma-separated, from: {', '.join(known)}"
+    )
+    parser.add_argument(
+        "--work-dir", type=Path, default=None, help="where indexes are built (default: a temp dir)"
+    )
     parser.add_argument("--wordnet-dir", type=Path, default=Path("/usr/share/wordnet"))
-    parser.add_argument("--gguf", default=None, help="model whose token embeddings build the hdc and li rankers: "
-                        "a path, 'chat' (packaged Qwen2.5-Coder) or 'embeddings' (packaged Gemma 3, default)")
+    parser.add_argument(
+        "--gguf",
+        default=None,
+        help="model whose token embeddings build the hdc and li rankers: "
+        "a path, 'chat' (packaged Qwen2.5-Coder) or 'embeddings' (packaged Gemma 3, default)",
+    )
     args = parser.parse_args(argv)
     names = [name.strip() for name in args.rankers.split(",") if name.strip()]
     unknown = [name for name in names if name not in known]
     if unknown:
         parser.error(f"unknown rankers: {', '.join(unknown)} (known: {', '.join(known)})")
     for name in names:
-        missing = [part for part in FUSED.get(name, ("hdc",) if name in VARIANTS else ()) if part not in names]
+        missing = [
+            part for part in FUSED.get(name, ("hdc",) if name in VARIANTS else ()) if part not in names
+        ]
         if missing:
             parser.error(f"{name} fuses {', '.join(FUSED[name])}: add {', '.join(missing)} to --rankers")
 
@@ -546,7 +605,11 @@ def main(argv: list[str] | None = None) -> int:
 
     print_hardware()
     print(f"== known-item retrieval: {args.set} ==")
-    style = f"lemmas{'' if args.no_hypernym else ' + hypernym'}" if args.set == "wordnet" else QUERY_STYLES[args.set]
+    style = (
+        f"lemmas{'' if args.no_hypernym else ' + hypernym'}"
+        if args.set == "wordnet"
+        else QUERY_STYLES[args.set]
+    )
     print(f"documents: {len(data.documents)}  queries: {len(data.queries)}  relevant per query: 1  "
           f"query style: {style}  seed: {args.seed}")
     for query, target in list(zip(data.queries, data.relevant, strict=True))[:3]:
@@ -565,7 +628,9 @@ def main(argv: list[str] | None = None) -> int:
                 rankers[name] = RANKERS[name](args)
                 by_name[name] = evaluate(rankers[name], data.documents, data.queries, relevant)
         if any(name in VARIANTS for name in names):
-            by_name.update(evaluate_variants(rankers["hdc"], [n for n in names if n in VARIANTS], data, relevant))
+            by_name.update(
+                evaluate_variants(rankers["hdc"], [n for n in names if n in VARIANTS], data, relevant)
+            )
         for name in names:
             if name in FUSED:
                 by_name[name] = fuse(FUSED_LABELS[name], [by_name[part] for part in FUSED[name]], relevant,
@@ -584,8 +649,11 @@ def main(argv: list[str] | None = None) -> int:
           f"{'hubs>1/3':>8} {'distinct':>8}")
     for result in results:
         hubs = hubness(result.ranked)
-        print(f"{result.name:<40} {result.recall:>10.4f} {result.mrr:>8.4f} {result.index_s:>9.2f} {result.query_s:>9.2f}"
-              f" {hubs['top_hub_share']:>8.3f} {hubs['hubs_over_third']:>8d} {hubs['distinct_share']:>8.3f}")
+        print(
+            f"{result.name:<40} {result.recall:>10.4f} {result.mrr:>8.4f} {result.index_s:>9.2f} "
+            f"{result.query_s:>9.2f}"
+            f" {hubs['top_hub_share']:>8.3f} {hubs['hubs_over_third']:>8d} {hubs['distinct_share']:>8.3f}"
+        )
     if "hdc" in by_name and "li" in by_name:
         # Informative only: picking the best cell here would tune on the test queries.
         parts = [by_name["hdc"], by_name["li"]]
@@ -600,8 +668,11 @@ def main(argv: list[str] | None = None) -> int:
         print()
         for other in results:
             if other is not base:
-                print(f"{other.name} vs {base.name}: recall@10 {other.recall - base.recall:+.4f}, MRR@10 "
-                      f"{other.mrr - base.mrr:+.4f} (ratio {other.mrr / base.mrr if base.mrr else float('nan'):.3f})")
+                print(
+                    f"{other.name} vs {base.name}: recall@10 {other.recall - base.recall:+.4f}, MRR@10 "
+                    f"{other.mrr - base.mrr:+.4f} (ratio "
+                    f"{other.mrr / base.mrr if base.mrr else float('nan'):.3f})"
+                )
     return 0
 
 

@@ -151,7 +151,9 @@ def main() -> None:
     parser.add_argument("--docs", type=int, default=1_000_000)
     parser.add_argument("--dims", type=int, default=10_000)
     parser.add_argument("--queries", type=int, default=20)
-    parser.add_argument("--flip", type=float, default=0.03, help="fraction of sign-flipped dims per planted doc")
+    parser.add_argument(
+        "--flip", type=float, default=0.03, help="fraction of sign-flipped dims per planted doc"
+    )
     parser.add_argument("--exact-queries", type=int, default=5, help="queries timed with the exact scan")
     parser.add_argument("--dir", type=Path, default=Path(tempfile.gettempdir()) / "hdrag-bench")
     parser.add_argument("--seed", type=int, default=0)
@@ -182,7 +184,10 @@ def bandwidth_and_exact_scan(index: BitmapIndex, qp: np.ndarray, qn: np.ndarray,
     median scan time (s) and the bandwidth (GB/s)."""
     body = index._body()
     gbytes = body.nbytes / 1e9
-    print(f"\n== corpus == {index.count} docs x {index.dims} dims, body {gbytes:.2f} GB, chunk_words {index.chunk_words}")
+    print(
+        f"\n== corpus == {index.count} docs x {index.dims} dims, body {gbytes:.2f} GB, chunk_words "
+        f"{index.chunk_words}"
+    )
     print(f"sparsity       : { {k: round(v, 4) for k, v in index.sparsity().items()} }")
     bandwidth = read_bandwidth(body)
     print("\n== baseline: memory read bandwidth (parallel uint64 sum of the page-cached body) ==")
@@ -196,13 +201,17 @@ def bandwidth_and_exact_scan(index: BitmapIndex, qp: np.ndarray, qn: np.ndarray,
     exact_s = float(np.median(exact_times))
     print("\n== exact full scan (numba) ==")
     print(f"time           : {exact_s * 1e3:.1f} ms/query (median of {len(exact_times)})")
-    print(f"throughput     : {gbytes / exact_s:.1f} GB/s = {gbytes / exact_s / bandwidth:.0%} of read bandwidth")
+    print(
+        f"throughput     : {gbytes / exact_s:.1f} GB/s = {gbytes / exact_s / bandwidth:.0%} of read bandwidth"
+    )
     return exact_results, exact_s, bandwidth
 
 
 def synthetic(args: argparse.Namespace) -> tuple[BitmapIndex, np.ndarray, np.ndarray]:
     index, qp, qn, planted = build_corpus(args.dir, args.docs, args.dims, args.queries, args.flip, args.seed)
-    exact_results, exact_s, bandwidth = bandwidth_and_exact_scan(index, qp, qn, min(args.exact_queries, args.queries))
+    exact_results, exact_s, bandwidth = bandwidth_and_exact_scan(
+        index, qp, qn, min(args.exact_queries, args.queries)
+    )
     gbytes = index._body().nbytes / 1e9
     started = time.perf_counter()
     baseline_scores = numpy_scan(index, qp[0], qn[0])
@@ -211,7 +220,9 @@ def synthetic(args: argparse.Namespace) -> tuple[BitmapIndex, np.ndarray, np.nda
     assert np.array_equal(np.sort(baseline_scores)[::-1][:10], exact_scores), "numpy baseline disagrees"
     print("\n== baseline: plain numpy np.bitwise_count full scan ==")
     print(f"time           : {numpy_s * 1e3:.1f} ms/query")
-    print(f"throughput     : {gbytes / numpy_s:.1f} GB/s = {gbytes / numpy_s / bandwidth:.0%} of read bandwidth")
+    print(
+        f"throughput     : {gbytes / numpy_s:.1f} GB/s = {gbytes / numpy_s / bandwidth:.0%} of read bandwidth"
+    )
     print(f"numba speed-up : {numpy_s / exact_s:.1f}x")
 
     index.search(qp[0], qn[0], 10)
@@ -232,16 +243,21 @@ def synthetic(args: argparse.Namespace) -> tuple[BitmapIndex, np.ndarray, np.nda
         peak_anon_mb, peak_extra_mb = peak_anon_kib / 1024, (peak_anon_kib - rss_before) / 1024
     times_ms = np.array(pruned_times) * 1e3
     print("\n== pruned search (exact progressive pruning, k = 10) ==")
-    print(f"latency        : p50 {np.percentile(times_ms, 50):.1f} ms, p95 {np.percentile(times_ms, 95):.1f} ms "
-          f"over {args.queries} queries")
+    print(
+        f"latency        : p50 {np.percentile(times_ms, 50):.1f} ms, p95 {np.percentile(times_ms, 95):.1f} "
+        f"ms over {args.queries} queries"
+    )
     print(f"vs exact scan  : {exact_s * 1e3 / np.percentile(times_ms, 50):.1f}x faster at p50")
     print(f"recall@10      : {np.mean(recalls):.3f} vs exact ({len(recalls)} queries); "
           f"planted found {np.mean(planted_found):.3f}")
     if peak_extra_mb is None:
         print("peak RSS       : unavailable (/proc/self/clear_refs not writable)")
     else:
-        print(f"peak RSS       : {peak_anon_mb:.0f} MB anonymous (whole process, memmap excluded) during pruned "
-              f"search, {peak_extra_mb:+.0f} MB over before it; search work arrays ~{index.count * 5 / 1e6:.0f} MB")
+        print(
+            f"peak RSS       : {peak_anon_mb:.0f} MB anonymous (whole process, memmap excluded) during "
+            f"pruned search, {peak_extra_mb:+.0f} MB over before it; search work arrays "
+            f"~{index.count * 5 / 1e6:.0f} MB"
+        )
     return index, qp, qn
 
 
@@ -290,8 +306,10 @@ def real_text(args: argparse.Namespace) -> tuple[BitmapIndex, np.ndarray, np.nda
     sizes = sorted({int(s) for s in args.sizes.split(",") if 0 < int(s) < index.count} | {index.count})
     print(f"\n== retriever search (k = {k}): today's `search` (baseline) vs `search_auto` (sampled from "
           f"{SAMPLED_SEARCH_MIN_ROWS} rows on) ==")
-    print(f"{'rows':>8} {'exact p50':>10} {'baseline p50':>13} {'p95':>7} {'new p50':>8} {'p95':>7} {'ratio':>6} "
-          f"{'recall@10':>10} {'recall@500':>11}")
+    print(
+        f"{'rows':>8} {'exact p50':>10} {'baseline p50':>13} {'p95':>7} {'new p50':>8} {'p95':>7} "
+        f"{'ratio':>6} {'recall@10':>10} {'recall@500':>11}"
+    )
     for size in sizes:
         sub = index if size == index.count else subset_index(index, args.dir, size, args.seed)
         exact_ms, exact = _timed(lambda p, n, sub=sub: sub.search_exact(p, n, k), qp, qn)
@@ -299,9 +317,12 @@ def real_text(args: argparse.Namespace) -> tuple[BitmapIndex, np.ndarray, np.nda
         new_ms, new = _timed(lambda p, n, sub=sub: sub.search_auto(p, n, k), qp, qn)
         recall10 = np.mean([_recall(a[:10], b[:10]) for a, b in zip(new, exact, strict=True)])
         recall500 = np.mean([_recall(a, b) for a, b in zip(new, exact, strict=True)])
-        print(f"{size:>8} {np.median(exact_ms):>10.1f} {np.median(base_ms):>13.1f} {np.percentile(base_ms, 95):>7.1f} "
-              f"{np.median(new_ms):>8.1f} {np.percentile(new_ms, 95):>7.1f} "
-              f"{np.median(base_ms) / np.median(new_ms):>5.1f}x {recall10:>10.3f} {recall500:>11.3f}")
+        print(
+            f"{size:>8} {np.median(exact_ms):>10.1f} {np.median(base_ms):>13.1f} "
+            f"{np.percentile(base_ms, 95):>7.1f} "
+            f"{np.median(new_ms):>8.1f} {np.percentile(new_ms, 95):>7.1f} "
+            f"{np.median(base_ms) / np.median(new_ms):>5.1f}x {recall10:>10.3f} {recall500:>11.3f}"
+        )
     sampled_grid(index, qp, qn)
     return index, qp, qn
 
@@ -320,12 +341,16 @@ def row_range_index(index: BitmapIndex, directory: Path, start: int, stop: int) 
     part = BitmapIndex.create(path, index.dims)
     for lo in range(start, stop, BUILD_BATCH):
         rows = np.arange(lo, min(stop, lo + BUILD_BATCH))
-        part.append(*index.get_bitmaps(rows), token_counts=index.token_counts[rows], source_ids=index.source_ids[rows])
+        part.append(
+            *index.get_bitmaps(rows), token_counts=index.token_counts[rows], source_ids=index.source_ids[rows]
+        )
     part.finalize()
     return BitmapIndex.open(path)
 
 
-def segments_comparison(index: BitmapIndex, qp: np.ndarray, qn: np.ndarray, directory: Path, count: int) -> None:
+def segments_comparison(
+    index: BitmapIndex, qp: np.ndarray, qn: np.ndarray, directory: Path, count: int
+) -> None:
     """The retriever's search (`search_auto`, k = 500) over the corpus cut into `count` segments
     (`engine.segments.SegmentedIndex`), in two shapes: equal segments (after a merge-free run of
     large appends), and one base with small appends of 0.1 % of the rows each (new documents added
@@ -339,10 +364,16 @@ def segments_comparison(index: BitmapIndex, qp: np.ndarray, qn: np.ndarray, dire
     one_ms, one = _timed(lambda p, q: index.search_auto(p, q, k), qp, qn)
     print(f"\n== search over {count} segments (search_auto, k = {k}) vs one index of the same {n} rows ==")
     print(f"{'shape':<22} {'p50 ms':>8} {'p95 ms':>8} {'ratio p50':>10} {'recall@500 vs one':>18}")
-    print(f"{'one index (baseline)':<22} {np.median(one_ms):>8.1f} {np.percentile(one_ms, 95):>8.1f} {1.0:>9.2f}x "
-          f"{1.0:>18.3f}")
+    print(
+        f"{'one index (baseline)':<22} {np.median(one_ms):>8.1f} {np.percentile(one_ms, 95):>8.1f} "
+        f"{1.0:>9.2f}x "
+        f"{1.0:>18.3f}"
+    )
     for name, bounds in shapes.items():
-        parts = [row_range_index(index, directory, int(a), int(b)) for a, b in zip(bounds[:-1], bounds[1:], strict=True)]
+        parts = [
+            row_range_index(index, directory, int(a), int(b))
+            for a, b in zip(bounds[:-1], bounds[1:], strict=True)
+        ]
         state = SegmentedIndex(parts)
         ms, found = _timed(lambda p, q, state=state: state.search_auto(p, q, k), qp, qn)
         recall = np.mean([_recall(a, b) for a, b in zip(found, one, strict=True)])
@@ -351,13 +382,17 @@ def segments_comparison(index: BitmapIndex, qp: np.ndarray, qn: np.ndarray, dire
 
 
 def sampled_grid(index: BitmapIndex, qp: np.ndarray, qn: np.ndarray) -> None:
-    """`search_sampled` latency and recall against the exact scan at the full size, over a grid of settings."""
+    """`search_sampled` latency and recall against the exact scan at the full size, over a grid of
+    settings."""
     chunks = len(index._chunks())
     exact10 = [index.search_exact(qp[q], qn[q], 10)[0] for q in range(len(qp))]
     exact500 = [index.search_exact(qp[q], qn[q], RETRIEVER_CANDIDATES)[0] for q in range(len(qp))]
     print(f"\n== sampled search at {index.count} rows (first pass on a subset of the {chunks} column chunks, "
           f"exact re-rank of a shortlist) ==")
-    print(f"{'chunks':>6} {'shortlist':>9} {'k=10 p50 ms':>12} {'recall@10':>10} {'k=500 p50 ms':>13} {'recall@500':>11}")
+    print(
+        f"{'chunks':>6} {'shortlist':>9} {'k=10 p50 ms':>12} {'recall@10':>10} {'k=500 p50 ms':>13} "
+        f"{'recall@500':>11}"
+    )
     for sample_chunks in (4, 6, 8):
         for shortlist in (1000, 2000):
             ms10, found10 = _timed(lambda p, n, c=sample_chunks, s=shortlist: index.search_sampled(
@@ -366,8 +401,11 @@ def sampled_grid(index: BitmapIndex, qp: np.ndarray, qn: np.ndarray) -> None:
                 p, n, RETRIEVER_CANDIDATES, sample_chunks=c, shortlist=s), qp, qn)
             r10 = np.mean([_recall(a, b) for a, b in zip(found10, exact10, strict=True)])
             r500 = np.mean([_recall(a, b) for a, b in zip(found500, exact500, strict=True)])
-            print(f"{sample_chunks:>6} {shortlist:>9} {np.median(ms10):>12.1f} {r10:>10.3f} {np.median(ms500):>13.1f} "
-                  f"{r500:>11.3f}")
+            print(
+                f"{sample_chunks:>6} {shortlist:>9} {np.median(ms10):>12.1f} {r10:>10.3f} "
+                f"{np.median(ms500):>13.1f} "
+                f"{r500:>11.3f}"
+            )
 
 
 if __name__ == "__main__":

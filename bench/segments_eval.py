@@ -103,8 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     retriever = Retriever(tokenizer, config)
     cache_dir = Path(gguf_path).parent.parent / "embeddings"
     shares = [int(s) for s in args.shares.split(",")]
-    print(f"\n{'set':<18} {'appended':>8} {'recall full':>11} {'recall segs':>11} {'diff':>7} {'MRR full':>9} "
-          f"{'MRR segs':>9} {'diff':>7} {'OOV share':>9} {'append s':>9} {'full s':>7}")
+    print(
+        f"\n{'set':<18} {'appended':>8} {'recall full':>11} {'recall segs':>11} {'diff':>7} {'MRR full':>9} "
+        f"{'MRR segs':>9} {'diff':>7} {'OOV share':>9} {'append s':>9} {'full s':>7}"
+    )
     for name in [s.strip() for s in args.sets.split(",") if s.strip()]:
         set_args = argparse.Namespace(set=name, docs=args.docs, queries=args.queries, seed=args.seed,
                                       no_hypernym=False, wordnet_dir=args.wordnet_dir)
@@ -120,8 +122,15 @@ def main(argv: list[str] | None = None) -> int:
             documents = [(int(i), data.documents[i]) for i in order]
             full = State()
             start = time.perf_counter()
-            build_index(datasets=[(1, "all", full.write(root / "all.jsonl", 1, documents))], out_dir=root / "full",
-                        gguf_path=gguf_path, tokenizer=tokenizer, config=config, sink=full.sink, cache_dir=cache_dir)
+            build_index(
+                datasets=[(1, "all", full.write(root / "all.jsonl", 1, documents))],
+                out_dir=root / "full",
+                gguf_path=gguf_path,
+                tokenizer=tokenizer,
+                config=config,
+                sink=full.sink,
+                cache_dir=cache_dir,
+            )
             full_seconds = time.perf_counter() - start
             full.dirs = [root / "full"]
             full_recall, full_mrr = score(full.rank(retriever, data.queries), relevant)
@@ -130,9 +139,15 @@ def main(argv: list[str] | None = None) -> int:
                 base_docs = documents[: len(documents) - appended]
                 state = State()
                 base_dir = root / f"base-{share}"
-                build_index(datasets=[(1, "base", state.write(root / f"base-{share}.jsonl", 1, base_docs))], out_dir=base_dir,
-                            gguf_path=gguf_path, tokenizer=tokenizer, config=config, sink=state.sink,
-                            cache_dir=cache_dir)
+                build_index(
+                    datasets=[(1, "base", state.write(root / f"base-{share}.jsonl", 1, base_docs))],
+                    out_dir=base_dir,
+                    gguf_path=gguf_path,
+                    tokenizer=tokenizer,
+                    config=config,
+                    sink=state.sink,
+                    cache_dir=cache_dir,
+                )
                 state.dirs = [base_dir]
                 parts = np.array_split(np.arange(len(base_docs), len(documents)), args.appends)
                 oov, seconds = [], []
@@ -141,17 +156,37 @@ def main(argv: list[str] | None = None) -> int:
                         continue
                     out = root / f"append-{share}-{number}"
                     start = time.perf_counter()
-                    result = append_segment(previous_dir=state.dirs[-1], datasets=[(2 + number, f"a{number}", state.write(
-                        root / f"a-{share}-{number}.jsonl", 2 + number, [documents[i] for i in part]))], out_dir=out,
-                        gguf_path=gguf_path, tokenizer=tokenizer, sink=state.sink, word_index=False,
-                        known=lambda ids, state=state: set(ids) & state.ids)
+                    result = append_segment(
+                        previous_dir=state.dirs[-1],
+                        datasets=[
+                            (
+                                2 + number,
+                                f"a{number}",
+                                state.write(
+                                    root / f"a-{share}-{number}.jsonl",
+                                    2 + number,
+                                    [documents[i] for i in part],
+                                ),
+                            )
+                        ],
+                        out_dir=out,
+                        gguf_path=gguf_path,
+                        tokenizer=tokenizer,
+                        sink=state.sink,
+                        word_index=False,
+                        known=lambda ids, state=state: set(ids) & state.ids,
+                    )
                     seconds.append(time.perf_counter() - start)
                     oov.append(result.manifest["segment"]["oov_share"])
                     state.dirs.append(out)
                 recall, mrr = score(state.rank(retriever, data.queries), relevant)
-                print(f"{name:<18} {share:>7}% {full_recall:>11.4f} {recall:>11.4f} {recall - full_recall:>+7.4f} "
-                      f"{full_mrr:>9.4f} {mrr:>9.4f} {mrr - full_mrr:>+7.4f} {np.mean(oov):>9.4f} "
-                      f"{np.median(seconds):>9.2f} {full_seconds:>7.1f}", flush=True)
+                print(
+                    f"{name:<18} {share:>7}% {full_recall:>11.4f} {recall:>11.4f} "
+                    f"{recall - full_recall:>+7.4f} "
+                    f"{full_mrr:>9.4f} {mrr:>9.4f} {mrr - full_mrr:>+7.4f} {np.mean(oov):>9.4f} "
+                    f"{np.median(seconds):>9.2f} {full_seconds:>7.1f}",
+                    flush=True,
+                )
     print("\nappend s: median seconds of one append (tokenize, extend the vocabulary, encode, verify) of "
           "share / appends of the documents; full s: the full build of all documents, the baseline.")
     return 0

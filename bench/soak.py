@@ -66,9 +66,13 @@ def _parse() -> argparse.Namespace:
     parser.add_argument("--settle-minutes", type=float, default=10.0)
     parser.add_argument("--users", type=int, default=4)
     parser.add_argument("--upload-minutes", type=float, default=3.0)
-    parser.add_argument("--turns-per-conversation", type=_turn_range, default=(5, 15),
-                        help="LOW-HIGH: each user opens a new conversation after a number of turns drawn from "
-                             "this range; 0: one conversation for the whole run")
+    parser.add_argument(
+        "--turns-per-conversation",
+        type=_turn_range,
+        default=(5, 15),
+        help="LOW-HIGH: each user opens a new conversation after a number of turns drawn from "
+        "this range; 0: one conversation for the whole run",
+    )
     parser.add_argument("--plot", type=Path, default=Path("soak.png"))
     parser.add_argument("--data-dir", type=Path, default=None)
     return parser.parse_args()
@@ -98,12 +102,24 @@ def _free_port() -> int:
 
 def start_portal(data_dir: Path) -> tuple[subprocess.Popen, dict]:
     ports = {"web": _free_port(), "llama": _free_port()}
-    env = {**os.environ, "DATA_DIR": str(data_dir), "PORT": str(ports["web"]), "LLAMA_PORT": str(ports["llama"]),
-           "HDRAG_ADMIN_USER": "admin", "HDRAG_ADMIN_PASSWORD": "soak-admin-password"}
+    env = {
+        **os.environ,
+        "DATA_DIR": str(data_dir),
+        "PORT": str(ports["web"]),
+        "LLAMA_PORT": str(ports["llama"]),
+        "HDRAG_ADMIN_USER": "admin",
+        "HDRAG_ADMIN_PASSWORD": "soak-admin-password",
+    }
     env.pop("LLM_BASE_URL", None)
     log = open(data_dir / "portal.log", "ab")  # noqa: SIM115 - open for the portal's whole life
-    portal = subprocess.Popen([str(REPO / "portal"), "run"], cwd=REPO, env=env, stdout=log, stderr=subprocess.STDOUT,
-                              start_new_session=True)
+    portal = subprocess.Popen(
+        [str(REPO / "portal"), "run"],
+        cwd=REPO,
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     return portal, ports
 
 
@@ -126,7 +142,9 @@ def portal_processes(root: int) -> dict[str, int]:
         pid = todo.pop()
         todo.extend(tree.get(pid, []))
         try:
-            command = (Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")).decode(errors="replace")
+            command = (Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")).decode(
+                errors="replace"
+            )
         except OSError:
             continue
         for name, marker in (("web", "uvicorn"), ("llama", "engine.llama_server"), ("worker", "celery")):
@@ -243,9 +261,16 @@ def setup_accounts(users: int) -> tuple[list[dict], str, int, int]:
         user = user_model.objects.create_user(f"soak-{index}", password="soak-user-password")
         client = Client()
         client.force_login(user)
-        accounts.append({"cookie": f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}",
-                         "token": api_token_create(user=user, name="soak")[1], "corpus": demo.pk,
-                         "conversation": conversation_create(user=user, corpus_ids=[demo.pk]).pk})
+        accounts.append(
+            {
+                "cookie": (
+                    f"{settings.SESSION_COOKIE_NAME}={client.cookies[settings.SESSION_COOKIE_NAME].value}"
+                ),
+                "token": api_token_create(user=user, name="soak")[1],
+                "corpus": demo.pk,
+                "conversation": conversation_create(user=user, corpus_ids=[demo.pk]).pk,
+            }
+        )
     owner = user_model.objects.get(username="soak-0")
     uploads = corpus_create(owner=owner, name="soak uploads", hdc_dimensions=1024)
     return accounts, accounts[0]["token"], demo.pk, uploads.pk
@@ -258,8 +283,11 @@ async def new_conversation(host: str, account: dict, run: Run) -> None:
 
     try:
         async with httpx.AsyncClient(timeout=60) as api:
-            made = await api.post(f"http://{host}/api/v1/conversations/", json={"corpora": [account["corpus"]]},
-                                  headers={"Authorization": f"Bearer {account['token']}"})
+            made = await api.post(
+                f"http://{host}/api/v1/conversations/",
+                json={"corpora": [account["corpus"]]},
+                headers={"Authorization": f"Bearer {account['token']}"},
+            )
         if made.status_code == 201:
             account["conversation"] = made.json()["id"]
             run.conversations += 1
@@ -269,21 +297,29 @@ async def new_conversation(host: str, account: dict, run: Run) -> None:
         run.error(f"new conversation: {type(error).__name__}: {error}")
 
 
-async def chat_user(host: str, account: dict, run: Run, until: float, seed: int, turns: tuple[int, int]) -> None:
+async def chat_user(
+    host: str, account: dict, run: Run, until: float, seed: int, turns: tuple[int, int]
+) -> None:
     from websockets.asyncio.client import connect
 
     rng = random.Random(seed)
     while time.monotonic() < until:
         left = rng.randint(*turns) if turns[1] else -1  # turns left in this conversation; -1: for ever
         try:
-            async with connect(f"ws://{host}/ws/chat/{account['conversation']}/", open_timeout=60,
-                               additional_headers={"Cookie": account["cookie"], "Origin": f"http://{host}"}) as socket:
+            async with connect(
+                f"ws://{host}/ws/chat/{account['conversation']}/",
+                open_timeout=60,
+                additional_headers={"Cookie": account["cookie"], "Origin": f"http://{host}"},
+            ) as socket:
                 json.loads(await socket.recv())
                 while time.monotonic() < until and left != 0:
                     await socket.send(json.dumps({"type": "chat.send", "content": rng.choice(QUESTIONS)}))
                     try:
                         async with asyncio.timeout(ANSWER_SECONDS):
-                            while (event := json.loads(await socket.recv()))["type"] not in ("chat.done", "chat.error"):
+                            while (event := json.loads(await socket.recv()))["type"] not in (
+                                "chat.done",
+                                "chat.error",
+                            ):
                                 pass
                     except TimeoutError:
                         raise TimeoutError(f"no answer within {ANSWER_SECONDS} s of the question") from None
@@ -299,7 +335,9 @@ async def chat_user(host: str, account: dict, run: Run, until: float, seed: int,
             await new_conversation(host, account, run)
 
 
-async def api_mix(host: str, token: str, demo: int, uploads: int, run: Run, until: float, upload_minutes: float) -> None:
+async def api_mix(
+    host: str, token: str, demo: int, uploads: int, run: Run, until: float, upload_minutes: float
+) -> None:
     import httpx
 
     headers = {"Authorization": f"Bearer {token}"}
@@ -307,14 +345,26 @@ async def api_mix(host: str, token: str, demo: int, uploads: int, run: Run, unti
     async with httpx.AsyncClient(base_url=f"http://{host}/api/v1", headers=headers, timeout=120) as api:
         while time.monotonic() < until:
             try:
-                found = await api.get("/search/", params={"q": random.choice(QUESTIONS), "corpora": str(demo)})
+                found = await api.get(
+                    "/search/", params={"q": random.choice(QUESTIONS), "corpora": str(demo)}
+                )
                 run.searches += 1
                 if found.status_code != 200:
                     run.error(f"search: {found.status_code} {found.text[:200]}")
                 if time.monotonic() >= next_upload:
-                    lines = [json.dumps({"text": f"Soak note {run.uploads}-{i}: the {random.choice(QUESTIONS).lower()} "
-                                                 f"again, written at {time.time():.0f}."}) for i in range(20)]
-                    files = {"file": (f"soak-{run.uploads}.jsonl", "\n".join(lines).encode(), "application/jsonl")}
+                    lines = [
+                        json.dumps(
+                            {
+                                "text": f"Soak note {run.uploads}-{i}: the "
+                                        f"{random.choice(QUESTIONS).lower()} "
+                                f"again, written at {time.time():.0f}."
+                            }
+                        )
+                        for i in range(20)
+                    ]
+                    files = {
+                        "file": (f"soak-{run.uploads}.jsonl", "\n".join(lines).encode(), "application/jsonl")
+                    }
                     stored = await api.post(f"/corpora/{uploads}/datasets/", files=files)
                     run.uploads += 1
                     next_upload += upload_minutes * 60
@@ -342,7 +392,8 @@ async def sampler(root: int, ports: dict, data_dir: Path, run: Run, until: float
 
 
 def growth(run: Run, settle: float) -> dict[str, tuple[float, float, float]]:
-    """{series: (first value, slope per hour, % per hour of the mean)} over the samples after `settle` minutes."""
+    """{series: (first value, slope per hour, % per hour of the mean)} over the samples after `settle`
+    minutes."""
     names = sorted({k for s in run.samples for k in s if k != "minute"})
     result = {}
     for name in names:
@@ -389,8 +440,12 @@ def write_png(path: Path, run: Run, width: int = 900, panel: int = 140) -> list[
     def chunk(kind: bytes, data: bytes) -> bytes:
         return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
 
-    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
-                     + chunk(b"IDAT", zlib.compress(raw, 9)) + chunk(b"IEND", b""))
+    path.write_bytes(
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0))
+        + chunk(b"IDAT", zlib.compress(raw, 9))
+        + chunk(b"IEND", b"")
+    )
     return legend
 
 
@@ -402,9 +457,11 @@ def _dot(pixels: bytearray, width: int, x: int, y: int, colour: tuple[int, int, 
 
 def report(run: Run, args: argparse.Namespace) -> None:
     print(f"\nload average at the end (1, 5, 15 min): {os.getloadavg()} on {os.cpu_count()} CPUs")
-    print(f"{args.minutes:g} min run: {run.turns} chat turns, {run.searches} API searches, {run.uploads} uploads, "
-          f"{run.conversations} new conversations, "
-          f"{len(run.samples)} samples; growth after the first {args.settle_minutes:g} min (least squares):")
+    print(
+        f"{args.minutes:g} min run: {run.turns} chat turns, {run.searches} API searches, {run.uploads} "
+        f"uploads, {run.conversations} new conversations, "
+        f"{len(run.samples)} samples; growth after the first {args.settle_minutes:g} min (least squares):"
+    )
     for name, (first, slope, percent) in growth(run, args.settle_minutes).items():
         print(f"  {name:28s} first {first:10.1f}  {slope:+10.2f} /hour  ({percent:+6.1f} %/hour)")
     print(f"errors: {len(run.errors)}")
@@ -461,10 +518,17 @@ def main() -> int:
         host = f"127.0.0.1:{ports['web']}"
 
         async def everything() -> None:
-            tasks = [asyncio.create_task(work) for work in (
-                sampler(portal.pid, ports, data_dir, run, until, args.sample_seconds),
-                api_mix(host, token, demo, uploads, run, until, args.upload_minutes),
-                *(chat_user(host, a, run, until, i, args.turns_per_conversation) for i, a in enumerate(accounts)))]
+            tasks = [
+                asyncio.create_task(work)
+                for work in (
+                    sampler(portal.pid, ports, data_dir, run, until, args.sample_seconds),
+                    api_mix(host, token, demo, uploads, run, until, args.upload_minutes),
+                    *(
+                        chat_user(host, a, run, until, i, args.turns_per_conversation)
+                        for i, a in enumerate(accounts)
+                    ),
+                )
+            ]
             # A turn still streaming when the time is up is left unfinished, not waited for.
             _, late = await asyncio.wait(tasks, timeout=until - time.monotonic() + 5)
             for task in late:

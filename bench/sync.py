@@ -96,7 +96,9 @@ def timed_sync(source, *, wait_for: list[str] = (), gone: list[str] = ()) -> tup
     owner = source.corpus.owner
     top = 0
     for sentence in wait_for:
-        results = memories_search(user=owner, corpus_ids=[source.corpus_id], query=sentence, top_document=False)
+        results = memories_search(
+            user=owner, corpus_ids=[source.corpus_id], query=sentence, top_document=False
+        )
         texts = [r.memory.text for r in results]
         if not any(holds(text, sentence) for text in texts):
             raise SystemExit(f"not found after the sync: {sentence!r}")
@@ -105,7 +107,9 @@ def timed_sync(source, *, wait_for: list[str] = (), gone: list[str] = ()) -> tup
     if wait_for:
         print(f"  {top} of {len(wait_for)} changed sentences the top hit, every one found")
     for sentence in gone:
-        results = memories_search(user=owner, corpus_ids=[source.corpus_id], query=sentence, top_document=False)
+        results = memories_search(
+            user=owner, corpus_ids=[source.corpus_id], query=sentence, top_document=False
+        )
         if any(holds(r.memory.text, sentence) for r in results):
             raise SystemExit(f"the old sentence is still found: {sentence!r}")
     return elapsed, source
@@ -129,7 +133,9 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
     print_hardware()
     settings.SOURCE_ROOTS = [str(scratch / "roots")]
     path = scratch / "base.jsonl"
-    path.write_text("".join(json.dumps({"text": d}) + "\n" for d in synthetic_docs(args.docs)), encoding="utf-8")
+    path.write_text(
+        "".join(json.dumps({"text": d}) + "\n" for d in synthetic_docs(args.docs)), encoding="utf-8"
+    )
     owner = User.objects.create_user("bench")
     corpus = corpus_create(owner=owner, name="bench", hdc_dimensions=args.dims)
     with open(path, "rb") as handle:
@@ -137,8 +143,10 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
     started = time.perf_counter()
     build = build_start(corpus=corpus, user=owner)
     build.refresh_from_db()
-    print(f"PostgreSQL; base corpus: {build.documents:,} memories built in {time.perf_counter() - started:.1f} s; "
-          f"dims {args.dims}; sources of {args.source_docs:,} documents, {args.changed} changed")
+    print(
+        f"PostgreSQL; base corpus: {build.documents:,} memories built in {time.perf_counter() - started:.1f} "
+        f"s; dims {args.dims}; sources of {args.source_docs:,} documents, {args.changed} changed"
+    )
     sentences = synthetic_docs(3 * args.source_docs, seed=10_000)
     bodies = [" ".join(sentences[3 * n:3 * n + 3]) for n in range(args.source_docs)]
     changed = list(range(0, args.source_docs, max(1, args.source_docs // args.changed)))[:args.changed]
@@ -150,28 +158,38 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
             old = write_docs(folder, kind, bodies, {})
             if repo is not None:
                 server.commit(repo, {}, message="notes")
-                source = source_create(corpus=corpus, user=owner, name=kind, kind="git", location=server.url("docs"))
+                source = source_create(
+                    corpus=corpus, user=owner, name=kind, kind="git", location=server.url("docs")
+                )
             else:
-                source = source_create(corpus=corpus, user=owner, name=kind, kind="folder", location=str(folder))
+                source = source_create(
+                    corpus=corpus, user=owner, name=kind, kind="folder", location=str(folder)
+                )
             first, source = timed_sync(source)
             unchanged, source = timed_sync(source)
             new = write_docs(folder, kind, bodies, dict.fromkeys(changed, 1))
             if repo is not None:
                 server.commit(repo, {}, message="ten changes")
-            ten, source = timed_sync(source, wait_for=[new[n] for n in changed], gone=[old[n] for n in changed])
+            ten, source = timed_sync(
+                source, wait_for=[new[n] for n in changed], gone=[old[n] for n in changed]
+            )
             assert source.changed == len(changed), (source.changed, source.failures)
             figures[kind] = (first, unchanged, ten)
-            print(f"{kind}: first sync (read and append {source.documents.count():,} documents) {first:.2f} s; "
-                  f"nothing changed {unchanged:.2f} s; {len(changed)} changed: searchable {ten:.2f} s after the "
-                  f"sync started")
+            print(
+                f"{kind}: first sync (read and append {source.documents.count():,} documents) {first:.2f} s; "
+                f"nothing changed {unchanged:.2f} s; {len(changed)} changed: searchable {ten:.2f} s after "
+                f"the sync started"
+            )
     started = time.perf_counter()
     build = build_start(corpus=corpus, user=owner)
     build.refresh_from_db()
     full = time.perf_counter() - started
     print(f"baseline: a full rebuild of the corpus ({build.documents:,} memories) {full:.1f} s")
     for kind, (_, unchanged, ten) in figures.items():
-        print(f"  {kind}: {len(changed)} changed searchable in {ten:.2f} s ({full / ten:.0f}x faster than the "
-              f"rebuild; goal <= 10 s); nothing changed {unchanged:.2f} s (goal <= 2 s)")
+        print(
+            f"  {kind}: {len(changed)} changed searchable in {ten:.2f} s ({full / ten:.0f}x faster than the "
+            f"rebuild; goal <= 10 s); nothing changed {unchanged:.2f} s (goal <= 2 s)"
+        )
 
 
 @contextmanager

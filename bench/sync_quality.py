@@ -89,14 +89,18 @@ class Folder:
     def edit(self, path: str, round_number: int) -> None:
         """A sentence added at the end: another hash, nearly the same text (and the same query)."""
         old = self.files[path]
-        self._write(path, Text(f"{old.text}\n\nRevised in round {round_number} after a review.", old.query, old.kind))
+        self._write(
+            path, Text(f"{old.text}\n\nRevised in round {round_number} after a review.", old.query, old.kind)
+        )
 
     def remove(self, path: str) -> None:
         (self.root / path).unlink()
         del self.files[path]
 
 
-def mutate(folder: Folder, rng: random.Random, round_number: int, args: argparse.Namespace) -> tuple[int, int, int]:
+def mutate(
+    folder: Folder, rng: random.Random, round_number: int, args: argparse.Namespace
+) -> tuple[int, int, int]:
     """One round's changes; returns the (added, changed, removed) a sync should report."""
     paths = sorted(folder.files)
     touched = rng.sample(paths, args.rewrite + args.edit + args.remove)
@@ -156,7 +160,9 @@ def build_synced(args: argparse.Namespace, folder: Folder, owner):  # noqa: ANN0
     from corpus.sources.services import source_create
 
     corpus = corpus_create(owner=owner, name="synced", hdc_dimensions=args.dims)
-    source = source_create(corpus=corpus, user=owner, name=SOURCE_NAME, kind="folder", location=str(folder.root))
+    source = source_create(
+        corpus=corpus, user=owner, name=SOURCE_NAME, kind="folder", location=str(folder.root)
+    )
     started = time.perf_counter()
     source = sync(source)
     print(f"first sync: {source.added:,} documents read and built in {time.perf_counter() - started:.1f} s")
@@ -168,8 +174,10 @@ def build_synced(args: argparse.Namespace, folder: Folder, owner):  # noqa: ANN0
         source = sync(source)
         seconds.append(time.perf_counter() - started)
         if (source.added, source.changed, source.removed) != expected:
-            raise SystemExit(f"round {round_number}: the sync reported {source.added, source.changed, source.removed}"
-                             f", the folder changed by {expected}")
+            raise SystemExit(
+                f"round {round_number}: the sync reported {source.added, source.changed, source.removed}"
+                f", the folder changed by {expected}"
+            )
     corpus.refresh_from_db()
     full_builds = corpus.builds.filter(kind="build", status="succeeded").count()
     print(f"{args.rounds} syncs (each: {args.rewrite} rewritten, {args.edit} edited, {args.add} added, "
@@ -191,7 +199,10 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
 
     call_command("migrate", verbosity=0)
     print_hardware()
-    print(f"load average at the start: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
+    print(
+        f"load average at the start: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} "
+        f"{os.getloadavg()[2]:.2f}"
+    )
     settings.SOURCE_ROOTS = [str(scratch / "roots")]
     if args.no_merge:
         settings.SEGMENT_LIMIT, settings.SEGMENT_MERGE_PERCENT = 10_000, 10_000
@@ -220,12 +231,16 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
         recall_f, mrr_f, ranked_f = quality(owner, fresh.pk, queries, raw=raw)
         same = sum(a == b for a, b in zip(ranked_s, ranked_f, strict=True))
         worst = max(worst, abs(recall_s - recall_f), abs(mrr_s - mrr_f))
-        print(f"{label}: synced recall@{K} {recall_s:.4f} MRR@{K} {mrr_s:.4f} | fresh recall@{K} {recall_f:.4f} "
-              f"MRR@{K} {mrr_f:.4f} | difference recall {recall_s - recall_f:+.4f} MRR {mrr_s - mrr_f:+.4f}; "
-              f"{same} of {len(queries)} top-{K} lists identical")
+        print(
+            f"{label}: synced recall@{K} {recall_s:.4f} MRR@{K} {mrr_s:.4f} | fresh recall@{K} "
+            f"{recall_f:.4f} MRR@{K} {mrr_f:.4f} | difference recall {recall_s - recall_f:+.4f} MRR "
+            f"{mrr_s - mrr_f:+.4f}; {same} of {len(queries)} top-{K} lists identical"
+        )
     load = os.getloadavg()
-    print(f"largest difference {worst:.4f} ({'within' if worst <= 0.01 else 'OVER'} 0.01); load average at the end "
-          f"{load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} CPUs)")
+    print(
+        f"largest difference {worst:.4f} ({'within' if worst <= 0.01 else 'OVER'} 0.01); load average at the "
+        f"end {load[0]:.2f} {load[1]:.2f} {load[2]:.2f} ({os.cpu_count()} CPUs)"
+    )
     print(subprocess.run(["uptime"], capture_output=True, text=True, check=False).stdout.strip())
 
 

@@ -44,7 +44,9 @@ def timed(label: str, run, repeat: int) -> tuple[float, list[list[int]]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--gguf", type=Path, default=None, help="GGUF model (default: the packaged Gemma 3 270M)")
+    parser.add_argument(
+        "--gguf", type=Path, default=None, help="GGUF model (default: the packaged Gemma 3 270M)"
+    )
     parser.add_argument("--repeat", type=int, default=3, help="runs per measurement; the best is reported")
     parser.add_argument("--threads", type=int, default=2, help="llama.cpp server threads")
     args = parser.parse_args()
@@ -61,10 +63,14 @@ def main() -> None:
 
     with LlamaServer(gguf_path, threads=args.threads, parallel=1, ctx_size=2048) as server:
         http = LlamaCppTokenizer(server.base_url)
-        base_rate, base_ids = timed("baseline: llama.cpp /tokenize HTTP", lambda: http.bulk_tokenize(texts), args.repeat)
+        base_rate, base_ids = timed(
+            "baseline: llama.cpp /tokenize HTTP", lambda: http.bulk_tokenize(texts), args.repeat
+        )
         local._cache.clear()
         cold_rate, cold_ids = timed("GGUFTokenizer (cold word cache)", lambda: local.bulk_tokenize(texts), 1)
-        warm_rate, warm_ids = timed("GGUFTokenizer (warm word cache)", lambda: local.bulk_tokenize(texts), args.repeat)
+        warm_rate, warm_ids = timed(
+            "GGUFTokenizer (warm word cache)", lambda: local.bulk_tokenize(texts), args.repeat
+        )
     if not base_ids == cold_ids == warm_ids:
         raise SystemExit("MISMATCH: GGUFTokenizer ids differ from llama.cpp's")
     print("\nids identical to llama.cpp: yes")

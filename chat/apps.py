@@ -12,8 +12,13 @@ def _llm_servers_check(app_configs: object = None, **kwargs: object) -> list[che
     try:
         llm_servers()
     except ServersError as error:
-        return [checks.Error(str(error), hint="Fix LLM_SERVERS or the YAML file it names (docs/llm-servers.md).",
-                             id="hdrag.E010")]
+        return [
+            checks.Error(
+                str(error),
+                hint="Fix LLM_SERVERS or the YAML file it names (docs/llm-servers.md).",
+                id="hdrag.E010",
+            )
+        ]
     return []
 
 

@@ -65,7 +65,13 @@ def answer_citations(*, question: str, answer: str, memory_texts: Sequence[str],
     (grounding None)."""
     if not memory_texts or not answer.strip():
         return AnswerCitations()
-    attribution = attribute(answer, memory_texts, scorer=SCORER, threshold=CITATION_THRESHOLD, question=question,
-                            token_logprobs=token_logprobs)
+    attribution = attribute(
+        answer,
+        memory_texts,
+        scorer=SCORER,
+        threshold=CITATION_THRESHOLD,
+        question=question,
+        token_logprobs=token_logprobs,
+    )
     return AnswerCitations(grounding=attribution.grounding,
                            citations=tuple(sentence.to_dict() for sentence in attribution.sentences))

@@ -56,16 +56,30 @@ def completion_models(*, user: AbstractBaseUser) -> list[dict[str, Any]]:
     llm_models = models_for(user)
     bases = [(MODEL_NONE, 0, "hdrag", "The LLM alone, without memories")]
     for corpus in corpora_visible_to(user).select_related("owner").order_by("pk"):
-        bases.append((f"{MODEL_PREFIX}{corpus.pk}", int(corpus.created.timestamp()), corpus.owner.get_username(),
-                      f"Primed with the memories of {corpus.name!r}"
-                      + ("" if corpus.active_build_id else " (not built yet: no memories)")))
+        bases.append(
+            (
+                f"{MODEL_PREFIX}{corpus.pk}",
+                int(corpus.created.timestamp()),
+                corpus.owner.get_username(),
+                f"Primed with the memories of {corpus.name!r}"
+                + ("" if corpus.active_build_id else " (not built yet: no memories)"),
+            )
+        )
     models = []
     default = f"; answered by your default model ({llm_models[0]})" if llm_models else ""
     for base, created, owner, description in bases:
         models.append({"id": base, "object": "model", "created": created, "owned_by": owner,
                        "description": f"{description}{default}."})
-        models += [{"id": f"{base}{MODEL_SEPARATOR}{llm}", "object": "model", "created": created, "owned_by": owner,
-                    "description": f"{description}; answered by {llm}."} for llm in llm_models]
+        models += [
+            {
+                "id": f"{base}{MODEL_SEPARATOR}{llm}",
+                "object": "model",
+                "created": created,
+                "owned_by": owner,
+                "description": f"{description}; answered by {llm}.",
+            }
+            for llm in llm_models
+        ]
     return models
 
 
@@ -119,7 +133,11 @@ def _text(content: Any, number: int) -> str:
     if isinstance(content, list):
         parts = []
         for part in content:
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+            if (
+                not isinstance(part, dict)
+                or part.get("type") != "text"
+                or not isinstance(part.get("text"), str)
+            ):
                 raise ApplicationError(f"messages[{number}]: only text content parts are supported.",
                                        {"message": number})
             parts.append(part["text"])
@@ -152,15 +170,19 @@ def completion_prepare(*, user: AbstractBaseUser, corpus: Corpus | None, message
     for number, message in enumerate(messages):
         role = message.get("role")
         if role not in ROLES:
-            raise ApplicationError(f"messages[{number}]: role must be one of {', '.join(ROLES)}, got {role!r}.",
-                                   {"message": number})
+            raise ApplicationError(
+                f"messages[{number}]: role must be one of {', '.join(ROLES)}, got {role!r}.",
+                {"message": number},
+            )
         text = _text(message.get("content", ""), number)
         if role == "system":
             system.append(text)
         else:
             turns.append((role, text))
     if not turns or turns[-1][0] != "user" or not turns[-1][1].strip():
-        raise ApplicationError("The last message must be a non-empty user message.", {"messages": len(messages)})
+        raise ApplicationError(
+            "The last message must be a non-empty user message.", {"messages": len(messages)}
+        )
     history, question = turns[:-1], turns[-1][1]
     state = ConversationState(
         history=history, corpus_ids=(corpus.pk,) if corpus is not None else (),

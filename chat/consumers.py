@@ -90,7 +90,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
             with contextlib.suppress(asyncio.CancelledError):
                 await turn
 
-    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any) -> None:
+    async def receive(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: Any
+    ) -> None:
         """Every frame is a JSON text frame; anything else is answered, never a crash (which would
         close the socket with 1011 and make the page reconnect in a loop)."""
         if not self._connected:
@@ -136,9 +138,14 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
         rating = FeedbackWriteSerializer(data=content)
         message_id = content.get("message")
         if not rating.is_valid() or not isinstance(message_id, int):
-            await self._emit({"type": "chat.error", "code": "invalid",
-                              "error": "chat.feedback needs message (an answer's id), rating (up, down or null) "
-                                       "and an optional comment"})
+            await self._emit(
+                {
+                    "type": "chat.error",
+                    "code": "invalid",
+                    "error": "chat.feedback needs message (an answer's id), rating (up, down or null) "
+                    "and an optional comment",
+                }
+            )
             return
         try:
             feedback = await database_sync_to_async(feedback_set)(
@@ -156,7 +163,9 @@ class ChatConsumer(AsyncJsonWebsocketConsumer):
                               "error": "an answer is still being generated; stop it or wait"})
             return
         if not regenerate and (not isinstance(text, str) or not text.strip()):
-            await self._emit({"type": "chat.error", "code": "invalid", "error": "content must be a non-empty string"})
+            await self._emit(
+                {"type": "chat.error", "code": "invalid", "error": "content must be a non-empty string"}
+            )
             return
         self._turn = asyncio.create_task(self._run(text or "", regenerate=regenerate))
         self._watch = asyncio.create_task(self._stop_when_logged_out(self._turn))

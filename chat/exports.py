@@ -17,9 +17,15 @@ SHAREGPT_ROLES = {Message.Role.USER: "human", Message.Role.ASSISTANT: "gpt"}
 
 def conversation_export(*, conversation: Conversation, fmt: str) -> str:
     """The conversation as `fmt` ("jsonl" or "md"), recorded in the audit trail (who took what out)."""
-    content = (conversation_export_jsonl if fmt == "jsonl" else conversation_export_markdown)(conversation=conversation)
-    audit_record(action="conversation_exported", target=f"{conversation.title} (#{conversation.pk})", format=fmt,
-                 owner=conversation.owner.get_username())
+    content = (conversation_export_jsonl if fmt == "jsonl" else conversation_export_markdown)(
+        conversation=conversation
+    )
+    audit_record(
+        action="conversation_exported",
+        target=f"{conversation.title} (#{conversation.pk})",
+        format=fmt,
+        owner=conversation.owner.get_username(),
+    )
     return content
 
 
@@ -30,9 +36,19 @@ def conversation_export_jsonl(*, conversation: Conversation) -> str:
 
     Answers that failed before producing text are left out; a stopped answer keeps its partial text.
     """
-    turns = [{"from": SHAREGPT_ROLES[m.role], "value": m.content,
-              **({"grounding": m.grounding, "citations": m.citations, "model": m.model} if m.role == Message.Role.ASSISTANT else {})}
-             for m in conversation_messages(conversation=conversation) if m.content.strip()]
+    turns = [
+        {
+            "from": SHAREGPT_ROLES[m.role],
+            "value": m.content,
+            **(
+                {"grounding": m.grounding, "citations": m.citations, "model": m.model}
+                if m.role == Message.Role.ASSISTANT
+                else {}
+            ),
+        }
+        for m in conversation_messages(conversation=conversation)
+        if m.content.strip()
+    ]
     record = {"id": conversation.pk, "title": conversation.title, "conversations": turns}
     return json.dumps(record, ensure_ascii=False) + "\n"
 
@@ -59,22 +75,36 @@ def conversation_export_markdown(*, conversation: Conversation) -> str:
              f"started {conversation.created:%Y-%m-%d %H:%M} UTC._", ""]
     for message in conversation_messages(conversation=conversation):
         speaker = "You" if message.role == Message.Role.USER else "Assistant"
-        status = "" if message.status == Message.Status.COMPLETE else f" ({message.get_status_display().lower()})"
-        text = cited_markdown(message.content, message.citations).strip() if message.citations else message.content.strip()
+        status = (
+            "" if message.status == Message.Status.COMPLETE else f" ({message.get_status_display().lower()})"
+        )
+        text = (
+            cited_markdown(message.content, message.citations).strip()
+            if message.citations
+            else message.content.strip()
+        )
         lines += [f"## {speaker}{status}", "", text or "_(no text)_", ""]
         if message.model:
             lines += [f"_Model: {_plain(message.model)}_", ""]
         if message.grounding is not None:
-            lines += [f"_Grounding: {message.grounding:.0%} ({grounding_word(message.grounding)}): the share of its "
-                      f"claims a memory supports, each weighed by the model's certainty of its words._", ""]
+            lines += [
+                f"_Grounding: {message.grounding:.0%} ({grounding_word(message.grounding)}): the share of "
+                f"its claims a memory supports, each weighed by the model's certainty of its words._",
+                "",
+            ]
         if message.error:
             lines += [_quote(f"Error: {message.error}"), ""]
         memories = list(message.memories.all())
         if memories:
             lines += ["<details><summary>Memories</summary>", ""]
             for memory in memories:
-                where = " / ".join(part for part in (memory.corpus_name, memory.source) if part) or "unknown source"
+                where = (
+                    " / ".join(part for part in (memory.corpus_name, memory.source) if part)
+                    or "unknown source"
+                )
                 excerpt = " ".join(memory.excerpt.split())[:280]
-                lines.append(f"{memory.rank + 1}. **{_plain(where)}** (score {memory.score:g}): {_plain(excerpt)}")
+                lines.append(
+                    f"{memory.rank + 1}. **{_plain(where)}** (score {memory.score:g}): {_plain(excerpt)}"
+                )
             lines += ["", "</details>", ""]
     return "\n".join(lines).rstrip() + "\n"

@@ -61,22 +61,46 @@ def feedback_review(*, rating: str = "") -> QuerySet[AnswerFeedback]:
 
 def feedback_question(feedback: AnswerFeedback) -> str:
     """The user turn the rated answer answered."""
-    question = (Message.objects.filter(conversation_id=feedback.message.conversation_id, role=Message.Role.USER,
-                                       id__lt=feedback.message_id).order_by("-id").values_list("content", flat=True)
-                .first())
+    question = (
+        Message.objects.filter(
+            conversation_id=feedback.message.conversation_id,
+            role=Message.Role.USER,
+            id__lt=feedback.message_id,
+        )
+        .order_by("-id")
+        .values_list("content", flat=True)
+        .first()
+    )
     return question or ""
 
 
 def feedback_record(feedback: AnswerFeedback) -> dict[str, Any]:
     """One rated answer as the export and the API give it."""
     answer = feedback.message
-    return {"id": feedback.pk, "rating": feedback.get_rating_display(), "comment": feedback.comment,
-            "updated": feedback.updated.isoformat(), "user": feedback.user.get_username() if feedback.user else "",
-            "conversation": answer.conversation_id, "message": answer.pk, "question": feedback_question(feedback),
-            "answer": answer.content, "model": answer.model, "grounding": answer.grounding,
-            "citations": answer.citations,
-            "memories": [{"rank": m.rank, "corpus": m.corpus_name, "source": m.source, "score": m.score,
-                          "excerpt": m.excerpt} for m in answer.memories.all()]}
+    return {
+        "id": feedback.pk,
+        "rating": feedback.get_rating_display(),
+        "comment": feedback.comment,
+        "updated": feedback.updated.isoformat(),
+        "user": feedback.user.get_username() if feedback.user else "",
+        "conversation": answer.conversation_id,
+        "message": answer.pk,
+        "question": feedback_question(feedback),
+        "answer": answer.content,
+        "model": answer.model,
+        "grounding": answer.grounding,
+        "citations": answer.citations,
+        "memories": [
+            {
+                "rank": m.rank,
+                "corpus": m.corpus_name,
+                "source": m.source,
+                "score": m.score,
+                "excerpt": m.excerpt,
+            }
+            for m in answer.memories.all()
+        ],
+    }
 
 
 def feedback_export(rated: Iterable[AnswerFeedback], *, fmt: str) -> str:

@@ -24,7 +24,9 @@ class Conversation(models.Model):
     never shared with another conversation.
     """
 
-    owner = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations")
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="conversations"
+    )
     title = models.CharField(max_length=200, default=DEFAULT_TITLE)
     corpora = models.ManyToManyField("corpus.Corpus", blank=True, related_name="+")
     use_memory = models.BooleanField(default=True)
@@ -36,8 +38,11 @@ class Conversation(models.Model):
     temperature = models.FloatField(
         null=True, blank=True, validators=[MinValueValidator(0.0), MaxValueValidator(MAX_TEMPERATURE)],
         help_text="Sampling temperature of the answers; blank: the model's recommended default.")
-    model = models.CharField(max_length=200, blank=True,
-                             help_text="The LLM model that answers (one the server pool serves); blank: the default model.")
+    model = models.CharField(
+        max_length=200,
+        blank=True,
+        help_text="The LLM model that answers (one the server pool serves); blank: the default model.",
+    )
     blend_state = models.JSONField(default=dict, blank=True)
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
@@ -57,8 +62,11 @@ class LLMModel(models.Model):
 
     name = models.CharField(max_length=200, unique=True,
                             help_text="The model's name as LLM_SERVERS (or LLM_MODEL) gives it.")
-    is_default = models.BooleanField(default=False, help_text="The model of conversations that name none "
-                                                              "(for a user who may not use it: his first model).")
+    is_default = models.BooleanField(
+        default=False,
+        help_text="The model of conversations that name none "
+        "(for a user who may not use it: his first model).",
+    )
     groups = models.ManyToManyField(Group, blank=True, related_name="llm_models",
                                     help_text="Who may use it; none: every user.")
 
@@ -117,7 +125,9 @@ class MessageMemory(models.Model):
 
     message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="memories")
     rank = models.PositiveIntegerField()
-    memory = models.ForeignKey("corpus.Memory", null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    memory = models.ForeignKey(
+        "corpus.Memory", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     memory_key = models.CharField(max_length=64, blank=True)
     corpus_name = models.CharField(max_length=200, blank=True)
     source = models.CharField(max_length=500, blank=True)
@@ -127,7 +137,9 @@ class MessageMemory(models.Model):
 
     class Meta:
         ordering = ["message", "rank"]
-        constraints = [models.UniqueConstraint(fields=["message", "rank"], name="chat_messagememory_unique_rank")]
+        constraints = [
+            models.UniqueConstraint(fields=["message", "rank"], name="chat_messagememory_unique_rank")
+        ]
 
     def __str__(self) -> str:
         return f"{self.memory_key or '?'} ({self.score:g})"

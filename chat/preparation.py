@@ -47,7 +47,9 @@ class ConversationState:
     max_tokens: int | None = None
 
     @classmethod
-    def of_conversation(cls, conversation: Conversation, *, before_id: int | None = None) -> ConversationState:
+    def of_conversation(
+        cls, conversation: Conversation, *, before_id: int | None = None
+    ) -> ConversationState:
         """A stored conversation's state, fresh from its rows: its corpora (none with memory off),
         its own blend, settings and the turns before message `before_id`."""
         corpus_ids = tuple(conversation.corpora.order_by("pk").values_list("pk", flat=True)) \
@@ -99,8 +101,12 @@ def turn_prepare(*, user: AbstractBaseUser, state: ConversationState, question: 
     started = time.perf_counter()
     results: list[MemoryResult] = []
     if state.corpus_ids:
-        search_budget = budget.search_budget(system_prompt=system_prompt, user_message=question, tokenizer=tokenizer,
-                                             requested=clients.memory_budget(state.token_budget, waiting=waiting))
+        search_budget = budget.search_budget(
+            system_prompt=system_prompt,
+            user_message=question,
+            tokenizer=tokenizer,
+            requested=clients.memory_budget(state.token_budget, waiting=waiting),
+        )
         if search_budget > 0:
             results = turn_memories(user=user, state=state, question=question, token_budget=search_budget)
     retrieval = time.perf_counter() - started

@@ -29,7 +29,11 @@ def conversation_get_for_user(*, user: AbstractBaseUser | AnonymousUser, pk: int
 
 
 def conversation_messages(*, conversation: Conversation) -> QuerySet[Message]:
-    return conversation.messages.select_related("feedback").prefetch_related("memories").order_by("created", "id")
+    return (
+        conversation.messages.select_related("feedback")
+        .prefetch_related("memories")
+        .order_by("created", "id")
+    )
 
 
 def conversation_history(*, conversation_id: int, before_id: int | None = None) -> list[tuple[str, str]]:

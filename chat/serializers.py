@@ -27,7 +27,9 @@ class ConversationSerializer(serializers.Serializer):
     token_budget = serializers.IntegerField()
     temperature = serializers.FloatField(allow_null=True)
     model = serializers.CharField(help_text="The LLM model that answers; blank: the default model.")
-    blend_turns = serializers.SerializerMethodField(help_text="Assistant turns the memory blend has taken in.")
+    blend_turns = serializers.SerializerMethodField(
+        help_text="Assistant turns the memory blend has taken in."
+    )
     updated = serializers.DateTimeField()
 
     @extend_schema_field(serializers.ListField(child=serializers.IntegerField()))
@@ -121,14 +123,20 @@ class MessageSerializer(serializers.Serializer):
     prompt_tokens = serializers.IntegerField(allow_null=True)
     completion_tokens = serializers.IntegerField(allow_null=True)
     finish_reason = serializers.CharField(allow_blank=True)
-    memories = serializers.SerializerMethodField(help_text="An answer's memories, in rank order; [] for a user turn.")
+    memories = serializers.SerializerMethodField(
+        help_text="An answer's memories, in rank order; [] for a user turn."
+    )
     grounding = serializers.FloatField(allow_null=True, help_text=(
         "Share (0..1) of the answer's claim sentences that a primed memory supports, each weighed by "
         "its certainty where known; null: nothing to check (no memories, or no sentence that states "
         "something)."))
-    grounding_word = serializers.SerializerMethodField(help_text="The grounding in a word; empty when it is null.")
+    grounding_word = serializers.SerializerMethodField(
+        help_text="The grounding in a word; empty when it is null."
+    )
     citations = CitationSerializer(many=True)
-    model = serializers.CharField(allow_blank=True, help_text="The LLM model that wrote an answer; blank for a user turn.")
+    model = serializers.CharField(
+        allow_blank=True, help_text="The LLM model that wrote an answer; blank for a user turn."
+    )
     feedback = serializers.SerializerMethodField(help_text="Its owner's rating of an answer; null: none.")
 
     @extend_schema_field(MessageMemorySerializer(many=True))
@@ -155,10 +163,18 @@ def memory_result_json(result: MemoryResult, *, rank: int) -> dict[str, Any]:
     """A search result as the chat page shows it (the `chat.memories` event), before it is stored:
     the shape `MessageMemorySerializer` gives the row `chat.services.message_create_assistant`
     will store for it (`rank` counts from 0 in retrieval order)."""
-    return MessageMemorySerializer(MessageMemory(
-        rank=rank, memory_id=result.memory_id, memory_key=result.memory.content_hash, corpus_name=result.corpus_name,
-        source=result.source, score=result.hdc_score, token_count=result.memory.token_count,
-        excerpt=result.memory.text[:MessageMemory.EXCERPT_CHARS])).data
+    return MessageMemorySerializer(
+        MessageMemory(
+            rank=rank,
+            memory_id=result.memory_id,
+            memory_key=result.memory.content_hash,
+            corpus_name=result.corpus_name,
+            source=result.source,
+            score=result.hdc_score,
+            token_count=result.memory.token_count,
+            excerpt=result.memory.text[: MessageMemory.EXCERPT_CHARS],
+        )
+    ).data
 
 
 def message_json(message: Message) -> dict[str, Any]:
@@ -224,8 +240,10 @@ class UsageReportSerializer(serializers.Serializer):
     models = UsageModelSerializer(many=True)
     first_token_p50_ms = serializers.FloatField(allow_null=True)
     first_token_p95_ms = serializers.FloatField(allow_null=True)
-    grounding = serializers.DictField(child=serializers.IntegerField(),
-                                      help_text="Answers per grounding: grounded, partly, not grounded, nothing to check.")
+    grounding = serializers.DictField(
+        child=serializers.IntegerField(),
+        help_text="Answers per grounding: grounded, partly, not grounded, nothing to check.",
+    )
     feedback = serializers.DictField(child=serializers.IntegerField(), help_text="Ratings: up and down.")
     no_memory_share = serializers.FloatField(allow_null=True,
                                              help_text="Share of questions to a corpus that found no memory.")

@@ -46,8 +46,10 @@ def _visible_corpus_ids(*, user: AbstractBaseUser, corpus_ids: Iterable[int]) ->
 
 def _check_budget(token_budget: int) -> int:
     if not 1 <= int(token_budget) <= MAX_TOKEN_BUDGET:
-        raise ApplicationError(f"The token budget must be between 1 and {MAX_TOKEN_BUDGET}, got {token_budget}.",
-                               {"token_budget": token_budget})
+        raise ApplicationError(
+            f"The token budget must be between 1 and {MAX_TOKEN_BUDGET}, got {token_budget}.",
+            {"token_budget": token_budget},
+        )
     return int(token_budget)
 
 
@@ -57,8 +59,10 @@ def _check_temperature(temperature: float | None) -> float | None:
         return None
     value = float(temperature)
     if not (math.isfinite(value) and 0.0 <= value <= MAX_TEMPERATURE):
-        raise ApplicationError(f"The temperature must be between 0 and {MAX_TEMPERATURE:g}, got {temperature}.",
-                               {"temperature": temperature})
+        raise ApplicationError(
+            f"The temperature must be between 0 and {MAX_TEMPERATURE:g}, got {temperature}.",
+            {"temperature": temperature},
+        )
     return value
 
 
@@ -68,9 +72,15 @@ def conversation_create(*, user: AbstractBaseUser, title: str = "", corpus_ids: 
                         token_budget: int = DEFAULT_TOKEN_BUDGET, temperature: float | None = None,
                         model: str = "") -> Conversation:
     conversation = Conversation.objects.create(
-        owner=user, title=(title.strip() or DEFAULT_TITLE)[:200], use_memory=use_memory, top_document=top_document,
-        compress_context=compress_context, token_budget=_check_budget(token_budget),
-        temperature=_check_temperature(temperature), model=model_check(user, model) if model else "")
+        owner=user,
+        title=(title.strip() or DEFAULT_TITLE)[:200],
+        use_memory=use_memory,
+        top_document=top_document,
+        compress_context=compress_context,
+        token_budget=_check_budget(token_budget),
+        temperature=_check_temperature(temperature),
+        model=model_check(user, model) if model else "",
+    )
     conversation.corpora.set(_visible_corpus_ids(user=user, corpus_ids=corpus_ids))
     return conversation
 
@@ -82,8 +92,11 @@ def conversation_create_next(*, user: AbstractBaseUser) -> Conversation:
     previous = conversation_latest(user=user)
     readable = corpora_visible_to(user)
     if previous is None:
-        return conversation_create(user=user, title=DEFAULT_TITLE,
-                                   corpus_ids=readable.filter(active_build__isnull=False).values_list("pk", flat=True))
+        return conversation_create(
+            user=user,
+            title=DEFAULT_TITLE,
+            corpus_ids=readable.filter(active_build__isnull=False).values_list("pk", flat=True),
+        )
     return conversation_create(
         user=user, title=DEFAULT_TITLE,
         corpus_ids=readable.filter(pk__in=previous.corpora.values("pk")).values_list("pk", flat=True),
@@ -180,8 +193,10 @@ def message_create_user(*, conversation_id: int, content: str) -> Message:
     if not content:
         raise ApplicationError("The message must not be empty.", {"content": content})
     if len(content) > MAX_MESSAGE_CHARS:
-        raise ApplicationError(f"The message must be at most {MAX_MESSAGE_CHARS} characters, got {len(content)}.",
-                               {"content_length": len(content)})
+        raise ApplicationError(
+            f"The message must be at most {MAX_MESSAGE_CHARS} characters, got {len(content)}.",
+            {"content_length": len(content)},
+        )
     message = Message.objects.create(conversation_id=conversation_id, role=Message.Role.USER, content=content)
     conversation = Conversation.objects.select_for_update().get(pk=conversation_id)
     if conversation.title == DEFAULT_TITLE:
@@ -211,18 +226,35 @@ def _memory_rows(results: Sequence[MemoryResult], message: Message) -> list[Mess
     rows = []
     for rank, result in enumerate(results):
         memory = result.memory
-        rows.append(MessageMemory(
-            message=message, rank=rank, memory_id=result.memory_id if result.memory_id in existing else None, memory_key=memory.content_hash[:64],
-            corpus_name=result.corpus_name[:200], source=result.source[:500],
-            score=result.hdc_score, token_count=memory.token_count,
-            excerpt=memory.text[:MessageMemory.EXCERPT_CHARS]))
+        rows.append(
+            MessageMemory(
+                message=message,
+                rank=rank,
+                memory_id=result.memory_id if result.memory_id in existing else None,
+                memory_key=memory.content_hash[:64],
+                corpus_name=result.corpus_name[:200],
+                source=result.source[:500],
+                score=result.hdc_score,
+                token_count=memory.token_count,
+                excerpt=memory.text[: MessageMemory.EXCERPT_CHARS],
+            )
+        )
     return rows
 
 
 @transaction.atomic
-def message_create_assistant(*, conversation_id: int, content: str, status: str, memories: Sequence[MemoryResult] = (),
-                             usage: Usage | None = None, finish_reason: str = "", error: str = "",
-                             citations: AnswerCitations | None = None, model: str = "") -> Message:
+def message_create_assistant(
+    *,
+    conversation_id: int,
+    content: str,
+    status: str,
+    memories: Sequence[MemoryResult] = (),
+    usage: Usage | None = None,
+    finish_reason: str = "",
+    error: str = "",
+    citations: AnswerCitations | None = None,
+    model: str = "",
+) -> Message:
     """Store an answer (complete, stopped or failed) with the memories that primed it and its
     `citations` (`chat.citations.answer_citations`) when given.
 
@@ -231,11 +263,18 @@ def message_create_assistant(*, conversation_id: int, content: str, status: str,
     if status not in Message.Status.values:
         raise ValueError(f"status must be one of {Message.Status.values}, got {status!r}")
     message = Message.objects.create(
-        conversation_id=conversation_id, role=Message.Role.ASSISTANT, content=content, status=status, error=error,
-        finish_reason=finish_reason or "", prompt_tokens=usage.prompt_tokens if usage else None,
+        conversation_id=conversation_id,
+        role=Message.Role.ASSISTANT,
+        content=content,
+        status=status,
+        error=error,
+        finish_reason=finish_reason or "",
+        prompt_tokens=usage.prompt_tokens if usage else None,
         completion_tokens=usage.completion_tokens if usage else None,
         grounding=citations.grounding if citations else None,
-        citations=list(citations.citations) if citations else [], model=model)
+        citations=list(citations.citations) if citations else [],
+        model=model,
+    )
     MessageMemory.objects.bulk_create(_memory_rows(memories, message))
     Conversation.objects.filter(pk=conversation_id).update(updated=message.created)
     return message

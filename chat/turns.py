@@ -10,7 +10,8 @@ receives plain event dicts with a `type`:
     chat.delta     {"delta": str}                              streamed text, in order
     chat.rewind    {"content": str, "reason": "repetition"}     the answer began looping: what was
                    streamed is replaced by `content` (cut before the echo), and deltas continue it
-    chat.done      {"message": {...}, "status", "usage", "blend_turns", "timings", "grounding", "grounding_word",
+    chat.done      {"message": {...}, "status", "usage", "blend_turns", "timings", "grounding",
+    "grounding_word",
                    "citations"} (`chat.citations`, also in the message) status: complete, stopped, or
                    repetition (the answer looped again after `loop_retries` continuations, or the
                    server cannot continue an answer: it was cut and the stored text has no echo; or,
@@ -154,8 +155,15 @@ def _prepare(conversation_id: int, user_message_id: int, content: str, *, model:
                         affinity=conversation_id)
 
 
-async def run_turn(*, conversation_id: int, user_id: int, content: str = "", emit: Emit, regenerate: bool = False,
-                   ticket: Ticket | None = None) -> TurnResult:
+async def run_turn(
+    *,
+    conversation_id: int,
+    user_id: int,
+    content: str = "",
+    emit: Emit,
+    regenerate: bool = False,
+    ticket: Ticket | None = None,
+) -> TurnResult:
     """Run one turn; every outcome is stored and reported through `emit` (never raised),
     except cancellation, which is stored as "stopped" and then re-raised.
 
@@ -171,14 +179,22 @@ async def run_turn(*, conversation_id: int, user_id: int, content: str = "", emi
         await _db(_quota_check)(user_id)  # over today's quota: refused (the place given back), nothing stored
         # The model first: one the owner may not use is refused before anything is stored.
         model = await _db(_turn_model)(conversation_id)
-        return await _run_turn(conversation_id=conversation_id, content=content, emit=emit, regenerate=regenerate,
-                               ticket=ticket, started=started, model=model)
+        return await _run_turn(
+            conversation_id=conversation_id,
+            content=content,
+            emit=emit,
+            regenerate=regenerate,
+            ticket=ticket,
+            started=started,
+            model=model,
+        )
 
 
 async def _run_turn(*, conversation_id: int, content: str, emit: Emit, regenerate: bool, ticket: Ticket,
                     started: float, model: str) -> TurnResult:
-    user_message, result = await _accept(conversation_id=conversation_id, content=content, regenerate=regenerate,
-                                         emit=emit)
+    user_message, result = await _accept(
+        conversation_id=conversation_id, content=content, regenerate=regenerate, emit=emit
+    )
     parts: list[str] = []
     # `memories` and `tokens` are filled in place, so every outcome below stores what primed the
     # answer so far, and cites what was said with the certainty it was said with. The clock says
@@ -201,7 +217,9 @@ async def _run_turn(*, conversation_id: int, content: str, emit: Emit, regenerat
     return result
 
 
-async def _accept(*, conversation_id: int, content: str, regenerate: bool, emit: Emit) -> tuple[Message, TurnResult]:
+async def _accept(
+    *, conversation_id: int, content: str, regenerate: bool, emit: Emit
+) -> tuple[Message, TurnResult]:
     """Store the user turn (with `regenerate`, take the last one's answer back instead) and tell
     the page it is accepted. Returns it, and the turn's result as an error until it ends otherwise."""
     if regenerate:
@@ -215,9 +233,21 @@ async def _accept(*, conversation_id: int, content: str, regenerate: bool, emit:
     return user_message, result
 
 
-async def _prepare_and_stream(result: TurnResult, *, ticket: Ticket, user_message_id: int, parts: list[str],
-                              conversation_id: int, memories: list[MemoryResult], emit: Emit, started: float,
-                              question: str, tokens: AnswerTokens, clock: AnswerClock, model: str) -> AnswerEnd:
+async def _prepare_and_stream(
+    result: TurnResult,
+    *,
+    ticket: Ticket,
+    user_message_id: int,
+    parts: list[str],
+    conversation_id: int,
+    memories: list[MemoryResult],
+    emit: Emit,
+    started: float,
+    question: str,
+    tokens: AnswerTokens,
+    clock: AnswerClock,
+    model: str,
+) -> AnswerEnd:
     """Prepare the turn on a retrieval thread, send what primes it, then wait for the LLM and stream
     the answer. Fills `memories` and `parts` (the pieces streamed, rewound with the answer) in place,
     and `result`'s timings and loops, so a failure or stop midway stores what there was."""
@@ -228,14 +258,22 @@ async def _prepare_and_stream(result: TurnResult, *, ticket: Ticket, user_messag
     plan = prepared.plan
     memories.extend(prepared.memories)
     timings.retrieval, timings.prepare = prepared.retrieval_seconds, time.perf_counter() - prepare_started
-    await emit({"type": "chat.memories",
-                "memories": [memory_result_json(r, rank=rank) for rank, r in enumerate(memories)],
-                "retrieval_ms": round(prepared.retrieval_seconds * 1000, 3), "prompt_tokens_estimate": plan.prompt_tokens,
-                "history_dropped": plan.dropped_messages})
+    await emit(
+        {
+            "type": "chat.memories",
+            "memories": [memory_result_json(r, rank=rank) for rank, r in enumerate(memories)],
+            "retrieval_ms": round(prepared.retrieval_seconds * 1000, 3),
+            "prompt_tokens_estimate": plan.prompt_tokens,
+            "history_dropped": plan.dropped_messages,
+        }
+    )
 
     async def on_delta(delta: str) -> None:
         if timings.first_token is None:
-            timings.first_token, timings.prefill = clock.first_token - started, clock.first_token - clock.admitted
+            timings.first_token, timings.prefill = (
+                clock.first_token - started,
+                clock.first_token - clock.admitted,
+            )
         parts.append(delta)
         await emit({"type": "chat.delta", "delta": delta})
 
@@ -288,9 +326,9 @@ async def _finish_answer(result: TurnResult, end: AnswerEnd, common: dict[str, A
                   **common)
 
 
-async def _finish(result: TurnResult, *, conversation_id: int, content: str, status: str, memories: list[MemoryResult],
-                  emit: Emit, started: float, question: str, tokens: AnswerTokens, clock: AnswerClock,
-                  model: str, usage: Usage | None = None,
+async def _finish(result: TurnResult, *, conversation_id: int, content: str, status: str,
+                  memories: list[MemoryResult], emit: Emit, started: float, question: str,
+                  tokens: AnswerTokens, clock: AnswerClock, model: str, usage: Usage | None = None,
                   finish_reason: str = "", failure: ApplicationError | None = None) -> None:
     """Store the answer in whatever state it ended, with its citations (unless it failed), update
     the blend, and report it."""
@@ -298,11 +336,14 @@ async def _finish(result: TurnResult, *, conversation_id: int, content: str, sta
     result.token_logprobs = tokens.spans
     if status != Message.Status.ERROR:
         citations = answer_citations(question=question, answer=content,
-                                     memory_texts=[r.memory.text for r in memories], token_logprobs=tokens.spans)
+                                     memory_texts=[r.memory.text for r in memories],
+                                     token_logprobs=tokens.spans)
     message = await _db(message_create_assistant)(
         conversation_id=conversation_id, content=content, status=status, memories=memories, usage=usage,
-        finish_reason=finish_reason, error=failure.message if failure else "", citations=citations, model=model)
-    result.status, result.assistant_message_id, result.content, result.usage = status, message.pk, content, usage
+        finish_reason=finish_reason, error=failure.message if failure else "", citations=citations,
+        model=model)
+    result.status, result.assistant_message_id = status, message.pk
+    result.content, result.usage = content, usage
     blend_turns = None
     # Stopped answers enter the blend too: the user saw them, they are where the talk went.
     if status != Message.Status.ERROR and content.strip():
@@ -316,9 +357,18 @@ async def _finish(result: TurnResult, *, conversation_id: int, content: str, sta
         timings.generation = timings.total - timings.first_token
     chat_turn_observe(surface="chat", status=status, first_token_seconds=timings.first_token)
     await _db(turn_record_create)(
-        user_id=None, conversation_id=conversation_id, surface=TurnRecord.Surface.CHAT, status=status, model=model,
-        server=clock.server.shown_url if clock.server else "", usage=usage, first_token_seconds=timings.first_token,
-        memories=len(memories), grounding=message.grounding, message_id=message.pk)
+        user_id=None,
+        conversation_id=conversation_id,
+        surface=TurnRecord.Surface.CHAT,
+        status=status,
+        model=model,
+        server=clock.server.shown_url if clock.server else "",
+        usage=usage,
+        first_token_seconds=timings.first_token,
+        memories=len(memories),
+        grounding=message.grounding,
+        message_id=message.pk,
+    )
     stored = result.message = await _db(_reload)(message.pk)
     result.failure = failure
     if failure is not None:

@@ -35,7 +35,9 @@ def turn_record_create(*, user_id: int | None, surface: str, status: str, model:
                        conversation_id: int | None = None, corpus_ids: Iterable[int] = ()) -> TurnRecord:
     """Record one ended turn; a conversation's turn is its owner's and names the corpora the
     conversation searched."""
-    if conversation_id is not None:  # its owner and corpora in one query: a row per corpus (one with None: none)
+    if (
+        conversation_id is not None
+    ):  # its owner and corpora in one query: a row per corpus (one with None: none)
         rows = list(Conversation.objects.filter(pk=conversation_id).values_list("owner_id", "corpora"))
         user_id, corpus_ids = rows[0][0], [corpus for _, corpus in rows if corpus is not None]
     return TurnRecord.objects.create(

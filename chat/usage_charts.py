@@ -22,20 +22,46 @@ def bar_chart(points: list[tuple[str, float]], *, label: str, line: list[float] 
     for number, (name, value) in enumerate(points):
         height = plot * value / top
         x = AXIS + number * step
-        parts.append(format_html('<rect x="{}" y="{}" width="{}" height="{}" fill="{}"><title>{}: {}</title></rect>',
-                                 f"{x + 1:.1f}", f"{plot - height:.1f}", f"{max(step - 2, 1):.1f}", f"{height:.1f}",
-                                 BAR_COLOUR, name, _number(value)))
+        parts.append(
+            format_html(
+                '<rect x="{}" y="{}" width="{}" height="{}" fill="{}"><title>{}: {}</title></rect>',
+                f"{x + 1:.1f}",
+                f"{plot - height:.1f}",
+                f"{max(step - 2, 1):.1f}",
+                f"{height:.1f}",
+                BAR_COLOUR,
+                name,
+                _number(value),
+            )
+        )
         if number % 5 == 0 or number == len(points) - 1:
-            parts.append(format_html('<text x="{}" y="{}" font-size="10" fill="#6b7280">{}</text>', f"{x:.1f}",
-                                     HEIGHT - 8, name))
+            parts.append(
+                format_html(
+                    '<text x="{}" y="{}" font-size="10" fill="#6b7280">{}</text>',
+                    f"{x:.1f}",
+                    HEIGHT - 8,
+                    name,
+                )
+            )
     if line:
         coordinates = " ".join(f"{AXIS + (n + 0.5) * step:.1f},{plot - plot * value / top:.1f}"
                                for n, value in enumerate(line))
-        parts.append(format_html('<polyline points="{}" fill="none" stroke="{}" stroke-width="2"><title>{}</title>'
-                                 "</polyline>", coordinates, LINE_COLOUR, line_label))
+        parts.append(
+            format_html(
+                '<polyline points="{}" fill="none" stroke="{}" stroke-width="2"><title>{}</title></polyline>',
+                coordinates,
+                LINE_COLOUR,
+                line_label,
+            )
+        )
     body = mark_safe("".join(parts))  # every part is format_html output: its values are escaped
-    return format_html('<svg class="chart" viewBox="0 0 {} {}" role="img" aria-label="{}">{}</svg>', WIDTH, HEIGHT,
-                       escape(label), body)
+    return format_html(
+        '<svg class="chart" viewBox="0 0 {} {}" role="img" aria-label="{}">{}</svg>',
+        WIDTH,
+        HEIGHT,
+        escape(label),
+        body,
+    )
 
 
 def _number(value: float) -> str:

@@ -38,7 +38,8 @@ class UsageReport:
     people: int = 0
     no_memory_share: float | None = None
     slowest_builds: list[dict] = field(default_factory=list)
-    # {"user", "user_id", "questions", "tokens", "today_questions", "today_tokens", "limits"}, most active first
+    # {"user", "user_id", "questions", "tokens", "today_questions", "today_tokens", "limits"}, most active
+    # first
     askers: list[dict] = field(default_factory=list)
 
 
@@ -57,14 +58,20 @@ def usage_report(*, days: int) -> UsageReport:
     report = UsageReport(days=days, start=timezone.localtime(start).date())
     _daily(report, turns)
     _corpora(report, turns)
-    report.models = [{"model": row["model"] or "–", "server": row["server"] or "–", "answers": row["answers"]}
-                     for row in turns.values("model", "server").annotate(answers=Count("id")).order_by("-answers")]
+    report.models = [
+        {"model": row["model"] or "–", "server": row["server"] or "–", "answers": row["answers"]}
+        for row in turns.values("model", "server").annotate(answers=Count("id")).order_by("-answers")
+    ]
     first_tokens = list(turns.exclude(first_token_ms=None).values_list("first_token_ms", flat=True))
-    report.first_token_p50_ms, report.first_token_p95_ms = _percentile(first_tokens, 0.5), _percentile(first_tokens,
-                                                                                                        0.95)
+    report.first_token_p50_ms, report.first_token_p95_ms = (
+        _percentile(first_tokens, 0.5),
+        _percentile(first_tokens, 0.95),
+    )
     grounding = list(turns.values_list("grounding", flat=True))
-    report.grounding = {name: sum(1 for g in grounding if g is not None and low <= g < high)
-                        for name, low, high in GROUNDING_BUCKETS} | {"nothing to check": grounding.count(None)}
+    report.grounding = {
+        name: sum(1 for g in grounding if g is not None and low <= g < high)
+        for name, low, high in GROUNDING_BUCKETS
+    } | {"nothing to check": grounding.count(None)}
     rated = Counter(AnswerFeedback.objects.filter(updated__gte=start).values_list("rating", flat=True))
     report.feedback = {"up": rated[AnswerFeedback.Rating.UP], "down": rated[AnswerFeedback.Rating.DOWN]}
     searched = [memories for memories, corpora in turns.values_list("memories", "corpus_ids") if corpora]
@@ -79,13 +86,25 @@ def _askers(turns: QuerySet[TurnRecord], today: datetime, limit: int = 50) -> li
     tokens = Sum(F("prompt_tokens") + F("completion_tokens"))
     rows = list(turns.exclude(user=None).values("user").annotate(questions=Count("id"), tokens=tokens)
                 .order_by("-questions")[:limit])
-    today_rows = {row["user"]: row for row in turns.filter(created__gte=today, user__in=[r["user"] for r in rows])
-                  .values("user").annotate(questions=Count("id"), tokens=tokens)}
+    today_rows = {
+        row["user"]: row
+        for row in turns.filter(created__gte=today, user__in=[r["user"] for r in rows])
+        .values("user")
+        .annotate(questions=Count("id"), tokens=tokens)
+    }
     users = get_user_model().objects.in_bulk([row["user"] for row in rows])
-    return [{"user": users[row["user"]].get_username(), "user_id": row["user"], "questions": row["questions"],
-             "tokens": row["tokens"] or 0, "today_questions": today_rows.get(row["user"], {}).get("questions", 0),
-             "today_tokens": today_rows.get(row["user"], {}).get("tokens") or 0,
-             "limits": quota_limits(user=users[row["user"]])} for row in rows]
+    return [
+        {
+            "user": users[row["user"]].get_username(),
+            "user_id": row["user"],
+            "questions": row["questions"],
+            "tokens": row["tokens"] or 0,
+            "today_questions": today_rows.get(row["user"], {}).get("questions", 0),
+            "today_tokens": today_rows.get(row["user"], {}).get("tokens") or 0,
+            "limits": quota_limits(user=users[row["user"]]),
+        }
+        for row in rows
+    ]
 
 
 def _daily(report: UsageReport, turns: QuerySet[TurnRecord]) -> None:
@@ -93,9 +112,13 @@ def _daily(report: UsageReport, turns: QuerySet[TurnRecord]) -> None:
         questions=Count("id"), people=Count("user", distinct=True),
         tokens=Sum(F("prompt_tokens") + F("completion_tokens"))).order_by("day")}
     empty = {"questions": 0, "people": 0, "tokens": 0}
-    report.daily = [{"day": day, "questions": row["questions"], "people": row["people"], "tokens": row["tokens"] or 0}
-                    for day, row in ((day, rows.get(day, empty))
-                                     for day in (report.start + timedelta(days=n) for n in range(report.days)))]
+    report.daily = [
+        {"day": day, "questions": row["questions"], "people": row["people"], "tokens": row["tokens"] or 0}
+        for day, row in (
+            (day, rows.get(day, empty))
+            for day in (report.start + timedelta(days=n) for n in range(report.days))
+        )
+    ]
     report.questions = sum(row["questions"] for row in report.daily)
     report.people = turns.exclude(user=None).values("user").distinct().count()
 
@@ -109,7 +132,22 @@ def _corpora(report: UsageReport, turns: QuerySet[TurnRecord]) -> None:
 
 def _slowest_builds(start: datetime) -> list[dict]:
     took = ExpressionWrapper(F("finished") - F("started"), output_field=DurationField())
-    builds = (IndexBuild.objects.filter(finished__gte=start, started__isnull=False, status=IndexBuild.Status.SUCCEEDED)
-              .annotate(took=took).select_related("corpus").order_by("-took")[:SLOWEST_BUILDS])
-    return [{"corpus": build.corpus.name, "number": build.number, "kind": build.kind, "documents": build.documents,
-             "seconds": round(build.took.total_seconds(), 1), "finished": build.finished} for build in builds]
+    builds = (
+        IndexBuild.objects.filter(
+            finished__gte=start, started__isnull=False, status=IndexBuild.Status.SUCCEEDED
+        )
+        .annotate(took=took)
+        .select_related("corpus")
+        .order_by("-took")[:SLOWEST_BUILDS]
+    )
+    return [
+        {
+            "corpus": build.corpus.name,
+            "number": build.number,
+            "kind": build.kind,
+            "documents": build.documents,
+            "seconds": round(build.took.total_seconds(), 1),
+            "finished": build.finished,
+        }
+        for build in builds
+    ]

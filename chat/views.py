@@ -82,7 +82,9 @@ def _temperature_field(value: str) -> float | None:
     try:
         return float(value)
     except ValueError:
-        raise ApplicationError(f"The temperature must be a number, got {value!r}.", {"temperature": value}) from None
+        raise ApplicationError(
+            f"The temperature must be a number, got {value!r}.", {"temperature": value}
+        ) from None
 
 
 @require_POST
@@ -98,11 +100,15 @@ def conversation_settings(request: HttpRequest, pk: int) -> HttpResponse:
         conversation_update(
             conversation=conversation,
             corpus_ids=[_int_field(value, "corpus id") for value in request.POST.getlist("corpora")],
-            use_memory=_checked(request, "use_memory"), top_document=_checked(request, "top_document"),
+            use_memory=_checked(request, "use_memory"),
+            top_document=_checked(request, "top_document"),
             compress_context=_checked(request, "compress_context"),
-            token_budget=_int_field(request.POST.get("token_budget") or str(conversation.token_budget), "token budget"),
+            token_budget=_int_field(
+                request.POST.get("token_budget") or str(conversation.token_budget), "token budget"
+            ),
             temperature=_temperature_field(request.POST.get("temperature", "")),
-            model=request.POST.get("model"))
+            model=request.POST.get("model"),
+        )
     except ApplicationError as exc:
         messages.error(request, exc.message)
     else:
@@ -148,7 +154,11 @@ def conversation_export(request: HttpRequest, pk: int, fmt: str) -> HttpResponse
     conversation = conversation_get_for_user(user=request.user, pk=pk)
     stem = f"conversation-{conversation.pk}-{slugify(conversation.title)[:40] or 'chat'}"
     kind = "application/x-ndjson" if fmt == "jsonl" else "text/markdown"
-    return _download(exports.conversation_export(conversation=conversation, fmt=fmt), f"{stem}.{fmt}", f"{kind}; charset=utf-8")
+    return _download(
+        exports.conversation_export(conversation=conversation, fmt=fmt),
+        f"{stem}.{fmt}",
+        f"{kind}; charset=utf-8",
+    )
 
 
 FEEDBACK_PAGE_SIZE = 25
@@ -194,11 +204,19 @@ def usage_page(request: HttpRequest) -> HttpResponse:
     _staff_only(request)
     report = usage_report(days=_usage_days(request))
     daily = [(f"{row['day']:%m-%d}", row["questions"]) for row in report.daily]
-    charts = {"questions": bar_chart(daily, label="Questions a day, and people active a day (line)",
-                                     line=[row["people"] for row in report.daily], line_label="people active"),
-              "grounding": bar_chart(list(report.grounding.items()), label="Answers by grounding"),
-              "corpora": bar_chart([(row["corpus"][:14], row["questions"]) for row in report.corpora[:12]],
-                                   label="Questions per corpus")}
+    charts = {
+        "questions": bar_chart(
+            daily,
+            label="Questions a day, and people active a day (line)",
+            line=[row["people"] for row in report.daily],
+            line_label="people active",
+        ),
+        "grounding": bar_chart(list(report.grounding.items()), label="Answers by grounding"),
+        "corpora": bar_chart(
+            [(row["corpus"][:14], row["questions"]) for row in report.corpora[:12]],
+            label="Questions per corpus",
+        ),
+    }
     return render(request, "chat/usage.html", {"report": report, "charts": charts, "choices": DAYS_CHOICES})
 
 
@@ -207,8 +225,9 @@ def usage_download(request: HttpRequest) -> HttpResponse:
     """The report's days as CSV: day, questions, people, tokens."""
     _staff_only(request)
     report = usage_report(days=_usage_days(request))
-    lines = ["day,questions,people,tokens"] + [f"{row['day']},{row['questions']},{row['people']},{row['tokens']}"
-                                               for row in report.daily]
+    lines = ["day,questions,people,tokens"] + [
+        f"{row['day']},{row['questions']},{row['people']},{row['tokens']}" for row in report.daily
+    ]
     response = HttpResponse("\n".join(lines) + "\n", content_type="text/csv; charset=utf-8")
     response["Content-Disposition"] = f'attachment; filename="usage-{report.days}-days.csv"'
     return response

@@ -12,8 +12,8 @@ Limits:
 * `UPLOAD_MAX_BYTES` (+ 1 MiB for the multipart envelope) on the upload paths
   (`UPLOAD_PATH_PATTERN`), only for a request that declares its length and logs in a user: its
   session, or its `Authorization` header as one of the registered credential checks accepts (the
-  API's tokens: `api` registers its check when it starts, so this layer names no app). An anonymous client cannot
-  make the server store more than `REQUEST_MAX_BYTES`.
+  API's tokens: `api` registers its check when it starts, so this layer names no app). An anonymous client
+  cannot make the server store more than `REQUEST_MAX_BYTES`.
 
 A token checked here goes through the credential throttle (`accounts.throttle`) like any other:
 a wrong one is counted, and while the token or the client address is locked out the answer is 429.

@@ -41,7 +41,9 @@ class Channel(filesystem.Channel):
             os.replace(staged, Path(self.data_folder_out) / name)
         except OSError as exc:
             staged.unlink(missing_ok=True)
-            raise ChannelError(f"Cannot add file {name!r} to the queue folder {self.data_folder_out}") from exc
+            raise ChannelError(
+                f"Cannot add file {name!r} to the queue folder {self.data_folder_out}"
+            ) from exc
 
 
 class FilesystemTransport(filesystem.Transport):

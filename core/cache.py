@@ -109,7 +109,9 @@ def array_bytes(value: object) -> int:
     costs in RAM, for the caches bounded by bytes."""
     import numpy as np
 
-    return sum(v.nbytes for v in vars(value).values() if isinstance(v, np.ndarray)) if value is not None else 0
+    return (
+        sum(v.nbytes for v in vars(value).values() if isinstance(v, np.ndarray)) if value is not None else 0
+    )
 
 
 def function_cache_register(function: Memoised) -> Memoised:

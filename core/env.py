@@ -23,7 +23,9 @@ def envstr(name: str, default: str = "") -> str:
         try:
             return Path(file_name).read_text(encoding="utf-8").rstrip("\r\n")
         except OSError as error:
-            raise ImproperlyConfigured(f"{name}_FILE={file_name}: cannot read: {error.strerror or error}") from None
+            raise ImproperlyConfigured(
+                f"{name}_FILE={file_name}: cannot read: {error.strerror or error}"
+            ) from None
     return os.environ.get(name, default)
 
 
@@ -36,7 +38,9 @@ def envbool(name: str, default: bool) -> bool:
         return True
     if value in _FALSE:
         return False
-    raise ImproperlyConfigured(f"{name}={raw!r} is not a boolean (use one of: 1/0, true/false, yes/no, on/off)")
+    raise ImproperlyConfigured(
+        f"{name}={raw!r} is not a boolean (use one of: 1/0, true/false, yes/no, on/off)"
+    )
 
 
 def envint(name: str, default: int, *, minimum: int | None = None) -> int:

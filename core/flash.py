@@ -14,7 +14,9 @@ from core.errors import ApplicationError
 T = TypeVar("T")
 
 
-def flash(request: HttpRequest, action: Callable[[], T], success: str | Callable[[T], str] | None = None) -> T | None:
+def flash(
+    request: HttpRequest, action: Callable[[], T], success: str | Callable[[T], str] | None = None
+) -> T | None:
     """Run `action` (a service call). A refusal (`ApplicationError`) is shown as an error message
     and gives None; otherwise `success` (a text, or a function of the result) is shown and the
     result returned."""

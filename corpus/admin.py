@@ -86,11 +86,30 @@ class DatasetAddForm(forms.ModelForm):
 
 @admin.register(Dataset)
 class DatasetAdmin(admin.ModelAdmin):
-    list_display = ["name", "corpus", "format", "file_size", "records", "enabled", "uploaded_by", "uploaded_at"]
+    list_display = [
+        "name",
+        "corpus",
+        "format",
+        "file_size",
+        "records",
+        "enabled",
+        "uploaded_by",
+        "uploaded_at",
+    ]
     list_filter = ["enabled", "format"]
     search_fields = ["name", "sha256", "corpus__name"]
-    readonly_fields = ["corpus", "name", "file", "size", "sha256", "format", "record_count", "record_count_exact",
-                       "uploaded_by", "uploaded_at"]
+    readonly_fields = [
+        "corpus",
+        "name",
+        "file",
+        "size",
+        "sha256",
+        "format",
+        "record_count",
+        "record_count_exact",
+        "uploaded_by",
+        "uploaded_at",
+    ]
     actions = ["enable", "disable"]
 
     @admin.display(description="size", ordering="size")
@@ -159,7 +178,9 @@ class IndexBuildAdmin(admin.ModelAdmin):
     @admin.display(description="progress")
     def progress(self, build: IndexBuild) -> str:
         phase = f" {build.phase.replace('_', ' ')}" if build.is_active and build.phase else ""
-        return format_html('<progress max="100" value="{}"></progress> {} %{}', build.percent, build.percent, phase)
+        return format_html(
+            '<progress max="100" value="{}"></progress> {} %{}', build.percent, build.percent, phase
+        )
 
     @admin.display(description="memories", ordering="documents")
     def memories(self, build: IndexBuild) -> str:
@@ -171,7 +192,11 @@ class IndexBuildAdmin(admin.ModelAdmin):
 
     @admin.display(description="took")
     def took(self, build: IndexBuild) -> str:
-        return seconds((build.finished - build.started).total_seconds()) if build.finished and build.started else ""
+        return (
+            seconds((build.finished - build.started).total_seconds())
+            if build.finished and build.started
+            else ""
+        )
 
     @admin.display(description="rate")
     def speed(self, build: IndexBuild) -> str:

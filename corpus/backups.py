@@ -185,14 +185,21 @@ def backup_create(*, directory: Path) -> dict[str, Any]:
             manifest = _copy_files(described, directory)
             break
         except _Vanished as error:
-            logger.info("backup: %s was deleted after the snapshot; taking a new one (attempt %d)", error, attempt)
+            logger.info(
+                "backup: %s was deleted after the snapshot; taking a new one (attempt %d)", error, attempt
+            )
             shutil.rmtree(directory / FILES, ignore_errors=True)
             (directory / DUMP_NAME).unlink(missing_ok=True)
     else:
         raise BackupError(f"The portal's files changed under {ATTEMPTS} snapshots in a row; try again.")
-    manifest = {"format": FORMAT, "created": started.isoformat(), "database": connection.vendor,
-                "object_store": bool(object_store()), "dump_sha256": file_digest(directory / DUMP_NAME)["sha256"],
-                **manifest}
+    manifest = {
+        "format": FORMAT,
+        "created": started.isoformat(),
+        "database": connection.vendor,
+        "object_store": bool(object_store()),
+        "dump_sha256": file_digest(directory / DUMP_NAME)["sha256"],
+        **manifest,
+    }
     with atomic_write(directory / MANIFEST_NAME) as written:
         written.write_text(json.dumps(manifest, indent=1, sort_keys=True))
     return manifest

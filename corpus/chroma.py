@@ -66,7 +66,9 @@ def _collections() -> list:
 
 
 def _name(collection: object) -> str:
-    return collection if isinstance(collection, str) else collection.name  # chromadb 1.x gives Collection objects
+    return (
+        collection if isinstance(collection, str) else collection.name
+    )  # chromadb 1.x gives Collection objects
 
 
 __all__ = ["ChromaDBConnectionError", "ChromaDBError", "collection_names", "drop_store", "store_exists",

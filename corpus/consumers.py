@@ -43,7 +43,9 @@ class BuildProgressConsumer(AsyncJsonWebsocketConsumer):
         for group in self.groups_joined:
             await self.channel_layer.group_discard(group, self.channel_name)
 
-    async def receive(self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: object) -> None:
+    async def receive(
+        self, text_data: str | None = None, bytes_data: bytes | None = None, **kwargs: object
+    ) -> None:
         """The page only listens; whatever it sends is ignored rather than parsed."""
 
     async def portal_event(self, event: dict) -> None:

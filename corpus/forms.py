@@ -16,10 +16,14 @@ def meaning_cost(corpus: Corpus | None) -> str:
     how = "as measured by the last build that read one here" if measured else "estimated for two cores"
     memories = corpus.active_build.documents if corpus is not None and corpus.active_build_id else 0
     if memories:
-        return (f"For this corpus's {memories:,} memories: about {seconds(memories / rate)} more per build at "
-                f"{rate:,.0f} memories/s ({how}), and {memories * MEANING_BYTES_PER_MEMORY / 1e6:,.1f} MB more.")
-    return (f"About {seconds(1000 / rate)} more of build per 1,000 memories at {rate:,.0f} memories/s ({how}), "
-            f"and {MEANING_BYTES_PER_MEMORY} bytes a memory.")
+        return (
+            f"For this corpus's {memories:,} memories: about {seconds(memories / rate)} more per build at "
+            f"{rate:,.0f} memories/s ({how}), and {memories * MEANING_BYTES_PER_MEMORY / 1e6:,.1f} MB more."
+        )
+    return (
+        f"About {seconds(1000 / rate)} more of build per 1,000 memories at {rate:,.0f} memories/s ({how}), "
+        f"and {MEANING_BYTES_PER_MEMORY} bytes a memory."
+    )
 
 
 class CorpusForm(forms.ModelForm):
@@ -30,8 +34,11 @@ class CorpusForm(forms.ModelForm):
     class Meta:
         model = Corpus
         fields = ["name", "description", "visibility", "readable_groups", "writable_groups"]
-        widgets = {"description": forms.Textarea(attrs={"rows": 3}),
-                   "readable_groups": forms.CheckboxSelectMultiple, "writable_groups": forms.CheckboxSelectMultiple}
+        widgets = {
+            "description": forms.Textarea(attrs={"rows": 3}),
+            "readable_groups": forms.CheckboxSelectMultiple,
+            "writable_groups": forms.CheckboxSelectMultiple,
+        }
 
     def __init__(self, *args, user, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -51,8 +58,10 @@ class CorpusForm(forms.ModelForm):
             if self.instance.pk:
                 self.initial[setting.name] = getattr(self.instance, setting.name)
         # What the option costs, measured where it can be, before the owner turns it on.
-        self.fields["meaning_channel"].help_text = (f"{self.fields['meaning_channel'].help_text} "
-                                                    f"{meaning_cost(self.instance if self.instance.pk else None)}")
+        self.fields["meaning_channel"].help_text = (
+            f"{self.fields['meaning_channel'].help_text} "
+            f"{meaning_cost(self.instance if self.instance.pk else None)}"
+        )
 
     def rebuild_changed(self) -> bool:
         """Whether a changed setting waits for the next build (after `is_valid`)."""
@@ -79,8 +88,10 @@ class MultipleFileField(forms.FileField):
 
 class DatasetUploadForm(forms.Form):
     file = MultipleFileField(
-        label="Files", help_text="PDF, Word (DOCX), Markdown, text, HTML, XML, JSON, JSONL or Parquet (UTF-8 text), "
-                                 "or a ZIP of such files. Several at once; drop a folder to upload all its files.")
+        label="Files",
+        help_text="PDF, Word (DOCX), Markdown, text, HTML, XML, JSON, JSONL or Parquet (UTF-8 text), "
+        "or a ZIP of such files. Several at once; drop a folder to upload all its files.",
+    )
 
     def __init__(self, *args, upload_errors: dict | None = None, **kwargs) -> None:
         super().__init__(*args, **kwargs)

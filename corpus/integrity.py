@@ -91,14 +91,20 @@ def _segment_missing(build: IndexBuild, *, deep: bool) -> str:
     label = f"{build.get_kind_display().lower()} #{build.number}"
     published = (build.parameters or {}).get("published")
     store = object_store()
-    directory = local_segment_dir(build) if store is None or not published else build_dir(build.corpus_id, build.pk)
+    directory = (
+        local_segment_dir(build) if store is None or not published else build_dir(build.corpus_id, build.pk)
+    )
     if store is not None and published:
         if (directory / MANIFEST).is_file() and not (deep and verify_local(directory, published)):
             return ""
         if not deep:
             return ""  # fetched on first use; a deep check asks the store
         try:
-            absent = [name for name in published if not store.exists(f"{build_key(build.corpus_id, build.pk)}/{name}")]
+            absent = [
+                name
+                for name in published
+                if not store.exists(f"{build_key(build.corpus_id, build.pk)}/{name}")
+            ]
         except ObjectStoreUnavailable as error:
             return f"{label}: the object store cannot say ({error.message})"
         return f"{label}: {', '.join(absent)} missing in the object store" if absent else ""

@@ -17,7 +17,16 @@ from core.errors import ApplicationError
 from corpus.models import IndexBuild, Memory
 from engine.loaded_build import MemoryRecord
 
-_COLUMNS = ("corpus_id", "build_id", "hdv_idx", "content_hash", "text", "dataset_id", "metadata", "token_count")
+_COLUMNS = (
+    "corpus_id",
+    "build_id",
+    "hdv_idx",
+    "content_hash",
+    "text",
+    "dataset_id",
+    "metadata",
+    "token_count",
+)
 
 
 def _without_nul(value: Any) -> Any:
@@ -45,7 +54,9 @@ class MemoryWriter:
     independent of that batch size.
     """
 
-    def __init__(self, *, build: IndexBuild, dataset_ids: Iterable[int], batch_size: int | None = None) -> None:
+    def __init__(
+        self, *, build: IndexBuild, dataset_ids: Iterable[int], batch_size: int | None = None
+    ) -> None:
         self.build_id = build.pk
         self.corpus_id = build.corpus_id
         self.dataset_ids = frozenset(dataset_ids)
@@ -73,8 +84,10 @@ class MemoryWriter:
         if connection.vendor == "postgresql":
             self._copy(self.pending)
         else:
-            Memory.objects.bulk_create([Memory(**dict(zip(_COLUMNS, row, strict=True))) for row in self.pending],
-                                       batch_size=self.batch_size)
+            Memory.objects.bulk_create(
+                [Memory(**dict(zip(_COLUMNS, row, strict=True))) for row in self.pending],
+                batch_size=self.batch_size,
+            )
         self.seconds += time.perf_counter() - started
         self.inserted += len(self.pending)
         self.pending = []
@@ -114,12 +127,18 @@ class StateMemoryStore:
         found: dict[int, MemoryRecord] = {}
         wanted = sorted({int(r) for r in rows})
         for start in range(0, len(wanted), 1000):
-            for row in (Memory.objects.filter(build_id__in=self.build_ids, hdv_idx__in=wanted[start:start + 1000])
-                        .values("pk", "hdv_idx", "content_hash", "text", "metadata", "token_count", "dataset_id")):
+            for row in Memory.objects.filter(
+                build_id__in=self.build_ids, hdv_idx__in=wanted[start : start + 1000]
+            ).values("pk", "hdv_idx", "content_hash", "text", "metadata", "token_count", "dataset_id"):
                 found[row["hdv_idx"]] = MemoryRecord(
-                    hdv_idx=row["hdv_idx"], content_hash=row["content_hash"], text=row["text"],
-                    token_count=row["token_count"], metadata=row["metadata"] or {}, source_id=row["dataset_id"],
-                    memory_id=row["pk"])
+                    hdv_idx=row["hdv_idx"],
+                    content_hash=row["content_hash"],
+                    text=row["text"],
+                    token_count=row["token_count"],
+                    metadata=row["metadata"] or {},
+                    source_id=row["dataset_id"],
+                    memory_id=row["pk"],
+                )
         return found
 
 
@@ -148,8 +167,11 @@ def memory_hashes_among(*, build_ids: list[int], hashes: list[str], retiring: li
     count: their documents leave searches, so a document they share must be appended again."""
     if not hashes:
         return set()
-    return set(Memory.objects.filter(build_id__in=build_ids, content_hash__in=set(hashes), dataset__isnull=False)
-               .exclude(dataset_id__in=list(retiring)).values_list("content_hash", flat=True))
+    return set(
+        Memory.objects.filter(build_id__in=build_ids, content_hash__in=set(hashes), dataset__isnull=False)
+        .exclude(dataset_id__in=list(retiring))
+        .values_list("content_hash", flat=True)
+    )
 
 
 def memory_counts_by_dataset(*, build_ids: list[int]) -> dict[int, int]:

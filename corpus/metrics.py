@@ -39,5 +39,7 @@ class BuildsCollector(Collector):
             "the seconds their last syncs took, added up.", labels=["kind", "status"])
         for row in (Source.objects.values("kind", "status")
                     .annotate(count=Count("id"), seconds=Sum("sync_seconds")).order_by()):
-            syncs.add_metric([row["kind"], row["status"]], count_value=row["count"], sum_value=row["seconds"] or 0.0)
+            syncs.add_metric(
+                [row["kind"], row["status"]], count_value=row["count"], sum_value=row["seconds"] or 0.0
+            )
         yield syncs

@@ -85,8 +85,9 @@ class ObjectStore:
         try:
             return call(*args, **kwargs)
         except (BotoCoreError, ClientError, Boto3Error) as error:
-            raise ObjectStoreUnavailable(f"The object store (s3://{self.bucket}/{self.prefix}) could not {what}: "
-                                         f"{error}") from error
+            raise ObjectStoreUnavailable(
+                f"The object store (s3://{self.bucket}/{self.prefix}) could not {what}: {error}"
+            ) from error
 
     def put(self, relative: str, path: Path) -> dict[str, Any]:
         """Upload one file; returns its {"bytes", "sha256"}."""
@@ -97,13 +98,17 @@ class ObjectStore:
     def get(self, relative: str, path: Path, expected: dict[str, Any] | None = None) -> None:
         """Download one file to `path` (atomically: a temporary name, checked, then renamed)."""
         with atomic_write(path) as partial:
-            self._call(f"read {relative}", self.client.download_file, self.bucket, self.key(relative), str(partial))
+            self._call(
+                f"read {relative}", self.client.download_file, self.bucket, self.key(relative), str(partial)
+            )
             if expected is not None:
                 found = file_digest(partial)
                 if found != {"bytes": expected["bytes"], "sha256": expected["sha256"]}:
-                    raise ObjectStoreCorrupt(f"{relative} in the object store does not match what was published "
-                                             f"({found['bytes']} bytes, sha256 {found['sha256'][:12]}…; expected "
-                                             f"{expected['bytes']} bytes, {expected['sha256'][:12]}…)")
+                    raise ObjectStoreCorrupt(
+                        f"{relative} in the object store does not match what was published "
+                        f"({found['bytes']} bytes, sha256 {found['sha256'][:12]}…; expected "
+                        f"{expected['bytes']} bytes, {expected['sha256'][:12]}…)"
+                    )
 
     def delete_prefix(self, relative: str) -> int:
         """Delete every object under a folder; returns how many."""
@@ -137,15 +142,19 @@ class ObjectStore:
         except ClientError as error:
             if error.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
                 return False
-            raise ObjectStoreUnavailable(f"The object store (s3://{self.bucket}/{self.prefix}) could not read "
-                                         f"{relative}: {error}") from error
+            raise ObjectStoreUnavailable(
+                f"The object store (s3://{self.bucket}/{self.prefix}) could not read {relative}: {error}"
+            ) from error
         except BotoCoreError as error:
-            raise ObjectStoreUnavailable(f"The object store (s3://{self.bucket}/{self.prefix}) could not read "
-                                         f"{relative}: {error}") from error
+            raise ObjectStoreUnavailable(
+                f"The object store (s3://{self.bucket}/{self.prefix}) could not read {relative}: {error}"
+            ) from error
         return True
 
     def delete(self, relative: str) -> None:
-        self._call(f"delete {relative}", self.client.delete_object, Bucket=self.bucket, Key=self.key(relative))
+        self._call(
+            f"delete {relative}", self.client.delete_object, Bucket=self.bucket, Key=self.key(relative)
+        )
 
     def ping(self) -> None:
         """Raise ObjectStoreUnavailable unless the bucket answers (the health endpoint)."""
@@ -167,8 +176,13 @@ def _client_for(endpoint: str, access_key: str, region: str) -> Any:  # one per 
     import boto3
     from botocore.config import Config
 
-    config = Config(connect_timeout=5, read_timeout=60, retries={"max_attempts": 2, "mode": "standard"},
-                    request_checksum_calculation="when_required", response_checksum_validation="when_required")
+    config = Config(
+        connect_timeout=5,
+        read_timeout=60,
+        retries={"max_attempts": 2, "mode": "standard"},
+        request_checksum_calculation="when_required",
+        response_checksum_validation="when_required",
+    )
     return boto3.client("s3", config=config)
 
 
@@ -188,7 +202,9 @@ def publish_build(*, corpus_id: int, build_id: int, directory: Path) -> dict[str
     store = object_store()
     if store is None:
         return {}
-    files = sorted((p for p in directory.iterdir() if p.is_file()), key=lambda p: (p.name == MANIFEST, p.name))
+    files = sorted(
+        (p for p in directory.iterdir() if p.is_file()), key=lambda p: (p.name == MANIFEST, p.name)
+    )
     published = {}
     for path in files:
         published[path.name] = store.put(f"{build_key(corpus_id, build_id)}/{path.name}", path)
@@ -206,7 +222,9 @@ def unpublish_build(*, corpus_id: int, build_id: int) -> None:
         logger.warning("build %s: deleting its objects failed; they are never read", build_id, exc_info=True)
 
 
-def fetch_build(*, corpus_id: int, build_id: int, directory: Path, published: dict[str, dict[str, Any]]) -> None:
+def fetch_build(
+    *, corpus_id: int, build_id: int, directory: Path, published: dict[str, dict[str, Any]]
+) -> None:
     """Make `directory` hold the published files of a build, each checked (a file already there
     with the right size is kept; the manifest, fetched last, marks the directory complete)."""
     store = object_store()
@@ -225,7 +243,10 @@ def verify_local(directory: Path, published: dict[str, dict[str, Any]]) -> list[
     bad = []
     for name, expected in published.items():
         path = directory / name
-        if not path.is_file() or file_digest(path) != {"bytes": expected["bytes"], "sha256": expected["sha256"]}:
+        if not path.is_file() or file_digest(path) != {
+            "bytes": expected["bytes"],
+            "sha256": expected["sha256"],
+        }:
             bad.append(name)
     return bad
 
@@ -238,7 +259,9 @@ def delete_corpus_objects(corpus_id: int) -> None:
     try:
         store.delete_prefix(f"corpora/{corpus_id}")
     except ObjectStoreUnavailable:
-        logger.warning("corpus %s: deleting its objects failed; they are never read", corpus_id, exc_info=True)
+        logger.warning(
+            "corpus %s: deleting its objects failed; they are never read", corpus_id, exc_info=True
+        )
 
 
 def put_dataset(relative: str, path: Path) -> None:

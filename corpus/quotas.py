@@ -66,6 +66,8 @@ def upload_quota_check(*, user: AbstractBaseUser | None, name: str, size: int) -
     if limits is None or limits.upload_bytes_per_day is None:
         return
     start, _ = day_bounds()
-    today = Dataset.objects.filter(uploaded_by=user, uploaded_at__gte=start).aggregate(total=Sum("size"))["total"]
+    today = Dataset.objects.filter(uploaded_by=user, uploaded_at__gte=start).aggregate(total=Sum("size"))[
+        "total"
+    ]
     quota_check(user=user, kind="upload_bytes_per_day", used=today or 0, adding=size, subject=f"{name}: ",
                 limits=limits)

@@ -38,9 +38,11 @@ def _check_release(manifest: dict[str, Any]) -> None:
     here, there = set(applied_migrations("default")), set(manifest["migrations"])
     if here != there:
         newer, older = sorted(there - here), sorted(here - there)
-        raise BackupError("This backup was made by another release of the portal "
-                          f"(migrations only in the backup: {newer or 'none'}; only here: {older or 'none'}). "
-                          "Restore it with the release that made it, then upgrade that portal in place.")
+        raise BackupError(
+            "This backup was made by another release of the portal "
+            f"(migrations only in the backup: {newer or 'none'}; only here: {older or 'none'}). "
+            "Restore it with the release that made it, then upgrade that portal in place."
+        )
 
 
 def _put_files(manifest: dict[str, Any], source: Path) -> None:

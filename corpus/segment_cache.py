@@ -52,7 +52,9 @@ def local_segment_dir(build: IndexBuild) -> Path:
     """Where a segment is on a machine without a store: the directory the row names, or its place
     under this DATA_DIR when the row's is gone (a DATA_DIR moved or restored to another path)."""
     canonical = build_dir(build.corpus_id, build.pk)
-    if build.build_dir and ((Path(build.build_dir) / MANIFEST).is_file() or not (canonical / MANIFEST).is_file()):
+    if build.build_dir and (
+        (Path(build.build_dir) / MANIFEST).is_file() or not (canonical / MANIFEST).is_file()
+    ):
         return Path(build.build_dir)
     return canonical
 
@@ -68,16 +70,19 @@ def segment_path(build: IndexBuild) -> Path:
             # The path is for the log only: a user of the chat or the API is not shown the server's files.
             logger.warning("build %s: index files missing at %s", build.pk, directory)
             raise SegmentFilesMissing(
-                f"The index files of {build.get_kind_display().lower()} #{build.number} of this corpus are missing: "
-                "restore them, or rebuild the corpus from its datasets on its page.",
-                {"corpus_id": build.corpus_id, "build_id": build.pk})
+                f"The index files of {build.get_kind_display().lower()} #{build.number} of this corpus are "
+                "missing: restore them, or rebuild the corpus from its datasets on its page.",
+                {"corpus_id": build.corpus_id, "build_id": build.pk},
+            )
         return directory
     directory = build_dir(build.corpus_id, build.pk)
     with _lock(build.pk):
         manifest = directory / MANIFEST
         if not manifest.is_file():
             started = time.monotonic()
-            fetch_build(corpus_id=build.corpus_id, build_id=build.pk, directory=directory, published=published)
+            fetch_build(
+                corpus_id=build.corpus_id, build_id=build.pk, directory=directory, published=published
+            )
             logger.info("build %s: fetched %d files (%.1f MB) in %.2f s", build.pk, len(published),
                         sum(f["bytes"] for f in published.values()) / 1e6, time.monotonic() - started)
             _checked.add((build.pk, manifest.stat().st_mtime))
@@ -85,13 +90,18 @@ def segment_path(build: IndexBuild) -> Path:
         elif (build.pk, manifest.stat().st_mtime) not in _checked:
             bad = verify_local(directory, published)
             if bad:
-                logger.warning("build %s: cached files %s differ from what was published; fetching them again",
-                               build.pk, bad)
+                logger.warning(
+                    "build %s: cached files %s differ from what was published; fetching them again",
+                    build.pk,
+                    bad,
+                )
                 forget_build(directory)
                 for name in bad:
                     (directory / name).unlink(missing_ok=True)
                 manifest.unlink(missing_ok=True)
-                fetch_build(corpus_id=build.corpus_id, build_id=build.pk, directory=directory, published=published)
+                fetch_build(
+                    corpus_id=build.corpus_id, build_id=build.pk, directory=directory, published=published
+                )
             _checked.add((build.pk, manifest.stat().st_mtime))
         (directory / _USED).touch()
     return directory
@@ -113,9 +123,14 @@ def evict(*, keep: set[int] = frozenset()) -> list[int]:
     total = sum(size for *_, size in cached)
     if total <= settings.SEGMENT_CACHE_BYTES:
         return []
-    serving = {i for ids in Corpus.objects.exclude(active_build=None).values_list("active_build_id", "active_appends")
-               for i in [ids[0], *(ids[1] or [])]}
-    running = set(IndexBuild.objects.filter(status__in=IndexBuild.ACTIVE_STATUSES).values_list("pk", flat=True))
+    serving = {
+        i
+        for ids in Corpus.objects.exclude(active_build=None).values_list("active_build_id", "active_appends")
+        for i in [ids[0], *(ids[1] or [])]
+    }
+    running = set(
+        IndexBuild.objects.filter(status__in=IndexBuild.ACTIVE_STATUSES).values_list("pk", flat=True)
+    )
     deleted = []
     for _, build_id, directory, size in sorted(cached):
         if total <= settings.SEGMENT_CACHE_BYTES:

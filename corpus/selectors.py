@@ -28,7 +28,11 @@ def _readable(user: User) -> Q:
     groups = user.groups.all()
     shared = (Q(readable_groups__in=groups) | Q(writable_groups__in=groups)
               | Q(readable_users=user) | Q(writable_users=user))
-    return Q(owner=user) | Q(visibility=Corpus.Visibility.EVERYONE) | (Q(visibility=Corpus.Visibility.GROUPS) & shared)
+    return (
+        Q(owner=user)
+        | Q(visibility=Corpus.Visibility.EVERYONE)
+        | (Q(visibility=Corpus.Visibility.GROUPS) & shared)
+    )
 
 
 def _writable(user: User) -> Q:

@@ -13,8 +13,11 @@ from corpus.models import IndexBuild
 class BuildSerializer(serializers.Serializer):
     id = serializers.IntegerField()
     number = serializers.IntegerField(help_text="The build's number within its corpus (#1 is the first).")
-    kind = serializers.ChoiceField(choices=["build", "append"], help_text="A full build (every dataset; also what "
-                                   "merges appends) or an append (new datasets only, searchable in seconds).")
+    kind = serializers.ChoiceField(
+        choices=["build", "append"],
+        help_text="A full build (every dataset; also what "
+        "merges appends) or an append (new datasets only, searchable in seconds).",
+    )
     corpus = serializers.IntegerField(source="corpus_id")
     status = serializers.ChoiceField(choices=["queued", "running", "succeeded", "failed", "cancelled"])
     phase = serializers.CharField(allow_blank=True)

@@ -44,7 +44,9 @@ _text_encoders: BoundedCache[tuple[str, str], Any] = BoundedCache(TEXT_ENCODERS)
 # Read into RAM (not mapped): bounded by bytes as well as entries.
 _late_interactions: BoundedCache[tuple[str, str], Any] = BoundedCache(
     TEXT_ENCODERS, max_bytes=_in_memory_bytes, weigh=array_bytes)
-_word_indexes: BoundedCache[str, Any] = BoundedCache(LOADED_BUILDS, max_bytes=_in_memory_bytes, weigh=array_bytes)
+_word_indexes: BoundedCache[str, Any] = BoundedCache(
+    LOADED_BUILDS, max_bytes=_in_memory_bytes, weigh=array_bytes
+)
 # A state's meaning rows (`engine.meaning.MeaningIndex`, its segments' joined), by its segments' directories.
 _meanings: BoundedCache[tuple[str, ...], Any] = BoundedCache(LOADED_BUILDS, max_bytes=_in_memory_bytes,
                                                              weigh=array_bytes)
@@ -119,9 +121,16 @@ def text_encoder_for(build: LoadedIndex, gguf_path: str | Path):  # TokenVectorE
     from engine.text_store import text_encoder_for as make_encoder
 
     key = (str(build.build_dir), str(gguf_path))
-    return _text_encoders.get(key, lambda: make_encoder(
-        build, gguf_path=gguf_path, tokenizer=tokenizer_for(gguf_path), cache_dir=settings.EMBEDDING_CACHE_DIR,
-        dim=settings.MULTIVECTOR_DIM))
+    return _text_encoders.get(
+        key,
+        lambda: make_encoder(
+            build,
+            gguf_path=gguf_path,
+            tokenizer=tokenizer_for(gguf_path),
+            cache_dir=settings.EMBEDDING_CACHE_DIR,
+            dim=settings.MULTIVECTOR_DIM,
+        ),
+    )
 
 
 def late_interaction_for(build: LoadedIndex, gguf_path: str | Path):  # LateInteractionChannel | None
@@ -205,9 +214,13 @@ def forget_build(build_dir: str | Path) -> None:
 def forget_vanished_builds() -> None:
     """Drop every cached build, and what was made for one, whose manifest is gone: its directory
     was deleted meanwhile (a word index or late-interaction channel can outlive its build's place here)."""
-    directories = {*_builds.snapshot(), *_word_indexes.snapshot(), *(d for key in _meanings.snapshot() for d in key),
-                   *(key[0] for key in _late_interactions.snapshot()),
-                   *(key[0] for key in _text_encoders.snapshot())}
+    directories = {
+        *_builds.snapshot(),
+        *_word_indexes.snapshot(),
+        *(d for key in _meanings.snapshot() for d in key),
+        *(key[0] for key in _late_interactions.snapshot()),
+        *(key[0] for key in _text_encoders.snapshot()),
+    }
     for key in directories:
         if not (Path(key) / MANIFEST).exists():
             forget_build(key)

@@ -40,7 +40,9 @@ def share_add(request: HttpRequest, pk: int) -> HttpResponse:
             group_id = _int_or_none(request.POST.get("group"))
             if group_id is None:
                 raise ApplicationError("Choose a group.")
-            target, opened = corpus_share_with_group(corpus=corpus, by=request.user, group_id=group_id, access=access)
+            target, opened = corpus_share_with_group(
+                corpus=corpus, by=request.user, group_id=group_id, access=access
+            )
             name = f"group {target.name}"
         else:
             target, opened = corpus_share_with_user(corpus=corpus, username=request.POST.get("username", ""),
@@ -70,6 +72,9 @@ def share_remove(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def visibility_set(request: HttpRequest, pk: int) -> HttpResponse:
     corpus = _managed_corpus(request, pk)
-    flash(request, lambda: corpus_set_visibility(corpus=corpus, visibility=request.POST.get("visibility", "")),
-          lambda _: f"Visibility: {corpus.get_visibility_display()}. It applies at once.")
+    flash(
+        request,
+        lambda: corpus_set_visibility(corpus=corpus, visibility=request.POST.get("visibility", "")),
+        lambda _: f"Visibility: {corpus.get_visibility_display()}. It applies at once.",
+    )
     return redirect(f"{corpus.get_absolute_url()}#sharing")

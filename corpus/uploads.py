@@ -55,7 +55,9 @@ class LimitedHashingUploadHandler(TemporaryFileUploadHandler):
         if self.received > self.limit:
             self.file.close()  # deletes the partial temporary file
             if self.request is not None:
-                self.request.upload_errors[self.field_name] = f"{self.file_name}: {upload_limit_message(self.limit)}"
+                self.request.upload_errors[self.field_name] = (
+                    f"{self.file_name}: {upload_limit_message(self.limit)}"
+                )
             raise SkipFile
         self.digest.update(raw_data)
         return super().receive_data_chunk(raw_data, start)

@@ -65,7 +65,9 @@ def corpus_new(request: HttpRequest) -> HttpResponse:
         except ApplicationError as error:
             _refusals_shown(form, error)
         else:
-            messages.success(request, f"Corpus {corpus.name!r} created. Upload a dataset, then build its index.")
+            messages.success(
+                request, f"Corpus {corpus.name!r} created. Upload a dataset, then build its index."
+            )
             return redirect("corpus:detail", pk=corpus.pk)
     return render(request, "corpus/form.html", {"form": form, "corpus": None})
 
@@ -122,19 +124,31 @@ def _detail(request: HttpRequest, corpus, upload_form: DatasetUploadForm, status
     builds = corpus_builds(corpus=corpus)
     segments = state_segments(corpus)
     context = {
-        "corpus": corpus, "datasets": corpus_datasets(corpus=corpus), "builds": builds,
-        "segments": segments, "serving": set(corpus.serving_build_ids),
-        "state_memories": sum(s.documents or 0 for s in segments), "merge_due": merge_due(corpus),
-        "segment_limit": settings.SEGMENT_LIMIT, "merge_percent": settings.SEGMENT_MERGE_PERCENT,
+        "corpus": corpus,
+        "datasets": corpus_datasets(corpus=corpus),
+        "builds": builds,
+        "segments": segments,
+        "serving": set(corpus.serving_build_ids),
+        "state_memories": sum(s.documents or 0 for s in segments),
+        "merge_due": merge_due(corpus),
+        "segment_limit": settings.SEGMENT_LIMIT,
+        "merge_percent": settings.SEGMENT_MERGE_PERCENT,
         "can_write": corpus_can_write(user=request.user, corpus=corpus),
         "can_manage": corpus_can_manage(user=request.user, corpus=corpus),
-        "upload_form": upload_form, "active_build_running": any(b.is_active for b in builds),
+        "upload_form": upload_form,
+        "active_build_running": any(b.is_active for b in builds),
         "storage": storage_usage(user=request.user),
-        "store": None, "store_error": "",
+        "store": None,
+        "store_error": "",
         "files": corpus_files_report(corpus=corpus),
-        "access": corpus_access_list(corpus=corpus), "visibility_choices": Corpus.Visibility.choices,
-        "share_groups": groups_shareable_by(request.user) if corpus_can_manage(user=request.user, corpus=corpus) else [],
-        "sources": corpus_sources(corpus=corpus) if corpus_can_manage(user=request.user, corpus=corpus) else [],
+        "access": corpus_access_list(corpus=corpus),
+        "visibility_choices": Corpus.Visibility.choices,
+        "share_groups": groups_shareable_by(request.user)
+        if corpus_can_manage(user=request.user, corpus=corpus)
+        else [],
+        "sources": corpus_sources(corpus=corpus)
+        if corpus_can_manage(user=request.user, corpus=corpus)
+        else [],
         "source_form": SourceForm(),
     }
     try:
@@ -234,7 +248,11 @@ def dataset_remove(request: HttpRequest, pk: int) -> HttpResponse:
 @require_POST
 def build_new(request: HttpRequest, pk: int) -> HttpResponse:
     corpus = get_corpus_for_user(request.user, pk, write=True)
-    flash(request, lambda: build_start(corpus=corpus, user=request.user), lambda build: f"Build #{build.number} queued.")
+    flash(
+        request,
+        lambda: build_start(corpus=corpus, user=request.user),
+        lambda build: f"Build #{build.number} queued.",
+    )
     return redirect("corpus:detail", pk=corpus.pk)
 
 

@@ -55,8 +55,15 @@ def cmd_build(args: argparse.Namespace) -> int:
             last[0] = now
             print(f"  {phase:<10} {done}" + (f"/{total}" if total else ""), file=sys.stderr)
 
-    result = build_index(datasets=datasets, out_dir=args.out, gguf_path=gguf_path, tokenizer=_tokenizer(gguf_path),
-                         config=config, progress=progress, cache_dir=args.cache_dir)
+    result = build_index(
+        datasets=datasets,
+        out_dir=args.out,
+        gguf_path=gguf_path,
+        tokenizer=_tokenizer(gguf_path),
+        config=config,
+        progress=progress,
+        cache_dir=args.cache_dir,
+    )
     print(f"built {result.out_dir}: {result.documents} documents ({result.duplicates} duplicates skipped), "
           f"vocabulary {result.vocab_size} tokens")
     for phase, seconds in result.manifest["timings"].items():
@@ -76,8 +83,11 @@ def cmd_search(args: argparse.Namespace) -> int:
     retriever = Retriever(tokenizer, Config(min_context=args.min_context))
     target = SearchTarget(corpus, corpus.store, Path(args.index).name)
     if args.compress:
-        print(retriever.get_context(args.query, [target], token_budget=args.budget, top_document=args.top_document,
-                                    compress=True))
+        print(
+            retriever.get_context(
+                args.query, [target], token_budget=args.budget, top_document=args.top_document, compress=True
+            )
+        )
         return 0
     started = time.perf_counter()
     results = retriever.search(args.query, [target], token_budget=args.budget, top_document=args.top_document)
@@ -96,7 +106,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
 
     corpus = load_corpus(args.index)
     manifest = corpus.manifest
-    print(f"index      {args.index}\ndocuments  {corpus.count}  (duplicates skipped {manifest['duplicates']})")
+    print(
+        f"index      {args.index}\ndocuments  {corpus.count}  (duplicates skipped {manifest['duplicates']})"
+    )
     print(f"dims       {corpus.dims}  ngram {manifest['ngram']}  seed {manifest['seed']}  "
           f"vocabulary {manifest['vocab_size']}")
     sparsity = corpus.index.sparsity()

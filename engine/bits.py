@@ -45,7 +45,8 @@ def mask64_for_dims(dims: int, stride_bytes: int) -> np.ndarray:
     """uint64 (stride_bytes // 8,) mask: ones on bits 0..dims-1, zeros on padding bits."""
     if stride_bytes % 8 or stride_bytes < bstride(dims):
         raise ValueError(
-            f"stride_bytes must be a multiple of 8 and >= bstride({dims}) = {bstride(dims)}, got {stride_bytes}"
+            f"stride_bytes must be a multiple of 8 and >= bstride({dims}) = {bstride(dims)}, got "
+            f"{stride_bytes}"
         )
     mask = np.zeros(stride_bytes // 8, dtype=np.uint64)
     full, rest = divmod(dims, 64)
@@ -351,5 +352,7 @@ def compress_context(text: str) -> str:
         return " ".join(tokens)
     median_inverse = float(np.median([1.0 / c for c in counts.values()]))
     return " ".join(
-        token for token, key in zip(tokens, keys, strict=True) if not key or 1.0 / counts[key] >= median_inverse
+        token
+        for token, key in zip(tokens, keys, strict=True)
+        if not key or 1.0 / counts[key] >= median_inverse
     )

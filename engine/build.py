@@ -125,8 +125,8 @@ class _Tokenized:
     skipped: list[DatasetIssue]
 
 
-def _tokenize_pass(datasets: list[tuple[int, str, Path]], tokenizer: Tokenizer, chunk_size: int, spool: _Spool,
-                   batch_docs: int, report: Progress, checkpoint: Callable[[], None],
+def _tokenize_pass(datasets: list[tuple[int, str, Path]], tokenizer: Tokenizer, chunk_size: int,
+                   spool: _Spool, batch_docs: int, report: Progress, checkpoint: Callable[[], None],
                    known: Callable[[list[str]], set[str]] | None = None) -> _Tokenized:
     """Pass 1: read, deduplicate and tokenize every dataset into the spool; count document frequencies.
 
@@ -137,9 +137,13 @@ def _tokenize_pass(datasets: list[tuple[int, str, Path]], tokenizer: Tokenizer, 
     seen: set[str] = set()
     skipped: list[DatasetIssue] = []
     sources = []
-    with open(spool.tokens_path, "wb") as tokens_out, open(spool.records_path, "w", encoding="utf-8") as records_out:
+    with (
+        open(spool.tokens_path, "wb") as tokens_out,
+        open(spool.records_path, "w", encoding="utf-8") as records_out,
+    ):
         for source_id, name, path in datasets:
-            counts = {"source_id": source_id, "name": name, "path": str(path), "documents": 0, "duplicates": 0}
+            counts = {"source_id": source_id, "name": name, "path": str(path), "documents": 0,
+                      "duplicates": 0}
             items = iter_dataset(path, tokenizer, chunk_size, errors=skipped, source=name)
             for batch in batched(items, batch_docs):
                 checkpoint()
@@ -151,7 +155,9 @@ def _tokenize_pass(datasets: list[tuple[int, str, Path]], tokenizer: Tokenizer, 
                     else:
                         seen.add(item["id"])
                         fresh.append(item)
-                for item, tokens in zip(fresh, tokenizer.bulk_tokenize([i["text"] for i in fresh]), strict=True):
+                for item, tokens in zip(
+                    fresh, tokenizer.bulk_tokenize([i["text"] for i in fresh]), strict=True
+                ):
                     ids = np.asarray(tokens, dtype=np.int64)
                     if ids.size and (ids.min() < 0 or ids.max() >= vocab_total):
                         raise BuildError(f"{path}: tokenizer returned ids outside [0, {vocab_total})")
@@ -159,7 +165,8 @@ def _tokenize_pass(datasets: list[tuple[int, str, Path]], tokenizer: Tokenizer, 
                     spool.offsets.append(spool.offsets[-1] + ids.size)
                     document_frequency += np.bincount(np.unique(ids), minlength=vocab_total)
                     record = {"id": item["id"], "text": item["text"], "source_id": source_id,
-                              "metadata": {**item.get("metadata", {}), "source": name}, "token_count": int(ids.size)}
+                              "metadata": {**item.get("metadata", {}), "source": name},
+                              "token_count": int(ids.size)}
                     records_out.write(json.dumps(record, ensure_ascii=False) + "\n")
                 counts["documents"] += len(fresh)
                 report("tokenize", len(spool.offsets) - 1, 0)
@@ -174,9 +181,20 @@ def _corpus_vocabulary(tokenizer: Tokenizer, document_frequency: np.ndarray) -> 
     return np.flatnonzero((document_frequency > 0) & ~special)
 
 
-def _write_vocabulary(out_dir: Path, *, vocabulary: np.ndarray, idf: np.ndarray, gguf_path: str | Path,
-                      cache_dir: str | Path | None, config: Config, vocab_total: int, timings: dict[str, float],
-                      report: Progress, tables_dir: Path, format_version: int) -> VocabIndex:
+def _write_vocabulary(
+    out_dir: Path,
+    *,
+    vocabulary: np.ndarray,
+    idf: np.ndarray,
+    gguf_path: str | Path,
+    cache_dir: str | Path | None,
+    config: Config,
+    vocab_total: int,
+    timings: dict[str, float],
+    report: Progress,
+    tables_dir: Path,
+    format_version: int,
+) -> VocabIndex:
     """Extract the model's embedding table, write `vocab.idx` for `vocabulary`, release the table.
 
     Formats 2 and 3 store the vocabulary's rows as the model stores them; the full derived tables
@@ -200,9 +218,20 @@ def _write_vocabulary(out_dir: Path, *, vocabulary: np.ndarray, idf: np.ndarray,
     return vocab
 
 
-def _encode_pass(out_dir: Path, *, encoder: HDCEncoder, spool: _Spool, tokens: np.ndarray, offsets: np.ndarray,
-                 sink: Sink | None, batch_docs: int, report: Progress, checkpoint: Callable[[], None],
-                 row_offset: int = 0, texts: list[str] | None = None) -> None:
+def _encode_pass(
+    out_dir: Path,
+    *,
+    encoder: HDCEncoder,
+    spool: _Spool,
+    tokens: np.ndarray,
+    offsets: np.ndarray,
+    sink: Sink | None,
+    batch_docs: int,
+    report: Progress,
+    checkpoint: Callable[[], None],
+    row_offset: int = 0,
+    texts: list[str] | None = None,
+) -> None:
     """Pass 2: encode the spooled documents into `corpus.idx`; hand their records to the sink.
 
     A record's `hdv_idx` is its row in the corpus's state: `row_offset` plus its row in this
@@ -248,13 +277,21 @@ def _manifest(*, config: Config, gguf_path: str | Path, vocab: VocabIndex, offse
     return {
         "format_version": vocab.format_version,
         "created": _created(),
-        "dims": config.hdc_dimensions, "seed": config.hdc_seed, "ngram": config.hdc_ngram,
-        "drop_components": config.hdc_drop_components, "chunk_size": config.chunk_size,
+        "dims": config.hdc_dimensions,
+        "seed": config.hdc_seed,
+        "ngram": config.hdc_ngram,
+        "drop_components": config.hdc_drop_components,
+        "chunk_size": config.chunk_size,
         "model": {"path": str(gguf_path), "fingerprint": gguf.model_fingerprint(gguf_path)},
-        "documents": int(offsets.size - 1), "duplicates": sum(s["duplicates"] for s in sources),
-        "skipped_records": skipped, "vocab_size": vocab.size, "median_doc_length": float(np.median(np.diff(offsets))),
-        "encoder": {k: vocab.header[k] for k in ("emb_dim", "tau", "density", "ngram_density", "m_cap", "c_min",
-                                                 "capacity_target")},
+        "documents": int(offsets.size - 1),
+        "duplicates": sum(s["duplicates"] for s in sources),
+        "skipped_records": skipped,
+        "vocab_size": vocab.size,
+        "median_doc_length": float(np.median(np.diff(offsets))),
+        "encoder": {
+            k: vocab.header[k]
+            for k in ("emb_dim", "tau", "density", "ngram_density", "m_cap", "c_min", "capacity_target")
+        },
         "sources": sources,
         "memories": "sink" if sink is not None else MEMORIES_DB,
     }
@@ -271,10 +308,11 @@ def _write_manifest(out_dir: Path, manifest: dict[str, Any]) -> None:
         json.dump(manifest, handle, indent=2, sort_keys=True)
 
 
-def build_index(*, datasets: Iterable[tuple[int, str, str | Path]], out_dir: str | Path, gguf_path: str | Path,
-                tokenizer: Tokenizer, config: Config, sink: Sink | None = None, progress: Progress | None = None,
-                should_cancel: Callable[[], bool] | None = None, cache_dir: str | Path | None = None,
-                batch_docs: int = BATCH_DOCS, format_version: int = FORMAT_VERSION) -> BuildResult:
+def build_index(*, datasets: Iterable[tuple[int, str, str | Path]], out_dir: str | Path,
+                gguf_path: str | Path, tokenizer: Tokenizer, config: Config, sink: Sink | None = None,
+                progress: Progress | None = None, should_cancel: Callable[[], bool] | None = None,
+                cache_dir: str | Path | None = None, batch_docs: int = BATCH_DOCS,
+                format_version: int = FORMAT_VERSION) -> BuildResult:
     """Build a complete, verified index in `out_dir` from `datasets` = [(source_id, name, path)].
 
     `sink(records)` receives batches of {"id", "hdv_idx", "text", "source_id", "metadata",
@@ -303,7 +341,9 @@ def build_index(*, datasets: Iterable[tuple[int, str, str | Path]], out_dir: str
     spool_dir.mkdir()
     spool = _Spool(spool_dir / "tokens.i32", spool_dir / "records.jsonl")
     with _timed(timings, "tokenize"):
-        tokenized = _tokenize_pass(datasets, tokenizer, config.chunk_size, spool, batch_docs, report, checkpoint)
+        tokenized = _tokenize_pass(
+            datasets, tokenizer, config.chunk_size, spool, batch_docs, report, checkpoint
+        )
     offsets = np.asarray(spool.offsets, dtype=np.int64)
     n_docs = offsets.size - 1
     if n_docs == 0:
@@ -311,14 +351,15 @@ def build_index(*, datasets: Iterable[tuple[int, str, str | Path]], out_dir: str
     checkpoint()
     vocabulary = _corpus_vocabulary(tokenizer, tokenized.document_frequency)
     idf = compute_idf(tokenized.document_frequency[vocabulary], n_docs)
-    vocab = _write_vocabulary(out_dir, vocabulary=vocabulary, idf=idf, gguf_path=gguf_path, cache_dir=cache_dir,
-                              config=config, vocab_total=int(tokenizer.vocab_size), timings=timings, report=report,
-                              tables_dir=spool_dir / "tables", format_version=format_version)
+    vocab = _write_vocabulary(out_dir, vocabulary=vocabulary, idf=idf, gguf_path=gguf_path,
+                              cache_dir=cache_dir, config=config, vocab_total=int(tokenizer.vocab_size),
+                              timings=timings, report=report, tables_dir=spool_dir / "tables",
+                              format_version=format_version)
     # Memory-mapped: a large corpus's token ids never need to fit in RAM at once.
     tokens = np.memmap(spool.tokens_path, dtype="<i4", mode="r") if offsets[-1] else np.zeros(0, np.int32)
     with _timed(timings, "encode"):
-        _encode_pass(out_dir, encoder=HDCEncoder(vocab), spool=spool, tokens=tokens, offsets=offsets, sink=sink,
-                     batch_docs=batch_docs, report=report, checkpoint=checkpoint)
+        _encode_pass(out_dir, encoder=HDCEncoder(vocab), spool=spool, tokens=tokens, offsets=offsets,
+                     sink=sink, batch_docs=batch_docs, report=report, checkpoint=checkpoint)
     with _timed(timings, "verify"):
         _write_verify_sample(out_dir, tokens, offsets, config.hdc_seed)
         del tokens
@@ -349,9 +390,14 @@ def _verify(build_dir: Path, manifest: dict[str, Any], *, check_hashes: bool) ->
     encoder = HDCEncoder(open_shared(build_dir / VOCAB_FILE))
     index = BitmapIndex.open(build_dir / INDEX_FILE)
     if index.count != manifest["documents"]:
-        raise BuildVerificationError(f"{build_dir}: index holds {index.count} rows, manifest {manifest['documents']}")
+        raise BuildVerificationError(
+            f"{build_dir}: index holds {index.count} rows, manifest {manifest['documents']}"
+        )
     header = (encoder.dims, encoder.ngram, encoder.seed, encoder.vocab.size)
-    if header != (manifest["dims"], manifest["ngram"], manifest["seed"], manifest["vocab_size"]) or index.dims != encoder.dims:
+    if (
+        header != (manifest["dims"], manifest["ngram"], manifest["seed"], manifest["vocab_size"])
+        or index.dims != encoder.dims
+    ):
         raise BuildVerificationError(f"{build_dir}: vocabulary index (dims, ngram, seed, vocab) = {header} "
                                      f"disagrees with the manifest")
     if sum(s["documents"] for s in manifest["sources"]) != index.count:
@@ -360,14 +406,18 @@ def _verify(build_dir: Path, manifest: dict[str, Any], *, check_hashes: bool) ->
         for name, expected in manifest["files"].items():
             path = build_dir / name
             if not path.exists() or _file_digest(path) != expected:
-                raise BuildVerificationError(f"{path}: content differs from the manifest (corrupted or replaced)")
+                raise BuildVerificationError(
+                    f"{path}: content differs from the manifest (corrupted or replaced)"
+                )
     with np.load(build_dir / VERIFY_FILE) as sample:
         rows, flat, offsets = sample["rows"], sample["tokens"].astype(np.int64), sample["offsets"]
     pos, neg = encoder.encode_flat(flat, offsets)
     stored_pos, stored_neg = index.get_bitmaps(rows)
     bad = np.flatnonzero(np.any(pos != stored_pos, axis=1) | np.any(neg != stored_neg, axis=1))
     if bad.size:
-        raise BuildVerificationError(f"{build_dir}: re-encoded rows {rows[bad][:10].tolist()} differ from the stored bitmaps")
+        raise BuildVerificationError(
+            f"{build_dir}: re-encoded rows {rows[bad][:10].tolist()} differ from the stored bitmaps"
+        )
 
 
 def verify_build(build_dir: str | Path, *, check_hashes: bool = True) -> dict[str, Any]:

@@ -295,7 +295,9 @@ class HDCSupport:
         texts = [" ".join(claim) for claim in claims] + list(memories)
         pos, neg = self.encoder.encode(self.tokenizer.bulk_tokenize(texts))
         claim_pos, claim_neg = pos[:len(claims)], neg[:len(claims)]
-        dots = bits.score64_batch(pos[len(claims):], neg[len(claims):], claim_pos, claim_neg).astype(np.float64)
+        dots = bits.score64_batch(pos[len(claims) :], neg[len(claims) :], claim_pos, claim_neg).astype(
+            np.float64
+        )
         nonzero = np.bitwise_count(claim_pos | claim_neg).sum(axis=1, dtype=np.int64)[:, None]
         return np.clip(np.divide(dots, nonzero, out=np.zeros_like(dots), where=nonzero > 0), 0.0, 1.0)
 
@@ -344,9 +346,14 @@ class SentenceCitation:
         return 1.0 if self.certainty is None else self.certainty
 
     def to_dict(self) -> dict[str, Any]:
-        return {"text": self.text, "claim": self.claim, "memories": list(self.memories),
-                "scores": [round(score, 3) for score in self.scores],
-                "certainty": None if self.certainty is None else round(self.certainty, 3), "unsure": self.unsure}
+        return {
+            "text": self.text,
+            "claim": self.claim,
+            "memories": list(self.memories),
+            "scores": [round(score, 3) for score in self.scores],
+            "certainty": None if self.certainty is None else round(self.certainty, 3),
+            "unsure": self.unsure,
+        }
 
 
 @dataclass(frozen=True)
@@ -445,7 +452,9 @@ GROUNDED_FROM = 0.6
 PARTLY_FROM = 0.25
 
 
-def grounding_word(grounding: float | None, *, grounded: float = GROUNDED_FROM, partly: float = PARTLY_FROM) -> str:
+def grounding_word(
+    grounding: float | None, *, grounded: float = GROUNDED_FROM, partly: float = PARTLY_FROM
+) -> str:
     """The plain word for a grounding: "grounded" (at least `grounded`), "partly" (at least
     `partly`), "not grounded"; "" when there was nothing to check (None)."""
     if grounding is None:

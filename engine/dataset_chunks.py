@@ -79,7 +79,9 @@ def window_metadata(char_start: int, text: str, n_tokens: int) -> dict:
     return {"char_start": char_start, "char_end": char_start + len(text), "tokens": n_tokens}
 
 
-def _chunk_stream(pieces: Iterable[str], tokenizer: Tokenizer | None, chunk_size: int) -> Iterator[tuple[int, str, int, int]]:
+def _chunk_stream(
+    pieces: Iterable[str], tokenizer: Tokenizer | None, chunk_size: int
+) -> Iterator[tuple[int, str, int, int]]:
     """Chunk a text arriving in pieces: ``(char_start, text, n_tokens, chunk_index)``.
 
     Text is processed in segments of about `_SEGMENT_CHARS`, cut at a line break. The last

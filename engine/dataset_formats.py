@@ -51,7 +51,9 @@ class DatasetIssue:
 
 def _decode_head(head: bytes, label: str, complete: bool) -> str:
     if _NUL in head:
-        raise DatasetError(f"{label}: binary data (NUL byte at byte offset {head.index(_NUL)}), not a text dataset")
+        raise DatasetError(
+            f"{label}: binary data (NUL byte at byte offset {head.index(_NUL)}), not a text dataset"
+        )
     try:
         return codecs.getincrementaldecoder("utf-8-sig")().decode(head, final=complete)
     except UnicodeDecodeError as error:
@@ -97,7 +99,9 @@ def _sniff_json(text: str, complete: bool, suffix_format: str | None, label: str
     if whole_error is None:
         # A head cut out of a large document (or out of one huge line) cannot parse: trust the
         # opening bracket, and the extension to tell a JSON document from JSON lines.
-        return suffix_format if suffix_format in ("json", "jsonl") else "json" if suffix_format is None else None
+        return (
+            suffix_format if suffix_format in ("json", "jsonl") else "json" if suffix_format is None else None
+        )
     if suffix_format in ("json", "jsonl"):
         raise DatasetError(f"{label}: not valid JSON: {whole_error.msg} at line {whole_error.lineno} "
                            f"column {whole_error.colno}")
@@ -182,9 +186,11 @@ def _sniff_binary(sample: _Sample) -> str | None:
     if document:
         return document
     if head.startswith(ZIP_MAGIC):
-        raise DatasetError(f"{label}: unsupported file type {sample.unknown or sample.suffix or '(a ZIP archive)'!r}: "
-                           f"a ZIP archive is not one dataset (the portal's upload unpacks .zip files into their "
-                           f"members)")
+        raise DatasetError(
+            f"{label}: unsupported file type {sample.unknown or sample.suffix or '(a ZIP archive)'!r}: "
+            f"a ZIP archive is not one dataset (the portal's upload unpacks .zip files into their "
+            f"members)"
+        )
     if head.startswith(b"PAR1"):
         if sample.tail != b"PAR1" or (sample.complete and len(head) < 8):
             raise DatasetError(f"{label}: truncated parquet file (footer magic PAR1 missing)")
@@ -202,9 +208,11 @@ def _decode_sample(sample: _Sample) -> str:
     except DatasetError as error:
         if unknown:
             detail = str(error).removeprefix(f"{label}: ")
-            raise DatasetError(f"{label}: unsupported file type {unknown!r}, and the content is not plain text "
-                               f"({detail}); supported: {', '.join(sorted(FORMAT_BY_SUFFIX))}, or UTF-8 text "
-                               f"under any name") from None
+            raise DatasetError(
+                f"{label}: unsupported file type {unknown!r}, and the content is not plain text "
+                f"({detail}); supported: {', '.join(sorted(FORMAT_BY_SUFFIX))}, or UTF-8 text "
+                f"under any name"
+            ) from None
         raise
 
 
@@ -249,7 +257,12 @@ def discover_datasets(directory: str | Path) -> list[dict]:
             continue
         if path.suffix.lower() not in FORMAT_BY_SUFFIX:
             continue
-        entry: dict[str, Any] = {"path": path, "name": relative.as_posix(), "format": None, "size": path.stat().st_size}
+        entry: dict[str, Any] = {
+            "path": path,
+            "name": relative.as_posix(),
+            "format": None,
+            "size": path.stat().st_size,
+        }
         try:
             entry["format"] = sniff_format(path)
         except DatasetError as error:

@@ -156,38 +156,54 @@ def _json_records(reader: _Reader, handle: IO[bytes]) -> Iterator[tuple[int, Any
         return
     size = reader.path.stat().st_size
     if size > MAX_JSON_OBJECT_BYTES:
-        raise DatasetError(f"{reader.path}: a top-level JSON object is parsed whole and this one is {size} bytes "
-                           f"(limit {MAX_JSON_OBJECT_BYTES}); store the records as JSONL or a top-level list")
+        raise DatasetError(
+            f"{reader.path}: a top-level JSON object is parsed whole and this one is {size} bytes "
+            f"(limit {MAX_JSON_OBJECT_BYTES}); store the records as JSONL or a top-level list"
+        )
     text = "".join(reader.blocks(handle))
     try:
         document = json.loads(text)
     except json.JSONDecodeError as error:
-        raise DatasetError(f"{reader.path}: invalid JSON at line {error.lineno} column {error.colno}: {error.msg}") from None
+        raise DatasetError(
+            f"{reader.path}: invalid JSON at line {error.lineno} column {error.colno}: {error.msg}"
+        ) from None
     except RecursionError:
         raise DatasetError(f"{reader.path}: invalid JSON: {_too_deep().msg}") from None
     if not isinstance(document, dict):
-        raise DatasetError(f"{reader.path}: top-level JSON must be a list of records or an object, got {type(document).__name__}")
+        raise DatasetError(
+            f"{reader.path}: top-level JSON must be a list of records or an object, got "
+            f"{type(document).__name__}"
+        )
     if extract_text(document):
         yield 0, document
         return
     lists = [key for key in RECORD_LIST_KEYS if isinstance(document.get(key), list)]
     lists = lists or [key for key, value in document.items() if isinstance(value, list)]
     if not lists:
-        raise DatasetError(f"{reader.path}: JSON object has no text and no list of records (keys: {', '.join(list(document)[:12])})")
+        raise DatasetError(
+            f"{reader.path}: JSON object has no text and no list of records (keys: "
+            f"{', '.join(list(document)[:12])})"
+        )
     yield from enumerate(document[lists[0]])
 
 
-def _jsonl_records(reader: _Reader, handle: IO[bytes], errors: Callable[[int, str], None]) -> Iterator[tuple[int, Any]]:
+def _jsonl_records(
+    reader: _Reader, handle: IO[bytes], errors: Callable[[int, str], None]
+) -> Iterator[tuple[int, Any]]:
     for number, raw in enumerate(handle, start=1):
         if number == 1 and raw.startswith(codecs.BOM_UTF8):
             raw = raw[3:]
             reader.bytes_read += 3
         if _NUL in raw:
-            raise DatasetError(f"{reader.path}: binary data (NUL byte at byte offset {reader.bytes_read + raw.index(_NUL)})")
+            raise DatasetError(
+                f"{reader.path}: binary data (NUL byte at byte offset {reader.bytes_read + raw.index(_NUL)})"
+            )
         try:
             line = raw.decode("utf-8")
         except UnicodeDecodeError as error:
-            raise DatasetError(f"{reader.path}: invalid UTF-8 at byte offset {reader.bytes_read + error.start}") from None
+            raise DatasetError(
+                f"{reader.path}: invalid UTF-8 at byte offset {reader.bytes_read + error.start}"
+            ) from None
         reader.bytes_read += len(raw)
         if not line.strip():
             continue
@@ -212,8 +228,10 @@ def _parquet_records(reader: _Reader, batch_rows: int = 1024) -> Iterator[tuple[
     names = parquet.schema_arrow.names
     columns = [name for name in TEXT_COLUMNS if name in names]
     if not columns:
-        raise DatasetError(f"{reader.path}: parquet file has no text column (columns: {', '.join(names[:20])}; "
-                           f"expected one of: {', '.join(TEXT_COLUMNS)})")
+        raise DatasetError(
+            f"{reader.path}: parquet file has no text column (columns: {', '.join(names[:20])}; "
+            f"expected one of: {', '.join(TEXT_COLUMNS)})"
+        )
     total_rows = max(1, parquet.metadata.num_rows)
     size = reader.path.stat().st_size
     row = 0

@@ -14,9 +14,14 @@ def _as_text(value: Any) -> str:
     if isinstance(value, str):
         return value.strip()
     if isinstance(value, list):
-        parts = [_as_text(part) if isinstance(part, str) else
-                 _as_text(part.get("text")) if isinstance(part, dict) and part.get("type", "text") == "text" else ""
-                 for part in value]
+        parts = [
+            _as_text(part)
+            if isinstance(part, str)
+            else _as_text(part.get("text"))
+            if isinstance(part, dict) and part.get("type", "text") == "text"
+            else ""
+            for part in value
+        ]
         return "\n".join(part for part in parts if part)
     return ""
 
@@ -48,10 +53,15 @@ def extract_text(item: dict) -> str:
     """
     if not isinstance(item, dict):
         return ""
-    text = _turns(item.get("conversations"), "from", "value") or _turns(item.get("messages"), "role", "content")
+    text = _turns(item.get("conversations"), "from", "value") or _turns(
+        item.get("messages"), "role", "content"
+    )
     if text:
         return text
-    fields = [_as_text(item.get(key)) for key in ("instruction", "input", "output", "prompt", "response", "completion")]
+    fields = [
+        _as_text(item.get(key))
+        for key in ("instruction", "input", "output", "prompt", "response", "completion")
+    ]
     text = "\n".join(field for field in fields if field)
     return text or _as_text(item.get("text")) or _as_text(item.get("content"))
 

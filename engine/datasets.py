@@ -52,17 +52,33 @@ from engine.readers import Part, Reader, ReadOptions, reader_named
 from engine.text_places import TextPlaces
 from engine.tokenizer import Tokenizer
 
-__all__ = ["CHUNKED_FORMATS", "FORMATS", "FORMAT_BY_SUFFIX", "MAX_JSON_OBJECT_BYTES", "RECORD_LIST_KEYS",
-           "TEXT_COLUMNS", "DatasetError", "DatasetIssue", "chunk_spans",
-           "content_id", "discover_datasets", "extract_text", "iter_dataset", "sniff_format", "validate_dataset",
-           "window_bounds"]
+__all__ = [
+    "CHUNKED_FORMATS",
+    "FORMATS",
+    "FORMAT_BY_SUFFIX",
+    "MAX_JSON_OBJECT_BYTES",
+    "RECORD_LIST_KEYS",
+    "TEXT_COLUMNS",
+    "DatasetError",
+    "DatasetIssue",
+    "chunk_spans",
+    "content_id",
+    "discover_datasets",
+    "extract_text",
+    "iter_dataset",
+    "sniff_format",
+    "validate_dataset",
+    "window_bounds",
+]
 
 logger = logging.getLogger(__name__)
 
 
 # ----------------------------------------------------------------------------- iteration
 
-def _records(path: Path, fmt: str, reader: _Reader, report: Callable[[str, int, str], None]) -> Iterator[tuple[str, int, Any]]:
+def _records(
+    path: Path, fmt: str, reader: _Reader, report: Callable[[str, int, str], None]
+) -> Iterator[tuple[str, int, Any]]:
     """(kind, number, record) for the structured formats."""
     if fmt == "parquet":
         for row, record in _parquet_records(reader):
@@ -70,7 +86,9 @@ def _records(path: Path, fmt: str, reader: _Reader, report: Callable[[str, int, 
         return
     with open(path, "rb") as handle:
         if fmt == "jsonl":
-            for line, record in _jsonl_records(reader, handle, lambda number, message: report("line", number, message)):
+            for line, record in _jsonl_records(
+                reader, handle, lambda number, message: report("line", number, message)
+            ):
                 yield "line", line, record
         else:
             for item, record in _json_records(reader, handle):
@@ -130,7 +148,9 @@ def _iter(path: Path, tokenizer: Tokenizer | None, chunk_size: int, on_issue: Ca
         if not text:
             report(kind, number, f"no text found (keys: {', '.join(list(record)[:12]) or 'none'})")
             continue
-        yield from _record_documents(text, tokenizer, chunk_size, {"source": source, "format": fmt, "record": number})
+        yield from _record_documents(
+            text, tokenizer, chunk_size, {"source": source, "format": fmt, "record": number}
+        )
 
 
 def _part_records(path: Path, format_reader: Reader, tokenizer: Tokenizer | None, chunk_size: int,
@@ -166,7 +186,9 @@ def _window_place(part: Part, char_start: int, chunk: str) -> dict:
     return {**part.place, "lines": [first, first + chunk.count("\n")]}
 
 
-def _record_documents(text: str, tokenizer: Tokenizer | None, chunk_size: int, metadata: dict) -> Iterator[dict]:
+def _record_documents(
+    text: str, tokenizer: Tokenizer | None, chunk_size: int, metadata: dict
+) -> Iterator[dict]:
     """A structured record's documents: the record whole, or, when it is longer than one window of
     `chunk_size` tokens, its overlapping windows as a text's, each with metadata ``part`` (0-based),
     ``char_start``/``char_end`` in the record's text and ``tokens``. A record of at most `chunk_size`
@@ -175,8 +197,11 @@ def _record_documents(text: str, tokenizer: Tokenizer | None, chunk_size: int, m
         windows = list(_chunk_stream([text], tokenizer, chunk_size))
         if len(windows) > 1:
             for char_start, window, n_tokens, part in windows:
-                yield {"id": content_id(window), "text": window,
-                       "metadata": {**metadata, "part": part, **window_metadata(char_start, window, n_tokens)}}
+                yield {
+                    "id": content_id(window),
+                    "text": window,
+                    "metadata": {**metadata, "part": part, **window_metadata(char_start, window, n_tokens)},
+                }
             return
     yield {"id": content_id(text), "text": text, "metadata": metadata}
 
@@ -216,8 +241,8 @@ class _EnoughChecked(Exception):
     pass
 
 
-def validate_dataset(path: str | Path, max_records_to_check: int = 1000, *, tokenizer: Tokenizer | None = None,
-                     chunk_size: int = 1024) -> dict:
+def validate_dataset(path: str | Path, max_records_to_check: int = 1000, *,
+                     tokenizer: Tokenizer | None = None, chunk_size: int = 1024) -> dict:
     """Check an uploaded file by reading up to `max_records_to_check` documents.
 
     Returns ``{"path", "format", "size", "records_checked", "records_valid", "record_estimate",
@@ -263,6 +288,6 @@ def validate_dataset(path: str | Path, max_records_to_check: int = 1000, *, toke
         estimate = pq.ParquetFile(path).metadata.num_rows
     else:
         estimate = round(valid * size / max(1, reader.bytes_read))
-    return {"path": str(path), "format": fmt, "size": size, "records_checked": checked, "records_valid": valid,
-            "record_estimate": estimate, "complete": complete, "issues": [str(issue) for issue in errors[:20]],
-            "issue_count": len(errors)}
+    return {"path": str(path), "format": fmt, "size": size, "records_checked": checked,
+            "records_valid": valid, "record_estimate": estimate, "complete": complete,
+            "issues": [str(issue) for issue in errors[:20]], "issue_count": len(errors)}

@@ -111,7 +111,9 @@ class HDCEncoder:
         flat = np.ascontiguousarray(flat, dtype=np.int64)
         offsets = np.ascontiguousarray(offsets, dtype=np.int64)
         if flat.ndim != 1 or offsets.ndim != 1 or offsets.size < 1:
-            raise ValueError(f"flat ids must be 1-D and offsets 1-D with >= 1 entry, got {flat.shape}, {offsets.shape}")
+            raise ValueError(
+                f"flat ids must be 1-D and offsets 1-D with >= 1 entry, got {flat.shape}, {offsets.shape}"
+            )
         if offsets[0] != 0 or offsets[-1] != flat.size or np.any(np.diff(offsets) < 0):
             raise ValueError("offsets must start at 0, be non-decreasing and end at len(flat)")
         return flat, offsets
@@ -132,8 +134,13 @@ class HDCEncoder:
             return np.zeros((n_docs, self.dims), dtype=np.float32)
         if table is None:
             rows, table, _ = self._tables(local)
-        bags = torch.nn.functional.embedding_bag(torch.from_numpy(rows), table, torch.from_numpy(offsets[:-1]),
-                                                 mode="sum", per_sample_weights=self._idf[torch.from_numpy(local)])
+        bags = torch.nn.functional.embedding_bag(
+            torch.from_numpy(rows),
+            table,
+            torch.from_numpy(offsets[:-1]),
+            mode="sum",
+            per_sample_weights=self._idf[torch.from_numpy(local)],
+        )
         unigram = bags.float().numpy()
         norms = np.linalg.norm(unigram, axis=1, keepdims=True)
         scale = math.sqrt(self.dims / self.emb_dim)

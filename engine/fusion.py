@@ -71,8 +71,18 @@ def reciprocal_rank_fusion(rankings: Sequence[Sequence[Key]], k: float = DEFAULT
 # `choose_fusion` picks among CHOSEN_RULES, in order of preference on a tie. It tries the
 # score-level family only: on the self-queries of every set in bench/fusion_eval.py it ranks as
 # well as or better than RRF at the same weight, and one family keeps the multiple comparisons few.
-FUSION_RULES: tuple[str, ...] = ("hdc", "rrf:0.25", "rrf:0.5", "rrf:1", "rrf:2", "z:0.25", "z:0.5", "z:1", "z:2",
-                                 "late")
+FUSION_RULES: tuple[str, ...] = (
+    "hdc",
+    "rrf:0.25",
+    "rrf:0.5",
+    "rrf:1",
+    "rrf:2",
+    "z:0.25",
+    "z:0.5",
+    "z:1",
+    "z:2",
+    "late",
+)
 CHOSEN_RULES: tuple[str, ...] = ("hdc", "z:0.25", "z:0.5", "z:1", "z:2", "late")
 # One-sided z of the paired tests below (95 %).
 SIGNIFICANCE_Z = 1.645
@@ -130,7 +140,9 @@ def fuse_scores(hdc: np.ndarray, late: np.ndarray, *, rule: str, k: float = DEFA
     elif kind == "late":
         low = np.where(scored, late, np.inf).min(axis=-1, keepdims=True)
         # Unscored candidates follow the scored ones, in HDC order (a tiny HDC tie-break term).
-        fused = np.where(scored, late, np.where(np.isfinite(low), low, 0.0) - 1.0) + 1e-9 * _zscores(hdc, pool)
+        fused = np.where(scored, late, np.where(np.isfinite(low), low, 0.0) - 1.0) + 1e-9 * _zscores(
+            hdc, pool
+        )
     elif kind == "rrf":
         rank_hdc = _ranks(np.where(pool, hdc, -np.inf))
         rank_late = _ranks(np.where(scored, late, -np.inf))
@@ -193,9 +205,10 @@ def _paired_z(gain: np.ndarray) -> float:
     return mean / spread if spread > 0 else float(np.sign(mean)) * CERTAIN_Z
 
 
-def choose_fusion(hdc: np.ndarray, late: np.ndarray, targets: np.ndarray, *, kinds: Sequence[str] | None = None,
-                  rules: Sequence[str] = CHOSEN_RULES, k: float = DEFAULT_K, depth: int = 10,
-                  z: float = SIGNIFICANCE_Z, fallback: str = "hdc") -> FusionChoice:
+def choose_fusion(hdc: np.ndarray, late: np.ndarray, targets: np.ndarray, *,
+                  kinds: Sequence[str] | None = None, rules: Sequence[str] = CHOSEN_RULES,
+                  k: float = DEFAULT_K, depth: int = 10, z: float = SIGNIFICANCE_Z,
+                  fallback: str = "hdc") -> FusionChoice:
     """The fusion rule the self-queries' evidence supports; `fallback` where it supports none.
 
     Every rule's fused ranking is scored by reciprocal rank (MRR@depth) on every self-query. A
@@ -214,8 +227,10 @@ def choose_fusion(hdc: np.ndarray, late: np.ndarray, targets: np.ndarray, *, kin
     late = np.asarray(late, dtype=np.float64)
     targets = np.asarray(targets, dtype=np.int64)
     if not (hdc.shape == late.shape and hdc.ndim == 2 and targets.shape == (hdc.shape[0],)):
-        raise ValueError(f"hdc and late must be (q, m) with one target per query, got {hdc.shape}, {late.shape}, "
-                         f"{targets.shape}")
+        raise ValueError(
+            f"hdc and late must be (q, m) with one target per query, got {hdc.shape}, {late.shape}, "
+            f"{targets.shape}"
+        )
     labels = np.asarray(kinds if kinds is not None else [""] * len(targets))
     if labels.shape != targets.shape:
         raise ValueError(f"one kind per query expected, got {labels.shape} for {targets.shape}")
@@ -239,8 +254,10 @@ def choose_fusion(hdc: np.ndarray, late: np.ndarray, targets: np.ndarray, *, kin
         if all(_paired_z(over[g]) > z for g in groups):
             chosen, chosen_z = "late", _paired_z(ranks["late"] - base)
     gain = float((ranks.get(chosen, base) - base).mean()) if targets.size else 0.0
-    by_kind = {str(kind): {rule: round(float(r[g].mean()), 4) for rule, r in ranks.items()}
-               for kind, g in zip(dict.fromkeys(labels.tolist()), groups, strict=True)} if kinds is not None else {}
+    by_kind = {
+        str(kind): {rule: round(float(r[g].mean()), 4) for rule, r in ranks.items()}
+        for kind, g in zip(dict.fromkeys(labels.tolist()), groups, strict=True)
+    } if kinds is not None else {}
     evidence = {"queries": int(targets.size), "mrr": table, "gain": round(gain, 4), "z": round(chosen_z, 2)}
     if by_kind:
         evidence["mrr_by_kind"] = by_kind

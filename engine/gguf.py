@@ -193,7 +193,9 @@ class _Cursor:
                 append(buffer[pos : pos + length].decode("utf-8"))
                 pos += length
         except IndexError:
-            raise GGUFError(f"{self.path}: truncated or corrupt GGUF file: {what} runs past the end") from None
+            raise GGUFError(
+                f"{self.path}: truncated or corrupt GGUF file: {what} runs past the end"
+            ) from None
         except UnicodeDecodeError as exc:
             raise GGUFError(f"{self.path}: {what} holds a string that is not valid UTF-8 ({exc})") from None
         self.pos = pos
@@ -228,7 +230,9 @@ def _parse(path: Path, buffer: mmap.mmap) -> tuple[int, dict[str, Any], dict[str
     n_fields = cursor.scalar("<Q", "key/value count")
     # Each entry needs at least a few bytes: absurd counts mean corruption, not a huge file.
     if n_tensors > cursor.size // 24 or n_fields > cursor.size // 12:
-        raise GGUFError(f"{path}: corrupt GGUF header ({n_tensors} tensors, {n_fields} keys in {cursor.size} bytes)")
+        raise GGUFError(
+            f"{path}: corrupt GGUF header ({n_tensors} tensors, {n_fields} keys in {cursor.size} bytes)"
+        )
     fields: dict[str, Any] = {}
     for index in range(n_fields):
         key = cursor.string(f"key #{index}")
@@ -257,7 +261,9 @@ def _parse(path: Path, buffer: mmap.mmap) -> tuple[int, dict[str, Any], dict[str
     return version, fields, tensors, cursor.pos
 
 
-def _tensor_info(path: Path, name: str, dims: list[int], type_code: int, offset: int, file_size: int) -> TensorInfo:
+def _tensor_info(
+    path: Path, name: str, dims: list[int], type_code: int, offset: int, file_size: int
+) -> TensorInfo:
     try:
         tensor_type = GGMLQuantizationType(type_code)
     except ValueError:
@@ -266,11 +272,15 @@ def _tensor_info(path: Path, name: str, dims: list[int], type_code: int, offset:
     n_elements = int(np.prod(shape, dtype=np.int64)) if shape else 1
     block_size, type_size = GGML_QUANT_SIZES[tensor_type]
     if shape and shape[-1] % block_size:
-        raise GGUFError(f"{path}: tensor {name!r} row length {shape[-1]} is not a multiple of {tensor_type.name}'s block {block_size}")
+        raise GGUFError(
+            f"{path}: tensor {name!r} row length {shape[-1]} is not a multiple of {tensor_type.name}'s block "
+            f"{block_size}"
+        )
     n_bytes = n_elements // block_size * type_size
     if offset + n_bytes > file_size:
         raise GGUFError(
-            f"{path}: truncated GGUF file: tensor {name!r} needs bytes {offset}..{offset + n_bytes}, file has {file_size}"
+            f"{path}: truncated GGUF file: tensor {name!r} needs bytes {offset}..{offset + n_bytes}, file "
+            f"has {file_size}"
         )
     return TensorInfo(name=name, shape=shape, tensor_type=tensor_type, offset=offset, n_bytes=n_bytes)
 
@@ -290,7 +300,9 @@ def read_metadata(gguf_path: str | Path) -> GGUFMetadata:
     token_types = np.asarray(fields.get("tokenizer.ggml.token_type", np.ones(len(tokens))), dtype=np.int32)
     for key, values in (("tokenizer.ggml.scores", scores), ("tokenizer.ggml.token_type", token_types)):
         if values.shape != (len(tokens),):
-            raise GGUFError(f"{path}: {key} has {values.shape[0]} entries, tokenizer.ggml.tokens has {len(tokens)}")
+            raise GGUFError(
+                f"{path}: {key} has {values.shape[0]} entries, tokenizer.ggml.tokens has {len(tokens)}"
+            )
     return GGUFMetadata(
         path=path,
         version=version,
@@ -334,7 +346,8 @@ def _dequantize_rows(raw: np.ndarray, tensor: TensorInfo, path: Path) -> np.ndar
         values = gguf_quants.dequantize(raw, tensor.tensor_type)
     except NotImplementedError:
         raise GGUFError(
-            f"{path}: tensor {tensor.name!r} has type {tensor.tensor_type.name}, which gguf.quants cannot dequantise"
+            f"{path}: tensor {tensor.name!r} has type {tensor.tensor_type.name}, which gguf.quants cannot "
+            "dequantise"
         ) from None
     return np.asarray(values, dtype=np.float32)
 
@@ -362,7 +375,9 @@ def embedding_tensor_info(gguf_path: str | Path) -> TensorInfo:
     if tensor is None:
         raise GGUFError(f"{path}: no {EMBEDDING_TENSOR!r} tensor (found {len(tensors)} others)")
     if len(tensor.shape) != 2:
-        raise GGUFError(f"{path}: {EMBEDDING_TENSOR!r} must be 2-D (vocab, emb_dim), got shape {tensor.shape}")
+        raise GGUFError(
+            f"{path}: {EMBEDDING_TENSOR!r} must be 2-D (vocab, emb_dim), got shape {tensor.shape}"
+        )
     return tensor
 
 
@@ -382,7 +397,10 @@ def load_token_embeddings(gguf_path: str | Path, cache_dir: str | Path | None = 
         return out
 
     stat = path.stat()
-    key_source = f"{_CACHE_FORMAT}:{model_fingerprint(path)}:{stat.st_size}:{stat.st_mtime_ns}:{tensor.tensor_type.name}"
+    key_source = (
+        f"{_CACHE_FORMAT}:{model_fingerprint(path)}:{stat.st_size}:{stat.st_mtime_ns}"
+        f":{tensor.tensor_type.name}"
+    )
     key = hashlib.sha256(key_source.encode()).hexdigest()[:24]
     cache = Path(cache_dir)
     cache.mkdir(parents=True, exist_ok=True)
@@ -416,7 +434,9 @@ def dequantize_rows(raw: np.ndarray, type_name: str) -> np.ndarray:
         raise ValueError(f"raw rows must be 2-D (n, row_bytes), got shape {raw.shape}")
     block_size, type_size = GGML_QUANT_SIZES[tensor_type]
     if raw.shape[1] % type_size:
-        raise ValueError(f"{type_name}: row of {raw.shape[1]} bytes is not a whole number of {type_size}-byte blocks")
+        raise ValueError(
+            f"{type_name}: row of {raw.shape[1]} bytes is not a whole number of {type_size}-byte blocks"
+        )
     row_len = raw.shape[1] // type_size * block_size
     if raw.shape[0] == 0:
         return np.zeros((0, row_len), dtype=np.float32)
@@ -430,7 +450,9 @@ def token_rows(gguf_path: str | Path, token_ids: np.ndarray) -> tuple[str, np.nd
     tensor = embedding_tensor_info(path)
     rows, row_len = tensor.shape
     block_size, type_size = GGML_QUANT_SIZES[tensor.tensor_type]
-    raw = np.memmap(path, dtype=np.uint8, mode="r", offset=tensor.offset, shape=(rows, row_len // block_size * type_size))
+    raw = np.memmap(
+        path, dtype=np.uint8, mode="r", offset=tensor.offset, shape=(rows, row_len // block_size * type_size)
+    )
     try:
         return tensor.tensor_type.name, np.array(raw[np.asarray(token_ids, dtype=np.int64)])
     finally:

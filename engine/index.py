@@ -122,7 +122,9 @@ class BitmapIndex(IndexSearch):
             raise IndexFileError(f"{path}: corrupt header (chunk_words {chunk_words} for {n_words} words)")
         expected = HEADER_BYTES + count * 2 * n_words * 8
         if size != expected:
-            raise IndexFileError(f"{path}: file is {size} bytes, header promises {count} rows = {expected} bytes")
+            raise IndexFileError(
+                f"{path}: file is {size} bytes, header promises {count} rows = {expected} bytes"
+            )
         index = cls(path, dims=dims, count=count, layout=layout, chunk_words=chunk_words, writable=False)
         for name in _SIDE_ARRAYS:
             index._load_side(name)
@@ -169,7 +171,10 @@ class BitmapIndex(IndexSearch):
 
     def _chunks(self) -> list[tuple[int, int]]:
         """(first word, width) of every column chunk."""
-        return [(start, min(self.chunk_words, self.words - start)) for start in range(0, self.words, self.chunk_words)]
+        return [
+            (start, min(self.chunk_words, self.words - start))
+            for start in range(0, self.words, self.chunk_words)
+        ]
 
     def _block(self, start: int, width: int) -> np.ndarray:
         offset = self.count * 2 * start
@@ -202,11 +207,15 @@ class BitmapIndex(IndexSearch):
         (no dimension in both bitmaps, zero padding bits); a violation raises ValueError.
         """
         if not self.writable or self.finalized:
-            raise ValueError(f"{self.path}: index is read-only (open or finalized); build a new one to add rows")
+            raise ValueError(
+                f"{self.path}: index is read-only (open or finalized); build a new one to add rows"
+            )
         pos = bits._as_bitmap("pos", pos)
         neg = bits._as_bitmap("neg", neg)
         if pos.ndim != 2 or pos.shape != neg.shape or pos.shape[1] != self.words:
-            raise ValueError(f"pos/neg: expected equal shapes (m, {self.words}), got {pos.shape} and {neg.shape}")
+            raise ValueError(
+                f"pos/neg: expected equal shapes (m, {self.words}), got {pos.shape} and {neg.shape}"
+            )
         if np.any(pos & neg):
             raise ValueError("pos/neg: a dimension is set in both bitmaps")
         padding = ~bits.mask64_for_dims(self.dims, bits.bstride(self.dims))

@@ -131,8 +131,14 @@ class IndexSearch:
         order = np.lexsort((rows, -scores))[:k]
         return rows[order], scores[order].astype(np.int32)
 
-    def sample_scores(self, q_pos: np.ndarray, q_neg: np.ndarray, *, sample_chunks: int = DEFAULT_SAMPLE_CHUNKS,
-                      allowed_sources: Iterable[int] | None = None) -> tuple[np.ndarray, np.ndarray, int]:
+    def sample_scores(
+        self,
+        q_pos: np.ndarray,
+        q_neg: np.ndarray,
+        *,
+        sample_chunks: int = DEFAULT_SAMPLE_CHUNKS,
+        allowed_sources: Iterable[int] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray, int]:
         """`search_sampled`'s first pass alone: each row's score on the first `sample_chunks` column
         chunks, and their histogram. Shapes: q (words,) uint64 → partial int32 (count,), hist int64
         (2 * -lo + 1,) counting the allowed rows' values lo..-lo, and lo; a row outside
@@ -149,9 +155,20 @@ class IndexSearch:
         hist = np.zeros((numba.get_num_threads(), 2 * done + 1), dtype=np.int64)
         # One kernel launch for all the sampled chunks, not one per chunk (each waits for every
         # thread: a state of ten segments made ten times the launches of one index).
-        kernels.score_chunks_dense(self._body(), self.count, self.words, self.chunk_words, len(chunks), qp, qn,
-                                   partial, mask if mask is not None else np.zeros(0, dtype=np.bool_),
-                                   mask is not None, hist, -done)
+        kernels.score_chunks_dense(
+            self._body(),
+            self.count,
+            self.words,
+            self.chunk_words,
+            len(chunks),
+            qp,
+            qn,
+            partial,
+            mask if mask is not None else np.zeros(0, dtype=np.bool_),
+            mask is not None,
+            hist,
+            -done,
+        )
         return partial, hist.sum(axis=0), -done
 
     def search_auto(self, q_pos: np.ndarray, q_neg: np.ndarray, k: int, *,
@@ -203,7 +220,10 @@ class IndexSearch:
         if row_mask is not None:
             row_mask = np.asarray(row_mask)
             if row_mask.dtype != np.bool_ or row_mask.shape != (self.count,):
-                raise ValueError(f"row_mask: expected bool array of shape ({self.count},), got {row_mask.dtype} {row_mask.shape}")
+                raise ValueError(
+                    f"row_mask: expected bool array of shape ({self.count},), got {row_mask.dtype} "
+                    f"{row_mask.shape}"
+                )
             mask = row_mask
         if allowed_sources is not None:
             allowed = np.fromiter(allowed_sources, dtype=np.int64)
@@ -236,7 +256,9 @@ class IndexSearch:
 
     def _exact_scores(self, rows: np.ndarray, qp, qn, first_chunk: int = 0) -> np.ndarray:
         out = np.empty(rows.shape[0], dtype=np.int64)
-        kernels.score_rows_chunks(self._body(), self.count, self.words, self.chunk_words, first_chunk, rows, qp, qn, out)
+        kernels.score_rows_chunks(
+            self._body(), self.count, self.words, self.chunk_words, first_chunk, rows, qp, qn, out
+        )
         return out
 
 
@@ -270,7 +292,9 @@ class _PrunedSearch:
         new = best[~np.isin(best, self.known_rows, assume_unique=True)]
         if new.shape[0]:
             self.known_rows = np.concatenate([self.known_rows, new])
-            self.known_scores = np.concatenate([self.known_scores, self.index._exact_scores(new, self.qp, self.qn)])
+            self.known_scores = np.concatenate(
+                [self.known_scores, self.index._exact_scores(new, self.qp, self.qn)]
+            )
         self.bound = max(self.bound, int(np.partition(self.known_scores, -self.k)[-self.k]))
         return self.bound
 
@@ -304,7 +328,9 @@ class _PrunedSearch:
                 return self.survivors(number + 1, rows, partial[rows].astype(np.int64))
         return topk.top_k_dense(partial, hist, -done, k)
 
-    def scan_rest(self, first: int, partial: np.ndarray, hist: np.ndarray, done: int) -> tuple[np.ndarray, np.ndarray]:
+    def scan_rest(
+        self, first: int, partial: np.ndarray, hist: np.ndarray, done: int
+    ) -> tuple[np.ndarray, np.ndarray]:
         """Every allowed row on the chunks from `first` on, as the exact scan does, then the top k."""
         for (start, width), nnz in zip(self.chunks[first:], self.chunk_nnz[first:], strict=True):
             done += nnz

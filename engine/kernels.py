@@ -120,7 +120,9 @@ def score_block_dense(block, wc, qp, qn, partial, mask, use_mask, hist, lo):
 
 
 @njit(parallel=True, cache=True)
-def score_chunks_dense(data, count, n_words, chunk_words, n_chunks, qp, qn, partial, mask, use_mask, hist, lo):
+def score_chunks_dense(
+    data, count, n_words, chunk_words, n_chunks, qp, qn, partial, mask, use_mask, hist, lo
+):
     """partial[i] += the score of every (allowed) row over the column chunks 0..n_chunks - 1, in one
     launch; hist[t, v - lo] counts the rows' final values. Each of the hist.shape[0] threads owns a
     contiguous row range and reads it chunk after chunk (each chunk's rows lie one after another)."""

@@ -140,10 +140,14 @@ class WordIndex(WordChannel):
         with open(path, "wb") as handle:
             # The words as one UTF-8 text, a word per line (a fixed-width string array would take
             # four bytes per character of the longest word for every word).
-            np.savez(handle, vocabulary=np.frombuffer("\n".join(vocabulary).encode("utf-8"), dtype=np.uint8),
-                     starts=self.starts, rows=self.rows,
-                     counts=self.counts.astype(np.uint16 if self.counts.max(initial=0) < 65536 else np.uint32),
-                     lengths=self.lengths.astype(np.uint32))
+            np.savez(
+                handle,
+                vocabulary=np.frombuffer("\n".join(vocabulary).encode("utf-8"), dtype=np.uint8),
+                starts=self.starts,
+                rows=self.rows,
+                counts=self.counts.astype(np.uint16 if self.counts.max(initial=0) < 65536 else np.uint32),
+                lengths=self.lengths.astype(np.uint32),
+            )
 
     @classmethod
     def load(cls, path: str | Path) -> WordIndex:

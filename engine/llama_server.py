@@ -63,7 +63,13 @@ _M_MMAP_THRESHOLD = -3  # glibc's malloc.h
 # llama.cpp's built-in template for the architecture (the Gemma base GGUF ships none).
 AUTO_TEMPLATE = "auto"
 DEFAULT_CHAT_TEMPLATE = AUTO_TEMPLATE
-_BUILTIN_TEMPLATES = {"gemma": "gemma", "gemma2": "gemma", "gemma3": "gemma", "llama": "llama3", "qwen2": "chatml"}
+_BUILTIN_TEMPLATES = {
+    "gemma": "gemma",
+    "gemma2": "gemma",
+    "gemma3": "gemma",
+    "llama": "llama3",
+    "qwen2": "chatml",
+}
 
 
 # The environment variable that gives the served API its key (clients send it as a Bearer token).
@@ -253,8 +259,11 @@ class LlamaServer:
         # Lives as long as the child and is closed in stop(): not a `with` block.
         self._log = tempfile.NamedTemporaryFile(prefix="llama-server-", suffix=".log", delete=False)  # noqa: SIM115
         repo_root = Path(__file__).resolve().parent.parent
-        env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")])),
-               API_KEY_VARIABLE: self.api_key}
+        env = {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(filter(None, [str(repo_root), os.environ.get("PYTHONPATH")])),
+            API_KEY_VARIABLE: self.api_key,
+        }
         self._process = subprocess.Popen(self.command(), stdout=self._log, stderr=subprocess.STDOUT, env=env)
         deadline = time.monotonic() + self.startup_timeout
         while time.monotonic() < deadline:

@@ -76,8 +76,11 @@ class MemoryStore(Protocol):
 class SqliteMemoryStore:
     """The CLI's store: `memories.sqlite` in the build directory (table `memories`)."""
 
-    SCHEMA = ("CREATE TABLE IF NOT EXISTS memories (hdv_idx INTEGER PRIMARY KEY, id TEXT NOT NULL, "
-              "text TEXT NOT NULL, source_id INTEGER NOT NULL, metadata TEXT NOT NULL, token_count INTEGER NOT NULL)")
+    SCHEMA = (
+        "CREATE TABLE IF NOT EXISTS memories (hdv_idx INTEGER PRIMARY KEY, id TEXT NOT NULL, "
+        "text TEXT NOT NULL, source_id INTEGER NOT NULL, metadata TEXT NOT NULL, token_count INTEGER NOT "
+        "NULL)"
+    )
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
@@ -173,7 +176,9 @@ def load_corpus(build_dir: str | Path) -> LoadedIndex:
     expected = (manifest["dims"], manifest["ngram"], manifest["seed"], manifest["documents"])
     found = (encoder.dims, encoder.ngram, encoder.seed, index.count)
     if expected != found or index.dims != encoder.dims:
-        raise CorpusError(f"{build_dir}: manifest (dims, ngram, seed, documents) = {expected}, files hold {found}")
+        raise CorpusError(
+            f"{build_dir}: manifest (dims, ngram, seed, documents) = {expected}, files hold {found}"
+        )
     store_path = build_dir / MEMORIES_DB
     store = SqliteMemoryStore(store_path) if store_path.exists() else None
     return LoadedIndex(encoder=encoder, index=index, manifest=manifest, build_dir=build_dir, store=store)

@@ -16,10 +16,48 @@ class MarkupError(ValueError):
     """The document cannot be read as the markup it claims to be."""
 
 
-_HTML_BLOCKS = frozenset({
-    "address", "article", "aside", "blockquote", "br", "caption", "dd", "details", "div", "dl", "dt", "fieldset",
-    "figcaption", "figure", "footer", "form", "h1", "h2", "h3", "h4", "h5", "h6", "header", "hr", "li", "main",
-    "nav", "ol", "p", "pre", "section", "summary", "table", "td", "th", "title", "tr", "ul"})
+_HTML_BLOCKS = frozenset(
+    {
+        "address",
+        "article",
+        "aside",
+        "blockquote",
+        "br",
+        "caption",
+        "dd",
+        "details",
+        "div",
+        "dl",
+        "dt",
+        "fieldset",
+        "figcaption",
+        "figure",
+        "footer",
+        "form",
+        "h1",
+        "h2",
+        "h3",
+        "h4",
+        "h5",
+        "h6",
+        "header",
+        "hr",
+        "li",
+        "main",
+        "nav",
+        "ol",
+        "p",
+        "pre",
+        "section",
+        "summary",
+        "table",
+        "td",
+        "th",
+        "title",
+        "tr",
+        "ul",
+    }
+)
 _HTML_DROPPED = frozenset({"script", "style", "template", "svg"})
 _HTML_HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
 # Told (offset of the heading's line in the text, level 1-6, the heading's text) as headings end.
@@ -134,7 +172,9 @@ def xml_text(blocks: Iterable[bytes]) -> Iterator[str]:
             yield collector.take()
         parser.Parse(b"", True)
     except expat.ExpatError as error:
-        raise MarkupError(f"invalid XML at line {error.lineno} column {error.offset} "
-                           f"(byte offset {parser.ErrorByteIndex}): {expat.ErrorString(error.code)}") from None
+        raise MarkupError(
+            f"invalid XML at line {error.lineno} column {error.offset} "
+            f"(byte offset {parser.ErrorByteIndex}): {expat.ErrorString(error.code)}"
+        ) from None
     collector.boundary()
     yield collector.take()

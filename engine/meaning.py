@@ -144,8 +144,10 @@ class MeaningIndex:
         scales = np.asarray(scales, dtype=np.float32)
         if codes.dtype != np.int8 or codes.ndim != 2 or codes.shape[1] != DIMENSIONS \
                 or scales.shape != (codes.shape[0],) or not np.isfinite(scales).all():
-            raise MeaningError(f"inconsistent meaning rows: codes {codes.dtype} {codes.shape}, scales {scales.shape} "
-                               f"(int8 rows of {DIMENSIONS} and one finite scale each expected)")
+            raise MeaningError(
+                f"inconsistent meaning rows: codes {codes.dtype} {codes.shape}, scales {scales.shape} "
+                f"(int8 rows of {DIMENSIONS} and one finite scale each expected)"
+            )
         self.codes, self.scales, self.model = codes, scales, model
         self.count = int(codes.shape[0])
 
@@ -159,7 +161,9 @@ class MeaningIndex:
         models = {part.model for part in parts}
         if len(models) > 1:
             raise MeaningError(f"segments encoded by different models: {sorted(models)}")
-        return cls(np.concatenate([p.codes for p in parts]), np.concatenate([p.scales for p in parts]), models.pop())
+        return cls(
+            np.concatenate([p.codes for p in parts]), np.concatenate([p.scales for p in parts]), models.pop()
+        )
 
     def save(self, path: str | Path) -> None:
         with open(path, "wb") as handle:
@@ -205,8 +209,11 @@ def write_meaning(texts: Iterable[str], out_dir: str | Path, *, total: int | Non
     for chunk in batched(texts, WRITE_CHUNK):
         if done + len(chunk) > total:
             raise MeaningError(f"more than the {total} texts expected")
-        vectors = encoder.encode(chunk, should_cancel=should_cancel,
-                                 progress=None if progress is None else lambda d, _, at=done: progress(at + d, total))
+        vectors = encoder.encode(
+            chunk,
+            should_cancel=should_cancel,
+            progress=None if progress is None else lambda d, _, at=done: progress(at + d, total),
+        )
         if len(vectors) < len(chunk):
             return None
         codes[done:done + len(chunk)], scales[done:done + len(chunk)] = quantize(vectors)

@@ -70,7 +70,9 @@ CHAT_MODEL = PackagedModel(
 
 def models_dir(cache_dir: str | Path | None = None) -> Path:
     """`cache_dir`, else `$HDRAG_CACHE_DIR`, else `<repo>/.cache`; models go in its `models/`."""
-    base = Path(cache_dir or os.environ.get("HDRAG_CACHE_DIR") or Path(__file__).resolve().parent.parent / ".cache")
+    base = Path(
+        cache_dir or os.environ.get("HDRAG_CACHE_DIR") or Path(__file__).resolve().parent.parent / ".cache"
+    )
     return base / "models"
 
 
@@ -94,8 +96,10 @@ def assemble_parts(parts: Sequence[Path], target: Path, *, size: int, sha256: st
                         digest.update(block)
                         out.write(block)
         if digest.hexdigest() != sha256:
-            raise ModelAssemblyError(f"{target.name} assembled from its parts has sha256 {digest.hexdigest()}, "
-                                     f"expected {sha256}: refusing a model that is not the pinned file")
+            raise ModelAssemblyError(
+                f"{target.name} assembled from its parts has sha256 {digest.hexdigest()}, "
+                f"expected {sha256}: refusing a model that is not the pinned file"
+            )
         with open(temporary, "rb") as check:
             if check.read(4) != GGUF_MAGIC:
                 raise ModelAssemblyError(f"{target.name} assembled from its parts is not a GGUF file")
@@ -153,6 +157,10 @@ if __name__ == "__main__":
     if role not in ("chat", "chat-packaged", "embeddings"):
         sys.exit("usage: python -m engine.model_files [chat|chat-packaged|embeddings]")
     try:
-        print(default_gguf_path() if role == "embeddings" else default_chat_gguf_path(packaged=role == "chat-packaged"))
+        print(
+            default_gguf_path()
+            if role == "embeddings"
+            else default_chat_gguf_path(packaged=role == "chat-packaged")
+        )
     except (ModelAssemblyError, RequantizeError) as exc:
         sys.exit(f"engine.model_files: {exc}")

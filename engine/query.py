@@ -29,10 +29,47 @@ from engine import bits
 # query and every entry that happens to contain "What" or "?" becomes a hub: on the Jargon File one
 # entry sat in the top 10 of 98 % of "What is X?" questions, and removing the template lifted
 # recall@10 from 0.600 to 0.665 (bench/retrieval_eval.py, "hdc-stop").
-QUESTION_WORDS = frozenset([
-    "what", "who", "whom", "whose", "which", "when", "where", "why", "how", "is", "are", "was", "were", "be",
-    "been", "do", "does", "did", "the", "a", "an", "of", "to", "in", "on", "for", "and", "or", "about", "tell",
-    "me", "explain", "define", "describe", "mean", "means", "meaning"])
+QUESTION_WORDS = frozenset(
+    [
+        "what",
+        "who",
+        "whom",
+        "whose",
+        "which",
+        "when",
+        "where",
+        "why",
+        "how",
+        "is",
+        "are",
+        "was",
+        "were",
+        "be",
+        "been",
+        "do",
+        "does",
+        "did",
+        "the",
+        "a",
+        "an",
+        "of",
+        "to",
+        "in",
+        "on",
+        "for",
+        "and",
+        "or",
+        "about",
+        "tell",
+        "me",
+        "explain",
+        "define",
+        "describe",
+        "mean",
+        "means",
+        "meaning",
+    ]
+)
 _QUERY_WORDS = re.compile(r"[\w'-]+")
 
 
@@ -85,7 +122,9 @@ class BlendState:
         if not data:
             return cls()
         if data.get("version") != cls.VERSION or not isinstance(data.get("responses"), list):
-            raise ValueError(f"blend state: expected version {cls.VERSION} with a 'responses' list, got {data!r:.200}")
+            raise ValueError(
+                f"blend state: expected version {cls.VERSION} with a 'responses' list, got {data!r:.200}"
+            )
         return cls(data["responses"], max_turns=int(data.get("max_turns", 8)))
 
 

@@ -90,7 +90,12 @@ def asked_term(query: str) -> str | None:
     term = " ".join(term.split()).strip(" .!").lower()
     words = term.split()
     # "What is the default value of X?" asks for a property of X, not what a term means.
-    if not words or len(words) > ASKED_TERM_WORDS or "of" in words or all(word in _NOT_TERMS for word in words):
+    if (
+        not words
+        or len(words) > ASKED_TERM_WORDS
+        or "of" in words
+        or all(word in _NOT_TERMS for word in words)
+    ):
         return None
     return term
 

@@ -151,7 +151,9 @@ class RepetitionGuard:
                 counts[key] = counts.get(key, 0) + 1
                 if counts[key] >= self.max_line_repeats:
                     offset = len("\n".join(lines[:len(lines) - len(window)]))
-                    first = next(i for i, candidate in enumerate(window) if " ".join(candidate.split()) == key)
+                    first = next(
+                        i for i, candidate in enumerate(window) if " ".join(candidate.split()) == key
+                    )
                     return offset + len("\n".join(window[:first + 1])) + (1 if offset else 0)
         return None
 

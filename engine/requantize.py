@@ -49,7 +49,9 @@ def requantized_from(path: str | Path) -> tuple[str, str] | None:
     return str(fields[SOURCE_KEY].contents()), str(fields[PLAN_KEY].contents())
 
 
-def requantize(source: str | Path, target: str | Path, plan: Mapping[str, str], *, source_sha256: str) -> Path:
+def requantize(
+    source: str | Path, target: str | Path, plan: Mapping[str, str], *, source_sha256: str
+) -> Path:
     """Write `target`: `source` with every 2-D tensor whose type is a key of `plan` re-encoded in
     the type it maps to (names of `gguf.GGMLQuantizationType`, e.g. {"Q5_0": "Q4_0"}).
 
@@ -94,7 +96,9 @@ def _plan_types(plan: Mapping[str, str]) -> dict[GGMLQuantizationType, GGMLQuant
         try:
             types[gguf.GGMLQuantizationType[source_name]] = gguf.GGMLQuantizationType[target_name]
         except KeyError as exc:
-            raise RequantizeError(f"unknown quantization type {exc.args[0]!r} in the plan {plan_text(plan)}") from None
+            raise RequantizeError(
+                f"unknown quantization type {exc.args[0]!r} in the plan {plan_text(plan)}"
+            ) from None
     return types
 
 
@@ -124,8 +128,9 @@ def _copy_metadata(reader: GGUFReader, writer: GGUFWriter) -> None:
         writer.add_key_value(field.name, field.contents(), value_type, sub_type=sub_type)
 
 
-def _tensor_layout(reader: GGUFReader, writer: GGUFWriter, types: dict[GGMLQuantizationType, GGMLQuantizationType]
-                   ) -> list[tuple[ReaderTensor, GGMLQuantizationType | None]]:
+def _tensor_layout(
+    reader: GGUFReader, writer: GGUFWriter, types: dict[GGMLQuantizationType, GGMLQuantizationType]
+) -> list[tuple[ReaderTensor, GGMLQuantizationType | None]]:
     """Add each tensor's info to `writer`: its new type and byte shape where the plan re-encodes it,
     else as it is → [(tensor, new type or None)] in the file's order."""
     import gguf
@@ -141,5 +146,7 @@ def _tensor_layout(reader: GGUFReader, writer: GGUFWriter, types: dict[GGMLQuant
         shape = tuple(int(n) for n in reversed(tensor.shape))  # rows, columns (numpy order)
         byte_shape = gguf.quant_shape_to_byte_shape(shape, new_type)
         layout.append((tensor, new_type))
-        writer.add_tensor_info(tensor.name, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)), new_type)
+        writer.add_tensor_info(
+            tensor.name, byte_shape, np.dtype(np.uint8), int(np.prod(byte_shape)), new_type
+        )
     return layout

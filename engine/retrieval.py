@@ -12,8 +12,8 @@ Choices the spec leaves open:
 * Candidates: the index's top-`candidates` (default 500) by ternary score, after the dataset
   filter (applied inside the index, before any scoring): exact below
   `index_search.SAMPLED_SEARCH_MIN_ROWS` rows, from a sampled first pass with an exact re-rank above
-  (`BitmapIndex.search_auto`; recall against the exact scan measured by bench/search.py). Several corpora of the same dims
-  are searched one by one and their candidates merged before everything below.
+  (`BitmapIndex.search_auto`; recall against the exact scan measured by bench/search.py). Several corpora of
+  the same dims are searched one by one and their candidates merged before everything below.
 * Threshold: `bits.adaptive_threshold` over the merged candidate scores; kept: score >= it and
   score > 0, topped up from the ranking (score > 0) to `min_context` documents.
 * Dedup and HDC-MMR: `engine.ranking` (`dedup`, `hdc_mmr`: coverage-aware greedy selection within
@@ -107,14 +107,18 @@ class SearchResult:
 class Retriever:
     """Search over one or several loaded corpora. Stateless apart from a bounded encoding cache."""
 
-    def __init__(self, tokenizer: Tokenizer, config: Config, *, candidates: int = 500, cache_size: int = 512) -> None:
+    def __init__(
+        self, tokenizer: Tokenizer, config: Config, *, candidates: int = 500, cache_size: int = 512
+    ) -> None:
         if candidates < 1 or cache_size < 1:
             # cachetools refuses every insert into a cache of size 0 (ValueError: value too large).
             raise ValueError(f"candidates and cache_size must be >= 1, got {candidates} and {cache_size}")
         self.tokenizer = tokenizer
         self.config = config
         self.candidates = candidates
-        self._cache: LRUCache[tuple[str, str], tuple[np.ndarray, np.ndarray, int]] = LRUCache(maxsize=cache_size)
+        self._cache: LRUCache[tuple[str, str], tuple[np.ndarray, np.ndarray, int]] = LRUCache(
+            maxsize=cache_size
+        )
         self._lock = threading.Lock()
 
     def encode_text(self, corpus: LoadedIndex, text: str) -> tuple[np.ndarray, np.ndarray, int]:
@@ -188,9 +192,10 @@ class Retriever:
         ranked = orders[0] if orders is not None else candidates
         return np.array([c.row for c in ranked], dtype=np.int64)
 
-    def search_vectors(self, vectors: Sequence[tuple[np.ndarray, np.ndarray]], targets: Sequence[SearchTarget], *,
-                       token_budget: int | None = None, top_document: bool = False,
-                       trace: dict | None = None, query: str = "") -> list[SearchResult]:
+    def search_vectors(self, vectors: Sequence[tuple[np.ndarray, np.ndarray]],
+                       targets: Sequence[SearchTarget], *, token_budget: int | None = None,
+                       top_document: bool = False, trace: dict | None = None,
+                       query: str = "") -> list[SearchResult]:
         """`search` from already blended query bitmaps, one (pos, neg) (words,) uint64 per target.
         `query`, the text, is what the targets' channels score, and weighs several targets by their
         word coverage (`merge_targets`); without it they are merged by score per length alone."""
@@ -206,8 +211,9 @@ class Retriever:
         for number, (target, (q_pos, q_neg)) in enumerate(zip(targets, vectors, strict=True)):
             if target.corpus.count == 0 or not (q_pos.any() or q_neg.any()):
                 continue
-            rows, scores = target.corpus.index.search_auto(
-                q_pos, q_neg, min(self.candidates, target.corpus.count), allowed_sources=target.enabled_sources)
+            rows, scores = target.corpus.index.search_auto(q_pos, q_neg,
+                                                           min(self.candidates, target.corpus.count),
+                                                           allowed_sources=target.enabled_sources)
             candidates.extend(Candidate(number, int(r), int(s)) for r, s in zip(rows, scores, strict=True))
         candidates.sort(key=lambda c: (-c.score, c.target, c.row))
         trace = {} if trace is None else trace
@@ -283,10 +289,20 @@ class Retriever:
                 c.fused = 1.0 / (DEFAULT_K + rank)
         return out if moved else None
 
-    def get_context(self, query: str, targets: Sequence[SearchTarget], *, blend: BlendState | None = None,
-                    token_budget: int | None = None, top_document: bool = False, compress: bool = False) -> str:
+    def get_context(
+        self,
+        query: str,
+        targets: Sequence[SearchTarget],
+        *,
+        blend: BlendState | None = None,
+        token_budget: int | None = None,
+        top_document: bool = False,
+        compress: bool = False,
+    ) -> str:
         """The retrieved texts joined by "\\n\\n---\\n\\n" (each compressed when `compress`)."""
-        results = self.search(query, targets, blend=blend, token_budget=token_budget, top_document=top_document)
+        results = self.search(
+            query, targets, blend=blend, token_budget=token_budget, top_document=top_document
+        )
         texts = [r.memory.text for r in results]
         return CONTEXT_DELIMITER.join(bits.compress_context(t) if compress else t for t in texts)
 
@@ -347,6 +363,18 @@ class Retriever:
         return hdc_mmr(pos, neg, scores, tokens, dims, budget, self.config.min_context)
 
     @staticmethod
-    def _results(targets: Sequence[SearchTarget], chosen: list[Candidate], fused: bool = False) -> list[SearchResult]:
-        return [SearchResult(c.memory, float(c.score), targets[c.target].name, c.late, c.fused if fused else None,
-                             c.merge, c.meaning) for c in chosen]
+    def _results(
+        targets: Sequence[SearchTarget], chosen: list[Candidate], fused: bool = False
+    ) -> list[SearchResult]:
+        return [
+            SearchResult(
+                c.memory,
+                float(c.score),
+                targets[c.target].name,
+                c.late,
+                c.fused if fused else None,
+                c.merge,
+                c.meaning,
+            )
+            for c in chosen
+        ]

@@ -100,7 +100,8 @@ class SegmentedIndex:
 
     def _split(self, rows: np.ndarray | Iterable[int]) -> tuple[np.ndarray, np.ndarray]:
         """State rows (m,) -> (segment number (m,), local row (m,)); IndexError outside [0, count)."""
-        rows = np.asarray(list(rows) if not isinstance(rows, np.ndarray) else rows, dtype=np.int64).reshape(-1)
+        rows = np.asarray(list(rows) if not isinstance(rows, np.ndarray) else rows, dtype=np.int64)
+        rows = rows.reshape(-1)
         if rows.size and (rows.min() < 0 or rows.max() >= self.count):
             raise IndexError(f"rows must lie in [0, {self.count})")
         part = np.searchsorted(self.offsets, rows, side="right") - 1
@@ -133,7 +134,8 @@ class SegmentedIndex:
             found.append(getattr(part, method)(q_pos, q_neg, min(k, part.count), **options, **extra))
         return self._merged(k, found)
 
-    def search(self, q_pos: np.ndarray, q_neg: np.ndarray, k: int, *, allowed_sources: Iterable[int] | None = None,
+    def search(self, q_pos: np.ndarray, q_neg: np.ndarray, k: int, *,
+               allowed_sources: Iterable[int] | None = None,
                row_mask: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """`BitmapIndex.search` over every segment (exact)."""
         return self._each("search", q_pos, q_neg, k, row_mask, allowed_sources=allowed_sources)
@@ -176,7 +178,9 @@ class SegmentedIndex:
             kth = max(topk.kth_value(hist, lo, shortlist), lo)
             ties_left = shortlist - int(hist[kth - lo + 1:].sum())
             for number, partial, _, _ in passes:
-                rows = topk.rows_at_least(partial, kth, int(np.count_nonzero(partial > kth)) + max(ties_left, 0))
+                rows = topk.rows_at_least(
+                    partial, kth, int(np.count_nonzero(partial > kth)) + max(ties_left, 0)
+                )
                 ties_left -= int(np.count_nonzero(partial[rows] == kth))
                 if rows.size:
                     scores = partial[rows].astype(np.int64) + self.parts[number].score_rows(
@@ -189,7 +193,9 @@ class SegmentedIndex:
         order = np.lexsort((rows, -scores))[:k]
         return rows[order], scores[order].astype(np.int32)
 
-    def score_rows(self, rows: np.ndarray | Iterable[int], q_pos: np.ndarray, q_neg: np.ndarray) -> np.ndarray:
+    def score_rows(
+        self, rows: np.ndarray | Iterable[int], q_pos: np.ndarray, q_neg: np.ndarray
+    ) -> np.ndarray:
         """Exact ternary scores int64 (m,) of the given state rows (m,) for the query."""
         part, local = self._split(rows)
         out = np.zeros(local.size, dtype=np.int64)
@@ -210,7 +216,8 @@ class SegmentedIndex:
 
 
 def _search_small(part: BitmapIndex, q_pos: np.ndarray, q_neg: np.ndarray, k: int,
-                  allowed_sources: Iterable[int] | None, row_mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+                  allowed_sources: Iterable[int] | None,
+                  row_mask: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
     """The exact top k of a small segment from one gather of its rows (see SMALL_SEGMENT_ROWS):
     the same rows and scores as `BitmapIndex.search_exact`, ties to the lower row."""
     rows = np.arange(part.count, dtype=np.int64)
@@ -240,7 +247,9 @@ class SegmentedWordIndex(WordChannel):
         self.offsets = np.asarray(offsets, dtype=np.int64)
         counts = [p.count for p in parts]
         if list(np.diff(self.offsets)) != counts:
-            raise ValueError(f"word indexes hold {counts} rows, the segments {np.diff(self.offsets).tolist()}")
+            raise ValueError(
+                f"word indexes hold {counts} rows, the segments {np.diff(self.offsets).tolist()}"
+            )
         self.count = int(self.offsets[-1])
         total_length = sum(float(p.lengths.astype(np.float64).sum()) for p in parts)
         self.average_length = total_length / self.count if self.count and total_length else 1.0
@@ -253,7 +262,9 @@ class SegmentedWordIndex(WordChannel):
             for word in asked:
                 number = part.vocabulary.get(word)
                 if number is not None:
-                    frequency[word] = frequency.get(word, 0) + int(part.starts[number + 1] - part.starts[number])
+                    frequency[word] = frequency.get(word, 0) + int(
+                        part.starts[number + 1] - part.starts[number]
+                    )
         found = sorted(frequency)
         df = np.array([frequency[w] for w in found], dtype=np.float64)
         return found, np.log1p((self.count - df + 0.5) / (df + 0.5))
@@ -268,7 +279,8 @@ class SegmentedWordIndex(WordChannel):
                 span = slice(part.starts[local], part.starts[local + 1])
                 hits = part.rows[span]
                 scores[hits] += weight * bm25_weights(part.counts[span].astype(np.float64),
-                                                       part.lengths[hits].astype(np.float64), self.average_length)
+                                                      part.lengths[hits].astype(np.float64),
+                                                      self.average_length)
         return scores
 
     def score_all(self, query: str) -> np.ndarray | None:
@@ -323,8 +335,10 @@ def load_state(build_dirs: Sequence[str | Path], *,
     for part in parts:
         info = segment_info(part.manifest)
         if info["row_offset"] != rows:
-            raise CorpusError(f"{part.build_dir}: segment starts at row {info['row_offset']}, the state has {rows} "
-                              f"rows before it")
+            raise CorpusError(
+                f"{part.build_dir}: segment starts at row {info['row_offset']}, the state has {rows} "
+                f"rows before it"
+            )
         if (part.dims, part.encoder.ngram, part.encoder.seed) != (parts[0].dims, parts[0].encoder.ngram,
                                                                  parts[0].encoder.seed):
             raise CorpusError(f"{part.build_dir}: HDC parameters differ from the base segment's")
@@ -381,8 +395,9 @@ def append_segment(*, previous_dir: str | Path, datasets: Iterable[tuple[int, st
     timings: dict[str, float] = {}
     spool_dir = out_dir / _SPOOL
     spool, tokenized, offsets = _tokenize_append(datasets, spool_dir, tokenizer=tokenizer,
-                                                 chunk_size=int(previous["chunk_size"]), batch_docs=batch_docs,
-                                                 report=report, checkpoint=checkpoint, known=known, timings=timings)
+                                                 chunk_size=int(previous["chunk_size"]),
+                                                 batch_docs=batch_docs, report=report, checkpoint=checkpoint,
+                                                 known=known, timings=timings)
     n_docs = offsets.size - 1
     checkpoint()
     with _timed(timings, "vocabulary"):
@@ -413,16 +428,19 @@ def _tokenize_append(datasets: list[tuple[int, str, Path]], spool_dir: Path, *, 
     spool_dir.mkdir()
     spool = _Spool(spool_dir / "tokens.i32", spool_dir / "records.jsonl")
     with _timed(timings, "tokenize"):
-        tokenized = _tokenize_pass(datasets, tokenizer, chunk_size, spool, batch_docs, report, checkpoint, known)
+        tokenized = _tokenize_pass(
+            datasets, tokenizer, chunk_size, spool, batch_docs, report, checkpoint, known
+        )
     offsets = np.asarray(spool.offsets, dtype=np.int64)
     if offsets.size == 1:
         raise BuildError(f"no documents found in {[str(d[2]) for d in datasets]}")
     return spool, tokenized, offsets
 
 
-def _encode_append(out_dir: Path, *, encoder: HDCEncoder, spool: _Spool, tokens: np.ndarray, offsets: np.ndarray,
-                   sink: Sink | None, batch_docs: int, report: Progress, checkpoint: Callable[[], None],
-                   row_offset: int, word_index: bool, timings: dict[str, float]) -> None:
+def _encode_append(out_dir: Path, *, encoder: HDCEncoder, spool: _Spool, tokens: np.ndarray,
+                   offsets: np.ndarray, sink: Sink | None, batch_docs: int, report: Progress,
+                   checkpoint: Callable[[], None], row_offset: int, word_index: bool,
+                   timings: dict[str, float]) -> None:
     """The new documents' rows (numbered from `row_offset`) and records, and with `word_index`
     their exact-word index (`words.npz`)."""
     texts: list[str] | None = [] if word_index else None
@@ -453,14 +471,15 @@ def _extend_vocabulary(vocab: VocabIndex, out_dir: Path, *, tokenizer: Tokenizer
     return vocab, {"new_tokens": int(unseen.size), "oov_share": round(oov_share, 6)}
 
 
-def _append_manifest(previous: dict[str, Any], *, tokenized: _Tokenized, offsets: np.ndarray, vocab: VocabIndex,
-                     sink: Sink | None, segment: dict[str, Any]) -> dict[str, Any]:
+def _append_manifest(previous: dict[str, Any], *, tokenized: _Tokenized, offsets: np.ndarray,
+                     vocab: VocabIndex, sink: Sink | None, segment: dict[str, Any]) -> dict[str, Any]:
     """An append's manifest: the previous segment's parameters, the new documents' counts and sources."""
     n_docs = offsets.size - 1
     return {
-        **{k: previous[k] for k in ("format_version", "dims", "seed", "ngram", "drop_components", "chunk_size",
-                                    "model", "encoder") if k in previous},
-        "created": _created(), "documents": n_docs, "duplicates": sum(s["duplicates"] for s in tokenized.sources),
+        **{k: previous[k] for k in ("format_version", "dims", "seed", "ngram", "drop_components",
+                                    "chunk_size", "model", "encoder") if k in previous},
+        "created": _created(), "documents": n_docs,
+        "duplicates": sum(s["duplicates"] for s in tokenized.sources),
         "skipped_records": len(tokenized.skipped), "vocab_size": vocab.size,
         "median_doc_length": float(np.median(np.diff(offsets))), "sources": tokenized.sources,
         "memories": "sink" if sink is not None else "memories.sqlite",

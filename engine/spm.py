@@ -106,7 +106,10 @@ class GGUFTokenizer:
         if not tokens:
             raise ValueError("the vocabulary is empty")
         if len(scores) != len(tokens) or len(token_types) != len(tokens):
-            raise ValueError(f"vocabulary arrays disagree: {len(tokens)} tokens, {len(scores)} scores, {len(token_types)} types")
+            raise ValueError(
+                f"vocabulary arrays disagree: {len(tokens)} tokens, {len(scores)} scores, {len(token_types)} "
+                "types"
+            )
         self.vocab_size = len(tokens)
         self.add_special = add_special
         self.parse_special = parse_special
@@ -117,7 +120,9 @@ class GGUFTokenizer:
         self._types = effective_token_types(self._tokens, token_types)
         self._bos_id, self._eos_id = bos_id, eos_id
         self._add_bos, self._add_eos, self._add_space_prefix = add_bos, add_eos, add_space_prefix
-        self.special_ids = {int(i) for i in np.flatnonzero((self._types == TYPE_CONTROL) | (self._types == TYPE_UNKNOWN))}
+        self.special_ids = {
+            int(i) for i in np.flatnonzero((self._types == TYPE_CONTROL) | (self._types == TYPE_UNKNOWN))
+        }
         self._byte_ids = [self._byte_token(byte) for byte in range(256)]
         self._pieces = self._build_pieces()
         self._build_partition()
@@ -177,7 +182,11 @@ class GGUFTokenizer:
         return pieces
 
     def _build_partition(self) -> None:
-        kinds = (TYPE_USER_DEFINED,) if not self.parse_special else (TYPE_USER_DEFINED, TYPE_CONTROL, TYPE_UNKNOWN)
+        kinds = (
+            (TYPE_USER_DEFINED,)
+            if not self.parse_special
+            else (TYPE_USER_DEFINED, TYPE_CONTROL, TYPE_UNKNOWN)
+        )
         ids = [i for i in np.flatnonzero(np.isin(self._types, kinds)).tolist() if self._tokens[i]]
         # llama.cpp sorts by byte length, longest first; equal lengths keep id order here.
         ids.sort(key=lambda i: (-len(self._tokens[i].encode("utf-8")), i))

@@ -81,8 +81,15 @@ def text_doc_id(build_id: str | int, source_id: int) -> str:
     return f"build{_check_build_id(build_id)}-source{int(source_id)}"
 
 
-def text_encoder_for(corpus: LoadedIndex, *, gguf_path: str | Path, tokenizer: Tokenizer,
-                     cache_dir: str | Path | None = None, dim: int = 768, **options: Any) -> TokenVectorEncoder:
+def text_encoder_for(
+    corpus: LoadedIndex,
+    *,
+    gguf_path: str | Path,
+    tokenizer: Tokenizer,
+    cache_dir: str | Path | None = None,
+    dim: int = 768,
+    **options: Any,
+) -> TokenVectorEncoder:
     """The `TokenVectorEncoder` of a build: its GGUF's token embeddings (memory-mapped from
     `cache_dir` when given), IDF from the build's vocabulary, the tokenizer's special ids dropped.
 
@@ -93,10 +100,18 @@ def text_encoder_for(corpus: LoadedIndex, *, gguf_path: str | Path, tokenizer: T
     return TokenVectorEncoder.for_corpus(corpus, embeddings, special_ids=special, dim=dim, **options)
 
 
-def text_store_fill(*, store: ChromaClient, corpus: LoadedIndex, encoder: TokenVectorEncoder, tokenizer: Tokenizer,
-                    build_id: str | int, memories: MemoryStore | None = None, progress: Progress | None = None,
-                    should_cancel: Callable[[], bool] | None = None, batch_rows: int = BATCH_ROWS
-                    ) -> TextStoreResult:
+def text_store_fill(
+    *,
+    store: ChromaClient,
+    corpus: LoadedIndex,
+    encoder: TokenVectorEncoder,
+    tokenizer: Tokenizer,
+    build_id: str | int,
+    memories: MemoryStore | None = None,
+    progress: Progress | None = None,
+    should_cancel: Callable[[], bool] | None = None,
+    batch_rows: int = BATCH_ROWS,
+) -> TextStoreResult:
     """Upsert one text record per memory row of `corpus` (a finished build) into `store`.
 
     Texts come from `memories` (default: the build's own `corpus.store`), rows in order.
@@ -227,7 +242,9 @@ def text_store_delete_source(*, store: ChromaClient, source_id: int) -> int:
     return _delete_where(store, where, f"source {int(source_id)}")
 
 
-def _write_late_file(path: Path, *, encoder: TokenVectorEncoder, row_ids: list[np.ndarray], norms: np.ndarray) -> None:
+def _write_late_file(
+    path: Path, *, encoder: TokenVectorEncoder, row_ids: list[np.ndarray], norms: np.ndarray
+) -> None:
     """`LATE_FILE`: ids (n,) int32 local vocabulary positions of every row's content tokens, offsets
     (rows + 1,) int64, norms (rows,) float32 (a row's summary before normalisation; 0: no sequence),
     vocab (v,) int64 token ids, vectors (v, dim) float16 their weighted rows, the encoder signature."""
@@ -235,8 +252,13 @@ def _write_late_file(path: Path, *, encoder: TokenVectorEncoder, row_ids: list[n
     np.cumsum([ids.size for ids in row_ids], out=offsets[1:])
     flat = np.concatenate(row_ids) if row_ids else np.zeros(0, np.int64)
     vocab, local = np.unique(flat, return_inverse=True)
-    vectors = np.concatenate([encoder.token_rows(vocab[start:start + 4096]) for start in range(0, vocab.size, 4096)]
-                             ) if vocab.size else np.zeros((0, encoder.dim), np.float32)
+    vectors = (
+        np.concatenate(
+            [encoder.token_rows(vocab[start : start + 4096]) for start in range(0, vocab.size, 4096)]
+        )
+        if vocab.size
+        else np.zeros((0, encoder.dim), np.float32)
+    )
     tmp = path.with_name(path.name + ".tmp.npz")
     np.savez(tmp, ids=local.astype(np.int32), offsets=offsets, norms=norms, vocab=vocab,
              vectors=vectors.astype(np.float16), signature=np.array(encoder.signature))
@@ -273,7 +295,9 @@ class LateInteractionChannel:
                   ) -> LateInteractionChannel | None:
         """The channel of a build whose fill wrote `LATE_FILE`; None for a build without one."""
         path = Path(corpus.build_dir) / LATE_FILE if corpus.build_dir is not None else None
-        return cls(path, encoder=encoder, tokenizer=tokenizer) if path is not None and path.is_file() else None
+        return (
+            cls(path, encoder=encoder, tokenizer=tokenizer) if path is not None and path.is_file() else None
+        )
 
     def _query(self, query: str) -> np.ndarray | None:
         """The query's sequence (1 + k, dim), as `encoder.encode` makes it, with the rows of tokens
@@ -309,7 +333,9 @@ class LateInteractionChannel:
         np.cumsum(lengths[:-1], out=segments[1:])
         flat = self.ids[np.repeat(starts - segments, lengths) + np.arange(int(lengths.sum()))]
         vocab, local = np.unique(flat, return_inverse=True)
-        by_token = (query_rows @ self.vectors[vocab].astype(np.float32).T)[:, local]  # (q, tokens of all rows)
+        by_token = (query_rows @ self.vectors[vocab].astype(np.float32).T)[
+            :, local
+        ]  # (q, tokens of all rows)
         best = np.maximum.reduceat(by_token, segments, axis=1)
         summary = np.add.reduceat(by_token, segments, axis=1) / self.norms[rows[scored]]
         out[scored] = np.maximum(best, summary).sum(axis=0, dtype=np.float64)

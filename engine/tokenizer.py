@@ -60,14 +60,18 @@ class LlamaCppTokenizer:
         try:
             self.vocab_size = int(models["data"][0]["meta"]["n_vocab"])
         except (KeyError, IndexError, TypeError, ValueError):
-            raise LLMUnavailableError(f"{self.base_url}/v1/models did not report n_vocab: {str(models)[:200]}") from None
+            raise LLMUnavailableError(
+                f"{self.base_url}/v1/models did not report n_vocab: {str(models)[:200]}"
+            ) from None
         if gguf_path is not None:
             from engine.gguf import read_metadata
             from engine.spm import TYPE_CONTROL, TYPE_UNKNOWN, effective_token_types
 
             metadata = read_metadata(gguf_path)
             types = effective_token_types(metadata.tokens, metadata.token_types)
-            self.special_ids = {i for i, kind in enumerate(types.tolist()) if kind in (TYPE_CONTROL, TYPE_UNKNOWN)}
+            self.special_ids = {
+                i for i, kind in enumerate(types.tolist()) if kind in (TYPE_CONTROL, TYPE_UNKNOWN)
+            }
         else:
             props = self._request("GET", "/props")
             texts = [props[key] for key in ("bos_token", "eos_token") if props.get(key)]
@@ -80,7 +84,9 @@ class LlamaCppTokenizer:
         except requests.RequestException as exc:
             raise LLMUnavailableError(f"llama.cpp server unavailable at {url}: {exc}") from exc
         if response.status_code != 200:
-            raise LLMUnavailableError(f"llama.cpp server at {url} answered {response.status_code}: {response.text[:300]}")
+            raise LLMUnavailableError(
+                f"llama.cpp server at {url} answered {response.status_code}: {response.text[:300]}"
+            )
         return response.json()
 
     def _tokens(self, text: str, parse_special: bool) -> list[int]:

@@ -21,9 +21,9 @@ Format 1 stored both tables: 1.19 GB for a 36,562-token vocabulary at 10,000 dim
 
 Format 4's values are format 2's, and format 1's as this code writes it (the float32 Gaussian,
 products and sums in float64, rounded once to float32), computed by one kernel in one fixed order
-(`kernels.project_float`), so they are exact on any machine and batch. Format 2 is format 4 without the projection section: its
-rows are `project_rows` (a float64 BLAS product with `projection_matrix` built in each process),
-exact only up to BLAS rounding, reading a 51 MB matrix per cold query. Format 3 stores an int8
+(`kernels.project_float`), so they are exact on any machine and batch. Format 2 is format 4 without the
+projection section: its rows are `project_rows` (a float64 BLAS product with `projection_matrix` built in each
+process), exact only up to BLAS rounding, reading a 51 MB matrix per cold query. Format 3 stores an int8
 projection (`integer_projection`, a slightly different matrix) and a float64 `column_scale`
 section: integer sums exact in any order (`project_rows_fixed`). Formats 1, 2 and 3 are still read
 and used as written; `write_vocab_index(format_version=1, 2 or 3)` still writes them, for
@@ -89,7 +89,9 @@ def _projection64(emb_dim: int, dims: int, seed: int) -> np.ndarray:
     return matrix
 
 
-def project_rows(rows: np.ndarray, *, mean: np.ndarray, directions: np.ndarray, dims: int, seed: int) -> np.ndarray:
+def project_rows(
+    rows: np.ndarray, *, mean: np.ndarray, directions: np.ndarray, dims: int, seed: int
+) -> np.ndarray:
     """Embedding rows (n, emb_dim) float32 -> projected rows (n, dims) float32: the one definition
     of a token's hypervector values, used by the build and on use alike.
 
@@ -143,8 +145,13 @@ def project_rows_fixed(rows: np.ndarray, *, mean: np.ndarray, directions: np.nda
     x = np.empty(rows.shape, dtype=np.int32)
     out = np.empty((rows.shape[0], projection.shape[1]), dtype=np.float32)
     if rows.shape[0]:
-        kernels.fixed_point_rows(rows, np.ascontiguousarray(mean, dtype=np.float32),
-                                 np.ascontiguousarray(directions, dtype=np.float32), float(FIXED_POINT_ONE), x)
+        kernels.fixed_point_rows(
+            rows,
+            np.ascontiguousarray(mean, dtype=np.float32),
+            np.ascontiguousarray(directions, dtype=np.float32),
+            float(FIXED_POINT_ONE),
+            x,
+        )
         kernels.project_fixed_point(x, projection, column_scale, out)
     return out
 
@@ -214,8 +221,11 @@ class VocabIndex:
             nbytes = int(np.dtype(dtype).itemsize * math.prod(shape))
             if offset + nbytes > file_size:
                 raise VocabIndexError(f"{path}: section {name!r} runs past the end of the file (truncated?)")
-            arrays[name] = np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=tuple(shape)) if nbytes else \
-                np.zeros(shape, dtype=dtype)
+            arrays[name] = (
+                np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=tuple(shape))
+                if nbytes
+                else np.zeros(shape, dtype=dtype)
+            )
         if header["format_version"] == 1:
             return cls(path, header, arrays["token_ids"], arrays["idf"], arrays["unigram"], arrays["bitmaps"])
         fixed = {}
@@ -223,13 +233,28 @@ class VocabIndex:
             fixed = {"projection": arrays["projection"], "column_scale": np.array(arrays["column_scale"])}
         elif header["format_version"] == 4:
             fixed = {"projection": arrays["projection"]}
-        return cls(path, header, arrays["token_ids"], arrays["idf"], None, None, embedding_rows=arrays["rows"],
-                   mean=np.array(arrays["mean"]), directions=np.array(arrays["directions"]), **fixed)
+        return cls(
+            path,
+            header,
+            arrays["token_ids"],
+            arrays["idf"],
+            None,
+            None,
+            embedding_rows=arrays["rows"],
+            mean=np.array(arrays["mean"]),
+            directions=np.array(arrays["directions"]),
+            **fixed,
+        )
 
     def with_tables(self, unigram: np.ndarray, bitmaps: np.ndarray) -> VocabIndex:
         """This index with full tables attached (what a build encodes with)."""
-        return dataclasses.replace(self, unigram=unigram, bitmaps=bitmaps, _cache=LRUCache(maxsize=CACHED_ROWS),
-                                   _lock=threading.Lock())
+        return dataclasses.replace(
+            self,
+            unigram=unigram,
+            bitmaps=bitmaps,
+            _cache=LRUCache(maxsize=CACHED_ROWS),
+            _lock=threading.Lock(),
+        )
 
     def project(self, local: np.ndarray) -> np.ndarray:
         """Projected float32 rows (u, dims) of vocabulary rows `local` (formats 2, 3 and 4)."""

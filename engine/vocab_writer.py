@@ -217,8 +217,9 @@ def write_vocab_index(path: str | Path, *, token_ids: np.ndarray, idf: np.ndarra
             for name, array in arrays.items():
                 if array.size:
                     _section(tmp, sections, name)[:] = array
-            nonzero = _project_vocabulary(vocab, embeddings, rows.project, tables, check_rows=writer.derives_rows,
-                                          chunk_rows=chunk_rows)
+            nonzero = _project_vocabulary(
+                vocab, embeddings, rows.project, tables, check_rows=writer.derives_rows, chunk_rows=chunk_rows
+            )
         header = _header(vocab, format_version=format_version, row_definition=row_definition, seed=seed,
                          drop_components=drop_components, nonzero=nonzero, sections=sections)
         with open(tmp, "r+b") as handle:
@@ -249,11 +250,22 @@ def _check_vocabulary(token_ids: np.ndarray, idf: np.ndarray, embeddings: np.nda
     if embeddings.ndim != 2:
         raise ValueError(f"embeddings must be 2-D (vocab, emb_dim), got shape {embeddings.shape}")
     if token_ids.size and token_ids[-1] >= embeddings.shape[0]:
-        raise ValueError(f"token id {int(token_ids[-1])} is outside the embedding table ({embeddings.shape[0]} rows)")
+        raise ValueError(
+            f"token id {int(token_ids[-1])} is outside the embedding table ({embeddings.shape[0]} rows)"
+        )
 
 
-def _vocabulary(token_ids: np.ndarray, idf: np.ndarray, embeddings: np.ndarray, *, dims: int, ngram: int,
-                drop_components: int, stored_rows: tuple[str, np.ndarray] | None, chunk_rows: int) -> _Vocabulary:
+def _vocabulary(
+    token_ids: np.ndarray,
+    idf: np.ndarray,
+    embeddings: np.ndarray,
+    *,
+    dims: int,
+    ngram: int,
+    drop_components: int,
+    stored_rows: tuple[str, np.ndarray] | None,
+    chunk_rows: int,
+) -> _Vocabulary:
     """The checked vocabulary with its isotropy correction and its rows as stored (float32 without
     `stored_rows`)."""
     emb_dim, vocab_size = int(embeddings.shape[1]), int(token_ids.size)
@@ -261,8 +273,14 @@ def _vocabulary(token_ids: np.ndarray, idf: np.ndarray, embeddings: np.ndarray, 
         mean, directions = isotropy_correction(token_ids, embeddings, drop_components, chunk_rows)
     else:
         mean, directions = np.zeros(emb_dim, np.float32), np.zeros((0, emb_dim), np.float32)
-    rows_type, raw = stored_rows if stored_rows is not None else \
-        ("F32", np.ascontiguousarray(embeddings[token_ids], dtype="<f4").view(np.uint8).reshape(vocab_size, -1))
+    rows_type, raw = (
+        stored_rows
+        if stored_rows is not None
+        else (
+            "F32",
+            np.ascontiguousarray(embeddings[token_ids], dtype="<f4").view(np.uint8).reshape(vocab_size, -1),
+        )
+    )
     return _Vocabulary(token_ids, idf, dims, ngram, emb_dim, mean, directions, rows_type, raw)
 
 
@@ -271,8 +289,15 @@ def _section(tmp: Path, sections: dict[str, list], name: str) -> np.memmap:
     return np.memmap(tmp, dtype=dtype, mode="r+", offset=start, shape=tuple(shape))
 
 
-def _project_vocabulary(vocab: _Vocabulary, embeddings: np.ndarray, project: Callable[[np.ndarray], np.ndarray],
-                        tables: tuple[np.ndarray, np.ndarray] | None, *, check_rows: bool, chunk_rows: int) -> int:
+def _project_vocabulary(
+    vocab: _Vocabulary,
+    embeddings: np.ndarray,
+    project: Callable[[np.ndarray], np.ndarray],
+    tables: tuple[np.ndarray, np.ndarray] | None,
+    *,
+    check_rows: bool,
+    chunk_rows: int,
+) -> int:
     """Project the vocabulary `chunk_rows` tokens at a time → how many projected values lie beyond
     tau (the header's density). Fills `tables` (unigram (v, dims), bitmaps (ngram, v, 2, words))
     when given; with `check_rows`, each chunk's stored rows must dequantise to its embedding rows."""
@@ -280,8 +305,12 @@ def _project_vocabulary(vocab: _Vocabulary, embeddings: np.ndarray, project: Cal
     for start in range(0, vocab.size, chunk_rows):
         stop = min(start + chunk_rows, vocab.size)
         rows = embeddings[vocab.token_ids[start:stop]]
-        if check_rows and not np.array_equal(gguf.dequantize_rows(vocab.raw[start:stop], vocab.rows_type), rows):
-            raise ValueError(f"stored_rows ({vocab.rows_type}) do not dequantise to the embedding rows {start}..{stop}")
+        if check_rows and not np.array_equal(
+            gguf.dequantize_rows(vocab.raw[start:stop], vocab.rows_type), rows
+        ):
+            raise ValueError(
+                f"stored_rows ({vocab.rows_type}) do not dequantise to the embedding rows {start}..{stop}"
+            )
         projected = project(rows)
         nonzero += int(np.count_nonzero(np.abs(projected) > vocab.tau))
         if tables is not None:
@@ -298,15 +327,29 @@ def _header(vocab: _Vocabulary, *, format_version: int, row_definition: int, see
     """The header every format has: its parameters, the encoder's statistics and the section table."""
     density = nonzero / (vocab.size * vocab.dims) if vocab.size else 0.0
     ngram_density = density ** vocab.ngram
-    return {"format_version": format_version, "dims": vocab.dims, "words": words(vocab.dims),
-            "emb_dim": vocab.emb_dim, "tau": vocab.tau, "ngram": vocab.ngram, "seed": seed,
-            "drop_components": drop_components, "vocab_size": vocab.size, "density": density,
-            "ngram_density": ngram_density, "capacity_target": CAPACITY_TARGET, "m_cap": capacity(ngram_density),
-            "c_min": max(1, round(ngram_density * vocab.dims)), "row_definition": row_definition,
-            "sections": sections}
+    return {
+        "format_version": format_version,
+        "dims": vocab.dims,
+        "words": words(vocab.dims),
+        "emb_dim": vocab.emb_dim,
+        "tau": vocab.tau,
+        "ngram": vocab.ngram,
+        "seed": seed,
+        "drop_components": drop_components,
+        "vocab_size": vocab.size,
+        "density": density,
+        "ngram_density": ngram_density,
+        "capacity_target": CAPACITY_TARGET,
+        "m_cap": capacity(ngram_density),
+        "c_min": max(1, round(ngram_density * vocab.dims)),
+        "row_definition": row_definition,
+        "sections": sections,
+    }
 
 
-def _scratch_tables(tables_dir: str | Path, vocab_size: int, dims: int, ngram: int) -> tuple[np.ndarray, np.ndarray]:
+def _scratch_tables(
+    tables_dir: str | Path, vocab_size: int, dims: int, ngram: int
+) -> tuple[np.ndarray, np.ndarray]:
     tables_dir = Path(tables_dir)
     tables_dir.mkdir(parents=True, exist_ok=True)
     unigram = np.lib.format.open_memmap(tables_dir / _SCRATCH[0], mode="w+", dtype=np.float16,
@@ -343,9 +386,13 @@ def extend_vocab_index(base: VocabIndex, path: str | Path, *, token_ids: np.ndar
     rows_type, raw = stored_rows
     if token_ids.ndim != 1 or idf.shape != token_ids.shape or raw.shape[0] != token_ids.size:
         raise ValueError(f"token_ids {token_ids.shape}, idf {idf.shape} and rows {raw.shape} must match")
-    if rows_type != base.header["rows_type"] or (token_ids.size and raw.shape[1] != base.embedding_rows.shape[1]):
-        raise ValueError(f"new rows are {rows_type} {raw.shape[1:]}, the index holds {base.header['rows_type']} "
-                         f"{base.embedding_rows.shape[1:]}")
+    if rows_type != base.header["rows_type"] or (
+        token_ids.size and raw.shape[1] != base.embedding_rows.shape[1]
+    ):
+        raise ValueError(
+            f"new rows are {rows_type} {raw.shape[1:]}, the index holds {base.header['rows_type']} "
+            f"{base.embedding_rows.shape[1:]}"
+        )
     if token_ids.size and (np.any(np.diff(token_ids) <= 0) or token_ids[0] < 0):
         raise ValueError("token_ids must be sorted, unique and non-negative")
     old_ids = np.asarray(base.token_ids)

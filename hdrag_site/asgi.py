@@ -1,5 +1,5 @@
-"""ASGI entry point: HTTP through the body limit into Django (`hdrag_site.asgi_http`), websockets through the same-origin check
-into Channels (chat, build progress)."""
+"""ASGI entry point: HTTP through the body limit into Django (`hdrag_site.asgi_http`), websockets through the
+same-origin check into Channels (chat, build progress)."""
 
 from __future__ import annotations
 
@@ -28,11 +28,16 @@ from core.bodylimit import BodyLimitMiddleware  # noqa: E402
 from core.sockets import SameOriginValidator  # noqa: E402
 from corpus.integrity import corpora_files_log_soon  # noqa: E402
 
-corpora_files_log_soon()  # a database restored without its files is named at start (its pages offer a rebuild)
+# a database restored without its files is named at start (its pages offer a rebuild)
+corpora_files_log_soon()
 
-application = ProtocolTypeRouter({
-    "http": BodyLimitMiddleware(django_asgi_app),
-    "websocket": SameOriginValidator(
-        AuthMiddlewareStack(URLRouter(chat.routing.websocket_urlpatterns + corpus.routing.websocket_urlpatterns))
-    ),
-})
+application = ProtocolTypeRouter(
+    {
+        "http": BodyLimitMiddleware(django_asgi_app),
+        "websocket": SameOriginValidator(
+            AuthMiddlewareStack(
+                URLRouter(chat.routing.websocket_urlpatterns + corpus.routing.websocket_urlpatterns)
+            )
+        ),
+    }
+)

@@ -22,7 +22,9 @@ def dashboard(request: HttpRequest) -> HttpResponse:
     for corpus in corpora:
         builds = sorted(corpus.builds.all(), key=lambda b: (b.created, b.pk), reverse=True)
         corpus.last_build = builds[0] if builds else None
-    conversations = list(conversations_for_user(user=request.user).order_by("-updated")[:RECENT_CONVERSATIONS])
+    conversations = list(
+        conversations_for_user(user=request.user).order_by("-updated")[:RECENT_CONVERSATIONS]
+    )
     context = {
         "corpora": corpora, "conversations": conversations,
         "own_count": sum(1 for c in corpora if c.owner_id == request.user.pk),

@@ -89,7 +89,9 @@ class _Refused(Exception):
 def _llm(server: LLMServer) -> Callable[[], None]:
     def check() -> None:
         headers = {"Authorization": f"Bearer {server.key}"} if server.key else {}
-        response = httpx.get(f"{server.url}/v1/models", headers=headers, timeout=settings.HEALTH_CHECK_TIMEOUT)
+        response = httpx.get(
+            f"{server.url}/v1/models", headers=headers, timeout=settings.HEALTH_CHECK_TIMEOUT
+        )
         if response.status_code != 200:
             raise _Refused(f"answered {response.status_code}")
     return check
@@ -106,8 +108,10 @@ def dependencies_check() -> list[DependencyState]:
     database on the request's own thread, which owns its connection."""
     checks: list[tuple[str, str, Callable[[], None]]] = [("broker", settings.CELERY_BROKER_URL.split("://")[0],
                                                           _broker)]
-    checks += [("llm", f"{server.shown_url} ({server.model})" if server.model else server.shown_url, _llm(server))
-               for server in llm_servers()]
+    checks += [
+        ("llm", f"{server.shown_url} ({server.model})" if server.model else server.shown_url, _llm(server))
+        for server in llm_servers()
+    ]
     if settings.BUILD_STORAGE_URL:
         checks.append(("object_store", settings.BUILD_STORAGE_URL, _object_store))
     with ThreadPoolExecutor(max_workers=len(checks), thread_name_prefix="health") as pool:
@@ -123,5 +127,7 @@ def dependencies(request: HttpRequest) -> HttpResponse:
         return HttpResponseForbidden(FORBIDDEN, content_type="text/plain")
     states = dependencies_check()
     up = all(state.up for state in states)
-    return JsonResponse({"status": "up" if up else "down", "dependencies": [asdict(state) for state in states]},
-                        status=200 if up else 503)
+    return JsonResponse(
+        {"status": "up" if up else "down", "dependencies": [asdict(state) for state in states]},
+        status=200 if up else 503,
+    )

@@ -51,14 +51,21 @@ if PRODUCTION:
     if problems:
         raise ImproperlyConfigured("refusing to start with HDRAG_ENV=production: " + "; ".join(problems))
 
-ALLOWED_HOSTS = envlist("ALLOWED_HOSTS", [] if PRODUCTION else ["localhost", "127.0.0.1", "[::1]", "testserver"])
+ALLOWED_HOSTS = envlist(
+    "ALLOWED_HOSTS", [] if PRODUCTION else ["localhost", "127.0.0.1", "[::1]", "testserver"]
+)
 CSRF_TRUSTED_ORIGINS = envlist("CSRF_TRUSTED_ORIGINS", [])
 SESSION_COOKIE_SECURE = CSRF_COOKIE_SECURE = envbool("SECURE_COOKIES", PRODUCTION)
 if envbool("BEHIND_TLS_PROXY", False):
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
 
 # Single sign-on (see its block below): django-allauth.
-SSO_APPS = ["allauth", "allauth.account", "allauth.socialaccount", "allauth.socialaccount.providers.openid_connect"]
+SSO_APPS = [
+    "allauth",
+    "allauth.account",
+    "allauth.socialaccount",
+    "allauth.socialaccount.providers.openid_connect",
+]
 INSTALLED_APPS = [
     "django.contrib.admin",
     "django.contrib.auth",
@@ -383,7 +390,9 @@ for network in METRICS_ALLOWED_NETWORKS:
     try:
         ip_network(network, strict=False)
     except ValueError:
-        raise ImproperlyConfigured(f"METRICS_ALLOWED_NETWORKS: {network!r} is not an IP address or network") from None
+        raise ImproperlyConfigured(
+            f"METRICS_ALLOWED_NETWORKS: {network!r} is not an IP address or network"
+        ) from None
 # Seconds each dependency check of /healthz/dependencies may take.
 HEALTH_CHECK_TIMEOUT = envint("HEALTH_CHECK_TIMEOUT", 3, minimum=1)
 
@@ -435,10 +444,23 @@ SOCIALACCOUNT_AUTO_SIGNUP = True
 SOCIALACCOUNT_EMAIL_AUTHENTICATION = True  # only as PortalSocialAccountAdapter.authenticate_by_email allows
 SOCIALACCOUNT_EMAIL_AUTHENTICATION_AUTO_CONNECT = True
 SOCIALACCOUNT_STORE_TOKENS = False  # the ID token for logout is kept in the session (accounts.oidc.views)
-SOCIALACCOUNT_PROVIDERS = {"openid_connect": {"OAUTH_PKCE_ENABLED": True, "SCOPE": OIDC_SCOPES, "APPS": [
-    {"provider_id": "sso", "name": OIDC_PROVIDER_NAME, "client_id": OIDC_CLIENT_ID, "secret": OIDC_CLIENT_SECRET,
-     "settings": {"server_url": OIDC_DISCOVERY_URL, "oauth_pkce_enabled": True}},
-] if OIDC_ENABLED else []}}
+SOCIALACCOUNT_PROVIDERS = {
+    "openid_connect": {
+        "OAUTH_PKCE_ENABLED": True,
+        "SCOPE": OIDC_SCOPES,
+        "APPS": [
+            {
+                "provider_id": "sso",
+                "name": OIDC_PROVIDER_NAME,
+                "client_id": OIDC_CLIENT_ID,
+                "secret": OIDC_CLIENT_SECRET,
+                "settings": {"server_url": OIDC_DISCOVERY_URL, "oauth_pkce_enabled": True},
+            },
+        ]
+        if OIDC_ENABLED
+        else [],
+    }
+}
 # --- end of single sign-on ---------------------------------------------------------------------------
 
 LOGIN_URL = "login"

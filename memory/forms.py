@@ -5,8 +5,9 @@ from django import forms
 
 class SearchForm(forms.Form):
     q = forms.CharField(label="Query", max_length=2000, widget=forms.TextInput(attrs={"autofocus": True}))
-    corpora = forms.TypedMultipleChoiceField(coerce=int, required=False,
-                                             widget=forms.CheckboxSelectMultiple, help_text="None chosen: all.")
+    corpora = forms.TypedMultipleChoiceField(
+        coerce=int, required=False, widget=forms.CheckboxSelectMultiple, help_text="None chosen: all."
+    )
     top_document = forms.BooleanField(required=False, label="Top document only")
 
     def __init__(self, *args, corpora, **kwargs) -> None:

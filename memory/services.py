@@ -145,10 +145,13 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
                                       gguf_path=gguf_path))
     with serving.search_slot():
         if raw_limit is not None:
-            results = serving.retriever_for(gguf_path).search_raw(query, targets, blend=blend, limit=raw_limit)
+            results = serving.retriever_for(gguf_path).search_raw(
+                query, targets, blend=blend, limit=raw_limit
+            )
         else:
-            results = serving.retriever_for(gguf_path).search(query, targets, blend=blend, token_budget=token_budget,
-                                                              top_document=top_document, trace=trace)
+            results = serving.retriever_for(gguf_path).search(
+                query, targets, blend=blend, token_budget=token_budget, top_document=top_document, trace=trace
+            )
     late_kinds = {int(target.name): LATE_KINDS[first.name] for target in targets
                   if (first := target.channel(FIRST)) is not None}
     return _memory_results(results, corpora=corpora, dataset_names={pk: name for _, pk, name, _ in datasets},
@@ -171,9 +174,14 @@ def _common_model(corpora: list[Corpus], params: dict[int, BuildParameters]) -> 
     """The model file on this machine that every corpus's active build used (`params`, by corpus);
     an ApplicationError naming each when their models or HDC dimensions differ."""
     # A model is its identity (name and sha256) where builds recorded it, else its path.
-    if len({p.model_key for p in params.values()}) != 1 or len({p.hdc_dimensions for p in params.values()}) != 1:
-        names = ", ".join(f"{c.name} ({params[c.pk].hdc_dimensions} dims, {Path(params[c.pk].gguf_path).name})"
-                          for c in corpora)
+    if (
+        len({p.model_key for p in params.values()}) != 1
+        or len({p.hdc_dimensions for p in params.values()}) != 1
+    ):
+        names = ", ".join(
+            f"{c.name} ({params[c.pk].hdc_dimensions} dims, {Path(params[c.pk].gguf_path).name})"
+            for c in corpora
+        )
         raise ApplicationError(f"These corpora use different models or HDC dimensions and cannot be searched "
                                f"together: {names}.", {"corpus_ids": sorted(c.pk for c in corpora)})
     return str(serving.model_for(params[corpora[0].pk]))

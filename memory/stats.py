@@ -25,7 +25,9 @@ DIMENSION_BUCKETS = 100
 TOP_DATASETS = 15
 
 
-def _histogram(values: np.ndarray, bins: int, value_range: tuple[float, float]) -> tuple[list[int], list[str]]:
+def _histogram(
+    values: np.ndarray, bins: int, value_range: tuple[float, float]
+) -> tuple[list[int], list[str]]:
     counts, edges = np.histogram(values, bins=bins, range=value_range)
     return counts.tolist(), [f"{edge:.2f}" for edge in edges[:-1]]
 
@@ -86,7 +88,8 @@ def corpus_stats(*, corpus: Corpus, sample_rows: int = SAMPLE_ROWS, seed: int = 
     by_dataset = memory_counts_by_dataset(build_ids=[build.pk])
     datasets = {d.pk: d.name for d in corpus.datasets.all()}
     per_dataset = top_and_others({datasets.get(pk, f"dataset #{pk}"): n for pk, n in by_dataset.items()})
-    total_seconds = (build.finished - build.started).total_seconds() if build.finished and build.started else None
+    total_seconds = ((build.finished - build.started).total_seconds()
+                     if build.finished and build.started else None)
     timings = build_phase_seconds(build.timings or {}, total_seconds)
     return {
         "empty": False, "build": build, "count": count, "dims": dims, "sampled": len(rows),
@@ -98,17 +101,19 @@ def corpus_stats(*, corpus: Corpus, sample_rows: int = SAMPLE_ROWS, seed: int = 
         "total_seconds": total_seconds,
         "dataset_count": len(by_dataset),
         "charts": [
-            bar_chart(density_counts, labels=density_labels, title="Density: share of non-zero dimensions per memory",
-                      x_label="density", color="#3867d6"),
+            bar_chart(density_counts, labels=density_labels,
+                      title="Density: share of non-zero dimensions per memory", x_label="density",
+                      color="#3867d6"),
             bar_chart(cosine_counts, labels=cosine_labels,
-                      title=f"Cosine similarity of {len(pairs):,} sampled pairs", x_label="cosine", color="#8854d0",
-                      tick_every=5),
+                      title=f"Cosine similarity of {len(pairs):,} sampled pairs", x_label="cosine",
+                      color="#8854d0", tick_every=5),
             bar_chart(activation, labels=[f"{b[0]:,}" for b in buckets],
                       title=f"Activation per dimension (share of memories non-zero, {len(buckets)} buckets)",
                       x_label="dimension", color="#20bf6b", tick_every=10, integer=False),
             bar_chart(tokens_counts, labels=tokens_labels, title="Memory size in tokens", x_label="tokens",
                       color="#fa8231"),
-            hbar_chart(per_dataset, title=f"Memories per dataset ({len(by_dataset):,} datasets)", color="#0fb9b1"),
+            hbar_chart(per_dataset, title=f"Memories per dataset ({len(by_dataset):,} datasets)",
+                       color="#0fb9b1"),
         ],
     }
 
@@ -122,8 +127,11 @@ def build_phase_seconds(timings: dict, total_seconds: float | None) -> dict[str,
     worker = {phase.removeprefix("portal_"): seconds for phase, seconds in timings.items()
               if phase.startswith("portal_") and isinstance(seconds, int | float)}
     if not worker:
-        return {phase: seconds for phase, seconds in timings.items()
-                if isinstance(seconds, int | float) and "per_second" not in phase and phase != "memory_insert"}
+        return {
+            phase: seconds
+            for phase, seconds in timings.items()
+            if isinstance(seconds, int | float) and "per_second" not in phase and phase != "memory_insert"
+        }
     if total_seconds is not None and total_seconds - sum(worker.values()) >= 0.05:
         worker["other"] = round(total_seconds - sum(worker.values()), 3)
     return worker

@@ -53,18 +53,30 @@ def bar_chart(values: Sequence[float], *, labels: Sequence[str] | None = None, t
     for tick in ticks:
         y = top + plot_h - plot_h * tick / peak
         parts.append(f'<line x1="{left}" y1="{y:.1f}" x2="{left + plot_w}" y2="{y:.1f}" class="chart-grid"/>')
-        parts.append(f'<text x="{left - 6}" y="{y + 3:.1f}" text-anchor="end" class="chart-tick">{_number(tick)}</text>')
+        parts.append(
+            f'<text x="{left - 6}" y="{y + 3:.1f}" text-anchor="end" '
+            f'class="chart-tick">{_number(tick)}</text>'
+        )
     for i, value in enumerate(values):
         bar_h = plot_h * float(value) / peak
         label = escape(labels[i] if labels else str(i))
-        parts.append(f'<rect x="{left + i * step:.1f}" y="{top + plot_h - bar_h:.1f}" width="{max(step - 1, 0.5):.1f}" '
-                     f'height="{bar_h:.1f}" fill="{escape(color)}"><title>{label}: {_number(value)}</title></rect>')
+        parts.append(
+            f'<rect x="{left + i * step:.1f}" y="{top + plot_h - bar_h:.1f}" '
+            f'width="{max(step - 1, 0.5):.1f}" '
+            f'height="{bar_h:.1f}" fill="{escape(color)}"><title>{label}: {_number(value)}</title></rect>'
+        )
         if labels and i % tick_every == 0:
-            parts.append(f'<text x="{left + i * step:.1f}" y="{top + plot_h + 14}" class="chart-tick">{label}</text>')
-    parts.append(f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" class="chart-axis"/>')
+            parts.append(
+                f'<text x="{left + i * step:.1f}" y="{top + plot_h + 14}" class="chart-tick">{label}</text>'
+            )
+    parts.append(
+        f'<line x1="{left}" y1="{top + plot_h}" x2="{left + plot_w}" y2="{top + plot_h}" class="chart-axis"/>'
+    )
     if x_label:
-        parts.append(f'<text x="{left + plot_w / 2:.0f}" y="{height - 6}" text-anchor="middle" class="chart-label">'
-                     f'{escape(x_label)}</text>')
+        parts.append(
+            f'<text x="{left + plot_w / 2:.0f}" y="{height - 6}" text-anchor="middle" class="chart-label">'
+            f"{escape(x_label)}</text>"
+        )
     parts.append("</svg>")
     return mark_safe("".join(parts))  # noqa: S308 - all text above is escaped, the rest are numbers
 
@@ -85,15 +97,26 @@ def hbar_chart(items: Sequence[tuple[str, float]], *, title: str, width: int = 6
     for tick in ticks:
         x = left + plot_w * tick / peak
         parts.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{bottom}" class="chart-grid"/>')
-        parts.append(f'<text x="{x:.1f}" y="{bottom + 14}" text-anchor="middle" class="chart-tick">{_number(tick)}</text>')
+        parts.append(
+            f'<text x="{x:.1f}" y="{bottom + 14}" text-anchor="middle" '
+            f'class="chart-tick">{_number(tick)}</text>'
+        )
     for i, (label, value) in enumerate(items):
         y = top + i * row_height
         shown = label if len(label) <= label_chars else label[: label_chars - 1] + "…"
         bar_w = plot_w * float(value) / peak
-        parts.append(f'<text x="{left - 6}" y="{y + row_height * 0.7:.1f}" text-anchor="end" class="chart-tick">'
-                     f'<title>{escape(label)}</title>{escape(shown)}</text>')
-        parts.append(f'<rect x="{left}" y="{y + 3}" width="{bar_w:.1f}" height="{row_height - 6}" fill="{escape(color)}">'
-                     f'<title>{escape(label)}: {_number(value)}</title></rect>')
-        parts.append(f'<text x="{left + bar_w + 4:.1f}" y="{y + row_height * 0.7:.1f}" class="chart-tick">{_number(value)}</text>')
+        parts.append(
+            f'<text x="{left - 6}" y="{y + row_height * 0.7:.1f}" text-anchor="end" class="chart-tick">'
+            f"<title>{escape(label)}</title>{escape(shown)}</text>"
+        )
+        parts.append(
+            f'<rect x="{left}" y="{y + 3}" width="{bar_w:.1f}" height="{row_height - 6}" '
+            f'fill="{escape(color)}">'
+            f"<title>{escape(label)}: {_number(value)}</title></rect>"
+        )
+        parts.append(
+            f'<text x="{left + bar_w + 4:.1f}" y="{y + row_height * 0.7:.1f}" '
+            f'class="chart-tick">{_number(value)}</text>'
+        )
     parts.append("</svg>")
     return mark_safe("".join(parts))  # noqa: S308 - all text above is escaped, the rest are numbers

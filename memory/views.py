@@ -32,8 +32,10 @@ def _rank_key(result: MemoryResult) -> float:
 def ranking_basis(results: list[MemoryResult]) -> str:
     """The words the page uses for what the results are ranked by."""
     if any(r.merge_score is not None for r in results):
-        return ("across corpora: HDC score per unit of the query's length in each corpus, times 1 + the share of "
-                "the query's words the corpus's best memories hold (comparable across them)")
+        return (
+            "across corpora: HDC score per unit of the query's length in each corpus, times 1 + the share of "
+            "the query's words the corpus's best memories hold (comparable across them)"
+        )
     if any(r.meaning_score is not None for r in results):
         return "by the fused ranking (HDC, exact words and meaning)"
     if any(r.fused_score is not None for r in results):
@@ -57,23 +59,45 @@ def search(request: HttpRequest) -> HttpResponse:
     results, error, elapsed_ms, trace = None, "", None, {}
     if form.is_bound and not form.is_valid() and "q" not in form.errors:
         # Asking for a corpus one may not search (or that has no index) is an answer, not a blank page.
-        error = "Some of the chosen corpora cannot be searched: they have no built index or are not shared with you."
+        error = ("Some of the chosen corpora cannot be searched: they have no built index or are not shared "
+                 "with you.")
         results = []
     elif form.is_bound and form.is_valid():
         chosen = form.cleaned_data["corpora"] or [c.pk for c in searchable]
         started = time.perf_counter()
         try:
-            results = _ranked(memories_search(user=request.user, corpus_ids=chosen, query=form.cleaned_data["q"],
-                                              top_document=form.cleaned_data["top_document"], trace=trace), order)
+            results = _ranked(
+                memories_search(
+                    user=request.user,
+                    corpus_ids=chosen,
+                    query=form.cleaned_data["q"],
+                    top_document=form.cleaned_data["top_document"],
+                    trace=trace,
+                ),
+                order,
+            )
         except ApplicationError as exc:
             error, results = exc.message, []
         elapsed_ms = (time.perf_counter() - started) * 1000
     query = form.data.get("q", "") if form.is_bound else ""
     toggled = request.GET.copy()
     toggled["order"] = "score" if order == "pipeline" else "pipeline"
-    return render(request, "memory/search.html", {
-        "form": form, "results": results, "error": error, "basis": ranking_basis(results or []), "searchable": searchable, "elapsed_ms": elapsed_ms,
-        "order": order, "trace": trace, "query": query, "toggle_query": toggled.urlencode()})
+    return render(
+        request,
+        "memory/search.html",
+        {
+            "form": form,
+            "results": results,
+            "error": error,
+            "basis": ranking_basis(results or []),
+            "searchable": searchable,
+            "elapsed_ms": elapsed_ms,
+            "order": order,
+            "trace": trace,
+            "query": query,
+            "toggle_query": toggled.urlencode(),
+        },
+    )
 
 
 @require_GET

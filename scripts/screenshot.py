@@ -20,8 +20,16 @@ from pathlib import Path
 import requests
 import websocket
 
-CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-                  "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+]
 
 
 def login(base: str, user: str, password: str) -> str:
@@ -80,7 +88,13 @@ def main() -> None:
             tools = DevTools(args.port)
             tools.call("Network.enable")
             tools.call("Network.setCookie", name="sessionid", value=cookie, url=base)
-            tools.call("Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1, mobile=False)
+            tools.call(
+                "Emulation.setDeviceMetricsOverride",
+                width=1280,
+                height=900,
+                deviceScaleFactor=1,
+                mobile=False,
+            )
             for shot in args.shots:
                 page, _, target = shot.rpartition("=")
                 tools.call("Emulation.setDeviceMetricsOverride", width=1280, height=900, deviceScaleFactor=1,

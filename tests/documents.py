@@ -17,7 +17,9 @@ def pdf_bytes(pages: list[list[str]]) -> bytes:
     objects.append(f"<< /Type /Pages /Kids [{kids}] /Count {len(pages)} >>".encode())
     font = 3 + 2 * len(pages)
     for i, lines in enumerate(pages):
-        stream = "BT /F1 11 Tf 14 TL 50 780 Td " + " ".join(f"({_pdf_text(line)}) Tj T*" for line in lines) + " ET"
+        stream = (
+            "BT /F1 11 Tf 14 TL 50 780 Td " + " ".join(f"({_pdf_text(line)}) Tj T*" for line in lines) + " ET"
+        )
         objects.append(f"<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 842] /Contents {4 + 2 * i} 0 R "
                        f"/Resources << /Font << /F1 {font} 0 R >> >> >>".encode())
         objects.append(f"<< /Length {len(stream)} >>\nstream\n{stream}\nendstream".encode())

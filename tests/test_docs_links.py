@@ -26,7 +26,19 @@ HEADING = re.compile(r"^#{1,6}[ \t]+(.+?)[ \t#]*$", re.MULTILINE)
 EXPLICIT_ANCHOR = re.compile(r"<a\s+(?:name|id)=\"([^\"]+)\"")
 # The project's packages: a code span naming `corpus/quotas.py` or `chat.preparation.turn_prepare`
 # must name something that exists, so a module that moves takes its docs along.
-PACKAGES = ("accounts", "api", "bench", "chat", "core", "corpus", "engine", "hdrag_site", "memory", "scripts", "tests")
+PACKAGES = (
+    "accounts",
+    "api",
+    "bench",
+    "chat",
+    "core",
+    "corpus",
+    "engine",
+    "hdrag_site",
+    "memory",
+    "scripts",
+    "tests",
+)
 CODE_PATH = re.compile(r"(?<![\w/.-])[\w.-]+(?:/[\w.-]+)*/?")
 DOTTED = re.compile(r"[a-z_]\w*(?:\.[A-Za-z_]\w*)+")
 # Dotted names in the docs that are not code paths: websocket event types, model fields, a placeholder.
@@ -84,7 +96,8 @@ def code_path_exists(name: str) -> bool:
             rest = parts[end:]
             if not rest:
                 return True
-            definition = rf"^(?:async\s+)?(?:def|class)\s+{rest[0]}\b|^{rest[0]}\s*[:=]|^from .* import .*\b{rest[0]}\b"
+            definition = (rf"^(?:async\s+)?(?:def|class)\s+{rest[0]}\b|^{rest[0]}\s*[:=]|^from .* import "
+                          rf".*\b{rest[0]}\b")
             return re.search(definition, module.read_text(encoding="utf-8"), re.MULTILINE) is not None
     return False
 
@@ -98,7 +111,9 @@ def code_paths(path: Path) -> set[str]:
             if token.split("/")[0].split(".")[0] not in PACKAGES or NOT_CODE.fullmatch(token):
                 continue
             is_file_path = "/" in token and re.search(r"\.(?:py|md)$|/$", token)
-            is_module_path = "/" not in token and DOTTED.fullmatch(token) and not re.search(DATA_SUFFIX, token)
+            is_module_path = (
+                "/" not in token and DOTTED.fullmatch(token) and not re.search(DATA_SUFFIX, token)
+            )
             if is_file_path or is_module_path:
                 names.add(token)
     return names
@@ -164,7 +179,9 @@ def test_code_path_check_tells_real_from_gone() -> None:
     assert code_path_exists("corpus/quotas.py") and code_path_exists("engine.retrieval.SearchResult")
     assert code_path_exists("engine.lexical")
     assert not code_path_exists("engine/no_such_module.py")
-    assert not code_path_exists("engine.retrieval.NoSuchThing") and not code_path_exists("engine.no_such_module")
+    assert not code_path_exists("engine.retrieval.NoSuchThing") and not code_path_exists(
+        "engine.no_such_module"
+    )
 
 
 def test_every_doc_is_in_the_readme_index() -> None:

@@ -17,15 +17,36 @@ class Migration(migrations.Migration):
         migrations.SeparateDatabaseAndState(
             state_operations=[
                 migrations.CreateModel(
-                    name='GroupManager',
+                    name="GroupManager",
                     fields=[
-                        ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                        ('group', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='managers', to='auth.group')),
-                        ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='managed_groups', to=settings.AUTH_USER_MODEL)),
+                        (
+                            "id",
+                            models.BigAutoField(
+                                auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                            ),
+                        ),
+                        (
+                            "group",
+                            models.ForeignKey(
+                                on_delete=django.db.models.deletion.CASCADE,
+                                related_name="managers",
+                                to="auth.group",
+                            ),
+                        ),
+                        (
+                            "user",
+                            models.ForeignKey(
+                                on_delete=django.db.models.deletion.CASCADE,
+                                related_name="managed_groups",
+                                to=settings.AUTH_USER_MODEL,
+                            ),
+                        ),
                     ],
                     options={
-                        'db_table': 'corpus_groupmanager',
-                        'constraints': [models.UniqueConstraint(fields=('group', 'user'), name='groupmanager_unique')],
+                        "db_table": "corpus_groupmanager",
+                        "constraints": [
+                            models.UniqueConstraint(fields=("group", "user"), name="groupmanager_unique")
+                        ],
                     },
                 ),
             ],

@@ -13,13 +13,22 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='ManagedGroup',
+            name="ManagedGroup",
             fields=[
-                ('group', models.OneToOneField(on_delete=django.db.models.deletion.CASCADE, primary_key=True, related_name='managed', serialize=False, to='auth.group')),
-                ('created_at', models.DateTimeField(auto_now_add=True)),
+                (
+                    "group",
+                    models.OneToOneField(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        primary_key=True,
+                        related_name="managed",
+                        serialize=False,
+                        to="auth.group",
+                    ),
+                ),
+                ("created_at", models.DateTimeField(auto_now_add=True)),
             ],
             options={
-                'verbose_name': 'group managed by the identity provider',
+                "verbose_name": "group managed by the identity provider",
             },
         ),
     ]

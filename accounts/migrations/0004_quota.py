@@ -15,17 +15,60 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='Quota',
+            name="Quota",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('questions_per_day', models.PositiveIntegerField(blank=True, help_text='Chat turns a day, on every surface (0: none).', null=True)),
-                ('tokens_per_day', models.PositiveBigIntegerField(blank=True, help_text='LLM tokens a day, prompt and answer (0: none).', null=True)),
-                ('upload_bytes_per_day', models.PositiveBigIntegerField(blank=True, help_text='Bytes of uploads a day (0: none).', null=True)),
-                ('group', models.OneToOneField(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='quota', to='auth.group')),
-                ('user', models.OneToOneField(blank=True, null=True, on_delete=django.db.models.deletion.CASCADE, related_name='quota', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "questions_per_day",
+                    models.PositiveIntegerField(
+                        blank=True, help_text="Chat turns a day, on every surface (0: none).", null=True
+                    ),
+                ),
+                (
+                    "tokens_per_day",
+                    models.PositiveBigIntegerField(
+                        blank=True, help_text="LLM tokens a day, prompt and answer (0: none).", null=True
+                    ),
+                ),
+                (
+                    "upload_bytes_per_day",
+                    models.PositiveBigIntegerField(
+                        blank=True, help_text="Bytes of uploads a day (0: none).", null=True
+                    ),
+                ),
+                (
+                    "group",
+                    models.OneToOneField(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="quota",
+                        to="auth.group",
+                    ),
+                ),
+                (
+                    "user",
+                    models.OneToOneField(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="quota",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.CheckConstraint(condition=models.Q(('user__isnull', True), ('group__isnull', True), _connector='XOR'), name='quota_one_person_or_group')],
+                "constraints": [
+                    models.CheckConstraint(
+                        condition=models.Q(("user__isnull", True), ("group__isnull", True), _connector="XOR"),
+                        name="quota_one_person_or_group",
+                    )
+                ],
             },
         ),
     ]

@@ -15,19 +15,45 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='AuditEvent',
+            name="AuditEvent",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('created', models.DateTimeField(db_index=True, default=django.utils.timezone.now, editable=False)),
-                ('actor_name', models.CharField(blank=True, editable=False, help_text="The actor's username then (kept when the account is gone).", max_length=150)),
-                ('action', models.CharField(db_index=True, editable=False, max_length=40)),
-                ('target', models.CharField(blank=True, editable=False, max_length=300)),
-                ('address', models.GenericIPAddressField(blank=True, editable=False, null=True)),
-                ('details', models.JSONField(blank=True, default=dict, editable=False)),
-                ('actor', models.ForeignKey(blank=True, editable=False, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "created",
+                    models.DateTimeField(db_index=True, default=django.utils.timezone.now, editable=False),
+                ),
+                (
+                    "actor_name",
+                    models.CharField(
+                        blank=True,
+                        editable=False,
+                        help_text="The actor's username then (kept when the account is gone).",
+                        max_length=150,
+                    ),
+                ),
+                ("action", models.CharField(db_index=True, editable=False, max_length=40)),
+                ("target", models.CharField(blank=True, editable=False, max_length=300)),
+                ("address", models.GenericIPAddressField(blank=True, editable=False, null=True)),
+                ("details", models.JSONField(blank=True, default=dict, editable=False)),
+                (
+                    "actor",
+                    models.ForeignKey(
+                        blank=True,
+                        editable=False,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created', '-id'],
+                "ordering": ["-created", "-id"],
             },
         ),
     ]

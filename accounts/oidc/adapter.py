@@ -58,8 +58,12 @@ class PortalSocialAccountAdapter(DefaultSocialAccountAdapter):
 
     def pre_social_login(self, request: HttpRequest, sociallogin: SocialLogin) -> None:
         claims = claims_merged(sociallogin.account.extra_data)
-        reason = sign_in_refusal(claims, allowed_domains=settings.OIDC_ALLOWED_DOMAINS,
-                                 blocked_groups=settings.OIDC_BLOCKED_GROUPS, groups_claim=settings.OIDC_GROUPS_CLAIM)
+        reason = sign_in_refusal(
+            claims,
+            allowed_domains=settings.OIDC_ALLOWED_DOMAINS,
+            blocked_groups=settings.OIDC_BLOCKED_GROUPS,
+            groups_claim=settings.OIDC_GROUPS_CLAIM,
+        )
         user = sociallogin.user
         if reason is not None:
             if user is not None and user.pk and user.is_active and sociallogin.is_existing:

@@ -1,5 +1,5 @@
-"""Registered by accounts/admin.py. The admin shows each person's provider identity and last sign-in through it, and which groups
-the identity provider manages (their memberships change at every sign-in)."""
+"""Registered by accounts/admin.py. The admin shows each person's provider identity and last sign-in through
+it, and which groups the identity provider manages (their memberships change at every sign-in)."""
 
 from __future__ import annotations
 

@@ -1,5 +1,6 @@
 """Receivers: groups and staff status at every sign-in through the provider; sockets closed when a
-person is deactivated (API tokens stop by themselves: accounts.services.tokens reads is_active per request)."""
+person is deactivated (API tokens stop by themselves: accounts.services.tokens reads is_active per
+request)."""
 
 from __future__ import annotations
 

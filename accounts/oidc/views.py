@@ -80,7 +80,9 @@ def portal_logout(request: HttpRequest) -> HttpResponse:
     if not id_token or not settings.OIDC_ENABLED:
         return LogoutView.as_view()(request)
     logout(request)
-    return HttpResponseRedirect(_end_session_url(request, id_token) or resolve_url(settings.LOGOUT_REDIRECT_URL))
+    return HttpResponseRedirect(
+        _end_session_url(request, id_token) or resolve_url(settings.LOGOUT_REDIRECT_URL)
+    )
 
 
 @login_not_required

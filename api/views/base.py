@@ -18,13 +18,16 @@ from api.serializers import ErrorSerializer
 ERROR_DESCRIPTIONS = {
     400: "Invalid input: `details` names the fields.",
     401: "No credentials, or an invalid or revoked token.",
-    403: "Authenticated, but this needs write (or owner) access; or a browser request without its CSRF token.",
+    403: (
+        "Authenticated, but this needs write (or owner) access; or a browser request without its CSRF token."
+    ),
     404: "No such object, or one you may not read (outsiders learn nothing).",
     409: "Conflicts with the current state (a build already running, a duplicate, a finished build).",
     413: "The body or upload is larger than the limit.",
     429: "Throttled, the LLM queue is full, or a daily quota is used up (`daily_quota_exceeded`): wait the "
-         "`Retry-After` seconds.",
-    502: "The LLM server refused the portal's credentials (`llm_unauthorized`): its API key is wrong or missing.",
+    "`Retry-After` seconds.",
+    502: "The LLM server refused the portal's credentials (`llm_unauthorized`): its API key is wrong or "
+         "missing.",
     503: "A backing service (LLM server, multi-vector store) is unavailable.",
 }
 
@@ -66,7 +69,9 @@ class FirstRenderer(BaseContentNegotiation):
                 return parser
         return None
 
-    def select_renderer(self, request: Request, renderers: Sequence, format_suffix: str | None = None) -> tuple:
+    def select_renderer(
+        self, request: Request, renderers: Sequence, format_suffix: str | None = None
+    ) -> tuple:
         return renderers[0], renderers[0].media_type
 
 

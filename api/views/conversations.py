@@ -44,12 +44,18 @@ class ConversationList(ApiView):
                    parameters=PAGE_PARAMETERS, responses={200: page_of(ConversationSerializer), **errors()},
                    tags=["conversations"])
     def get(self, request: Request) -> Response:
-        conversations = conversations_for_user(user=request.user).prefetch_related("corpora").order_by("-updated", "-id")
+        conversations = (
+            conversations_for_user(user=request.user).prefetch_related("corpora").order_by("-updated", "-id")
+        )
         return self.paginated(conversations, ConversationSerializer)
 
-    @extend_schema(operation_id="conversations_create", summary="Start a conversation over some corpora",
-                   request=ConversationWriteSerializer, responses={201: ConversationSerializer, **errors(400)},
-                   tags=["conversations"])
+    @extend_schema(
+        operation_id="conversations_create",
+        summary="Start a conversation over some corpora",
+        request=ConversationWriteSerializer,
+        responses={201: ConversationSerializer, **errors(400)},
+        tags=["conversations"],
+    )
     def post(self, request: Request) -> Response:
         serializer = ConversationWriteSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -72,7 +78,9 @@ class ConversationDetail(ApiView):
         serializer = ConversationWriteSerializer(data=request.data, partial=True)
         serializer.is_valid(raise_exception=True)
         data = dict(serializer.validated_data)
-        conversation = conversation_update(conversation=conversation, corpus_ids=data.pop("corpora", None), **data)
+        conversation = conversation_update(
+            conversation=conversation, corpus_ids=data.pop("corpora", None), **data
+        )
         return Response(ConversationSerializer(conversation).data)
 
     @extend_schema(operation_id="conversations_delete", summary="Delete a conversation",
@@ -91,14 +99,20 @@ class MessageList(ApiView):
         return self.paginated(conversation_messages(conversation=conversation), MessageSerializer)
 
     @extend_schema(
-        operation_id="messages_send", summary="Send a turn: the answer returned whole, or streamed as SSE",
+        operation_id="messages_send",
+        summary="Send a turn: the answer returned whole, or streamed as SSE",
         description="With `stream: true` the reply is `text/event-stream`: events `chat.accepted`, "
-                    "`chat.memories`, `chat.delta` (one per piece of the answer), then `chat.done` or "
-                    "`chat.error`, each with a JSON `data` line (the websocket's events, see docs/api.md).",
-        parameters=[CONVERSATION], request=MessageSendSerializer,
-        responses={201: TurnSerializer,
-                   (200, "text/event-stream"): OpenApiResponse(str, description="Server-Sent Events (stream)."),
-                   **errors(400, 502, 503)}, tags=["conversations"])
+        "`chat.memories`, `chat.delta` (one per piece of the answer), then `chat.done` or "
+        "`chat.error`, each with a JSON `data` line (the websocket's events, see docs/api.md).",
+        parameters=[CONVERSATION],
+        request=MessageSendSerializer,
+        responses={
+            201: TurnSerializer,
+            (200, "text/event-stream"): OpenApiResponse(str, description="Server-Sent Events (stream)."),
+            **errors(400, 502, 503),
+        },
+        tags=["conversations"],
+    )
     def post(self, request: Request, conversation_id: int) -> Response | HttpResponse:
         conversation = _conversation(request, conversation_id)
         serializer = MessageSendSerializer(data=request.data)
@@ -106,11 +120,18 @@ class MessageList(ApiView):
         content = serializer.validated_data["content"]
         if not content.strip():
             raise ApplicationError("The message must not be empty.", {"content": content})
-        model_for_turn(request.user, conversation.model)  # a model he may not use: 400 before anything is stored
+        model_for_turn(
+            request.user, conversation.model
+        )  # a model he may not use: 400 before anything is stored
         turn_quota_check(user=request.user)  # today's quota used: 429 with Retry-After, nothing stored
         # A place in the LLM queue before anything is stored: a full queue is a 429 with Retry-After.
         ticket = clients.llm_queue().enter(request.user.pk)
-        turn = {"conversation_id": conversation.pk, "user_id": request.user.pk, "content": content, "ticket": ticket}
+        turn = {
+            "conversation_id": conversation.pk,
+            "user_id": request.user.pk,
+            "content": content,
+            "ticket": ticket,
+        }
         if serializer.validated_data["stream"]:
             async def produce(emit) -> None:
                 async def on_event(event: dict) -> None:
@@ -121,8 +142,10 @@ class MessageList(ApiView):
             return sse_response(produce, on_close=ticket.close)
         result = async_to_sync(run_turn)(**turn, emit=_unheard)
         if result.failure is not None:
-            raise TurnFailed(result.failure,
-                             details={"user_message": result.user_message_id, "message": result.assistant_message_id})
+            raise TurnFailed(
+                result.failure,
+                details={"user_message": result.user_message_id, "message": result.assistant_message_id},
+            )
         return Response(TurnSerializer(result).data, status=status.HTTP_201_CREATED)
 
 
@@ -131,12 +154,20 @@ async def _unheard(event: dict) -> None:
 
 
 class ConversationExport(ApiView):
-    @extend_schema(operation_id="conversations_export", summary="Export as ShareGPT JSONL or Markdown",
-                   parameters=[CONVERSATION, OpenApiParameter("format", str, enum=["jsonl", "md"],
-                                                              description="jsonl (default) or md.")],
-                   responses={(200, "application/x-ndjson"): OpenApiResponse(str, description="JSONL (one line)."),
-                              (200, "text/markdown"): OpenApiResponse(str, description="Markdown."),
-                              **errors(400)}, tags=["conversations"])
+    @extend_schema(
+        operation_id="conversations_export",
+        summary="Export as ShareGPT JSONL or Markdown",
+        parameters=[
+            CONVERSATION,
+            OpenApiParameter("format", str, enum=["jsonl", "md"], description="jsonl (default) or md."),
+        ],
+        responses={
+            (200, "application/x-ndjson"): OpenApiResponse(str, description="JSONL (one line)."),
+            (200, "text/markdown"): OpenApiResponse(str, description="Markdown."),
+            **errors(400),
+        },
+        tags=["conversations"],
+    )
     def get(self, request: Request, conversation_id: int) -> HttpResponse:
         conversation = _conversation(request, conversation_id)
         fmt = request.query_params.get("format", "jsonl")

@@ -87,13 +87,20 @@ class CorpusDetail(ApiView):
                    responses={200: CorpusSerializer, **errors(400, 403, 409)}, tags=["corpora"])
     def patch(self, request: Request, corpus_id: int) -> Response:
         corpus = _managed_corpus(request, corpus_id)
-        serializer = CorpusWriteSerializer(corpus, data=request.data, partial=True, context={"request": request})
+        serializer = CorpusWriteSerializer(
+            corpus, data=request.data, partial=True, context={"request": request}
+        )
         serializer.is_valid(raise_exception=True)
         corpus = corpus_update(corpus=corpus, **serializer.validated_data)
         return Response(_corpus_json(corpus))
 
-    @extend_schema(operation_id="corpora_delete", summary="Delete a corpus with its datasets, builds and store "
-                   "(owner)", parameters=[CORPUS], responses={204: None, **errors(403)}, tags=["corpora"])
+    @extend_schema(
+        operation_id="corpora_delete",
+        summary="Delete a corpus with its datasets, builds and store (owner)",
+        parameters=[CORPUS],
+        responses={204: None, **errors(403)},
+        tags=["corpora"],
+    )
     def delete(self, request: Request, corpus_id: int) -> Response:
         corpus_delete(corpus=_managed_corpus(request, corpus_id))
         return Response(status=status.HTTP_204_NO_CONTENT)
@@ -110,18 +117,27 @@ def _dataset_of(request: Request, corpus_id: int, dataset_id: int, *, write: boo
 class DatasetList(ApiView):
     parser_classes = [MultiPartParser]
 
-    @extend_schema(operation_id="datasets_list", summary="A corpus's datasets, with their memory counts",
-                   parameters=[CORPUS, *PAGE_PARAMETERS], responses={200: page_of(DatasetSerializer), **errors()},
-                   tags=["datasets"])
+    @extend_schema(
+        operation_id="datasets_list",
+        summary="A corpus's datasets, with their memory counts",
+        parameters=[CORPUS, *PAGE_PARAMETERS],
+        responses={200: page_of(DatasetSerializer), **errors()},
+        tags=["datasets"],
+    )
     def get(self, request: Request, corpus_id: int) -> Response:
         corpus = get_corpus_for_user(request.user, corpus_id)
         return self.paginated(corpus_datasets(corpus=corpus), DatasetSerializer)
 
-    @extend_schema(operation_id="datasets_upload", summary="Upload a dataset (multipart field `file`); checked "
-                   "by content, size-limited (UPLOAD_MAX_BYTES), counted against the uploader's storage quota "
-                   "(USER_STORAGE_QUOTA_BYTES; past it: 413 quota_exceeded)", parameters=[CORPUS],
-                   request={"multipart/form-data": DatasetUploadSerializer},
-                   responses={201: DatasetUploadedSerializer, **errors(400, 403, 409, 413)}, tags=["datasets"])
+    @extend_schema(
+        operation_id="datasets_upload",
+        summary="Upload a dataset (multipart field `file`); checked "
+        "by content, size-limited (UPLOAD_MAX_BYTES), counted against the uploader's storage quota "
+        "(USER_STORAGE_QUOTA_BYTES; past it: 413 quota_exceeded)",
+        parameters=[CORPUS],
+        request={"multipart/form-data": DatasetUploadSerializer},
+        responses={201: DatasetUploadedSerializer, **errors(400, 403, 409, 413)},
+        tags=["datasets"],
+    )
     def post(self, request: Request, corpus_id: int) -> Response:
         corpus = get_corpus_for_user(request.user, corpus_id, write=True)
         data = request.data  # parses the body, running the upload handler
@@ -131,8 +147,12 @@ class DatasetList(ApiView):
             raise PayloadTooLarge(refused)
         serializer = DatasetUploadSerializer(data=data)
         serializer.is_valid(raise_exception=True)
-        dataset = dataset_upload(corpus=corpus, user=request.user, uploaded_file=serializer.validated_data["file"],
-                                 replace=serializer.validated_data["replace"])
+        dataset = dataset_upload(
+            corpus=corpus,
+            user=request.user,
+            uploaded_file=serializer.validated_data["file"],
+            replace=serializer.validated_data["replace"],
+        )
         dataset.memory_count = 0
         job = index_after_upload(corpus=corpus, user=request.user)
         if job is not None:
@@ -157,17 +177,26 @@ class DatasetDetail(ApiView):
         dataset = dataset_set_enabled(dataset=dataset, enabled=serializer.validated_data["enabled"])
         return Response(DatasetSerializer(dataset).data)
 
-    @extend_schema(operation_id="datasets_delete", summary="Delete a dataset (searches drop its memories at "
-                   "once)", parameters=[CORPUS, DATASET], responses={204: None, **errors(403)}, tags=["datasets"])
+    @extend_schema(
+        operation_id="datasets_delete",
+        summary="Delete a dataset (searches drop its memories at once)",
+        parameters=[CORPUS, DATASET],
+        responses={204: None, **errors(403)},
+        tags=["datasets"],
+    )
     def delete(self, request: Request, corpus_id: int, dataset_id: int) -> Response:
         dataset_discard(dataset=_dataset_of(request, corpus_id, dataset_id, write=True))
         return Response(status=status.HTTP_204_NO_CONTENT)
 
 
 class BuildList(ApiView):
-    @extend_schema(operation_id="builds_list", summary="A corpus's builds, newest first",
-                   parameters=[CORPUS, *PAGE_PARAMETERS], responses={200: page_of(BuildSerializer), **errors()},
-                   tags=["builds"])
+    @extend_schema(
+        operation_id="builds_list",
+        summary="A corpus's builds, newest first",
+        parameters=[CORPUS, *PAGE_PARAMETERS],
+        responses={200: page_of(BuildSerializer), **errors()},
+        tags=["builds"],
+    )
     def get(self, request: Request, corpus_id: int) -> Response:
         corpus = get_corpus_for_user(request.user, corpus_id)
         builds_sweep_stale(corpus_id=corpus.pk)

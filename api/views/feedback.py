@@ -19,10 +19,14 @@ TAGS = ["conversations"]
 
 
 class MessageFeedback(ApiView):
-    @extend_schema(operation_id="messages_feedback", summary="Rate an answer (thumbs up or down, a comment)",
-                   parameters=[id_path("conversation_id", "conversation"), id_path("message_id", "answer")],
-                   request=FeedbackWriteSerializer, responses={200: FeedbackSerializer, 204: None, **errors(400)},
-                   tags=TAGS)
+    @extend_schema(
+        operation_id="messages_feedback",
+        summary="Rate an answer (thumbs up or down, a comment)",
+        parameters=[id_path("conversation_id", "conversation"), id_path("message_id", "answer")],
+        request=FeedbackWriteSerializer,
+        responses={200: FeedbackSerializer, 204: None, **errors(400)},
+        tags=TAGS,
+    )
     def put(self, request: Request, conversation_id: int, message_id: int) -> Response:
         serializer = FeedbackWriteSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -34,10 +38,16 @@ class MessageFeedback(ApiView):
 
 
 class FeedbackList(ApiView):
-    @extend_schema(operation_id="feedback_list", summary="Rated answers, the worst first (staff)",
-                   parameters=[OpenApiParameter("rating", str, enum=["up", "down"], description="Only these."),
-                               *PAGE_PARAMETERS],
-                   responses={200: page_of(FeedbackRecordSerializer), **errors(403)}, tags=["staff"])
+    @extend_schema(
+        operation_id="feedback_list",
+        summary="Rated answers, the worst first (staff)",
+        parameters=[
+            OpenApiParameter("rating", str, enum=["up", "down"], description="Only these."),
+            *PAGE_PARAMETERS,
+        ],
+        responses={200: page_of(FeedbackRecordSerializer), **errors(403)},
+        tags=["staff"],
+    )
     def get(self, request: Request) -> Response:
         if not request.user.is_staff:
             raise PermissionDenied("Only staff read every rating.")

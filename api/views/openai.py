@@ -46,14 +46,19 @@ CONVERSATION_SETTINGS = ("token_budget", "top_document", "compress_context")
 
 
 class ModelList(ApiView):
-    @extend_schema(operation_id="models_list",
-                   summary="Models: `none` and `corpus-<id>` per readable corpus, each also as `<that>@<llm model>`",
-                   description="Each of `none` and `corpus-<id>` (a corpus the user may read) bare, answered by "
-                               "the user's default LLM model, then followed by `@<llm model>` for each LLM model "
-                               "the user may use (docs/llm-servers.md).",
-                   responses={200: ModelListSerializer, **errors()}, tags=TAGS)
+    @extend_schema(
+        operation_id="models_list",
+        summary="Models: `none` and `corpus-<id>` per readable corpus, each also as `<that>@<llm model>`",
+        description="Each of `none` and `corpus-<id>` (a corpus the user may read) bare, answered by "
+        "the user's default LLM model, then followed by `@<llm model>` for each LLM model "
+        "the user may use (docs/llm-servers.md).",
+        responses={200: ModelListSerializer, **errors()},
+        tags=TAGS,
+    )
     def get(self, request: Request) -> Response:
-        return Response(ModelListSerializer({"object": "list", "data": completion_models(user=request.user)}).data)
+        return Response(
+            ModelListSerializer({"object": "list", "data": completion_models(user=request.user)}).data
+        )
 
 
 class ModelDetail(ApiView):
@@ -67,7 +72,9 @@ class ModelDetail(ApiView):
         raise ModelNotFound(f"No model {model_id!r}.", {"model": model_id})
 
 
-def _chunk(completion_id: str, created: int, model: str, delta: dict, finish_reason: str | None = None) -> dict:
+def _chunk(
+    completion_id: str, created: int, model: str, delta: dict, finish_reason: str | None = None
+) -> dict:
     return {"id": completion_id, "object": "chat.completion.chunk", "created": created, "model": model,
             "choices": [{"index": 0, "delta": delta, "finish_reason": finish_reason}]}
 
@@ -81,20 +88,29 @@ def _usage(usage: Usage | None) -> dict[str, int] | None:
 
 class ChatCompletions(ApiView):
     @extend_schema(
-        operation_id="chat_completions", summary="OpenAI-compatible chat completion primed with a corpus's memories",
+        operation_id="chat_completions",
+        summary="OpenAI-compatible chat completion primed with a corpus's memories",
         description="The OpenAI request shape. `model` is `none` or `corpus-<id>`, optionally followed by "
-                    "`@<llm model>` (GET models; bare: the user's default LLM model), and the reply's `model` "
-                    "is `<that>@<the llm model that answered>`; the memories of that corpus "
-                    "for the last user message (blended with the assistant turns in `messages`) prime it, prepared "
-                    "as a conversation's turn is; the extra fields `token_budget`, `top_document` and "
-                    "`compress_context` are a conversation's settings. With `stream: true` the reply is OpenAI's SSE chunk stream ending in `data: [DONE]`; "
-                    "an LLM failure mid-stream arrives as a `data: {\"error\": ...}` event. An answer that starts "
-                    "looping is cut and ends with `finish_reason: \"length\"`.",
+        "`@<llm model>` (GET models; bare: the user's default LLM model), and the reply's `model` "
+        "is `<that>@<the llm model that answered>`; the memories of that corpus "
+        "for the last user message (blended with the assistant turns in `messages`) prime it, prepared "
+        "as a conversation's turn is; the extra fields `token_budget`, `top_document` and "
+        "`compress_context` are a conversation's settings. With `stream: true` the reply is OpenAI's SSE "
+        "chunk stream ending in `data: [DONE]`; "
+        'an LLM failure mid-stream arrives as a `data: {"error": ...}` event. An answer that starts '
+        'looping is cut and ends with `finish_reason: "length"`.',
         request=ChatCompletionRequestSerializer,
-        responses={(200, "application/json"): OpenApiResponse(ChatCompletionSerializer, description="A `chat.completion`."),
-                   (200, "text/event-stream"): OpenApiResponse(str, description="`chat.completion.chunk` events "
-                                                                                "(stream: true)."),
-                   **errors(400, 502, 503)}, tags=TAGS)
+        responses={
+            (200, "application/json"): OpenApiResponse(
+                ChatCompletionSerializer, description="A `chat.completion`."
+            ),
+            (200, "text/event-stream"): OpenApiResponse(
+                str, description="`chat.completion.chunk` events (stream: true)."
+            ),
+            **errors(400, 502, 503),
+        },
+        tags=TAGS,
+    )
     def post(self, request: Request) -> Response | HttpResponse:
         serializer = ChatCompletionRequestSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -106,11 +122,17 @@ class ChatCompletions(ApiView):
         # A place in the LLM queue first (a full queue: 429 with Retry-After); retrieval runs meanwhile.
         ticket = clients.llm_queue().enter(request.user.pk)
         try:
-            prepared = completion_prepare(user=request.user, corpus=target.corpus, messages=data["messages"],
-                                          temperature=data.get("temperature"), top_p=data.get("top_p"),
-                                          max_tokens=max_tokens, waiting=not ticket.admitted,
-                                          llm_model=target.llm_model,
-                                          **{name: data[name] for name in CONVERSATION_SETTINGS if name in data})
+            prepared = completion_prepare(
+                user=request.user,
+                corpus=target.corpus,
+                messages=data["messages"],
+                temperature=data.get("temperature"),
+                top_p=data.get("top_p"),
+                max_tokens=max_tokens,
+                waiting=not ticket.admitted,
+                llm_model=target.llm_model,
+                **{name: data[name] for name in CONVERSATION_SETTINGS if name in data},
+            )
         except BaseException as error:
             ticket.close()
             if isinstance(error, PromptTooLongError):
@@ -123,7 +145,9 @@ class ChatCompletions(ApiView):
                                                      include_usage, request.user.pk),
                                 on_close=ticket.close)
         try:
-            text, finish_reason, usage, tokens = async_to_sync(_complete)(prepared, ticket, target, request.user.pk)
+            text, finish_reason, usage, tokens = async_to_sync(_complete)(
+                prepared, ticket, target, request.user.pk
+            )
         except LLMError as error:
             raise llm_failure(error).openai() from None
         finally:
@@ -145,8 +169,14 @@ class ChatCompletions(ApiView):
 LOOP_FINISH_REASON = "length"
 
 
-async def _record(user_id: int, target: CompletionTarget, prepared: PreparedTurn, clock: AnswerClock, status: str,
-                  usage: Usage | None = None) -> None:
+async def _record(
+    user_id: int,
+    target: CompletionTarget,
+    prepared: PreparedTurn,
+    clock: AnswerClock,
+    status: str,
+    usage: Usage | None = None,
+) -> None:
     """The completion's `TurnRecord` (usage and quotas); its first token timed from its wait for the LLM."""
     first_token = None if clock.first_token is None else clock.first_token - clock.queued
     await database_sync_to_async(turn_record_create)(

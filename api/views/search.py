@@ -25,18 +25,35 @@ from memory.services import memories_search
 
 SEARCH_PARAMETERS = [
     OpenApiParameter("q", str, required=True, description="The query text (at most 2000 characters)."),
-    OpenApiParameter("datasets", str, description="Comma-separated dataset ids to search (default: every "
-                                                  "enabled dataset)."),
-    OpenApiParameter("budget", int, description="Most tokens of memories (pipeline mode; default the engine's)."),
-    OpenApiParameter("mode", str, enum=["pipeline", "raw"], description="pipeline (default): what the chat "
-                     "retrieves (threshold, fusion, MMR within the budget); raw: the index's top `limit` rows."),
-    OpenApiParameter("limit", int, description="At most this many results, in either mode (raw mode's default "
-                     "50; pipeline mode: all the budget holds unless given; at most 1000)."),
+    OpenApiParameter(
+        "datasets", str, description="Comma-separated dataset ids to search (default: every enabled dataset)."
+    ),
+    OpenApiParameter(
+        "budget", int, description="Most tokens of memories (pipeline mode; default the engine's)."
+    ),
+    OpenApiParameter(
+        "mode",
+        str,
+        enum=["pipeline", "raw"],
+        description="pipeline (default): what the chat "
+        "retrieves (threshold, fusion, MMR within the budget); raw: the index's top `limit` rows.",
+    ),
+    OpenApiParameter(
+        "limit",
+        int,
+        description="At most this many results, in either mode (raw mode's default "
+        "50; pipeline mode: all the budget holds unless given; at most 1000).",
+    ),
     OpenApiParameter("top_document", bool, description="Only the best memory (pipeline mode)."),
     *PAGE_PARAMETERS,
-    OpenApiParameter("Server-Timing", str, OpenApiParameter.HEADER, response=[200],
-                     description="`search;dur=<ms>`: the search's own time (`took_ms`), readable without "
-                                 "parsing the body (browsers' developer tools show it too)."),
+    OpenApiParameter(
+        "Server-Timing",
+        str,
+        OpenApiParameter.HEADER,
+        response=[200],
+        description="`search;dur=<ms>`: the search's own time (`took_ms`), readable without "
+        "parsing the body (browsers' developer tools show it too).",
+    ),
 ]
 
 
@@ -45,9 +62,16 @@ class _Search(ApiView):
                corpora: list[Corpus] | None = None) -> Response:
         raw = params["mode"] == "raw"
         started = time.perf_counter()
-        results = memories_search(user=request.user, corpus_ids=corpus_ids, corpora=corpora, query=params["q"],
-                                  token_budget=params.get("budget"), top_document=params["top_document"],
-                                  dataset_ids=params.get("datasets"), raw_limit=params["limit"] if raw else None)
+        results = memories_search(
+            user=request.user,
+            corpus_ids=corpus_ids,
+            corpora=corpora,
+            query=params["q"],
+            token_budget=params.get("budget"),
+            top_document=params["top_document"],
+            dataset_ids=params.get("datasets"),
+            raw_limit=params["limit"] if raw else None,
+        )
         if not raw and "limit" in request.query_params:
             results = results[:params["limit"]]  # the best ones: pipeline results are in rank order
         took_ms = round((time.perf_counter() - started) * 1000, 3)
@@ -70,11 +94,21 @@ class CorpusSearch(_Search):
 
 
 class Search(_Search):
-    @extend_schema(operation_id="search", summary="Search several corpora together",
-                   parameters=[OpenApiParameter("corpora", str, description="Comma-separated corpus ids (default: "
-                                                "every corpus you may read that has an index)."),
-                               *SEARCH_PARAMETERS],
-                   responses={200: SearchResponseSerializer, **errors(400)}, tags=["search"])
+    @extend_schema(
+        operation_id="search",
+        summary="Search several corpora together",
+        parameters=[
+            OpenApiParameter(
+                "corpora",
+                str,
+                description="Comma-separated corpus ids (default: "
+                "every corpus you may read that has an index).",
+            ),
+            *SEARCH_PARAMETERS,
+        ],
+        responses={200: SearchResponseSerializer, **errors(400)},
+        tags=["search"],
+    )
     def get(self, request: Request) -> Response:
         serializer = MultiSearchQuerySerializer(data=request.query_params)
         serializer.is_valid(raise_exception=True)

@@ -25,17 +25,30 @@ class SourceCreateSerializer(serializers.Serializer):
     location = serializers.CharField(max_length=1000, help_text=(
         "folder: a path under SOURCE_ROOTS; git: the repository's https URL; web: the start URL; "
         "s3: s3://BUCKET/PREFIX."))
-    branch = serializers.CharField(max_length=200, required=False, help_text="git: the branch (default main).")
+    branch = serializers.CharField(
+        max_length=200, required=False, help_text="git: the branch (default main)."
+    )
     token = serializers.CharField(max_length=1000, required=False, write_only=True, trim_whitespace=False,
                                   help_text="git: an access token; s3: KEY:SECRET. Write-only.")
     endpoint_url = serializers.CharField(max_length=500, required=False, help_text="s3: the endpoint URL.")
-    path_prefix = serializers.CharField(max_length=500, required=False,
-                                        help_text="web: only pages under this path (default: the start URL's folder).")
-    sitemap_url = serializers.CharField(max_length=1000, required=False, help_text="web: a sitemap to read pages from.")
-    max_pages = serializers.IntegerField(min_value=1, max_value=100000, required=False, help_text="web: page cap.")
-    max_depth = serializers.IntegerField(min_value=0, max_value=50, required=False, help_text="web: link depth cap.")
+    path_prefix = serializers.CharField(
+        max_length=500,
+        required=False,
+        help_text="web: only pages under this path (default: the start URL's folder).",
+    )
+    sitemap_url = serializers.CharField(
+        max_length=1000, required=False, help_text="web: a sitemap to read pages from."
+    )
+    max_pages = serializers.IntegerField(
+        min_value=1, max_value=100000, required=False, help_text="web: page cap."
+    )
+    max_depth = serializers.IntegerField(
+        min_value=0, max_value=50, required=False, help_text="web: link depth cap."
+    )
     include = serializers.CharField(required=False, help_text="Glob patterns (one a line) a path must match.")
-    exclude = serializers.CharField(required=False, help_text="Glob patterns (one a line) of paths to leave out.")
+    exclude = serializers.CharField(
+        required=False, help_text="Glob patterns (one a line) of paths to leave out."
+    )
     interval_minutes = serializers.IntegerField(min_value=0, max_value=527040, required=False,
                                                 help_text="Sync every this many minutes (0: on demand only).")
 
@@ -46,16 +59,25 @@ class SourceSyncSerializer(serializers.Serializer):
 
 
 class SourceList(ApiView):
-    @extend_schema(operation_id="sources_list", summary="A corpus's sources with their last sync (owner)",
-                   parameters=[CORPUS, *PAGE_PARAMETERS], responses={200: page_of(SourceSerializer), **errors(403)},
-                   tags=["sources"])
+    @extend_schema(
+        operation_id="sources_list",
+        summary="A corpus's sources with their last sync (owner)",
+        parameters=[CORPUS, *PAGE_PARAMETERS],
+        responses={200: page_of(SourceSerializer), **errors(403)},
+        tags=["sources"],
+    )
     def get(self, request: Request, corpus_id: int) -> Response:
         corpus = get_corpus_sources_for_user(request.user, corpus_id)
         return self.paginated(corpus_sources(corpus=corpus), SourceSerializer)
 
-    @extend_schema(operation_id="sources_create", summary="Add a source to a corpus (owner); sync it to read it",
-                   parameters=[CORPUS], request=SourceCreateSerializer,
-                   responses={201: SourceSerializer, **errors(400, 403, 409)}, tags=["sources"])
+    @extend_schema(
+        operation_id="sources_create",
+        summary="Add a source to a corpus (owner); sync it to read it",
+        parameters=[CORPUS],
+        request=SourceCreateSerializer,
+        responses={201: SourceSerializer, **errors(400, 403, 409)},
+        tags=["sources"],
+    )
     def post(self, request: Request, corpus_id: int) -> Response:
         corpus = get_corpus_sources_for_user(request.user, corpus_id)
         serializer = SourceCreateSerializer(data=request.data)
@@ -67,13 +89,23 @@ class SourceList(ApiView):
 
 
 class SourceDetail(ApiView):
-    @extend_schema(operation_id="sources_get", summary="One source and its last sync (owner)", parameters=[SOURCE],
-                   responses={200: SourceSerializer, **errors(403)}, tags=["sources"])
+    @extend_schema(
+        operation_id="sources_get",
+        summary="One source and its last sync (owner)",
+        parameters=[SOURCE],
+        responses={200: SourceSerializer, **errors(403)},
+        tags=["sources"],
+    )
     def get(self, request: Request, source_id: int) -> Response:
         return Response(SourceSerializer(get_source_for_user(request.user, source_id)).data)
 
-    @extend_schema(operation_id="sources_delete", summary="Delete a source and its documents from the corpus "
-                   "(owner)", parameters=[SOURCE], responses={204: None, **errors(403, 409)}, tags=["sources"])
+    @extend_schema(
+        operation_id="sources_delete",
+        summary="Delete a source and its documents from the corpus (owner)",
+        parameters=[SOURCE],
+        responses={204: None, **errors(403, 409)},
+        tags=["sources"],
+    )
     def delete(self, request: Request, source_id: int) -> Response:
         source_delete(source=get_source_for_user(request.user, source_id))
         return Response(status=status.HTTP_204_NO_CONTENT)

@@ -24,7 +24,9 @@ def sse_frame(data: Any, event: str | None = None) -> str:
     return head + "".join(f"data: {line}\n" for line in text.split("\n")) + "\n"
 
 
-async def _frames(produce: Callable[[Callable[[Any], Awaitable[None]]], Awaitable[None]]) -> AsyncIterator[str]:
+async def _frames(
+    produce: Callable[[Callable[[Any], Awaitable[None]]], Awaitable[None]],
+) -> AsyncIterator[str]:
     queue: asyncio.Queue = asyncio.Queue()
 
     async def emit(frame: Any) -> None:
@@ -71,7 +73,9 @@ def sse_response(produce: Callable[[Callable[[Any], Awaitable[None]]], Awaitable
                  on_close: Callable[[], None] | None = None) -> StreamingHttpResponse:
     """`produce(emit)` emits ready SSE frames (strings, see `sse_frame`). `on_close` is called when
     the response is closed, whether or not the client read it (a place in the LLM queue is given up)."""
-    response = _EventStream(_frames(produce), content_type="text/event-stream; charset=utf-8", on_close=on_close)
+    response = _EventStream(
+        _frames(produce), content_type="text/event-stream; charset=utf-8", on_close=on_close
+    )
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"  # nginx: pass events on as they come
     return response

@@ -14,7 +14,7 @@ from rest_framework import status
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from api.serializers import (
+from api.store_serializers import (
     EmbeddingsResponseSerializer,
     StoreAddedSerializer,
     StoreAddSerializer,
@@ -48,8 +48,15 @@ def _add(request: Request, corpus_id: int, kind: str) -> Response:
     serializer = StoreAddSerializer(data=request.data)
     serializer.is_valid(raise_exception=True)
     data = serializer.validated_data
-    ids = store_add(user=request.user, corpus_id=corpus_id, kind=kind, doc_id=data["doc_id"], indices=[data["index"]],
-                    embeddings=[data["embeddings"]], metadata=[data["metadata"]])
+    ids = store_add(
+        user=request.user,
+        corpus_id=corpus_id,
+        kind=kind,
+        doc_id=data["doc_id"],
+        indices=[data["index"]],
+        embeddings=[data["embeddings"]],
+        metadata=[data["metadata"]],
+    )
     return Response(StoreAddedSerializer({"ids": ids}).data, status=status.HTTP_201_CREATED)
 
 
@@ -78,17 +85,28 @@ class StoreChunks(ApiView):
 
 
 class StoreBatch(ApiView):
-    @extend_schema(operation_id="store_add_batch", summary="Add several pages or chunks of one document at once "
-                   "(all validated before any is written)", parameters=[CORPUS], request=StoreBatchSerializer,
-                   responses=ADDED, tags=TAGS)
+    @extend_schema(
+        operation_id="store_add_batch",
+        summary="Add several pages or chunks of one document at once (all validated before any is written)",
+        parameters=[CORPUS],
+        request=StoreBatchSerializer,
+        responses=ADDED,
+        tags=TAGS,
+    )
     def post(self, request: Request, corpus_id: int) -> Response:
         serializer = StoreBatchSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
         items = data["items"]
-        ids = store_add(user=request.user, corpus_id=corpus_id, kind=data["kind"], doc_id=data["doc_id"],
-                        indices=[item["index"] for item in items], embeddings=[item["embeddings"] for item in items],
-                        metadata=[item["metadata"] for item in items])
+        ids = store_add(
+            user=request.user,
+            corpus_id=corpus_id,
+            kind=data["kind"],
+            doc_id=data["doc_id"],
+            indices=[item["index"] for item in items],
+            embeddings=[item["embeddings"] for item in items],
+            metadata=[item["metadata"] for item in items],
+        )
         return Response(StoreAddedSerializer({"ids": ids}).data, status=status.HTTP_201_CREATED)
 
 
@@ -106,9 +124,14 @@ class StoreSearch(ApiView):
 
 
 class StoreMultiSearch(ApiView):
-    @extend_schema(operation_id="store_search_multivector", summary="Two-stage search: stage 1 on the first "
-                   "query row, then MaxSim re-ranking", parameters=[CORPUS], request=StoreMultiSearchSerializer,
-                   responses={200: StoreHitSerializer(many=True), **errors(400, 503)}, tags=TAGS)
+    @extend_schema(
+        operation_id="store_search_multivector",
+        summary="Two-stage search: stage 1 on the first query row, then MaxSim re-ranking",
+        parameters=[CORPUS],
+        request=StoreMultiSearchSerializer,
+        responses={200: StoreHitSerializer(many=True), **errors(400, 503)},
+        tags=TAGS,
+    )
     def post(self, request: Request, corpus_id: int) -> Response:
         serializer = StoreMultiSearchSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
@@ -120,20 +143,41 @@ class StoreMultiSearch(ApiView):
 
 
 class StoreEmbeddings(ApiView):
-    @extend_schema(operation_id="store_embeddings", summary="A record's full (seq_length, dim) embeddings",
-                   parameters=[CORPUS, OpenApiParameter("embedding_id", str, OpenApiParameter.PATH,
-                                                        description="e.g. report-page001 or report-chunk0003."),
-                               OpenApiParameter("kind", str, enum=["visual", "text"], description="Collection "
-                                                "(default: from the id's -page/-chunk suffix)."),
-                               OpenApiParameter("encoding", str, enum=["json", "base64"],
-                                                description="json (default): nested arrays; base64: float32 LE.")],
-                   responses={200: EmbeddingsResponseSerializer, **errors(400, 503)}, tags=TAGS)
+    @extend_schema(
+        operation_id="store_embeddings",
+        summary="A record's full (seq_length, dim) embeddings",
+        parameters=[
+            CORPUS,
+            OpenApiParameter(
+                "embedding_id",
+                str,
+                OpenApiParameter.PATH,
+                description="e.g. report-page001 or report-chunk0003.",
+            ),
+            OpenApiParameter(
+                "kind",
+                str,
+                enum=["visual", "text"],
+                description="Collection (default: from the id's -page/-chunk suffix).",
+            ),
+            OpenApiParameter(
+                "encoding",
+                str,
+                enum=["json", "base64"],
+                description="json (default): nested arrays; base64: float32 LE.",
+            ),
+        ],
+        responses={200: EmbeddingsResponseSerializer, **errors(400, 503)},
+        tags=TAGS,
+    )
     def get(self, request: Request, corpus_id: int, embedding_id: str) -> Response:
         default_kind = "text" if "-chunk" in embedding_id else "visual"
         kind = request.query_params.get("kind", default_kind)
         encoding = request.query_params.get("encoding", "json")
         if encoding not in ("json", "base64"):
-            raise ApplicationError(f"encoding must be json or base64, got {encoding!r}.", {"encoding": encoding})
+            raise ApplicationError(
+                f"encoding must be json or base64, got {encoding!r}.", {"encoding": encoding}
+            )
         array = np.asarray(store_embeddings_get(user=request.user, corpus_id=corpus_id, kind=kind,
                                                 embedding_id=embedding_id), dtype="<f4")
         body = {"id": embedding_id, "kind": kind, "shape": list(array.shape)}

@@ -74,7 +74,8 @@ def gcide_entries(directory: Path = GCIDE_DIR) -> list[tuple[str, str]]:
 
 
 def jargon_entries(path: Path = JARGON_TEXT) -> list[tuple[str, str]]:
-    """(term, text) of every Jargon File glossary entry (lines "   :term: pronunciation, pos" then the body)."""
+    """(term, text) of every Jargon File glossary entry (lines "   :term: pronunciation, pos" then the
+    body)."""
     if not path.exists():
         raise GlossaryMissing(f"{path}: the Jargon File not found ({PACKAGE_HINT})")
     entries: list[tuple[str, list[str]]] = []
@@ -100,8 +101,13 @@ def known_item_set(name: str, entries: list[tuple[str, str]], n_documents: int, 
         counts[term.lower()] = counts.get(term.lower(), 0) + 1
     usable = [i for i, (term, text) in enumerate(entries)
               if counts[term.lower()] == 1 and len(text.split()) >= min_words]
-    chosen, picked, position = pick_known_items(rng, usable, [i for i in range(len(entries)) if entries[i][1]],
-                                                n_queries=n_queries, n_documents=n_documents)
+    chosen, picked, position = pick_known_items(
+        rng,
+        usable,
+        [i for i in range(len(entries)) if entries[i][1]],
+        n_queries=n_queries,
+        n_documents=n_documents,
+    )
     documents = [entries[i][1][:max_chars] for i in picked]
     return KnownItemSet(name=name, documents=documents, queries=[f"What is {entries[i][0]}?" for i in chosen],
                         relevant=[position[i] for i in chosen])
@@ -137,8 +143,13 @@ def definition_set(entries: list[tuple[str, str]], synsets: list, n_documents: i
     usable = [i for i, (term, text) in enumerate(entries)
               if term.lower() in definitions and text and "WordNet" not in text]
     rng = random.Random(seed)
-    chosen, picked, position = pick_known_items(rng, usable, [i for i in range(len(entries)) if entries[i][1]],
-                                                n_queries=n_queries, n_documents=n_documents)
+    chosen, picked, position = pick_known_items(
+        rng,
+        usable,
+        [i for i in range(len(entries)) if entries[i][1]],
+        n_queries=n_queries,
+        n_documents=n_documents,
+    )
     return KnownItemSet(name="gcide-definitions", documents=[entries[i][1][:max_chars] for i in picked],
                         queries=[definitions[entries[i][0].lower()] for i in chosen],
                         relevant=[position[i] for i in chosen])

@@ -104,8 +104,13 @@ def known_item_set(entries: list[tuple[str, str]], n_documents: int, n_queries: 
     counts: dict[str, int] = {}
     for description, _ in entries:
         counts[description.lower()] = counts.get(description.lower(), 0) + 1
-    usable = [i for i, (description, body) in enumerate(entries)
-              if counts[description.lower()] == 1 and len(description.split()) >= min_words and len(body.split()) >= 10]
+    usable = [
+        i
+        for i, (description, body) in enumerate(entries)
+        if counts[description.lower()] == 1
+        and len(description.split()) >= min_words
+        and len(body.split()) >= 10
+    ]
     chosen, picked, position = pick_known_items(rng, usable, list(range(len(entries))), n_queries=n_queries,
                                                 n_documents=n_documents)
     return KnownItemSet(name="manpages", documents=[entries[i][1][:max_chars] for i in picked],

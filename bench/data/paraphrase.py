@@ -41,7 +41,9 @@ def _sentences(text: str) -> list[str]:
 def _without_headword(sentence: str, headword: str) -> str:
     """The sentence without the headword's words and their inflections ("hack" drops "hacked")."""
     heads = [w for w in re.findall(r"\w+", headword.lower()) if len(w) >= 3] or [headword.lower()]
-    kept = [w for w in sentence.split() if not any(w.lower().strip(",.;:()\"'[]").startswith(h) for h in heads)]
+    kept = [
+        w for w in sentence.split() if not any(w.lower().strip(",.;:()\"'[]").startswith(h) for h in heads)
+    ]
     return _TRAILING_NUMBER.sub("", " ".join(kept)).strip()
 
 
@@ -103,8 +105,12 @@ def paraphrase_set(name: str, entries: Sequence[tuple[str, list[str], list[int]]
     chosen_set = set(chosen)
     documents = [(removed[i][1] if i in chosen_set else " ".join(entries[i][1]))[:max_chars]
                  for i in picked]
-    return KnownItemSet(name=f"{name}-paraphrase", documents=documents, queries=[removed[i][0] for i in chosen],
-                        relevant=[position[i] for i in chosen])
+    return KnownItemSet(
+        name=f"{name}-paraphrase",
+        documents=documents,
+        queries=[removed[i][0] for i in chosen],
+        relevant=[position[i] for i in chosen],
+    )
 
 
 def known_item_set(source: str, n_documents: int, n_queries: int, *, seed: int = 0,

@@ -20,9 +20,29 @@ import warnings
 from bench.data.glossaries import KnownItemSet, pick_known_items
 
 # Modules that act when imported (a browser, a print), GUI and test packages, platform-only ones.
-_SKIPPED = ("antigravity", "this", "idlelib", "tkinter", "turtle", "turtledemo", "test", "lib2to3", "pydoc_data",
-            "ensurepip", "venv", "msilib", "winreg", "winsound", "nt", "msvcrt", "_winapi", "__main__",
-            "__future__", "xxsubtype", "xxlimited")
+_SKIPPED = (
+    "antigravity",
+    "this",
+    "idlelib",
+    "tkinter",
+    "turtle",
+    "turtledemo",
+    "test",
+    "lib2to3",
+    "pydoc_data",
+    "ensurepip",
+    "venv",
+    "msilib",
+    "winreg",
+    "winsound",
+    "nt",
+    "msvcrt",
+    "_winapi",
+    "__main__",
+    "__future__",
+    "xxsubtype",
+    "xxlimited",
+)
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s")
 _SPACES = re.compile(r"\s+")
 _SIGNATURE = re.compile(r"^[\w.]+\(.*\)")  # a C function's first line: "recv(bufsize) -> data"
@@ -56,7 +76,9 @@ def _members(module_name: str) -> list[tuple[str, object]]:
         elif inspect.isclass(value):
             found.append((f"{module_name}.{name}", value))
             for method, member in sorted(vars(value).items()):
-                if not method.startswith("_") and (inspect.isfunction(member) or inspect.ismethoddescriptor(member)):
+                if not method.startswith("_") and (
+                    inspect.isfunction(member) or inspect.ismethoddescriptor(member)
+                ):
                     found.append((f"{module_name}.{name}.{method}", member))
     return found
 
@@ -98,8 +120,14 @@ def known_item_set(entries: list[tuple[str, str, str]], n_documents: int, n_quer
     counts: dict[str, int] = {}
     for _, summary, _ in entries:
         counts[summary.lower()] = counts.get(summary.lower(), 0) + 1
-    usable = [i for i, (_, summary, rest) in enumerate(entries)
-              if counts[summary.lower()] == 1 and len(summary.split()) >= 3 and not _SIGNATURE.match(summary) and len(rest.split()) >= min_words]
+    usable = [
+        i
+        for i, (_, summary, rest) in enumerate(entries)
+        if counts[summary.lower()] == 1
+        and len(summary.split()) >= 3
+        and not _SIGNATURE.match(summary)
+        and len(rest.split()) >= min_words
+    ]
     chosen, picked, position = pick_known_items(rng, usable, list(range(len(entries))), n_queries=n_queries,
                                                 n_documents=n_documents)
     documents = [f"{entries[i][0]}: {entries[i][2]}"[:max_chars] for i in picked]

@@ -80,7 +80,23 @@ def _roff_text(source: str) -> str:
             continue
         if line.startswith("."):
             request, _, rest = line[1:].partition(" ")
-            if request in ("SH", "SS", "B", "I", "BR", "IR", "BI", "RB", "RI", "IB", "TP", "IP", "Nm", "Nd", "Sh"):
+            if request in (
+                "SH",
+                "SS",
+                "B",
+                "I",
+                "BR",
+                "IR",
+                "BI",
+                "RB",
+                "RI",
+                "IB",
+                "TP",
+                "IP",
+                "Nm",
+                "Nd",
+                "Sh",
+            ):
                 line = rest.replace('"', "")
             else:
                 continue
@@ -162,8 +178,18 @@ def write_real_corpus(directory: Path, *, manual_chars: int, queries: int, seed:
         dictionary.with_suffix(".tmp").write_text("".join(records), encoding="utf-8")
         dictionary.with_suffix(".tmp").rename(dictionary)
     datasets = [("dictionaries", dictionary)]
-    limits = {name: manual_chars for name in ("python-docs", "perl-pod", "kernel-docs", "postgres-docs", "man-pages",
-                                               "info-pages", "changelogs")}
+    limits = {
+        name: manual_chars
+        for name in (
+            "python-docs",
+            "perl-pod",
+            "kernel-docs",
+            "postgres-docs",
+            "man-pages",
+            "info-pages",
+            "changelogs",
+        )
+    }
     manual_paths = {name: directory / f"{name}.txt" for name in limits}
     if not all(path.exists() for path in manual_paths.values()):
         with contextlib.ExitStack() as stack:
@@ -175,8 +201,10 @@ def write_real_corpus(directory: Path, *, manual_chars: int, queries: int, seed:
         if empty:
             for path in manual_paths.values():
                 path.with_suffix(".tmp").unlink()
-            raise SystemExit(f"no text found for {', '.join(empty)}: install "
-                             f"{' '.join(PACKAGES.get(name, name) for name in empty)} (see this module's docstring)")
+            raise SystemExit(
+                f"no text found for {', '.join(empty)}: install "
+                f"{' '.join(PACKAGES.get(name, name) for name in empty)} (see this module's docstring)"
+            )
         for path in manual_paths.values():
             path.with_suffix(".tmp").rename(path)
     datasets += list(manual_paths.items())

@@ -35,7 +35,9 @@ def real_text_index(directory: Path, *, queries: int, dims: int,
     build_dir = directory / f"real_text_{dims}"
     gguf_path = default_gguf_path()
     tokenizer = GGUFTokenizer.from_gguf(gguf_path)
-    corpus_files = write_real_corpus(directory / "real-text", manual_chars=MANUAL_CHARS, queries=queries, seed=seed)
+    corpus_files = write_real_corpus(
+        directory / "real-text", manual_chars=MANUAL_CHARS, queries=queries, seed=seed
+    )
     if not (build_dir / "manifest.json").exists():
         if build_dir.exists():
             for stale in sorted(build_dir.rglob("*"), reverse=True):
@@ -49,9 +51,15 @@ def real_text_index(directory: Path, *, queries: int, dims: int,
                 last = time.perf_counter()
                 print(f"  build {last - started:7.0f} s  {phase:<11} {done:>8} / {total}", flush=True)
 
-        build_index(datasets=[(number + 1, name, path) for number, (name, path) in enumerate(corpus_files.datasets)],
-                    out_dir=build_dir, gguf_path=gguf_path, tokenizer=tokenizer, config=config,
-                    cache_dir=Path(gguf_path).parent.parent / "embeddings", progress=progress)
+        build_index(
+            datasets=[(number + 1, name, path) for number, (name, path) in enumerate(corpus_files.datasets)],
+            out_dir=build_dir,
+            gguf_path=gguf_path,
+            tokenizer=tokenizer,
+            config=config,
+            cache_dir=Path(gguf_path).parent.parent / "embeddings",
+            progress=progress,
+        )
     corpus = load_corpus(build_dir)
     retriever = Retriever(tokenizer, config)
     encoded = [retriever.encode_text(corpus, question)[:2] for question in corpus_files.questions]

@@ -30,12 +30,20 @@ class AnswerClock:
     server: LLMServer | None = None  # the server that answered (chat.llm.servers)
 
 
-async def turn_answer(*, ticket: Ticket, prepared: PreparedTurn, loop_retries: int, tokens: AnswerTokens,
-                        clock: AnswerClock | None = None,
-                        on_queued: Callable[[int], Awaitable[None]] | None = None,
-                        on_delta: Callable[[str], Awaitable[None]] | None = None,
-                        on_rewind: Callable[[str], Awaitable[None]] | None = None,
-                        model: str = "", affinity: object = None, pool: ServerPool | None = None) -> AnswerEnd:
+async def turn_answer(
+    *,
+    ticket: Ticket,
+    prepared: PreparedTurn,
+    loop_retries: int,
+    tokens: AnswerTokens,
+    clock: AnswerClock | None = None,
+    on_queued: Callable[[int], Awaitable[None]] | None = None,
+    on_delta: Callable[[str], Awaitable[None]] | None = None,
+    on_rewind: Callable[[str], Awaitable[None]] | None = None,
+    model: str = "",
+    affinity: object = None,
+    pool: ServerPool | None = None,
+) -> AnswerEnd:
     """Wait until `ticket` is admitted (`on_queued(ahead)` while it waits), then stream the prepared
     prompt: each piece to `on_delta`, each loop taken back to `on_rewind(kept)` (continued from the
     cut up to `loop_retries` times, `engine.llm.answer.stream_answer`), every event into `tokens`. Returns
@@ -53,17 +61,31 @@ async def turn_answer(*, ticket: Ticket, prepared: PreparedTurn, loop_retries: i
     model = model or pool.default_model
     outcome = "cancelled"
     try:
-        end = await _answer(ticket=ticket, prepared=prepared, loop_retries=loop_retries, tokens=tokens, clock=clock,
-                            on_queued=on_queued, on_delta=on_delta, on_rewind=on_rewind, model=model,
-                            affinity=affinity, pool=pool)
+        end = await _answer(
+            ticket=ticket,
+            prepared=prepared,
+            loop_retries=loop_retries,
+            tokens=tokens,
+            clock=clock,
+            on_queued=on_queued,
+            on_delta=on_delta,
+            on_rewind=on_rewind,
+            model=model,
+            affinity=affinity,
+            pool=pool,
+        )
         outcome = "looping" if end.looping else "answered"
         return end
     except Exception:
         outcome = "failed"
         raise
     finally:
-        llm_answer_observe(model=model, server=clock.server.shown_url if clock.server else "", outcome=outcome,
-                           first_token_seconds=None if clock.first_token is None else clock.first_token - clock.queued)
+        llm_answer_observe(
+            model=model,
+            server=clock.server.shown_url if clock.server else "",
+            outcome=outcome,
+            first_token_seconds=None if clock.first_token is None else clock.first_token - clock.queued,
+        )
 
 
 async def _answer(*, ticket: Ticket, prepared: PreparedTurn, loop_retries: int, tokens: AnswerTokens,

@@ -43,25 +43,44 @@ def llm_client() -> LLMClient:
 def llm_client_for(server: LLMServer) -> LLMClient:
     """The kept client of one server of the pool (`server_pool`)."""
     url, timeout, key, model = server.url, float(settings.LLM_TIMEOUT_SECONDS), server.key, server.model
-    return _clients.get((url, timeout, key, model), lambda: LLMClient(url, timeout=timeout, api_key=key, model=model))
+    return _clients.get(
+        (url, timeout, key, model), lambda: LLMClient(url, timeout=timeout, api_key=key, model=model)
+    )
 
 
 def llm_servers() -> list[LLMServer]:
-    """`LLM_SERVERS`, or the one server `LLM_BASE_URL` (with `LLM_API_KEY`, `LLM_MODEL`, `LLM_STREAMS` slots)."""
+    """`LLM_SERVERS`, or the one server `LLM_BASE_URL` (with `LLM_API_KEY`, `LLM_MODEL`, `LLM_STREAMS`
+    slots)."""
     if settings.LLM_SERVERS:
-        return servers_parse(settings.LLM_SERVERS, default_model=settings.LLM_MODEL, default_slots=settings.LLM_STREAMS)
-    return [LLMServer(url=settings.LLM_BASE_URL.rstrip("/"), key=settings.LLM_API_KEY, model=settings.LLM_MODEL,
-                      slots=settings.LLM_STREAMS)]
+        return servers_parse(
+            settings.LLM_SERVERS, default_model=settings.LLM_MODEL, default_slots=settings.LLM_STREAMS
+        )
+    return [
+        LLMServer(
+            url=settings.LLM_BASE_URL.rstrip("/"),
+            key=settings.LLM_API_KEY,
+            model=settings.LLM_MODEL,
+            slots=settings.LLM_STREAMS,
+        )
+    ]
 
 
 def server_pool() -> ServerPool:
     """The process's pool of LLM servers (`chat.llm.servers`), one per setting of them; several servers
     behind the queue in Redis share their slots with every process (`chat.llm.servers_redis`)."""
-    key = (settings.LLM_SERVERS, settings.LLM_BASE_URL, settings.LLM_API_KEY, settings.LLM_MODEL, settings.LLM_STREAMS)
+    key = (
+        settings.LLM_SERVERS,
+        settings.LLM_BASE_URL,
+        settings.LLM_API_KEY,
+        settings.LLM_MODEL,
+        settings.LLM_STREAMS,
+    )
     if settings.LLM_SERVERS and settings.LLM_QUEUE_REDIS_URL:
         queue = llm_queue()
         if isinstance(queue, RedisLLMQueue):
-            return _pools.get((*key, queue.namespace, id(queue)), lambda: SharedServerPool(llm_servers(), queue))
+            return _pools.get(
+                (*key, queue.namespace, id(queue)), lambda: SharedServerPool(llm_servers(), queue)
+            )
     return _pools.get(key, lambda: ServerPool(llm_servers()))
 
 

@@ -11,10 +11,10 @@ also names this host, since 127.0.0.1 on two machines is two servers): `waiting`
 ticket id by arrival), `prefilling` and `streaming` (sorted sets, id by admission time, Redis's
 clock), `users` (id → user), `leases` (id → expiry), `seq` (ticket ids), `turn` (the smoothed
 seconds of a turn); with several LLM servers, their slots and state (`held`, `down`, `last`:
-`chat.llm.servers_redis`, whose scripts run here too, and a ticket's slot goes with its place). Every change is one Lua script (`register_script`, run with EVALSHA), so it
-is atomic: each drops the expired tickets, applies its change, admits from the front while there
-is room, and publishes on the namespace's channel when anything changed (the message: the ids
-just admitted). Idle keys expire after a day.
+`chat.llm.servers_redis`, whose scripts run here too, and a ticket's slot goes with its place). Every change
+is one Lua script (`register_script`, run with EVALSHA), so it is atomic: each drops the expired tickets,
+applies its change, admits from the front while there is room, and publishes on the namespace's channel when
+anything changed (the message: the ids just admitted). Idle keys expire after a day.
 
 Leases: each ticket has a lease of `lease_seconds` (10 s), renewed every `lease_seconds / 4` by
 one thread per queue object for all of the process's live tickets. A process that dies, or a
@@ -96,7 +96,9 @@ local function dispatch()
     local head = redis.call('ZRANGE', waiting, 0, 0)[1]
     if not head then break end
     local reading = redis.call('ZCARD', prefilling)
-    if reading + redis.call('ZCARD', streaming) >= streams or (prefill > 0 and reading >= prefill) then break end
+    if reading + redis.call('ZCARD', streaming) >= streams or (prefill > 0 and reading >= prefill) then
+        break
+    end
     redis.call('ZREM', waiting, head)
     redis.call('ZADD', prefilling, now, head)
     admitted[#admitted + 1] = head
@@ -281,22 +283,33 @@ class RedisLLMQueue:
     """`LLMQueue` over every process that shares `redis_url` and names the same `server_url`
     and policy (see the module docstring): a `chat.llm.queue.TurnQueue`."""
 
-    def __init__(self, *, redis_url: str, server_url: str, prefill: int = 1, streams: int = 4, limit: int = 32,
-                 per_user: int = 2, lease_seconds: float = LEASE_SECONDS, poll_seconds: float = POLL_SECONDS) -> None:
+    def __init__(self, *, redis_url: str, server_url: str, prefill: int = 1, streams: int = 4,
+                 limit: int = 32, per_user: int = 2, lease_seconds: float = LEASE_SECONDS,
+                 poll_seconds: float = POLL_SECONDS) -> None:
         check_policy(prefill=prefill, streams=streams, limit=limit, per_user=per_user)
         if lease_seconds <= 0 or poll_seconds <= 0:
-            raise ValueError(f"LLM queue: lease_seconds and poll_seconds > 0; got {lease_seconds}, {poll_seconds}")
+            raise ValueError(
+                f"LLM queue: lease_seconds and poll_seconds > 0; got {lease_seconds}, {poll_seconds}"
+            )
         self.prefill, self.streams, self.limit, self.per_user = prefill, streams, limit, per_user
         self.lease_seconds, self.poll_seconds = lease_seconds, poll_seconds
         self.redis_url = redacted(redis_url)
-        self.namespace = namespace(server_url, prefill=prefill, streams=streams, limit=limit, per_user=per_user)
+        self.namespace = namespace(
+            server_url, prefill=prefill, streams=streams, limit=limit, per_user=per_user
+        )
         # One quick retry, on a broken connection only (a stale pooled one after a Redis restart):
         # redis-py's default retries for seconds, and a retried timeout could enter a turn twice.
-        self._redis = redis.Redis.from_url(redis_url, socket_connect_timeout=CONNECT_SECONDS,
-                                           socket_timeout=CONNECT_SECONDS,
-                                           retry=Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)))
-        self._scripts = {name: self._redis.register_script(_PRELUDE + body) for name, body in _SCRIPTS.items()}
-        names = ("waiting", "users", "prefilling", "streaming", "leases", "seq", "turn", "held", "down", "last")
+        self._redis = redis.Redis.from_url(
+            redis_url,
+            socket_connect_timeout=CONNECT_SECONDS,
+            socket_timeout=CONNECT_SECONDS,
+            retry=Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,)),
+        )
+        self._scripts = {
+            name: self._redis.register_script(_PRELUDE + body) for name, body in _SCRIPTS.items()
+        }
+        names = ("waiting", "users", "prefilling", "streaming", "leases", "seq", "turn", "held", "down",
+                 "last")
         self._keys = [f"{self.namespace}:{name}" for name in names]
         self._channel = f"{self.namespace}:changed"
         self._policy = [self._channel, prefill, streams, round(lease_seconds * 1000), KEYS_IDLE_MS]
@@ -316,7 +329,8 @@ class RedisLLMQueue:
             self._listen()  # subscribed before the ticket exists: no message about it is missed
             result = self._call("enter", str(user), self.limit, self.per_user)
             if not result[0]:
-                waiting, mine, seconds = int(result[1]), int(result[2]), float(result[3] or FIRST_GUESS_SECONDS)
+                waiting, mine = int(result[1]), int(result[2])
+                seconds = float(result[3] or FIRST_GUESS_SECONDS)
                 raise queue_full(waiting=waiting, mine=mine, per_user=self.per_user,
                                  retry_after=retry_after(seconds, waiting=waiting, streams=self.streams))
             ticket = RedisTicket(self, user, int(result[1]))
@@ -365,14 +379,17 @@ class RedisLLMQueue:
             self._scripts[name] = self._redis.register_script(_PRELUDE + body)
 
     def call(self, script: str, *args: Any) -> Any:
-        """Run one of the scripts (its own ARGV after the policy's); QueueUnavailable when Redis cannot be reached."""
+        """Run one of the scripts (its own ARGV after the policy's); QueueUnavailable when Redis cannot be
+        reached."""
         return self._call(script, *args)
 
     def _unavailable(self, error: redis.RedisError) -> QueueUnavailable:
         reason = str(error).rstrip(".") or type(error).__name__
-        return QueueUnavailable(f"The queue for the language model is unavailable: Redis at {self.redis_url} cannot "
-                                f"be reached ({reason}). Try again in a moment; if it lasts, tell an administrator.",
-                                {"redis": self.redis_url})
+        return QueueUnavailable(
+            f"The queue for the language model is unavailable: Redis at {self.redis_url} cannot "
+            f"be reached ({reason}). Try again in a moment; if it lasts, tell an administrator.",
+            {"redis": self.redis_url},
+        )
 
     def _call(self, script: str, *args: Any) -> Any:
         try:
@@ -411,8 +428,9 @@ class RedisLLMQueue:
                 channel.subscribe(self._channel)
                 # Wait for the confirmation: a change published from now on reaches this process.
                 deadline = time.monotonic() + CONNECT_SECONDS
-                while (message := channel.get_message(timeout=max(0.0, deadline - time.monotonic()))) is None \
-                        or message["type"] != "subscribe":
+                while (
+                    message := channel.get_message(timeout=max(0.0, deadline - time.monotonic()))
+                ) is None or message["type"] != "subscribe":
                     if time.monotonic() >= deadline:
                         raise redis.TimeoutError("no confirmation of the subscription")
             except redis.RedisError as error:

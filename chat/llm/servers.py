@@ -81,7 +81,11 @@ def _server(number: int, entry: Any, default_model: str, default_slots: int) -> 
         raise ServersError(f"{where}: unknown field(s) {', '.join(sorted(unknown))}")
     if not url.startswith(("http://", "https://")):
         raise ServersError(f"{where}: the url must start with http:// or https://")
-    key, model, slots = entry.get("key", ""), entry.get("model", default_model), entry.get("slots", default_slots)
+    key, model, slots = (
+        entry.get("key", ""),
+        entry.get("model", default_model),
+        entry.get("slots", default_slots),
+    )
     if not isinstance(key, str):
         raise ServersError(f"{where}: key must be a string")
     if not isinstance(model, str) or not model:
@@ -112,7 +116,9 @@ class ServerPool:
 
     def unserved(self, model: str) -> LLMConnectionError:
         """The error of a turn whose model no server serves."""
-        return LLMConnectionError(f"no LLM server serves the model {model!r} (served: {', '.join(self.models)})")
+        return LLMConnectionError(
+            f"no LLM server serves the model {model!r} (served: {', '.join(self.models)})"
+        )
 
     def last_server(self, affinity: Any) -> str | None:
         """The URL of the server this process last gave a turn of `affinity` (a conversation) to."""
@@ -131,7 +137,9 @@ class ServerPool:
                      "busy": self._busy[server.url], "up": self._down_until[server.url] <= now}
                     for server in self.servers]
 
-    def choose(self, model: str, affinity: Any = None, *, avoid: Sequence[LLMServer] = ()) -> LLMServer | None:
+    def choose(
+        self, model: str, affinity: Any = None, *, avoid: Sequence[LLMServer] = ()
+    ) -> LLMServer | None:
         """The server for a turn of `model` (see the module docstring); None when none serves it.
         When every server of the model is out, the one out longest is tried (it may be back)."""
         now = time.monotonic()

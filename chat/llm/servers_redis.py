@@ -33,7 +33,8 @@ logger = logging.getLogger(__name__)
 
 _TAKEN, _FULL, _NONE, _GONE = 2, 1, 0, -2
 
-# ARGV[6] id, [7] model, [8] conversation ('' none), [9] servers [[url, model, slots], ...], [10] URLs to avoid
+# ARGV[6] id, [7] model, [8] conversation ('' none), [9] servers [[url, model, slots], ...], [10] URLs to
+# avoid
 # → {2, url} taken, {1} every server of the model full, {0} no server of the model left, {-2} not admitted.
 _TAKE = """
 dispatch()
@@ -153,8 +154,16 @@ class SharedServerPool(ServerPool):
             while True:
                 ticket._changed = ticket._loop.create_future()
                 self.queue._watch(ticket, waiting=True)
-                result = await asyncio.to_thread(self.queue.call, "servers-take", ticket.id, model, conversation,
-                                                 self._described, avoided, AFFINITIES)
+                result = await asyncio.to_thread(
+                    self.queue.call,
+                    "servers-take",
+                    ticket.id,
+                    model,
+                    conversation,
+                    self._described,
+                    avoided,
+                    AFFINITIES,
+                )
                 if int(result[0]) == _TAKEN:
                     return self._by_url[result[1].decode()]
                 if int(result[0]) == _NONE:
@@ -177,14 +186,23 @@ class SharedServerPool(ServerPool):
         return dict(zip(self.servers, self.status(), strict=True))[server]["up"]
 
     def status(self) -> list[dict[str, Any]]:
-        """As `ServerPool.status`, over every process (this process's own view when Redis cannot be reached)."""
+        """As `ServerPool.status`, over every process (this process's own view when Redis cannot be
+        reached)."""
         try:
             flat = self.queue.call("servers-status", self._described)
         except QueueUnavailable as error:
             logger.warning("LLM servers: the shared state is unavailable: %s", error.message)
             return super().status()
-        return [{"url": server.shown_url, "model": server.model, "slots": server.slots, "busy": int(flat[2 * n]),
-                 "up": bool(flat[2 * n + 1])} for n, server in enumerate(self.servers)]
+        return [
+            {
+                "url": server.shown_url,
+                "model": server.model,
+                "slots": server.slots,
+                "busy": int(flat[2 * n]),
+                "up": bool(flat[2 * n + 1]),
+            }
+            for n, server in enumerate(self.servers)
+        ]
 
     def _tell(self, server: LLMServer, out_ms: int) -> None:
         """Mark `server` out for `out_ms` (0: up) for every process; a Redis that cannot be reached is

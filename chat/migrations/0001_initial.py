@@ -18,66 +18,134 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='Conversation',
+            name="Conversation",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('title', models.CharField(default='New conversation', max_length=200)),
-                ('use_memory', models.BooleanField(default=True)),
-                ('top_document', models.BooleanField(default=False)),
-                ('compress_context', models.BooleanField(default=False)),
-                ('token_budget', models.PositiveIntegerField(default=2048, help_text="Most tokens of retrieved memories per answer (capped by the model's context).", validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(131072)])),
-                ('blend_state', models.JSONField(blank=True, default=dict)),
-                ('created', models.DateTimeField(auto_now_add=True)),
-                ('updated', models.DateTimeField(auto_now=True)),
-                ('corpora', models.ManyToManyField(blank=True, related_name='+', to='corpus.corpus')),
-                ('owner', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='conversations', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("title", models.CharField(default="New conversation", max_length=200)),
+                ("use_memory", models.BooleanField(default=True)),
+                ("top_document", models.BooleanField(default=False)),
+                ("compress_context", models.BooleanField(default=False)),
+                (
+                    "token_budget",
+                    models.PositiveIntegerField(
+                        default=2048,
+                        help_text="Most tokens of retrieved memories per answer (capped by the model's "
+                                  "context).",
+                        validators=[
+                            django.core.validators.MinValueValidator(1),
+                            django.core.validators.MaxValueValidator(131072),
+                        ],
+                    ),
+                ),
+                ("blend_state", models.JSONField(blank=True, default=dict)),
+                ("created", models.DateTimeField(auto_now_add=True)),
+                ("updated", models.DateTimeField(auto_now=True)),
+                ("corpora", models.ManyToManyField(blank=True, related_name="+", to="corpus.corpus")),
+                (
+                    "owner",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="conversations",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-updated', '-id'],
+                "ordering": ["-updated", "-id"],
             },
         ),
         migrations.CreateModel(
-            name='Message',
+            name="Message",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('role', models.CharField(choices=[('user', 'User'), ('assistant', 'Assistant')], max_length=16)),
-                ('content', models.TextField(blank=True)),
-                ('created', models.DateTimeField(auto_now_add=True)),
-                ('status', models.CharField(choices=[('complete', 'Complete'), ('stopped', 'Stopped'), ('error', 'Error')], default='complete', max_length=16)),
-                ('error', models.TextField(blank=True)),
-                ('prompt_tokens', models.PositiveIntegerField(blank=True, null=True)),
-                ('completion_tokens', models.PositiveIntegerField(blank=True, null=True)),
-                ('finish_reason', models.CharField(blank=True, max_length=32)),
-                ('conversation', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='messages', to='chat.conversation')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "role",
+                    models.CharField(choices=[("user", "User"), ("assistant", "Assistant")], max_length=16),
+                ),
+                ("content", models.TextField(blank=True)),
+                ("created", models.DateTimeField(auto_now_add=True)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[("complete", "Complete"), ("stopped", "Stopped"), ("error", "Error")],
+                        default="complete",
+                        max_length=16,
+                    ),
+                ),
+                ("error", models.TextField(blank=True)),
+                ("prompt_tokens", models.PositiveIntegerField(blank=True, null=True)),
+                ("completion_tokens", models.PositiveIntegerField(blank=True, null=True)),
+                ("finish_reason", models.CharField(blank=True, max_length=32)),
+                (
+                    "conversation",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="messages",
+                        to="chat.conversation",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['created', 'id'],
+                "ordering": ["created", "id"],
             },
         ),
         migrations.CreateModel(
-            name='MessageMemory',
+            name="MessageMemory",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('rank', models.PositiveIntegerField()),
-                ('memory_key', models.CharField(blank=True, max_length=64)),
-                ('corpus_name', models.CharField(blank=True, max_length=200)),
-                ('source', models.CharField(blank=True, max_length=500)),
-                ('score', models.FloatField()),
-                ('token_count', models.PositiveIntegerField(default=0)),
-                ('excerpt', models.TextField(blank=True)),
-                ('memory', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='memory.memory')),
-                ('message', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memories', to='chat.message')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("rank", models.PositiveIntegerField()),
+                ("memory_key", models.CharField(blank=True, max_length=64)),
+                ("corpus_name", models.CharField(blank=True, max_length=200)),
+                ("source", models.CharField(blank=True, max_length=500)),
+                ("score", models.FloatField()),
+                ("token_count", models.PositiveIntegerField(default=0)),
+                ("excerpt", models.TextField(blank=True)),
+                (
+                    "memory",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="memory.memory",
+                    ),
+                ),
+                (
+                    "message",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="memories",
+                        to="chat.message",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['message', 'rank'],
+                "ordering": ["message", "rank"],
             },
         ),
         migrations.AddIndex(
-            model_name='conversation',
-            index=models.Index(fields=['owner', '-updated'], name='chat_conver_owner_i_7d2ecc_idx'),
+            model_name="conversation",
+            index=models.Index(fields=["owner", "-updated"], name="chat_conver_owner_i_7d2ecc_idx"),
         ),
         migrations.AddConstraint(
-            model_name='messagememory',
-            constraint=models.UniqueConstraint(fields=('message', 'rank'), name='chat_messagememory_unique_rank'),
+            model_name="messagememory",
+            constraint=models.UniqueConstraint(
+                fields=("message", "rank"), name="chat_messagememory_unique_rank"
+            ),
         ),
     ]

@@ -12,18 +12,42 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.AddField(
-            model_name='conversation',
-            name='temperature',
-            field=models.FloatField(blank=True, help_text="Sampling temperature of the answers; blank: the model's recommended default.", null=True, validators=[django.core.validators.MinValueValidator(0.0), django.core.validators.MaxValueValidator(2.0)]),
+            model_name="conversation",
+            name="temperature",
+            field=models.FloatField(
+                blank=True,
+                help_text="Sampling temperature of the answers; blank: the model's recommended default.",
+                null=True,
+                validators=[
+                    django.core.validators.MinValueValidator(0.0),
+                    django.core.validators.MaxValueValidator(2.0),
+                ],
+            ),
         ),
         migrations.AlterField(
-            model_name='conversation',
-            name='token_budget',
-            field=models.PositiveIntegerField(default=512, help_text="Most tokens of retrieved memories per answer (capped by the model's context).", validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(131072)]),
+            model_name="conversation",
+            name="token_budget",
+            field=models.PositiveIntegerField(
+                default=512,
+                help_text="Most tokens of retrieved memories per answer (capped by the model's context).",
+                validators=[
+                    django.core.validators.MinValueValidator(1),
+                    django.core.validators.MaxValueValidator(131072),
+                ],
+            ),
         ),
         migrations.AlterField(
-            model_name='message',
-            name='status',
-            field=models.CharField(choices=[('complete', 'Complete'), ('stopped', 'Stopped'), ('repetition', 'Stopped: it began repeating itself'), ('error', 'Error')], default='complete', max_length=16),
+            model_name="message",
+            name="status",
+            field=models.CharField(
+                choices=[
+                    ("complete", "Complete"),
+                    ("stopped", "Stopped"),
+                    ("repetition", "Stopped: it began repeating itself"),
+                    ("error", "Error"),
+                ],
+                default="complete",
+                max_length=16,
+            ),
         ),
     ]

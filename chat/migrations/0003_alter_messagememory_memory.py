@@ -16,9 +16,15 @@ class Migration(migrations.Migration):
         migrations.SeparateDatabaseAndState(
             state_operations=[
                 migrations.AlterField(
-                    model_name='messagememory',
-                    name='memory',
-                    field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='corpus.memory'),
+                    model_name="messagememory",
+                    name="memory",
+                    field=models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to="corpus.memory",
+                    ),
                 ),
             ],
             database_operations=[],

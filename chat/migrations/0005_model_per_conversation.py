@@ -11,13 +11,21 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.AddField(
-            model_name='conversation',
-            name='model',
-            field=models.CharField(blank=True, help_text='The LLM model that answers (one the server pool serves); blank: the default model.', max_length=200),
+            model_name="conversation",
+            name="model",
+            field=models.CharField(
+                blank=True,
+                help_text=(
+                    "The LLM model that answers (one the server pool serves); blank: the default model."
+                ),
+                max_length=200,
+            ),
         ),
         migrations.AddField(
-            model_name='message',
-            name='model',
-            field=models.CharField(blank=True, help_text='The LLM model that wrote the answer.', max_length=200),
+            model_name="message",
+            name="model",
+            field=models.CharField(
+                blank=True, help_text="The LLM model that wrote the answer.", max_length=200
+            ),
         ),
     ]

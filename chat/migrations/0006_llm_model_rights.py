@@ -12,17 +12,51 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='LLMModel',
+            name="LLMModel",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(help_text="The model's name as LLM_SERVERS (or LLM_MODEL) gives it.", max_length=200, unique=True)),
-                ('is_default', models.BooleanField(default=False, help_text='The model of conversations that name none (for a user who may not use it: his first model).')),
-                ('groups', models.ManyToManyField(blank=True, help_text='Who may use it; none: every user.', related_name='llm_models', to='auth.group')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "name",
+                    models.CharField(
+                        help_text="The model's name as LLM_SERVERS (or LLM_MODEL) gives it.",
+                        max_length=200,
+                        unique=True,
+                    ),
+                ),
+                (
+                    "is_default",
+                    models.BooleanField(
+                        default=False,
+                        help_text="The model of conversations that name none (for a user who may not use it: "
+                                  "his first model).",
+                    ),
+                ),
+                (
+                    "groups",
+                    models.ManyToManyField(
+                        blank=True,
+                        help_text="Who may use it; none: every user.",
+                        related_name="llm_models",
+                        to="auth.group",
+                    ),
+                ),
             ],
             options={
-                'verbose_name': 'LLM model',
-                'ordering': ['name'],
-                'constraints': [models.UniqueConstraint(condition=models.Q(('is_default', True)), fields=('is_default',), name='chat_llmmodel_one_default', violation_error_message='Only one LLM model is the default.')],
+                "verbose_name": "LLM model",
+                "ordering": ["name"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        condition=models.Q(("is_default", True)),
+                        fields=("is_default",),
+                        name="chat_llmmodel_one_default",
+                        violation_error_message="Only one LLM model is the default.",
+                    )
+                ],
             },
         ),
     ]

@@ -15,25 +15,64 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='TurnRecord',
+            name="TurnRecord",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('created', models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
-                ('surface', models.CharField(choices=[('chat', 'Chat (page or conversations API)'), ('openai', 'OpenAI-compatible endpoint')], max_length=16)),
-                ('corpus_ids', models.JSONField(blank=True, default=list)),
-                ('model', models.CharField(blank=True, max_length=200)),
-                ('server', models.CharField(blank=True, help_text='The LLM server, without credentials.', max_length=500)),
-                ('status', models.CharField(max_length=16)),
-                ('prompt_tokens', models.PositiveIntegerField(default=0)),
-                ('completion_tokens', models.PositiveIntegerField(default=0)),
-                ('first_token_ms', models.FloatField(blank=True, null=True)),
-                ('grounding', models.FloatField(blank=True, null=True)),
-                ('memories', models.PositiveIntegerField(default=0, help_text='Memories that primed the answer.')),
-                ('message', models.OneToOneField(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='turn_record', to='chat.message')),
-                ('user', models.ForeignKey(null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("created", models.DateTimeField(db_index=True, default=django.utils.timezone.now)),
+                (
+                    "surface",
+                    models.CharField(
+                        choices=[
+                            ("chat", "Chat (page or conversations API)"),
+                            ("openai", "OpenAI-compatible endpoint"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                ("corpus_ids", models.JSONField(blank=True, default=list)),
+                ("model", models.CharField(blank=True, max_length=200)),
+                (
+                    "server",
+                    models.CharField(
+                        blank=True, help_text="The LLM server, without credentials.", max_length=500
+                    ),
+                ),
+                ("status", models.CharField(max_length=16)),
+                ("prompt_tokens", models.PositiveIntegerField(default=0)),
+                ("completion_tokens", models.PositiveIntegerField(default=0)),
+                ("first_token_ms", models.FloatField(blank=True, null=True)),
+                ("grounding", models.FloatField(blank=True, null=True)),
+                (
+                    "memories",
+                    models.PositiveIntegerField(default=0, help_text="Memories that primed the answer."),
+                ),
+                (
+                    "message",
+                    models.OneToOneField(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="turn_record",
+                        to="chat.message",
+                    ),
+                ),
+                (
+                    "user",
+                    models.ForeignKey(
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'indexes': [models.Index(fields=['user', 'created'], name='chat_turnrecord_user_day')],
+                "indexes": [models.Index(fields=["user", "created"], name="chat_turnrecord_user_day")],
             },
         ),
     ]

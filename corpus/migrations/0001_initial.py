@@ -19,88 +19,251 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='Corpus',
+            name="Corpus",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=200)),
-                ('description', models.TextField(blank=True)),
-                ('visibility', models.CharField(choices=[('private', 'Private (owner only)'), ('groups', 'Groups (readable/writable groups)'), ('everyone', 'Everyone with an account')], default='private', max_length=16)),
-                ('hdc_dimensions', models.PositiveIntegerField(default=10000, validators=[django.core.validators.MinValueValidator(64), django.core.validators.MaxValueValidator(65536)])),
-                ('hdc_seed', models.PositiveIntegerField(default=42)),
-                ('hdc_ngram', models.PositiveSmallIntegerField(default=5, validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(16)])),
-                ('chunk_size', models.PositiveIntegerField(default=1024, help_text='Tokens per window when plain-text datasets are cut into memories.', validators=[django.core.validators.MinValueValidator(8), django.core.validators.MaxValueValidator(32768)])),
-                ('gguf_path', models.CharField(blank=True, help_text='GGUF model whose token embeddings seed the index; blank: the default model.', max_length=500)),
-                ('created', models.DateTimeField(auto_now_add=True)),
-                ('updated', models.DateTimeField(auto_now=True)),
-                ('owner', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='corpora', to=settings.AUTH_USER_MODEL)),
-                ('readable_groups', models.ManyToManyField(blank=True, help_text="May search and view (visibility 'groups').", related_name='readable_corpora', to='auth.group')),
-                ('writable_groups', models.ManyToManyField(blank=True, help_text='May also upload datasets and start builds.', related_name='writable_corpora', to='auth.group')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=200)),
+                ("description", models.TextField(blank=True)),
+                (
+                    "visibility",
+                    models.CharField(
+                        choices=[
+                            ("private", "Private (owner only)"),
+                            ("groups", "Groups (readable/writable groups)"),
+                            ("everyone", "Everyone with an account"),
+                        ],
+                        default="private",
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "hdc_dimensions",
+                    models.PositiveIntegerField(
+                        default=10000,
+                        validators=[
+                            django.core.validators.MinValueValidator(64),
+                            django.core.validators.MaxValueValidator(65536),
+                        ],
+                    ),
+                ),
+                ("hdc_seed", models.PositiveIntegerField(default=42)),
+                (
+                    "hdc_ngram",
+                    models.PositiveSmallIntegerField(
+                        default=5,
+                        validators=[
+                            django.core.validators.MinValueValidator(1),
+                            django.core.validators.MaxValueValidator(16),
+                        ],
+                    ),
+                ),
+                (
+                    "chunk_size",
+                    models.PositiveIntegerField(
+                        default=1024,
+                        help_text="Tokens per window when plain-text datasets are cut into memories.",
+                        validators=[
+                            django.core.validators.MinValueValidator(8),
+                            django.core.validators.MaxValueValidator(32768),
+                        ],
+                    ),
+                ),
+                (
+                    "gguf_path",
+                    models.CharField(
+                        blank=True,
+                        help_text="GGUF model whose token embeddings seed the index; blank: the default "
+                                  "model.",
+                        max_length=500,
+                    ),
+                ),
+                ("created", models.DateTimeField(auto_now_add=True)),
+                ("updated", models.DateTimeField(auto_now=True)),
+                (
+                    "owner",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.PROTECT,
+                        related_name="corpora",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
+                (
+                    "readable_groups",
+                    models.ManyToManyField(
+                        blank=True,
+                        help_text="May search and view (visibility 'groups').",
+                        related_name="readable_corpora",
+                        to="auth.group",
+                    ),
+                ),
+                (
+                    "writable_groups",
+                    models.ManyToManyField(
+                        blank=True,
+                        help_text="May also upload datasets and start builds.",
+                        related_name="writable_corpora",
+                        to="auth.group",
+                    ),
+                ),
             ],
             options={
-                'verbose_name_plural': 'corpora',
-                'ordering': ['name', 'id'],
+                "verbose_name_plural": "corpora",
+                "ordering": ["name", "id"],
             },
         ),
         migrations.CreateModel(
-            name='IndexBuild',
+            name="IndexBuild",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('status', models.CharField(choices=[('queued', 'Queued'), ('running', 'Running'), ('succeeded', 'Succeeded'), ('failed', 'Failed'), ('cancelled', 'Cancelled')], default='queued', max_length=16)),
-                ('phase', models.CharField(blank=True, max_length=32)),
-                ('done', models.BigIntegerField(default=0)),
-                ('total', models.BigIntegerField(default=0)),
-                ('rate', models.FloatField(default=0.0, help_text='Items per second in the current phase.')),
-                ('error', models.TextField(blank=True)),
-                ('cancel_requested', models.BooleanField(default=False)),
-                ('heartbeat', models.DateTimeField(blank=True, help_text='Last sign of life of the worker running this build.', null=True)),
-                ('parameters', models.JSONField(blank=True, default=dict, help_text='HDC settings and model the build used.')),
-                ('timings', models.JSONField(blank=True, default=dict)),
-                ('build_dir', models.CharField(blank=True, max_length=500)),
-                ('documents', models.PositiveIntegerField(blank=True, null=True)),
-                ('duplicates', models.PositiveIntegerField(blank=True, null=True)),
-                ('vocab_size', models.PositiveIntegerField(blank=True, null=True)),
-                ('created', models.DateTimeField(auto_now_add=True)),
-                ('started', models.DateTimeField(blank=True, null=True)),
-                ('finished', models.DateTimeField(blank=True, null=True)),
-                ('corpus', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='builds', to='corpus.corpus')),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("queued", "Queued"),
+                            ("running", "Running"),
+                            ("succeeded", "Succeeded"),
+                            ("failed", "Failed"),
+                            ("cancelled", "Cancelled"),
+                        ],
+                        default="queued",
+                        max_length=16,
+                    ),
+                ),
+                ("phase", models.CharField(blank=True, max_length=32)),
+                ("done", models.BigIntegerField(default=0)),
+                ("total", models.BigIntegerField(default=0)),
+                ("rate", models.FloatField(default=0.0, help_text="Items per second in the current phase.")),
+                ("error", models.TextField(blank=True)),
+                ("cancel_requested", models.BooleanField(default=False)),
+                (
+                    "heartbeat",
+                    models.DateTimeField(
+                        blank=True, help_text="Last sign of life of the worker running this build.", null=True
+                    ),
+                ),
+                (
+                    "parameters",
+                    models.JSONField(
+                        blank=True, default=dict, help_text="HDC settings and model the build used."
+                    ),
+                ),
+                ("timings", models.JSONField(blank=True, default=dict)),
+                ("build_dir", models.CharField(blank=True, max_length=500)),
+                ("documents", models.PositiveIntegerField(blank=True, null=True)),
+                ("duplicates", models.PositiveIntegerField(blank=True, null=True)),
+                ("vocab_size", models.PositiveIntegerField(blank=True, null=True)),
+                ("created", models.DateTimeField(auto_now_add=True)),
+                ("started", models.DateTimeField(blank=True, null=True)),
+                ("finished", models.DateTimeField(blank=True, null=True)),
+                (
+                    "corpus",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="builds", to="corpus.corpus"
+                    ),
+                ),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['-created', '-id'],
+                "ordering": ["-created", "-id"],
             },
         ),
         migrations.AddField(
-            model_name='corpus',
-            name='active_build',
-            field=models.ForeignKey(blank=True, help_text='The build searches use; switched atomically.', null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to='corpus.indexbuild'),
+            model_name="corpus",
+            name="active_build",
+            field=models.ForeignKey(
+                blank=True,
+                help_text="The build searches use; switched atomically.",
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="+",
+                to="corpus.indexbuild",
+            ),
         ),
         migrations.CreateModel(
-            name='Dataset',
+            name="Dataset",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(max_length=255)),
-                ('file', models.FileField(max_length=500, storage=corpus.files.data_storage, upload_to='')),
-                ('size', models.BigIntegerField()),
-                ('sha256', models.CharField(max_length=64)),
-                ('format', models.CharField(max_length=16)),
-                ('record_count', models.PositiveIntegerField(default=0)),
-                ('record_count_exact', models.BooleanField(default=False, help_text='False: estimated at upload; exact after a build.')),
-                ('enabled', models.BooleanField(default=True, help_text='Disabled datasets are left out of searches.')),
-                ('uploaded_at', models.DateTimeField(auto_now_add=True)),
-                ('corpus', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='datasets', to='corpus.corpus')),
-                ('uploaded_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("name", models.CharField(max_length=255)),
+                ("file", models.FileField(max_length=500, storage=corpus.files.data_storage, upload_to="")),
+                ("size", models.BigIntegerField()),
+                ("sha256", models.CharField(max_length=64)),
+                ("format", models.CharField(max_length=16)),
+                ("record_count", models.PositiveIntegerField(default=0)),
+                (
+                    "record_count_exact",
+                    models.BooleanField(
+                        default=False, help_text="False: estimated at upload; exact after a build."
+                    ),
+                ),
+                (
+                    "enabled",
+                    models.BooleanField(
+                        default=True, help_text="Disabled datasets are left out of searches."
+                    ),
+                ),
+                ("uploaded_at", models.DateTimeField(auto_now_add=True)),
+                (
+                    "corpus",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="datasets",
+                        to="corpus.corpus",
+                    ),
+                ),
+                (
+                    "uploaded_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['corpus', 'name', 'id'],
-                'constraints': [models.UniqueConstraint(fields=('corpus', 'sha256'), name='dataset_unique_content_per_corpus')],
+                "ordering": ["corpus", "name", "id"],
+                "constraints": [
+                    models.UniqueConstraint(
+                        fields=("corpus", "sha256"), name="dataset_unique_content_per_corpus"
+                    )
+                ],
             },
         ),
         migrations.AddConstraint(
-            model_name='indexbuild',
-            constraint=models.UniqueConstraint(condition=models.Q(('status__in', ['queued', 'running'])), fields=('corpus',), name='indexbuild_one_active_per_corpus'),
+            model_name="indexbuild",
+            constraint=models.UniqueConstraint(
+                condition=models.Q(("status__in", ["queued", "running"])),
+                fields=("corpus",),
+                name="indexbuild_one_active_per_corpus",
+            ),
         ),
         migrations.AddConstraint(
-            model_name='corpus',
-            constraint=models.UniqueConstraint(fields=('owner', 'name'), name='corpus_unique_name_per_owner'),
+            model_name="corpus",
+            constraint=models.UniqueConstraint(fields=("owner", "name"), name="corpus_unique_name_per_owner"),
         ),
     ]

@@ -11,8 +11,13 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.AddField(
-            model_name='corpus',
-            name='late_interaction',
-            field=models.BooleanField(default=False, help_text="Also fill the corpus's text collection with each memory's token multi-vector at build time, so searches fuse HDC with late interaction. Costs up to ~0.5 MB per memory in Chroma."),
+            model_name="corpus",
+            name="late_interaction",
+            field=models.BooleanField(
+                default=False,
+                help_text="Also fill the corpus's text collection with each memory's token multi-vector at "
+                          "build time, so searches fuse HDC with late interaction. Costs up to ~0.5 MB per "
+                          "memory in Chroma.",
+            ),
         ),
     ]

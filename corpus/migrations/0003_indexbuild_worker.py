@@ -11,8 +11,12 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.AddField(
-            model_name='indexbuild',
-            name='worker',
-            field=models.CharField(blank=True, help_text='The process running this build: host:pid:start time (see builds.owner_alive).', max_length=300),
+            model_name="indexbuild",
+            name="worker",
+            field=models.CharField(
+                blank=True,
+                help_text="The process running this build: host:pid:start time (see builds.owner_alive).",
+                max_length=300,
+            ),
         ),
     ]

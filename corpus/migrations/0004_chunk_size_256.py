@@ -12,8 +12,15 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.AlterField(
-            model_name='corpus',
-            name='chunk_size',
-            field=models.PositiveIntegerField(default=256, help_text='Tokens per window when plain-text datasets are cut into memories.', validators=[django.core.validators.MinValueValidator(8), django.core.validators.MaxValueValidator(32768)]),
+            model_name="corpus",
+            name="chunk_size",
+            field=models.PositiveIntegerField(
+                default=256,
+                help_text="Tokens per window when plain-text datasets are cut into memories.",
+                validators=[
+                    django.core.validators.MinValueValidator(8),
+                    django.core.validators.MaxValueValidator(32768),
+                ],
+            ),
         ),
     ]

@@ -16,59 +16,140 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.AddField(
-            model_name='corpus',
-            name='readable_users',
-            field=models.ManyToManyField(blank=True, help_text="People who may search and view (visibility 'shared').", related_name='readable_corpora', to=settings.AUTH_USER_MODEL),
+            model_name="corpus",
+            name="readable_users",
+            field=models.ManyToManyField(
+                blank=True,
+                help_text="People who may search and view (visibility 'shared').",
+                related_name="readable_corpora",
+                to=settings.AUTH_USER_MODEL,
+            ),
         ),
         migrations.AddField(
-            model_name='corpus',
-            name='writable_users',
-            field=models.ManyToManyField(blank=True, help_text='People who may also upload datasets and start builds.', related_name='writable_corpora', to=settings.AUTH_USER_MODEL),
+            model_name="corpus",
+            name="writable_users",
+            field=models.ManyToManyField(
+                blank=True,
+                help_text="People who may also upload datasets and start builds.",
+                related_name="writable_corpora",
+                to=settings.AUTH_USER_MODEL,
+            ),
         ),
         migrations.AlterField(
-            model_name='corpus',
-            name='chunk_size',
-            field=models.PositiveIntegerField(default=256, help_text='Tokens per window when plain-text datasets are cut into memories.', validators=[django.core.validators.MinValueValidator(8), django.core.validators.MaxValueValidator(32768)], verbose_name='Chunk size (tokens)'),
+            model_name="corpus",
+            name="chunk_size",
+            field=models.PositiveIntegerField(
+                default=256,
+                help_text="Tokens per window when plain-text datasets are cut into memories.",
+                validators=[
+                    django.core.validators.MinValueValidator(8),
+                    django.core.validators.MaxValueValidator(32768),
+                ],
+                verbose_name="Chunk size (tokens)",
+            ),
         ),
         migrations.AlterField(
-            model_name='corpus',
-            name='gguf_path',
-            field=models.CharField(blank=True, help_text='GGUF model whose token embeddings seed the index; blank: the default model.', max_length=500, verbose_name='GGUF model path'),
+            model_name="corpus",
+            name="gguf_path",
+            field=models.CharField(
+                blank=True,
+                help_text="GGUF model whose token embeddings seed the index; blank: the default model.",
+                max_length=500,
+                verbose_name="GGUF model path",
+            ),
         ),
         migrations.AlterField(
-            model_name='corpus',
-            name='hdc_dimensions',
-            field=models.PositiveIntegerField(default=10000, help_text="Length of each memory's hypervector (64 to 65,536); more separates memories better.", validators=[django.core.validators.MinValueValidator(64), django.core.validators.MaxValueValidator(65536)], verbose_name='HDC dimensions'),
+            model_name="corpus",
+            name="hdc_dimensions",
+            field=models.PositiveIntegerField(
+                default=10000,
+                help_text="Length of each memory's hypervector (64 to 65,536); more separates memories "
+                          "better.",
+                validators=[
+                    django.core.validators.MinValueValidator(64),
+                    django.core.validators.MaxValueValidator(65536),
+                ],
+                verbose_name="HDC dimensions",
+            ),
         ),
         migrations.AlterField(
-            model_name='corpus',
-            name='hdc_ngram',
-            field=models.PositiveSmallIntegerField(default=5, help_text='Neighbouring tokens bound together (1 to 16).', validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(16)], verbose_name='N-gram length'),
+            model_name="corpus",
+            name="hdc_ngram",
+            field=models.PositiveSmallIntegerField(
+                default=5,
+                help_text="Neighbouring tokens bound together (1 to 16).",
+                validators=[
+                    django.core.validators.MinValueValidator(1),
+                    django.core.validators.MaxValueValidator(16),
+                ],
+                verbose_name="N-gram length",
+            ),
         ),
         migrations.AlterField(
-            model_name='corpus',
-            name='hdc_seed',
-            field=models.PositiveIntegerField(default=42, help_text='Seeds the random projection; the same seed gives the same index.', validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(2147483647)], verbose_name='Random seed'),
+            model_name="corpus",
+            name="hdc_seed",
+            field=models.PositiveIntegerField(
+                default=42,
+                help_text="Seeds the random projection; the same seed gives the same index.",
+                validators=[
+                    django.core.validators.MinValueValidator(1),
+                    django.core.validators.MaxValueValidator(2147483647),
+                ],
+                verbose_name="Random seed",
+            ),
         ),
         migrations.AlterField(
-            model_name='corpus',
-            name='late_interaction',
-            field=models.BooleanField(default=False, help_text="Also fill the corpus's text collection with each memory's token multi-vector at build time, so searches fuse HDC with late interaction. Costs up to ~0.5 MB per memory in Chroma.", verbose_name='Late interaction'),
+            model_name="corpus",
+            name="late_interaction",
+            field=models.BooleanField(
+                default=False,
+                help_text="Also fill the corpus's text collection with each memory's token multi-vector at "
+                          "build time, so searches fuse HDC with late interaction. Costs up to ~0.5 MB per "
+                          "memory in Chroma.",
+                verbose_name="Late interaction",
+            ),
         ),
         migrations.AlterField(
-            model_name='corpus',
-            name='visibility',
-            field=models.CharField(choices=[('private', 'Private: only the owner'), ('groups', 'Shared: the people and groups it is shared with'), ('everyone', 'Everyone with an account may read')], default='private', max_length=16),
+            model_name="corpus",
+            name="visibility",
+            field=models.CharField(
+                choices=[
+                    ("private", "Private: only the owner"),
+                    ("groups", "Shared: the people and groups it is shared with"),
+                    ("everyone", "Everyone with an account may read"),
+                ],
+                default="private",
+                max_length=16,
+            ),
         ),
         migrations.CreateModel(
-            name='GroupManager',
+            name="GroupManager",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('group', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='managers', to='auth.group')),
-                ('user', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='managed_groups', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "group",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE, related_name="managers", to="auth.group"
+                    ),
+                ),
+                (
+                    "user",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="managed_groups",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'constraints': [models.UniqueConstraint(fields=('group', 'user'), name='groupmanager_unique')],
+                "constraints": [
+                    models.UniqueConstraint(fields=("group", "user"), name="groupmanager_unique")
+                ],
             },
         ),
     ]

@@ -12,8 +12,17 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.AlterField(
-            model_name='corpus',
-            name='chunk_size',
-            field=models.PositiveIntegerField(default=256, help_text='Tokens per memory: longer texts, pages and records are cut into windows of this size.', validators=[django.core.validators.MinValueValidator(8), django.core.validators.MaxValueValidator(32768)], verbose_name='Chunk size (tokens)'),
+            model_name="corpus",
+            name="chunk_size",
+            field=models.PositiveIntegerField(
+                default=256,
+                help_text="Tokens per memory: longer texts, pages and records are cut into windows of this "
+                          "size.",
+                validators=[
+                    django.core.validators.MinValueValidator(8),
+                    django.core.validators.MaxValueValidator(32768),
+                ],
+                verbose_name="Chunk size (tokens)",
+            ),
         ),
     ]

@@ -22,13 +22,20 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.AddField(
-            model_name='indexbuild',
-            name='number',
-            field=models.PositiveIntegerField(blank=True, editable=False, help_text="The build's number within its corpus (#1 is the first).", null=True),
+            model_name="indexbuild",
+            name="number",
+            field=models.PositiveIntegerField(
+                blank=True,
+                editable=False,
+                help_text="The build's number within its corpus (#1 is the first).",
+                null=True,
+            ),
         ),
         migrations.RunPython(number_builds, migrations.RunPython.noop),
         migrations.AddConstraint(
-            model_name='indexbuild',
-            constraint=models.UniqueConstraint(fields=('corpus', 'number'), name='indexbuild_unique_number_per_corpus'),
+            model_name="indexbuild",
+            constraint=models.UniqueConstraint(
+                fields=("corpus", "number"), name="indexbuild_unique_number_per_corpus"
+            ),
         ),
     ]

@@ -11,18 +11,34 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.AddField(
-            model_name='corpus',
-            name='active_appends',
-            field=models.JSONField(blank=True, default=list, help_text='Ids of the append segments searched on top of the active build.'),
+            model_name="corpus",
+            name="active_appends",
+            field=models.JSONField(
+                blank=True,
+                default=list,
+                help_text="Ids of the append segments searched on top of the active build.",
+            ),
         ),
         migrations.AddField(
-            model_name='corpus',
-            name='append_on_upload',
-            field=models.BooleanField(default=True, help_text='A successful upload queues an append that makes the new files searchable within seconds, without a full build (not for late-interaction corpora, which need a build).', verbose_name='Index uploads at once'),
+            model_name="corpus",
+            name="append_on_upload",
+            field=models.BooleanField(
+                default=True,
+                help_text="A successful upload queues an append that makes the new files searchable within "
+                          "seconds, without a full build (not for late-interaction corpora, which need a "
+                          "build).",
+                verbose_name="Index uploads at once",
+            ),
         ),
         migrations.AddField(
-            model_name='indexbuild',
-            name='kind',
-            field=models.CharField(choices=[('build', 'Build'), ('append', 'Append')], default='build', help_text="A full build (all datasets, fresh statistics) or an append segment (new datasets only, on the active build's statistics).", max_length=16),
+            model_name="indexbuild",
+            name="kind",
+            field=models.CharField(
+                choices=[("build", "Build"), ("append", "Append")],
+                default="build",
+                help_text="A full build (all datasets, fresh statistics) or an append segment (new datasets "
+                          "only, on the active build's statistics).",
+                max_length=16,
+            ),
         ),
     ]

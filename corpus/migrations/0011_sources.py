@@ -15,68 +15,228 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.AddField(
-            model_name='dataset',
-            name='replaces',
-            field=models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='replaced_by', to='corpus.dataset'),
+            model_name="dataset",
+            name="replaces",
+            field=models.ForeignKey(
+                blank=True,
+                null=True,
+                on_delete=django.db.models.deletion.SET_NULL,
+                related_name="replaced_by",
+                to="corpus.dataset",
+            ),
         ),
         migrations.CreateModel(
-            name='Source',
+            name="Source",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('name', models.CharField(help_text='Prefixes the names of its documents in the corpus.', max_length=100)),
-                ('kind', models.CharField(choices=[('folder', 'Folder on the server'), ('git', 'Git repository'), ('web', 'Web site'), ('s3', 'S3-compatible prefix')], max_length=16)),
-                ('location', models.CharField(help_text="Folder: a path under SOURCE_ROOTS. Git: the repository's https URL. Web: the start URL. S3: s3://BUCKET/PREFIX.", max_length=1000)),
-                ('branch', models.CharField(blank=True, help_text='Git: the branch (blank: main).', max_length=200)),
-                ('token', models.CharField(blank=True, help_text='Git: an access token. S3: KEY:SECRET.', max_length=1000)),
-                ('endpoint_url', models.CharField(blank=True, help_text='S3: the endpoint (blank: AWS).', max_length=500)),
-                ('path_prefix', models.CharField(blank=True, help_text="Web: only pages under this path (blank: the start URL's folder).", max_length=500)),
-                ('sitemap_url', models.CharField(blank=True, help_text='Web: read pages from this sitemap.', max_length=1000)),
-                ('max_pages', models.PositiveIntegerField(default=500, validators=[django.core.validators.MinValueValidator(1), django.core.validators.MaxValueValidator(100000)])),
-                ('max_depth', models.PositiveSmallIntegerField(default=5, validators=[django.core.validators.MaxValueValidator(50)])),
-                ('include', models.TextField(blank=True, help_text='Glob patterns, one a line, that a path must match (blank: all).')),
-                ('exclude', models.TextField(blank=True, help_text='Glob patterns, one a line, of paths to leave out.')),
-                ('interval_minutes', models.PositiveIntegerField(default=0, help_text='Sync every this many minutes (0: only on demand).', validators=[django.core.validators.MaxValueValidator(527040)])),
-                ('created', models.DateTimeField(auto_now_add=True)),
-                ('status', models.CharField(choices=[('idle', 'Never synced'), ('queued', 'Queued'), ('running', 'Syncing'), ('succeeded', 'Synced'), ('failed', 'Failed'), ('confirm', 'Waiting for confirmation')], default='idle', max_length=16)),
-                ('sync_started', models.DateTimeField(blank=True, null=True)),
-                ('sync_finished', models.DateTimeField(blank=True, null=True)),
-                ('sync_seconds', models.FloatField(blank=True, null=True)),
-                ('added', models.PositiveIntegerField(default=0)),
-                ('changed', models.PositiveIntegerField(default=0)),
-                ('removed', models.PositiveIntegerField(default=0)),
-                ('failures', models.JSONField(blank=True, default=list, help_text='[{name, reason}] of documents skipped.')),
-                ('error', models.TextField(blank=True, help_text='Why the last sync failed or stopped.')),
-                ('done', models.PositiveIntegerField(default=0)),
-                ('total', models.PositiveIntegerField(default=0)),
-                ('cursor', models.JSONField(blank=True, default=dict, help_text='What the last sync saw (a Git commit).')),
-                ('corpus', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='sources', to='corpus.corpus')),
-                ('created_by', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='+', to=settings.AUTH_USER_MODEL)),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                (
+                    "name",
+                    models.CharField(
+                        help_text="Prefixes the names of its documents in the corpus.", max_length=100
+                    ),
+                ),
+                (
+                    "kind",
+                    models.CharField(
+                        choices=[
+                            ("folder", "Folder on the server"),
+                            ("git", "Git repository"),
+                            ("web", "Web site"),
+                            ("s3", "S3-compatible prefix"),
+                        ],
+                        max_length=16,
+                    ),
+                ),
+                (
+                    "location",
+                    models.CharField(
+                        help_text="Folder: a path under SOURCE_ROOTS. Git: the repository's https URL. Web: "
+                                  "the start URL. S3: s3://BUCKET/PREFIX.",
+                        max_length=1000,
+                    ),
+                ),
+                (
+                    "branch",
+                    models.CharField(blank=True, help_text="Git: the branch (blank: main).", max_length=200),
+                ),
+                (
+                    "token",
+                    models.CharField(
+                        blank=True, help_text="Git: an access token. S3: KEY:SECRET.", max_length=1000
+                    ),
+                ),
+                (
+                    "endpoint_url",
+                    models.CharField(blank=True, help_text="S3: the endpoint (blank: AWS).", max_length=500),
+                ),
+                (
+                    "path_prefix",
+                    models.CharField(
+                        blank=True,
+                        help_text="Web: only pages under this path (blank: the start URL's folder).",
+                        max_length=500,
+                    ),
+                ),
+                (
+                    "sitemap_url",
+                    models.CharField(
+                        blank=True, help_text="Web: read pages from this sitemap.", max_length=1000
+                    ),
+                ),
+                (
+                    "max_pages",
+                    models.PositiveIntegerField(
+                        default=500,
+                        validators=[
+                            django.core.validators.MinValueValidator(1),
+                            django.core.validators.MaxValueValidator(100000),
+                        ],
+                    ),
+                ),
+                (
+                    "max_depth",
+                    models.PositiveSmallIntegerField(
+                        default=5, validators=[django.core.validators.MaxValueValidator(50)]
+                    ),
+                ),
+                (
+                    "include",
+                    models.TextField(
+                        blank=True,
+                        help_text="Glob patterns, one a line, that a path must match (blank: all).",
+                    ),
+                ),
+                (
+                    "exclude",
+                    models.TextField(
+                        blank=True, help_text="Glob patterns, one a line, of paths to leave out."
+                    ),
+                ),
+                (
+                    "interval_minutes",
+                    models.PositiveIntegerField(
+                        default=0,
+                        help_text="Sync every this many minutes (0: only on demand).",
+                        validators=[django.core.validators.MaxValueValidator(527040)],
+                    ),
+                ),
+                ("created", models.DateTimeField(auto_now_add=True)),
+                (
+                    "status",
+                    models.CharField(
+                        choices=[
+                            ("idle", "Never synced"),
+                            ("queued", "Queued"),
+                            ("running", "Syncing"),
+                            ("succeeded", "Synced"),
+                            ("failed", "Failed"),
+                            ("confirm", "Waiting for confirmation"),
+                        ],
+                        default="idle",
+                        max_length=16,
+                    ),
+                ),
+                ("sync_started", models.DateTimeField(blank=True, null=True)),
+                ("sync_finished", models.DateTimeField(blank=True, null=True)),
+                ("sync_seconds", models.FloatField(blank=True, null=True)),
+                ("added", models.PositiveIntegerField(default=0)),
+                ("changed", models.PositiveIntegerField(default=0)),
+                ("removed", models.PositiveIntegerField(default=0)),
+                (
+                    "failures",
+                    models.JSONField(
+                        blank=True, default=list, help_text="[{name, reason}] of documents skipped."
+                    ),
+                ),
+                ("error", models.TextField(blank=True, help_text="Why the last sync failed or stopped.")),
+                ("done", models.PositiveIntegerField(default=0)),
+                ("total", models.PositiveIntegerField(default=0)),
+                (
+                    "cursor",
+                    models.JSONField(
+                        blank=True, default=dict, help_text="What the last sync saw (a Git commit)."
+                    ),
+                ),
+                (
+                    "corpus",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="sources",
+                        to="corpus.corpus",
+                    ),
+                ),
+                (
+                    "created_by",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="+",
+                        to=settings.AUTH_USER_MODEL,
+                    ),
+                ),
             ],
             options={
-                'ordering': ['corpus', 'name', 'id'],
+                "ordering": ["corpus", "name", "id"],
             },
         ),
         migrations.CreateModel(
-            name='SourceDocument',
+            name="SourceDocument",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('path', models.CharField(max_length=1000)),
-                ('sha256', models.CharField(max_length=64)),
-                ('version', models.JSONField(blank=True, default=dict, help_text='ETag, Last-Modified, blob or size and mtime.')),
-                ('url', models.CharField(blank=True, help_text='The document at its source.', max_length=2000)),
-                ('dataset', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='source_documents', to='corpus.dataset')),
-                ('source', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='documents', to='corpus.source')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("path", models.CharField(max_length=1000)),
+                ("sha256", models.CharField(max_length=64)),
+                (
+                    "version",
+                    models.JSONField(
+                        blank=True, default=dict, help_text="ETag, Last-Modified, blob or size and mtime."
+                    ),
+                ),
+                (
+                    "url",
+                    models.CharField(blank=True, help_text="The document at its source.", max_length=2000),
+                ),
+                (
+                    "dataset",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="source_documents",
+                        to="corpus.dataset",
+                    ),
+                ),
+                (
+                    "source",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="documents",
+                        to="corpus.source",
+                    ),
+                ),
             ],
             options={
-                'ordering': ['source', 'path'],
+                "ordering": ["source", "path"],
             },
         ),
         migrations.AddConstraint(
-            model_name='source',
-            constraint=models.UniqueConstraint(fields=('corpus', 'name'), name='source_unique_name_per_corpus'),
+            model_name="source",
+            constraint=models.UniqueConstraint(
+                fields=("corpus", "name"), name="source_unique_name_per_corpus"
+            ),
         ),
         migrations.AddConstraint(
-            model_name='sourcedocument',
-            constraint=models.UniqueConstraint(fields=('source', 'path'), name='sourcedocument_unique_path'),
+            model_name="sourcedocument",
+            constraint=models.UniqueConstraint(fields=("source", "path"), name="sourcedocument_unique_path"),
         ),
     ]

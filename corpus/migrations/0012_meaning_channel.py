@@ -11,8 +11,14 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.AddField(
-            model_name='corpus',
-            name='meaning_channel',
-            field=models.BooleanField(default=False, help_text='Also read each memory with a small sentence encoder (all-MiniLM-L6-v2) at build time, so a question worded unlike the text still finds it. Slow to build: tens of memories a second.', verbose_name='Meaning channel'),
+            model_name="corpus",
+            name="meaning_channel",
+            field=models.BooleanField(
+                default=False,
+                help_text="Also read each memory with a small sentence encoder (all-MiniLM-L6-v2) at build "
+                          "time, so a question worded unlike the text still finds it. Slow to build: tens "
+                          "of memories a second.",
+                verbose_name="Meaning channel",
+            ),
         ),
     ]

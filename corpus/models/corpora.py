@@ -15,9 +15,18 @@ from corpus.files import data_storage
 from engine.readers import readers as document_readers
 
 # How pages name a dataset's format (engine.datasets.FORMATS); the document readers name their own.
-FORMAT_LABELS = {"pdf": "PDF", "docx": "Word", "markdown": "Markdown", "text": "text", "html": "HTML", "xml": "XML",
-                 "json": "JSON", "jsonl": "JSONL", "parquet": "Parquet",
-                 **{reader.name: reader.label for reader in document_readers() if reader.label}}
+FORMAT_LABELS = {
+    "pdf": "PDF",
+    "docx": "Word",
+    "markdown": "Markdown",
+    "text": "text",
+    "html": "HTML",
+    "xml": "XML",
+    "json": "JSON",
+    "jsonl": "JSONL",
+    "parquet": "Parquet",
+    **{reader.name: reader.label for reader in document_readers() if reader.label},
+}
 
 
 class Corpus(models.Model):
@@ -34,10 +43,18 @@ class Corpus(models.Model):
                                              help_text="May search and view (visibility 'groups').")
     writable_groups = models.ManyToManyField(Group, blank=True, related_name="writable_corpora",
                                              help_text="May also upload datasets and start builds.")
-    readable_users = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="readable_corpora",
-                                            help_text="People who may search and view (visibility 'shared').")
-    writable_users = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="writable_corpora",
-                                            help_text="People who may also upload datasets and start builds.")
+    readable_users = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        blank=True,
+        related_name="readable_corpora",
+        help_text="People who may search and view (visibility 'shared').",
+    )
+    writable_users = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        blank=True,
+        related_name="writable_corpora",
+        help_text="People who may also upload datasets and start builds.",
+    )
     # The settings are declared in corpus.corpus_settings; each column is made from its declaration.
     hdc_dimensions = model_field("hdc_dimensions")
     hdc_seed = model_field("hdc_seed")
@@ -47,12 +64,19 @@ class Corpus(models.Model):
     late_interaction = model_field("late_interaction")
     meaning_channel = model_field("meaning_channel")
     append_on_upload = model_field("append_on_upload")
-    active_build = models.ForeignKey("IndexBuild", null=True, blank=True, on_delete=models.SET_NULL,
-                                     related_name="+", help_text="The build searches use; switched atomically.")
+    active_build = models.ForeignKey(
+        "IndexBuild",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        help_text="The build searches use; switched atomically.",
+    )
     # The corpus's searchable state is the active (full) build plus these append segments, oldest
     # first (docs/segments.md); both fields change together, in one UPDATE of this row.
-    active_appends = models.JSONField(default=list, blank=True,
-                                      help_text="Ids of the append segments searched on top of the active build.")
+    active_appends = models.JSONField(
+        default=list, blank=True, help_text="Ids of the append segments searched on top of the active build."
+    )
     created = models.DateTimeField(auto_now_add=True)
     updated = models.DateTimeField(auto_now=True)
 
@@ -89,17 +113,22 @@ class Dataset(models.Model):
     record_count_exact = models.BooleanField(default=False,
                                              help_text="False: estimated at upload; exact after a build.")
     enabled = models.BooleanField(default=True, help_text="Disabled datasets are left out of searches.")
-    uploaded_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
-                                    related_name="+")
+    uploaded_by = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
     uploaded_at = models.DateTimeField(auto_now_add=True)
     # A newer version of a dataset (a sync's changed document, an upload under the same name): the
     # old one serves until the job that indexes this one activates, which deletes it in the same
     # transaction, so no search sees both or neither (corpus.services.corpora.datasets_retire_replaced).
-    replaces = models.ForeignKey("self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replaced_by")
+    replaces = models.ForeignKey(
+        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replaced_by"
+    )
 
     class Meta:
         ordering = ["corpus", "name", "id"]
-        constraints = [models.UniqueConstraint(fields=["corpus", "sha256"], name="dataset_unique_content_per_corpus")]
+        constraints = [
+            models.UniqueConstraint(fields=["corpus", "sha256"], name="dataset_unique_content_per_corpus")
+        ]
 
     def __str__(self) -> str:
         return self.name
@@ -164,10 +193,15 @@ class IndexBuild(models.Model):
     cancel_requested = models.BooleanField(default=False)
     heartbeat = models.DateTimeField(null=True, blank=True,
                                      help_text="Last sign of life of the worker running this build.")
-    worker = models.CharField(max_length=300, blank=True,
-                              help_text="The process running this build: host:pid:start time (see builds.owner_alive).")
+    worker = models.CharField(
+        max_length=300,
+        blank=True,
+        help_text="The process running this build: host:pid:start time (see builds.owner_alive).",
+    )
     # BuildParameters.to_json(); read through `params`.
-    parameters = models.JSONField(default=dict, blank=True, help_text="HDC settings and model the build used.")
+    parameters = models.JSONField(
+        default=dict, blank=True, help_text="HDC settings and model the build used."
+    )
     timings = models.JSONField(default=dict, blank=True)
     build_dir = models.CharField(max_length=500, blank=True)
     documents = models.PositiveIntegerField(null=True, blank=True)
@@ -246,7 +280,9 @@ class Memory(models.Model):
         # The table and index names it was created with in the memory app (memory/migrations/0001).
         db_table = "memory_memory"
         ordering = ["build", "hdv_idx"]
-        constraints = [models.UniqueConstraint(fields=["build", "hdv_idx"], name="memory_unique_row_per_build")]
+        constraints = [
+            models.UniqueConstraint(fields=["build", "hdv_idx"], name="memory_unique_row_per_build")
+        ]
         indexes = [models.Index(fields=["build", "dataset"], name="memory_memo_build_i_40bd39_idx"),
                    models.Index(fields=["content_hash"], name="memory_memo_content_d5ab42_idx")]
         verbose_name_plural = "memories"

@@ -58,8 +58,13 @@ def upload_summary(dataset: Dataset) -> str:
     """"notes.pdf: PDF, 12 records" — what a person needs to know about an accepted upload."""
     report = getattr(dataset, "validation", {}) or {}
     skipped = report.get("issue_count", 0)
-    note = f" ({skipped:,} unreadable {'record' if skipped == 1 else 'records'} will be skipped)" if skipped else ""
-    return f"{dataset.name}: {dataset.format_label}, {records_phrase(dataset.record_count, dataset.record_count_exact)}{note}"
+    note = (
+        f" ({skipped:,} unreadable {'record' if skipped == 1 else 'records'} will be skipped)"
+        if skipped
+        else ""
+    )
+    return (f"{dataset.name}: {dataset.format_label}, "
+            f"{records_phrase(dataset.record_count, dataset.record_count_exact)}{note}")
 
 
 def _is_zip(uploaded: UploadedFile) -> bool:
@@ -73,7 +78,9 @@ def _is_zip(uploaded: UploadedFile) -> bool:
 
 def _wanted(member: zipfile.ZipInfo) -> bool:
     parts = PurePosixPath(member.filename).parts
-    return not member.is_dir() and bool(parts) and not any(p.startswith(".") or p == "__MACOSX" for p in parts)
+    return (
+        not member.is_dir() and bool(parts) and not any(p.startswith(".") or p == "__MACOSX" for p in parts)
+    )
 
 
 def _archive_upload(*, corpus: Corpus, user: AbstractBaseUser | None, archive: UploadedFile,
@@ -84,7 +91,9 @@ def _archive_upload(*, corpus: Corpus, user: AbstractBaseUser | None, archive: U
     try:
         zipped = zipfile.ZipFile(archive)
     except zipfile.BadZipFile as error:
-        return [UploadOutcome(archive.name, error=f"{archive.name}: not a readable ZIP archive ({error}).")], 0
+        return [
+            UploadOutcome(archive.name, error=f"{archive.name}: not a readable ZIP archive ({error}).")
+        ], 0
     with zipped:
         members = [m for m in zipped.infolist() if _wanted(m)]
         if not members:
@@ -116,7 +125,9 @@ def _archive_upload(*, corpus: Corpus, user: AbstractBaseUser | None, archive: U
                     continue
                 name, path = item
                 with open(path, "rb") as handle:
-                    outcomes.append(_one(corpus=corpus, user=user, uploaded=File(handle, name=name), name=name))
+                    outcomes.append(
+                        _one(corpus=corpus, user=user, uploaded=File(handle, name=name), name=name)
+                    )
                 path.unlink()
         return outcomes, expanded
 
@@ -135,7 +146,8 @@ def _unpack(zipped: zipfile.ZipFile, members: list[zipfile.ZipInfo], directory: 
             continue
         try:
             with zipped.open(member) as source, open(path, "wb") as out:
-                # At most one byte past the per-file limit or the budget: a lying size header cannot fill the disk.
+                # At most one byte past the per-file limit or the budget: a lying size header cannot fill the
+                # disk.
                 shutil.copyfileobj(_Capped(source, min(limit, budget - expanded) + 1), out)
                 copied = out.tell()
         except (zipfile.BadZipFile, OSError, EOFError) as error:
@@ -168,7 +180,9 @@ class _Capped:
         return data
 
 
-def _one(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded: UploadedFile | File, name: str) -> UploadOutcome:
+def _one(
+    *, corpus: Corpus, user: AbstractBaseUser | None, uploaded: UploadedFile | File, name: str
+) -> UploadOutcome:
     try:
         return UploadOutcome(name, dataset=dataset_upload(corpus=corpus, user=user, uploaded_file=uploaded,
                                                           name=PurePosixPath(name).name, replace=True))

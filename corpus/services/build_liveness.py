@@ -51,7 +51,9 @@ class BuildHeartbeat(threading.Thread):
         try:
             while not self.stopped.wait(settings.BUILD_HEARTBEAT_SECONDS):
                 try:
-                    IndexBuild.objects.filter(pk=self.build_id, status=Status.RUNNING).update(heartbeat=timezone.now())
+                    IndexBuild.objects.filter(pk=self.build_id, status=Status.RUNNING).update(
+                        heartbeat=timezone.now()
+                    )
                 except Exception:  # noqa: BLE001 - a missed beat is retried; the build must go on
                     logger.warning("heartbeat of build %s failed", self.build_id, exc_info=True)
         finally:
@@ -124,7 +126,9 @@ def builds_sweep_dead_owners(builds: QuerySet[IndexBuild]) -> list[int]:
 def builds_sweep_stale(*, corpus_id: int | None = None) -> list[int]:
     """Fail running builds whose worker is gone: a process on this host that no longer runs, or
     one anywhere that stopped sending heartbeats. Returns their ids."""
-    running = IndexBuild.objects.all() if corpus_id is None else IndexBuild.objects.filter(corpus_id=corpus_id)
+    running = (
+        IndexBuild.objects.all() if corpus_id is None else IndexBuild.objects.filter(corpus_id=corpus_id)
+    )
     swept = builds_sweep_dead_owners(running)
     cutoff = timezone.now() - timedelta(seconds=settings.BUILD_STALE_SECONDS)
     stale = IndexBuild.objects.filter(status=Status.RUNNING).filter(
@@ -133,8 +137,10 @@ def builds_sweep_stale(*, corpus_id: int | None = None) -> list[int]:
         stale = stale.filter(corpus_id=corpus_id)
     for build in stale:
         seen = build.heartbeat or build.started
-        message = (f"The worker running this build stopped responding (last heartbeat {seen:%Y-%m-%d %H:%M:%S} UTC); "
-                   f"the previous index stays active. Start a new build.")
+        message = (
+            f"The worker running this build stopped responding (last heartbeat {seen:%Y-%m-%d %H:%M:%S} "
+            f"UTC); the previous index stays active. Start a new build."
+        )
         build_discard(build, status=Status.FAILED, error=message)
         swept.append(build.pk)
         logger.warning("build %s: no heartbeat since %s, marked failed", build.pk, seen)

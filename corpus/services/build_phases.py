@@ -126,7 +126,8 @@ class BuildJob:
         return Retriever(self.tokenizer, self.config)
 
     def target(self, **options: object) -> SearchTarget:
-        """The job's own index as a search target (its `channels` and `rules`), for the gates' self-queries."""
+        """The job's own index as a search target (its `channels` and `rules`), for the gates'
+        self-queries."""
         return SearchTarget(corpus=load_corpus(self.out_dir), store=BuildMemoryStore(self.build.pk),
                             name=str(self.build.corpus_id), **options)
 
@@ -278,7 +279,8 @@ class WordChannel(Phase):
     """A full build's exact-word index (`engine.lexical`, BM25 over its memories' words) and how
     searches fuse it with HDC, chosen from the build's own held-out self-queries: the rule that beats
     HDC alone significantly, else equal weight unless HDC alone is significantly better
-    (`channel_evidence`, `engine.lexical.WORD_FALLBACK`). A late-interaction build has that channel instead."""
+    (`channel_evidence`, `engine.lexical.WORD_FALLBACK`). A late-interaction build has that channel
+    instead."""
 
     def applies(self, job: BuildJob) -> bool:
         return not job.values.late_interaction
@@ -315,8 +317,10 @@ class MeaningRows(Phase):
         if written is None:
             raise BuildCancelled(f"build {build.pk} cancelled")
         if self.gate:
-            target = job.target(channels={WORDS: WordIndex.for_build(job.out_dir), MEANING: MeaningChannel(written)},
-                                rules={WORDS: job.values.word_fusion})
+            target = job.target(
+                channels={WORDS: WordIndex.for_build(job.out_dir), MEANING: MeaningChannel(written)},
+                rules={WORDS: job.values.word_fusion},
+            )
             evidence = channel_evidence(retriever=job.retriever(), target=target, channel=MEANING)
             job.values = job.values.replace(meaning_fusion=evidence)
 

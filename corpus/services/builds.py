@@ -77,13 +77,16 @@ def build_cancel(*, build: IndexBuild) -> IndexBuild:
     is flagged and stops at the engine's next batch boundary."""
     now = timezone.now()
     if IndexBuild.objects.filter(pk=build.pk, status=Status.QUEUED).update(
-            status=Status.CANCELLED, cancel_requested=True, finished=now, error="Cancelled before it started."):
+        status=Status.CANCELLED, cancel_requested=True, finished=now, error="Cancelled before it started."
+    ):
         build.refresh_from_db()
         send_build_event(build, op="finished")
         return build
     if not IndexBuild.objects.filter(pk=build.pk, status=Status.RUNNING).update(cancel_requested=True):
-        raise BuildNotCancellable(f"Build {build.pk} is {build.status}; only queued or running builds can be cancelled.",
-                                  {"status": build.status})
+        raise BuildNotCancellable(
+            f"Build {build.pk} is {build.status}; only queued or running builds can be cancelled.",
+            {"status": build.status},
+        )
     build.refresh_from_db()
     send_build_event(build, op="progress")
     return build
@@ -161,10 +164,16 @@ def meaning_rate() -> tuple[float, bool]:
     """(memories a second, measured?): the meaning channel's rate in the newest full build of at
     least `MEANING_RATE_MIN_MEMORIES` that read one (its "meaning" phase: the model's loading, the
     encoder and the gate), else `MEANING_RATE_ESTIMATE`."""
-    rows = (IndexBuild.objects.filter(status=IndexBuild.Status.SUCCEEDED, kind=IndexBuild.Kind.BUILD,
-                                      documents__gte=MEANING_RATE_MIN_MEMORIES, timings__has_key="portal_meaning")
-            .order_by("-finished")
-            .values_list("timings", "documents")[:1])
+    rows = (
+        IndexBuild.objects.filter(
+            status=IndexBuild.Status.SUCCEEDED,
+            kind=IndexBuild.Kind.BUILD,
+            documents__gte=MEANING_RATE_MIN_MEMORIES,
+            timings__has_key="portal_meaning",
+        )
+        .order_by("-finished")
+        .values_list("timings", "documents")[:1]
+    )
     for timings, documents in rows:
         seconds = float(timings.get("portal_meaning") or 0)
         if seconds > 0 and documents:

@@ -132,7 +132,9 @@ def _checked_save(corpus: Corpus, *, readable_groups: Iterable[Group] | None,
             if writable_groups is not None:
                 corpus.writable_groups.set(writable_groups)
     except IntegrityError:
-        raise CorpusNameTaken(f"You already have a corpus named {corpus.name!r}.", {"name": corpus.name}) from None
+        raise CorpusNameTaken(
+            f"You already have a corpus named {corpus.name!r}.", {"name": corpus.name}
+        ) from None
     return corpus
 
 
@@ -147,7 +149,9 @@ def _text_records_delete(*, corpus_id: int, source_id: int) -> None:
     try:
         deleted = text_store_delete_source(store=store_for(corpus_id), source_id=source_id)
     except Exception:  # noqa: BLE001 - leftovers are never searched (see dataset_delete) and the next build prunes them
-        logger.warning("corpus %s: deleting the text records of dataset %s failed", corpus_id, source_id, exc_info=True)
+        logger.warning(
+            "corpus %s: deleting the text records of dataset %s failed", corpus_id, source_id, exc_info=True
+        )
     else:
         logger.info("corpus %s: deleted %d text records of dataset %s", corpus_id, deleted, source_id)
 
@@ -296,8 +300,15 @@ def _dataset_store(*, corpus: Corpus, user: AbstractBaseUser | None, name: str, 
     return dataset
 
 
-def dataset_upload(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded_file: UploadedFile,
-                   name: str | None = None, replaces: Dataset | None = None, replace: bool = False) -> Dataset:
+def dataset_upload(
+    *,
+    corpus: Corpus,
+    user: AbstractBaseUser | None,
+    uploaded_file: UploadedFile,
+    name: str | None = None,
+    replaces: Dataset | None = None,
+    replace: bool = False,
+) -> Dataset:
     """Validate an uploaded file by content and store it in `corpus`, all or nothing.
 
     Steps: size limit -> staged copy with sha256 -> duplicate check -> the uploader's storage quota
@@ -321,14 +332,18 @@ def dataset_upload(*, corpus: Corpus, user: AbstractBaseUser | None, uploaded_fi
         sha256, size = _stage(uploaded_file, staged, limit)
         duplicate = corpus.datasets.filter(sha256=sha256).first()
         if duplicate is not None:
-            raise DatasetDuplicate(f"{name}: the same content is already in this corpus as {duplicate.name!r}.",
-                                   {"dataset": duplicate.pk})
+            raise DatasetDuplicate(
+                f"{name}: the same content is already in this corpus as {duplicate.name!r}.",
+                {"dataset": duplicate.pk},
+            )
         _check_quota(user=user, name=name, size=size)
         superseded = None
         if replace and replaces is None:
             replaces, superseded = _replaced_by_name(corpus=corpus, name=name)
         try:
-            report = validate_dataset(staged, tokenizer=_corpus_tokenizer(corpus), chunk_size=corpus.chunk_size)
+            report = validate_dataset(
+                staged, tokenizer=_corpus_tokenizer(corpus), chunk_size=corpus.chunk_size
+            )
         except DatasetError as error:
             raise DatasetRejected(str(error).replace(str(staged), name)) from None
         dataset = _dataset_store(corpus=corpus, user=user, name=name, staged=staged, sha256=sha256, size=size,

@@ -202,8 +202,16 @@ def store_search(*, user: User, corpus_id: int, kind: str, query: np.ndarray, n_
         return [_public_hit(hit) for hit in search(query, n_results=n_results, filters=filters)]
 
 
-def store_search_multivector(*, user: User, corpus_id: int, kind: str, query: np.ndarray, n_candidates: int,
-                             n_results: int, filters: Mapping[str, Any] | None = None) -> list[dict[str, Any]]:
+def store_search_multivector(
+    *,
+    user: User,
+    corpus_id: int,
+    kind: str,
+    query: np.ndarray,
+    n_candidates: int,
+    n_results: int,
+    filters: Mapping[str, Any] | None = None,
+) -> list[dict[str, Any]]:
     """Two-stage search: stage 1 on query[0], MaxSim re-rank. Shapes: query (q, dim)."""
     corpus = get_corpus_for_user(user, corpus_id)
     _check_kind(kind)
@@ -237,6 +245,8 @@ def store_orphans_drop(*, corpus_ids: list[int]) -> None:
     """Drop the stores of deleted corpora; ids of corpora that exist are refused."""
     alive = sorted(Corpus.objects.filter(pk__in=corpus_ids).values_list("pk", flat=True))
     if alive:
-        raise ApplicationError(f"Corpora {alive} exist: their stores are not orphans.", details={"corpus_ids": alive})
+        raise ApplicationError(
+            f"Corpora {alive} exist: their stores are not orphans.", details={"corpus_ids": alive}
+        )
     for corpus_id in corpus_ids:
         drop_store(corpus_id)

@@ -45,7 +45,9 @@ def corpus_share_with_user(*, corpus: Corpus, username: str, access: str) -> tup
         (corpus.writable_users if write else corpus.readable_users).add(user)
         (corpus.readable_users if write else corpus.writable_users).remove(user)
         opened = _make_shared(corpus)
-    audit_record(action="corpus_shared", target=_corpus_target(corpus), person=user.get_username(), access=access)
+    audit_record(
+        action="corpus_shared", target=_corpus_target(corpus), person=user.get_username(), access=access
+    )
     return user, opened
 
 
@@ -53,7 +55,9 @@ def _corpus_target(corpus: Corpus) -> str:
     return f"{corpus.name} (#{corpus.pk})"
 
 
-def corpus_share_with_group(*, corpus: Corpus, by: AbstractBaseUser, group_id: int, access: str) -> tuple[Group, bool]:
+def corpus_share_with_group(
+    *, corpus: Corpus, by: AbstractBaseUser, group_id: int, access: str
+) -> tuple[Group, bool]:
     write = _check_access(access)
     group = groups_shareable_by(by).filter(pk=group_id).first()
     if group is None:
@@ -74,7 +78,9 @@ def corpus_unshare(*, corpus: Corpus, user_id: int | None = None, group_id: int 
         if group_id is not None:
             corpus.readable_groups.remove(group_id)
             corpus.writable_groups.remove(group_id)
-        audit_record(action="corpus_unshared", target=_corpus_target(corpus), user_id=user_id, group_id=group_id)
+        audit_record(
+            action="corpus_unshared", target=_corpus_target(corpus), user_id=user_id, group_id=group_id
+        )
 
 
 def corpus_set_visibility(*, corpus: Corpus, visibility: str) -> Corpus:

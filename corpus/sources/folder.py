@@ -55,7 +55,9 @@ class FolderReader(SourceReader):
 
     def fetch(self, item: Listed, target: Path) -> tuple[str, dict, str]:
         with open(item.locator, "rb") as handle:
-            sha256 = hashed_copy(iter(lambda: handle.read(1 << 20), b""), target, limit=settings.UPLOAD_MAX_BYTES)
+            sha256 = hashed_copy(
+                iter(lambda: handle.read(1 << 20), b""), target, limit=settings.UPLOAD_MAX_BYTES
+            )
         return sha256, item.version, f"file://{item.locator}"
 
 

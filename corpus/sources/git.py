@@ -71,8 +71,9 @@ class GitReader(SourceReader):
         command = ["git", "-c", "http.lowSpeedLimit=1", "-c", f"http.lowSpeedTime={timeout}",
                    "-c", "http.followRedirects=false", "-c", "http.proxy=", *pinned, *args]
         try:
-            done = subprocess.run(command, input=stdin, capture_output=True, env=self._env(), timeout=20 * timeout,
-                                  check=False)
+            done = subprocess.run(
+                command, input=stdin, capture_output=True, env=self._env(), timeout=20 * timeout, check=False
+            )
         except subprocess.TimeoutExpired:
             raise SourceUnavailable(f"{what} took longer than {20 * timeout} s.") from None
         if done.returncode != 0:
@@ -110,7 +111,9 @@ class GitReader(SourceReader):
             self._git("init", "--quiet", "--bare", str(self.clone_dir), what="Preparing the clone")
         self._git("-C", str(self.clone_dir), "fetch", "--quiet", "--depth", "1", "--no-tags", "--", self.url,
                   f"+{ref}:{ref}", what=f"Fetching branch {self.branch!r} of {self.url}", pinned=self._pin())
-        return self._git("-C", str(self.clone_dir), "rev-parse", ref, what="Reading the branch").decode().strip()
+        return (
+            self._git("-C", str(self.clone_dir), "rev-parse", ref, what="Reading the branch").decode().strip()
+        )
 
     def listing(self, scan: Scan) -> list[Listed]:
         commit = self._fetch()
@@ -132,7 +135,9 @@ class GitReader(SourceReader):
         if not wanted:
             return
         request = "".join(f"{item.version['blob']}\n" for item in wanted).encode()
-        out = self._git("-C", str(self.clone_dir), "cat-file", "--batch", what="Reading the files", stdin=request)
+        out = self._git(
+            "-C", str(self.clone_dir), "cat-file", "--batch", what="Reading the files", stdin=request
+        )
         offset = 0
         base = self.url.removesuffix(".git").rstrip("/")
         for number, item in enumerate(wanted):
@@ -146,10 +151,19 @@ class GitReader(SourceReader):
             if size < 0:
                 scan.failed.append((path, "missing from the clone"))
             elif size > settings.UPLOAD_MAX_BYTES:
-                scan.failed.append((path, f"larger than the upload limit ({settings.UPLOAD_MAX_BYTES:,} bytes)"))
+                scan.failed.append(
+                    (path, f"larger than the upload limit ({settings.UPLOAD_MAX_BYTES:,} bytes)")
+                )
             else:
                 target = local_name(workdir, number, path)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(body)
-                scan.fetched.append(Fetched(path, target, hashlib.sha256(body).hexdigest(),
-                                            {"blob": blob, "commit": commit}, url=f"{base}/blob/{commit}/{path}"))
+                scan.fetched.append(
+                    Fetched(
+                        path,
+                        target,
+                        hashlib.sha256(body).hexdigest(),
+                        {"blob": blob, "commit": commit},
+                        url=f"{base}/blob/{commit}/{path}",
+                    )
+                )

@@ -42,15 +42,27 @@ class Source(models.Model):
     # Write-only: never serialized, shown or logged (the API and the pages only say whether one is set).
     token = models.CharField(max_length=1000, blank=True, help_text="Git: an access token. S3: KEY:SECRET.")
     endpoint_url = models.CharField(max_length=500, blank=True, help_text="S3: the endpoint (blank: AWS).")
-    path_prefix = models.CharField(max_length=500, blank=True,
-                                   help_text="Web: only pages under this path (blank: the start URL's folder).")
-    sitemap_url = models.CharField(max_length=1000, blank=True, help_text="Web: read pages from this sitemap.")
-    max_pages = models.PositiveIntegerField(default=500, validators=[MinValueValidator(1), MaxValueValidator(100000)])
+    path_prefix = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="Web: only pages under this path (blank: the start URL's folder).",
+    )
+    sitemap_url = models.CharField(
+        max_length=1000, blank=True, help_text="Web: read pages from this sitemap."
+    )
+    max_pages = models.PositiveIntegerField(
+        default=500, validators=[MinValueValidator(1), MaxValueValidator(100000)]
+    )
     max_depth = models.PositiveSmallIntegerField(default=5, validators=[MaxValueValidator(50)])
-    include = models.TextField(blank=True, help_text="Glob patterns, one a line, that a path must match (blank: all).")
+    include = models.TextField(
+        blank=True, help_text="Glob patterns, one a line, that a path must match (blank: all)."
+    )
     exclude = models.TextField(blank=True, help_text="Glob patterns, one a line, of paths to leave out.")
     interval_minutes = models.PositiveIntegerField(
-        default=0, validators=[MaxValueValidator(527040)], help_text="Sync every this many minutes (0: only on demand).")
+        default=0,
+        validators=[MaxValueValidator(527040)],
+        help_text="Sync every this many minutes (0: only on demand).",
+    )
     created_by = models.ForeignKey(settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL,
                                    related_name="+")
     created = models.DateTimeField(auto_now_add=True)
@@ -71,7 +83,9 @@ class Source(models.Model):
     class Meta:
         app_label = "corpus"
         ordering = ["corpus", "name", "id"]
-        constraints = [models.UniqueConstraint(fields=["corpus", "name"], name="source_unique_name_per_corpus")]
+        constraints = [
+            models.UniqueConstraint(fields=["corpus", "name"], name="source_unique_name_per_corpus")
+        ]
 
     def __str__(self) -> str:
         return f"{self.name} ({self.get_kind_display()})"
@@ -91,7 +105,9 @@ class SourceDocument(models.Model):
     dataset = models.ForeignKey(Dataset, null=True, blank=True, on_delete=models.SET_NULL,
                                 related_name="source_documents")
     sha256 = models.CharField(max_length=64)
-    version = models.JSONField(default=dict, blank=True, help_text="ETag, Last-Modified, blob or size and mtime.")
+    version = models.JSONField(
+        default=dict, blank=True, help_text="ETag, Last-Modified, blob or size and mtime."
+    )
     url = models.CharField(max_length=2000, blank=True, help_text="The document at its source.")
 
     class Meta:

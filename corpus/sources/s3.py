@@ -95,7 +95,9 @@ class S3Reader(SourceReader):
 
     def listing(self, scan: Scan) -> list[Listed]:
         try:
-            pages = self.client.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=self.prefix)
+            pages = self.client.get_paginator("list_objects_v2").paginate(
+                Bucket=self.bucket, Prefix=self.prefix
+            )
             objects = [item for page in pages for item in page.get("Contents", [])]
         except ClientError as error:
             code = error.response.get("Error", {}).get("Code", "error")
@@ -104,8 +106,11 @@ class S3Reader(SourceReader):
             raise SourceUnavailable(f"The S3 store cannot be reached: {type(error).__name__}.") from None
         except OutboundUnresolved as error:
             raise SourceUnavailable(error.message) from None
-        return [Listed(item["Key"][len(self.prefix):], {"etag": item.get("ETag", "").strip('"')}, locator=item)
-                for item in objects if not item["Key"].endswith("/")]
+        return [
+            Listed(item["Key"][len(self.prefix) :], {"etag": item.get("ETag", "").strip('"')}, locator=item)
+            for item in objects
+            if not item["Key"].endswith("/")
+        ]
 
     def fetch(self, item: Listed, target: Path) -> tuple[str, dict, str]:
         key = item.locator["Key"]

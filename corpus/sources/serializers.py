@@ -25,8 +25,12 @@ class SourceSerializer(serializers.Serializer):
     branch = serializers.CharField()
     has_token = serializers.SerializerMethodField(
         help_text="Whether a token is set (the token itself is never shown).")
-    interval_minutes = serializers.IntegerField(help_text="Synced every this many minutes (0: on demand only).")
-    documents = serializers.IntegerField(source="documents.count", help_text="Documents of the source the corpus holds.")
+    interval_minutes = serializers.IntegerField(
+        help_text="Synced every this many minutes (0: on demand only)."
+    )
+    documents = serializers.IntegerField(
+        source="documents.count", help_text="Documents of the source the corpus holds."
+    )
     status = serializers.ChoiceField(choices=Source.Status.choices, help_text=(
         "The last sync: `confirm` when it stopped before removing more than half of the documents "
         "(sync again with `confirm: true`)."))

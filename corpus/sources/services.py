@@ -145,7 +145,10 @@ def sources_sync_due() -> list[int]:
     now = timezone.now()
     queued = []
     for source in Source.objects.filter(interval_minutes__gt=0).exclude(status__in=Source.ACTIVE_STATUSES):
-        if source.sync_started is None or source.sync_started + timedelta(minutes=source.interval_minutes) <= now:
+        if (
+            source.sync_started is None
+            or source.sync_started + timedelta(minutes=source.interval_minutes) <= now
+        ):
             try:
                 source_sync_start(source=source)
             except SourceSyncActive:

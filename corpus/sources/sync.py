@@ -54,12 +54,25 @@ def source_reader(source: Source) -> Reader:
     if source.kind == Source.Kind.FOLDER:
         return FolderReader(location=source.location, filters=filters)
     if source.kind == Source.Kind.GIT:
-        return GitReader(url=source.location, branch=source.branch, token=source.token,
-                         clone_dir=Path(settings.DATA_DIR) / "sources" / str(source.pk) / "clone.git", filters=filters)
+        return GitReader(
+            url=source.location,
+            branch=source.branch,
+            token=source.token,
+            clone_dir=Path(settings.DATA_DIR) / "sources" / str(source.pk) / "clone.git",
+            filters=filters,
+        )
     if source.kind == Source.Kind.WEB:
-        return WebReader(start_url=source.location, path_prefix=source.path_prefix, sitemap_url=source.sitemap_url,
-                         max_pages=source.max_pages, max_depth=source.max_depth, filters=filters)
-    return S3Reader(location=source.location, endpoint_url=source.endpoint_url, token=source.token, filters=filters)
+        return WebReader(
+            start_url=source.location,
+            path_prefix=source.path_prefix,
+            sitemap_url=source.sitemap_url,
+            max_pages=source.max_pages,
+            max_depth=source.max_depth,
+            filters=filters,
+        )
+    return S3Reader(
+        location=source.location, endpoint_url=source.endpoint_url, token=source.token, filters=filters
+    )
 
 
 class _Progress:

@@ -37,10 +37,20 @@ def source_add(request: HttpRequest, pk: int) -> HttpResponse:
         messages.error(request, "The source needs a name, a kind and a location.")
         return redirect("corpus:detail", pk=corpus.pk)
     data = form.cleaned_data
-    flash(request, lambda: source_create(corpus=corpus, user=request.user, name=data["name"], kind=data["kind"],
-                                         location=data["location"], branch=data["branch"], token=data["token"],
-                                         interval_minutes=data["interval_minutes"] or 0),
-          lambda source: f"Source {source.name} added: sync it to read its documents.")
+    flash(
+        request,
+        lambda: source_create(
+            corpus=corpus,
+            user=request.user,
+            name=data["name"],
+            kind=data["kind"],
+            location=data["location"],
+            branch=data["branch"],
+            token=data["token"],
+            interval_minutes=data["interval_minutes"] or 0,
+        ),
+        lambda source: f"Source {source.name} added: sync it to read its documents.",
+    )
     return redirect("corpus:detail", pk=corpus.pk)
 
 

@@ -205,9 +205,12 @@ class WebReader:
         target = local_name(workdir, len(scan.fetched), key, suffix)
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(body)
-        version = {"etag": response.headers.get("ETag", ""), "last_modified": response.headers.get("Last-Modified", ""),
-                   "links": sorted({link for link in links if self._own(link)}),
-                   "suffix": suffix}
+        version = {
+            "etag": response.headers.get("ETag", ""),
+            "last_modified": response.headers.get("Last-Modified", ""),
+            "links": sorted({link for link in links if self._own(link)}),
+            "suffix": suffix,
+        }
         scan.fetched.append(Fetched(key, target, hashlib.sha256(body).hexdigest(), version, url=url))
         return links
 

@@ -73,8 +73,10 @@ class LLMClient:
                 for closed in [other for other in self._pools if other.is_closed()]:
                     del self._pools[closed]
                 client = self._pools[loop] = httpx.AsyncClient(
-                    timeout=self._timeout, headers=auth_headers(self._api_key), transport=RetryClosedConnection(
-                    limits=httpx.Limits(keepalive_expiry=KEEPALIVE_SECONDS)))
+                    timeout=self._timeout,
+                    headers=auth_headers(self._api_key),
+                    transport=RetryClosedConnection(limits=httpx.Limits(keepalive_expiry=KEEPALIVE_SECONDS)),
+                )
             return client
 
     def payload(self, messages: Sequence[dict[str, str]], settings: GenerationSettings) -> dict[str, Any]:
@@ -166,9 +168,13 @@ class LLMClient:
         except httpx.TimeoutException as exc:
             raise LLMTimeoutError(f"LLM server at {self.shown_url} timed out ({type(exc).__name__})") from exc
         except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError) as exc:
-            raise LLMConnectionError(f"LLM server unreachable at {self.shown_url}: {exc or type(exc).__name__}") from exc
+            raise LLMConnectionError(
+                f"LLM server unreachable at {self.shown_url}: {exc or type(exc).__name__}"
+            ) from exc
         except httpx.HTTPError as exc:
-            raise LLMConnectionError(f"LLM request to {self.shown_url} failed: {exc or type(exc).__name__}") from exc
+            raise LLMConnectionError(
+                f"LLM request to {self.shown_url} failed: {exc or type(exc).__name__}"
+            ) from exc
         for chunk in stream.end():
             yield chunk
 

@@ -48,7 +48,11 @@ def user_turn_with_memories(question: str, memories: Sequence[str]) -> str:
     40.0 % grounded against 28.9 % best first, the manual pages 55.6 against 48.9 %, the demo set
     70.2 against 73.1 % (2 rounds); 27 answers grounded only best last, 22 only best first."""
     texts = [text.strip() for text in memories if text.strip()]
-    return "".join(MEMORY_OPEN + text + MEMORY_CLOSE for text in reversed(texts)) + ("\n" if texts else "") + question
+    return (
+        "".join(MEMORY_OPEN + text + MEMORY_CLOSE for text in reversed(texts))
+        + ("\n" if texts else "")
+        + question
+    )
 
 
 def message_tokens(tokenizer: TokenCounter, content: str) -> int:
@@ -107,8 +111,15 @@ class PromptPlan:
         return TEMPLATE_TOKENS + self.system_tokens + self.history_tokens + self.user_tokens
 
 
-def assemble_prompt(*, system_prompt: str, history: Sequence[tuple[Role, str]], user_message: str,
-                    tokenizer: TokenCounter, budget: ContextBudget, memories: Sequence[str] = ()) -> PromptPlan:
+def assemble_prompt(
+    *,
+    system_prompt: str,
+    history: Sequence[tuple[Role, str]],
+    user_message: str,
+    tokenizer: TokenCounter,
+    budget: ContextBudget,
+    memories: Sequence[str] = (),
+) -> PromptPlan:
     """System message + as much recent history as fits + the new user turn with its `memories`.
 
     `history` is oldest first, as (role, text) with role "user" or "assistant". Whole messages
@@ -132,7 +143,9 @@ def assemble_prompt(*, system_prompt: str, history: Sequence[tuple[Role, str]], 
     if room < 0:
         raise PromptTooLongError(
             f"the message ({user_tokens} tokens) and the system prompt ({system_tokens} tokens) exceed the "
-            f"prompt budget of {budget.prompt} tokens (context {budget.context_size} - generation {budget.generation})")
+            f"prompt budget of {budget.prompt} tokens (context {budget.context_size} - generation "
+            f"{budget.generation})"
+        )
     costs = [message_tokens(tokenizer, text) for _, text in history]
     start = len(history)
     used = 0
@@ -145,5 +158,12 @@ def assemble_prompt(*, system_prompt: str, history: Sequence[tuple[Role, str]], 
     messages = [{"role": "system", "content": system_prompt}] if system_prompt else []
     messages += [{"role": role, "content": text} for role, text in history[start:]]
     messages.append({"role": "user", "content": turn})
-    return PromptPlan(messages=messages, system_tokens=system_tokens, history_tokens=used, user_tokens=user_tokens,
-                      dropped_messages=start, budget=budget, memories_used=memories_used)
+    return PromptPlan(
+        messages=messages,
+        system_tokens=system_tokens,
+        history_tokens=used,
+        user_tokens=user_tokens,
+        dropped_messages=start,
+        budget=budget,
+        memories_used=memories_used,
+    )

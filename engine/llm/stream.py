@@ -172,11 +172,15 @@ class CompletionStream:
         try:
             event = json.loads(data)
         except json.JSONDecodeError as exc:
-            raise LLMProtocolError(f"LLM server at {self.shown_url} sent invalid JSON in the stream: {data[:200]!r}") from exc
+            raise LLMProtocolError(
+                f"LLM server at {self.shown_url} sent invalid JSON in the stream: {data[:200]!r}"
+            ) from exc
         if not isinstance(event, dict):
             raise LLMProtocolError(f"LLM server at {self.shown_url} sent a non-object event: {data[:200]!r}")
         if "error" in event:
-            raise LLMHTTPError(f"LLM server at {self.shown_url} reported an error: {self._scrub(error_text(data))}", 500)
+            raise LLMHTTPError(
+                f"LLM server at {self.shown_url} reported an error: {self._scrub(error_text(data))}", 500
+            )
         return event
 
 
@@ -210,6 +214,8 @@ def error_text(body: str) -> str:
 
 def _usage(data: dict[str, Any], base_url: str) -> Usage:
     try:
-        return Usage(prompt_tokens=int(data["prompt_tokens"]), completion_tokens=int(data["completion_tokens"]))
+        return Usage(
+            prompt_tokens=int(data["prompt_tokens"]), completion_tokens=int(data["completion_tokens"])
+        )
     except (KeyError, TypeError, ValueError) as exc:
         raise LLMProtocolError(f"LLM server at {base_url} sent malformed usage: {data!r:.200}") from exc

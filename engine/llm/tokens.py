@@ -23,14 +23,19 @@ class ServerTokenCounter:
     upper bound for text in any BPE vocabulary of this size, so a prompt never overflows for it.
     """
 
-    def __init__(self, base_url: str, *, timeout: float = 5.0, cache_size: int = 4096, api_key: str = "") -> None:
+    def __init__(
+        self, base_url: str, *, timeout: float = 5.0, cache_size: int = 4096, api_key: str = ""
+    ) -> None:
         if cache_size < 1:  # cachetools refuses every insert into a cache of size 0
             raise ValueError(f"cache_size must be >= 1, got {cache_size}")
         self.url = base_url.rstrip("/") + "/tokenize"
         self.offered = Offered()  # a server without `/tokenize` is asked once, not per count
         # One pooled client for every thread that counts (httpx's Client is thread-safe).
-        self._http = httpx.Client(timeout=timeout, headers=auth_headers(api_key), transport=RetryClosedConnectionSync(
-            limits=httpx.Limits(keepalive_expiry=KEEPALIVE_SECONDS)))
+        self._http = httpx.Client(
+            timeout=timeout,
+            headers=auth_headers(api_key),
+            transport=RetryClosedConnectionSync(limits=httpx.Limits(keepalive_expiry=KEEPALIVE_SECONDS)),
+        )
         self._cache: LRUCache[str, int] = LRUCache(maxsize=cache_size)
         self._lock = threading.Lock()
 

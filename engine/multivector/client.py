@@ -428,7 +428,8 @@ class ChromaClient:
             found = self._collections[kind].get(ids=[embedding_id], include=["metadatas"])
         if not found["ids"]:
             raise DocumentNotFoundError(
-                f"no {kind} record {embedding_id!r} in collection {self.collection_names[kind]!r} at {self.location}"
+                f"no {kind} record {embedding_id!r} in collection {self.collection_names[kind]!r} at "
+                f"{self.location}"
             )
         return self._decode(kind, embedding_id, found["metadatas"][0])
 

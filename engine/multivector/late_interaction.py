@@ -47,7 +47,8 @@ def maxsim_scores(query: np.ndarray, concatenated: np.ndarray, offsets: np.ndarr
         raise ValueError(f"candidates must have shape (total, {query.shape[1]}), got {concatenated.shape}")
     if offsets[0] != 0 or offsets[-1] != concatenated.shape[0] or (np.diff(offsets) <= 0).any():
         raise ValueError(
-            f"offsets must rise strictly from 0 to {concatenated.shape[0]}, got {offsets[:3]}...{offsets[-1:]}"
+            f"offsets must rise strictly from 0 to {concatenated.shape[0]}, got "
+            f"{offsets[:3]}...{offsets[-1:]}"
         )
     similarities = query @ concatenated.T
     return np.maximum.reduceat(similarities, offsets[:-1], axis=1).sum(axis=0, dtype=np.float32)

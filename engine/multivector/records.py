@@ -100,7 +100,8 @@ def _check_scalar(key: str, value: Any) -> None:
         raise MetadataValidationError(f"metadata field {key!r} must be finite, got {value!r}")
     if not isinstance(value, (str, int, float, bool)):
         raise MetadataValidationError(
-            f"metadata field {key!r} must be str, int, float or bool (Chroma metadata), got {type(value).__name__}"
+            f"metadata field {key!r} must be str, int, float or bool (Chroma metadata), got "
+            f"{type(value).__name__}"
         )
 
 

@@ -80,10 +80,19 @@ class TokenVectorEncoder:
     idf (vocab,) float or None (every weight 1, `min_idf` unused).
     """
 
-    def __init__(self, embeddings: np.ndarray, *, dim: int = 768, seed: int = DEFAULT_SEED,
-                 idf: np.ndarray | None = None, special_ids: Iterable[int] = (),
-                 weighting: str = DEFAULT_WEIGHTING, min_idf: float = DEFAULT_MIN_IDF,
-                 max_rows: int = DEFAULT_MAX_ROWS, isotropy: tuple[np.ndarray, np.ndarray] | None = None) -> None:
+    def __init__(
+        self,
+        embeddings: np.ndarray,
+        *,
+        dim: int = 768,
+        seed: int = DEFAULT_SEED,
+        idf: np.ndarray | None = None,
+        special_ids: Iterable[int] = (),
+        weighting: str = DEFAULT_WEIGHTING,
+        min_idf: float = DEFAULT_MIN_IDF,
+        max_rows: int = DEFAULT_MAX_ROWS,
+        isotropy: tuple[np.ndarray, np.ndarray] | None = None,
+    ) -> None:
         if not isinstance(embeddings, np.ndarray) or embeddings.ndim != 2 or 0 in embeddings.shape:
             raise ValueError(f"embeddings must be a non-empty 2-D array (vocab, emb_dim), got "
                              f"{getattr(embeddings, 'shape', type(embeddings).__name__)}")

@@ -14,23 +14,59 @@ class Migration(migrations.Migration):
 
     operations = [
         migrations.CreateModel(
-            name='Memory',
+            name="Memory",
             fields=[
-                ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
-                ('hdv_idx', models.PositiveIntegerField(help_text="Row in the build's bitmap index.")),
-                ('content_hash', models.CharField(help_text='blake2b-128 of the text (engine content id).', max_length=32)),
-                ('text', models.TextField()),
-                ('metadata', models.JSONField(blank=True, default=dict)),
-                ('token_count', models.PositiveIntegerField(default=0)),
-                ('build', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memories', to='corpus.indexbuild')),
-                ('corpus', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='memories', to='corpus.corpus')),
-                ('dataset', models.ForeignKey(blank=True, null=True, on_delete=django.db.models.deletion.SET_NULL, related_name='memories', to='corpus.dataset')),
+                (
+                    "id",
+                    models.BigAutoField(
+                        auto_created=True, primary_key=True, serialize=False, verbose_name="ID"
+                    ),
+                ),
+                ("hdv_idx", models.PositiveIntegerField(help_text="Row in the build's bitmap index.")),
+                (
+                    "content_hash",
+                    models.CharField(help_text="blake2b-128 of the text (engine content id).", max_length=32),
+                ),
+                ("text", models.TextField()),
+                ("metadata", models.JSONField(blank=True, default=dict)),
+                ("token_count", models.PositiveIntegerField(default=0)),
+                (
+                    "build",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="memories",
+                        to="corpus.indexbuild",
+                    ),
+                ),
+                (
+                    "corpus",
+                    models.ForeignKey(
+                        on_delete=django.db.models.deletion.CASCADE,
+                        related_name="memories",
+                        to="corpus.corpus",
+                    ),
+                ),
+                (
+                    "dataset",
+                    models.ForeignKey(
+                        blank=True,
+                        null=True,
+                        on_delete=django.db.models.deletion.SET_NULL,
+                        related_name="memories",
+                        to="corpus.dataset",
+                    ),
+                ),
             ],
             options={
-                'verbose_name_plural': 'memories',
-                'ordering': ['build', 'hdv_idx'],
-                'indexes': [models.Index(fields=['build', 'dataset'], name='memory_memo_build_i_40bd39_idx'), models.Index(fields=['content_hash'], name='memory_memo_content_d5ab42_idx')],
-                'constraints': [models.UniqueConstraint(fields=('build', 'hdv_idx'), name='memory_unique_row_per_build')],
+                "verbose_name_plural": "memories",
+                "ordering": ["build", "hdv_idx"],
+                "indexes": [
+                    models.Index(fields=["build", "dataset"], name="memory_memo_build_i_40bd39_idx"),
+                    models.Index(fields=["content_hash"], name="memory_memo_content_d5ab42_idx"),
+                ],
+                "constraints": [
+                    models.UniqueConstraint(fields=("build", "hdv_idx"), name="memory_unique_row_per_build")
+                ],
             },
         ),
     ]

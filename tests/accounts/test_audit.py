@@ -32,7 +32,9 @@ def fast_hashing(settings) -> None:
 
 def _last(action: str) -> AuditEvent:
     event = AuditEvent.objects.filter(action=action).order_by("-id").first()
-    assert event is not None, f"no {action} event; have {list(AuditEvent.objects.values_list('action', flat=True))}"
+    assert event is not None, (
+        f"no {action} event; have {list(AuditEvent.objects.values_list('action', flat=True))}"
+    )
     return event
 
 
@@ -62,7 +64,9 @@ def test_tokens_created_and_revoked_on_the_page(owner):
 def test_corpora_created_shared_unshared_and_deleted(owner, member, readers):
     api = token_client(owner)
     corpus_id = api.post("/api/v1/corpora/", {"name": "Ledger"}, format="json").json()["id"]
-    assert _last("corpus_created").target == f"Ledger (#{corpus_id})" and _last("corpus_created").actor == owner
+    assert (
+        _last("corpus_created").target == f"Ledger (#{corpus_id})" and _last("corpus_created").actor == owner
+    )
     page = login(owner)
     owner.groups.add(readers)
     page.post(f"/corpora/{corpus_id}/share/", {"kind": "user", "username": member.username, "access": "read"})
@@ -80,8 +84,11 @@ def test_corpora_created_shared_unshared_and_deleted(owner, member, readers):
 def test_documents_deleted_sources_created_synced_deleted_and_exports(owner, corpus, settings, tmp_path,
                                                                      django_capture_on_commit_callbacks):
     api = token_client(owner)
-    upload = api.post(f"/api/v1/corpora/{corpus.pk}/datasets/",
-                      {"file": as_file("notes.jsonl", jsonl_bytes(["Tides follow the moon."]))}, format="multipart")
+    upload = api.post(
+        f"/api/v1/corpora/{corpus.pk}/datasets/",
+        {"file": as_file("notes.jsonl", jsonl_bytes(["Tides follow the moon."]))},
+        format="multipart",
+    )
     assert api.delete(f"/api/v1/corpora/{corpus.pk}/datasets/{upload.json()['id']}/").status_code == 204
     assert _last("document_deleted").target == f"notes.jsonl in {corpus.name} (#{corpus.pk})"
     folder = tmp_path / "share" / "notes"
@@ -137,7 +144,9 @@ def test_no_route_changes_or_deletes_an_event_and_the_model_refuses_both(staff, 
     event = audit_record(action="corpus_created", actor=owner, target="kept")
     admin = login(staff)
     assert admin.get(f"/admin/accounts/auditevent/{event.pk}/delete/").status_code == 403
-    assert admin.post(f"/admin/accounts/auditevent/{event.pk}/change/", {"target": "changed"}).status_code == 403
+    assert (
+        admin.post(f"/admin/accounts/auditevent/{event.pk}/change/", {"target": "changed"}).status_code == 403
+    )
     event.refresh_from_db()
     assert event.target == "kept"
     with pytest.raises(ValueError):
@@ -162,7 +171,10 @@ def _patterns(resolver: URLResolver) -> list[URLPattern]:
 
 def test_the_retention_removes_only_older_events(settings, owner):
     settings.AUDIT_RETENTION_DAYS = 30
-    kept, old = audit_record(action="corpus_created", target="new"), audit_record(action="corpus_created", target="old")
+    kept, old = (
+        audit_record(action="corpus_created", target="new"),
+        audit_record(action="corpus_created", target="old"),
+    )
     AuditEvent.objects.filter(pk=old.pk).update(created=timezone.now() - timedelta(days=31))
     assert audit_prune() == 1 and list(AuditEvent.objects.values_list("pk", flat=True)) == [kept.pk]
     settings.AUDIT_RETENTION_DAYS = 0

@@ -48,7 +48,9 @@ async def test_deactivation_stops_an_answer_that_is_streaming(chat_settings, use
     conversation = await sync_to_async(conversation_create)(user=owner, use_memory=False)
     socket, _, _ = await open_socket(owner, conversation.pk)
     await socket.receive_json_from()
-    await socket.send_json_to({"type": "chat.send", "content": "Write a very long story about a dragon and a city."})
+    await socket.send_json_to(
+        {"type": "chat.send", "content": "Write a very long story about a dragon and a city."}
+    )
     await events_until(socket, "chat.delta")
     with paused(llama_server):
         await sync_to_async(_deactivate)(owner)
@@ -59,6 +61,8 @@ async def test_deactivation_stops_an_answer_that_is_streaming(chat_settings, use
             stopped = event["type"] == "chat.done" and event["status"] == "stopped"
             assert event["type"] in {"chat.delta", "chat.rewind"} or stopped, event
     assert output == {"type": "websocket.close", "code": 4401}
-    answer = await sync_to_async(lambda: Message.objects.filter(conversation=conversation).order_by("id").last())()
+    answer = await sync_to_async(
+        lambda: Message.objects.filter(conversation=conversation).order_by("id").last()
+    )()
     assert answer.role == "assistant" and answer.status == "stopped"
     assert answer.content  # what had streamed is kept

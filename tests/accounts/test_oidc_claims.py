@@ -35,13 +35,18 @@ def test_a_dotted_claim_reads_a_nested_one():
 
 
 def test_userinfo_claims_override_the_id_tokens():
-    extra = {"id_token": {"sub": "1", "groups": ["old"], "iss": "x"}, "userinfo": {"sub": "1", "groups": ["new"]}}
+    extra = {
+        "id_token": {"sub": "1", "groups": ["old"], "iss": "x"},
+        "userinfo": {"sub": "1", "groups": ["new"]},
+    }
     assert claims_merged(extra) == {"sub": "1", "groups": ["new"], "iss": "x"}
     assert claims_merged({"sub": "1", "groups": ["flat"]})["groups"] == ["flat"]
 
 
-@pytest.mark.parametrize(("value", "expected"), [(True, True), (False, False), ("true", True), ("False", False),
-                                                 (None, None), ("yes", None), (1, None)])
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [(True, True), (False, False), ("true", True), ("False", False), (None, None), ("yes", None), (1, None)],
+)
 def test_email_verified(value, expected):
     claims = {} if value is None else {"email_verified": value}
     assert claim_email_verified(claims) is expected
@@ -82,7 +87,9 @@ def test_sync_creates_joins_and_leaves_only_managed_groups():
 
 
 @pytest.mark.django_db
-@pytest.mark.parametrize("names", [set(), {"unknown-without-create"}], ids=["claim-absent-or-empty", "not-created"])
+@pytest.mark.parametrize(
+    "names", [set(), {"unknown-without-create"}], ids=["claim-absent-or-empty", "not-created"]
+)
 def test_the_last_managed_group_goes_when_the_claim_no_longer_lists_it(names):
     user = User.objects.create_user("dana")
     hand_made = Group.objects.create(name="hand-made")

@@ -25,7 +25,9 @@ def fast_hashing(settings) -> None:
 
 def _attempt(username: str, password: str, address: str = "10.0.0.1", **headers: str):  # noqa: ANN202
     client = Client()
-    response = client.post(LOGIN, {"username": username, "password": password}, REMOTE_ADDR=address, **headers)
+    response = client.post(
+        LOGIN, {"username": username, "password": password}, REMOTE_ADDR=address, **headers
+    )
     return response, client
 
 
@@ -56,7 +58,9 @@ def test_an_account_is_locked_from_every_address(owner, settings):
     assert response.status_code == 429 and not _logged_in(client)
 
 
-def test_one_account_s_lockout_leaves_a_colleague_at_the_same_address_able_to_log_in(owner, outsider, settings):
+def test_one_account_s_lockout_leaves_a_colleague_at_the_same_address_able_to_log_in(
+    owner, outsider, settings
+):
     for _ in range(3 * settings.AXES_FAILURE_LIMIT):
         _attempt("owner", "wrong", address="10.0.3.1")
     assert _attempt("owner", PASSWORD, address="10.0.3.1")[0].status_code == 429
@@ -113,7 +117,10 @@ def test_behind_a_trusted_proxy_each_client_has_its_own_address(outsider, settin
 ])
 def test_client_address(settings, remote, forwarded, trusted, expected):
     settings.TRUSTED_PROXIES = trusted
-    assert client_address(SimpleNamespace(META={"REMOTE_ADDR": remote, "HTTP_X_FORWARDED_FOR": forwarded})) == expected
+    assert (
+        client_address(SimpleNamespace(META={"REMOTE_ADDR": remote, "HTTP_X_FORWARDED_FOR": forwarded}))
+        == expected
+    )
 
 
 def test_a_right_password_before_the_limit_resets_the_count(owner, settings):
@@ -134,8 +141,10 @@ def test_staff_unlock_in_the_admin(owner, staff, member, settings):
     assert changelist.status_code == 200 and "owner" in changelist.content.decode()
     assert login(member).get("/admin/axes/accessattempt/").status_code == 302  # not staff: to the admin login
     attempts = list(AccessAttempt.objects.values_list("pk", flat=True))
-    response = admin.post("/admin/axes/accessattempt/", {"action": "delete_selected", "_selected_action": attempts,
-                                                         "post": "yes"})
+    response = admin.post(
+        "/admin/axes/accessattempt/",
+        {"action": "delete_selected", "_selected_action": attempts, "post": "yes"},
+    )
     assert response.status_code == 302 and not AccessAttempt.objects.exists()
     response, client = _attempt("owner", PASSWORD)
     assert response.status_code == 302 and _logged_in(client)

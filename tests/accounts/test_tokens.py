@@ -108,7 +108,9 @@ def test_guessing_tokens_locks_the_address_not_another_client(owner, settings):
                 for i in range(settings.LOGIN_ADDRESS_FAILURE_LIMIT + 1)]
     assert statuses == [401] * settings.LOGIN_ADDRESS_FAILURE_LIMIT + [429]
     # One count: the login page refuses that address too...
-    login_page = Client(REMOTE_ADDR="10.0.7.1").post("/accounts/login/", {"username": "owner", "password": PASSWORD})
+    login_page = Client(REMOTE_ADDR="10.0.7.1").post(
+        "/accounts/login/", {"username": "owner", "password": PASSWORD}
+    )
     assert login_page.status_code == 429
     # ...but not another client, and a right token (not guessed) not even there.
     other = APIClient(REMOTE_ADDR="10.0.7.2")
@@ -155,7 +157,9 @@ def test_one_client_s_requests_in_a_row_are_served_by_one_thread(live_api, owner
     request_started.connect(record)
     try:
         with httpx.Client(timeout=30, headers={"Authorization": f"Bearer {secret}"}) as http:
-            statuses = [http.get(f"{live_api.url}/api/v1/corpora/{corpus.pk}/").status_code for _ in range(20)]
+            statuses = [
+                http.get(f"{live_api.url}/api/v1/corpora/{corpus.pk}/").status_code for _ in range(20)
+            ]
     finally:
         request_started.disconnect(record)
     assert statuses == [200] * 20
@@ -194,7 +198,9 @@ def test_over_http_revoke_and_deactivation_count_at_the_next_request_on_kept_thr
         assert [status(revoked) for _ in range(20)] == [200] * 20
         request_threads = [t for t in threading.enumerate() if t.name.startswith("request")]
         assert 1 <= len(request_threads) <= KEPT_THREADS
-        call_command("api_token", "revoke", str(ApiToken.objects.get(name="to revoke").pk), stdout=io.StringIO())
+        call_command(
+            "api_token", "revoke", str(ApiToken.objects.get(name="to revoke").pk), stdout=io.StringIO()
+        )
         assert status(revoked) == 401 and status(kept) == 200
         get_user_model().objects.filter(pk=owner.pk).update(is_active=False)
         assert status(kept) == 401

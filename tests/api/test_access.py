@@ -26,7 +26,9 @@ CHUNK_META = {"filename": "r.pdf", "source_path": "/docs/r.pdf", "text": "Tides 
 
 
 def _upload() -> dict:
-    return {"file": SimpleUploadedFile("more.jsonl", jsonl_bytes(["A fresh dataset line about tides and moons."]))}
+    return {
+        "file": SimpleUploadedFile("more.jsonl", jsonl_bytes(["A fresh dataset line about tides and moons."]))
+    }
 
 
 # (method, path, body, format, expected status per role: owner, writer, member (reader), outsider)
@@ -49,16 +51,45 @@ CASES = [
     ("get", "/api/v1/search/?q=tides&corpora={c}", None, None, (200, 200, 200, 404)),
     ("get", "/api/v1/memories/{m}/", None, None, (200, 200, 200, 404)),
     ("get", "/api/v1/corpora/{c}/store/", None, None, (200, 200, 200, 404)),
-    ("post", "/api/v1/corpora/{c}/store/pages/", {"doc_id": "r", "index": 1, "embeddings": [VECTOR], "metadata": PAGE_META},
-     "json", (201, 201, 403, 404)),
-    ("post", "/api/v1/corpora/{c}/store/chunks/",
-     {"doc_id": "r", "index": 1, "embeddings": [VECTOR], "metadata": CHUNK_META}, "json",
-     (201, 201, 403, 404)),
-    ("post", "/api/v1/corpora/{c}/store/batch/",
-     {"kind": "text", "doc_id": "r", "items": [{"index": 0, "embeddings": [VECTOR], "metadata": CHUNK_META}]}, "json", (201, 201, 403, 404)),
-    ("post", "/api/v1/corpora/{c}/store/search/", {"kind": "text", "query": VECTOR}, "json", (200, 200, 200, 404)),
-    ("post", "/api/v1/corpora/{c}/store/search/multivector/", {"kind": "text", "query": [VECTOR]}, "json",
-     (200, 200, 200, 404)),
+    (
+        "post",
+        "/api/v1/corpora/{c}/store/pages/",
+        {"doc_id": "r", "index": 1, "embeddings": [VECTOR], "metadata": PAGE_META},
+        "json",
+        (201, 201, 403, 404),
+    ),
+    (
+        "post",
+        "/api/v1/corpora/{c}/store/chunks/",
+        {"doc_id": "r", "index": 1, "embeddings": [VECTOR], "metadata": CHUNK_META},
+        "json",
+        (201, 201, 403, 404),
+    ),
+    (
+        "post",
+        "/api/v1/corpora/{c}/store/batch/",
+        {
+            "kind": "text",
+            "doc_id": "r",
+            "items": [{"index": 0, "embeddings": [VECTOR], "metadata": CHUNK_META}],
+        },
+        "json",
+        (201, 201, 403, 404),
+    ),
+    (
+        "post",
+        "/api/v1/corpora/{c}/store/search/",
+        {"kind": "text", "query": VECTOR},
+        "json",
+        (200, 200, 200, 404),
+    ),
+    (
+        "post",
+        "/api/v1/corpora/{c}/store/search/multivector/",
+        {"kind": "text", "query": [VECTOR]},
+        "json",
+        (200, 200, 200, 404),
+    ),
     ("get", "/api/v1/corpora/{c}/store/documents/", None, None, (200, 200, 200, 404)),
     ("get", "/api/v1/corpora/{c}/store/embeddings/nothing-page001/", None, None, (404, 404, 404, 404)),
     ("delete", "/api/v1/corpora/{c}/store/documents/nothing/", None, None, (404, 404, 403, 404)),
@@ -68,15 +99,32 @@ CASES = [
     ("get", "/api/v1/conversations/{v}/messages/", None, None, (200, 404, 404, 404)),
     ("post", "/api/v1/conversations/{v}/messages/", {"content": ""}, "json", (400, 404, 404, 404)),
     ("get", "/api/v1/conversations/{v}/export/?format=md", None, None, (200, 404, 404, 404)),
-    ("put", "/api/v1/conversations/{v}/messages/{a}/feedback/", {"rating": "down"}, "json", (200, 404, 404, 404)),
+    (
+        "put",
+        "/api/v1/conversations/{v}/messages/{a}/feedback/",
+        {"rating": "down"},
+        "json",
+        (200, 404, 404, 404),
+    ),
     # Staff only (none of these four is staff): the team lead's reads.
     ("get", "/api/v1/feedback/", None, None, (403, 403, 403, 403)),
     ("get", "/api/v1/audit/", None, None, (403, 403, 403, 403)),
     ("get", "/api/v1/usage/", None, None, (403, 403, 403, 403)),
     ("get", "/api/v1/models/corpus-{c}", None, None, (200, 200, 200, 404)),
-    ("post", "/api/v1/chat/completions", {"model": "corpus-{c}", "messages": []}, "json", (400, 400, 400, 400)),
-    ("post", "/api/v1/chat/completions", {"model": "corpus-{c}", "messages": [{"role": "assistant", "content": "x"}]},
-     "json", (400, 400, 400, 404)),
+    (
+        "post",
+        "/api/v1/chat/completions",
+        {"model": "corpus-{c}", "messages": []},
+        "json",
+        (400, 400, 400, 400),
+    ),
+    (
+        "post",
+        "/api/v1/chat/completions",
+        {"model": "corpus-{c}", "messages": [{"role": "assistant", "content": "x"}]},
+        "json",
+        (400, 400, 400, 404),
+    ),
 ]
 LISTS = ["/api/v1/corpora/", "/api/v1/conversations/", "/api/v1/models", "/api/v1/search/?q=tides"]
 
@@ -90,7 +138,14 @@ def objects(corpus, owner, dataset):
     old_build = IndexBuild.objects.create(corpus=corpus, status="succeeded")
     memory = Memory.objects.create(corpus=corpus, build=old_build, hdv_idx=0, content_hash="0" * 32,
                                    text="Tides follow the moon.", dataset=dataset, token_count=5)
-    return {"c": corpus.pk, "d": dataset.pk, "b": build.pk, "v": conversation.pk, "m": memory.pk, "a": answer.pk}
+    return {
+        "c": corpus.pk,
+        "d": dataset.pk,
+        "b": build.pk,
+        "v": conversation.pk,
+        "m": memory.pk,
+        "a": answer.pk,
+    }
 
 
 def _call(client: APIClient, method: str, path: str, body, fmt):  # noqa: ANN001
@@ -99,7 +154,9 @@ def _call(client: APIClient, method: str, path: str, body, fmt):  # noqa: ANN001
     elif isinstance(body, dict):
         body = {k: (v.format(**_call.ids) if isinstance(v, str) else v) for k, v in body.items()}
     kwargs = {"format": fmt} if fmt else {}
-    return getattr(client, method)(path, body, **kwargs) if body is not None else getattr(client, method)(path)
+    return (
+        getattr(client, method)(path, body, **kwargs) if body is not None else getattr(client, method)(path)
+    )
 
 
 def _path(template: str, ids: dict) -> str:
@@ -123,7 +180,9 @@ def test_endpoint_per_role(request, objects, role, method, template, body, fmt, 
 
 @pytest.mark.parametrize("credentials", ["none", "revoked", "garbage"])
 def test_every_endpoint_without_a_valid_token(objects, owner, settings, credentials):
-    settings.AXES_FAILURE_LIMIT = settings.LOGIN_ADDRESS_FAILURE_LIMIT = 1000  # it fails on purpose, many times
+    settings.AXES_FAILURE_LIMIT = settings.LOGIN_ADDRESS_FAILURE_LIMIT = (
+        1000  # it fails on purpose, many times
+    )
     client = APIClient()
     if credentials == "revoked":
         token, secret = api_token_create(user=owner, name="old")

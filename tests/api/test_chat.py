@@ -46,7 +46,9 @@ def _sse(text: str) -> list[tuple[str | None, str]]:
     return frames
 
 
-def test_conversation_turn_whole_then_streamed_then_exported(chat_settings, live_api, owner, secret, pydoc_build):
+def test_conversation_turn_whole_then_streamed_then_exported(
+    chat_settings, live_api, owner, secret, pydoc_build
+):
     corpus = make_corpus(owner, pydoc_build)
     base = f"{live_api.url}/api/v1"
     with httpx.Client(headers=_headers(secret), timeout=120) as http:
@@ -87,12 +89,17 @@ def test_llm_down_is_503_and_the_user_turn_is_kept(chat_settings, transactional_
     chat_settings.LLM_BASE_URL = "http://127.0.0.1:9"  # nothing listens there: a real refused connection
     client = token_client(owner)
     conversation = client.post("/api/v1/conversations/", {}, format="json").json()["id"]
-    response = client.post(f"/api/v1/conversations/{conversation}/messages/", {"content": "hello"}, format="json")
+    response = client.post(
+        f"/api/v1/conversations/{conversation}/messages/", {"content": "hello"}, format="json"
+    )
     assert response.status_code == 503 and error_of(response)["code"] == "llm_unreachable"
     assert list(Message.objects.filter(conversation_id=conversation).values_list("role", "status")) == [
         ("user", "complete"), ("assistant", "error")]
-    completion = client.post("/api/v1/chat/completions",
-                             {"model": "none", "messages": [{"role": "user", "content": "hi"}]}, format="json")
+    completion = client.post(
+        "/api/v1/chat/completions",
+        {"model": "none", "messages": [{"role": "user", "content": "hi"}]},
+        format="json",
+    )
     assert completion.status_code == 503 and error_of(completion)["code"] == "llm_unavailable"
 
 
@@ -140,10 +147,18 @@ def test_completion_is_primed_by_the_corpus_and_the_blend(chat_settings, owner, 
     assert not plain.memories and primed.memories
     assert primed.memories[0].memory.text[:80] in primed.plan.messages[-1]["content"]
     assert primed.plan.messages[-1]["content"].endswith(QUESTION)
-    blended = completion_prepare(user=owner, corpus=corpus, messages=[
-        {"role": "user", "content": "Tell me about sockets."},
-        {"role": "assistant", "content": "Sockets connect processes over a network with send and recv calls."},
-        {"role": "user", "content": QUESTION}])
+    blended = completion_prepare(
+        user=owner,
+        corpus=corpus,
+        messages=[
+            {"role": "user", "content": "Tell me about sockets."},
+            {
+                "role": "assistant",
+                "content": "Sockets connect processes over a network with send and recv calls.",
+            },
+            {"role": "user", "content": QUESTION},
+        ],
+    )
     assert [m.memory.memory_id for m in blended.memories] != [m.memory.memory_id for m in primed.memories]
 
 
@@ -160,12 +175,21 @@ def test_bad_completion_requests_are_4xx(chat_settings, owner, body, status):
     error_of(response)
 
 
-async def _complete_withlooping_llm(chat_settings, url: str, secret: str, *, looping: int,  # noqa: ANN001
-                                     stream: bool = False, tokenize: bool = False) -> tuple[httpx.Response, list[dict]]:
+async def _complete_withlooping_llm(
+    chat_settings,
+    url: str,
+    secret: str,
+    *,
+    looping: int,  # noqa: ANN001
+    stream: bool = False,
+    tokenize: bool = False,
+) -> tuple[httpx.Response, list[dict]]:
     """One completion against the chat suite's fake LLM whose first `looping` answers loop (a real
     model cannot be made to loop on demand)."""
     requests: list[dict] = []
-    server = await asyncio.start_server(looping_llm(requests, looping=looping, tokenize=tokenize), "127.0.0.1", 0)
+    server = await asyncio.start_server(
+        looping_llm(requests, looping=looping, tokenize=tokenize), "127.0.0.1", 0
+    )
     runtime.reset()  # the kept client of a server once on this port may have learnt another answer
     chat_settings.LLM_BASE_URL = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}"
     body = {"model": "none", "messages": [{"role": "user", "content": QUESTION}], "stream": stream}
@@ -177,12 +201,17 @@ async def _complete_withlooping_llm(chat_settings, url: str, secret: str, *, loo
 async def test_a_whole_completion_that_loops_is_continued_from_the_cut(chat_settings, live_api, secret):
     """A whole reply has sent nothing yet: like the portal's chat, it takes the echo back and has the
     kept text continued (an assistant prefill, DRY over the answer's recent tokens)."""
-    response, requests = await _complete_withlooping_llm(chat_settings, live_api.url, secret, looping=1, tokenize=True)
+    response, requests = await _complete_withlooping_llm(
+        chat_settings, live_api.url, secret, looping=1, tokenize=True
+    )
     choice = response.json()["choices"][0]
     assert (choice["finish_reason"], choice["message"]["content"]) == ("stop", KEPT + CONTINUATION)
     kept = len(KEPT.split())  # the fake's tokenizer: a word a token
-    assert response.json()["usage"] == {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": COMPLETION_TOKENS + kept,
-                                        "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS + kept}
+    assert response.json()["usage"] == {
+        "prompt_tokens": PROMPT_TOKENS,
+        "completion_tokens": COMPLETION_TOKENS + kept,
+        "total_tokens": PROMPT_TOKENS + COMPLETION_TOKENS + kept,
+    }
     assert len(requests) == 2
     assert requests[1]["messages"] == [*requests[0]["messages"], {"role": "assistant", "content": KEPT}]
     assert requests[1]["continue_final_message"] is True and "continue_final_message" not in requests[0]
@@ -196,7 +225,9 @@ async def test_a_completion_that_loops_again_is_cut_whole_and_streamed(chat_sett
     assert whole.json()["choices"][0]["finish_reason"] == "length"
     assert whole.json()["choices"][0]["message"]["content"] == KEPT
     assert len(requests) == 1 + Config().loop_retries
-    streamed, requests = await _complete_withlooping_llm(chat_settings, live_api.url, secret, looping=10, stream=True)
+    streamed, requests = await _complete_withlooping_llm(
+        chat_settings, live_api.url, secret, looping=10, stream=True
+    )
     assert len(requests) == 1  # no continuation of a stream
     chunks = [json.loads(data) for _, data in _sse(streamed.text) if data != "[DONE]"]
     deltas = [c["choices"][0]["delta"].get("content") for c in chunks if c["choices"]]
@@ -204,7 +235,9 @@ async def test_a_completion_that_loops_again_is_cut_whole_and_streamed(chat_sett
     assert [c["choices"][0]["finish_reason"] for c in chunks if c["choices"]][-1] == "length"
 
 
-def test_a_full_llm_queue_is_429_with_retry_after_and_nothing_is_stored(chat_settings, live_api, owner, secret):
+def test_a_full_llm_queue_is_429_with_retry_after_and_nothing_is_stored(
+    chat_settings, live_api, owner, secret
+):
     """Past the caps of the queue into the LLM (chat.llm.queue) both chat APIs refuse at once:
     429 with Retry-After (the official client raises RateLimitError), nothing stored; once a place
     is free the same request is answered."""
@@ -213,7 +246,9 @@ def test_a_full_llm_queue_is_429_with_retry_after_and_nothing_is_stored(chat_set
     running, waiting = queue.enter("someone"), queue.enter("someone else")  # real places, held by this test
     client = openai.OpenAI(base_url=f"{live_api.url}/api/v1", api_key=secret, max_retries=0, timeout=120)
     with pytest.raises(openai.RateLimitError) as refused:
-        client.chat.completions.create(model="none", max_tokens=5, messages=[{"role": "user", "content": "Hi."}])
+        client.chat.completions.create(
+            model="none", max_tokens=5, messages=[{"role": "user", "content": "Hi."}]
+        )
     assert refused.value.response.status_code == 429
     assert int(refused.value.response.headers["Retry-After"]) >= 1
     assert refused.value.body["code"] == "llm_busy"
@@ -231,7 +266,9 @@ def test_a_full_llm_queue_is_429_with_retry_after_and_nothing_is_stored(chat_set
         answered = http.post(f"{live_api.url}/api/v1/conversations/{conversation}/messages/",
                              json={"content": "Hello?", "stream": True})
         assert answered.status_code == 200 and "chat.done" in answered.text
-    whole = client.chat.completions.create(model="none", max_tokens=5, messages=[{"role": "user", "content": "Hi."}])
+    whole = client.chat.completions.create(
+        model="none", max_tokens=5, messages=[{"role": "user", "content": "Hi."}]
+    )
     assert whole.choices[0].finish_reason in ("stop", "length")
     assert queue.snapshot() == {"waiting": 0, "prefilling": 0, "streaming": 0}
 
@@ -249,8 +286,9 @@ def _memory_dataset(memory_id: int) -> tuple[int, str]:
     return memory.dataset_id, memory.dataset.name
 
 
-async def test_the_chat_and_the_openai_endpoint_send_llama_cpp_the_same_request(chat_settings, live_api, owner, secret,
-                                                                               pydoc_build):
+async def test_the_chat_and_the_openai_endpoint_send_llama_cpp_the_same_request(
+    chat_settings, live_api, owner, secret, pydoc_build
+):
     """One turn preparation (`chat.preparation.turn_prepare`): a conversation's turn, and a completion
     given the same history and the conversation's settings, reach the LLM as the same request (the
     same blend, `top_document` and `compress_context` applied, the same memory budget). The fake LLM
@@ -272,8 +310,10 @@ async def test_the_chat_and_the_openai_endpoint_send_llama_cpp_the_same_request(
             assert turn.status_code == 201, turn.text
         listed = (await http.get(f"/conversations/{conversation}/messages/")).json()["results"]
         history = [{"role": message["role"], "content": message["content"]} for message in listed[:-1]]
-        completion = await http.post("/chat/completions", json={"model": f"corpus-{corpus.pk}", "messages": history,
-                                                                 **conversation_settings})
+        completion = await http.post(
+            "/chat/completions",
+            json={"model": f"corpus-{corpus.pk}", "messages": history, **conversation_settings},
+        )
         assert completion.status_code == 200, completion.text
     assert len(requests) == 3
     chat_request, completion_request = requests[1], requests[2]
@@ -283,7 +323,11 @@ async def test_the_chat_and_the_openai_endpoint_send_llama_cpp_the_same_request(
     assert len(primed) == 1 and completion.json()["memories"][0]["id"] == primed[0]["memory_id"]
     # A completion's memory is a search result's: its corpus and dataset by id, their names beside them.
     memory = completion.json()["memories"][0]
-    assert (memory["corpus"], memory["corpus_name"]) == (corpus.pk, corpus.name) == (corpus.pk, primed[0]["corpus"])
+    assert (
+        (memory["corpus"], memory["corpus_name"])
+        == (corpus.pk, corpus.name)
+        == (corpus.pk, primed[0]["corpus"])
+    )
     dataset = await database_sync_to_async(_memory_dataset)(primed[0]["memory_id"])
     assert (memory["dataset"], memory["dataset_name"]) == dataset
     prompt = chat_request["messages"][-1]["content"]

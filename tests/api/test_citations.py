@@ -97,7 +97,11 @@ def _check(hdrag: dict, answer: str) -> None:
     assert citations[-1]["claim"] and citations[-1]["memories"] == []
     assert len(citations[-1]["scores"]) >= 1 and max(citations[-1]["scores"]) < 0.5
     # Every claim's certainty is its tokens' probability; a supported one counts by it.
-    assert all(c["certainty"] == pytest.approx(TOKEN_PROBABILITY) and not c["unsure"] for c in citations if c["claim"])
+    assert all(
+        c["certainty"] == pytest.approx(TOKEN_PROBABILITY) and not c["unsure"]
+        for c in citations
+        if c["claim"]
+    )
     assert hdrag["grounding"] == pytest.approx(TOKEN_PROBABILITY * len(copied) / (len(copied) + 1), abs=1e-3)
     assert hdrag["grounding_word"] in ("partly", "grounded")
 
@@ -107,7 +111,9 @@ def test_a_turn_stores_sends_lists_and_exports_its_citations(fake_llm, live_api,
     secret = api_token_create(user=owner, name="citations")[1]
     base = f"{live_api.url}/api/v1"
     with httpx.Client(headers={"Authorization": f"Bearer {secret}"}, timeout=120) as http:
-        conversation = http.post(f"{base}/conversations/", json={"corpora": [corpus.pk], "token_budget": 400}).json()["id"]
+        conversation = http.post(
+            f"{base}/conversations/", json={"corpora": [corpus.pk], "token_budget": 400}
+        ).json()["id"]
         with http.stream("POST", f"{base}/conversations/{conversation}/messages/",
                          json={"content": QUESTION, "stream": True}) as streamed:
             frames = [block for block in streamed.read().decode().strip().split("\n\n")]
@@ -115,7 +121,10 @@ def test_a_turn_stores_sends_lists_and_exports_its_citations(fake_llm, live_api,
         assert frames[-1].startswith("event: chat.done")
         answer = done["message"]["content"]
         _check(done, answer)
-        assert (done["message"]["grounding"], done["message"]["citations"]) == (done["grounding"], done["citations"])
+        assert (done["message"]["grounding"], done["message"]["citations"]) == (
+            done["grounding"],
+            done["citations"],
+        )
         stored = Message.objects.get(pk=done["message"]["id"])
         assert (stored.grounding, stored.citations) == (done["grounding"], done["citations"])
 
@@ -123,20 +132,29 @@ def test_a_turn_stores_sends_lists_and_exports_its_citations(fake_llm, live_api,
         assert listed[1]["grounding"] == done["grounding"] and listed[1]["citations"] == done["citations"]
         assert listed[0]["grounding"] is None and listed[0]["citations"] == []
 
-        record = json.loads(http.get(f"{base}/conversations/{conversation}/export/", params={"format": "jsonl"}).text)
+        record = json.loads(
+            http.get(f"{base}/conversations/{conversation}/export/", params={"format": "jsonl"}).text
+        )
         assert record["conversations"][1]["grounding"] == done["grounding"]
         assert record["conversations"][1]["citations"] == done["citations"]
         markdown = http.get(f"{base}/conversations/{conversation}/export/", params={"format": "md"}).text
         assert f"{MADE_UP} (unsupported)" in markdown and "[1]" in markdown
-        assert f"_Grounding: {done['grounding']:.0%} ({done['grounding_word']}): the share of its claims" in markdown
+        assert (
+            f"_Grounding: {done['grounding']:.0%} ({done['grounding_word']}): the share of its claims"
+            in markdown
+        )
         assert "(unsure)" not in markdown
         assert "\n1. **pydoc / pydoc-topics.jsonl**" in markdown
 
 
 def test_the_openai_reply_carries_hdrag_whole_and_on_the_last_chunks(fake_llm, live_api, owner, pydoc_build):
     corpus = make_corpus(owner, pydoc_build)
-    client = openai.OpenAI(base_url=f"{live_api.url}/api/v1", api_key=api_token_create(user=owner, name="t")[1],
-                           max_retries=0, timeout=120)
+    client = openai.OpenAI(
+        base_url=f"{live_api.url}/api/v1",
+        api_key=api_token_create(user=owner, name="t")[1],
+        max_retries=0,
+        timeout=120,
+    )
     messages = [{"role": "user", "content": QUESTION}]
     whole = client.chat.completions.create(model=f"corpus-{corpus.pk}", messages=messages)
     # The official client keeps the extra object without complaint.
@@ -148,7 +166,9 @@ def test_the_openai_reply_carries_hdrag_whole_and_on_the_last_chunks(fake_llm, l
     finish = [c for c in chunks if c.choices and c.choices[0].finish_reason][-1]
     _check(finish.model_extra["hdrag"], text)
     assert chunks[-1].usage is not None and chunks[-1].model_extra["hdrag"] == finish.model_extra["hdrag"]
-    assert all("hdrag" not in (c.model_extra or {}) for c in chunks if c.choices and not c.choices[0].finish_reason)
+    assert all(
+        "hdrag" not in (c.model_extra or {}) for c in chunks if c.choices and not c.choices[0].finish_reason
+    )
 
     alone = client.chat.completions.create(model="none", messages=messages)
     assert alone.model_extra["hdrag"] == {"grounding": None, "grounding_word": "", "citations": []}

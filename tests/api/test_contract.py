@@ -80,15 +80,22 @@ class Contract:
                 self.failures.append(f"{method} {template}: a body where none is documented")
             return None
         if content_type not in documented["content"]:
-            self.failures.append(f"{method} {template}: {content_type} is not among {list(documented['content'])}")
+            self.failures.append(
+                f"{method} {template}: {content_type} is not among {list(documented['content'])}"
+            )
             return None
         if content_type != "application/json":
             return response.text
         body = response.json()
-        schema = {**_json_schema(documented["content"][content_type]["schema"]), "components": self.components}
+        schema = {
+            **_json_schema(documented["content"][content_type]["schema"]),
+            "components": self.components,
+        }
         for error in Draft202012Validator(schema).iter_errors(body):
             where = "/".join(str(p) for p in error.absolute_path)
-            self.failures.append(f"{method} {template} {expected}: at {where or 'the top'}: {error.message[:300]}")
+            self.failures.append(
+                f"{method} {template} {expected}: at {where or 'the top'}: {error.message[:300]}"
+            )
         return body
 
 
@@ -105,7 +112,9 @@ def contract(live_api, owner) -> Iterator[Contract]:
     app.conf.task_always_eager = False
     secret = api_token_create(user=owner, name="contract")[1]
     try:
-        with httpx.Client(base_url=live_api.url, headers={"Authorization": f"Bearer {secret}"}, timeout=300) as http:
+        with httpx.Client(
+            base_url=live_api.url, headers={"Authorization": f"Bearer {secret}"}, timeout=300
+        ) as http:
             schema = http.get("/api/schema/")
             assert schema.status_code == 200, schema.text[:300]
             yield Contract(http, yaml.safe_load(schema.text))
@@ -113,14 +122,17 @@ def contract(live_api, owner) -> Iterator[Contract]:
         app.conf.task_always_eager = True
 
 
-def test_every_operation_answers_what_its_schema_documents(contract, chat_settings, owner, pydoc_build, settings,
-                                                           tmp_path):
+def test_every_operation_answers_what_its_schema_documents(
+    contract, chat_settings, owner, pydoc_build, settings, tmp_path
+):
     c = contract
     corpus = make_corpus(owner, pydoc_build)
     # make_corpus gives its dataset the primary key its index recorded (1): move the sequence past it.
     with connection.cursor() as cursor:
         table = Dataset._meta.db_table
-        cursor.execute(f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT MAX(id) FROM {table}))")
+        cursor.execute(
+            f"SELECT setval(pg_get_serial_sequence('{table}', 'id'), (SELECT MAX(id) FROM {table}))"
+        )
     corpus_url = f"/api/v1/corpora/{corpus.pk}"
     # Corpora, datasets, builds: a built corpus, and a new one whose builds stay queued.
     c.call("GET", "/api/v1/corpora/", 200)
@@ -145,7 +157,9 @@ def test_every_operation_answers_what_its_schema_documents(contract, chat_settin
     c.call("GET", "/api/v1/search/", 200, params={"q": QUESTION, "corpora": str(corpus.pk)})
     c.call("GET", f"/api/v1/memories/{found['results'][0]['id']}/", 200)
     # Conversations, with a real answer.
-    conversation = c.call("POST", "/api/v1/conversations/", 201, json={"title": "Contract", "corpora": [corpus.pk]})
+    conversation = c.call(
+        "POST", "/api/v1/conversations/", 201, json={"title": "Contract", "corpora": [corpus.pk]}
+    )
     conversation_url = f"/api/v1/conversations/{conversation['id']}"
     c.call("GET", "/api/v1/conversations/", 200)
     c.call("GET", f"{conversation_url}/", 200)
@@ -176,13 +190,38 @@ def test_every_operation_answers_what_its_schema_documents(contract, chat_settin
     store_url = f"{corpus_url}/store"
     c.call("POST", f"{store_url}/pages/", 201,
            json={"doc_id": "report", "index": 1, "embeddings": _rows(1), "metadata": META})
-    c.call("POST", f"{store_url}/chunks/", 201,
-           json={"doc_id": "report", "index": 0, "embeddings": _rows(2), "metadata": {**META, "text": "a chunk"}})
-    c.call("POST", f"{store_url}/batch/", 201, json={"kind": "text", "doc_id": "manual", "items": [
-        {"index": i, "embeddings": _rows(10 + i), "metadata": {**META, "text": f"chunk {i}"}} for i in range(3)]})
+    c.call(
+        "POST",
+        f"{store_url}/chunks/",
+        201,
+        json={
+            "doc_id": "report",
+            "index": 0,
+            "embeddings": _rows(2),
+            "metadata": {**META, "text": "a chunk"},
+        },
+    )
+    c.call(
+        "POST",
+        f"{store_url}/batch/",
+        201,
+        json={
+            "kind": "text",
+            "doc_id": "manual",
+            "items": [
+                {"index": i, "embeddings": _rows(10 + i), "metadata": {**META, "text": f"chunk {i}"}}
+                for i in range(3)
+            ],
+        },
+    )
     c.call("GET", f"{store_url}/", 200)
     c.call("POST", f"{store_url}/search/", 200, json={"kind": "text", "query": _rows(2)[0]})
-    c.call("POST", f"{store_url}/search/multivector/", 200, json={"kind": "text", "query": _rows(2), "n_results": 2})
+    c.call(
+        "POST",
+        f"{store_url}/search/multivector/",
+        200,
+        json={"kind": "text", "query": _rows(2), "n_results": 2},
+    )
     c.call("GET", f"{store_url}/embeddings/report-page001/", 200)
     c.call("GET", f"{store_url}/embeddings/report-chunk0000/", 200, params={"encoding": "base64"})
     c.call("GET", f"{store_url}/documents/", 200)
@@ -205,7 +244,9 @@ def test_every_operation_answers_what_its_schema_documents(contract, chat_settin
     c.call("DELETE", f"{conversation_url}/", 204)
     c.call("DELETE", f"{scratch_url}/", 204)
 
-    documented = {(method.upper(), path) for path, operations in c.schema["paths"].items() for method in operations}
+    documented = {
+        (method.upper(), path) for path, operations in c.schema["paths"].items() for method in operations
+    }
     assert documented - c.called == set(), "operations this test does not call yet"
     assert not c.failures, f"{len(c.failures)} answers differ from the schema:\n" + "\n".join(c.failures)
 
@@ -217,7 +258,9 @@ def test_the_strict_check_catches_an_undocumented_key_and_a_wrong_type():
         "kind": {"type": "string", "enum": ["a"], "nullable": True},
         "build": {"allOf": [{"$ref": "#/components/schemas/Build"}], "nullable": True}}}
     components = {"schemas": {"Build": {"type": "object", "properties": {"id": {"type": "integer"}}}}}
-    validator = Draft202012Validator({**_json_schema(copy.deepcopy(schema)), "components": _json_schema(components)})
+    validator = Draft202012Validator(
+        {**_json_schema(copy.deepcopy(schema)), "components": _json_schema(components)}
+    )
     assert validator.is_valid({"id": 1, "note": None, "kind": None, "build": None})
     assert validator.is_valid({"id": 1, "build": {"id": 2}})
     assert not validator.is_valid({"id": 1, "extra": 2})  # sent but not documented

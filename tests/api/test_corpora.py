@@ -12,9 +12,19 @@ from tests.plugins.portal import TEXTS, jsonl_bytes
 def test_create_get_update_delete_a_corpus(owner, readers, writers, outsider):
     owner.groups.add(readers)
     client = token_client(owner)
-    created = client.post("/api/v1/corpora/", {"name": "Field notes", "description": "d", "visibility": "groups",
-                                               "readable_groups": [readers.pk], "hdc_dimensions": 2048,
-                                               "hdc_ngram": 4, "chunk_size": 256}, format="json")
+    created = client.post(
+        "/api/v1/corpora/",
+        {
+            "name": "Field notes",
+            "description": "d",
+            "visibility": "groups",
+            "readable_groups": [readers.pk],
+            "hdc_dimensions": 2048,
+            "hdc_ngram": 4,
+            "chunk_size": 256,
+        },
+        format="json",
+    )
     assert created.status_code == 201, created.content
     body = created.json()
     corpus = Corpus.objects.get(pk=body["id"])
@@ -29,8 +39,9 @@ def test_create_get_update_delete_a_corpus(owner, readers, writers, outsider):
     # The meaning channel ranks after the exact-word channel: not with late interaction, nothing saved.
     refused = client.patch(f"/api/v1/corpora/{corpus.pk}/", {"meaning_channel": True}, format="json")
     assert refused.status_code == 400 and "meaning_channel" in error_of(refused)["details"]
-    meaning = client.patch(f"/api/v1/corpora/{corpus.pk}/", {"meaning_channel": True, "late_interaction": False},
-                           format="json")
+    meaning = client.patch(
+        f"/api/v1/corpora/{corpus.pk}/", {"meaning_channel": True, "late_interaction": False}, format="json"
+    )
     assert meaning.status_code == 200 and meaning.json()["meaning_channel"] is True
     corpus.refresh_from_db()
     assert corpus.meaning_channel and not corpus.late_interaction
@@ -76,9 +87,13 @@ def test_upload_validates_like_the_page(corpus, owner, settings):
     ok = client.post(url, {"file": SimpleUploadedFile("notes.jsonl", jsonl_bytes(TEXTS))}, format="multipart")
     assert ok.status_code == 201, ok.content
     assert ok.json()["format"] == "jsonl" and ok.json()["record_count"] == len(TEXTS)
-    again = client.post(url, {"file": SimpleUploadedFile("copy.jsonl", jsonl_bytes(TEXTS))}, format="multipart")
+    again = client.post(
+        url, {"file": SimpleUploadedFile("copy.jsonl", jsonl_bytes(TEXTS))}, format="multipart"
+    )
     assert again.status_code == 409 and error_of(again)["code"] == "duplicate"
-    binary = client.post(url, {"file": SimpleUploadedFile("x.json", b"\xff\xfe\x00garbage")}, format="multipart")
+    binary = client.post(
+        url, {"file": SimpleUploadedFile("x.json", b"\xff\xfe\x00garbage")}, format="multipart"
+    )
     assert binary.status_code == 400 and error_of(binary)["code"] == "dataset_rejected"
     missing = client.post(url, {}, format="multipart")
     assert missing.status_code == 400 and "file" in error_of(missing)["details"]
@@ -126,21 +141,29 @@ def test_build_without_datasets_is_refused(corpus, owner):
 
 def test_search_ranks_memories_with_scores_sources_and_tokens(corpus, owner, member, built, dataset):
     client = token_client(member)
-    response = client.get(f"/api/v1/corpora/{corpus.pk}/search/", {"q": "mitochondria produce ATP in the cell"})
+    response = client.get(
+        f"/api/v1/corpora/{corpus.pk}/search/", {"q": "mitochondria produce ATP in the cell"}
+    )
     assert response.status_code == 200, response.content
     body = response.json()
     assert body["count"] >= 1 and body["took_ms"] > 0
     assert response["Server-Timing"] == f"search;dur={body['took_ms']}"
     best = body["results"][0]
     assert "Mitochondria" in best["text"]
-    assert best["dataset"] == dataset.pk and best["dataset_name"] == "notes.jsonl" and best["corpus"] == corpus.pk
+    assert (
+        best["dataset"] == dataset.pk
+        and best["dataset_name"] == "notes.jsonl"
+        and best["corpus"] == corpus.pk
+    )
     assert best["score"] > 0 and best["token_count"] > 0
     # The second score, when the build fuses one, says what it is: here its word channel, BM25.
     assert (best["late_kind"] is None) == (best["late_score"] is None)
     build = IndexBuild.objects.get(pk=corpus.active_build_id)
     IndexBuild.objects.filter(pk=build.pk).update(
         parameters={**build.parameters, "word_fusion": {"rule": "z:1", "evidence": {}}})
-    fused = client.get(f"/api/v1/corpora/{corpus.pk}/search/", {"q": "mitochondria produce ATP"}).json()["results"][0]
+    fused = client.get(f"/api/v1/corpora/{corpus.pk}/search/", {"q": "mitochondria produce ATP"}).json()[
+        "results"
+    ][0]
     assert "Mitochondria" in fused["text"] and fused["late_kind"] == "bm25" and fused["late_score"] > 0
     memory = client.get(f"/api/v1/memories/{best['id']}/").json()
     assert memory["text"] == Memory.objects.get(pk=best["id"]).text and memory["active"] is True
@@ -150,11 +173,15 @@ def test_search_ranks_memories_with_scores_sources_and_tokens(corpus, owner, mem
     assert [r["score"] for r in raw["results"]] == sorted((r["score"] for r in raw["results"]), reverse=True)
     multi = client.get("/api/v1/search/", {"q": "mitochondria ATP", "corpora": str(corpus.pk)}).json()
     assert "Mitochondria" in multi["results"][0]["text"]
-    paged = client.get(f"/api/v1/corpora/{corpus.pk}/search/", {"q": "mitochondria ATP", "mode": "raw", "limit": 5,
-                                                                "page_size": 2}).json()
+    paged = client.get(
+        f"/api/v1/corpora/{corpus.pk}/search/",
+        {"q": "mitochondria ATP", "mode": "raw", "limit": 5, "page_size": 2},
+    ).json()
     assert paged["count"] == 5 and len(paged["results"]) == 2 and paged["next"]
     # `limit` holds in pipeline mode too (issue 31.5): the best results, in the same order.
-    whole = client.get(f"/api/v1/corpora/{corpus.pk}/search/", {"q": "cell energy and the mitochondria"}).json()
+    whole = client.get(
+        f"/api/v1/corpora/{corpus.pk}/search/", {"q": "cell energy and the mitochondria"}
+    ).json()
     assert whole["count"] >= 2
     limited = client.get(f"/api/v1/corpora/{corpus.pk}/search/", {"q": "cell energy and the mitochondria",
                                                                   "limit": 1}).json()
@@ -168,7 +195,12 @@ def test_search_follows_datasets_and_their_switches(corpus, owner, built, datase
     assert client.get(url, {"q": "mitochondria", "datasets": str(dataset.pk)}).json()["count"] >= 1
     client.patch(f"/api/v1/corpora/{corpus.pk}/datasets/{dataset.pk}/", {"enabled": False}, format="json")
     assert client.get(url, {"q": "mitochondria"}).json()["count"] == 0
-    for bad in ({"q": ""}, {"q": "x", "mode": "fuzzy"}, {"q": "x", "budget": 0}, {"q": "x", "datasets": "a,b"}):
+    for bad in (
+        {"q": ""},
+        {"q": "x", "mode": "fuzzy"},
+        {"q": "x", "budget": 0},
+        {"q": "x", "datasets": "a,b"},
+    ):
         response = client.get(url, bad)
         assert response.status_code == 400, bad
         error_of(response)

@@ -60,10 +60,13 @@ async def test_the_gateway_offers_the_standard_endpoints_only_and_streams_log_pr
     assert client.offered.known() == {"tokenize": False, "apply-template": False}
 
 
-async def test_a_chat_turn_through_the_gateway_has_memories_citations_and_stops(gateway_settings, owner, pydoc_build,
-                                                                                tmp_path):
+async def test_a_chat_turn_through_the_gateway_has_memories_citations_and_stops(
+    gateway_settings, owner, pydoc_build, tmp_path
+):
     corpus = await db(make_corpus)(owner, pydoc_build)
-    conversation = await db(conversation_create)(user=owner, corpus_ids=[corpus.pk], token_budget=TOKEN_BUDGET)
+    conversation = await db(conversation_create)(
+        user=owner, corpus_ids=[corpus.pk], token_budget=TOKEN_BUDGET
+    )
     socket, connected, _ = await open_socket(owner, conversation.pk)
     assert connected
     await socket.receive_json_from()
@@ -78,7 +81,9 @@ async def test_a_chat_turn_through_the_gateway_has_memories_citations_and_stops(
     assert done["usage"]["completion_tokens"] > 0
 
     set_engine_config(gateway_settings, tmp_path, max_new_tokens=1500)
-    await socket.send_json_to({"type": "chat.send", "content": "Write a very long story about a dragon and a city."})
+    await socket.send_json_to(
+        {"type": "chat.send", "content": "Write a very long story about a dragon and a city."}
+    )
     received: list[dict] = []
 
     async def stop_after_three(event: dict) -> None:
@@ -90,7 +95,9 @@ async def test_a_chat_turn_through_the_gateway_has_memories_citations_and_stops(
     await socket.disconnect()
     assert stopped[-1]["type"] == "chat.done" and stopped[-1]["status"] == "stopped"
     last = await db(lambda: Message.objects.filter(conversation=conversation).order_by("id").last())()
-    assert last.status == "stopped" and last.content == "".join(e["delta"] for e in stopped if e["type"] == "chat.delta")
+    assert last.status == "stopped" and last.content == "".join(
+        e["delta"] for e in stopped if e["type"] == "chat.delta"
+    )
 
 
 def test_the_openai_client_through_the_portal_through_the_gateway(gateway_settings, live_api, owner, secret,
@@ -143,7 +150,9 @@ def test_a_wrong_key_is_a_clear_error_and_no_key_is_shown_anywhere(gateway_setti
         assert '"code": "llm_unauthorized"' in streamed.text
         texts += [turn.text, whole.text, streamed.text]
         for fmt in ("jsonl", "md"):
-            texts.append(http.get(f"{base}/conversations/{conversation.pk}/export/", params={"format": fmt}).text)
+            texts.append(
+                http.get(f"{base}/conversations/{conversation.pk}/export/", params={"format": fmt}).text
+            )
         texts.append(http.get(f"{base}/conversations/{conversation.pk}/messages/").text)
     client = openai.OpenAI(base_url=f"{live_api.url}/api/v1", api_key=secret, max_retries=0, timeout=120)
     with pytest.raises(openai.APIStatusError) as refused:

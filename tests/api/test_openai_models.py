@@ -36,7 +36,9 @@ def _client(live_api, user) -> openai.OpenAI:  # noqa: ANN001
                          max_retries=0, timeout=120)
 
 
-def test_models_are_corpus_and_llm_model_pairs_of_his_models(two_models, live_api, owner, outsider, pydoc_build):
+def test_models_are_corpus_and_llm_model_pairs_of_his_models(
+    two_models, live_api, owner, outsider, pydoc_build
+):
     corpus = make_corpus(owner, pydoc_build)
     c = f"corpus-{corpus.pk}"
     mine = [model.id for model in _client(live_api, owner).models.list()]
@@ -63,14 +65,18 @@ def test_the_chosen_model_answers_and_the_reply_names_it(two_models, live_api, o
     assert bare.model == "none@gemma"  # bare: the admin's default model, named in the reply
     assert slot_tasks(llama_server) != gemma and slot_tasks(chat_llama_server) == qwen
 
-    chunks = list(client.chat.completions.create(model="none@qwen", messages=question, max_tokens=8, stream=True))
+    chunks = list(
+        client.chat.completions.create(model="none@qwen", messages=question, max_tokens=8, stream=True)
+    )
     assert {chunk.model for chunk in chunks} == {"none@qwen"}
     assert "".join(chunk.choices[0].delta.content or "" for chunk in chunks if chunk.choices).strip()
     assert slot_tasks(chat_llama_server) != qwen
 
 
 @pytest.mark.parametrize("model", ["none@qwen", "none@gpt-9", "none@", "corpus-999999@gemma"])
-def test_a_model_he_may_not_use_is_a_404_in_openais_shape(two_models, live_api, outsider, chat_llama_server, model):
+def test_a_model_he_may_not_use_is_a_404_in_openais_shape(
+    two_models, live_api, outsider, chat_llama_server, model
+):
     before = slot_tasks(chat_llama_server)
     with pytest.raises(openai.NotFoundError) as refused:
         _client(live_api, outsider).chat.completions.create(

@@ -31,8 +31,16 @@ QUESTION = "How does a generator function pause at yield and resume where it lef
 
 def _turns(user, count: int) -> None:  # noqa: ANN001
     for _ in range(count):
-        turn_record_create(user_id=user.pk, surface="chat", status="complete", model="m", server="s", usage=None,
-                           first_token_seconds=0.5, memories=2)
+        turn_record_create(
+            user_id=user.pk,
+            surface="chat",
+            status="complete",
+            model="m",
+            server="s",
+            usage=None,
+            first_token_seconds=0.5,
+            memories=2,
+        )
 
 
 def _yesterday() -> None:
@@ -69,11 +77,27 @@ def test_tokens_count_prompt_and_answer(settings, owner):
     settings.QUOTA_TOKENS_PER_DAY = 1000
     from engine.llm.stream import Usage
 
-    turn_record_create(user_id=owner.pk, surface="openai", status="complete", model="m", server="s",
-                       usage=Usage(prompt_tokens=700, completion_tokens=299), first_token_seconds=None, memories=0)
+    turn_record_create(
+        user_id=owner.pk,
+        surface="openai",
+        status="complete",
+        model="m",
+        server="s",
+        usage=Usage(prompt_tokens=700, completion_tokens=299),
+        first_token_seconds=None,
+        memories=0,
+    )
     turn_quota_check(user=owner)
-    turn_record_create(user_id=owner.pk, surface="openai", status="complete", model="m", server="s",
-                       usage=Usage(prompt_tokens=1, completion_tokens=0), first_token_seconds=None, memories=0)
+    turn_record_create(
+        user_id=owner.pk,
+        surface="openai",
+        status="complete",
+        model="m",
+        server="s",
+        usage=Usage(prompt_tokens=1, completion_tokens=0),
+        first_token_seconds=None,
+        memories=0,
+    )
     with pytest.raises(QuotaExceeded) as refused:
         turn_quota_check(user=owner)
     assert refused.value.details == {"quota": "tokens_per_day", "limit": 1000, "used": 1000,
@@ -86,8 +110,13 @@ def test_uploads_past_the_daily_bytes_are_429_and_the_first_is_kept(settings, co
     settings.QUOTA_UPLOAD_BYTES_PER_DAY = len(first) + 10
     client = token_client(owner)
     url = f"/api/v1/corpora/{corpus.pk}/datasets/"
-    assert client.post(url, {"file": SimpleUploadedFile("a.jsonl", first)}, format="multipart").status_code == 201
-    refused = client.post(url, {"file": SimpleUploadedFile("b.jsonl", jsonl_bytes(TEXTS[:3]))}, format="multipart")
+    assert (
+        client.post(url, {"file": SimpleUploadedFile("a.jsonl", first)}, format="multipart").status_code
+        == 201
+    )
+    refused = client.post(
+        url, {"file": SimpleUploadedFile("b.jsonl", jsonl_bytes(TEXTS[:3]))}, format="multipart"
+    )
     assert refused.status_code == 429 and int(refused["Retry-After"]) > 0
     assert error_of(refused)["code"] == "daily_quota_exceeded" and "b.jsonl" in error_of(refused)["message"]
     assert list(Dataset.objects.values_list("name", flat=True)) == ["a.jsonl"]
@@ -105,14 +134,28 @@ def test_over_the_question_quota_the_api_and_openai_endpoint_answer_429_until_th
     base = f"{live_api.url}/api/v1"
     with httpx.Client(headers={"Authorization": f"Bearer {secret}"}, timeout=120) as http:
         conversation = http.post(f"{base}/conversations/", json={"corpora": [corpus.pk]}).json()["id"]
-        assert http.post(f"{base}/conversations/{conversation}/messages/", json={"content": QUESTION}).status_code == 201
+        assert (
+            http.post(
+                f"{base}/conversations/{conversation}/messages/", json={"content": QUESTION}
+            ).status_code
+            == 201
+        )
         refused = http.post(f"{base}/conversations/{conversation}/messages/", json={"content": "And send()?"})
         assert refused.status_code == 429 and int(refused.headers["Retry-After"]) > 0
-        assert error_of(refused)["code"] == "daily_quota_exceeded" and "1 questions" in error_of(refused)["message"]
-        completion = {"model": f"corpus-{corpus.pk}", "messages": [{"role": "user", "content": QUESTION}], "max_tokens": 16}
+        assert (
+            error_of(refused)["code"] == "daily_quota_exceeded"
+            and "1 questions" in error_of(refused)["message"]
+        )
+        completion = {
+            "model": f"corpus-{corpus.pk}",
+            "messages": [{"role": "user", "content": QUESTION}],
+            "max_tokens": 16,
+        }
         openai_refused = http.post(f"{base}/chat/completions", json=completion)
         assert openai_refused.status_code == 429 and "Retry-After" in openai_refused.headers
-        assert Message.objects.filter(conversation_id=conversation).count() == 2  # nothing of the refused turn
+        assert (
+            Message.objects.filter(conversation_id=conversation).count() == 2
+        )  # nothing of the refused turn
         _yesterday()
         assert http.post(f"{base}/chat/completions", json=completion).status_code == 200
     records = TurnRecord.objects.order_by("id")

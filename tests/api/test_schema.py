@@ -18,7 +18,9 @@ from tests.plugins.portal import upload
 EXAMPLES = 6
 
 
-def test_every_operation_conforms_to_the_live_schema(settings, chat_settings, live_api, owner, corpus, dataset):
+def test_every_operation_conforms_to_the_live_schema(
+    settings, chat_settings, live_api, owner, corpus, dataset
+):
     # Schemathesis sends a wrong token to every operation, from one address: the credential throttle
     # (tested from the outside in tests/accounts/test_tokens.py) would answer its later tries with 429.
     settings.AXES_FAILURE_LIMIT = settings.LOGIN_ADDRESS_FAILURE_LIMIT = 10_000

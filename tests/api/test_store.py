@@ -31,8 +31,11 @@ def api(owner):
 def test_add_pages_as_json_and_base64_and_read_them_back(api, corpus, member):
     first, second = _sequence(1), _sequence(2, rows=3)
     url = f"/api/v1/corpora/{corpus.pk}/store/pages/"
-    added = api.post(url, {"doc_id": "report", "index": 1, "embeddings": first.tolist(), "metadata": PAGE_META},
-                     format="json")
+    added = api.post(
+        url,
+        {"doc_id": "report", "index": 1, "embeddings": first.tolist(), "metadata": PAGE_META},
+        format="json",
+    )
     assert added.status_code == 201 and added.json() == {"ids": ["report-page001"]}
     added = api.post(url, {"doc_id": "report", "index": 2, "embeddings": _b64(second), "metadata": PAGE_META},
                      format="json")
@@ -95,11 +98,15 @@ def test_store_contract_errors_are_400_not_500(api, corpus):
     missing_meta = api.post(f"/api/v1/corpora/{corpus.pk}/store/pages/",
                             {"doc_id": "d", "index": 1, "embeddings": [[0.1] * DIM]}, format="json")
     assert missing_meta.status_code == 400 and "filename" in error_of(missing_meta)["message"]
-    page_zero = api.post(f"/api/v1/corpora/{corpus.pk}/store/pages/",
-                         {"doc_id": "d", "index": 0, "embeddings": [[0.1] * DIM], "metadata": PAGE_META}, format="json")
+    page_zero = api.post(
+        f"/api/v1/corpora/{corpus.pk}/store/pages/",
+        {"doc_id": "d", "index": 0, "embeddings": [[0.1] * DIM], "metadata": PAGE_META},
+        format="json",
+    )
     assert page_zero.status_code == 400
-    zero_query = api.post(f"/api/v1/corpora/{corpus.pk}/store/search/", {"kind": "visual", "query": [0.0] * DIM},
-                          format="json")
+    zero_query = api.post(
+        f"/api/v1/corpora/{corpus.pk}/store/search/", {"kind": "visual", "query": [0.0] * DIM}, format="json"
+    )
     assert zero_query.status_code == 400 and "zero" in error_of(zero_query)["message"]
 
 

@@ -43,7 +43,9 @@ def test_sign_bits_rank_paraphrases_like_the_float_vectors(tmp_path):
         column.index(DOCUMENTS)
         assert column.rank(QUERIES, 3)[:, 0].tolist() == [0, 1, 2]
     assert int8.codes.dtype == np.int8 and np.abs(int8.codes).max() == 127
-    np.testing.assert_allclose(int8.codes * int8.scale, floats.vectors, atol=float(int8.scale.max()) / 2 + 1e-7)
+    np.testing.assert_allclose(
+        int8.codes * int8.scale, floats.vectors, atol=float(int8.scale.max()) / 2 + 1e-7
+    )
 
 
 def test_turns_per_conversation_range():

@@ -67,7 +67,13 @@ def test_a_concat_build_projects_the_distilled_table_and_restores_the_engine(tmp
         assert ranker.distilled.encoded > 0 and ranker.distilled.cache.parent == tmp_path / "cache"
         assert "concat tokens" in ranker.name
     assert (gguf.load_token_embeddings, gguf.token_rows) == (load, rows)
-    with pytest.raises(RuntimeError), token_table("concat", DistilledTokens(default_gguf_path(), tmp_path / "cache"),
-                                                  np.array([_single_token("king")])):
+    with (
+        pytest.raises(RuntimeError),
+        token_table(
+            "concat",
+            DistilledTokens(default_gguf_path(), tmp_path / "cache"),
+            np.array([_single_token("king")]),
+        ),
+    ):
         raise RuntimeError("a failed build")
     assert (gguf.load_token_embeddings, gguf.token_rows) == (load, rows)

@@ -23,8 +23,14 @@ DOCUMENTS = [
     "a tall perennial woody plant having a main trunk and branches",
     "a written or printed work consisting of pages bound together",
 ]
-QUERIES = ["domesticated mammal catching mice", "salt water covering the earth", "programmable electronic machine",
-           "natural satellite reflected light", "woody plant trunk branches", "printed pages bound together"]
+QUERIES = [
+    "domesticated mammal catching mice",
+    "salt water covering the earth",
+    "programmable electronic machine",
+    "natural satellite reflected light",
+    "woody plant trunk branches",
+    "printed pages bound together",
+]
 
 
 def _args(tmp_path, model) -> argparse.Namespace:
@@ -53,7 +59,9 @@ def test_chat_model_is_tokenized_by_a_real_server_that_stops_with_the_stack(tmp_
         assert tokenizer.tokenize("Hello world") == [9707, 1879]
         assert {151643, 151644, 151645} <= tokenizer.special_ids  # <|endoftext|>, <|im_start|>, <|im_end|>
         speed = measure_tokenization(model, DOCUMENTS)
-        assert speed.documents == len(DOCUMENTS) and speed.tokens == sum(len(tokenizer.tokenize(d)) for d in DOCUMENTS)
+        assert speed.documents == len(DOCUMENTS) and speed.tokens == sum(
+            len(tokenizer.tokenize(d)) for d in DOCUMENTS
+        )
 
         for ranker in (HDCRanker(_args(tmp_path, model)), LateInteractionRanker(_args(tmp_path, model))):
             ranker.index(DOCUMENTS)
@@ -85,7 +93,16 @@ late interaction (sqrt_idf, drop 16)         0.7000   0.5448     26.27     15.68
 BM25 (bm25s) vs HDC exact (dims 10000, ngram 5): recall@10 -0.0100, MRR@10 +0.0356 (ratio 1.067)
 """
     run = parse(report)
-    assert run.scores == {"BM25": (0.67, 0.5701), "HDC exact": (0.68, 0.5345), "late interaction": (0.7, 0.5448)}
-    assert (run.tokens_per_s, run.tokenize_docs_per_s, run.build_docs_per_s, run.index_mb) == (11428, 714, 120, 31.5)
+    assert run.scores == {
+        "BM25": (0.67, 0.5701),
+        "HDC exact": (0.68, 0.5345),
+        "late interaction": (0.7, 0.5448),
+    }
+    assert (run.tokens_per_s, run.tokenize_docs_per_s, run.build_docs_per_s, run.index_mb) == (
+        11428,
+        714,
+        120,
+        31.5,
+    )
     with pytest.raises(ValueError, match="lacks a figure"):
         parse(report.replace("HDC build", "HDC built"))

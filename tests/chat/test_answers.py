@@ -44,7 +44,9 @@ async def test_regenerate_answers_the_last_turn_again_and_takes_the_old_answer_b
                                                                                      pydoc_build):
     owner, _, _ = users
     corpus = await db(make_corpus)(owner, pydoc_build)
-    conversation = await db(conversation_create)(user=owner, corpus_ids=[corpus.pk], token_budget=TOKEN_BUDGET)
+    conversation = await db(conversation_create)(
+        user=owner, corpus_ids=[corpus.pk], token_budget=TOKEN_BUDGET
+    )
     socket, _, _ = await open_socket(owner, conversation.pk)
     await socket.receive_json_from()
     first = await _turn(socket, {"type": "chat.send", "content": QUESTION})
@@ -54,7 +56,9 @@ async def test_regenerate_answers_the_last_turn_again_and_takes_the_old_answer_b
 
     again = await _turn(socket, {"type": "chat.regenerate"})
     await socket.disconnect()
-    assert [e["type"] for e in again][:2] == ["chat.accepted", "chat.memories"] and again[-1]["type"] == "chat.done"
+    assert [e["type"] for e in again][:2] == ["chat.accepted", "chat.memories"] and again[-1][
+        "type"
+    ] == "chat.done"
     # The same user turn is answered: no second copy of the question, the old answer is gone.
     assert again[0]["message"]["id"] == first[0]["message"]["id"]
     messages = await db(_messages)(conversation.pk)
@@ -71,11 +75,15 @@ async def test_regenerate_with_nothing_to_answer_is_a_clear_error(chat_settings,
     await socket.receive_json_from()
     events = await _turn(socket, {"type": "chat.regenerate"})
     await socket.disconnect()
-    assert events == [{"type": "chat.error", "code": "invalid", "error": "There is no question to answer again yet."}]
+    assert events == [
+        {"type": "chat.error", "code": "invalid", "error": "There is no question to answer again yet."}
+    ]
     assert await db(_messages)(conversation.pk) == []
 
 
-async def test_a_conversations_temperature_is_what_the_server_samples_with(chat_settings, users, llama_server):
+async def test_a_conversations_temperature_is_what_the_server_samples_with(
+    chat_settings, users, llama_server
+):
     owner, _, _ = users
     conversation = await db(conversation_create)(user=owner, use_memory=False, temperature=1.25)
     socket, _, _ = await open_socket(owner, conversation.pk)
@@ -87,17 +95,29 @@ async def test_a_conversations_temperature_is_what_the_server_samples_with(chat_
         slots = (await http.get(f"{llama_server.base_url}/slots")).json()
     # llama.cpp reports each slot's last sampling parameters; one served this turn, with the
     # conversation's temperature and the engine's other sampling settings.
-    served = [slot["params"] for slot in slots if abs(slot.get("params", {}).get("temperature", -1) - 1.25) < 1e-6]
+    served = [
+        slot["params"] for slot in slots if abs(slot.get("params", {}).get("temperature", -1) - 1.25) < 1e-6
+    ]
     assert len(served) == 1
     assert served[0]["top_k"] == 20 and abs(served[0]["repeat_penalty"] - 1.05) < 1e-6
     assert served[0]["dry_multiplier"] == Config().dry_multiplier and served[0]["dry_allowed_length"] == 2
 
 
-async def _asklooping_llm(chat_settings, owner, *, looping: int, prefill: bool = True,  # noqa: ANN001
-                           tokenize: bool = False, restate: bool = False) -> tuple[list[dict], list[dict], Message]:
+async def _asklooping_llm(
+    chat_settings,
+    owner,
+    *,
+    looping: int,
+    prefill: bool = True,  # noqa: ANN001
+    tokenize: bool = False,
+    restate: bool = False,
+) -> tuple[list[dict], list[dict], Message]:
     requests: list[dict] = []
-    server = await asyncio.start_server(looping_llm(requests, looping=looping, prefill=prefill, tokenize=tokenize,
-                                                     restate=restate), "127.0.0.1", 0)
+    server = await asyncio.start_server(
+        looping_llm(requests, looping=looping, prefill=prefill, tokenize=tokenize, restate=restate),
+        "127.0.0.1",
+        0,
+    )
     runtime.reset()  # the kept client of a server once on this port may have learnt another answer
     port = server.sockets[0].getsockname()[1]
     chat_settings.LLM_BASE_URL = f"http://127.0.0.1:{port}"
@@ -131,14 +151,19 @@ async def test_a_looping_answer_is_cut_and_continued_from_the_cut_with_dry(chat_
     assert requests[1]["temperature"] == requests[0]["temperature"]
 
 
-async def test_a_continued_answer_counts_the_kept_tokens_as_its_completion_not_its_prompt(chat_settings, users):
+async def test_a_continued_answer_counts_the_kept_tokens_as_its_completion_not_its_prompt(
+    chat_settings, users
+):
     owner, _, _ = users
     events, requests, answer = await _asklooping_llm(chat_settings, owner, looping=1, tokenize=True)
     assert len(requests) == 2 and answer.content == KEPT + CONTINUATION
     # The continuation's request carried the kept words in its prompt; the answer's usage does not.
     kept = len(KEPT.split())
     assert (answer.prompt_tokens, answer.completion_tokens) == (PROMPT_TOKENS, COMPLETION_TOKENS + kept)
-    assert events[-1]["usage"] == {"prompt_tokens": PROMPT_TOKENS, "completion_tokens": COMPLETION_TOKENS + kept}
+    assert events[-1]["usage"] == {
+        "prompt_tokens": PROMPT_TOKENS,
+        "completion_tokens": COMPLETION_TOKENS + kept,
+    }
 
 
 async def test_a_continued_answer_whose_kept_tokens_cannot_be_counted_has_no_usage(chat_settings, users):

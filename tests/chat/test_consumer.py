@@ -40,7 +40,9 @@ QUESTION = "How does a generator function pause at yield and resume where it lef
 
 
 def _conversation(user, corpora=(), **options) -> Conversation:
-    return conversation_create(user=user, corpus_ids=[c.pk for c in corpora], token_budget=TOKEN_BUDGET, **options)
+    return conversation_create(
+        user=user, corpus_ids=[c.pk for c in corpora], token_budget=TOKEN_BUDGET, **options
+    )
 
 
 def _types(events: list[dict]) -> list[str]:
@@ -59,7 +61,9 @@ def _blend(conversation_id: int) -> list[str]:
     return Conversation.objects.get(pk=conversation_id).blend_state.get("responses", [])
 
 
-async def test_full_exchange_streams_and_stores_the_answer_with_its_memories(chat_settings, users, pydoc_build):
+async def test_full_exchange_streams_and_stores_the_answer_with_its_memories(
+    chat_settings, users, pydoc_build
+):
     owner, _, _ = users
     corpus = await db(make_corpus)(owner, pydoc_build)
     conversation = await db(_conversation)(owner, [corpus])
@@ -119,7 +123,9 @@ async def test_memory_snapshot_survives_the_memory_rows(chat_settings, users, py
     assert excerpts
     # A rebuild deletes the old build's memory rows; what primed the answer stays readable.
     await db(lambda: Memory.objects.all().delete())()
-    kept = await db(lambda: list(MessageMemory.objects.order_by("rank").values_list("memory_id", "excerpt")))()
+    kept = await db(
+        lambda: list(MessageMemory.objects.order_by("rank").values_list("memory_id", "excerpt"))
+    )()
     assert kept == [(None, text) for text in excerpts]
 
 
@@ -140,13 +146,17 @@ async def _generation_stops(base_url: str) -> None:
     await wait_until_async(idle, what="llama.cpp stopping the closed stream", timeout=STOP_SECONDS, every=0.1)
 
 
-async def test_stop_mid_stream_keeps_the_partial_answer(chat_settings, users, pydoc_build, llama_server, tmp_path):
+async def test_stop_mid_stream_keeps_the_partial_answer(
+    chat_settings, users, pydoc_build, llama_server, tmp_path
+):
     owner, _, _ = users
     set_engine_config(chat_settings, tmp_path, max_new_tokens=1500)
     conversation = await db(_conversation)(owner, use_memory=False)
     socket, _, _ = await open_socket(owner, conversation.pk)
     await socket.receive_json_from()
-    await socket.send_json_to({"type": "chat.send", "content": "Write a very long story about a dragon and a city."})
+    await socket.send_json_to(
+        {"type": "chat.send", "content": "Write a very long story about a dragon and a city."}
+    )
     received = []
 
     async def stop_after_three(event):
@@ -292,9 +302,14 @@ async def test_long_history_is_truncated_oldest_first_within_the_budget(chat_set
 
     def seed_history():
         for number in range(12):
-            message_create_user(conversation_id=conversation.pk, content=f"Question {number}: " + "tell me more " * 15)
-            message_create_assistant(conversation_id=conversation.pk, content=f"Answer {number}: " + "the river " * 20,
-                                     status="complete")
+            message_create_user(
+                conversation_id=conversation.pk, content=f"Question {number}: " + "tell me more " * 15
+            )
+            message_create_assistant(
+                conversation_id=conversation.pk,
+                content=f"Answer {number}: " + "the river " * 20,
+                status="complete",
+            )
 
     await db(seed_history)()
     socket, _, _ = await open_socket(owner, conversation.pk)
@@ -314,8 +329,13 @@ async def test_long_history_is_truncated_oldest_first_within_the_budget(chat_set
     # What was kept is the most recent history: it must not fit with one more exchange.
     tokenizer = GGUFTokenizer.from_gguf(pydoc_build.gguf_path)
     oldest_kept = dropped // 2
-    extra = sum(tokenizer.count_tokens(text) + 6 for text in (
-        f"Question {oldest_kept - 1}: " + "tell me more " * 15, f"Answer {oldest_kept - 1}: " + "the river " * 20))
+    extra = sum(
+        tokenizer.count_tokens(text) + 6
+        for text in (
+            f"Question {oldest_kept - 1}: " + "tell me more " * 15,
+            f"Answer {oldest_kept - 1}: " + "the river " * 20,
+        )
+    )
     assert estimate + extra > context_size - generation
 
 
@@ -475,7 +495,9 @@ async def test_stopping_a_waiting_turn_frees_its_place(chat_settings, users, tmp
     assert clients.llm_queue().snapshot()["waiting"] == 0
     # The user's turn is kept, with an empty stopped answer; the next turn is next in line.
     user_turn, answer = await db(_messages)(conversations[1].pk)
-    assert user_turn.content == "Tell me about rivers." and answer.status == "stopped" and answer.content == ""
+    assert (
+        user_turn.content == "Tell me about rivers." and answer.status == "stopped" and answer.content == ""
+    )
     await later.send_json_to({"type": "chat.send", "content": "Tell me about lakes."})
     assert (await events_until(later, "chat.queued"))[-1]["ahead"] == 0
     await first.send_json_to({"type": "chat.stop"})
@@ -500,7 +522,9 @@ async def test_a_full_queue_refuses_with_a_clear_error_and_stores_nothing(chat_s
         await socket.disconnect()
 
 
-async def test_a_turn_that_must_wait_gets_the_smaller_busy_memory_budget(chat_settings, users, pydoc_build, tmp_path):
+async def test_a_turn_that_must_wait_gets_the_smaller_busy_memory_budget(
+    chat_settings, users, pydoc_build, tmp_path
+):
     """LLM_BUSY_TOKEN_BUDGET: a turn that has to wait is primed with fewer memory tokens (a shorter
     prefill for it and the turns behind it); one that starts at once keeps its own budget."""
     chat_settings.LLM_STREAMS, chat_settings.LLM_BUSY_TOKEN_BUDGET = 1, 120

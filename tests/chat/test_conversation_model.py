@@ -48,14 +48,18 @@ def test_an_unknown_model_is_a_clear_400_and_an_outsider_gets_404(two_models, ow
 def test_the_conversations_model_answers_and_is_recorded(two_models, transactional_db, owner):
     client = token_client(owner)
     conversation = client.post("/api/v1/conversations/", {}, format="json").json()["id"]
-    answered = client.post(f"/api/v1/conversations/{conversation}/messages/", {"content": "hello"}, format="json")
+    answered = client.post(
+        f"/api/v1/conversations/{conversation}/messages/", {"content": "hello"}, format="json"
+    )
     assert answered.status_code == 201, answered.content
     answer = Message.objects.filter(conversation_id=conversation, role="assistant").last()
     assert answer.status == "complete" and answer.model == "gemma"  # blank: the pool's default model
 
     assert client.patch(f"/api/v1/conversations/{conversation}/", {"model": "other"},
                         format="json").status_code == 200
-    refused = client.post(f"/api/v1/conversations/{conversation}/messages/", {"content": "again"}, format="json")
+    refused = client.post(
+        f"/api/v1/conversations/{conversation}/messages/", {"content": "again"}, format="json"
+    )
     # The turn went to the server of "other", which refuses: not answered by the llama.cpp one.
     assert refused.status_code == 503 and error_of(refused)["code"] == "llm_unreachable"
     answer = Message.objects.filter(conversation_id=conversation, role="assistant").last()

@@ -61,10 +61,16 @@ def test_staff_read_the_worst_first_and_export_them_others_get_403(owner, member
                             {"rating": "down", "comment": COMMENT}, format="json")
     records = token_client(staff).get("/api/v1/feedback/").json()["results"]
     assert [r["rating"] for r in records] == ["down", "up"]
-    assert records[0]["question"] == QUESTION and records[0]["comment"] == COMMENT and records[0]["model"] == "qwen"
+    assert (
+        records[0]["question"] == QUESTION
+        and records[0]["comment"] == COMMENT
+        and records[0]["model"] == "qwen"
+    )
     assert token_client(staff).get("/api/v1/feedback/", {"rating": "up"}).json()["count"] == 1
     page = login(staff).get("/chat/feedback/")
-    assert page.status_code == 200 and QUESTION in page.content.decode() and "HYPERLINK" in page.content.decode()
+    assert (
+        page.status_code == 200 and QUESTION in page.content.decode() and "HYPERLINK" in page.content.decode()
+    )
     rows = list(csv.DictReader(io.StringIO(login(staff).get("/chat/feedback/export.csv").content.decode())))
     assert rows[0]["question"] == QUESTION and rows[0]["comment"].startswith("'=HYPERLINK")  # never a formula
     lines = login(staff).get("/chat/feedback/export.jsonl").content.decode().splitlines()
@@ -94,7 +100,9 @@ async def test_the_websocket_rates_answers_of_its_own_conversation_only(users):
         await socket.send_json_to({"type": "chat.feedback", "message": "x", "rating": "up"})
         assert (await socket.receive_json_from())["code"] == "invalid"
         await socket.disconnect()
-        ratings = await database_sync_to_async(lambda: list(AnswerFeedback.objects.values_list("message", "rating")))()
+        ratings = await database_sync_to_async(
+            lambda: list(AnswerFeedback.objects.values_list("message", "rating"))
+        )()
         assert ratings == [(answer.pk, -1)]
     finally:
         await database_sync_to_async(connections.close_all)()

@@ -63,7 +63,11 @@ def _messages(conversation_id: int) -> list[Message]:
 def own_gateway(own_llm, settings):
     """A gateway of this test's own in front of `own_llm`'s server, the portal pointed at it."""
     with running_gateway(f"{own_llm[0].base_url}/v1") as gateway:
-        settings.LLM_BASE_URL, settings.LLM_API_KEY, settings.LLM_MODEL = gateway.base_url, gateway.key, gateway.model
+        settings.LLM_BASE_URL, settings.LLM_API_KEY, settings.LLM_MODEL = (
+            gateway.base_url,
+            gateway.key,
+            gateway.model,
+        )
         yield gateway
 
 

@@ -71,20 +71,27 @@ def test_the_api_refuses_a_model_kept_for_another_group(kept_for_team, owner, ou
     assert error_of(refused)["details"]["models"] == ["huge", "small"]
     assert not Conversation.objects.filter(owner=outsider).exists()
     mine = stranger.post("/api/v1/conversations/", {"model": "small"}, format="json").json()["id"]
-    assert stranger.patch(f"/api/v1/conversations/{mine}/", {"model": "big"}, format="json").status_code == 400
+    assert (
+        stranger.patch(f"/api/v1/conversations/{mine}/", {"model": "big"}, format="json").status_code == 400
+    )
     assert Conversation.objects.get(pk=mine).model == "small"
     created = token_client(owner).post("/api/v1/conversations/", {"model": "big"}, format="json")
     assert created.status_code == 201 and created.json()["model"] == "big"
 
 
-def test_a_turn_of_a_model_no_longer_his_is_refused_and_stores_nothing(kept_for_team, transactional_db, owner, team):
+def test_a_turn_of_a_model_no_longer_his_is_refused_and_stores_nothing(
+    kept_for_team, transactional_db, owner, team
+):
     client = token_client(owner)
     conversation = client.post("/api/v1/conversations/", {"model": "big"}, format="json").json()["id"]
     owner.groups.remove(team)  # the admin takes him out of the team
-    refused = client.post(f"/api/v1/conversations/{conversation}/messages/", {"content": "hello"}, format="json")
+    refused = client.post(
+        f"/api/v1/conversations/{conversation}/messages/", {"content": "hello"}, format="json"
+    )
     assert refused.status_code == 400 and error_of(refused)["code"] == "llm_model_unknown"
-    streamed = client.post(f"/api/v1/conversations/{conversation}/messages/", {"content": "hello", "stream": True},
-                           format="json")
+    streamed = client.post(
+        f"/api/v1/conversations/{conversation}/messages/", {"content": "hello", "stream": True}, format="json"
+    )
     assert streamed.status_code == 400 and error_of(streamed)["code"] == "llm_model_unknown"
     assert not Message.objects.filter(conversation_id=conversation).exists()
 
@@ -109,7 +116,9 @@ def test_the_page_offers_only_his_models(kept_for_team, owner, outsider):
     theirs = Conversation.objects.create(owner=outsider)
     page.force_login(outsider)
     html = page.get(f"/chat/{theirs.pk}/").content.decode()
-    select = html[html.index('<select name="model">'):html.index("</select>", html.index('<select name="model">'))]
+    select = html[
+        html.index('<select name="model">') : html.index("</select>", html.index('<select name="model">'))
+    ]
     assert ">huge (default)</option>" in select and ">small</option>" in select and "big" not in select
     shown = page.post(f"/chat/{theirs.pk}/settings/", {"model": "big", "token_budget": "500"}, follow=True)
     assert "is not one you may use" in shown.content.decode()
@@ -139,8 +148,13 @@ def test_the_conversations_model_answers_on_its_own_server(two_models, transacti
     assert answered.status_code == 201, answered.content
     assert answered.json()["message"]["model"] == "qwen"
     assert slot_tasks(chat_llama_server) != qwen and slot_tasks(llama_server) == gemma
-    assert client.patch(f"/api/v1/conversations/{conversation}/", {"model": ""}, format="json").status_code == 200
-    again = client.post(f"/api/v1/conversations/{conversation}/messages/", {"content": "And another?"}, format="json")
+    assert (
+        client.patch(f"/api/v1/conversations/{conversation}/", {"model": ""}, format="json").status_code
+        == 200
+    )
+    again = client.post(
+        f"/api/v1/conversations/{conversation}/messages/", {"content": "And another?"}, format="json"
+    )
     assert again.status_code == 201 and again.json()["message"]["model"] == "gemma"  # blank: the default
     assert slot_tasks(llama_server) != gemma
     assert list(Message.objects.filter(conversation_id=conversation, role="assistant")

@@ -27,13 +27,26 @@ LONG = GenerationSettings(temperature=0.0, top_p=1.0, max_tokens=600)
 
 
 def test_servers_are_read_from_json_or_a_yaml_file_with_defaults(tmp_path):
-    servers = servers_parse(json.dumps([{"url": "http://127.0.0.1:1/", "key": KEY, "model": "big", "slots": 2},
-                                        {"url": "http://127.0.0.1:2"}]), default_model="small", default_slots=8)
-    assert servers == [LLMServer("http://127.0.0.1:1", "big", 2, KEY), LLMServer("http://127.0.0.1:2", "small", 8)]
+    servers = servers_parse(
+        json.dumps(
+            [
+                {"url": "http://127.0.0.1:1/", "key": KEY, "model": "big", "slots": 2},
+                {"url": "http://127.0.0.1:2"},
+            ]
+        ),
+        default_model="small",
+        default_slots=8,
+    )
+    assert servers == [
+        LLMServer("http://127.0.0.1:1", "big", 2, KEY),
+        LLMServer("http://127.0.0.1:2", "small", 8),
+    ]
     assert KEY not in repr(servers)
     path = tmp_path / "servers.yaml"
     path.write_text("- url: http://127.0.0.1:3\n  model: big\n  slots: 4\n")
-    assert servers_parse(str(path), default_model="x", default_slots=1) == [LLMServer("http://127.0.0.1:3", "big", 4)]
+    assert servers_parse(str(path), default_model="x", default_slots=1) == [
+        LLMServer("http://127.0.0.1:3", "big", 4)
+    ]
 
 
 @pytest.mark.parametrize(("text", "said"), [
@@ -96,8 +109,12 @@ async def test_with_a_server_out_a_turn_waits_for_a_free_slot_of_the_others():
 def test_staff_see_which_servers_are_up_without_credentials(settings, django_user_model):
     from django.test import Client
 
-    settings.LLM_SERVERS = json.dumps([{"url": f"http://portal:{KEY}@127.0.0.1:7", "key": KEY, "model": "big"},
-                                       {"url": "http://127.0.0.1:8", "model": "small", "slots": 3}])
+    settings.LLM_SERVERS = json.dumps(
+        [
+            {"url": f"http://portal:{KEY}@127.0.0.1:7", "key": KEY, "model": "big"},
+            {"url": "http://127.0.0.1:8", "model": "small", "slots": 3},
+        ]
+    )
     clients.server_pool().retry_seconds = 3600  # out for the whole test, however slow the machine
     clients.server_pool().mark_down(clients.server_pool().servers[0])
     staff = django_user_model.objects.create_user("staff", password="pw-staff-123", is_staff=True)
@@ -124,7 +141,9 @@ def _start(gguf, port: int = 0) -> LlamaServer:
 @pytest.fixture
 def two_servers(gemma_gguf, settings) -> Iterator[list[LlamaServer]]:
     servers = [_start(gemma_gguf), _start(gemma_gguf)]
-    settings.LLM_SERVERS = json.dumps([{"url": server.base_url, "model": "gemma", "slots": 2} for server in servers])
+    settings.LLM_SERVERS = json.dumps(
+        [{"url": server.base_url, "model": "gemma", "slots": 2} for server in servers]
+    )
     settings.LLM_TIMEOUT_SECONDS = 120
     try:
         yield servers

@@ -53,7 +53,9 @@ def two_llms(request, settings, gemma_gguf, tmp_path, redis_url):
     config.write_text(yaml.safe_dump({"max_new_tokens": 150, "llama_context_size": 2048, "temperature": 0.0,
                                       "top_p": 1.0}))
     servers = [_start(gemma_gguf), _start(gemma_gguf)]
-    settings.LLM_SERVERS = json.dumps([{"url": server.base_url, "model": "gemma", "slots": 2} for server in servers])
+    settings.LLM_SERVERS = json.dumps(
+        [{"url": server.base_url, "model": "gemma", "slots": 2} for server in servers]
+    )
     settings.LLM_TIMEOUT_SECONDS = 300
     settings.LLM_QUEUE_REDIS_URL = redis_url if request.param == "redis" else ""
     settings.HDRAG_CONFIG_FILE = str(config)
@@ -77,9 +79,20 @@ async def _chat_round(sockets: list, content: str, on_event=None) -> list[list[d
     """Every user sends `content` at once; each socket's events up to its turn's end."""
     for socket in sockets:
         await socket.send_json_to({"type": "chat.send", "content": content})
-    return list(await asyncio.gather(*(events_until(socket, "chat.done", "chat.error", timeout=600,
-                                                    on_event=on_event and (lambda event, n=n: on_event(n, event)))
-                                       for n, socket in enumerate(sockets))))
+    return list(
+        await asyncio.gather(
+            *(
+                events_until(
+                    socket,
+                    "chat.done",
+                    "chat.error",
+                    timeout=600,
+                    on_event=on_event and (lambda event, n=n: on_event(n, event)),
+                )
+                for n, socket in enumerate(sockets)
+            )
+        )
+    )
 
 
 def _streamed(events: list[dict]) -> str:
@@ -91,9 +104,13 @@ async def test_a_server_killed_while_8_users_chat_loses_nothing_and_comes_back(t
     pool = clients.server_pool()
     users = [await db(django_user_model.objects.create_user)(f"user{n}", password=f"pw-user{n}-123")
              for n in range(USERS)]
-    conversations = [await db(conversation_create)(user=user, corpus_ids=[], use_memory=False) for user in users]
-    sockets = [(await open_socket(user, conversation.pk))[0] for user, conversation in zip(users, conversations,
-                                                                                             strict=True)]
+    conversations = [
+        await db(conversation_create)(user=user, corpus_ids=[], use_memory=False) for user in users
+    ]
+    sockets = [
+        (await open_socket(user, conversation.pk))[0]
+        for user, conversation in zip(users, conversations, strict=True)
+    ]
     for socket in sockets:
         await socket.receive_json_from()
     victim, survivor = two_llms
@@ -128,8 +145,9 @@ async def test_a_server_killed_while_8_users_chat_loses_nothing_and_comes_back(t
 
     # Restarted on the same port: once its time out is over it is up, and used again.
     two_llms.append(_start(gemma_gguf, port=port))
-    await wait_until_async(lambda: all(entry["up"] for entry in pool.status()), what="the restarted server up",
-                           timeout=120)
+    await wait_until_async(
+        lambda: all(entry["up"] for entry in pool.status()), what="the restarted server up", timeout=120
+    )
     back = await _chat_round(sockets, LONG)
     assert [events[-1]["type"] for events in back] == ["chat.done"] * USERS
     assert victim.base_url in {pool.last_server(conversation.pk) for conversation in conversations}

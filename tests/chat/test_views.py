@@ -94,7 +94,12 @@ def test_settings_rename_and_reset_blend(users, chat, pydoc_build):
     url = reverse("chat:settings", args=[chat.pk])
     client.post(url, {"use_memory": "on", "top_document": "on", "token_budget": "300"})
     chat.refresh_from_db()
-    assert (chat.use_memory, chat.top_document, chat.compress_context, chat.token_budget) == (True, True, False, 300)
+    assert (chat.use_memory, chat.top_document, chat.compress_context, chat.token_budget) == (
+        True,
+        True,
+        False,
+        300,
+    )
     # A corpus the owner may not read is refused, and nothing changes.
     response = client.post(url, {"corpora": [str(theirs.pk)], "token_budget": "999"}, follow=True)
     assert "Unknown or unreadable corpora" in response.content.decode()
@@ -147,7 +152,13 @@ def test_exports(users, chat):
     # The failed answer has no text and is left out; roles map to ShareGPT's names.
     assert record["conversations"] == [
         {"from": "human", "value": "What is a generator?\nPlease be brief."},
-        {"from": "gpt", "value": "A function that **yields**.", "grounding": None, "citations": [], "model": ""},
+        {
+            "from": "gpt",
+            "value": "A function that **yields**.",
+            "grounding": None,
+            "citations": [],
+            "model": "",
+        },
         {"from": "human", "value": "And a coroutine?"},
     ]
     markdown = client.get(reverse("chat:export_markdown", args=[chat.pk])).content.decode()
@@ -169,8 +180,10 @@ def test_markdown_export_keeps_a_memorys_markup_as_text(users, chat):
     message_create_assistant(conversation_id=chat.pk, content="Marked.", status="complete", memories=[marked])
     markdown = _client(owner).get(reverse("chat:export_markdown", args=[chat.pk])).content.decode()
     line = next(line for line in markdown.splitlines() if "alert(1)" in line)
-    assert line == (r"1. **pydoc / notes\_\*draft\*.md** (score 812): A &lt;script&gt;alert(1)&lt;/script&gt; &amp; "
-                    r"\`code\` \*not emphasis\* \| \# not a heading")
+    assert line == (
+        r"1. **pydoc / notes\_\*draft\*.md** (score 812): A &lt;script&gt;alert(1)&lt;/script&gt; &amp; "
+        r"\`code\` \*not emphasis\* \| \# not a heading"
+    )
     assert "<script>" not in markdown
 
 

@@ -41,10 +41,20 @@ class Body:
 
 
 def _scope(path: str, headers: list[tuple[bytes, bytes]], client: str) -> dict:
-    return {"type": "http", "asgi": {"version": "3.0"}, "http_version": "1.1", "method": "POST", "scheme": "http",
-            "path": path, "raw_path": path.encode(), "query_string": b"", "root_path": "",
-            "headers": [(b"host", b"testserver"), *headers], "client": (client, 50000),
-            "server": ("testserver", 80)}
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"testserver"), *headers],
+        "client": (client, 50000),
+        "server": ("testserver", 80),
+    }
 
 
 async def _exchange(path: str, body: Body, headers: list[tuple[bytes, bytes]],
@@ -73,7 +83,9 @@ def _endless(size: int = 64 * KIB) -> Iterator[bytes]:
 
 async def test_a_declared_oversized_body_is_refused_unread(settings):
     body = Body(_endless())
-    status, text = await _post("/accounts/login/", body, [(b"content-length", str(200 * 1024 * KIB).encode())])
+    status, text = await _post(
+        "/accounts/login/", body, [(b"content-length", str(200 * 1024 * KIB).encode())]
+    )
     assert status == 413 and b"larger than the limit of 2.5 MiB" in text
     assert body.pulled == 0
 
@@ -95,7 +107,9 @@ def _multipart(content: bytes) -> bytes:
 async def _session(user) -> str:  # noqa: ANN001
     client = Client()
     await sync_to_async(client.force_login)(user)
-    return f"{django_settings.SESSION_COOKIE_NAME}={client.cookies[django_settings.SESSION_COOKIE_NAME].value}"
+    return (
+        f"{django_settings.SESSION_COOKIE_NAME}={client.cookies[django_settings.SESSION_COOKIE_NAME].value}"
+    )
 
 
 async def test_only_a_logged_in_upload_gets_the_upload_limit(settings, corpus, owner):
@@ -115,8 +129,11 @@ async def test_only_a_logged_in_upload_gets_the_upload_limit(settings, corpus, o
     # The real upload: Django reads it (the limit lets it through) and the view stores it.
     cookie = await _session(owner)
     csrf = "c" * 32
-    status, _ = await _post(path, Body(iter(()), last=payload),
-                            [*headers, (b"cookie", f"{cookie}; csrftoken={csrf}".encode()), (b"x-csrftoken", csrf.encode())])
+    status, _ = await _post(
+        path,
+        Body(iter(()), last=payload),
+        [*headers, (b"cookie", f"{cookie}; csrftoken={csrf}".encode()), (b"x-csrftoken", csrf.encode())],
+    )
     assert status == 302
     assert await corpus.datasets.acount() == 1
 
@@ -138,7 +155,10 @@ def _upload(settings) -> tuple[bytes, list[tuple[bytes, bytes]]]:  # noqa: ANN00
     settings.UPLOAD_MAX_BYTES = 1024 * KIB
     payload = _multipart(jsonl_bytes([f"{TEXTS[i % len(TEXTS)]} (copy {i})" for i in range(600)]))
     assert settings.REQUEST_MAX_BYTES < len(payload) < settings.UPLOAD_MAX_BYTES
-    return payload, [(b"content-length", str(len(payload)).encode()), (b"content-type", MULTIPART_CONTENT.encode())]
+    return payload, [
+        (b"content-length", str(len(payload)).encode()),
+        (b"content-type", MULTIPART_CONTENT.encode()),
+    ]
 
 
 async def test_an_api_token_admits_a_large_upload_body_and_a_wrong_one_does_not(settings, corpus, owner):
@@ -151,10 +171,14 @@ async def test_an_api_token_admits_a_large_upload_body_and_a_wrong_one_does_not(
         body = Body(iter(()), last=payload)
         assert (await _post(path, body, [*headers, (b"authorization", authorization.encode())]))[0] == 413
         assert body.pulled == 0
-    status, _ = await _post(path, Body(iter(()), last=payload), [*headers, (b"authorization", f"bearer {raw}".encode())])
+    status, _ = await _post(
+        path, Body(iter(()), last=payload), [*headers, (b"authorization", f"bearer {raw}".encode())]
+    )
     assert status == 201 and await corpus.datasets.acount() == 1
     await sync_to_async(api_token_revoke)(token=token)
-    status, _ = await _post(path, Body(iter(()), last=payload), [*headers, (b"authorization", f"Bearer {raw}".encode())])
+    status, _ = await _post(
+        path, Body(iter(()), last=payload), [*headers, (b"authorization", f"Bearer {raw}".encode())]
+    )
     assert status == 413
 
 
@@ -174,7 +198,9 @@ async def test_wrong_tokens_at_the_body_limit_count_and_are_refused(settings, co
     api = await sync_to_async(APIClient().get)("/api/v1/models", HTTP_AUTHORIZATION="Bearer hdr_guess-api")
     assert api.status_code == 429  # the same address (127.0.0.1), the same count
     _, raw = await sync_to_async(api_token_create)(user=owner, name="ci")
-    status, _ = await _post(path, Body(iter(()), last=payload), [*headers, (b"authorization", f"Bearer {raw}".encode())])
+    status, _ = await _post(
+        path, Body(iter(()), last=payload), [*headers, (b"authorization", f"Bearer {raw}".encode())]
+    )
     assert status == 201
 
 

@@ -65,7 +65,13 @@ def test_the_embedded_settings_use_it():
     env = {k: v for k, v in os.environ.items() if k != "REDIS_URL"}
     script = ("import django; django.setup(); from hdrag_site.celery import app; "
               "print(app.connection_for_write().get_transport_cls().__module__)")
-    result = subprocess.run([sys.executable, "-c", script], cwd=REPO, capture_output=True, text=True, timeout=120,
-                            env={**env, "DJANGO_SETTINGS_MODULE": "hdrag_site.settings"})
+    result = subprocess.run(
+        [sys.executable, "-c", script],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**env, "DJANGO_SETTINGS_MODULE": "hdrag_site.settings"},
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     assert result.stdout.strip().splitlines()[-1] == "core.broker"

@@ -40,7 +40,9 @@ def module_name(path: Path, root: Path) -> str:
 
 
 def product_files(root: Path) -> list[Path]:
-    return sorted(p for package in PRODUCT if (root / package).is_dir() for p in (root / package).rglob("*.py"))
+    return sorted(
+        p for package in PRODUCT if (root / package).is_dir() for p in (root / package).rglob("*.py")
+    )
 
 
 def _resolve(module: str, is_package: bool, node: ast.ImportFrom) -> str:
@@ -95,7 +97,9 @@ def _package(dotted: str) -> str:
 
 
 def _private_part(dotted: str) -> str | None:
-    return next((part for part in dotted.split(".")[1:] if part.startswith("_") and not part.startswith("__")), None)
+    return next(
+        (part for part in dotted.split(".")[1:] if part.startswith("_") and not part.startswith("__")), None
+    )
 
 
 def edge_violations(edge: Edge) -> list[str]:
@@ -106,8 +110,15 @@ def edge_violations(edge: Edge) -> list[str]:
     if target == ROOF:
         found.append(f"the roof is imported by {source}: {edge}")
     elif source != ROOF and RANKS[source] <= RANKS[target]:
-        kind = "the ground imports an app" if source == "core" else (
-            "the engine imports what stands above it" if source == "engine" else "an import against the app order")
+        kind = (
+            "the ground imports an app"
+            if source == "core"
+            else (
+                "the engine imports what stands above it"
+                if source == "engine"
+                else "an import against the app order"
+            )
+        )
         found.append(f"{kind}: {edge}")
     if _private_part(edge.target):
         found.append(f"{source} imports {target}'s private {_private_part(edge.target)}: {edge}")
@@ -150,7 +161,9 @@ def layout_violations(root: Path) -> list[str]:
     if settings_file.is_file():
         paths = setting_paths(settings_file, root)
         for edges in paths.values():
-            found += [f"a setting names no module of the tree: {e}" for e in edges if not _exists(e.target, root)]
+            found += [
+                f"a setting names no module of the tree: {e}" for e in edges if not _exists(e.target, root)
+            ]
         naming_apps = {name: edges for name, edges in paths.items()
                        if any(_package(e.target) in APPS for e in edges)}
         for path in product_files(root):
@@ -172,7 +185,10 @@ def test_every_product_package_is_walked():
     modules = {module_name(p, ROOT) for p in product_files(ROOT)}
     assert {"core.bodylimit", "corpus.serving", "chat.llm.queue", "accounts.throttle", "engine.llm",
             "hdrag_site.settings"} <= modules
-    assert setting_paths(ROOT / SETTINGS, ROOT)["AXES_HANDLER"][0].target == "accounts.throttle.AddressLimitHandler"
+    assert (
+        setting_paths(ROOT / SETTINGS, ROOT)["AXES_HANDLER"][0].target
+        == "accounts.throttle.AddressLimitHandler"
+    )
 
 
 def _plant(root: Path, files: dict[str, str]) -> None:
@@ -201,13 +217,15 @@ def test_the_walk_finds_each_kind_of_violation(tmp_path):
         "core/reads.py": "from django.conf import settings\nsettings.CHECKS\n",
     })
     found = "\n".join(layout_violations(tmp_path))
-    for expected in ("the ground imports an app: core.guard:2 -> corpus.models",
-                     "the roof is imported by corpus: corpus.views:1 -> hdrag_site.urls",
-                     "an import against the app order: corpus.views:2 -> chat.turns.run_turn",
-                     "chat imports memory's private _private: chat.turns:1 -> memory._private.helper",
-                     "the engine imports what stands above it: engine.llm:1 -> core.errors",
-                     "a setting names no module of the tree: hdrag_site.settings:1 -> core.gone.Middleware",
-                     "the ground reads CHECKS, which names an app's module (api.authentication.check): core.reads:2"):
+    for expected in (
+        "the ground imports an app: core.guard:2 -> corpus.models",
+        "the roof is imported by corpus: corpus.views:1 -> hdrag_site.urls",
+        "an import against the app order: corpus.views:2 -> chat.turns.run_turn",
+        "chat imports memory's private _private: chat.turns:1 -> memory._private.helper",
+        "the engine imports what stands above it: engine.llm:1 -> core.errors",
+        "a setting names no module of the tree: hdrag_site.settings:1 -> core.gone.Middleware",
+        "the ground reads CHECKS, which names an app's module (api.authentication.check): core.reads:2",
+    ):
         assert expected in found
     assert "chat.consumers" not in found and "hdrag_site.urls:1 -> api" not in found  # allowed: own app, roof
 

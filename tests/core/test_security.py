@@ -40,7 +40,9 @@ def test_403_and_500_are_styled(owner):
     client = login(owner)
     forbidden = client.get("/forbidden/")
     assert forbidden.status_code == 403
-    assert "Not allowed" in forbidden.content.decode() and "may read this corpus" in forbidden.content.decode()
+    assert (
+        "Not allowed" in forbidden.content.decode() and "may read this corpus" in forbidden.content.decode()
+    )
     client.raise_request_exception = False
     error = client.get("/boom/")
     assert error.status_code == 500
@@ -68,7 +70,9 @@ class _InlineCode(HTMLParser):
             self.blocked.append("inline <script>")
         if tag == "style":
             self.blocked.append("inline <style>")
-        self.blocked += [f"<{tag} {name}=...>" for name, _ in attrs if name.startswith("on") or name == "style"]
+        self.blocked += [
+            f"<{tag} {name}=...>" for name, _ in attrs if name.startswith("on") or name == "style"
+        ]
 
 
 @pytest.fixture
@@ -86,11 +90,15 @@ def test_pages_send_a_strict_csp_and_pass_it(owner, staff, pages, client):
     owner_client = login(owner)
     admin = login(staff)
     responses = [(url, owner_client.get(url)) for url in pages]
-    responses += [(url, admin.get(url)) for url in ("/admin/", "/admin/corpus/corpus/", "/admin/axes/accessattempt/")]
+    responses += [
+        (url, admin.get(url)) for url in ("/admin/", "/admin/corpus/corpus/", "/admin/axes/accessattempt/")
+    ]
     responses += [("login", client.get(reverse("login")))]
     for url, response in responses:
         policy = response.get("Content-Security-Policy", "")
-        assert "script-src 'self'" in policy and "style-src 'self'" in policy and "unsafe-inline" not in policy, url
+        assert (
+            "script-src 'self'" in policy and "style-src 'self'" in policy and "unsafe-inline" not in policy
+        ), url
         parser = _InlineCode()
         parser.feed(response.content.decode())
         assert parser.blocked == [], (url, parser.blocked)

@@ -18,7 +18,14 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_envbool(monkeypatch):
-    for raw, expected in (("1", True), ("yes", True), ("ON", True), ("0", False), ("off", False), ("", False)):
+    for raw, expected in (
+        ("1", True),
+        ("yes", True),
+        ("ON", True),
+        ("0", False),
+        ("off", False),
+        ("", False),
+    ):
         monkeypatch.setenv("HDRAG_T", raw)
         assert envbool("HDRAG_T", not expected) is expected
     monkeypatch.setenv("HDRAG_T", "ture")
@@ -54,7 +61,9 @@ def test_envstr_reads_secret_files(monkeypatch, tmp_path):
 
 
 def _start(**env: str) -> subprocess.CompletedProcess:
-    clean = {k: v for k, v in os.environ.items() if k not in ("DEBUG", "SECRET_KEY", "DATABASE_URL", "REDIS_URL")}
+    clean = {
+        k: v for k, v in os.environ.items() if k not in ("DEBUG", "SECRET_KEY", "DATABASE_URL", "REDIS_URL")
+    }
     return subprocess.run([sys.executable, "-c", "import django; django.setup(); print('started')"],
                           cwd=ROOT, env={**clean, "DJANGO_SETTINGS_MODULE": "hdrag_site.settings", **env},
                           capture_output=True, text=True, timeout=120)

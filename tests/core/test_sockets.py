@@ -18,7 +18,9 @@ SITE = "http://testserver"
 
 
 def _cookie(client: Client) -> str:
-    return f"{django_settings.SESSION_COOKIE_NAME}={client.cookies[django_settings.SESSION_COOKIE_NAME].value}"
+    return (
+        f"{django_settings.SESSION_COOKIE_NAME}={client.cookies[django_settings.SESSION_COOKIE_NAME].value}"
+    )
 
 
 async def _open(path: str, client: Client | None = None, *, origin: str = SITE,

@@ -94,10 +94,13 @@ def make(*, small: bool = False, meaning: bool = False) -> dict:
 
 
 def _conversation(owner: User, corpus: Corpus) -> None:
-    """A chat turn and its answer with citations and the memories that primed it, as chat.services stores them."""
+    """A chat turn and its answer with citations and the memories that primed it, as chat.services stores
+    them."""
     conversation = Conversation.objects.create(owner=owner, title="Photosynthesis")
     conversation.corpora.add(corpus)
-    Message.objects.create(conversation=conversation, role=Message.Role.USER, content="What does photosynthesis do?")
+    Message.objects.create(
+        conversation=conversation, role=Message.Role.USER, content="What does photosynthesis do?"
+    )
     memory = Memory.objects.filter(corpus=corpus, text__contains="Photosynthesis").first()
     answer = Message.objects.create(
         conversation=conversation, role=Message.Role.ASSISTANT, status=Message.Status.COMPLETE,
@@ -126,19 +129,39 @@ def state(token: str | None) -> dict:
     for corpus in Corpus.objects.order_by("name"):
         segments = IndexBuild.objects.in_bulk(corpus.serving_build_ids)
         corpora[corpus.name] = {
-            "owner": corpus.owner.username, "visibility": corpus.visibility,
+            "owner": corpus.owner.username,
+            "visibility": corpus.visibility,
             "readable_groups": sorted(g.name for g in corpus.readable_groups.all()),
-            "serving": [[segments[i].number, segments[i].kind, segments[i].documents] for i in corpus.serving_build_ids],
+            "serving": [
+                [segments[i].number, segments[i].kind, segments[i].documents]
+                for i in corpus.serving_build_ids
+            ],
             "datasets": sorted([d.name, d.sha256, d.size, d.record_count] for d in corpus.datasets.all()),
             "memories": Memory.objects.filter(corpus=corpus).count(),
             "searches": _searches(corpus),
         }
-    conversations = [{"owner": c.owner.username, "title": c.title, "corpora": sorted(x.name for x in c.corpora.all()),
-                      "messages": [[m.role, m.content, m.status, m.grounding, m.citations,
-                                    [[mm.rank, mm.memory.content_hash if mm.memory else None, mm.memory_key, mm.excerpt]
-                                     for mm in m.memories.order_by("rank")]]
-                                   for m in c.messages.order_by("pk")]}
-                     for c in Conversation.objects.order_by("pk")]
+    conversations = [
+        {
+            "owner": c.owner.username,
+            "title": c.title,
+            "corpora": sorted(x.name for x in c.corpora.all()),
+            "messages": [
+                [
+                    m.role,
+                    m.content,
+                    m.status,
+                    m.grounding,
+                    m.citations,
+                    [
+                        [mm.rank, mm.memory.content_hash if mm.memory else None, mm.memory_key, mm.excerpt]
+                        for mm in m.memories.order_by("rank")
+                    ],
+                ]
+                for m in c.messages.order_by("pk")
+            ],
+        }
+        for c in Conversation.objects.order_by("pk")
+    ]
     users = sorted([u.username, u.email, u.password, sorted(g.name for g in u.groups.all())]
                    for u in User.objects.all())
     authenticated = api_token_authenticate(raw=token) if token else None
@@ -166,7 +189,12 @@ def append() -> dict:
     """Upload one more dataset to the team's notes and append it: the restored or upgraded portal writes."""
     celery_app.conf.task_always_eager = True
     notes = Corpus.objects.get(name="Team notes")
-    _upload(notes, notes.owner, "late.jsonl", ["Glaciers carve U-shaped valleys as they slowly grind down the rock."])
+    _upload(
+        notes,
+        notes.owner,
+        "late.jsonl",
+        ["Glaciers carve U-shaped valleys as they slowly grind down the rock."],
+    )
     notes.refresh_from_db()
     job = _run(append_start(corpus=notes, user=notes.owner))
     notes.refresh_from_db()
@@ -196,10 +224,15 @@ def chat(token: str) -> dict:
                              {"content": "And where is the energy stored?"}, content_type="application/json",
                              HTTP_AUTHORIZATION=f"Bearer {token}")
     body = response.json()
-    return {"status": response.status_code, "turn": body.get("status"),
-            "answer": body.get("message", {}).get("content", ""),
-            "memories": [m.get("excerpt", m.get("text", "")) for m in body.get("message", {}).get("memories", [])],
-            "messages": conversation.messages.count()}
+    return {
+        "status": response.status_code,
+        "turn": body.get("status"),
+        "answer": body.get("message", {}).get("content", ""),
+        "memories": [
+            m.get("excerpt", m.get("text", "")) for m in body.get("message", {}).get("memories", [])
+        ],
+        "messages": conversation.messages.count(),
+    }
 
 
 if __name__ == "__main__":

@@ -26,10 +26,13 @@ class Portal:
         self.env.pop("REDIS_URL", None)  # jobs run in the command's own process (Celery eager)
 
     def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-        result = subprocess.run([sys.executable, *args], cwd=REPO, env=self.env, capture_output=True, text=True,
-                                timeout=600)
+        result = subprocess.run(
+            [sys.executable, *args], cwd=REPO, env=self.env, capture_output=True, text=True, timeout=600
+        )
         if check and result.returncode != 0:
-            pytest.fail(f"{' '.join(args)} exited {result.returncode}:\n{result.stderr[-3000:]}", pytrace=False)
+            pytest.fail(
+                f"{' '.join(args)} exited {result.returncode}:\n{result.stderr[-3000:]}", pytrace=False
+            )
         return result
 
     def manage(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:

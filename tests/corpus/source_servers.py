@@ -55,14 +55,26 @@ class GitServer:
             self.private.add(name)
         return work
 
-    def commit(self, work: Path, files: dict[str, str], *, delete: tuple[str, ...] = (), message: str = "change") -> str:
+    def commit(
+        self, work: Path, files: dict[str, str], *, delete: tuple[str, ...] = (), message: str = "change"
+    ) -> str:
         for path, text in files.items():
             (work / path).parent.mkdir(parents=True, exist_ok=True)
             (work / path).write_text(text)
         for path in delete:
             (work / path).unlink()
         git("add", "-A", cwd=work)
-        git("-c", "user.name=Test", "-c", "user.email=test@example.com", "commit", "--quiet", "-m", message, cwd=work)
+        git(
+            "-c",
+            "user.name=Test",
+            "-c",
+            "user.email=test@example.com",
+            "commit",
+            "--quiet",
+            "-m",
+            message,
+            cwd=work,
+        )
         git("push", "--quiet", "origin", "main", cwd=work)
         return git("rev-parse", "HEAD", cwd=work).strip()
 
@@ -90,7 +102,9 @@ def git_handler(server: GitServer) -> type[BaseHTTPRequestHandler]:
                    "CONTENT_TYPE": self.headers.get("Content-Type", ""), "CONTENT_LENGTH": str(len(body)),
                    "HTTP_CONTENT_ENCODING": self.headers.get("Content-Encoding", ""),
                    "GIT_PROTOCOL": self.headers.get("Git-Protocol", ""), "PATH": "/usr/bin:/bin"}
-            done = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True, check=False)
+            done = subprocess.run(
+                ["git", "http-backend"], input=body, env=env, capture_output=True, check=False
+            )
             head, _, payload = done.stdout.partition(b"\r\n\r\n")
             status, headers = 200, []
             for line in head.decode().split("\r\n"):

@@ -39,8 +39,11 @@ def index_on_upload(settings):
 def page_upload(client, corpus: Corpus, texts: list[str], name: str, capture):  # noqa: ANN001
     """Upload through the corpus page as its script does (JSON), running queued jobs inline."""
     with capture(execute=True):
-        response = client.post(reverse("corpus:dataset_add", args=[corpus.pk]),
-                               {"file": SimpleUploadedFile(name, jsonl_bytes(texts))}, HTTP_ACCEPT="application/json")
+        response = client.post(
+            reverse("corpus:dataset_add", args=[corpus.pk]),
+            {"file": SimpleUploadedFile(name, jsonl_bytes(texts))},
+            HTTP_ACCEPT="application/json",
+        )
     corpus.refresh_from_db()
     return response
 
@@ -114,7 +117,9 @@ def test_the_api_upload_answers_with_the_job_that_makes_it_searchable(
     assert memories_search(user=outsider, corpus_ids=[corpus.pk], query=NEW[0]) == []
 
 
-def test_a_corpus_that_does_not_index_uploads_waits_for_a_build(corpus, owner, django_capture_on_commit_callbacks):
+def test_a_corpus_that_does_not_index_uploads_waits_for_a_build(
+    corpus, owner, django_capture_on_commit_callbacks
+):
     corpus.append_on_upload = False
     corpus.save()
     response = page_upload(login(owner), corpus, TEXTS, "notes.jsonl", django_capture_on_commit_callbacks)

@@ -80,7 +80,9 @@ def test_a_restore_on_a_fresh_machine_gives_back_everything(kind, tmp_path, requ
     manifest = json.loads((backup / "backup.json").read_text())
     assert manifest["problems"] == [] and len(manifest["builds"]) == 3 and len(manifest["datasets"]) == 3
     if kind == "postgresql+s3":
-        shutil.rmtree(source.data_dir / "corpora")  # the store holds them: the backup must not need this cache
+        shutil.rmtree(
+            source.data_dir / "corpora"
+        )  # the store holds them: the backup must not need this cache
 
     result = restored.manage("restore", str(backup))
     assert "every corpus's files checked" in result.stdout
@@ -220,12 +222,16 @@ def test_rows_restored_without_their_files_are_named_at_start(backed_up, tmp_pat
     assert check.returncode != 0 and "corpus 1 ('Team notes') cannot serve" in check.stderr
     assert "build #1: its index files are missing" in check.stderr and "append #2" in check.stderr
     started = restored.manage("check", "--database", "default")  # what `./portal run` runs through migrate
-    assert "hdrag.W010" in started.stderr and "Team notes" in started.stderr and "Recipes" not in started.stderr
+    assert (
+        "hdrag.W010" in started.stderr and "Team notes" in started.stderr and "Recipes" not in started.stderr
+    )
 
 
 def _job_status(database_url: str, number: int) -> str | None:
     with psycopg.connect(database_url, connect_timeout=10) as db:
-        row = db.execute("SELECT status FROM corpus_indexbuild WHERE corpus_id = 1 AND number = %s", (number,)).fetchone()
+        row = db.execute(
+            "SELECT status FROM corpus_indexbuild WHERE corpus_id = 1 AND number = %s", (number,)
+        ).fetchone()
     return row[0] if row else None
 
 
@@ -238,8 +244,14 @@ def test_a_backup_taken_while_an_append_runs_restores_the_index_it_served(tmp_pa
     source.manage("migrate", "-v0")
     source.scenario("make", "--small")
     before = source.scenario("state")
-    appending = subprocess.Popen([sys.executable, str(SCENARIO), "append_many", "1000"], cwd=REPO, env=source.env,
-                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    appending = subprocess.Popen(
+        [sys.executable, str(SCENARIO), "append_many", "1000"],
+        cwd=REPO,
+        env=source.env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     try:
         wait_until(lambda: _job_status(source.database_url, 3) == "running" or appending.poll() is not None,
                    what="the append running", timeout=300)
@@ -262,7 +274,9 @@ def test_a_backup_taken_while_an_append_runs_restores_the_index_it_served(tmp_pa
     assert (after["users"], after["conversations"]) == (before["users"], before["conversations"])
     notes, notes_before = after["corpora"]["Team notes"], before["corpora"]["Team notes"]
     assert (notes["serving"], notes["searches"]) == (notes_before["serving"], notes_before["searches"])
-    assert [d[0] for d in notes["datasets"]] == sorted([d[0] for d in notes_before["datasets"]] + ["survey.jsonl"])
+    assert [d[0] for d in notes["datasets"]] == sorted(
+        [d[0] for d in notes_before["datasets"]] + ["survey.jsonl"]
+    )
     assert "agree" in restored.manage("check_restore").stdout
     assert _job_status(restored.database_url, 3) == "failed"
     assert restored.scenario("append")["found"][0].startswith("Glaciers carve")

@@ -38,26 +38,44 @@ def test_several_files_in_one_form_post_each_get_a_message(corpus, owner):
 def test_script_upload_gets_json_per_file(corpus, owner):
     client = login(owner)
     url = reverse("corpus:dataset_add", args=[corpus.pk])
-    ok = client.post(url, {"file": SimpleUploadedFile("a.jsonl", jsonl_bytes(TEXTS))}, headers={"Accept": "application/json"})
+    ok = client.post(
+        url,
+        {"file": SimpleUploadedFile("a.jsonl", jsonl_bytes(TEXTS))},
+        headers={"Accept": "application/json"},
+    )
     assert ok.status_code == 200
     [result] = ok.json()["results"]
     assert result["ok"] and result["records"] == len(TEXTS) and result["format"] == "jsonl"
     bad = client.post(url, {"file": SimpleUploadedFile("a-again.jsonl", jsonl_bytes(TEXTS))},
                       headers={"Accept": "application/json"})
     assert bad.status_code == 400
-    assert bad.json()["results"] == [{"name": "a-again.jsonl", "ok": False,
-                                      "error": "a-again.jsonl: the same content is already in this corpus as 'a.jsonl'."}]
+    assert bad.json()["results"] == [
+        {
+            "name": "a-again.jsonl",
+            "ok": False,
+            "error": "a-again.jsonl: the same content is already in this corpus as 'a.jsonl'.",
+        }
+    ]
     empty = client.post(url, {}, headers={"Accept": "application/json"})
     assert empty.status_code == 400 and "required" in empty.json()["results"][0]["error"]
 
 
 def test_zip_members_become_datasets_and_bad_members_are_reported(corpus, owner):
-    archive = zip_bytes({"docs/one.txt": b"Mitochondria produce most of the ATP of a cell.",
-                         "docs/two.html": b"<html><body><p>Volcanoes erupt when magma rises.</p></body></html>",
-                         "docs/.hidden.txt": b"skipped silently", "__MACOSX/docs/._one.txt": b"resource fork",
-                         "docs/tool.exe": b"MZ\x90\x00", "docs/": b""})
-    response = login(owner).post(reverse("corpus:dataset_add", args=[corpus.pk]),
-                                 {"file": SimpleUploadedFile("bundle.zip", archive)}, headers={"Accept": "application/json"})
+    archive = zip_bytes(
+        {
+            "docs/one.txt": b"Mitochondria produce most of the ATP of a cell.",
+            "docs/two.html": b"<html><body><p>Volcanoes erupt when magma rises.</p></body></html>",
+            "docs/.hidden.txt": b"skipped silently",
+            "__MACOSX/docs/._one.txt": b"resource fork",
+            "docs/tool.exe": b"MZ\x90\x00",
+            "docs/": b"",
+        }
+    )
+    response = login(owner).post(
+        reverse("corpus:dataset_add", args=[corpus.pk]),
+        {"file": SimpleUploadedFile("bundle.zip", archive)},
+        headers={"Accept": "application/json"},
+    )
     assert response.status_code == 200
     results = {r["name"]: r for r in response.json()["results"]}
     assert set(results) == {"docs/one.txt", "docs/two.html", "docs/tool.exe"}
@@ -75,7 +93,9 @@ def test_zip_member_over_the_limit_is_refused_alone(corpus, owner, settings):
 
 
 def test_damaged_zip_is_one_clear_error(corpus, owner):
-    [outcome] = datasets_upload(corpus=corpus, user=owner, files=[SimpleUploadedFile("z.zip", b"PK\x03\x04garbage")])
+    [outcome] = datasets_upload(
+        corpus=corpus, user=owner, files=[SimpleUploadedFile("z.zip", b"PK\x03\x04garbage")]
+    )
     assert outcome.dataset is None and "not a readable ZIP archive" in outcome.error
 
 
@@ -97,8 +117,14 @@ def test_text_estimate_matches_the_build(corpus, owner, django_capture_on_commit
     """The estimate counts the build's chunks (its tokenizer and chunk size), not whitespace words."""
     corpus.chunk_size = 32
     corpus.save()
-    html = "<html><body>" + "".join(f"<p>Paragraph {i}: {' '.join(TEXTS)}</p>" for i in range(6)) + "</body></html>"
-    [outcome] = datasets_upload(corpus=corpus, user=owner, files=[SimpleUploadedFile("page.html", html.encode())])
+    html = (
+        "<html><body>"
+        + "".join(f"<p>Paragraph {i}: {' '.join(TEXTS)}</p>" for i in range(6))
+        + "</body></html>"
+    )
+    [outcome] = datasets_upload(
+        corpus=corpus, user=owner, files=[SimpleUploadedFile("page.html", html.encode())]
+    )
     estimate = outcome.dataset.record_count
     build = build_now(corpus, owner, django_capture_on_commit_callbacks)
     assert build.documents == estimate > 20

@@ -26,7 +26,9 @@ def _dead_worker() -> str:
 
 def _running(corpus, worker: str) -> IndexBuild:  # noqa: ANN001
     now = timezone.now()
-    return IndexBuild.objects.create(corpus=corpus, status=Status.RUNNING, started=now, heartbeat=now, worker=worker)
+    return IndexBuild.objects.create(
+        corpus=corpus, status=Status.RUNNING, started=now, heartbeat=now, worker=worker
+    )
 
 
 def test_owner_alive_tells_live_dead_and_foreign_processes():

@@ -1,4 +1,5 @@
-"""BuildParameters: every shape `IndexBuild.parameters` holds reads through it, and what it writes reads back."""
+"""BuildParameters: every shape `IndexBuild.parameters` holds reads through it, and what it writes reads
+back."""
 
 from __future__ import annotations
 
@@ -11,12 +12,29 @@ from corpus.models import IndexBuild
 from engine.fusion import FusionChoice
 
 # A full build's row as builds wrote it before the version key and the model's identity existed.
-OLD_BUILD = {"hdc_dimensions": 1024, "hdc_seed": 7, "hdc_ngram": 3, "chunk_size": 64, "gguf_path": "/m/gemma.gguf",
-             "late_interaction": True, "text_records": 12, "text_rows_skipped": 0,
-             "fusion": {"hdc": 1.0, "late": 0.0}}  # RRF weights, stored before fusion rules
-OLD_APPEND = {"hdc_dimensions": 1024, "hdc_seed": 7, "hdc_ngram": 3, "chunk_size": 64, "gguf_path": "/m/gemma.gguf",
-              "dataset_ids": ["4", 5], "base_build": 3, "word_channel": True,
-              "segment": {"kind": "append", "row_offset": 9, "new_tokens": 2}, "published": {}}
+OLD_BUILD = {
+    "hdc_dimensions": 1024,
+    "hdc_seed": 7,
+    "hdc_ngram": 3,
+    "chunk_size": 64,
+    "gguf_path": "/m/gemma.gguf",
+    "late_interaction": True,
+    "text_records": 12,
+    "text_rows_skipped": 0,
+    "fusion": {"hdc": 1.0, "late": 0.0},
+}  # RRF weights, stored before fusion rules
+OLD_APPEND = {
+    "hdc_dimensions": 1024,
+    "hdc_seed": 7,
+    "hdc_ngram": 3,
+    "chunk_size": 64,
+    "gguf_path": "/m/gemma.gguf",
+    "dataset_ids": ["4", 5],
+    "base_build": 3,
+    "word_channel": True,
+    "segment": {"kind": "append", "row_offset": 9, "new_tokens": 2},
+    "published": {},
+}
 
 
 def test_an_old_build_row_reads_with_defaults_for_what_it_lacks():
@@ -45,7 +63,10 @@ def test_an_empty_row_reads_as_nothing_recorded(stored):
 
 def test_what_it_writes_reads_back_as_plain_json_and_keeps_unknown_keys():
     params = BuildParameters.from_json({**OLD_APPEND, "from_a_newer_version": [1, 2]}).replace(
-        model_name="gemma.gguf", model_sha256="ab" * 32, word_fusion=FusionChoice(rule="z:1", evidence={"n": 3}))
+        model_name="gemma.gguf",
+        model_sha256="ab" * 32,
+        word_fusion=FusionChoice(rule="z:1", evidence={"n": 3}),
+    )
     stored = json.loads(json.dumps(params.to_json()))
     assert stored["version"] == VERSION and stored["from_a_newer_version"] == [1, 2]
     assert stored["dataset_ids"] == [4, 5] and stored["word_fusion"] == {"rule": "z:1", "evidence": {"n": 3}}

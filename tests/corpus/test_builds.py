@@ -29,7 +29,9 @@ from tests.plugins.portal import SMALL_HDC, TEXTS, build_now, login, upload
 Status = IndexBuild.Status
 
 
-def test_build_succeeds_activates_and_inserts_memories(corpus, owner, dataset, django_capture_on_commit_callbacks):
+def test_build_succeeds_activates_and_inserts_memories(
+    corpus, owner, dataset, django_capture_on_commit_callbacks
+):
     build = build_now(corpus, owner, django_capture_on_commit_callbacks)
     assert build.status == Status.SUCCEEDED, build.error
     assert corpus.active_build_id == build.pk
@@ -38,7 +40,9 @@ def test_build_succeeds_activates_and_inserts_memories(corpus, owner, dataset, d
     memories = list(Memory.objects.filter(build=build).order_by("hdv_idx"))
     assert [m.hdv_idx for m in memories] == list(range(len(TEXTS)))
     assert [m.text for m in memories] == TEXTS
-    assert all(m.dataset_id == dataset.pk and m.corpus_id == corpus.pk and m.token_count > 5 for m in memories)
+    assert all(
+        m.dataset_id == dataset.pk and m.corpus_id == corpus.pk and m.token_count > 5 for m in memories
+    )
     loaded = load_corpus(build.build_dir)
     assert loaded.count == len(TEXTS) and loaded.dims == 1024
     assert list(loaded.index.token_counts) == [m.token_count for m in memories]
@@ -68,10 +72,22 @@ def test_builds_are_numbered_per_corpus(corpus, owner, dataset, django_capture_o
 def test_one_bar_for_the_whole_build_never_goes_back():
     build = IndexBuild(status=Status.RUNNING)
     seen = []
-    for phase, done, total in [("starting", 0, 0), ("tokenizer", 0, 1), ("tokenize", 50, 100), ("tokenize", 100, 100),
-                               ("embeddings", 0, 1), ("embeddings", 1, 1), ("vocabulary", 0, 10),
-                               ("vocabulary", 10, 10), ("encode", 0, 100), ("encode", 60, 100), ("encode", 100, 100),
-                               ("verify", 100, 100), ("activate", 0, 1), ("words", 0, 1)]:
+    for phase, done, total in [
+        ("starting", 0, 0),
+        ("tokenizer", 0, 1),
+        ("tokenize", 50, 100),
+        ("tokenize", 100, 100),
+        ("embeddings", 0, 1),
+        ("embeddings", 1, 1),
+        ("vocabulary", 0, 10),
+        ("vocabulary", 10, 10),
+        ("encode", 0, 100),
+        ("encode", 60, 100),
+        ("encode", 100, 100),
+        ("verify", 100, 100),
+        ("activate", 0, 1),
+        ("words", 0, 1),
+    ]:
         build.phase, build.done, build.total = phase, done, total
         seen.append(build.percent)
     assert seen == sorted(seen) and seen[0] <= 1 and 80 <= seen[-1] < 100, seen
@@ -89,7 +105,9 @@ def test_search_returns_the_matching_memory_and_respects_enabled_datasets(
     assert memories_search(user=outsider, corpus_ids=[corpus.pk], query="storming of the Bastille") == []
     # Rows the caller has loaded (what the API's search view passes) are searched under the same rule.
     loaded = Corpus.objects.select_related("active_build").get(pk=corpus.pk)
-    assert memories_search(user=member, corpora=[loaded], query="storming of the Bastille in Paris") == results
+    assert (
+        memories_search(user=member, corpora=[loaded], query="storming of the Bastille in Paris") == results
+    )
     assert memories_search(user=outsider, corpora=[loaded], query="storming of the Bastille") == []
     dataset.enabled = False
     dataset.save()
@@ -117,7 +135,12 @@ def test_a_search_result_says_its_corpus_by_id_and_by_name_and_each_shape_keeps_
 
 def test_failed_build_keeps_previous_build_active(corpus, owner, dataset, django_capture_on_commit_callbacks):
     first = build_now(corpus, owner, django_capture_on_commit_callbacks)
-    upload(corpus, owner, ["A second dataset about tides and the moon's gravity pulling the oceans."], "more.jsonl")
+    upload(
+        corpus,
+        owner,
+        ["A second dataset about tides and the moon's gravity pulling the oceans."],
+        "more.jsonl",
+    )
     Path(dataset.file.path).unlink()
     second = build_now(corpus, owner, django_capture_on_commit_callbacks)
     assert second.status == Status.FAILED
@@ -130,7 +153,9 @@ def test_failed_build_keeps_previous_build_active(corpus, owner, dataset, django
     assert results[0].memory.text == TEXTS[2]
 
 
-def test_corrupt_model_fails_with_error_on_row(corpus, owner, dataset, tmp_path, django_capture_on_commit_callbacks):
+def test_corrupt_model_fails_with_error_on_row(
+    corpus, owner, dataset, tmp_path, django_capture_on_commit_callbacks
+):
     bad_model = tmp_path / "broken.gguf"
     bad_model.write_bytes(b"GGUF" + b"\x00" * 64)
     Corpus.objects.filter(pk=corpus.pk).update(gguf_path=str(bad_model))
@@ -170,7 +195,9 @@ def test_cancel_queued_build_then_task_does_nothing(corpus, owner, dataset):
         build_cancel(build=build)
 
 
-def test_cancel_flag_stops_running_build_and_keeps_previous(corpus, owner, dataset, django_capture_on_commit_callbacks):
+def test_cancel_flag_stops_running_build_and_keeps_previous(
+    corpus, owner, dataset, django_capture_on_commit_callbacks
+):
     first = build_now(corpus, owner, django_capture_on_commit_callbacks)
     second = IndexBuild.objects.create(corpus=corpus, created_by=owner, cancel_requested=True)
     result = build_run(build_id=second.pk)
@@ -201,7 +228,9 @@ def upload_other_corpus(owner) -> Corpus:  # noqa: ANN001
     return corpus_create(owner=owner, name="Other", hdc_dimensions=1024)
 
 
-def test_cleanup_deletes_old_builds_but_never_the_active_one(corpus, owner, dataset, django_capture_on_commit_callbacks):
+def test_cleanup_deletes_old_builds_but_never_the_active_one(
+    corpus, owner, dataset, django_capture_on_commit_callbacks
+):
     builds = [build_now(corpus, owner, django_capture_on_commit_callbacks) for _ in range(3)]
     assert corpus.active_build_id == builds[-1].pk
     assert builds_cleanup(keep=1) == [builds[1].pk, builds[0].pk]
@@ -228,8 +257,14 @@ def test_an_embedding_model_the_engine_cannot_tokenize_is_refused_by_the_setting
     from engine.model_files import default_chat_gguf_path
 
     client = login(staff)
-    values = {"name": "Notes", "visibility": "private", "hdc_dimensions": 1024, "hdc_seed": 42, "hdc_ngram": 3,
-              "chunk_size": 256}
+    values = {
+        "name": "Notes",
+        "visibility": "private",
+        "hdc_dimensions": 1024,
+        "hdc_seed": 42,
+        "hdc_ngram": 3,
+        "chunk_size": 256,
+    }
     refused = client.post(reverse("corpus:new"), {**values, "gguf_path": str(default_chat_gguf_path())})
     page = refused.content.decode()
     assert refused.status_code == 200 and "SentencePiece" in page and "&#x27;gpt2&#x27;" in page
@@ -251,7 +286,9 @@ def test_the_build_task_is_registered_in_every_process_that_loads_the_apps():
     assert shown.stdout.strip().splitlines()[-1] == "True", shown.stderr[-2000:]
 
 
-def test_a_long_record_becomes_memories_a_chat_budget_can_hold(corpus, owner, django_capture_on_commit_callbacks):
+def test_a_long_record_becomes_memories_a_chat_budget_can_hold(
+    corpus, owner, django_capture_on_commit_callbacks
+):
     # A JSONL record longer than one chunk is cut like text: each part is a memory of at most a
     # chunk (so a 512-token chat budget can prime it), found by a search, and named on its page.
     import pydoc_data.topics
@@ -265,8 +302,10 @@ def test_a_long_record_becomes_memories_a_chat_budget_can_hold(corpus, owner, dj
     parts = list(build.memories.filter(metadata__record=len(TEXTS) + 1).order_by("hdv_idx"))
     assert len(parts) > 3
     assert [m.metadata["part"] for m in parts] == list(range(len(parts)))
-    assert all(m.token_count <= 128 + 2 and m.text == long_text[m.metadata["char_start"]:m.metadata["char_end"]]
-               for m in parts)
+    assert all(
+        m.token_count <= 128 + 2 and m.text == long_text[m.metadata["char_start"] : m.metadata["char_end"]]
+        for m in parts
+    )
     assert build.memories.filter(metadata__record=1).get().text == TEXTS[0]  # short records stay whole
     results = memories_search(user=owner, corpus_ids=[corpus.pk], query="What does the finally clause do?",
                               token_budget=512)

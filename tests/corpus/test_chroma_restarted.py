@@ -61,10 +61,18 @@ def test_chroma_killed_mid_search_is_a_503_and_searches_answer_again_once_it_is_
     settings.CHROMA_URL = url = own_chroma_server.url
     api = token_client(owner)
     chunks = [_sequence(10 + i) for i in range(4)]
-    batch = {"kind": "text", "doc_id": "manual", "items": [
-        {"index": i, "embeddings": _b64(rows), "metadata": {"filename": "manual.txt", "source_path": "/manual.txt",
-                                                            "text": f"chunk {i}"}}
-        for i, rows in enumerate(chunks)]}
+    batch = {
+        "kind": "text",
+        "doc_id": "manual",
+        "items": [
+            {
+                "index": i,
+                "embeddings": _b64(rows),
+                "metadata": {"filename": "manual.txt", "source_path": "/manual.txt", "text": f"chunk {i}"},
+            }
+            for i, rows in enumerate(chunks)
+        ],
+    }
     assert api.post(f"/api/v1/corpora/{corpus.pk}/store/batch/", batch, format="json").status_code == 201
 
     def search():  # noqa: ANN202 - a test client response
@@ -80,7 +88,9 @@ def test_chroma_killed_mid_search_is_a_503_and_searches_answer_again_once_it_is_
     assert calls == ["text"]  # the server died under the search's own query
     assert killed.status_code == 503, killed.content
     error = error_of(killed)
-    assert error["code"] == "store_unavailable" and url in error["message"] and "lost Chroma" in error["message"]
+    assert (
+        error["code"] == "store_unavailable" and url in error["message"] and "lost Chroma" in error["message"]
+    )
     monkeypatch.undo()
 
     down = search()  # still down: the same clear error, not a 500 and not a hang
@@ -104,11 +114,14 @@ def _text_records(corpus_id: int) -> list[dict]:
 
 
 def test_chroma_killed_mid_fill_fails_the_build_and_the_next_build_serves_once_it_is_back(
-        own_chroma_server, settings, late_corpus, owner, dataset, monkeypatch, django_capture_on_commit_callbacks):
+    own_chroma_server, settings, late_corpus, owner, dataset, monkeypatch, django_capture_on_commit_callbacks
+):
     settings.CHROMA_URL = url = own_chroma_server.url
     first = build_now(late_corpus, owner, django_capture_on_commit_callbacks)
     assert first.status == Status.SUCCEEDED, first.error
-    more = upload(late_corpus, owner, MORE, "more.jsonl")  # two datasets: the fill writes one batch per dataset
+    more = upload(
+        late_corpus, owner, MORE, "more.jsonl"
+    )  # two datasets: the fill writes one batch per dataset
 
     calls = _kill_during(monkeypatch, own_chroma_server, "add_batch_text", call=2)
     second = build_now(late_corpus, owner, django_capture_on_commit_callbacks)

@@ -105,9 +105,14 @@ def test_each_declared_setting_is_a_column_made_from_its_declaration():
             continue
         limits = {type(v): v.limit_value for v in column.validators
                   if isinstance(v, (MinValueValidator, MaxValueValidator))}
-        assert (limits[MinValueValidator], limits[MaxValueValidator]) == (setting.bounds.low, setting.bounds.high)
+        assert (limits[MinValueValidator], limits[MaxValueValidator]) == (
+            setting.bounds.low,
+            setting.bounds.high,
+        )
         engine = CONFIG_BOUNDS[setting.name]  # every integer setting is an engine setting, narrowed at most
-        assert setting.bounds.low >= engine.low and (engine.high is None or setting.bounds.high <= engine.high)
+        assert setting.bounds.low >= engine.low and (
+            engine.high is None or setting.bounds.high <= engine.high
+        )
 
 
 def test_the_engine_refuses_a_declaration_that_widens_its_range():

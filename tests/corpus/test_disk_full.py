@@ -27,7 +27,9 @@ def small_disk(settings, tmp_path) -> Path:
     result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={SIZE}", "tmpfs", str(mount)],
                             capture_output=True, text=True)
     if result.returncode != 0:
-        pytest.fail(f"cannot mount a {SIZE} tmpfs as DATA_DIR (root is needed): {result.stderr}", pytrace=False)
+        pytest.fail(
+            f"cannot mount a {SIZE} tmpfs as DATA_DIR (root is needed): {result.stderr}", pytrace=False
+        )
     settings.DATA_DIR = mount
     settings.FILE_UPLOAD_TEMP_DIR = str(mount / "tmp")
     (mount / "tmp").mkdir()
@@ -41,7 +43,9 @@ def test_a_build_that_fills_the_disk_fails_cleanly_and_the_old_index_serves(
     upload(corpus, owner, TEXTS)
     first = build_now(corpus, owner, django_capture_on_commit_callbacks)
     assert first.status == "succeeded"
-    before = [r.memory.text for r in memories_search(user=owner, corpus_ids=[corpus.pk], query="binary search")]
+    before = [
+        r.memory.text for r in memories_search(user=owner, corpus_ids=[corpus.pk], query="binary search")
+    ]
 
     second = build_now(corpus, owner, django_capture_on_commit_callbacks)
     assert second.status == "failed" and "No space left on device" in second.error
@@ -51,5 +55,7 @@ def test_a_build_that_fills_the_disk_fails_cleanly_and_the_old_index_serves(
     assert not list((small_disk / "tmp").rglob("*.partial"))
     page = client_for(owner).get(f"/corpora/{corpus.pk}/").content.decode()
     assert "No space left on device" in page
-    after = [r.memory.text for r in memories_search(user=owner, corpus_ids=[corpus.pk], query="binary search")]
+    after = [
+        r.memory.text for r in memories_search(user=owner, corpus_ids=[corpus.pk], query="binary search")
+    ]
     assert after == before and after

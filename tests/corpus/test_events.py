@@ -35,8 +35,16 @@ async def test_member_receives_progress_and_outsider_is_refused(corpus, member, 
     event = await watcher.receive_json_from(timeout=5)
     assert event["op"] == "progress" and "type" not in event
     # One bar for the whole build: encoding a quarter through, after the phases before it (41 %).
-    assert event["build"] == {**event["build"], "id": build.pk, "number": 1, "status": "running", "phase": "encode",
-                              "done": 30, "total": 120, "percent": 51}
+    assert event["build"] == {
+        **event["build"],
+        "id": build.pk,
+        "number": 1,
+        "status": "running",
+        "phase": "encode",
+        "done": 30,
+        "total": 120,
+        "percent": 51,
+    }
     await watcher.disconnect()
     await intruder.disconnect()
 

@@ -46,7 +46,10 @@ def test_the_corpus_page_names_what_is_missing_and_offers_a_rebuild(broken, owne
 
 def test_a_search_of_it_is_a_clear_error_not_a_500(broken, owner, outsider, client_for):
     page = client_for(owner).get("/memory/search/", {"q": "photosynthesis", "corpora": broken.pk})
-    assert page.status_code == 200 and "index files of build #1 of this corpus are missing" in page.content.decode()
+    assert (
+        page.status_code == 200
+        and "index files of build #1 of this corpus are missing" in page.content.decode()
+    )
     api = _api(owner).get("/api/v1/search/", {"q": "photosynthesis", "corpora": str(broken.pk)})
     assert api.status_code == 503 and api.json()["error"]["code"] == "index_files_missing"
     assert client_for(outsider).get(f"/corpora/{broken.pk}/").status_code == 404
@@ -59,7 +62,9 @@ def test_it_is_logged_at_start(broken, caplog):
     assert "cannot serve" in caplog.text and broken.name in caplog.text
 
 
-def test_the_rebuild_from_its_datasets_brings_it_back(broken, owner, client_for, django_capture_on_commit_callbacks):
+def test_the_rebuild_from_its_datasets_brings_it_back(
+    broken, owner, client_for, django_capture_on_commit_callbacks
+):
     with django_capture_on_commit_callbacks(execute=True):
         response = client_for(owner).post(f"/corpora/{broken.pk}/builds/")
     assert response.status_code == 302
@@ -67,7 +72,9 @@ def test_the_rebuild_from_its_datasets_brings_it_back(broken, owner, client_for,
     assert broken.active_build.number == 2 and not corpus_files_report(corpus=broken).broken
     page = client_for(owner).get(f"/corpora/{broken.pk}/").content.decode()
     assert 'id="files-missing"' not in page
-    found = _api(owner).get("/api/v1/search/", {"q": "photosynthesis light energy", "corpora": str(broken.pk)})
+    found = _api(owner).get(
+        "/api/v1/search/", {"q": "photosynthesis light energy", "corpora": str(broken.pk)}
+    )
     assert found.status_code == 200 and "Photosynthesis" in found.json()["results"][0]["text"]
 
 
@@ -88,15 +95,23 @@ def _says_the_upload_is_lost(corpus, owner, member, client_for, caplog, name: st
         assert 'id="uploads-missing"' in html and 'id="files-missing"' not in html
         assert "This document cannot be rebuilt" in html and f"<li>{name}</li>" in html and place in html
     [warning] = corpora_files_check(databases=["default"])
-    assert warning.id == "hdrag.W011" and repr(name) in warning.msg and "cannot be rebuilt whole" in warning.msg
+    assert (
+        warning.id == "hdrag.W011" and repr(name) in warning.msg and "cannot be rebuilt whole" in warning.msg
+    )
     assert [r.corpus_id for r in corpora_files_log()] == [corpus.pk] and repr(name) in caplog.text
 
 
 def test_a_serving_corpus_whose_upload_is_gone_names_it(corpus, owner, member, client_for, settings, caplog,
                                                          django_capture_on_commit_callbacks):
-    kept, lost = upload(corpus, owner), upload(corpus, owner, ["Glaciers carve valleys."], name="glaciers.jsonl")
+    kept, lost = (
+        upload(corpus, owner),
+        upload(corpus, owner, ["Glaciers carve valleys."], name="glaciers.jsonl"),
+    )
     assert build_now(corpus, owner, django_capture_on_commit_callbacks).status == "succeeded"
-    assert not corpus_files_report(corpus=corpus).has_problems and corpora_files_check(databases=["default"]) == []
+    assert (
+        not corpus_files_report(corpus=corpus).has_problems
+        and corpora_files_check(databases=["default"]) == []
+    )
     (Path(settings.DATA_DIR) / lost.file.name).unlink()
     _says_the_upload_is_lost(corpus, owner, member, client_for, caplog, lost.name, "on this machine")
     assert kept.name not in corpus_files_report(corpus=corpus).datasets

@@ -69,7 +69,9 @@ def test_build_measures_its_fusion_rule_and_rule_hdc_leaves_late_scores_out(
     assert all(r.late_score is None and r.fused_score is None for r in results)
 
 
-def test_build_fills_one_text_record_per_memory(late_corpus, owner, dataset, django_capture_on_commit_callbacks):
+def test_build_fills_one_text_record_per_memory(
+    late_corpus, owner, dataset, django_capture_on_commit_callbacks
+):
     build = build_now(late_corpus, owner, django_capture_on_commit_callbacks)
     assert build.status == Status.SUCCEEDED, build.error
     assert late_corpus.active_build_id == build.pk
@@ -145,7 +147,10 @@ def test_build_cancelled_after_its_fill_leaves_no_records(late_corpus, owner, da
 
     def fill_then_cancel(**kwargs):  # noqa: ANN003, ANN202 - the real fill, then the user cancels
         result = real_fill(**kwargs)
-        assert {r["index_build"] for r in text_records(late_corpus.pk)} == {str(first.pk), str(kwargs["build_id"])}
+        assert {r["index_build"] for r in text_records(late_corpus.pk)} == {
+            str(first.pk),
+            str(kwargs["build_id"]),
+        }
         build_cancel(build=IndexBuild.objects.get(pk=kwargs["build_id"]))
         return result
 
@@ -189,7 +194,9 @@ def test_search_needs_no_chroma_and_a_build_without_kept_vectors_uses_hdc_alone(
     assert all(result.late_score is None for result in results)
 
 
-def test_dataset_delete_removes_its_text_records(late_corpus, owner, dataset, django_capture_on_commit_callbacks):
+def test_dataset_delete_removes_its_text_records(
+    late_corpus, owner, dataset, django_capture_on_commit_callbacks
+):
     more = upload(late_corpus, owner, MORE, "more.jsonl")
     build = build_now(late_corpus, owner, django_capture_on_commit_callbacks)
     assert build.status == Status.SUCCEEDED, build.error
@@ -202,9 +209,16 @@ def test_dataset_delete_removes_its_text_records(late_corpus, owner, dataset, dj
     assert MORE[0] not in [result.memory.text for result in results]
 
 def test_owner_turns_late_interaction_on_in_the_settings(corpus, owner, outsider, client_for):
-    form = {"name": corpus.name, "description": "", "visibility": corpus.visibility,
-            "hdc_dimensions": corpus.hdc_dimensions, "hdc_seed": corpus.hdc_seed, "hdc_ngram": corpus.hdc_ngram,
-            "chunk_size": corpus.chunk_size, "late_interaction": "on"}
+    form = {
+        "name": corpus.name,
+        "description": "",
+        "visibility": corpus.visibility,
+        "hdc_dimensions": corpus.hdc_dimensions,
+        "hdc_seed": corpus.hdc_seed,
+        "hdc_ngram": corpus.hdc_ngram,
+        "chunk_size": corpus.chunk_size,
+        "late_interaction": "on",
+    }
     edit = reverse("corpus:edit", args=[corpus.pk])
     assert client_for(outsider).post(edit, form).status_code == 404
     corpus.refresh_from_db()

@@ -60,7 +60,9 @@ def test_searches_find_a_paraphrase_by_meaning_and_outsiders_find_nothing(
         meaning_corpus, owner, member, outsider, dataset, django_capture_on_commit_callbacks):
     build = build_now(meaning_corpus, owner, django_capture_on_commit_callbacks)
     with_meaning_rule(build, "hdc")  # the first stage alone: the channel is not asked
-    before = [r.memory.text for r in memories_search(user=member, corpus_ids=[meaning_corpus.pk], query=PARAPHRASE)]
+    before = [
+        r.memory.text for r in memories_search(user=member, corpus_ids=[meaning_corpus.pk], query=PARAPHRASE)
+    ]
     with_meaning_rule(build, "late")
     results = memories_search(user=member, corpus_ids=[meaning_corpus.pk], query=PARAPHRASE)
     assert results[0].memory.text == TEXTS[6] and results[0].fused_score is not None
@@ -106,7 +108,9 @@ def test_a_damaged_meaning_file_falls_back_to_hdc_and_words_and_says_so(
 
 def test_the_form_shows_the_cost_before_the_owner_turns_it_on(monkeypatch, corpus, owner, dataset,
                                                              django_capture_on_commit_callbacks):
-    monkeypatch.setattr(builds, "MEANING_RATE_MIN_MEMORIES", len(TEXTS))  # the rate of an 8-memory build counts
+    monkeypatch.setattr(
+        builds, "MEANING_RATE_MIN_MEMORIES", len(TEXTS)
+    )  # the rate of an 8-memory build counts
     client = login(owner)
     page = client.get(reverse("corpus:edit", args=[corpus.pk])).content.decode()
     estimate = f"About {seconds(1000 / builds.MEANING_RATE_ESTIMATE)} more of build per 1,000 memories"

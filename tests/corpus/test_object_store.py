@@ -55,7 +55,9 @@ def test_the_worker_reads_uploads_and_the_web_fetches_segments_from_the_store(
     assert build.status == Status.SUCCEEDED, build.error
     published = build.parameters["published"]
     assert {"manifest.json", "vocab.idx", "corpus.idx", "words.npz"} <= set(published)
-    assert {f"corpora/{corpus.pk}/builds/{build.pk}/{name}" for name in published} <= set(server.objects(prefix))
+    assert {f"corpora/{corpus.pk}/builds/{build.pk}/{name}" for name in published} <= set(
+        server.objects(prefix)
+    )
     assert build.parameters["model_name"].endswith(".gguf") and len(build.parameters["model_sha256"]) == 64
     on_machine(settings, "web")
     assert not build_dir(corpus.pk, build.pk).exists()
@@ -67,7 +69,9 @@ def test_the_worker_reads_uploads_and_the_web_fetches_segments_from_the_store(
     # An append, made on the worker, is fetched by the web too.
     settings.INDEX_ON_UPLOAD = True
     with django_capture_on_commit_callbacks(execute=True):
-        dataset_upload(corpus=corpus, user=owner, uploaded_file=SimpleUploadedFile("new.jsonl", jsonl_bytes([NEW])))
+        dataset_upload(
+            corpus=corpus, user=owner, uploaded_file=SimpleUploadedFile("new.jsonl", jsonl_bytes([NEW]))
+        )
     on_machine(settings, "worker")
     with django_capture_on_commit_callbacks(execute=True):
         job = index_after_upload(corpus=corpus, user=owner)

@@ -239,7 +239,9 @@ def test_a_word_index_whose_build_vanished_is_forgotten_without_its_build(
     assert serving._word_indexes.snapshot() == []
 
 
-def test_deleting_a_corpus_forgets_its_mapped_builds(corpus, owner, dataset, django_capture_on_commit_callbacks):
+def test_deleting_a_corpus_forgets_its_mapped_builds(
+    corpus, owner, dataset, django_capture_on_commit_callbacks
+):
     from corpus.services.corpora import corpus_delete
 
     build = build_now(corpus, owner, django_capture_on_commit_callbacks)

@@ -47,21 +47,36 @@ def test_the_page_lists_who_has_access_and_removal_applies_at_once(owner, outsid
 
 def test_visibility_change_applies_at_once_and_says_so(owner, outsider):
     corpus = corpus_create(owner=owner, name="Notes")
-    response = login(owner).post(reverse("corpus:visibility", args=[corpus.pk]), {"visibility": "everyone"}, follow=True)
-    assert "It applies at once." in response.content.decode() and "next build" not in response.content.decode()
+    response = login(owner).post(
+        reverse("corpus:visibility", args=[corpus.pk]), {"visibility": "everyone"}, follow=True
+    )
+    assert (
+        "It applies at once." in response.content.decode() and "next build" not in response.content.decode()
+    )
     assert login(outsider).get(reverse("corpus:detail", args=[corpus.pk])).status_code == 200
-    bad = login(owner).post(reverse("corpus:visibility", args=[corpus.pk]), {"visibility": "nobody"}, follow=True)
+    bad = login(owner).post(
+        reverse("corpus:visibility", args=[corpus.pk]), {"visibility": "nobody"}, follow=True
+    )
     assert "Visibility must be one of" in bad.content.decode()
 
 
 def test_sharing_errors_are_clear(owner, corpus, outsider, writers):
     client = login(owner)
-    assert "There is no user named &#x27;ghost&#x27;." in share(client, corpus, kind="user", username="ghost").content.decode()
+    assert (
+        "There is no user named &#x27;ghost&#x27;."
+        in share(client, corpus, kind="user", username="ghost").content.decode()
+    )
     assert "owns this corpus already" in share(client, corpus, kind="user", username="owner").content.decode()
-    assert "Access must be one of" in share(client, corpus, kind="user", username="outsider", access="admin").content.decode()
+    assert (
+        "Access must be one of"
+        in share(client, corpus, kind="user", username="outsider", access="admin").content.decode()
+    )
     # The owner is not in "writers": they cannot share with a group that is not theirs.
     foreign = Group.objects.create(name="someone else's")
-    assert "Choose one of your groups" in share(client, corpus, kind="group", group=str(foreign.pk)).content.decode()
+    assert (
+        "Choose one of your groups"
+        in share(client, corpus, kind="group", group=str(foreign.pk)).content.decode()
+    )
     assert "Choose a group." in share(client, corpus, kind="group", group="x").content.decode()
 
 
@@ -71,7 +86,12 @@ def test_only_the_owner_shares(corpus, member, writer, outsider):
     assert login(member).post(url, data).status_code == 403
     assert login(writer).post(url, data).status_code == 403
     assert login(outsider).post(url, data).status_code == 404
-    assert login(writer).post(reverse("corpus:visibility", args=[corpus.pk]), {"visibility": "everyone"}).status_code == 403
+    assert (
+        login(writer)
+        .post(reverse("corpus:visibility", args=[corpus.pk]), {"visibility": "everyone"})
+        .status_code
+        == 403
+    )
     assert not corpus.writable_users.exists()
 
 
@@ -80,7 +100,10 @@ def test_people_create_and_run_groups_without_the_admin(owner, outsider):
     response = client.post(reverse("groups:new"), {"name": "Research"}, follow=True)
     group = Group.objects.get(name="Research")
     assert "Group Research created; you manage it." in response.content.decode()
-    assert GroupManager.objects.filter(group=group, user=owner).exists() and owner.groups.filter(pk=group.pk).exists()
+    assert (
+        GroupManager.objects.filter(group=group, user=owner).exists()
+        and owner.groups.filter(pk=group.pk).exists()
+    )
     client.post(reverse("groups:member_add", args=[group.pk]), {"username": "outsider"})
     assert outsider.groups.filter(pk=group.pk).exists()
     # The new group is offered for sharing on the owner's corpus page and in the settings form.
@@ -92,7 +115,10 @@ def test_people_create_and_run_groups_without_the_admin(owner, outsider):
     assert login(outsider).get(reverse("corpus:detail", args=[corpus.pk])).status_code == 200
     # A plain member sees the group but cannot change it; an outsider does not see it at all.
     assert login(outsider).get(reverse("groups:detail", args=[group.pk])).status_code == 200
-    assert login(outsider).post(reverse("groups:member_add", args=[group.pk]), {"username": "owner"}).status_code == 403
+    assert (
+        login(outsider).post(reverse("groups:member_add", args=[group.pk]), {"username": "owner"}).status_code
+        == 403
+    )
     stranger = _user("stranger")
     assert login(stranger).get(reverse("groups:detail", args=[group.pk])).status_code == 404
     assert "Research" not in login(stranger).get(reverse("groups:list")).content.decode()
@@ -100,10 +126,17 @@ def test_people_create_and_run_groups_without_the_admin(owner, outsider):
 
 def test_group_errors_and_the_last_manager(owner):
     client = login(owner)
-    assert "A group needs a name." in client.post(reverse("groups:new"), {"name": " "}, follow=True).content.decode()
+    assert (
+        "A group needs a name."
+        in client.post(reverse("groups:new"), {"name": " "}, follow=True).content.decode()
+    )
     client.post(reverse("groups:new"), {"name": "Team"})
-    assert "already exists" in client.post(reverse("groups:new"), {"name": "Team"}, follow=True).content.decode()
+    assert (
+        "already exists" in client.post(reverse("groups:new"), {"name": "Team"}, follow=True).content.decode()
+    )
     group = Group.objects.get(name="Team")
-    response = client.post(reverse("groups:member_remove", args=[group.pk]), {"username": "owner"}, follow=True)
+    response = client.post(
+        reverse("groups:member_remove", args=[group.pk]), {"username": "owner"}, follow=True
+    )
     assert "the group&#x27;s only manager" in response.content.decode()
     assert owner.groups.filter(pk=group.pk).exists()

@@ -88,13 +88,17 @@ def test_folder_emptied_or_gone(corpus, owner, member, folder, django_capture_on
     assert not found(member, corpus, KEPT_PHRASE)
 
 
-def test_folder_outside_the_roots_is_refused(corpus, owner, roots, tmp_path, django_capture_on_commit_callbacks):
+def test_folder_outside_the_roots_is_refused(
+    corpus, owner, roots, tmp_path, django_capture_on_commit_callbacks
+):
     outside = tmp_path / "private"
     write(outside, {"secret.md": "The vault combination is seven seven three one.\n"})
     with pytest.raises(SourceRefused, match="outside the folders"):
         source_create(corpus=corpus, user=owner, name="escape", kind="folder", location=str(outside))
     with pytest.raises(SourceRefused, match="outside the folders"):
-        source_create(corpus=corpus, user=owner, name="dots", kind="folder", location=str(roots / ".." / "private"))
+        source_create(
+            corpus=corpus, user=owner, name="dots", kind="folder", location=str(roots / ".." / "private")
+        )
     (roots / "link").symlink_to(outside)
     with pytest.raises(SourceRefused, match="outside the folders"):
         source_create(corpus=corpus, user=owner, name="link", kind="folder", location=str(roots / "link"))
@@ -105,7 +109,9 @@ def test_folder_outside_the_roots_is_refused(corpus, owner, roots, tmp_path, dja
     source = source_create(corpus=corpus, user=owner, name="docs", kind="folder", location=str(folder))
     sync(source, django_capture_on_commit_callbacks)
     assert source.status == Source.Status.SUCCEEDED and source.added == 1
-    assert source.failures == [{"name": "secret.md", "reason": "a symlink that leads outside the source's folder"}]
+    assert source.failures == [
+        {"name": "secret.md", "reason": "a symlink that leads outside the source's folder"}
+    ]
     assert not corpus.datasets.filter(name__contains="secret").exists()
 
 
@@ -159,7 +165,9 @@ def test_through_the_api_and_the_pages(corpus, owner, member, folder, django_cap
     assert refused.status_code == 409 and refused.json()["error"]["code"] == "sync_active"
 
 
-def test_the_schedule_queues_sources_whose_interval_passed(corpus, owner, folder, django_capture_on_commit_callbacks):
+def test_the_schedule_queues_sources_whose_interval_passed(
+    corpus, owner, folder, django_capture_on_commit_callbacks
+):
     from datetime import timedelta
 
     from django.utils import timezone
@@ -168,8 +176,14 @@ def test_the_schedule_queues_sources_whose_interval_passed(corpus, owner, folder
 
     due = source_create(corpus=corpus, user=owner, name="due", kind="folder", location=str(folder),
                         interval_minutes=30)
-    recent = source_create(corpus=corpus, user=owner, name="recent", kind="folder", location=str(folder / "guide"),
-                           interval_minutes=30)
+    recent = source_create(
+        corpus=corpus,
+        user=owner,
+        name="recent",
+        kind="folder",
+        location=str(folder / "guide"),
+        interval_minutes=30,
+    )
     manual = source_create(corpus=corpus, user=owner, name="manual", kind="folder", location=str(folder))
     Source.objects.filter(pk=due.pk).update(sync_started=timezone.now() - timedelta(minutes=31))
     Source.objects.filter(pk=recent.pk).update(sync_started=timezone.now() - timedelta(minutes=29))

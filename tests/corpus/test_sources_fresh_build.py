@@ -34,16 +34,22 @@ def ranked(user, corpus, query: str, *, raw: bool = False) -> list[str]:  # noqa
     """The documents (paths at the source) a search returns, best first; `raw`: the index's own
     top rows (no threshold, fusion or MMR)."""
     paths: list[str] = []
-    for result in memories_search(user=user, corpus_ids=[corpus.pk], query=query, raw_limit=20 if raw else None):
+    for result in memories_search(
+        user=user, corpus_ids=[corpus.pk], query=query, raw_limit=20 if raw else None
+    ):
         path = result.dataset_name.removeprefix("reference/")
         if path not in paths:
             paths.append(path)
     return paths
 
 
-def test_synced_search_equals_fresh_build(settings, corpus, owner, tmp_path, django_capture_on_commit_callbacks):
+def test_synced_search_equals_fresh_build(
+    settings, corpus, owner, tmp_path, django_capture_on_commit_callbacks
+):
     settings.SOURCE_ROOTS = [str(tmp_path / "roots")]
-    settings.SEGMENT_MERGE_PERCENT = 10_000  # keep every append a segment: the appended state is what is compared
+    settings.SEGMENT_MERGE_PERCENT = (
+        10_000  # keep every append a segment: the appended state is what is compared
+    )
     folder = tmp_path / "roots" / "reference"
     held = {f"{topic}.txt": topic for topic in FIRST}  # path -> the topic it holds now
     for path, topic in held.items():
@@ -61,7 +67,9 @@ def test_synced_search_equals_fresh_build(settings, corpus, owner, tmp_path, dja
         held[f"{ADDED[number]}.txt"] = ADDED[number]
         write(folder, f"{ADDED[number]}.txt", ADDED[number])
         sync(source, django_capture_on_commit_callbacks)
-        assert (source.status, source.added, source.changed, source.removed) == ("succeeded", 1, 2, 1), source.error
+        assert (source.status, source.added, source.changed, source.removed) == ("succeeded", 1, 2, 1), (
+            source.error
+        )
     corpus.refresh_from_db()
     assert len(corpus.serving_build_ids) == 1 + len(rounds)  # the base build and one append per sync
 
@@ -90,4 +98,6 @@ def test_synced_search_equals_fresh_build(settings, corpus, owner, tmp_path, dja
     assert len(corpus.serving_build_ids) == 1
     for topic in sorted(held.values()):
         assert ranked(owner, corpus, title(topic)) == ranked(owner, fresh, title(topic)), topic
-        assert ranked(owner, corpus, title(topic), raw=True) == ranked(owner, fresh, title(topic), raw=True), topic
+        assert ranked(owner, corpus, title(topic), raw=True) == ranked(
+            owner, fresh, title(topic), raw=True
+        ), topic

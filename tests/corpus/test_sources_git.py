@@ -36,8 +36,9 @@ def server(tmp_path):
 
 def test_git_sync_follows_commits(corpus, owner, member, server, django_capture_on_commit_callbacks):
     work = server.repository("handbook", {**DOCS, "logo.png": "not a document"})
-    source = source_create(corpus=corpus, user=owner, name="handbook", kind="git", location=server.url("handbook"),
-                           branch="main")
+    source = source_create(
+        corpus=corpus, user=owner, name="handbook", kind="git", location=server.url("handbook"), branch="main"
+    )
     sync(source, django_capture_on_commit_callbacks)
     assert_first_sync(source, member, corpus)
     first = source.cursor["commit"]
@@ -68,8 +69,14 @@ def test_git_token_is_sent_and_never_shown(corpus, owner, member, server, caplog
                                           django_capture_on_commit_callbacks):
     server.repository("private", DOCS, private=True)
     caplog.set_level(logging.DEBUG)
-    source = source_create(corpus=corpus, user=owner, name="private", kind="git", location=server.url("private"),
-                           token="wrong-token")
+    source = source_create(
+        corpus=corpus,
+        user=owner,
+        name="private",
+        kind="git",
+        location=server.url("private"),
+        token="wrong-token",
+    )
     sync(source, django_capture_on_commit_callbacks)
     assert source.status == Source.Status.FAILED and "Fetching branch 'main'" in source.error
     assert "wrong-token" not in source.error

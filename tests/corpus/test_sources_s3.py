@@ -42,7 +42,9 @@ def put(client, prefix: str, files: dict[str, str]) -> None:  # noqa: ANN001 - a
         client.put_object(Bucket=BUCKET, Key=f"{prefix}/{path}", Body=text.encode())
 
 
-def test_s3_sync_follows_the_prefix(corpus, owner, member, s3_server, bucket, django_capture_on_commit_callbacks):
+def test_s3_sync_follows_the_prefix(
+    corpus, owner, member, s3_server, bucket, django_capture_on_commit_callbacks
+):
     client, prefix = bucket
     put(client, prefix, {**DOCS, "photo.jpg": "not a document"})
     put(client, f"{prefix}-other", {"elsewhere.md": "The ocelot note is under another prefix.\n"})

@@ -28,7 +28,9 @@ def page_upload(client, corpus, texts, capture):  # noqa: ANN001
     corpus.refresh_from_db()
 
 
-def test_the_page_replaces_a_dataset_of_the_same_name(corpus, owner, member, django_capture_on_commit_callbacks):
+def test_the_page_replaces_a_dataset_of_the_same_name(
+    corpus, owner, member, django_capture_on_commit_callbacks
+):
     client = login(owner)
     assert "replaces it" in client.get(reverse("corpus:detail", args=[corpus.pk])).content.decode()
     page_upload(client, corpus, TEXTS, django_capture_on_commit_callbacks)
@@ -46,7 +48,10 @@ def test_the_api_replaces_only_when_asked(corpus, owner, member, django_capture_
     client = login(owner)
     url = f"/api/v1/corpora/{corpus.pk}/datasets/"
     with django_capture_on_commit_callbacks(execute=True):
-        assert client.post(url, {"file": SimpleUploadedFile("notes.jsonl", jsonl_bytes(TEXTS))}).status_code == 201
+        assert (
+            client.post(url, {"file": SimpleUploadedFile("notes.jsonl", jsonl_bytes(TEXTS))}).status_code
+            == 201
+        )
     with django_capture_on_commit_callbacks(execute=True):
         response = client.post(url, {"file": SimpleUploadedFile("notes.jsonl", jsonl_bytes(TEXTS[:2])),
                                      "replace": "true"})
@@ -65,17 +70,25 @@ def test_a_replacement_waits_for_its_job(corpus, owner, member, settings, django
     from corpus.services.corpora import dataset_upload
     from tests.plugins.portal import build_now
 
-    old = dataset_upload(corpus=corpus, user=owner, uploaded_file=SimpleUploadedFile("n.jsonl", jsonl_bytes(TEXTS)))
+    old = dataset_upload(
+        corpus=corpus, user=owner, uploaded_file=SimpleUploadedFile("n.jsonl", jsonl_bytes(TEXTS))
+    )
     build_now(corpus, owner, django_capture_on_commit_callbacks)
     waiting = dataset_upload(corpus=corpus, user=owner, replace=True,
                              uploaded_file=SimpleUploadedFile("n.jsonl", jsonl_bytes(NEW)))
     assert waiting.replaces_id == old.pk
     assert found(member, corpus, "storming of the Bastille")
-    latest = dataset_upload(corpus=corpus, user=owner, replace=True,
-                            uploaded_file=SimpleUploadedFile("n.jsonl", jsonl_bytes([*TEXTS[:3], *TEXTS[4:]])))
+    latest = dataset_upload(
+        corpus=corpus,
+        user=owner,
+        replace=True,
+        uploaded_file=SimpleUploadedFile("n.jsonl", jsonl_bytes([*TEXTS[:3], *TEXTS[4:]])),
+    )
     assert latest.replaces_id == old.pk and not Dataset.objects.filter(pk=waiting.pk).exists()
     assert found(member, corpus, "storming of the Bastille")
     # A full build (a merge) leaves the replaced version out and deletes it when it activates.
     build_now(corpus, owner, django_capture_on_commit_callbacks)
     assert list(corpus.datasets.values_list("pk", flat=True)) == [latest.pk]
-    assert found(member, corpus, "quick brown fox jumps") and not found(member, corpus, "storming of the Bastille")
+    assert found(member, corpus, "quick brown fox jumps") and not found(
+        member, corpus, "storming of the Bastille"
+    )

@@ -33,10 +33,16 @@ def publish(site: Site, other: Site, docs: dict[str, str]) -> None:
     linked, only_in_sitemap = listed[:-1], listed[-1]
     site.pages = {
         "/robots.txt": ("User-agent: *\nDisallow: /docs/private/\n", "text/plain"),
-        "/sitemap.xml": ("<?xml version='1.0'?><urlset xmlns='http://www.sitemaps.org/schemas/sitemap/0.9'>"
-                         f"<url><loc>{site.origin}{only_in_sitemap}</loc></url></urlset>", "application/xml"),
-        "/docs/": page("Index", "The documentation index of the team.",
-                       [*linked, "/docs/private/keys.html", f"{other.origin}/docs/elsewhere.html", "/outside.html"]),
+        "/sitemap.xml": (
+            "<?xml version='1.0'?><urlset xmlns='http://www.sitemaps.org/schemas/sitemap/0.9'>"
+            f"<url><loc>{site.origin}{only_in_sitemap}</loc></url></urlset>",
+            "application/xml",
+        ),
+        "/docs/": page(
+            "Index",
+            "The documentation index of the team.",
+            [*linked, "/docs/private/keys.html", f"{other.origin}/docs/elsewhere.html", "/outside.html"],
+        ),
         "/docs/private/keys.html": page("Keys", "The heron vault key is kept under the stairs."),
         "/outside.html": page("Outside", "The lemur page is outside the prefix."),
     }
@@ -54,8 +60,14 @@ def sites():
 def test_web_sync_follows_the_site(corpus, owner, member, sites, django_capture_on_commit_callbacks):
     site, other = sites
     publish(site, other, DOCS)
-    source = source_create(corpus=corpus, user=owner, name="intranet", kind="web", location=f"{site.origin}/docs/",
-                           sitemap_url=f"{site.origin}/sitemap.xml")
+    source = source_create(
+        corpus=corpus,
+        user=owner,
+        name="intranet",
+        kind="web",
+        location=f"{site.origin}/docs/",
+        sitemap_url=f"{site.origin}/sitemap.xml",
+    )
     sync(source, django_capture_on_commit_callbacks)
     assert source.status == Source.Status.SUCCEEDED, source.error
     # The index page is a document too.
@@ -72,7 +84,9 @@ def test_web_sync_follows_the_site(corpus, owner, member, sites, django_capture_
     publish(site, other, {**{p: t for p, t in DOCS.items() if p != DELETED}, **CHANGED, **ADDED})
     sync(source, django_capture_on_commit_callbacks)
     assert source.status == Source.Status.SUCCEEDED, source.error
-    assert (source.added, source.changed, source.removed) == (1, 3, 1), source.failures  # the index changed too
+    assert (source.added, source.changed, source.removed) == (1, 3, 1), (
+        source.failures
+    )  # the index changed too
     assert ("/docs/faq.html", "304") in site.requests
     for phrase in ["pangolin installer copies", "kestrel command to compress", "cassowary relay forwards",
                    "sextant dashboard"]:
@@ -86,12 +100,18 @@ def test_web_sync_follows_the_site(corpus, owner, member, sites, django_capture_
     assert found(member, corpus, "cassowary relay forwards") and found(member, corpus, "sextant dashboard")
 
 
-def test_web_one_page_failing_is_named_and_kept(corpus, owner, member, sites, django_capture_on_commit_callbacks):
+def test_web_one_page_failing_is_named_and_kept(
+    corpus, owner, member, sites, django_capture_on_commit_callbacks
+):
     site, other = sites
     publish(site, other, DOCS)
-    source = source_create(corpus=corpus, user=owner, name="intranet", kind="web", location=f"{site.origin}/docs/")
+    source = source_create(
+        corpus=corpus, user=owner, name="intranet", kind="web", location=f"{site.origin}/docs/"
+    )
     sync(source, django_capture_on_commit_callbacks)
-    assert source.status == Source.Status.SUCCEEDED and source.added == len(DOCS)  # the sitemap's page not reached
+    assert source.status == Source.Status.SUCCEEDED and source.added == len(
+        DOCS
+    )  # the sitemap's page not reached
     site.failing.add("/docs/notes.html")
     sync(source, django_capture_on_commit_callbacks)
     assert source.status == Source.Status.SUCCEEDED and source.removed == 0

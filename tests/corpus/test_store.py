@@ -53,7 +53,9 @@ def raw_client(settings):  # noqa: ANN001, ANN201
     if settings.CHROMA_URL:
         host, port = settings.CHROMA_URL.removeprefix("http://").split(":")
         return chromadb.HttpClient(host=host, port=int(port), settings=Settings(anonymized_telemetry=False))
-    return chromadb.PersistentClient(path=str(settings.CHROMA_PATH), settings=Settings(anonymized_telemetry=False))
+    return chromadb.PersistentClient(
+        path=str(settings.CHROMA_PATH), settings=Settings(anonymized_telemetry=False)
+    )
 
 
 def collections(settings) -> dict[str, int]:  # noqa: ANN001
@@ -153,7 +155,10 @@ def test_a_corpus_never_shows_another_corpus_records(corpus, other, owner):
     page = client.get(reverse("corpus:store_documents", args=[corpus.pk])).content.decode()
     assert "team-doc" in page and "other-doc" not in page
     detail = client.get(reverse("corpus:detail", args=[corpus.pk])).content.decode()
-    assert "<strong>1</strong><span>visual records" in detail and "<strong>1</strong><span>text records" in detail
+    assert (
+        "<strong>1</strong><span>visual records" in detail
+        and "<strong>1</strong><span>text records" in detail
+    )
     assert doc_counts(other) == {"other-doc": (2, 3)}
 
 
@@ -186,7 +191,9 @@ def test_admin_bulk_delete_drops_every_deleted_corpus_store(corpus, other, owner
     assert collections(settings) == {kept_visual: 1, kept_text: 2}
 
 
-def test_admin_single_delete_drops_the_store(corpus, other, staff, settings, django_capture_on_commit_callbacks):
+def test_admin_single_delete_drops_the_store(
+    corpus, other, staff, settings, django_capture_on_commit_callbacks
+):
     add_document(corpus, "team-doc", pages=1, chunks=1)
     add_document(other, "other-doc", pages=2, chunks=1, seed=1)
     with django_capture_on_commit_callbacks(execute=True):
@@ -240,7 +247,10 @@ def test_store_pages_on_a_chroma_server(corpus, other, owner, settings, chroma_s
     add_document(other, "other-doc", pages=2, chunks=2, seed=2)
     client = login(owner)
     detail = client.get(reverse("corpus:detail", args=[corpus.pk])).content.decode()
-    assert "<strong>4</strong><span>visual records" in detail and "<strong>5</strong><span>text records" in detail
+    assert (
+        "<strong>4</strong><span>visual records" in detail
+        and "<strong>5</strong><span>text records" in detail
+    )
     client.post(reverse("corpus:store_document_delete", args=[corpus.pk]), {"doc_id": "q3-report"})
     assert doc_counts(corpus) == {"memo": (1, 1)}
     with django_capture_on_commit_callbacks(execute=True):

@@ -31,7 +31,9 @@ def test_a_portal_of_an_earlier_release_upgrades_in_place(release, tmp_path, lla
     portal = Portal(data_dir)
     config = tmp_path / "engine.yaml"
     config.write_text(yaml.safe_dump({"max_new_tokens": 48, "temperature": 0.0, "top_p": 1.0}))
-    portal.env.update(LLM_BASE_URL=llama_server.base_url, HDRAG_CONFIG_FILE=str(config), LLM_TIMEOUT_SECONDS="120")
+    portal.env.update(
+        LLM_BASE_URL=llama_server.base_url, HDRAG_CONFIG_FILE=str(config), LLM_TIMEOUT_SECONDS="120"
+    )
 
     portal.manage("migrate", "--noinput")
     state = portal.scenario("state", recorded["token"])

@@ -43,7 +43,9 @@ def test_oversized_upload_stops_while_streaming(corpus, owner, data_dir, setting
     client = login(owner)
     big = jsonl_bytes([f"record {i} " + "word " * 40 for i in range(600)])
     assert len(big) > 2 * settings.UPLOAD_MAX_BYTES
-    response = client.post(reverse("corpus:dataset_add", args=[corpus.pk]), {"file": SimpleUploadedFile("big.jsonl", big)})
+    response = client.post(
+        reverse("corpus:dataset_add", args=[corpus.pk]), {"file": SimpleUploadedFile("big.jsonl", big)}
+    )
     assert response.status_code == 400 and "upload limit of 0 MiB" not in response.content.decode()
     assert "larger than the upload limit" in response.content.decode()
     assert not corpus.datasets.exists() and stored_files(data_dir) == []
@@ -53,10 +55,14 @@ def test_oversized_upload_stops_while_streaming(corpus, owner, data_dir, setting
 
 
 def test_duplicate_content_refused_even_under_another_name(corpus, owner, data_dir):
-    first = dataset_upload(corpus=corpus, user=owner, uploaded_file=SimpleUploadedFile("a.jsonl", jsonl_bytes(TEXTS)))
+    first = dataset_upload(
+        corpus=corpus, user=owner, uploaded_file=SimpleUploadedFile("a.jsonl", jsonl_bytes(TEXTS))
+    )
     before = stored_files(data_dir)
     with pytest.raises(DatasetRejected, match="already in this corpus as 'a.jsonl'"):
-        dataset_upload(corpus=corpus, user=owner, uploaded_file=SimpleUploadedFile("b.jsonl", jsonl_bytes(TEXTS)))
+        dataset_upload(
+            corpus=corpus, user=owner, uploaded_file=SimpleUploadedFile("b.jsonl", jsonl_bytes(TEXTS))
+        )
     assert list(corpus.datasets.all()) == [first] and stored_files(data_dir) == before
 
 
@@ -77,5 +83,7 @@ def test_good_upload_stored_with_size_hash_format_and_estimate(corpus, owner, da
 
 
 def test_content_decides_format_over_extension(corpus, owner):
-    dataset = dataset_upload(corpus=corpus, user=owner, uploaded_file=SimpleUploadedFile("lines.json", jsonl_bytes(TEXTS)))
+    dataset = dataset_upload(
+        corpus=corpus, user=owner, uploaded_file=SimpleUploadedFile("lines.json", jsonl_bytes(TEXTS))
+    )
     assert dataset.format == "jsonl"

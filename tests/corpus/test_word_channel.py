@@ -26,7 +26,9 @@ def with_rule(build: IndexBuild, rule: str | None) -> None:
     IndexBuild.objects.filter(pk=build.pk).update(parameters=parameters)
 
 
-def test_a_build_writes_its_words_and_measures_its_rule(corpus, owner, dataset, django_capture_on_commit_callbacks):
+def test_a_build_writes_its_words_and_measures_its_rule(
+    corpus, owner, dataset, django_capture_on_commit_callbacks
+):
     build = build_now(corpus, owner, django_capture_on_commit_callbacks)
     assert build.status == IndexBuild.Status.SUCCEEDED, build.error
     fusion = build.parameters["word_fusion"]

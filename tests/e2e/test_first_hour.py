@@ -17,8 +17,17 @@ def test_the_new_corpus_form_offers_groups_only_to_someone_in_a_group(owner, mem
     assert 'name="visibility"' in lonely  # the rest of the form is there
     grouped = login(member).get(reverse("corpus:new")).content.decode()
     assert "Readable groups" in grouped and 'value="' in grouped and "readers" in grouped
-    created = login(owner).post(reverse("corpus:new"), {"name": "Solo", "visibility": "private", "hdc_dimensions": 4096,
-                                                        "hdc_seed": 42, "hdc_ngram": 5, "chunk_size": 256})
+    created = login(owner).post(
+        reverse("corpus:new"),
+        {
+            "name": "Solo",
+            "visibility": "private",
+            "hdc_dimensions": 4096,
+            "hdc_seed": 42,
+            "hdc_ngram": 5,
+            "chunk_size": 256,
+        },
+    )
     assert created.status_code == 302 and Corpus.objects.get(name="Solo").owner == owner
 
 
@@ -49,7 +58,9 @@ def test_the_temperature_field_shows_its_default_whole(owner):
 
 def test_a_new_user_sees_the_first_steps_beside_a_corpus_open_to_everyone(owner, outsider):
     # As `./portal run` leaves it: the admin's demo corpus is open to everyone.
-    corpus_create(owner=owner, name="Python documentation", visibility=Corpus.Visibility.EVERYONE, **SMALL_HDC)
+    corpus_create(
+        owner=owner, name="Python documentation", visibility=Corpus.Visibility.EVERYONE, **SMALL_HDC
+    )
     client = login(outsider)
     home = client.get(reverse("home")).content.decode()
     assert 'id="first-run"' in home and 'id="dashboard-corpora"' in home and "Python documentation" in home

@@ -92,13 +92,17 @@ else:  # web process B, another disk: searches both corpora
     found = {}
     queries = json.loads(sys.argv[2])
     for corpus in Corpus.objects.order_by("pk"):
-        results = memories_search(user=owner, corpus_ids=[corpus.pk], query=queries[corpus.name], top_document=True)
+        results = memories_search(
+            user=owner, corpus_ids=[corpus.pk], query=queries[corpus.name], top_document=True
+        )
         found[corpus.name] = results[0].memory.text if results else None
     print(json.dumps(found))
 """
 
 
-def test_two_workers_and_two_web_processes_on_four_disks(e2e_database, redis_url, s3_server, s3_prefix, tmp_path):
+def test_two_workers_and_two_web_processes_on_four_disks(
+    e2e_database, redis_url, s3_server, s3_prefix, tmp_path
+):
     """Issue 28: two workers and two web processes, each with a disk of its own, sharing PostgreSQL,
     Redis and the store: two builds run at once, each once, on whichever worker took it, and a web
     process that took no upload serves both corpora."""
@@ -109,21 +113,35 @@ def test_two_workers_and_two_web_processes_on_four_disks(e2e_database, redis_url
                                             "Tides follow the moon because of its gravitational pull."]}
     with ExitStack() as workers:
         for log in logs:
-            workers.enter_context(celery_worker(e2e_env(e2e_database, redis_url, queue, tmp_path / log.stem, **extra),
-                                                log, "--pool=solo", "-n", f"{log.stem}@%h"))
+            workers.enter_context(
+                celery_worker(
+                    e2e_env(e2e_database, redis_url, queue, tmp_path / log.stem, **extra),
+                    log,
+                    "--pool=solo",
+                    "-n",
+                    f"{log.stem}@%h",
+                )
+            )
         built = subprocess.run([sys.executable, "-c", TWO_CORPORA, "build", json.dumps(corpora)], cwd=ROOT,
                                env=e2e_env(e2e_database, redis_url, queue, tmp_path / "web-a", **extra),
                                capture_output=True, text=True, timeout=400)
         queries = {"history": "storming of the Bastille in Paris", "nature": "Quokkas on Rottnest Island"}
-        searched = subprocess.run([sys.executable, "-c", TWO_CORPORA, "search", json.dumps(queries)], cwd=ROOT,
-                                  env=e2e_env(e2e_database, redis_url, queue, tmp_path / "web-b", **extra),
-                                  capture_output=True, text=True, timeout=300)
+        searched = subprocess.run(
+            [sys.executable, "-c", TWO_CORPORA, "search", json.dumps(queries)],
+            cwd=ROOT,
+            env=e2e_env(e2e_database, redis_url, queue, tmp_path / "web-b", **extra),
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
     log_tail = "".join(log.read_text(errors="replace")[-2000:] for log in logs)
     assert built.returncode == 0, built.stderr[-3000:] + log_tail
     assert searched.returncode == 0, searched.stderr[-3000:] + log_tail
     builds = json.loads(built.stdout.strip().splitlines()[-1])
     assert [b["status"] for b in builds] == ["succeeded", "succeeded"], (builds, log_tail)
-    assert [b["documents"] for b in builds] == [b["memories"] for b in builds] == [len(TEXTS), 2]  # each ran once
+    assert (
+        [b["documents"] for b in builds] == [b["memories"] for b in builds] == [len(TEXTS), 2]
+    )  # each ran once
     found = json.loads(searched.stdout.strip().splitlines()[-1])
     assert found["nature"].startswith("Quokkas") and found["history"] == TEXTS[3]
     assert not (tmp_path / "web-b" / "corpora").joinpath("1", "datasets").exists()  # it took no upload

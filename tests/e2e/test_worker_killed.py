@@ -31,8 +31,10 @@ from corpus.services.corpora import corpus_create, dataset_upload
 owner = User.objects.create_user("killed-owner")
 corpus = corpus_create(owner=owner, name="killed", hdc_dimensions=1024, hdc_ngram=3)
 words = "river fox glucose bastille mitochondria generator volcano hash table binary search".split()
-lines = [json.dumps({"text": " ".join(words[(i + j) % len(words)] for j in range(60)) + f" {i}"}) for i in range(20000)]
-dataset_upload(corpus=corpus, user=owner, uploaded_file=SimpleUploadedFile("big.jsonl", "\n".join(lines).encode()))
+lines = [json.dumps({"text": " ".join(words[(i + j) % len(words)] for j in range(60)) + f" {i}"})
+         for i in range(20000)]
+dataset_upload(corpus=corpus, user=owner,
+               uploaded_file=SimpleUploadedFile("big.jsonl", "\n".join(lines).encode()))
 build = build_start(corpus=corpus, user=owner)
 
 def wait(condition, seconds):
@@ -41,7 +43,9 @@ def wait(condition, seconds):
         return condition()
     return wait_until(holds, what=f"build {build.pk} ({build.status}, {build.phase})", timeout=seconds)
 
-assert wait(lambda: build.status == "running" and build.worker and build.phase not in ("", "starting"), 180), build.status
+started = wait(lambda: build.status == "running" and build.worker
+               and build.phase not in ("", "starting"), 180)
+assert started, build.status
 pid = int(build.worker.split(":")[1])
 os.kill(pid, signal.SIGKILL)
 killed = time.monotonic()
@@ -58,8 +62,9 @@ def test_a_killed_pool_child_fails_its_build_at_redelivery(e2e_database, redis_u
     migrate(env)
     worker_log = tmp_path / "worker.log"
     with celery_worker(env, worker_log, "--concurrency", "1"):
-        driver = subprocess.run([sys.executable, "-c", DRIVER], cwd=ROOT, env=env, capture_output=True, text=True,
-                                timeout=400)
+        driver = subprocess.run(
+            [sys.executable, "-c", DRIVER], cwd=ROOT, env=env, capture_output=True, text=True, timeout=400
+        )
     log_tail = worker_log.read_text(errors="replace")[-4000:]
     assert driver.returncode == 0, driver.stderr[-3000:] + log_tail
     outcome = json.loads(driver.stdout.strip().splitlines()[-1])
@@ -105,16 +110,20 @@ def top(query):
     return found[0].memory.text if found else None
 
 def kill_mid_job(job):
-    assert wait(job, lambda j: j.status == "running" and j.worker and j.phase in ("tokenize", "encode"), 180), job.phase
+    running = wait(job, lambda j: j.status == "running" and j.worker
+                   and j.phase in ("tokenize", "encode"), 180)
+    assert running, job.phase
     os.kill(int(job.worker.split(":")[1]), signal.SIGKILL)
     wait(job, lambda j: j.status != "running", 120)
     corpus.refresh_from_db()
     return {"killed": job.status, "error": job.error, "state": corpus.serving_build_ids,
-            "rows_left": Memory.objects.filter(build_id=job.pk).count(), "dir_left": build_dir(corpus.pk, job.pk).exists()}
+            "rows_left": Memory.objects.filter(build_id=job.pk).count(),
+            "dir_left": build_dir(corpus.pk, job.pk).exists()}
 
 def append_last():
     last = upload("new.jsonl", [QUOKKA])
-    assert last.kind == "append" and wait(last, lambda j: j.status in ("succeeded", "failed"), 240), last.status
+    assert last.kind == "append", last.kind
+    assert wait(last, lambda j: j.status in ("succeeded", "failed"), 240), last.status
     corpus.refresh_from_db()
     return last, {"last": last.status, "last_error": last.error, "new_found": top(QUOKKA)}
 
@@ -122,7 +131,8 @@ first = upload("first.jsonl", ["The storming of the Bastille began the French re
                                "Mitochondria produce most of the cell's chemical energy."])
 assert wait(first, lambda j: j.status == "succeeded", 180), (first.status, first.error)
 words = "river fox glucose bastille mitochondria generator volcano hash table binary search".split()
-big = upload("big.jsonl", [" ".join(words[(i + j) % len(words)] for j in range(60)) + f" {i}" for i in range(20000)])
+big = upload("big.jsonl",
+             [" ".join(words[(i + j) % len(words)] for j in range(60)) + f" {i}" for i in range(20000)])
 assert big.kind == "append"
 """
 
@@ -148,7 +158,9 @@ print(json.dumps(outcome))
 """
 
 
-def _drive(driver: str, name: str, e2e_database: str, redis_url: str, tmp_path, timeout: int) -> tuple[dict, str]:
+def _drive(
+    driver: str, name: str, e2e_database: str, redis_url: str, tmp_path, timeout: int
+) -> tuple[dict, str]:
     """Run `driver` against a real worker on a queue of its own: its outcome, and the worker log's tail."""
     env = e2e_env(e2e_database, redis_url, f"e2e-{name}-{uuid.uuid4().hex[:8]}", tmp_path / "data",
                   BUILD_STALE_SECONDS="3600", INDEX_ON_UPLOAD="1")
@@ -167,7 +179,9 @@ def test_an_upload_is_appended_by_the_real_worker_and_a_killed_append_leaves_not
     outcome, log_tail = _drive(APPEND_DRIVER, "append", e2e_database, redis_url, tmp_path, timeout=500)
     # Killed mid-append: failed at redelivery, the previous state serves, nothing of it is left.
     assert outcome["killed"] == "failed" and "died" in outcome["error"], outcome
-    assert outcome["state"] == [outcome["first"]] and outcome["rows_left"] == 0 and not outcome["dir_left"], outcome
+    assert outcome["state"] == [outcome["first"]] and outcome["rows_left"] == 0 and not outcome["dir_left"], (
+        outcome
+    )
     assert outcome["old_found"].startswith("The storming of the Bastille"), outcome
     # The next upload's append holds what the killed one did not make searchable, and serves.
     assert outcome["last"] == "succeeded", (outcome, log_tail)
@@ -180,9 +194,15 @@ def test_a_killed_merge_leaves_the_state_it_would_have_replaced_serving(e2e_data
     # Killed mid-merge: failed at redelivery; the full build and its append still serve, searched
     # together; nothing of the merge is left.
     assert outcome["killed"] == "failed" and "died" in outcome["error"], outcome
-    assert outcome["state"] == outcome["before"] and outcome["rows_left"] == 0 and not outcome["dir_left"], outcome
-    assert outcome["old_found"].startswith(("The storming of the Bastille", "Mitochondria")), outcome  # first.jsonl
-    assert outcome["big_found"] is not None and outcome["big_found"].split()[-1].isdigit(), outcome  # a big.jsonl row
+    assert outcome["state"] == outcome["before"] and outcome["rows_left"] == 0 and not outcome["dir_left"], (
+        outcome
+    )
+    assert outcome["old_found"].startswith(("The storming of the Bastille", "Mitochondria")), (
+        outcome
+    )  # first.jsonl
+    assert outcome["big_found"] is not None and outcome["big_found"].split()[-1].isdigit(), (
+        outcome
+    )  # a big.jsonl row
     # The next upload is appended onto that state and serves.
     assert outcome["last"] == "succeeded", (outcome, log_tail)
     assert outcome["new_found"].startswith("Quokkas"), outcome

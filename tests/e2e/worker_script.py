@@ -37,9 +37,19 @@ def build_done() -> bool:
 wait_until(build_done, what=f"build {build.pk} done by the worker", timeout=240, every=0.5)
 corpus.refresh_from_db()
 results = memories_search(user=owner, corpus_ids=[corpus.pk], query=sys.argv[2])
-print(json.dumps({
-    "status": build.status, "error": build.error, "documents": build.documents, "active": corpus.active_build_id,
-    "build": build.pk, "corpus": corpus.pk, "memories": build.memories.count(), "first": results[0].memory.text if results else None,
-    "outsider": len(memories_search(user=outsider, corpus_ids=[corpus.pk], query=sys.argv[2])),
-    "vendor": django.db.connection.vendor,
-}))
+print(
+    json.dumps(
+        {
+            "status": build.status,
+            "error": build.error,
+            "documents": build.documents,
+            "active": corpus.active_build_id,
+            "build": build.pk,
+            "corpus": corpus.pk,
+            "memories": build.memories.count(),
+            "first": results[0].memory.text if results else None,
+            "outsider": len(memories_search(user=outsider, corpus_ids=[corpus.pk], query=sys.argv[2])),
+            "vendor": django.db.connection.vendor,
+        }
+    )
+)

@@ -36,7 +36,9 @@ def build(tmp_path, gemma_gguf, tokenizer, embedding_cache, **options):
                        config=CONFIG, cache_dir=embedding_cache, batch_docs=2, **options)
 
 
-def test_build_counts_duplicates_once_and_writes_manifest_last(tmp_path, gemma_gguf, tokenizer, embedding_cache):
+def test_build_counts_duplicates_once_and_writes_manifest_last(
+    tmp_path, gemma_gguf, tokenizer, embedding_cache
+):
     out = tmp_path / "out"
     phases = []
 
@@ -118,11 +120,15 @@ def test_sqlite_store_holds_every_row(tmp_path, gemma_gguf, tokenizer, embedding
     assert rows == [(0, 4), (1, 4), (2, 4), (3, 4), (4, 4), (5, 9)]
 
 
-def test_formats_1_and_4_give_identical_bitmaps_and_searches(tmp_path, gemma_gguf, tokenizer, embedding_cache):
+def test_formats_1_and_4_give_identical_bitmaps_and_searches(
+    tmp_path, gemma_gguf, tokenizer, embedding_cache
+):
     # Format 4 stores the model's Q8_0 rows and derives what format 1 stores: same corpus, same results.
     # Formats 2 and 3 (the previous derived formats) still build, verify and load.
     config = Config(hdc_dimensions=2048, hdc_ngram=3, hdc_drop_components=2)
-    data = write_jsonl(tmp_path / "docs.jsonl", PARAGRAPHS + ["Tides follow the moon.", "Glucose stores energy."])
+    data = write_jsonl(
+        tmp_path / "docs.jsonl", PARAGRAPHS + ["Tides follow the moon.", "Glucose stores energy."]
+    )
     corpora = {}
     for version in (1, 2, 3, 4):
         out = tmp_path / f"v{version}"
@@ -140,7 +146,9 @@ def test_formats_1_and_4_give_identical_bitmaps_and_searches(tmp_path, gemma_ggu
     # format 4 format 2 plus the float32 projection.
     assert sizes[3] == sizes[2] + new.encoder.emb_dim * 2048 + 8 * 2048
     assert sizes[4] == sizes[2] + new.encoder.emb_dim * 2048 * 4
-    for got, want in zip(new.index.get_bitmaps(np.arange(7)), old.index.get_bitmaps(np.arange(7)), strict=True):
+    for got, want in zip(
+        new.index.get_bitmaps(np.arange(7)), old.index.get_bitmaps(np.arange(7)), strict=True
+    ):
         np.testing.assert_array_equal(got, want)
     for query in ("What does photosynthesis convert?", "storming of the Bastille", "halves the interval"):
         tokens = tokenizer.tokenize(query)

@@ -64,7 +64,11 @@ def words_text(rng: random.Random, n_words: int, paragraph_every: int = 37) -> s
     parts = []
     for index in range(n_words):
         parts.append(rng.choice(vocabulary) + str(index))
-        parts.append("\n\n" if index % paragraph_every == paragraph_every - 1 else rng.choice([" ", " ", "  ", "\t", "\n"]))
+        parts.append(
+            "\n\n"
+            if index % paragraph_every == paragraph_every - 1
+            else rng.choice([" ", " ", "  ", "\t", "\n"])
+        )
     return "".join(parts)
 
 
@@ -138,7 +142,9 @@ def test_chunk_spans_tokenizer_exact_source_text(seed, chunk_size):
     tokens = tokenizer.tokenize(text)
     spans = chunk_spans(text, tokenizer, chunk_size)
     assert [n for _, _, n in spans] == [e - s for s, e in window_bounds(len(tokens), chunk_size)]
-    for (start, end, _), (token_start, token_end) in zip(spans, window_bounds(len(tokens), chunk_size), strict=True):
+    for (start, end, _), (token_start, token_end) in zip(
+        spans, window_bounds(len(tokens), chunk_size), strict=True
+    ):
         assert text[start:end] == tokenizer.detokenize(tokens[token_start:token_end])
     assert spans[0][0] == 0 and spans[-1][1] == len(text)
 
@@ -184,7 +190,9 @@ def test_streamed_chunks_match_whole_text_chunks(monkeypatch, use_tokenizer, seg
         step = rng.randint(1, 97)
         pieces.append(text[at:at + step])
         at += step
-    streamed = [(start, chunk) for start, chunk, _, _ in dataset_chunks._chunk_stream(pieces, tokenizer, chunk_size)]
+    streamed = [
+        (start, chunk) for start, chunk, _, _ in dataset_chunks._chunk_stream(pieces, tokenizer, chunk_size)
+    ]
     assert streamed == [(s + len(c) - len(c.lstrip()), c.strip()) for s, c in expected]
 
 
@@ -277,7 +285,9 @@ def test_json_array_streams_like_json_load(tmp_path, monkeypatch, block_bytes, i
     path.write_text(json.dumps(items, indent=indent, ensure_ascii=False), encoding="utf-8")
     monkeypatch.setattr(dataset_readers, "_BLOCK_BYTES", block_bytes)
     records = list(iter_dataset(path))
-    assert [r["text"] for r in records] == [extract_text(item) for item in json.loads(path.read_text("utf-8"))]
+    assert [r["text"] for r in records] == [
+        extract_text(item) for item in json.loads(path.read_text("utf-8"))
+    ]
     assert [r["metadata"]["record"] for r in records] == list(range(60))
 
 
@@ -485,18 +495,25 @@ def test_text_under_a_name_without_a_known_extension_is_text(content, filename, 
     assert [record["text"] for record in iter_dataset(path)][0].startswith(content.decode().split("\n")[0])
 
 
-@pytest.mark.parametrize(("content", "filename", "message"), [
-    (b"not json at all", "data.json", "content is not JSON"),
-    (b'{"text": "a", }', "data.json", "not valid JSON"),
-    (b"hello", "data.parquet", "not a parquet file"),
-    (b"PAR1 but nothing else", "x.parquet", "truncated parquet"),
-    (b"plain text", "data.xml", "content is not XML"),
-    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "image.png", "unsupported file type '.png', and the content is not plain text"),
-    (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "image.txt", "binary data"),
-    (b"caf\xe9 au lait", "latin1.txt", "invalid UTF-8 at byte offset 3"),
-    (b"   \n\t ", "blank.txt", "file is empty"),
-    (b"", "empty.jsonl", "file is empty"),
-])
+@pytest.mark.parametrize(
+    ("content", "filename", "message"),
+    [
+        (b"not json at all", "data.json", "content is not JSON"),
+        (b'{"text": "a", }', "data.json", "not valid JSON"),
+        (b"hello", "data.parquet", "not a parquet file"),
+        (b"PAR1 but nothing else", "x.parquet", "truncated parquet"),
+        (b"plain text", "data.xml", "content is not XML"),
+        (
+            b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR",
+            "image.png",
+            "unsupported file type '.png', and the content is not plain text",
+        ),
+        (b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR", "image.txt", "binary data"),
+        (b"caf\xe9 au lait", "latin1.txt", "invalid UTF-8 at byte offset 3"),
+        (b"   \n\t ", "blank.txt", "file is empty"),
+        (b"", "empty.jsonl", "file is empty"),
+    ],
+)
 def test_sniff_format_rejects(content, filename, message):
     with pytest.raises(DatasetError, match=re.escape(message)) as raised:
         sniff_format(content, filename)
@@ -529,7 +546,9 @@ def test_validate_dataset_summary(tmp_path):
     summary = validate_dataset(path, max_records_to_check=100)
     assert summary["format"] == "jsonl" and not summary["complete"]
     assert summary["records_checked"] == 100 and summary["records_valid"] == 90
-    assert summary["issue_count"] == 10 and summary["issues"][0].endswith("line 10: invalid JSON: Expecting property name enclosed in double quotes at column 2")
+    assert summary["issue_count"] == 10 and summary["issues"][0].endswith(
+        "line 10: invalid JSON: Expecting property name enclosed in double quotes at column 2"
+    )
     assert 250 <= summary["record_estimate"] <= 900
     full = validate_dataset(path, max_records_to_check=10_000)
     assert full["complete"] and full["record_estimate"] == 450 and full["records_valid"] == 450
@@ -544,7 +563,9 @@ def test_validate_dataset_parquet_estimate_is_row_count(tmp_path):
 def test_validate_dataset_stops_early_on_a_file_of_bad_lines(tmp_path):
     path = tmp_path / "garbage.jsonl"
     write_jsonl(path, ['{"id": 1}'] * 5000)
-    with pytest.raises(DatasetError, match="no readable records in the first 100 checked.*line 1: no text found"):
+    with pytest.raises(
+        DatasetError, match="no readable records in the first 100 checked.*line 1: no text found"
+    ):
         validate_dataset(path, max_records_to_check=100)
 
 
@@ -641,7 +662,11 @@ def test_long_structured_record_is_cut_into_windows(tmp_path, gemma_tokenizer):
         assert long_text[meta["char_start"]:meta["char_end"]] == record["text"]
         assert gemma_tokenizer.count_tokens(record["text"]) <= 128 + 2
         assert record["id"] == content_id(record["text"])
-    assert parts[0]["metadata"]["char_start"] == 0 and parts[-1]["metadata"]["char_end"] >= len(long_text.rstrip())
+    assert parts[0]["metadata"]["char_start"] == 0 and parts[-1]["metadata"]["char_end"] >= len(
+        long_text.rstrip()
+    )
     # Without a tokenizer, whitespace words stand in for tokens, as for text files.
     words = list(iter_dataset(path, None, chunk_size=128))
-    assert len([r for r in words if r["metadata"]["record"] == 2]) == len(window_bounds(len(long_text.split()), 128))
+    assert len([r for r in words if r["metadata"]["record"] == 2]) == len(
+        window_bounds(len(long_text.split()), 128)
+    )

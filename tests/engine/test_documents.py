@@ -27,7 +27,9 @@ def test_pdf_pages_become_records_with_their_page_number(tmp_path):
 def test_long_pdf_page_is_chunked_and_every_chunk_keeps_its_page(tmp_path):
     words = [f"word{i}" for i in range(300)]
     path = tmp_path / "long.pdf"
-    path.write_bytes(pdf_bytes([["short first page"], [" ".join(words[i:i + 10]) for i in range(0, 300, 10)]]))
+    path.write_bytes(
+        pdf_bytes([["short first page"], [" ".join(words[i : i + 10]) for i in range(0, 300, 10)]])
+    )
     records = list(iter_dataset(path, chunk_size=64))
     assert records[0]["metadata"]["page"] == 1
     second = [r for r in records if r["metadata"]["page"] == 2]

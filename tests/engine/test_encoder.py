@@ -30,8 +30,18 @@ TOTAL_VOCAB = 400
 SPECIALS = (0, 1, 2)
 
 
-def make_encoder(tmp_path, *, dims=200, ngram=3, seed=7, idf=None, name="vocab.idx", format_version=FORMAT_VERSION,
-                 drop_components=0, row_definition=FORMAT_VERSION) -> HDCEncoder:
+def make_encoder(
+    tmp_path,
+    *,
+    dims=200,
+    ngram=3,
+    seed=7,
+    idf=None,
+    name="vocab.idx",
+    format_version=FORMAT_VERSION,
+    drop_components=0,
+    row_definition=FORMAT_VERSION,
+) -> HDCEncoder:
     rng = np.random.default_rng(1234)
     embeddings = rng.standard_normal((TOTAL_VOCAB, EMB_DIM)).astype(np.float32)
     token_ids = np.arange(len(SPECIALS), TOTAL_VOCAB - 50, dtype=np.int64)  # ids >= 350: out of vocabulary
@@ -139,7 +149,9 @@ def test_ngram_kernel_matches_reference(tmp_path, ngram, dims):
     local, local_offsets = encoder.local_ids(flat, offsets)
     signs = np.random.default_rng(5).choice(np.array([-1, 0, 1], dtype=np.int8), size=(len(docs), dims))
     agree = np.zeros((len(docs), dims), dtype=np.float32)
-    ngram_agreement(local, local_offsets, encoder.vocab.tables()[1], signs, ngram, encoder.m_cap, encoder.c_min, agree)
+    ngram_agreement(
+        local, local_offsets, encoder.vocab.tables()[1], signs, ngram, encoder.m_cap, encoder.c_min, agree
+    )
     for doc, tokens in enumerate(docs):
         np.testing.assert_allclose(agree[doc], reference_agreement(encoder, tokens, signs[doc]), atol=1e-6)
     assert agree[6].max() > 0  # the long document does boost something
@@ -259,8 +271,15 @@ def test_derived_rows_encode_exactly_like_stored_tables(tmp_path, dims, ngram, d
     # Formats 2, 3 and 4 derive what format 1 stores (with the same row definition): the same documents
     # must give the same bitmaps, whether the rows come from the stored tables, from a batch's
     # derived rows, or one by one.
-    stored = make_encoder(tmp_path, dims=dims, ngram=ngram, drop_components=drop, name="v1.idx", format_version=1,
-                          row_definition=version)
+    stored = make_encoder(
+        tmp_path,
+        dims=dims,
+        ngram=ngram,
+        drop_components=drop,
+        name="v1.idx",
+        format_version=1,
+        row_definition=version,
+    )
     derived = make_encoder(tmp_path, dims=dims, ngram=ngram, drop_components=drop, name="v2.idx",
                            format_version=version)
     assert stored.vocab.unigram is not None and derived.vocab.unigram is None
@@ -271,8 +290,14 @@ def test_derived_rows_encode_exactly_like_stored_tables(tmp_path, dims, ngram, d
     np.testing.assert_array_equal(derived.encode(docs)[0], expected[0])
     np.testing.assert_array_equal(derived.encode(docs)[1], expected[1])  # now from the row cache
     for doc, tokens in enumerate(docs):
-        pos, neg = make_encoder(tmp_path, dims=dims, ngram=ngram, drop_components=drop, name=f"fresh{doc}.idx",
-                                format_version=version).encode([tokens])
+        pos, neg = make_encoder(
+            tmp_path,
+            dims=dims,
+            ngram=ngram,
+            drop_components=drop,
+            name=f"fresh{doc}.idx",
+            format_version=version,
+        ).encode([tokens])
         np.testing.assert_array_equal(pos[0], expected[0][doc])
         np.testing.assert_array_equal(neg[0], expected[1][doc])
     for got, want in zip(derived.vocab.tables(), stored.vocab.tables(), strict=True):
@@ -357,5 +382,13 @@ def test_stored_rows_must_match_the_embeddings(tmp_path):
     embeddings = np.random.default_rng(0).standard_normal((10, 4)).astype(np.float32)
     wrong = ("F32", np.zeros((3, 16), np.uint8))
     with pytest.raises(ValueError, match="dequantise"):
-        write_vocab_index(tmp_path / "x.idx", token_ids=np.array([1, 2, 3]), idf=np.ones(3), embeddings=embeddings,
-                          dims=64, ngram=2, seed=0, stored_rows=wrong)
+        write_vocab_index(
+            tmp_path / "x.idx",
+            token_ids=np.array([1, 2, 3]),
+            idf=np.ones(3),
+            embeddings=embeddings,
+            dims=64,
+            ngram=2,
+            seed=0,
+            stored_rows=wrong,
+        )

@@ -18,7 +18,10 @@ from engine.spm import GGUFTokenizer
 # Paraphrases (no sentence copied from the docs) -> topics whose paragraphs answer them.
 QUERIES = [
     ("what does the yield keyword do when a function produces a sequence of values lazily", {"yield"}),
-    ("the program hit a runtime error; how are errors raised, caught and handled", {"exceptions", "try", "raise"}),
+    (
+        "the program hit a runtime error; how are errors raised, caught and handled",
+        {"exceptions", "try", "raise"},
+    ),
     ("placeholders in braces with width, alignment and precision when formatting text", {"formatstrings"}),
 ]
 
@@ -35,8 +38,14 @@ def built(tmp_path_factory, gemma_gguf):
                     handle.write(json.dumps({"text": paragraph.strip()}) + "\n")
                     paragraph_topics.append(name)
     tokenizer = GGUFTokenizer.from_gguf(gemma_gguf)
-    result = build_index(datasets=[(1, "pydoc-topics", dataset)], out_dir=root / "build", gguf_path=gemma_gguf,
-                         tokenizer=tokenizer, config=Config(), cache_dir=Path(gemma_gguf).parent.parent / "embeddings")
+    result = build_index(
+        datasets=[(1, "pydoc-topics", dataset)],
+        out_dir=root / "build",
+        gguf_path=gemma_gguf,
+        tokenizer=tokenizer,
+        config=Config(),
+        cache_dir=Path(gemma_gguf).parent.parent / "embeddings",
+    )
     return result, tokenizer, paragraph_topics
 
 

@@ -121,10 +121,17 @@ def test_a_kind_that_contradicts_the_gain_vetoes_the_rule_and_late_alone_needs_e
     late[np.arange(80, 160), targets[80:]] = -1.0
     kinds = ["lead"] * 80 + ["heldout"] * 80
     one_group = choose_fusion(hdc, late, targets)
-    assert one_group.rule not in ("hdc", "late")  # together: mixing gains, late alone does not win every group
+    assert one_group.rule not in (
+        "hdc",
+        "late",
+    )  # together: mixing gains, late alone does not win every group
     guarded = choose_fusion(hdc, late, targets, kinds=kinds)
     by_kind = guarded.evidence["mrr_by_kind"]
-    assert set(by_kind) == {"lead", "heldout"} and by_kind["lead"]["late"] == 1.0 and by_kind["heldout"]["late"] == 0.0
+    assert (
+        set(by_kind) == {"lead", "heldout"}
+        and by_kind["lead"]["late"] == 1.0
+        and by_kind["heldout"]["late"] == 0.0
+    )
     # A chosen mix must not lose on the held-out kind significantly.
     if guarded.rule != "hdc":
         assert by_kind["heldout"][guarded.rule] >= by_kind["heldout"]["hdc"] - 0.05
@@ -134,7 +141,9 @@ def test_a_kind_that_contradicts_the_gain_vetoes_the_rule_and_late_alone_needs_e
     misled = np.random.default_rng(7).random((80, 50))
     misled[np.arange(80), (targets[:80] + 1) % 50] = 100.0
     misled[np.arange(80), targets[:80]] = -1.0
-    assert choose_fusion(misled, late[:80], targets[:80], kinds=["lead"] * 40 + ["heldout"] * 40).rule == "late"
+    assert (
+        choose_fusion(misled, late[:80], targets[:80], kinds=["lead"] * 40 + ["heldout"] * 40).rule == "late"
+    )
     with pytest.raises(ValueError, match="one kind per query"):
         choose_fusion(hdc, late, targets, kinds=kinds[:3])
 
@@ -210,7 +219,9 @@ def test_self_queries_of_each_kind():
     texts = ["too short", " ".join(f"w{i}" for i in range(40)), " ".join(f"v{i}" for i in range(10)),
              "First sentence here. The second one is longer than four words. Third sentence closes it!"]
     queries = self_queries(texts, kinds=("lead", "span", "heldout"), seed=3)
-    assert [(q.index, q.kind) for q in queries] == [(i, kind) for i in (1, 2, 3) for kind in ("lead", "span", "heldout")]
+    assert [(q.index, q.kind) for q in queries] == [
+        (i, kind) for i in (1, 2, 3) for kind in ("lead", "span", "heldout")
+    ]
     lead, span, held = queries[:3]
     assert lead.query == " ".join(f"w{i}" for i in range(8)) and lead.rest is None and span.rest is None
     first = int(span.query.split()[0][1:])

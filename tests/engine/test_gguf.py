@@ -32,7 +32,9 @@ def _quantisable(qtype: Q) -> bool:
 QTYPES = [q for q in TOLERANCES if _quantisable(q)]
 
 
-def _write(path, embeddings: np.ndarray, qtype: Q, *, tokens: list[str] | None = None, with_embedding: bool = True):
+def _write(
+    path, embeddings: np.ndarray, qtype: Q, *, tokens: list[str] | None = None, with_embedding: bool = True
+):
     writer = gguf.GGUFWriter(str(path), "testarch")
     writer.add_embedding_length(embeddings.shape[1])
     writer.add_tokenizer_model("llama")
@@ -67,7 +69,11 @@ def test_round_trip_per_type(tmp_path, embeddings, qtype):
     table = load_token_embeddings(path)
     assert table.shape == (VOCAB, DIM) and table.dtype == np.float32
     # Exactly what gguf.quants reconstructs from the stored blocks...
-    reference = gguf.quants.dequantize(gguf.quants.quantize(embeddings, qtype), qtype) if qtype != Q.F32 else embeddings
+    reference = (
+        gguf.quants.dequantize(gguf.quants.quantize(embeddings, qtype), qtype)
+        if qtype != Q.F32
+        else embeddings
+    )
     np.testing.assert_array_equal(table, np.asarray(reference, dtype=np.float32).reshape(VOCAB, DIM))
     # ...and close to the original within the type's precision.
     scale = np.abs(embeddings).max(axis=1, keepdims=True)
@@ -127,7 +133,9 @@ def test_metadata_matches_gguf_reader(tmp_path, embeddings, qtype):
     assert metadata.chat_template == "{{ messages }}"
     assert metadata.special_token_id("bos") == 1
     assert metadata.tokens == list(reader.fields["tokenizer.ggml.tokens"].contents())
-    np.testing.assert_array_equal(metadata.scores, np.array(reader.fields["tokenizer.ggml.scores"].contents(), np.float32))
+    np.testing.assert_array_equal(
+        metadata.scores, np.array(reader.fields["tokenizer.ggml.scores"].contents(), np.float32)
+    )
     for tensor in reader.tensors:
         info = metadata.tensors[tensor.name]
         assert info.tensor_type == tensor.tensor_type
@@ -140,7 +148,9 @@ def test_real_model_metadata_matches_gguf_reader(gemma_gguf):
     reader = gguf.GGUFReader(str(gemma_gguf))  # the slow reference: ~10 s on this vocabulary
     assert metadata.tokens == list(reader.fields["tokenizer.ggml.tokens"].contents())
     np.testing.assert_array_equal(metadata.token_types, reader.fields["tokenizer.ggml.token_type"].contents())
-    assert {t.name: t.data_offset for t in reader.tensors} == {n: t.offset for n, t in metadata.tensors.items()}
+    assert {t.name: t.data_offset for t in reader.tensors} == {
+        n: t.offset for n, t in metadata.tensors.items()
+    }
     assert metadata.architecture == "gemma3"
     assert metadata.tokenizer_model == "llama"
     assert metadata.vocab_size == 262144 and metadata.embedding_length == 640
@@ -161,7 +171,9 @@ def test_real_model_embeddings_shape_and_cache(gemma_gguf, tmp_path):
     # Spot-check against gguf's own dequantisation of a few rows.
     info = read_metadata(gemma_gguf).tensors["token_embd.weight"]
     raw = np.memmap(gemma_gguf, dtype=np.uint8, mode="r", offset=info.offset, shape=(262144, 680))
-    np.testing.assert_array_equal(table[[0, 2, 262143]], gguf.quants.dequantize(np.array(raw[[0, 2, 262143]]), Q.Q8_0))
+    np.testing.assert_array_equal(
+        table[[0, 2, 262143]], gguf.quants.dequantize(np.array(raw[[0, 2, 262143]]), Q.Q8_0)
+    )
 
 
 def test_cache_key_changes_when_the_file_changes(tmp_path, embeddings):

@@ -267,7 +267,9 @@ def test_sampled_search_scores_exactly_and_finds_planted_rows(tmp_path: Path, sa
     np.testing.assert_array_equal(scores, index.score_rows(rows, qp, qn))  # the re-rank is exact
     assert_same((rows, scores), reference_top_k(values, query, 10))
     # With a shortlist of every row, or a subset of every chunk, it is the exact search.
-    assert_same(index.search_sampled(qp, qn, 25, sample_chunks=1, shortlist=3000), index.search_exact(qp, qn, 25))
+    assert_same(
+        index.search_sampled(qp, qn, 25, sample_chunks=1, shortlist=3000), index.search_exact(qp, qn, 25)
+    )
     allowed = rng.random(3000) < 0.5
     assert_same(index.search_sampled(qp, qn, 10, sample_chunks=2, shortlist=2000, row_mask=allowed),
                 reference_top_k(values, query, 10, allowed))

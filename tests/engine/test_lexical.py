@@ -67,7 +67,9 @@ def test_a_query_without_indexed_words_and_rows_outside_score_nan():
 def test_a_text_scores_as_the_same_text_indexed():
     index = WordIndex.build(DOCS)
     query = "ensure_ascii json list"
-    assert index.score_texts(query, DOCS) == pytest.approx(index.score_rows(query, np.arange(len(DOCS))), rel=1e-9)
+    assert index.score_texts(query, DOCS) == pytest.approx(
+        index.score_rows(query, np.arange(len(DOCS))), rel=1e-9
+    )
 
 
 def test_the_file_round_trip_keeps_every_score(tmp_path):

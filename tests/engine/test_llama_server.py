@@ -56,7 +56,9 @@ def _chat_payload(**extra):
 
 
 def test_chat_completion_returns_text_and_usage(llama_server):
-    response = requests.post(f"{llama_server.base_url}/v1/chat/completions", json=_chat_payload(), timeout=120)
+    response = requests.post(
+        f"{llama_server.base_url}/v1/chat/completions", json=_chat_payload(), timeout=120
+    )
     assert response.status_code == 200
     body = response.json()
     assert body["choices"][0]["message"]["content"].strip()
@@ -133,8 +135,8 @@ import ctypes, sys
 from engine.llama_server import fix_mmap_threshold
 class MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in
-                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
-                 "keepcost")]
+                ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+                 "fordblks", "keepcost")]
 libc = ctypes.CDLL(None)
 libc.malloc.restype, libc.malloc.argtypes = ctypes.c_void_p, [ctypes.c_size_t]
 libc.free.argtypes = [ctypes.c_void_p]
@@ -242,6 +244,13 @@ def test_the_chat_model_is_served_with_its_own_template():
     with LlamaServer(default_chat_gguf_path(), ctx_size=1024, parallel=1) as server:
         props = requests.get(f"{server.base_url}/props", timeout=10).json()
         assert "<|im_start|>" in props["chat_template"] and "<|im_end|>" in props["chat_template"]
-        reply = requests.post(f"{server.base_url}/apply-template", timeout=30, json={
-            "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]}).json()
-        assert reply["prompt"].startswith("<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>")
+        reply = requests.post(
+            f"{server.base_url}/apply-template",
+            timeout=30,
+            json={
+                "messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi"}]
+            },
+        ).json()
+        assert reply["prompt"].startswith(
+            "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>"
+        )

@@ -72,12 +72,19 @@ async def test_max_tokens_and_sampling_settings_are_sent_and_honoured(llama_serv
     client = LLMClient(llama_server.base_url)
     settings = GenerationSettings(temperature=0.0, top_p=0.5, max_tokens=3)
     payload = client.payload(QUESTION, settings)
-    assert (payload["temperature"], payload["top_p"], payload["max_tokens"], payload["stream"]) == (0.0, 0.5, 3, True)
+    assert (payload["temperature"], payload["top_p"], payload["max_tokens"], payload["stream"]) == (
+        0.0,
+        0.5,
+        3,
+        True,
+    )
     assert (payload["top_k"], payload["min_p"], payload["repeat_penalty"]) == (20, 0.0, 1.05)
     assert (payload["dry_multiplier"], payload["dry_base"], payload["dry_allowed_length"]) == (0.0, 1.75, 2)
     # -1 (the whole context, llama.cpp's default) is not sent: xllamacpp refuses it with HTTP 400.
     assert "dry_penalty_last_n" not in payload
-    chunks = await _collect(client, [{"role": "user", "content": "Write a long story about a dragon."}], settings)
+    chunks = await _collect(
+        client, [{"role": "user", "content": "Write a long story about a dragon."}], settings
+    )
     assert chunks[-1].finish_reason == "length"
     assert chunks[-1].usage.completion_tokens == 3
 
@@ -85,11 +92,14 @@ async def test_max_tokens_and_sampling_settings_are_sent_and_honoured(llama_serv
 async def test_each_answer_token_comes_with_its_log_probability_covering_the_text(llama_server):
     client = LLMClient(llama_server.base_url)
     settings = GenerationSettings(max_tokens=24)
-    assert (client.payload(QUESTION, settings)["logprobs"], client.payload(QUESTION, settings)["top_logprobs"]) == \
-        (True, 1)
+    assert (
+        client.payload(QUESTION, settings)["logprobs"],
+        client.payload(QUESTION, settings)["top_logprobs"],
+    ) == (True, 1)
     tokens = AnswerTokens()
-    chunks = await _collect(client, [{"role": "user", "content": "Name three colours, in French with accents."}],
-                            settings)
+    chunks = await _collect(
+        client, [{"role": "user", "content": "Name three colours, in French with accents."}], settings
+    )
     for chunk in chunks:
         tokens.feed(chunk)
     text = "".join(chunk.delta for chunk in chunks).encode("utf-8")
@@ -157,7 +167,9 @@ async def test_a_dry_window_is_sent_and_is_what_the_server_samples_with(llama_se
     assert chunks[-1].finish_reason in {"stop", "length"}
     async with httpx.AsyncClient() as http:
         slots = (await http.get(f"{llama_server.base_url}/slots")).json()
-    served = [slot["params"] for slot in slots if abs(slot.get("params", {}).get("dry_multiplier", 0) - 0.55) < 1e-6]
+    served = [
+        slot["params"] for slot in slots if abs(slot.get("params", {}).get("dry_multiplier", 0) - 0.55) < 1e-6
+    ]
     assert len(served) == 1
     assert (served[0]["dry_allowed_length"], served[0]["dry_penalty_last_n"]) == (4, 96)
 
@@ -203,7 +215,9 @@ def test_recitation_cut_on_split_deltas(deltas, shown, cut):
 def test_settings_from_config_and_validation():
     config = Config(temperature=0.2, top_p=0.8, max_new_tokens=77, top_k=40, min_p=0.05, repeat_penalty=1.1,
                     dry_multiplier=0.8, dry_base=2.0, dry_allowed_length=3, dry_penalty_last_n=128)
-    assert GenerationSettings.from_config(config) == GenerationSettings(0.2, 0.8, 77, 40, 0.05, 1.1, 0.8, 2.0, 3, 128)
+    assert GenerationSettings.from_config(config) == GenerationSettings(
+        0.2, 0.8, 77, 40, 0.05, 1.1, 0.8, 2.0, 3, 128
+    )
     # A conversation's own temperature wins over the config's; 0 (greedy) is a temperature too.
     assert GenerationSettings.from_config(config, temperature=0.0).temperature == 0.0
     assert GenerationSettings.from_config(config, temperature=None).temperature == 0.2
@@ -224,7 +238,10 @@ def test_settings_from_config_and_validation():
 def test_loop_retry_settings_turn_dry_on_over_the_answers_recent_tokens():
     base = GenerationSettings(temperature=0.4, top_p=0.9, max_tokens=99)
     retry = loop_retry_settings(base)
-    assert (retry.dry_multiplier, retry.dry_penalty_last_n) == (LOOP_RETRY_DRY_MULTIPLIER, LOOP_RETRY_DRY_LAST_N)
+    assert (retry.dry_multiplier, retry.dry_penalty_last_n) == (
+        LOOP_RETRY_DRY_MULTIPLIER,
+        LOOP_RETRY_DRY_LAST_N,
+    )
     assert replace(retry, dry_multiplier=0.0, dry_penalty_last_n=-1) == base  # nothing else changes
     # A stronger DRY, or a window of the config's own, is kept.
     own = loop_retry_settings(GenerationSettings(dry_multiplier=1.5, dry_penalty_last_n=64))
@@ -320,14 +337,24 @@ def _keep_alive_server(connections: list[int]):
                                if line.lower().startswith(b"content-length:")), 0)
                 body = json.loads(await reader.readexactly(length))
                 if b" /tokenize " in head:
-                    kind, answer = b"application/json", json.dumps({"tokens": [0] * len(body["content"].split())})
+                    kind, answer = (
+                        b"application/json",
+                        json.dumps({"tokens": [0] * len(body["content"].split())}),
+                    )
                 elif b" /apply-template " in head:
                     kind, answer = b"application/json", json.dumps({"prompt": "<start_of_turn>user\nHello."})
                 else:
                     kind = b"text/event-stream"
-                    answer = "".join(f"data: {json.dumps(event)}\n\n" for event in (
-                        {"choices": [{"delta": {"content": "Red, "}}]},
-                        {"choices": [{"delta": {"content": "green."}, "finish_reason": "stop"}]})) + "data: [DONE]\n\n"
+                    answer = (
+                        "".join(
+                            f"data: {json.dumps(event)}\n\n"
+                            for event in (
+                                {"choices": [{"delta": {"content": "Red, "}}]},
+                                {"choices": [{"delta": {"content": "green."}, "finish_reason": "stop"}]},
+                            )
+                        )
+                        + "data: [DONE]\n\n"
+                    )
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s"
                              % (kind, len(answer.encode()), answer.encode()))
                 await writer.drain()
@@ -346,7 +373,10 @@ def _threaded_keep_alive_server(connections: list[int], server_factory=_keep_ali
 
     async def serve() -> None:
         server = await asyncio.start_server(server_factory(connections), "127.0.0.1", 0)
-        state["url"], state["stop"] = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}", asyncio.Event()
+        state["url"], state["stop"] = (
+            f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}",
+            asyncio.Event(),
+        )
         state["loop"] = asyncio.get_running_loop()
         ready.set()
         async with server:
@@ -381,9 +411,16 @@ def _closing_server(connections: list[int]):
     closes the connection when the next request arrives, without answering, as a server closing an
     idle connection does when a request crosses its close (a race a real server cannot be made to
     lose on demand). Counts in `connections` the connections it accepted."""
-    answer = "".join(f"data: {json.dumps(event)}\n\n" for event in (
-        {"choices": [{"delta": {"content": "Red, "}}]},
-        {"choices": [{"delta": {"content": "green."}, "finish_reason": "stop"}]})).encode() + b"data: [DONE]\n\n"
+    answer = (
+        "".join(
+            f"data: {json.dumps(event)}\n\n"
+            for event in (
+                {"choices": [{"delta": {"content": "Red, "}}]},
+                {"choices": [{"delta": {"content": "green."}, "finish_reason": "stop"}]},
+            )
+        ).encode()
+        + b"data: [DONE]\n\n"
+    )
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         connections.append(1)
@@ -397,7 +434,10 @@ def _closing_server(connections: list[int]):
                     break
                 kind, reply = b"text/event-stream", answer
                 if b" /tokenize " in head:
-                    kind, reply = b"application/json", json.dumps({"tokens": [0] * len(json.loads(body)["content"].split())}).encode()
+                    kind, reply = (
+                        b"application/json",
+                        json.dumps({"tokens": [0] * len(json.loads(body)["content"].split())}).encode(),
+                    )
                 writer.write(b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s"
                              % (kind, len(reply), reply))
                 await writer.drain()
@@ -428,7 +468,9 @@ def test_the_token_counter_sends_a_count_again_when_its_kept_connection_was_clos
     connections: list[int] = []
     with _threaded_keep_alive_server(connections, _closing_server) as url:
         counter = ServerTokenCounter(url)
-        counts = [counter.count_tokens(text) for text in ("one", "one two", "one two three", "four words in here")]
+        counts = [
+            counter.count_tokens(text) for text in ("one", "one two", "one two three", "four words in here")
+        ]
     assert counts == [1, 2, 3, 4]
     assert len(connections) == 4
 
@@ -486,7 +528,9 @@ async def _generation_stops(base_url: str) -> None:
 async def test_closing_the_stream_stops_generation_on_the_server(llama_server):
     client = LLMClient(llama_server.base_url)
     long_run = GenerationSettings(temperature=0.0, top_p=1.0, max_tokens=2000)
-    stream = client.stream_chat([{"role": "user", "content": "Write a very long story about a dragon."}], long_run)
+    stream = client.stream_chat(
+        [{"role": "user", "content": "Write a very long story about a dragon."}], long_run
+    )
     received = []
     async for chunk in stream:
         received.append(chunk.delta)
@@ -544,8 +588,14 @@ def test_history_truncation_matches_reference_and_budget(tokenizer, seed, contex
     system = Config().system_prompt
     memories = ["a granite lantern", "the quiet river"]
     budget = ContextBudget(context_size=context_size, generation=64)
-    plan = assemble_prompt(system_prompt=system, history=history, user_message="and the orbit?", memories=memories,
-                           tokenizer=tokenizer, budget=budget)
+    plan = assemble_prompt(
+        system_prompt=system,
+        history=history,
+        user_message="and the orbit?",
+        memories=memories,
+        tokenizer=tokenizer,
+        budget=budget,
+    )
     turn = user_turn_with_memories("and the orbit?", memories)
     costs = [tokenizer.count_tokens(text) + MESSAGE_TOKENS for _, text in history]
     system_tokens = tokenizer.count_tokens(system) + MESSAGE_TOKENS
@@ -558,7 +608,11 @@ def test_history_truncation_matches_reference_and_budget(tokenizer, seed, contex
     assert plan.messages[0] == {"role": "system", "content": system}
     assert plan.messages[1:-1] == [{"role": r, "content": t} for r, t in history[start:]]
     assert plan.messages[-1] == {"role": "user", "content": turn}
-    assert (plan.system_tokens, plan.user_tokens, plan.history_tokens) == (system_tokens, user_tokens, sum(costs[start:]))
+    assert (plan.system_tokens, plan.user_tokens, plan.history_tokens) == (
+        system_tokens,
+        user_tokens,
+        sum(costs[start:]),
+    )
     assert plan.prompt_tokens + budget.generation <= context_size
 
 
@@ -651,9 +705,14 @@ async def test_server_token_counter_counts_in_the_served_models_tokens(llama_ser
 async def test_estimate_bounds_the_servers_prompt_tokens(llama_server, tokenizer):
     rng = random.Random(7)
     budget = ContextBudget(context_size=600, generation=1)
-    plan = assemble_prompt(system_prompt=Config().system_prompt, history=_history(rng, 30),
-                           user_message="What about the river?", tokenizer=tokenizer, budget=budget,
-                           memories=["The lantern by the granite harbor.", "Signals cross the quiet meadow at night."])
+    plan = assemble_prompt(
+        system_prompt=Config().system_prompt,
+        history=_history(rng, 30),
+        user_message="What about the river?",
+        tokenizer=tokenizer,
+        budget=budget,
+        memories=["The lantern by the granite harbor.", "Signals cross the quiet meadow at night."],
+    )
     assert plan.dropped_messages > 0
     _, final = await LLMClient(llama_server.base_url).complete(plan.messages, GenerationSettings(0.0, 1.0, 1))
     actual = final.usage.prompt_tokens

@@ -49,7 +49,9 @@ def test_int8_rows_score_as_their_floats_do_and_round_trip(tmp_path):
     assert np.array_equal(loaded.codes, codes) and np.array_equal(loaded.scales, scales)
     assert loaded.model == "all-MiniLM-L6-v2" and MeaningIndex.for_build(tmp_path / "none") is None
     joined = MeaningIndex.joined([loaded, MeaningIndex(codes[:5], scales[:5])])
-    assert joined.count == 305 and np.allclose(joined.scores(query)[300:], joined.scores(query)[:5], atol=1e-6)
+    assert joined.count == 305 and np.allclose(
+        joined.scores(query)[300:], joined.scores(query)[:5], atol=1e-6
+    )
 
 
 def test_unreadable_or_inconsistent_rows_are_a_clear_error(tmp_path):
@@ -76,7 +78,9 @@ TEXTS = [
 def test_the_real_encoder_finds_a_text_by_what_it_means(tmp_path, monkeypatch):
     monkeypatch.setattr(meaning, "WRITE_CHUNK", 3)  # read in chunks: 3 texts, then 1
     seen: list[tuple[int, int]] = []
-    written = write_meaning(iter(TEXTS), tmp_path, total=len(TEXTS), progress=lambda d, t: seen.append((d, t)))
+    written = write_meaning(
+        iter(TEXTS), tmp_path, total=len(TEXTS), progress=lambda d, t: seen.append((d, t))
+    )
     assert seen == [(3, 4), (4, 4)]
     assert (tmp_path / MEANING_FILE).is_file() and written.count == len(TEXTS)
     channel = MeaningChannel(MeaningIndex.for_build(tmp_path))
@@ -216,8 +220,11 @@ def test_the_gate_keeps_equal_weight_without_evidence_and_moves_for_a_channel_th
 def test_the_search_path_does_not_import_the_builder():
     """`engine.retrieval` imports this module for a search's second stage; the build-time writer's
     helpers (`engine.build`, its vocabulary writer and dataset readers) load only when a build writes."""
-    probe = ("import sys, engine.retrieval; "
-             "print(sorted(m for m in ('engine.build', 'engine.vocab_writer', 'engine.datasets') if m in sys.modules))")
+    probe = (
+        "import sys, engine.retrieval; "
+        "print(sorted(m for m in ('engine.build', 'engine.vocab_writer', 'engine.datasets') if m in "
+        "sys.modules))"
+    )
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
                             cwd=Path(__file__).resolve().parents[2]).stdout.strip()
     assert loaded == "[]"

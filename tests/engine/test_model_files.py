@@ -64,12 +64,18 @@ def test_a_file_that_is_not_gguf_is_refused_even_with_its_checksum(tmp_path):
     payload = b"PK\x03\x04" + PAYLOAD[4:]
     parts = _parts(tmp_path, payload)
     with pytest.raises(ModelAssemblyError, match="not a GGUF"):
-        assemble_parts(parts, tmp_path / "m.gguf", size=len(payload), sha256=hashlib.sha256(payload).hexdigest())
+        assemble_parts(
+            parts, tmp_path / "m.gguf", size=len(payload), sha256=hashlib.sha256(payload).hexdigest()
+        )
 
 
 def test_a_missing_part_names_the_package_to_install(tmp_path):
-    model = PackagedModel(file_name="m.gguf", parts=(("json", "nothing-here.bin"), ("no_such_pkg_xyz", "a.bin")),
-                          size=1, sha256="0" * 64)
+    model = PackagedModel(
+        file_name="m.gguf",
+        parts=(("json", "nothing-here.bin"), ("no_such_pkg_xyz", "a.bin")),
+        size=1,
+        sha256="0" * 64,
+    )
     with pytest.raises(ModelAssemblyError, match="json/nothing-here.bin .* pip install json"):
         packaged_model_path(model, tmp_path)
 

@@ -85,7 +85,17 @@ def test_defines_matches_the_spelled_out_rule_on_random_heads(seed):
 
 # The demo corpus's part that a question about zip() competes in: the built-ins, the archive and
 # iteration modules (full of "zip"), and the language reference.
-DEMO_MODULES = ["builtins", "zipfile", "gzip", "tarfile", "zlib", "shutil", "itertools", "functools", "operator"]
+DEMO_MODULES = [
+    "builtins",
+    "zipfile",
+    "gzip",
+    "tarfile",
+    "zlib",
+    "shutil",
+    "itertools",
+    "functools",
+    "operator",
+]
 
 
 @pytest.fixture(scope="module")
@@ -94,8 +104,14 @@ def demo(tmp_path_factory, gemma_gguf, tokenizer, embedding_cache):  # noqa: ANN
     dataset = root / "demo.jsonl"
     records = [*pydoc_topics(), *stdlib_docstrings(DEMO_MODULES)]
     dataset.write_text("".join(json.dumps(r, ensure_ascii=False) + "\n" for r in records), encoding="utf-8")
-    build_index(datasets=[(1, "demo", dataset)], out_dir=root / "build", gguf_path=gemma_gguf, tokenizer=tokenizer,
-                config=Config(), cache_dir=Path(embedding_cache))
+    build_index(
+        datasets=[(1, "demo", dataset)],
+        out_dir=root / "build",
+        gguf_path=gemma_gguf,
+        tokenizer=tokenizer,
+        config=Config(),
+        cache_dir=Path(embedding_cache),
+    )
     corpus = load_corpus(root / "build")
     texts = corpus.store.get_memories(list(range(corpus.count)))
     words = WordIndex.build(texts[row].text for row in range(corpus.count))
@@ -135,7 +151,9 @@ def _hdc_candidates(retriever, target, question):  # noqa: ANN001, ANN202
     from engine.ranking import Candidate
 
     q_pos, q_neg = retriever.query_vector(target.corpus, question)
-    rows, scores = target.corpus.index.search_auto(q_pos, q_neg, min(retriever.candidates, target.corpus.count))
+    rows, scores = target.corpus.index.search_auto(
+        q_pos, q_neg, min(retriever.candidates, target.corpus.count)
+    )
     return sorted((Candidate(0, int(r), int(s)) for r, s in zip(rows, scores, strict=True)),
                   key=lambda c: (-c.score, c.row))
 
@@ -162,18 +180,25 @@ def test_asked_term(query, term):
     assert asked_term(query) == term
 
 
-@pytest.mark.parametrize(("text", "term", "expected"), [
-    ("whose venom\n\n   :mouso: /mow'soh/, n.\n\n   An error in mouse usage.", "mouso", True),  # a glossary entry
-    ("BWQ: Buzz Word Quotient", "bwq", True),
-    ("* hidden flag - an extra option", "hidden flag", True),
-    ("  AT_RANDOM\n         The address of sixteen bytes containing a random value.", "at_random", True),
-    ("Hidden flag\n===========\n\nText.", "hidden flag", True),  # a heading over its underline
-    ("   buzzword-compliant\n\n   BWQ\n\n   by hand\n\n   byte\n", "bwq", False),  # an index's line
-    ("The mouso is an error.", "mouso", False),  # prose that starts with the term
-    ("See also {mouso}, {mouse ahead}.", "mouso", False),  # a mention
-    ("mousoleum: not the term", "mouso", False),  # a longer word
-    ("   mouso\n", "mouso", False),  # alone, with no text after it
-])
+@pytest.mark.parametrize(
+    ("text", "term", "expected"),
+    [
+        (
+            "whose venom\n\n   :mouso: /mow'soh/, n.\n\n   An error in mouse usage.",
+            "mouso",
+            True,
+        ),  # a glossary entry
+        ("BWQ: Buzz Word Quotient", "bwq", True),
+        ("* hidden flag - an extra option", "hidden flag", True),
+        ("  AT_RANDOM\n         The address of sixteen bytes containing a random value.", "at_random", True),
+        ("Hidden flag\n===========\n\nText.", "hidden flag", True),  # a heading over its underline
+        ("   buzzword-compliant\n\n   BWQ\n\n   by hand\n\n   byte\n", "bwq", False),  # an index's line
+        ("The mouso is an error.", "mouso", False),  # prose that starts with the term
+        ("See also {mouso}, {mouse ahead}.", "mouso", False),  # a mention
+        ("mousoleum: not the term", "mouso", False),  # a longer word
+        ("   mouso\n", "mouso", False),  # alone, with no text after it
+    ],
+)
 def test_heads(text, term, expected):
     assert heads(text, term) is expected
 
@@ -184,18 +209,21 @@ GLOSSARY_INDEX = "\n\n   ".join(["Glossary index", "buzzword-compliant", "BWQ", 
 GLOSSARY = [
     GLOSSARY_INDEX,
     ":buzzword-compliant: adj.\n\n   Includes features to keep up with the latest buzzwords. See BWQ.\n\n"
-    "   :BWQ: /B-W-Q/, n.\n\n   [IBM: abbreviation, Buzz Word Quotient] The percentage of buzzwords in a speech "
-    "or documents. Usually roughly proportional to bogosity. See also buzzword-compliant, byte, nybble.\n\n"
-    "   :byte: /bi:t/, n.\n\n   A unit of memory or data equal to the amount used to represent one character; "
-    "on modern architectures this is invariably 8 bits. Some older architectures used byte for quantities "
+    "   :BWQ: /B-W-Q/, n.\n\n   [IBM: abbreviation, Buzz Word Quotient] The percentage of buzzwords in a "
+    "speech or documents. Usually roughly proportional to bogosity. See also buzzword-compliant, byte, "
+    "nybble.\n\n"
+    "   :byte: /bi:t/, n.\n\n   A unit of memory or data equal to the amount used to represent one "
+    "character; on modern architectures this is invariably 8 bits. Some older architectures used byte for "
+    "quantities "
     "of 6, 7, or 9 bits, and the PDP-10 supported bytes that were actually bitfields of 1 to 36 bits.",
-    ":mouse ahead: vi.\n\n   Point-and-click analog of type ahead. To manipulate a computer's pointing device "
-    "(almost always a mouse in this usage, but not necessarily) and its selection or command buttons before "
+    ":mouse ahead: vi.\n\n   Point-and-click analog of type ahead. To manipulate a computer's pointing "
+    "device (almost always a mouse in this usage, but not necessarily) and its selection or command buttons "
+    "before "
     "a computer program is ready to accept such input.\n\n"
-    "   :mouso: /mow'soh/, n.\n\n   [by analogy with typo] An error in mouse usage resulting in an inappropriate "
-    "selection or graphic garbage on the screen.\n\n"
-    "   :mung: /muhng/, vt.\n\n   To make changes to a file, esp. large-scale and irrevocable changes; a mouso "
-    "can mung a drawing. See BWQ.",
+    "   :mouso: /mow'soh/, n.\n\n   [by analogy with typo] An error in mouse usage resulting in an "
+    "inappropriate selection or graphic garbage on the screen.\n\n"
+    "   :mung: /muhng/, vt.\n\n   To make changes to a file, esp. large-scale and irrevocable changes; a "
+    "mouso can mung a drawing. See BWQ.",
     ":nybble: /nib'l/, n.\n\n   Four bits; one hex digit; a half-byte.",
 ]
 

@@ -32,13 +32,17 @@ def test_a_repeated_paragraph_is_caught_early_and_cut_after_its_first_copy(step)
 
 # A cycle of about 800 characters, as bench.answers saw the model alone write (an explanation and an
 # example, then both again, word for word, until the cap).
-CYCLE = ("The nonlocal statement makes a name refer to the binding in the nearest enclosing function scope, "
-         "so an assignment in the inner function changes the outer variable instead of creating a local one.\n\n"
-         "Here's an example:\n\n```python\ndef outer():\n    count = 0\n\n    def inner():\n        nonlocal count\n"
-         "        count += 1\n        return count\n\n    return inner\n\n\ncounter = outer()\n"
-         "print(counter())  # 1\nprint(counter())  # 2\n```\n\n"
-         "In this example, inner changes count in outer's scope, and each call sees the value the last one left. "
-         "Without nonlocal, count += 1 would raise UnboundLocalError, because the assignment makes count local.\n\n")
+CYCLE = (
+    "The nonlocal statement makes a name refer to the binding in the nearest enclosing function scope, "
+    "so an assignment in the inner function changes the outer variable instead of creating a local one.\n\n"
+    "Here's an example:\n\n```python\ndef outer():\n    count = 0\n\n    def inner():\n        nonlocal "
+    "count\n"
+    "        count += 1\n        return count\n\n    return inner\n\n\ncounter = outer()\n"
+    "print(counter())  # 1\nprint(counter())  # 2\n```\n\n"
+    "In this example, inner changes count in outer's scope, and each call sees the value the last one left. "
+    "Without nonlocal, count += 1 would raise UnboundLocalError, because the assignment makes count "
+    "local.\n\n"
+)
 
 
 @pytest.mark.parametrize("step", [1, 4, 9])
@@ -70,27 +74,51 @@ def test_short_periods_are_loops(unit):
 
 
 def test_a_line_repeated_among_varied_lines_is_a_loop():
-    text = "".join(f"Step {n}: check the value.\nThe value is stored in the cache for later.\n" for n in range(12))
+    text = "".join(
+        f"Step {n}: check the value.\nThe value is stored in the cache for later.\n" for n in range(12)
+    )
     guard = RepetitionGuard()
     assert _stream(guard, text, 4) is not None
     assert guard.kept.count("The value is stored in the cache for later.") == 1
 
 
-@pytest.mark.parametrize("text", [
-    "-" * 600 + "\n" + "=" * 300,                                              # rules, no letters
-    "| " + "--- | " * 80 + "\n",                                                  # a wide table's separator
-    "".join(f"│ {n:<6}│ entry number {n} │\n├───────┼──────────────────┤\n" for n in range(20)),  # boxed table
-    "".join(f"{n}. Item number {n} is described here in its own words.\n" for n in range(60)),  # a numbered list
-    "| a | b |\n|---|---|\n" + "".join(f"| {n} | {n * n} |\n" for n in range(80)),           # a table
-    "def f(x):\n    return x\n\n\ndef g(y):\n    return y\n" * 2,                               # code, twice
-])
+@pytest.mark.parametrize(
+    "text",
+    [
+        "-" * 600 + "\n" + "=" * 300,  # rules, no letters
+        "| " + "--- | " * 80 + "\n",  # a wide table's separator
+        "".join(
+            f"│ {n:<6}│ entry number {n} │\n├───────┼──────────────────┤\n" for n in range(20)
+        ),  # boxed table
+        "".join(
+            f"{n}. Item number {n} is described here in its own words.\n" for n in range(60)
+        ),  # a numbered list
+        "| a | b |\n|---|---|\n" + "".join(f"| {n} | {n * n} |\n" for n in range(80)),  # a table
+        "def f(x):\n    return x\n\n\ndef g(y):\n    return y\n" * 2,  # code, twice
+    ],
+)
 def test_ordinary_answers_are_not_loops(text):
     assert _stream(RepetitionGuard(), text, 3) is None
 
 
 def test_random_prose_is_never_a_loop():
     rng = random.Random(3)
-    words = ["memory", "river", "lantern", "orbit", "quiet", "granite", "velvet", "signal", "harbor", "meadow", "the", "a", "of", "and"]
+    words = [
+        "memory",
+        "river",
+        "lantern",
+        "orbit",
+        "quiet",
+        "granite",
+        "velvet",
+        "signal",
+        "harbor",
+        "meadow",
+        "the",
+        "a",
+        "of",
+        "and",
+    ]
     text = " ".join(rng.choice(words) for _ in range(3000))
     assert _stream(RepetitionGuard(), text, 6) is None
 
@@ -109,15 +137,21 @@ def test_bad_parameters_are_refused():
         RepetitionGuard(max_line_repeats=1)
 
 
-@pytest.mark.parametrize(("answer", "restated"), [
-    ("What is the cure period of the MPL 2.0 after a notice of non-compliance?", True),
-    ("What is the cure period of the MPL 2.0?", True),
-    ("The cure period of the MPL 2.0 after a notice of non-compliance.", True),
-    ("The cure period of the MPL 2.0 is 30 days after the notice.", False),  # an answer in the question's words
-    ("Thirty days.", False),
-    ("Yes.", False),
-    ("", False),
-])
+@pytest.mark.parametrize(
+    ("answer", "restated"),
+    [
+        ("What is the cure period of the MPL 2.0 after a notice of non-compliance?", True),
+        ("What is the cure period of the MPL 2.0?", True),
+        ("The cure period of the MPL 2.0 after a notice of non-compliance.", True),
+        (
+            "The cure period of the MPL 2.0 is 30 days after the notice.",
+            False,
+        ),  # an answer in the question's words
+        ("Thirty days.", False),
+        ("Yes.", False),
+        ("", False),
+    ],
+)
 def test_an_answer_that_restates_its_question(answer, restated):
     question = "What is the cure period of the MPL 2.0 after a notice of non-compliance?"
     assert restates_question(question, answer) is restated
@@ -126,26 +160,55 @@ def test_an_answer_that_restates_its_question(answer, restated):
 # Answers of bench.answers (the 0.5B chat model with memories, 2026-11-26): the first six restate
 # their question; the last five answer it in its words, and all five were marked as loops by a rule
 # that allowed one new word in ten (three of them are right: 32, 10 and 256).
-@pytest.mark.parametrize(("question", "answer", "restated"), [
-    ("What is creeping elegance?", "Creeping elegance is n.", True),
-    ("What are drop-ins on a terminal?", "drop-ins: n.", True),
-    ("Which glibc versions shipped a broken pldd that just hung when it was run?",
-     "The glibc versions shipped a broken pldd that just hung when it was run.", True),
-    ("Which kcmp() type checks whether two processes share the same address space?",
-     "The `kcmp()` type checks whether two processes share the same address space.", True),
-    ("Which sync_file_range() flag waits for pages already submitted for write-out before performing any write?",
-     "sync_file_range() flag waits for pages already submitted for write-out before performing any write.", True),
-    ("Which Landlock system call enforces a ruleset on the calling thread?",
-     "The Landlock system call enforces a ruleset on the calling thread.", True),
-    ("What is the maximum length of the name passed to memfd_create()?",
-     "The maximum length of the name passed to memfd_create() is 32.", False),
-    ("What is the largest value resolv.conf accepts for the ndots option?",
-     "The largest value resolv.conf accepts for the ndots option is 10.", False),
-    ("What is the default system-wide limit on the number of POSIX message queues (queues_max)?",
-     "The default system-wide limit on the number of POSIX message queues (queues_max) is 256.", False),
-    ("Which book is the Cinderella Book?", "The Cinderella Book is the Aluminum Book.", False),
-    ("Which Landlock system call enforces a ruleset on the calling thread?",
-     "The Landlock system call `sys_call` enforces a ruleset on the calling thread.", False),
-])
+@pytest.mark.parametrize(
+    ("question", "answer", "restated"),
+    [
+        ("What is creeping elegance?", "Creeping elegance is n.", True),
+        ("What are drop-ins on a terminal?", "drop-ins: n.", True),
+        (
+            "Which glibc versions shipped a broken pldd that just hung when it was run?",
+            "The glibc versions shipped a broken pldd that just hung when it was run.",
+            True,
+        ),
+        (
+            "Which kcmp() type checks whether two processes share the same address space?",
+            "The `kcmp()` type checks whether two processes share the same address space.",
+            True,
+        ),
+        (
+            "Which sync_file_range() flag waits for pages already submitted for write-out before performing "
+            "any write?",
+            "sync_file_range() flag waits for pages already submitted for write-out before performing any "
+            "write.",
+            True,
+        ),
+        (
+            "Which Landlock system call enforces a ruleset on the calling thread?",
+            "The Landlock system call enforces a ruleset on the calling thread.",
+            True,
+        ),
+        (
+            "What is the maximum length of the name passed to memfd_create()?",
+            "The maximum length of the name passed to memfd_create() is 32.",
+            False,
+        ),
+        (
+            "What is the largest value resolv.conf accepts for the ndots option?",
+            "The largest value resolv.conf accepts for the ndots option is 10.",
+            False,
+        ),
+        (
+            "What is the default system-wide limit on the number of POSIX message queues (queues_max)?",
+            "The default system-wide limit on the number of POSIX message queues (queues_max) is 256.",
+            False,
+        ),
+        ("Which book is the Cinderella Book?", "The Cinderella Book is the Aluminum Book.", False),
+        (
+            "Which Landlock system call enforces a ruleset on the calling thread?",
+            "The Landlock system call `sys_call` enforces a ruleset on the calling thread.",
+            False,
+        ),
+    ],
+)
 def test_an_answer_in_the_questions_words_restates_it_only_when_it_adds_nothing(question, answer, restated):
     assert restates_question(question, answer) is restated

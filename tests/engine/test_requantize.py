@@ -24,7 +24,9 @@ def _tiny_gguf(path: Path) -> dict[str, np.ndarray]:
     writer.add_string("general.name", "tiny")
     writer.add_uint32("llama.context_length", 128)
     writer.add_array("tokenizer.ggml.tokens", ["<s>", "a", "b"])
-    writer.add_tensor("blk.0.ffn_up.weight", quantize(values["blk.0.ffn_up.weight"], Q.Q5_0), raw_dtype=Q.Q5_0)
+    writer.add_tensor(
+        "blk.0.ffn_up.weight", quantize(values["blk.0.ffn_up.weight"], Q.Q5_0), raw_dtype=Q.Q5_0
+    )
     writer.add_tensor("output.weight", quantize(values["output.weight"], Q.Q8_0), raw_dtype=Q.Q8_0)
     writer.add_tensor("blk.0.attn_norm.weight", values["blk.0.attn_norm.weight"])
     writer.write_header_to_file()

@@ -69,11 +69,15 @@ def make_corpus(tmp_path, name: str, vectors: np.ndarray, source_ids=None) -> Lo
                  source_ids=np.zeros(len(vectors), np.int32) if source_ids is None else source_ids)
     index.finalize()
     encoder = make_encoder(tmp_path, dims=DIMS, ngram=3, name=f"{name}.vocab")
-    return LoadedIndex(encoder=encoder, index=BitmapIndex.open(tmp_path / f"{name}.idx"), build_dir=tmp_path / name)
+    return LoadedIndex(
+        encoder=encoder, index=BitmapIndex.open(tmp_path / f"{name}.idx"), build_dir=tmp_path / name
+    )
 
 
 def packed(vector: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    return pack_ternary(vector[None, :].astype(np.int8))[0][0], pack_ternary(vector[None, :].astype(np.int8))[1][0]
+    return pack_ternary(vector[None, :].astype(np.int8))[0][0], pack_ternary(vector[None, :].astype(np.int8))[
+        1
+    ][0]
 
 
 def test_blend_weights_and_decay_on_constructed_vectors():
@@ -168,8 +172,11 @@ def test_threshold_dedup_and_mmr_on_constructed_case(tmp_path):
     assert sum(1 for s in top if s >= cut) < 100      # the threshold did cut candidates
     assert results[0].hdc_score == float(scores[0]) and results[0].target == "case"
     memory = results[0].memory
-    assert (memory.content_hash, memory.text) == (f"m{memory.hdv_idx}", targets[0].store.texts[memory.hdv_idx]) \
-        and memory.metadata == {"source": "s"} and memory.memory_id is None
+    assert (
+        (memory.content_hash, memory.text) == (f"m{memory.hdv_idx}", targets[0].store.texts[memory.hdv_idx])
+        and memory.metadata == {"source": "s"}
+        and memory.memory_id is None
+    )
 
 
 def test_results_are_search_results_that_name_their_target_not_a_corpus(tmp_path):
@@ -178,7 +185,11 @@ def test_results_are_search_results_that_name_their_target_not_a_corpus(tmp_path
     assert results and all(type(r) is SearchResult for r in results)
     best = results[0]
     assert best.target == targets[0].name and best.hdc_score == float((rows @ query.astype(np.int64))[0])
-    assert (best.late_score, best.fused_score, best.merge_score) == (None, None, None)  # one target, HDC alone
+    assert (best.late_score, best.fused_score, best.merge_score) == (
+        None,
+        None,
+        None,
+    )  # one target, HDC alone
     with pytest.raises(dataclasses.FrozenInstanceError):
         best.target = "another"  # type: ignore[misc]
 
@@ -433,8 +444,12 @@ def _random_word_corpus(tmp_path, topics: bool = False) -> tuple[LoadedIndex, Re
     tmp_path.mkdir(parents=True, exist_ok=True)
     encoder = make_encoder(tmp_path, dims=512)
     rng = np.random.default_rng(0)
-    texts = [" ".join(f"w{int(t)}" for t in (rng.integers(0, 5, 30) + 5 * i if topics else rng.integers(3, 300, 30)))
-             for i in range(60)]
+    texts = [
+        " ".join(
+            f"w{int(t)}" for t in (rng.integers(0, 5, 30) + 5 * i if topics else rng.integers(3, 300, 30))
+        )
+        for i in range(60)
+    ]
     tokenizer = WordTokenizer()
     pos, neg = encoder.encode([tokenizer.tokenize(text) for text in texts])
     index = BitmapIndex.create(tmp_path / "e.idx", encoder.dims)
@@ -450,7 +465,9 @@ def test_fusion_evidence_moves_off_hdc_only_for_a_scorer_that_finds_held_out_tex
     useless = SearchTarget(corpus, DictStore(texts), "e",
                            **late_channel(FixedScorer({r: 1.0 for r in range(60)}, 0.0)))
     choice = channel_evidence(retriever=retriever, target=useless, channel=LATE_INTERACTION, samples=20)
-    assert choice.rule == "hdc" and choice.evidence["queries"] == 60  # a lead, a span, a held-out sentence each
+    assert (
+        choice.rule == "hdc" and choice.evidence["queries"] == 60
+    )  # a lead, a span, a held-out sentence each
     assert set(choice.evidence["mrr_by_kind"]) == {"lead", "span", "heldout"}
     assert choice.evidence["mrr"]["late"] < choice.evidence["mrr"]["hdc"]
     # A scorer that rates each held-out text above every row finds every target: significant.

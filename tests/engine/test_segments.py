@@ -61,10 +61,23 @@ class Records:
 def state(tmp_path_factory, gemma_gguf, tokenizer, embedding_cache):
     root = tmp_path_factory.mktemp("segments")
     records = Records()
-    build_index(datasets=[(1, "base", write_jsonl(root / "base.jsonl", BASE))], out_dir=root / "base",
-                gguf_path=gemma_gguf, tokenizer=tokenizer, config=CONFIG, cache_dir=embedding_cache, sink=records)
-    first = append_segment(previous_dir=root / "base", datasets=[(2, "first", write_jsonl(root / "a.jsonl", FIRST_APPEND))],
-                           out_dir=root / "first", gguf_path=gemma_gguf, tokenizer=tokenizer, sink=records)
+    build_index(
+        datasets=[(1, "base", write_jsonl(root / "base.jsonl", BASE))],
+        out_dir=root / "base",
+        gguf_path=gemma_gguf,
+        tokenizer=tokenizer,
+        config=CONFIG,
+        cache_dir=embedding_cache,
+        sink=records,
+    )
+    first = append_segment(
+        previous_dir=root / "base",
+        datasets=[(2, "first", write_jsonl(root / "a.jsonl", FIRST_APPEND))],
+        out_dir=root / "first",
+        gguf_path=gemma_gguf,
+        tokenizer=tokenizer,
+        sink=records,
+    )
     second = append_segment(previous_dir=root / "first",
                             datasets=[(3, "second", write_jsonl(root / "b.jsonl", SECOND_APPEND))],
                             out_dir=root / "second", gguf_path=gemma_gguf, tokenizer=tokenizer, sink=records)
@@ -118,13 +131,17 @@ def test_a_state_searches_as_one_index_of_the_same_rows(state, tmp_path):
                 expected = whole.search_exact(q_pos[0], q_neg[0], k, allowed_sources=sources)
                 for method in ("search", "search_exact", "search_auto"):
                     found = getattr(loaded.index, method)(q_pos[0], q_neg[0], k, allowed_sources=sources)
-                    assert np.array_equal(found[0], expected[0]) and np.array_equal(found[1], expected[1]), method
+                    assert np.array_equal(found[0], expected[0]) and np.array_equal(found[1], expected[1]), (
+                        method
+                    )
     rows = rng.permutation(loaded.count)
     assert all(np.array_equal(a, b) for a, b in zip(loaded.index.get_bitmaps(rows), whole.get_bitmaps(rows),
                                                      strict=True))
     assert np.array_equal(loaded.index.source_ids, whole.source_ids)
     q_pos, q_neg = loaded.index.get_bitmaps([0])
-    assert np.array_equal(loaded.index.score_rows(rows, q_pos[0], q_neg[0]), whole.score_rows(rows, q_pos[0], q_neg[0]))
+    assert np.array_equal(
+        loaded.index.score_rows(rows, q_pos[0], q_neg[0]), whole.score_rows(rows, q_pos[0], q_neg[0])
+    )
 
 
 def test_an_appended_document_is_found_by_a_sentence_of_it(state, tokenizer):
@@ -147,8 +164,16 @@ def test_bm25_over_segments_scores_as_one_word_index(state):
              WordIndex.for_build(state["root"] / "second")]
     together = SegmentedWordIndex(parts, loaded.index.offsets)
     rows = np.arange(len(texts))
-    for query in ("binary search", "storming of the Bastille", "quokkas zymurgy", "energy glucose", "nothing"):
-        np.testing.assert_allclose(together.score_rows(query, rows), whole.score_rows(query, rows), rtol=1e-12)
+    for query in (
+        "binary search",
+        "storming of the Bastille",
+        "quokkas zymurgy",
+        "energy glucose",
+        "nothing",
+    ):
+        np.testing.assert_allclose(
+            together.score_rows(query, rows), whole.score_rows(query, rows), rtol=1e-12
+        )
         every, alone = together.score_all(query), whole.score_all(query)
         assert (every is None) == (alone is None)
         if alone is not None:
@@ -200,7 +225,9 @@ def test_a_sampled_search_over_segments_picks_one_shortlist_as_one_index_would(t
         noisy[flip] = -noisy[flip]
         q_pos, q_neg = pack_ternary(noisy[None])
         for sources in (None, {0, 2}):
-            one = whole.search_sampled(q_pos[0], q_neg[0], 10, sample_chunks=2, shortlist=300, allowed_sources=sources)
+            one = whole.search_sampled(
+                q_pos[0], q_neg[0], 10, sample_chunks=2, shortlist=300, allowed_sources=sources
+            )
             many = state.search_sampled(q_pos[0], q_neg[0], 10, sample_chunks=2, shortlist=300,
                                         allowed_sources=sources)
             assert np.array_equal(one[0], many[0]) and np.array_equal(one[1], many[1])

@@ -1,5 +1,6 @@
 """text_store: a real build on the real Gemma model filled into a real embedded Chroma store,
-scored by late interaction from the kept token vectors; replacement by a later build, deletion, cancel and bad input."""
+scored by late interaction from the kept token vectors; replacement by a later build, deletion, cancel and bad
+input."""
 
 from __future__ import annotations
 
@@ -53,8 +54,14 @@ def corpus(tmp_path_factory, gemma_gguf, tokenizer, embedding_cache):
     work = tmp_path_factory.mktemp("text-store-build")
     datasets = [(4, "first", write_jsonl(work / "first.jsonl", FIRST)),
                 (9, "second", write_jsonl(work / "second.jsonl", SECOND))]
-    build_index(datasets=datasets, out_dir=work / "out", gguf_path=gemma_gguf, tokenizer=tokenizer, config=CONFIG,
-                cache_dir=embedding_cache)
+    build_index(
+        datasets=datasets,
+        out_dir=work / "out",
+        gguf_path=gemma_gguf,
+        tokenizer=tokenizer,
+        config=CONFIG,
+        cache_dir=embedding_cache,
+    )
     return load_corpus(work / "out")
 
 
@@ -87,7 +94,9 @@ def test_fill_writes_one_record_per_row_with_its_row_key(store, corpus, encoder,
                              progress=lambda *call: calls.append(call), batch_rows=3)
     rows = rows_of(corpus)
     special_row = rows["<start_of_turn>"]
-    assert corpus.count == 8 and result.records == 8  # a literal "<start_of_turn>" is text, not a control token
+    assert (
+        corpus.count == 8 and result.records == 8
+    )  # a literal "<start_of_turn>" is text, not a control token
     assert result.skipped_rows == [] and special_row == 7
     assert result.doc_ids == [text_doc_id(7, 4), text_doc_id(7, 9)] == ["build7-source4", "build7-source9"]
     assert calls[0] == (PHASE, 0, 8) and calls[-1] == (PHASE, 8, 8) and len(calls) == 4
@@ -144,7 +153,9 @@ def test_scores_are_the_store_sequences_maxsim(scorer, filled, corpus, encoder, 
 
 
 def test_a_build_without_kept_vectors_has_no_scorer(tmp_path, corpus, encoder, tokenizer):
-    bare = LoadedIndex(encoder=corpus.encoder, index=corpus.index, manifest=corpus.manifest, build_dir=tmp_path)
+    bare = LoadedIndex(
+        encoder=corpus.encoder, index=corpus.index, manifest=corpus.manifest, build_dir=tmp_path
+    )
     assert LateInteractionChannel.for_build(bare, encoder=encoder, tokenizer=tokenizer) is None
     other = TokenVectorEncoder(encoder.embeddings, dim=64)
     with pytest.raises(TextStoreError, match="written by encoder"):
@@ -206,8 +217,12 @@ def test_missing_memory_rows_fail_clearly_and_leave_nothing(store, corpus, encod
 
 def test_bad_arguments_are_refused(tmp_path, store, corpus, encoder, tokenizer):
     with pytest.raises(TextStoreError, match="build_id must be"):
-        text_store_fill(store=store, corpus=corpus, encoder=encoder, tokenizer=tokenizer, build_id="1-chunk0001")
-    narrow = ChromaClient(path=tmp_path / "narrow", visual_collection="c3_visual", text_collection="c3_text", dim=64)
+        text_store_fill(
+            store=store, corpus=corpus, encoder=encoder, tokenizer=tokenizer, build_id="1-chunk0001"
+        )
+    narrow = ChromaClient(
+        path=tmp_path / "narrow", visual_collection="c3_visual", text_collection="c3_text", dim=64
+    )
     with pytest.raises(TextStoreError, match="encoder dim 768 differs from the store's 64"):
         text_store_fill(store=narrow, corpus=corpus, encoder=encoder, tokenizer=tokenizer, build_id=1)
     assert store.get_collection_stats()["text_count"] == 0

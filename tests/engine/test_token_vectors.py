@@ -184,7 +184,9 @@ def test_isotropy_correction_removes_the_shared_direction():
     emb = table() + shared  # every token leans the same way
     mean = (emb / np.linalg.norm(emb, axis=1, keepdims=True)).mean(axis=0)
     plain = TokenVectorEncoder(emb, dim=256).token_rows(np.arange(100))
-    corrected = TokenVectorEncoder(emb, dim=256, isotropy=(mean, np.zeros((0, EMB_DIM)))).token_rows(np.arange(100))
+    corrected = TokenVectorEncoder(emb, dim=256, isotropy=(mean, np.zeros((0, EMB_DIM)))).token_rows(
+        np.arange(100)
+    )
     off_diagonal = ~np.eye(100, dtype=bool)
     assert (plain @ plain.T)[off_diagonal].mean() > 0.5
     assert abs((corrected @ corrected.T)[off_diagonal].mean()) < 0.05

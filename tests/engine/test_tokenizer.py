@@ -93,14 +93,18 @@ def tokenizers(request, gemma_gguf):
 @pytest.mark.parametrize("text", FIXED_TEXTS, ids=range(len(FIXED_TEXTS)))
 def test_fixed_texts_match_llama_cpp(llama_server, session, tokenizers, text):
     parse_special, tokenizer = tokenizers
-    assert tokenizer.tokenize(text) == _server_tokens(session, llama_server.base_url, text, parse_special=parse_special)
+    assert tokenizer.tokenize(text) == _server_tokens(
+        session, llama_server.base_url, text, parse_special=parse_special
+    )
 
 
 def test_random_unicode_matches_llama_cpp(llama_server, session, tokenizers):
     parse_special, tokenizer = tokenizers
     mismatches = [
-        text for text in RANDOM_TEXTS
-        if tokenizer.tokenize(text) != _server_tokens(session, llama_server.base_url, text, parse_special=parse_special)
+        text
+        for text in RANDOM_TEXTS
+        if tokenizer.tokenize(text)
+        != _server_tokens(session, llama_server.base_url, text, parse_special=parse_special)
     ]
     assert mismatches == []
 
@@ -147,7 +151,9 @@ def test_detokenize_matches_llama_cpp(llama_server, session, gemma_gguf):
     tokenizer = GGUFTokenizer.from_gguf(gemma_gguf)
     rng = np.random.default_rng(7)
     sequences = [tokenizer.tokenize(text) for text in FIXED_TEXTS[:20]]
-    sequences += [rng.integers(0, tokenizer.vocab_size, size=int(rng.integers(1, 30))).tolist() for _ in range(50)]
+    sequences += [
+        rng.integers(0, tokenizer.vocab_size, size=int(rng.integers(1, 30))).tolist() for _ in range(50)
+    ]
     # Byte tokens alone: partial UTF-8 sequences must be replaced exactly as the server does.
     sequences += [rng.integers(238, 238 + 256, size=int(rng.integers(1, 8))).tolist() for _ in range(50)]
     for tokens in sequences:
@@ -159,7 +165,9 @@ def test_detokenize_matches_llama_cpp(llama_server, session, gemma_gguf):
 def test_round_trip_where_llama_cpp_round_trips(llama_server, session, plain_tokenizer, text):
     tokenizer = plain_tokenizer
     ids = tokenizer.tokenize(text)
-    server_text = session.post(f"{llama_server.base_url}/detokenize", json={"tokens": ids}, timeout=30).json()["content"]
+    server_text = session.post(
+        f"{llama_server.base_url}/detokenize", json={"tokens": ids}, timeout=30
+    ).json()["content"]
     assert tokenizer.detokenize(ids) == server_text
     if server_text == text:
         assert tokenizer.detokenize(ids) == text
@@ -198,10 +206,21 @@ def _tiny_vocab(add_space_prefix: bool) -> GGUFTokenizer:
     tokens += ["▁", "a", "b", "ab", "▁a", "▁ab", "ba", "aba"]
     scores = np.zeros(len(tokens), dtype=np.float32)
     # Scores: "ab" beats "ba"; "aba" beats "▁ab" beats "▁a".
-    for text, score in {"ab": -1, "ba": -2, "aba": -0.5, "▁ab": -0.7, "▁a": -3, "▁": -4, "a": -5, "b": -5}.items():
+    for text, score in {
+        "ab": -1,
+        "ba": -2,
+        "aba": -0.5,
+        "▁ab": -0.7,
+        "▁a": -3,
+        "▁": -4,
+        "a": -5,
+        "b": -5,
+    }.items():
         scores[tokens.index(text)] = score
     types = np.array([2, 3, 3] + [6] * 256 + [1] * 8, dtype=np.int32)
-    return GGUFTokenizer(tokens, scores, types, bos_id=1, eos_id=2, add_bos=True, add_space_prefix=add_space_prefix)
+    return GGUFTokenizer(
+        tokens, scores, types, bos_id=1, eos_id=2, add_bos=True, add_space_prefix=add_space_prefix
+    )
 
 
 def test_tiny_vocab_merges_by_score_and_falls_back_to_bytes():
@@ -228,4 +247,6 @@ def test_in_process_tokenizer_only_for_vocabularies_the_engine_runs(gemma_gguf):
 
     gemma = in_process_tokenizer(gemma_gguf)
     assert isinstance(gemma, GGUFTokenizer) and gemma.tokenize("Hello world") == [9259, 1902]
-    assert in_process_tokenizer(default_chat_gguf_path()) is None  # Qwen's byte-level BPE: a server tokenizes it
+    assert (
+        in_process_tokenizer(default_chat_gguf_path()) is None
+    )  # Qwen's byte-level BPE: a server tokenizes it

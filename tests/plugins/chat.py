@@ -59,8 +59,16 @@ def chat_settings(settings, llama_server, tmp_path) -> Iterator:
     from core import runtime
 
     config_file = tmp_path / "engine.yaml"
-    config_file.write_text(yaml.safe_dump({"max_new_tokens": MAX_NEW_TOKENS, "llama_context_size": CONTEXT_SIZE,
-                                           "temperature": 0.0, "top_p": 1.0}))
+    config_file.write_text(
+        yaml.safe_dump(
+            {
+                "max_new_tokens": MAX_NEW_TOKENS,
+                "llama_context_size": CONTEXT_SIZE,
+                "temperature": 0.0,
+                "top_p": 1.0,
+            }
+        )
+    )
     settings.LLM_BASE_URL = llama_server.base_url
     settings.LLM_TIMEOUT_SECONDS = 120
     settings.HDRAG_CONFIG_FILE = str(config_file)
@@ -76,7 +84,12 @@ def set_engine_config(settings, tmp_path: Path, **values) -> None:
     from core import runtime
 
     config_file = tmp_path / "engine-override.yaml"
-    base = {"max_new_tokens": MAX_NEW_TOKENS, "llama_context_size": CONTEXT_SIZE, "temperature": 0.0, "top_p": 1.0}
+    base = {
+        "max_new_tokens": MAX_NEW_TOKENS,
+        "llama_context_size": CONTEXT_SIZE,
+        "temperature": 0.0,
+        "top_p": 1.0,
+    }
     config_file.write_text(yaml.safe_dump({**base, **values}))
     settings.HDRAG_CONFIG_FILE = str(config_file)
     runtime.engine_config.cache_clear()
@@ -100,12 +113,27 @@ def make_corpus(owner, build: PydocBuild, *, name: str = "pydoc", visibility: st
     corpus = corpus_create(owner=owner, name=name, visibility=visibility)
     # The index stores source id 1 for its one dataset; the dataset row must carry that id
     # (each test starts from an empty database, so it is free).
-    dataset = Dataset.objects.create(pk=1, corpus=corpus, name="pydoc-topics.jsonl", file=str(build.dataset_path),
-                                     size=build.dataset_path.stat().st_size, sha256="0" * 64, format="jsonl")
+    dataset = Dataset.objects.create(
+        pk=1,
+        corpus=corpus,
+        name="pydoc-topics.jsonl",
+        file=str(build.dataset_path),
+        size=build.dataset_path.stat().st_size,
+        sha256="0" * 64,
+        format="jsonl",
+    )
     index_build = IndexBuild.objects.create(
-        corpus=corpus, status=IndexBuild.Status.SUCCEEDED, build_dir=str(build.build_dir),
+        corpus=corpus,
+        status=IndexBuild.Status.SUCCEEDED,
+        build_dir=str(build.build_dir),
         documents=len(build.records),
-        parameters={"gguf_path": str(build.gguf_path), "hdc_dimensions": 10000, "hdc_seed": 42, "hdc_ngram": 5})
+        parameters={
+            "gguf_path": str(build.gguf_path),
+            "hdc_dimensions": 10000,
+            "hdc_seed": 42,
+            "hdc_ngram": 5,
+        },
+    )
     writer = MemoryWriter(build=index_build, dataset_ids=[dataset.pk])
     writer.add(build.records)
     writer.flush()

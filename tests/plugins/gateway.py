@@ -43,14 +43,20 @@ def gateway_venv() -> Path:
 def _wait_live(process: subprocess.Popen, url: str, log: Path) -> None:
     def live() -> bool:
         if process.poll() is not None:
-            pytest.fail(f"the gateway exited with {process.returncode}:\n{log.read_text()[-3000:]}", pytrace=False)
+            pytest.fail(
+                f"the gateway exited with {process.returncode}:\n{log.read_text()[-3000:]}", pytrace=False
+            )
         try:
             return httpx.get(f"{url}/health/liveliness", timeout=2).status_code == 200
         except httpx.HTTPError:
             return False
 
-    wait_until(live, what=lambda: f"the gateway at {url} up:\n{log.read_text()[-3000:]}", timeout=STARTUP_SECONDS,
-               every=0.5)
+    wait_until(
+        live,
+        what=lambda: f"the gateway at {url} up:\n{log.read_text()[-3000:]}",
+        timeout=STARTUP_SECONDS,
+        every=0.5,
+    )
 
 
 @contextmanager
@@ -62,8 +68,11 @@ def running_gateway(api_base: str) -> Iterator[Gateway]:
     process dies without a teardown; the teardown ends its whole process group."""
     command = gateway_venv() / "bin" / "litellm"
     if not command.exists():
-        pytest.fail(f"no gateway at {command}: run ./portal test (it installs tests/plugins/gateway-requirements.txt)",
-                    pytrace=False)
+        pytest.fail(
+            f"no gateway at {command}: run ./portal test "
+            "(it installs tests/plugins/gateway-requirements.txt)",
+            pytrace=False,
+        )
     folder = Path(tempfile.mkdtemp(prefix="llm-gateway-"))
     # disable_aiohttp_transport: with LiteLLM's default aiohttp transport, a server that dies mid-stream
     # ends the stream as if the answer were finished ("stop", usage and [DONE]); with httpx's, the
@@ -77,13 +86,32 @@ def running_gateway(api_base: str) -> Iterator[Gateway]:
     log = folder / "gateway.log"
     # The model price list from the package, not fetched at start (nothing is downloaded at run time);
     # no DATABASE_URL (the portal's: LiteLLM would take it for its own and need Prisma).
-    env = {**{name: value for name, value in os.environ.items() if name != "DATABASE_URL"}, "LITELLM_MASTER_KEY": GATEWAY_KEY, "LITELLM_LOCAL_MODEL_COST_MAP": "True",
-           "LITELLM_TELEMETRY": "False"}
+    env = {
+        **{name: value for name, value in os.environ.items() if name != "DATABASE_URL"},
+        "LITELLM_MASTER_KEY": GATEWAY_KEY,
+        "LITELLM_LOCAL_MODEL_COST_MAP": "True",
+        "LITELLM_TELEMETRY": "False",
+    }
     guard = Path(__file__).with_name("exit_with_parent.py")
     with open(log, "wb") as out:
-        process = subprocess.Popen([str(gateway_venv() / "bin" / "python"), str(guard), str(command), "--config",
-                                    str(folder / "config.yaml"), "--host", "127.0.0.1", "--port", str(port)],
-                                   stdout=out, stderr=subprocess.STDOUT, env=env, cwd=folder, start_new_session=True)
+        process = subprocess.Popen(
+            [
+                str(gateway_venv() / "bin" / "python"),
+                str(guard),
+                str(command),
+                "--config",
+                str(folder / "config.yaml"),
+                "--host",
+                "127.0.0.1",
+                "--port",
+                str(port),
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=folder,
+            start_new_session=True,
+        )
     url = f"http://127.0.0.1:{port}"
     try:
         _wait_live(process, url, log)

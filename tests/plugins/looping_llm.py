@@ -66,8 +66,15 @@ def looping_llm(requests: list[dict], *, looping: int, prefill: bool = True, tok
         if not loops:
             last = requests[-1]["messages"][-1]
             prefilled = len(last["content"].split()) if last["role"] == "assistant" else 0
-            events.append({"choices": [{"delta": {}, "finish_reason": "stop"}],
-                           "usage": {"prompt_tokens": PROMPT_TOKENS + prefilled, "completion_tokens": COMPLETION_TOKENS}})
+            events.append(
+                {
+                    "choices": [{"delta": {}, "finish_reason": "stop"}],
+                    "usage": {
+                        "prompt_tokens": PROMPT_TOKENS + prefilled,
+                        "completion_tokens": COMPLETION_TOKENS,
+                    },
+                }
+            )
         try:
             for event in events:
                 writer.write(b"data: " + json.dumps(event).encode() + b"\n\n")

@@ -45,15 +45,23 @@ class OidcProvider:
 
     def portal_env(self, **overrides: str) -> dict[str, str]:
         """The portal's environment to sign in through this provider."""
-        return {"OIDC_DISCOVERY_URL": self.issuer, "OIDC_CLIENT_ID": CLIENT_ID, "OIDC_CLIENT_SECRET": CLIENT_SECRET,
-                "OIDC_PROVIDER_NAME": "Test IdP", **overrides}
+        return {
+            "OIDC_DISCOVERY_URL": self.issuer,
+            "OIDC_CLIENT_ID": CLIENT_ID,
+            "OIDC_CLIENT_SECRET": CLIENT_SECRET,
+            "OIDC_PROVIDER_NAME": "Test IdP",
+            **overrides,
+        }
 
 
 def _node() -> str:
     node = shutil.which("node")
     if node is None:
-        pytest.fail("node is missing: the sign-in tests run a real OpenID Connect provider on Node (apt-get install "
-                    "nodejs npm)", pytrace=False)
+        pytest.fail(
+            "node is missing: the sign-in tests run a real OpenID Connect provider on Node (apt-get install "
+            "nodejs npm)",
+            pytrace=False,
+        )
     if not (PROVIDER_DIR / "node_modules" / "oidc-provider").is_dir():
         pytest.fail(f"oidc-provider is not installed: run `npm ci` in {PROVIDER_DIR}", pytrace=False)
     return node
@@ -67,15 +75,31 @@ def oidc_provider(tmp_path_factory: pytest.TempPathFactory) -> Iterator[OidcProv
     issuer, portal_url = f"http://127.0.0.1:{port}", f"http://127.0.0.1:{portal_port}"
     users_file = root / "users.json"
     users_file.write_text("{}")
-    config = {"port": port, "issuer": issuer, "users_file": str(users_file), "clients": [{
-        "client_id": CLIENT_ID, "client_secret": CLIENT_SECRET, "redirect_uris": [portal_url + CALLBACK_PATH],
-        "post_logout_redirect_uris": [portal_url + "/accounts/login/"], "response_types": ["code"],
-        "grant_types": ["authorization_code", "refresh_token"], "token_endpoint_auth_method": "client_secret_post"}]}
+    config = {
+        "port": port,
+        "issuer": issuer,
+        "users_file": str(users_file),
+        "clients": [
+            {
+                "client_id": CLIENT_ID,
+                "client_secret": CLIENT_SECRET,
+                "redirect_uris": [portal_url + CALLBACK_PATH],
+                "post_logout_redirect_uris": [portal_url + "/accounts/login/"],
+                "response_types": ["code"],
+                "grant_types": ["authorization_code", "refresh_token"],
+                "token_endpoint_auth_method": "client_secret_post",
+            }
+        ],
+    }
     (root / "config.json").write_text(json.dumps(config))
     log_path = root / "provider.log"
     with open(log_path, "wb") as log:
-        server = subprocess.Popen([node, "server.mjs", str(root / "config.json")], cwd=PROVIDER_DIR, stdout=log,
-                                  stderr=subprocess.STDOUT)
+        server = subprocess.Popen(
+            [node, "server.mjs", str(root / "config.json")],
+            cwd=PROVIDER_DIR,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         wait_for_server(server, port, name="oidc-provider", log_path=log_path, timeout=START_S)
         yield OidcProvider(issuer, portal_url, users_file)

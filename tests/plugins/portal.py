@@ -40,7 +40,10 @@ def data_dir(settings, tmp_path) -> Path:
     settings.DATA_DIR = tmp_path / "data"
     # Uploads queue no job unless a test asks (tests/corpus/test_appends.py does).
     settings.INDEX_ON_UPLOAD = False
-    settings.CHROMA_PATH, settings.CHROMA_URL = settings.DATA_DIR / "chroma", ""  # corpus pages open the store
+    settings.CHROMA_PATH, settings.CHROMA_URL = (
+        settings.DATA_DIR / "chroma",
+        "",
+    )  # corpus pages open the store
     settings.FILE_UPLOAD_TEMP_DIR = str(tmp_path / "data" / "tmp")
     Path(settings.FILE_UPLOAD_TEMP_DIR).mkdir(parents=True)
     return settings.DATA_DIR
@@ -121,7 +124,9 @@ def jsonl_bytes(texts: list[str]) -> bytes:
 
 
 def upload(corpus: Corpus, user: User, texts: list[str] = TEXTS, name: str = "notes.jsonl") -> Dataset:
-    return dataset_upload(corpus=corpus, user=user, uploaded_file=SimpleUploadedFile(name, jsonl_bytes(texts)))
+    return dataset_upload(
+        corpus=corpus, user=user, uploaded_file=SimpleUploadedFile(name, jsonl_bytes(texts))
+    )
 
 
 @pytest.fixture

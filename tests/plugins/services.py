@@ -22,14 +22,28 @@ REDIS_URL = os.environ.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
 
 def e2e_env(database: str, redis_url: str, queue: str, data_dir: Path, **extra: str) -> dict[str, str]:
     """The environment of a portal process (web, driver or worker) in these tests."""
-    return {**os.environ, "DJANGO_SETTINGS_MODULE": "hdrag_site.settings", "HDRAG_ENV": "development",
-            "DATABASE_URL": database, "REDIS_URL": redis_url, "CELERY_QUEUE": queue, "CELERY_TASK_ALWAYS_EAGER": "0",
-            "DATA_DIR": str(data_dir), "PYTHONPATH": str(ROOT), **extra}
+    return {
+        **os.environ,
+        "DJANGO_SETTINGS_MODULE": "hdrag_site.settings",
+        "HDRAG_ENV": "development",
+        "DATABASE_URL": database,
+        "REDIS_URL": redis_url,
+        "CELERY_QUEUE": queue,
+        "CELERY_TASK_ALWAYS_EAGER": "0",
+        "DATA_DIR": str(data_dir),
+        "PYTHONPATH": str(ROOT),
+        **extra,
+    }
 
 
 def migrate(env: dict[str, str]) -> None:
-    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True,
-                   timeout=300)
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        timeout=300,
+    )
 
 
 @contextmanager
@@ -38,9 +52,27 @@ def celery_worker(env: dict[str, str], log_path: Path, *options: str) -> Iterato
     group, then waited for) when the block ends."""
     with open(log_path, "wb") as log:
         worker = subprocess.Popen(
-            [sys.executable, "-m", "celery", "-A", "hdrag_site", "worker", "-Q", env["CELERY_QUEUE"], *options,
-             "--without-gossip", "--without-mingle", "-l", "info"],
-            cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            [
+                sys.executable,
+                "-m",
+                "celery",
+                "-A",
+                "hdrag_site",
+                "worker",
+                "-Q",
+                env["CELERY_QUEUE"],
+                *options,
+                "--without-gossip",
+                "--without-mingle",
+                "-l",
+                "info",
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         yield worker
     finally:

@@ -26,7 +26,13 @@ class NeverHappened(AssertionError):
     """What a test waited for did not come within its bound."""
 
 
-def wait_until(check: Callable[[], T], *, what: str | Callable[[], str], timeout: float = PATIENCE_SECONDS, every: float = 0.05) -> T:
+def wait_until(
+    check: Callable[[], T],
+    *,
+    what: str | Callable[[], str],
+    timeout: float = PATIENCE_SECONDS,
+    every: float = 0.05,
+) -> T:
     """The first truthy value of `check()`, asked every `every` seconds; NeverHappened (naming
     `what`, or what `what()` says then: a log's tail, say) after `timeout` seconds."""
     deadline = time.monotonic() + timeout
@@ -39,8 +45,13 @@ def wait_until(check: Callable[[], T], *, what: str | Callable[[], str], timeout
         time.sleep(every)
 
 
-async def wait_until_async(check: Callable[[], T | Awaitable[T]], *, what: str | Callable[[], str], timeout: float = PATIENCE_SECONDS,
-                           every: float = 0.05) -> T:
+async def wait_until_async(
+    check: Callable[[], T | Awaitable[T]],
+    *,
+    what: str | Callable[[], str],
+    timeout: float = PATIENCE_SECONDS,
+    every: float = 0.05,
+) -> T:
     """`wait_until` on the event loop; `check` may be a coroutine function."""
     deadline = time.monotonic() + timeout
     while True:
@@ -58,12 +69,16 @@ def _said(what: str | Callable[[], str]) -> str:
     return what() if callable(what) else what
 
 
-def wait_for_server(process: subprocess.Popen, port: int, *, name: str, log_path: Path, timeout: float) -> None:
+def wait_for_server(
+    process: subprocess.Popen, port: int, *, name: str, log_path: Path, timeout: float
+) -> None:
     """Until `process` (a server the tests started) accepts connections on 127.0.0.1:`port`; the
     test fails at once with the tail of its log when it exits instead."""
     def answering() -> bool:
         if process.poll() is not None:
-            pytest.fail(f"{name} exited with {process.returncode}:\n{log_path.read_text()[-2000:]}", pytrace=False)
+            pytest.fail(
+                f"{name} exited with {process.returncode}:\n{log_path.read_text()[-2000:]}", pytrace=False
+            )
         try:
             socket.create_connection(("127.0.0.1", port), timeout=1).close()
             return True

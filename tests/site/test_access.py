@@ -83,14 +83,18 @@ def test_outsider_sees_nothing(corpus, built, dataset, outsider):
     client = login(outsider)
     listing = client.get(reverse("corpus:list"))
     assert corpus.name not in listing.content.decode() and "No corpora yet" in listing.content.decode()
-    pages = [("get", reverse("corpus:detail", args=[corpus.pk])), ("get", reverse("corpus:edit", args=[corpus.pk])),
-             ("get", reverse("corpus:build_status", args=[corpus.pk])), ("get", reverse("memory:stats", args=[corpus.pk])),
-             ("post", reverse("corpus:dataset_add", args=[corpus.pk])),
-             ("post", reverse("corpus:build_start", args=[corpus.pk])),
-             ("post", reverse("corpus:dataset_toggle", args=[dataset.pk])),
-             ("post", reverse("corpus:dataset_delete", args=[dataset.pk])),
-             ("post", reverse("corpus:build_cancel", args=[built.pk])),
-             ("post", reverse("corpus:delete", args=[corpus.pk]))]
+    pages = [
+        ("get", reverse("corpus:detail", args=[corpus.pk])),
+        ("get", reverse("corpus:edit", args=[corpus.pk])),
+        ("get", reverse("corpus:build_status", args=[corpus.pk])),
+        ("get", reverse("memory:stats", args=[corpus.pk])),
+        ("post", reverse("corpus:dataset_add", args=[corpus.pk])),
+        ("post", reverse("corpus:build_start", args=[corpus.pk])),
+        ("post", reverse("corpus:dataset_toggle", args=[dataset.pk])),
+        ("post", reverse("corpus:dataset_delete", args=[dataset.pk])),
+        ("post", reverse("corpus:build_cancel", args=[built.pk])),
+        ("post", reverse("corpus:delete", args=[corpus.pk])),
+    ]
     for method, url in pages:
         assert getattr(client, method)(url).status_code == 404, url
     search = client.get(reverse("memory:search"), {"q": "Bastille", "corpora": [corpus.pk]})
@@ -104,11 +108,16 @@ def test_member_reads_but_cannot_write(corpus, built, dataset, member):
     client = login(member)
     detail = client.get(reverse("corpus:detail", args=[corpus.pk]))
     assert detail.status_code == 200 and dataset.name in detail.content.decode()
-    assert "Build index" not in detail.content.decode() and 'enctype="multipart/form-data"' not in detail.content.decode()
+    assert (
+        "Build index" not in detail.content.decode()
+        and 'enctype="multipart/form-data"' not in detail.content.decode()
+    )
     upload = SimpleUploadedFile("x.jsonl", jsonl_bytes(["member text that must not be stored anywhere"]))
     assert client.post(reverse("corpus:dataset_add", args=[corpus.pk]), {"file": upload}).status_code == 403
     assert client.post(reverse("corpus:build_start", args=[corpus.pk])).status_code == 403
-    assert client.post(reverse("corpus:dataset_toggle", args=[dataset.pk]), {"enabled": "0"}).status_code == 403
+    assert (
+        client.post(reverse("corpus:dataset_toggle", args=[dataset.pk]), {"enabled": "0"}).status_code == 403
+    )
     assert client.post(reverse("corpus:build_cancel", args=[built.pk])).status_code == 403
     assert client.get(reverse("corpus:edit", args=[corpus.pk])).status_code == 403
     assert corpus.datasets.count() == 1 and corpus.builds.count() == 1
@@ -133,7 +142,9 @@ def test_writer_uploads_toggles_and_builds_from_the_pages(corpus, writer, django
     with django_capture_on_commit_callbacks(execute=True):
         assert client.post(reverse("corpus:build_start", args=[corpus.pk])).status_code == 302
     status = client.get(reverse("corpus:build_status", args=[corpus.pk])).json()
-    assert status["builds"][0]["status"] == "succeeded" and status["active_build"] == status["builds"][0]["id"]
+    assert (
+        status["builds"][0]["status"] == "succeeded" and status["active_build"] == status["builds"][0]["id"]
+    )
     page = client.get(reverse("corpus:detail", args=[corpus.pk])).content.decode()
     assert "Serving build" in page and f">{len(TEXTS)}<" in page
 
@@ -147,14 +158,20 @@ def test_admin_for_staff_only(corpus, built, dataset, staff, owner):
     memories = client.get(reverse("admin:corpus_memory_changelist"), {"q": "Bastille"}).content.decode()
     assert "Bastille" in memories
     memory = Memory.objects.first()
-    assert client.post(reverse("admin:corpus_memory_change", args=[memory.pk]), {"text": "x"}).status_code == 403
+    assert (
+        client.post(reverse("admin:corpus_memory_change", args=[memory.pk]), {"text": "x"}).status_code == 403
+    )
     response = client.post(reverse("admin:corpus_dataset_changelist"),
                            {"action": "disable", "_selected_action": [dataset.pk]})
     assert response.status_code == 302
     dataset.refresh_from_db()
     assert not dataset.enabled
-    upload = SimpleUploadedFile("admin.jsonl", jsonl_bytes(["Uploaded through the admin with the same validation."]))
-    response = client.post(reverse("admin:corpus_dataset_add"), {"corpus": corpus.pk, "enabled": "on", "upload": upload})
+    upload = SimpleUploadedFile(
+        "admin.jsonl", jsonl_bytes(["Uploaded through the admin with the same validation."])
+    )
+    response = client.post(
+        reverse("admin:corpus_dataset_add"), {"corpus": corpus.pk, "enabled": "on", "upload": upload}
+    )
     assert response.status_code == 302
     assert corpus.datasets.filter(name="admin.jsonl", format="jsonl").exists()
     bad = SimpleUploadedFile("bad.json", b"this is not json")
@@ -164,7 +181,9 @@ def test_admin_for_staff_only(corpus, built, dataset, staff, owner):
                            {"action": "start_builds", "_selected_action": [corpus.pk]})
     assert response.status_code == 302 and corpus.builds.count() == 2
     queued = corpus.builds.get(status=IndexBuild.Status.QUEUED)
-    client.post(reverse("admin:corpus_indexbuild_changelist"), {"action": "cancel", "_selected_action": [queued.pk]})
+    client.post(
+        reverse("admin:corpus_indexbuild_changelist"), {"action": "cancel", "_selected_action": [queued.pk]}
+    )
     queued.refresh_from_db()
     assert queued.status == IndexBuild.Status.CANCELLED
 
@@ -185,14 +204,21 @@ def test_sources_are_the_owners_alone(corpus, owner, member, writer, outsider, s
     assert source.token == token
     api = {"list": f"/api/v1/corpora/{corpus.pk}/sources/", "get": f"/api/v1/sources/{source.pk}/"}
     pages = {"status": reverse("corpus:source_status", args=[corpus.pk])}
-    posts = [f"/api/v1/sources/{source.pk}/sync/", reverse("corpus:source_sync", args=[source.pk]),
-             reverse("corpus:source_delete", args=[source.pk]), reverse("corpus:source_add", args=[corpus.pk])]
+    posts = [
+        f"/api/v1/sources/{source.pk}/sync/",
+        reverse("corpus:source_sync", args=[source.pk]),
+        reverse("corpus:source_delete", args=[source.pk]),
+        reverse("corpus:source_add", args=[corpus.pk]),
+    ]
     for user, code in [(outsider, 404), (member, 403), (writer, 403)]:
         client = login(user)
         for url in [*api.values(), *pages.values()]:
             assert client.get(url).status_code == code, (user, url)
         for url in posts:
-            assert client.post(url, {"name": "x", "kind": "web", "location": "http://127.0.0.1/"}).status_code == code
+            assert (
+                client.post(url, {"name": "x", "kind": "web", "location": "http://127.0.0.1/"}).status_code
+                == code
+            )
         assert client.delete(api["get"]).status_code == code
         detail = client.get(reverse("corpus:detail", args=[corpus.pk]))
         assert "handbook.git" not in detail.content.decode() and 'id="sources"' not in detail.content.decode()
@@ -207,4 +233,7 @@ def test_sources_are_the_owners_alone(corpus, owner, member, writer, outsider, s
             assert token not in body
     schema = login(owner).get("/api/schema/").content.decode()
     assert "/api/v1/corpora/{corpus_id}/sources/" in schema and "/api/v1/sources/{source_id}/sync/" in schema
-    assert login(owner).delete(api["get"]).status_code == 204 and not Source.objects.filter(pk=source.pk).exists()
+    assert (
+        login(owner).delete(api["get"]).status_code == 204
+        and not Source.objects.filter(pk=source.pk).exists()
+    )

@@ -17,7 +17,9 @@ DEEP = 100_000
 
 
 def _post_file(client, corpus, name: str, content: bytes):  # noqa: ANN001, ANN202
-    return client.post(reverse("corpus:dataset_add", args=[corpus.pk]), {"file": SimpleUploadedFile(name, content)})
+    return client.post(
+        reverse("corpus:dataset_add", args=[corpus.pk]), {"file": SimpleUploadedFile(name, content)}
+    )
 
 
 @pytest.mark.parametrize("length", [239, 247, 255])

@@ -70,7 +70,10 @@ def test_builds_and_searches_are_counted(monitoring, data_dir, celery_eager, own
     searches = _sample(before, "hdrag_search_duration_seconds_count") or 0.0
     build = build_now(corpus, owner, django_capture_on_commit_callbacks)
     assert build.status == "succeeded"
-    assert client_for(owner).get("/memory/search/", {"q": "binary search", "corpora": corpus.pk}).status_code == 200
+    assert (
+        client_for(owner).get("/memory/search/", {"q": "binary search", "corpora": corpus.pk}).status_code
+        == 200
+    )
     text = Client().get("/metrics", HTTP_AUTHORIZATION=f"Bearer {TOKEN}").content.decode()
     assert _sample(text, "hdrag_build_duration_seconds_count", kind="build", status="succeeded") == 1.0
     seconds = _sample(text, "hdrag_build_duration_seconds_sum", kind="build", status="succeeded")
@@ -85,7 +88,11 @@ def _states(response) -> dict[str, dict]:  # noqa: ANN001
 
 def test_dependencies_say_which_one_is_down(monitoring, db):
     closed = free_port()
-    monitoring.LLM_SERVERS, monitoring.LLM_BASE_URL, monitoring.LLM_API_KEY = "", f"http://127.0.0.1:{closed}", "k3y"
+    monitoring.LLM_SERVERS, monitoring.LLM_BASE_URL, monitoring.LLM_API_KEY = (
+        "",
+        f"http://127.0.0.1:{closed}",
+        "k3y",
+    )
     response = Client().get("/healthz/dependencies", HTTP_AUTHORIZATION=f"Bearer {TOKEN}")
     assert response.status_code == 503 and response.json()["status"] == "down"
     states = _states(response)
@@ -95,8 +102,9 @@ def test_dependencies_say_which_one_is_down(monitoring, db):
 
 
 @pytest.mark.service
-def test_every_dependency_up_then_the_broker_and_the_store_down(monitoring, db, llama_server, s3_server, s3_prefix,
-                                                                  monkeypatch):
+def test_every_dependency_up_then_the_broker_and_the_store_down(
+    monitoring, db, llama_server, s3_server, s3_prefix, monkeypatch
+):
     from tests.plugins.services import REDIS_URL
 
     for name, value in s3_server.env(s3_prefix).items():

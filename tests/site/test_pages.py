@@ -21,7 +21,9 @@ def built(corpus, owner, django_capture_on_commit_callbacks):
     return corpus
 
 
-def test_dashboard_first_run_then_corpora_and_conversations(owner, client_for, django_capture_on_commit_callbacks):
+def test_dashboard_first_run_then_corpora_and_conversations(
+    owner, client_for, django_capture_on_commit_callbacks
+):
     client = client_for(owner)
     page = client.get("/").content.decode()
     assert 'id="first-run"' in page and "Create a corpus" in page
@@ -75,9 +77,17 @@ def test_searching_several_corpora_ranks_by_a_key_comparable_across_them(
                           "Glaciers carve valleys as they slide slowly downhill under their own weight.",
                           "The capital of France is Paris, on the river Seine, where the storming began."])
     assert build_now(other, owner, django_capture_on_commit_callbacks).status == "succeeded"
-    found = memories_search(user=owner, corpus_ids=[built.pk, other.pk], query="storming of the Bastille in Paris")
-    assert {r.corpus_id for r in found} == {built.pk, other.pk}, [(r.corpus_name, r.merge_score) for r in found]
-    page = login(owner).get(reverse("memory:search"), {"q": "storming of the Bastille in Paris"}).content.decode()
+    found = memories_search(
+        user=owner, corpus_ids=[built.pk, other.pk], query="storming of the Bastille in Paris"
+    )
+    assert {r.corpus_id for r in found} == {built.pk, other.pk}, [
+        (r.corpus_name, r.merge_score) for r in found
+    ]
+    page = (
+        login(owner)
+        .get(reverse("memory:search"), {"q": "storming of the Bastille in Paris"})
+        .content.decode()
+    )
     assert "ranked across corpora" in page, re.search(r"id=.result-count.>(.*?)</p>", page, re.S).group(1)
     heads = re.findall(r'<div class="result-head">\s*<span class="score"[^>]*>([^<]+)</span>', page)
     keys = [float(h.split()[-1]) for h in heads]
@@ -100,19 +110,34 @@ def test_a_hit_opens_the_memory_with_source_and_neighbours(built, owner, outside
 
 
 def test_search_of_a_corpus_one_cannot_read_says_so(built, outsider):
-    page = login(outsider).get(reverse("memory:search"), {"q": "Bastille", "corpora": built.pk}).content.decode()
+    page = (
+        login(outsider).get(reverse("memory:search"), {"q": "Bastille", "corpora": built.pk}).content.decode()
+    )
     assert "No corpus you can read has a built index yet" in page
-    assert "cannot be searched" in page and "0 memories" in page and "Bastille" not in page.split("cannot be searched")[1]
+    assert (
+        "cannot be searched" in page
+        and "0 memories" in page
+        and "Bastille" not in page.split("cannot be searched")[1]
+    )
 
 
 def test_search_with_no_match_has_a_clear_empty_state(built, owner):
-    page = login(owner).get(reverse("memory:search"), {"q": "zzzz qqqq", "corpora": built.pk}).content.decode()
+    page = (
+        login(owner).get(reverse("memory:search"), {"q": "zzzz qqqq", "corpora": built.pk}).content.decode()
+    )
     assert "0 memories" in page or "No memories matched" in page
 
 
-def test_stats_are_readable_for_many_datasets_with_whole_number_ticks(corpus, owner, django_capture_on_commit_callbacks):
+def test_stats_are_readable_for_many_datasets_with_whole_number_ticks(
+    corpus, owner, django_capture_on_commit_callbacks
+):
     for i in range(36):
-        upload(corpus, owner, [f"{text} (copy {i})" for text in TEXTS[: 1 + i % 4]], name=f"page-{i:02d}-with-a-long-name.jsonl")
+        upload(
+            corpus,
+            owner,
+            [f"{text} (copy {i})" for text in TEXTS[: 1 + i % 4]],
+            name=f"page-{i:02d}-with-a-long-name.jsonl",
+        )
     build = build_now(corpus, owner, django_capture_on_commit_callbacks)
     page = login(owner).get(reverse("memory:stats", args=[corpus.pk])).content.decode()
     chart = page[page.index("Memories per dataset (36 datasets)"):]
@@ -121,7 +146,9 @@ def test_stats_are_readable_for_many_datasets_with_whole_number_ticks(corpus, ow
     ticks = re.findall(r'class="chart-tick">([^<]+)</text>', page)
     numeric = [t.replace(",", "") for t in ticks if re.fullmatch(r"[\d.,]+", t)]
     assert numeric and not any(re.fullmatch(r"\d+\.\d{2}\d*", t) and float(t) > 1 for t in numeric)
-    assert "index on disk" in page and re.search(r"<strong>[\d.]+\s(KB|MB|bytes)</strong><span>index on disk", page)
+    assert "index on disk" in page and re.search(
+        r"<strong>[\d.]+\s(KB|MB|bytes)</strong><span>index on disk", page
+    )
     assert 'id="timings"' in page and "encode" in page and build.timings
 
 
@@ -138,8 +165,17 @@ def test_labels_are_human(built, owner, staff):
     form = client.get(reverse("corpus:new")).content.decode()
     assert "HDC dimensions" in form and "Random seed" in form and "N-gram length" in form
     assert 'min="64"' in form and 'name="hdc_ngram" value="5" min="1" max="16"' in form
-    refused = client.post(reverse("corpus:new"), {"name": "Zero", "visibility": "private", "hdc_dimensions": 0,
-                                                  "hdc_seed": 0, "hdc_ngram": 0, "chunk_size": 1024}).content.decode()
+    refused = client.post(
+        reverse("corpus:new"),
+        {
+            "name": "Zero",
+            "visibility": "private",
+            "hdc_dimensions": 0,
+            "hdc_seed": 0,
+            "hdc_ngram": 0,
+            "chunk_size": 1024,
+        },
+    ).content.decode()
     assert refused.count("greater than or equal to") == 3
     listing = client.get(reverse("corpus:list")).content.decode()
     assert f"{len(TEXTS)} memories" in listing
@@ -177,15 +213,25 @@ def test_chat_settings_count_corpora_in_plain_english(owner, corpus):
     assert "2 corpora" in page and "corpuses" not in page
 
 
-@pytest.mark.parametrize(("filter_name", "value", "arg", "expected"), [
-    ("num", 1234567, None, "1,234,567"), ("num", 0.45678, 2, "0.46"), ("num", None, None, ""),
-    ("counted", 2, "corpus,corpora", "2 corpora"), ("counted", 1, "record", "1 record"),
-    ("counted", 1200, "record", "1,200 records"),
-    ("rate", 1168.1643569416988, None, "1,168/s"), ("rate", 2.345, None, "2.3/s"),
-    ("seconds", 0.217, None, "217 ms"), ("seconds", 93.5, None, "1 min 34 s"), ("seconds", 7300, None, "2 h 1 min"),
-    ("phase", "text_store", None, "late-interaction fill"), ("phase", "memory_insert", None, "memory insert"),
-    ("phase", "activation", None, "switch to the new build"),
-])
+@pytest.mark.parametrize(
+    ("filter_name", "value", "arg", "expected"),
+    [
+        ("num", 1234567, None, "1,234,567"),
+        ("num", 0.45678, 2, "0.46"),
+        ("num", None, None, ""),
+        ("counted", 2, "corpus,corpora", "2 corpora"),
+        ("counted", 1, "record", "1 record"),
+        ("counted", 1200, "record", "1,200 records"),
+        ("rate", 1168.1643569416988, None, "1,168/s"),
+        ("rate", 2.345, None, "2.3/s"),
+        ("seconds", 0.217, None, "217 ms"),
+        ("seconds", 93.5, None, "1 min 34 s"),
+        ("seconds", 7300, None, "2 h 1 min"),
+        ("phase", "text_store", None, "late-interaction fill"),
+        ("phase", "memory_insert", None, "memory insert"),
+        ("phase", "activation", None, "switch to the new build"),
+    ],
+)
 def test_human_number_filters(filter_name, value, arg, expected):
     from corpus.templatetags import portal
 

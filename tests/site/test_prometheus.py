@@ -26,7 +26,9 @@ TURNS = ("What does a generator function return when it is called?", "How do I s
 def prometheus(live_api, settings, tmp_path: Path):
     binary = shutil.which("prometheus")
     if binary is None:
-        pytest.fail("no prometheus binary (apt-get install prometheus; ./portal test installs it)", pytrace=False)
+        pytest.fail(
+            "no prometheus binary (apt-get install prometheus; ./portal test installs it)", pytrace=False
+        )
     settings.METRICS_TOKEN = TOKEN
     target = live_api.url.removeprefix("http://")
     config = {"global": {"scrape_interval": "1s", "scrape_timeout": "1s"},
@@ -37,9 +39,16 @@ def prometheus(live_api, settings, tmp_path: Path):
     port = free_port()
     log_path = tmp_path / "prometheus.log"
     with open(log_path, "wb") as log:
-        server = subprocess.Popen([binary, f"--config.file={tmp_path / 'prometheus.yml'}",
-                                   f"--storage.tsdb.path={tmp_path / 'tsdb'}", f"--web.listen-address=127.0.0.1:{port}"],
-                                  stdout=log, stderr=subprocess.STDOUT)
+        server = subprocess.Popen(
+            [
+                binary,
+                f"--config.file={tmp_path / 'prometheus.yml'}",
+                f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                f"--web.listen-address=127.0.0.1:{port}",
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
     try:
         wait_for_server(server, port, name="prometheus", log_path=log_path, timeout=60)
         yield f"http://127.0.0.1:{port}"
@@ -55,7 +64,9 @@ def _query(prometheus: str, expression: str) -> float | None:
     return float(values[0]["value"][1]) if values else None
 
 
-def test_prometheus_scrapes_the_turn_count_after_turns(chat_settings, prometheus, live_api, owner, pydoc_build):
+def test_prometheus_scrapes_the_turn_count_after_turns(
+    chat_settings, prometheus, live_api, owner, pydoc_build
+):
     wait_until(lambda: _query(prometheus, 'up{job="hdrag"}') == 1.0, what="Prometheus scraping the portal",
                timeout=60, every=0.5)
     # The counters are this process's: earlier tests in it may have counted turns already.
@@ -69,7 +80,13 @@ def test_prometheus_scrapes_the_turn_count_after_turns(chat_settings, prometheus
         for question in TURNS:
             turn = http.post(f"{base}/conversations/{conversation}/messages/", json={"content": question})
             assert turn.status_code == 201, turn.text
-    wait_until(lambda: _query(prometheus, 'sum(hdrag_chat_turns_total{surface="chat"})') == turns + len(TURNS),
-               what=f"Prometheus reading {len(TURNS)} more chat turns", timeout=60, every=0.5)
-    assert _query(prometheus, "sum(hdrag_chat_time_to_first_token_seconds_count)") == first_tokens + len(TURNS)
+    wait_until(
+        lambda: _query(prometheus, 'sum(hdrag_chat_turns_total{surface="chat"})') == turns + len(TURNS),
+        what=f"Prometheus reading {len(TURNS)} more chat turns",
+        timeout=60,
+        every=0.5,
+    )
+    assert _query(prometheus, "sum(hdrag_chat_time_to_first_token_seconds_count)") == first_tokens + len(
+        TURNS
+    )
     assert _query(prometheus, "hdrag_chat_turns_queued") == 0.0

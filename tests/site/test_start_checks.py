@@ -45,8 +45,10 @@ def test_manage_check_and_so_portal_run_refuse(bad_env):
 
 
 def test_the_worker_refuses_to_start(bad_env):
-    result = _run([sys.executable, "-m", "celery", "-A", "hdrag_site", "worker", "--pool", "solo", "-l", "warning"],
-                  bad_env)
+    result = _run(
+        [sys.executable, "-m", "celery", "-A", "hdrag_site", "worker", "--pool", "solo", "-l", "warning"],
+        bad_env,
+    )
     assert result.returncode != 0 and MESSAGE in result.stderr + result.stdout
 
 

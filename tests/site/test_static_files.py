@@ -23,4 +23,6 @@ async def test_a_static_file_streams_whole_without_a_warning():
         async with httpx.AsyncClient(transport=transport, base_url="http://testserver") as client:
             response = await client.get("/static/css/portal.css")
     assert response.status_code == 200 and response.content == expected
-    assert not [w for w in caught if "synchronous iterators" in str(w.message)], [str(w.message) for w in caught]
+    assert not [w for w in caught if "synchronous iterators" in str(w.message)], [
+        str(w.message) for w in caught
+    ]

@@ -6,10 +6,13 @@ from corpus.services.builds import builds_cleanup
 
 
 class Command(BaseCommand):
-    help = "Delete finished builds (files and memory rows) beyond the newest --keep per corpus; never the active one."
+    help = ("Delete finished builds (files and memory rows) beyond the newest --keep per corpus; never the "
+            "active one.")
 
     def add_arguments(self, parser) -> None:
-        parser.add_argument("--keep", type=int, default=2, help="Finished builds kept per corpus (default 2).")
+        parser.add_argument(
+            "--keep", type=int, default=2, help="Finished builds kept per corpus (default 2)."
+        )
 
     def handle(self, *args, keep: int, **options) -> None:
         if keep < 0:

@@ -13,7 +13,9 @@ class Command(BaseCommand):
             "(here, or in the object store, with its size).")
 
     def add_arguments(self, parser: CommandParser) -> None:
-        parser.add_argument("--quick", action="store_true", help="Only look for the files (no checksums, no store).")
+        parser.add_argument(
+            "--quick", action="store_true", help="Only look for the files (no checksums, no store)."
+        )
 
     def handle(self, *args: object, quick: bool = False, **options: object) -> None:
         broken = corpora_files_reports(deep=not quick)

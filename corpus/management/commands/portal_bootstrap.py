@@ -26,7 +26,9 @@ class Command(BaseCommand):
 
     def add_arguments(self, parser) -> None:
         parser.add_argument("--no-demo", action="store_true", help="Only the admin account.")
-        parser.add_argument("--no-build", action="store_true", help="Create the demo corpus without building it.")
+        parser.add_argument(
+            "--no-build", action="store_true", help="Create the demo corpus without building it."
+        )
 
     def handle(self, *args, no_demo: bool = False, no_build: bool = False, **options) -> None:
         admin = self._admin()
@@ -46,8 +48,12 @@ class Command(BaseCommand):
         if not os.environ.get("HDRAG_ADMIN_PASSWORD"):
             note.write_text(f"{username} {password}\n", encoding="utf-8")
             note.chmod(0o600)
-        self.stdout.write(self.style.SUCCESS(f"Admin account created: user {username!r}, password {password!r}"
-                                             + ("" if os.environ.get("HDRAG_ADMIN_PASSWORD") else f" (also in {note})")))
+        self.stdout.write(
+            self.style.SUCCESS(
+                f"Admin account created: user {username!r}, password {password!r}"
+                + ("" if os.environ.get("HDRAG_ADMIN_PASSWORD") else f" (also in {note})")
+            )
+        )
         return user
 
     def _demo(self, admin, *, build: bool) -> None:

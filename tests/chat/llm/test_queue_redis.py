@@ -49,8 +49,14 @@ def make_queue(redis_url, server_url) -> Iterator[Callable[..., RedisLLMQueue]]:
     made: list[RedisLLMQueue] = []
 
     def make(**options) -> RedisLLMQueue:
-        options = {"prefill": 1, "streams": 4, "poll_seconds": 0.2, "redis_url": redis_url, "server_url": server_url,
-                   **options}
+        options = {
+            "prefill": 1,
+            "streams": 4,
+            "poll_seconds": 0.2,
+            "redis_url": redis_url,
+            "server_url": server_url,
+            **options,
+        }
         made.append(RedisLLMQueue(**options))
         return made[-1]
 
@@ -58,8 +64,9 @@ def make_queue(redis_url, server_url) -> Iterator[Callable[..., RedisLLMQueue]]:
     redis_namespaces_delete(redis_url, (queue.namespace for queue in made))
 
 
-async def _until(condition: Callable[[], bool], what: str = "the queue's state", timeout: float = PATIENCE_SECONDS
-                 ) -> float:
+async def _until(
+    condition: Callable[[], bool], what: str = "the queue's state", timeout: float = PATIENCE_SECONDS
+) -> float:
     """Seconds until `condition()` holds (tests/plugins/waiting.py)."""
     started = time.monotonic()
     await wait_until_async(condition, what=what, timeout=timeout, every=0.005)
@@ -85,7 +92,9 @@ async def _renewed_past_their_first_lease(queue: RedisLLMQueue, tickets: dict[in
         now = _lease_expiries(queue)
         return now_ms > max(tickets.values()) and all(now.get(t, 0) > first for t, first in tickets.items())
 
-    await wait_until_async(renewed, what=f"the leases of tickets {sorted(tickets)} renewed past their first expiry")
+    await wait_until_async(
+        renewed, what=f"the leases of tickets {sorted(tickets)} renewed past their first expiry"
+    )
 
 
 async def test_two_processes_let_one_prompt_into_prefill_at_a_time_in_arrival_order(make_queue):
@@ -190,13 +199,21 @@ time.sleep(60)
 
 def _child(redis_url: str, server_url: str) -> subprocess.Popen:
     env = {**os.environ, "DJANGO_SETTINGS_MODULE": "hdrag_site.settings"}
-    child = subprocess.Popen([sys.executable, "-c", CHILD, redis_url, server_url, str(LEASE)], cwd=ROOT, env=env,
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen(
+        [sys.executable, "-c", CHILD, redis_url, server_url, str(LEASE)],
+        cwd=ROOT,
+        env=env,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert child.stdout.readline().strip() == "admitted"
     return child
 
 
-async def test_real_processes_share_the_prefill_and_a_killed_one_frees_its_place(make_queue, redis_url, server_url):
+async def test_real_processes_share_the_prefill_and_a_killed_one_frees_its_place(
+    make_queue, redis_url, server_url
+):
     parent = make_queue(lease_seconds=LEASE, poll_seconds=0.1)
     child = _child(redis_url, server_url)
     try:
@@ -204,12 +221,16 @@ async def test_real_processes_share_the_prefill_and_a_killed_one_frees_its_place
         waiting = asyncio.create_task(mine.wait())
         # The child's thread renews its place past its first lease.
         await _renewed_past_their_first_lease(
-            parent, {ticket: expiry for ticket, expiry in _lease_expiries(parent).items() if ticket != mine.id})
+            parent,
+            {ticket: expiry for ticket, expiry in _lease_expiries(parent).items() if ticket != mine.id},
+        )
         assert not waiting.done() and parent.snapshot() == {"waiting": 1, "prefilling": 1, "streaming": 0}
         child.stdin.write("streaming\n")
         child.stdin.flush()
         assert child.stdout.readline().strip() == "streaming"
-        await asyncio.wait_for(waiting, PATIENCE_SECONDS)  # the child's first token lets this process's turn in
+        await asyncio.wait_for(
+            waiting, PATIENCE_SECONDS
+        )  # the child's first token lets this process's turn in
         mine.close()
         child.send_signal(signal.SIGKILL)
         child.wait()
@@ -291,8 +312,22 @@ def own_redis(tmp_path) -> Iterator[tuple[str, subprocess.Popen]]:
     binary = shutil.which("redis-server")
     assert binary, "redis-server is not installed"
     port = free_port()
-    server = subprocess.Popen([binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                               "--dir", str(tmp_path)], stdout=subprocess.DEVNULL)
+    server = subprocess.Popen(
+        [
+            binary,
+            "--port",
+            str(port),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(tmp_path),
+        ],
+        stdout=subprocess.DEVNULL,
+    )
     url = f"redis://127.0.0.1:{port}/0"
     client = redis.Redis.from_url(url)
 
@@ -342,8 +377,10 @@ def test_keys_of_one_llm_server_do_not_touch_another(make_queue, redis_url):
     held.close()
 
 
-@pytest.mark.parametrize(("url", "shared"), [("http://127.0.0.1:8081", False), ("http://localhost:8081/", False),
-                                            ("http://llm.internal:8081", True)])
+@pytest.mark.parametrize(
+    ("url", "shared"),
+    [("http://127.0.0.1:8081", False), ("http://localhost:8081/", False), ("http://llm.internal:8081", True)],
+)
 def test_a_loopback_server_is_each_machines_own(monkeypatch, url, shared):
     policy = {"prefill": 1, "streams": 8, "limit": 32, "per_user": 2}
     monkeypatch.setattr(socket, "gethostname", lambda: "web-1")
@@ -402,7 +439,9 @@ async def test_the_chat_says_so_when_the_queue_cannot_be_reached(settings, owner
 
 
 @pytest.mark.django_db(transaction=True)
-async def test_a_chat_turn_waiting_when_the_queue_is_lost_ends_with_the_queue_error(settings, owner, own_redis):
+async def test_a_chat_turn_waiting_when_the_queue_is_lost_ends_with_the_queue_error(
+    settings, owner, own_redis
+):
     from channels.db import database_sync_to_async
 
     from chat.models import Message
@@ -427,6 +466,8 @@ async def test_a_chat_turn_waiting_when_the_queue_is_lost_ends_with_the_queue_er
     await socket.disconnect()
     holder.close()
     assert events[-1]["code"] == "llm_queue_unavailable" and "Redis at" in events[-1]["error"]
-    stored = await database_sync_to_async(list)(Message.objects.filter(conversation=conversation).order_by("pk"))
+    stored = await database_sync_to_async(list)(
+        Message.objects.filter(conversation=conversation).order_by("pk")
+    )
     assert [m.role for m in stored] == ["user", "assistant"]  # the question kept, the failure said
     assert stored[1].status == Message.Status.ERROR and "Redis at" in stored[1].error

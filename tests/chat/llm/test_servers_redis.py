@@ -41,7 +41,12 @@ def make_process(redis_url) -> Iterator[Callable[..., tuple[RedisLLMQueue, Share
     made: list[RedisLLMQueue] = []
 
     def make(servers: list[LLMServer], **policy) -> tuple[RedisLLMQueue, SharedServerPool]:
-        policy = {"prefill": 0, "streams": sum(server.slots for server in servers), "poll_seconds": 0.2, **policy}
+        policy = {
+            "prefill": 0,
+            "streams": sum(server.slots for server in servers),
+            "poll_seconds": 0.2,
+            **policy,
+        }
         made.append(RedisLLMQueue(redis_url=redis_url, server_url=name, **policy))
         return made[-1], SharedServerPool(servers, made[-1], retry_seconds=3600)
 
@@ -64,7 +69,8 @@ async def test_slots_are_counted_over_both_processes_and_a_conversation_sticks(m
     assert [entry["busy"] for entry in pool2.status()] == [1, 1, 1]
     first.close()
     second.close()
-    # Conversation 2 ran on TWO through process 2: through process 1 it goes there again, though ONE is as free.
+    # Conversation 2 ran on TWO through process 2: through process 1 it goes there again, though ONE is as
+    # free.
     again = web1.enter("d")
     assert await pool1.take(again, "m", 2) == TWO
     assert [entry["busy"] for entry in pool1.status()] == [0, 1, 1]
@@ -73,7 +79,9 @@ async def test_slots_are_counted_over_both_processes_and_a_conversation_sticks(m
     assert [entry["busy"] for entry in pool1.status()] == [1, 1, 1]
 
 
-async def test_a_server_out_for_one_process_is_out_for_the_other_and_full_servers_make_a_turn_wait(make_process):
+async def test_a_server_out_for_one_process_is_out_for_the_other_and_full_servers_make_a_turn_wait(
+    make_process,
+):
     web1, pool1 = make_process([ONE, TWO])
     web2, pool2 = make_process([ONE, TWO])
     pool1.mark_down(ONE)
@@ -88,7 +96,8 @@ async def test_a_server_out_for_one_process_is_out_for_the_other_and_full_server
     assert not taking.done()
     holder.close()  # the slot is given back in process 2: process 1's turn gets it
     assert await asyncio.wait_for(taking, timeout=60) == TWO
-    # Every server of the model out: the one out longest is tried, and a turn that succeeds there puts it back.
+    # Every server of the model out: the one out longest is tried, and a turn that succeeds there puts it
+    # back.
     pool2.mark_down(TWO)
     waiter.close()
     later = web1.enter("c")
@@ -131,8 +140,10 @@ async def test_two_processes_never_put_more_turns_on_a_real_server_than_its_slot
     try:
         pool_servers = [LLMServer(server.base_url, "gemma", 1) for server in servers]
         processes = [make_process(pool_servers), make_process(pool_servers)]
-        prepared = SimpleNamespace(plan=SimpleNamespace(messages=[{"role": "user", "content": "Name a colour."}]),
-                                   generation=GenerationSettings(temperature=0.0, top_p=1.0, max_tokens=12))
+        prepared = SimpleNamespace(
+            plan=SimpleNamespace(messages=[{"role": "user", "content": "Name a colour."}]),
+            generation=GenerationSettings(temperature=0.0, top_p=1.0, max_tokens=12),
+        )
         spans: list[tuple[str, float, float]] = []  # server, first piece, end: inside the turn's slot
 
         async def turn(number: int) -> str:

@@ -66,13 +66,22 @@ class LivePortal:
         """Run `code` in `manage.py shell` against the live portal's database; `variables` reach it
         as JSON in the environment (`json.loads(os.environ["NAME"])`). Returns what it printed."""
         env = {**self.env, **{name: json.dumps(value) for name, value in variables.items()}}
-        done = subprocess.run([sys.executable, "manage.py", "shell", "--no-imports", "-c", code], cwd=ROOT, env=env,
-                              capture_output=True, text=True, timeout=120)
+        done = subprocess.run(
+            [sys.executable, "manage.py", "shell", "--no-imports", "-c", code],
+            cwd=ROOT,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert done.returncode == 0, done.stderr
         return done.stdout
 
     def logs(self) -> str:
-        return "\n".join(f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}" for p in sorted(self.log_dir.glob("*.log")))
+        return "\n".join(
+            f"--- {p.name}\n{p.read_text(errors='replace')[-3000:]}"
+            for p in sorted(self.log_dir.glob("*.log"))
+        )
 
 
 def _wait_for(url: str, seconds: float, processes: list[subprocess.Popen]) -> None:
@@ -93,32 +102,81 @@ def live_portal(llama_server, embedding_cache) -> Iterator[LivePortal]:
     root = Path(tempfile.mkdtemp(prefix="hdrag-browser-"))
     data_dir, log_dir = root / "data", root / "log"
     log_dir.mkdir(parents=True)
-    env = {key: value for key, value in os.environ.items() if key not in ("DATABASE_URL", "REDIS_URL", "CHROMA_URL")}
-    env.update({
-        "DJANGO_SETTINGS_MODULE": "hdrag_site.settings", "HDRAG_ENV": "development", "DATA_DIR": str(data_dir),
-        "LLM_BASE_URL": llama_server.base_url, "LLM_CONTEXT_SIZE": "2048", "LLM_MAX_NEW_TOKENS": "400",
-        "EMBEDDING_CACHE_DIR": str(embedding_cache), "CELERY_TASK_ALWAYS_EAGER": "0", "INDEX_ON_UPLOAD": "0", "PYTHONPATH": str(ROOT),
-        "BUILD_HEARTBEAT_SECONDS": "2",
-    })
+    env = {
+        key: value
+        for key, value in os.environ.items()
+        if key not in ("DATABASE_URL", "REDIS_URL", "CHROMA_URL")
+    }
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "hdrag_site.settings",
+            "HDRAG_ENV": "development",
+            "DATA_DIR": str(data_dir),
+            "LLM_BASE_URL": llama_server.base_url,
+            "LLM_CONTEXT_SIZE": "2048",
+            "LLM_MAX_NEW_TOKENS": "400",
+            "EMBEDDING_CACHE_DIR": str(embedding_cache),
+            "CELERY_TASK_ALWAYS_EAGER": "0",
+            "INDEX_ON_UPLOAD": "0",
+            "PYTHONPATH": str(ROOT),
+            "BUILD_HEARTBEAT_SECONDS": "2",
+        }
+    )
     python = sys.executable
-    subprocess.run([python, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True, timeout=300)
+    subprocess.run(
+        [python, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True, timeout=300
+    )
     users = "; ".join([*(f"User.objects.create_user({name!r}, password={PASSWORD!r})" for name in USERS),
                        f"User.objects.create_superuser({STAFF!r}, password={PASSWORD!r})"])
-    subprocess.run([python, "manage.py", "shell", "-c", f"from django.contrib.auth.models import User; {users}"],
-                   cwd=ROOT, env=env, check=True, timeout=120)
+    subprocess.run(
+        [python, "manage.py", "shell", "-c", f"from django.contrib.auth.models import User; {users}"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        timeout=120,
+    )
     port = free_port()
     processes: list[subprocess.Popen] = []
     commands = {
-        "worker": [python, "-m", "celery", "-A", "hdrag_site", "worker", "--pool=solo", "--without-gossip",
-                   "--without-mingle", "-l", "info"],
-        "web": [python, "-m", "uvicorn", "hdrag_site.asgi:application", "--host", "127.0.0.1", "--port", str(port),
-                "--ws-max-size", "1048576"],
+        "worker": [
+            python,
+            "-m",
+            "celery",
+            "-A",
+            "hdrag_site",
+            "worker",
+            "--pool=solo",
+            "--without-gossip",
+            "--without-mingle",
+            "-l",
+            "info",
+        ],
+        "web": [
+            python,
+            "-m",
+            "uvicorn",
+            "hdrag_site.asgi:application",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--ws-max-size",
+            "1048576",
+        ],
     }
     try:
         for name, command in commands.items():
             with open(log_dir / f"{name}.log", "wb") as log:
-                processes.append(subprocess.Popen(command, cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                                  start_new_session=True))
+                processes.append(
+                    subprocess.Popen(
+                        command,
+                        cwd=ROOT,
+                        env=env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
         portal = LivePortal(f"http://127.0.0.1:{port}", data_dir, log_dir, env)
         try:
             _wait_for(f"{portal.url}/healthz", BUSY_MACHINE_SECONDS, processes)
@@ -171,7 +229,9 @@ def screenshot():
 
 def log_in(browser, portal: LivePortal, username: str, *, dark: bool = False):  # noqa: ANN001, ANN201
     """A fresh context (own cookies) logged in through the real login page; returns its page."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900}, color_scheme="dark" if dark else "light")
+    context = browser.new_context(
+        viewport={"width": 1280, "height": 900}, color_scheme="dark" if dark else "light"
+    )
     # Waits are on states (a selector, a status); the timeouts only bound a hang, and are long
     # enough for a machine busy with another portal or test run (issue 30.7).
     context.set_default_timeout(BUSY_MACHINE_SECONDS * 1000)
@@ -197,5 +257,6 @@ def wait_until(page, expression: str, *, timeout: float = BUSY_MACHINE_SECONDS) 
     """Poll a JavaScript expression from here until it is true. Playwright's own wait_for_function
     builds its predicate with eval inside the page, which the portal's Content-Security-Policy
     (script-src 'self', no 'unsafe-eval') rightly refuses; page.evaluate goes through DevTools."""
-    wait_until_true(lambda: page.evaluate(expression), what=f"true in the page: {expression}", timeout=timeout,
-                    every=0.1)
+    wait_until_true(
+        lambda: page.evaluate(expression), what=f"true in the page: {expression}", timeout=timeout, every=0.1
+    )

@@ -19,8 +19,9 @@ LONG_LINE = "A very long line: " + " ".join(["the quick brown fox jumps over the
 RECORDS = [
     'The "nonlocal" statement\n────────\n\nnonlocal_stmt ::= "nonlocal" identifier ("," identifier)*\n\n'
     'The "nonlocal" statement causes the listed identifiers to refer to previously bound variables in the '
-    "nearest enclosing scope excluding globals. It's <important> & \"subtle\".\n\n"
-    "Names listed in a \"nonlocal\" statement must not collide with *pre-existing* bindings in the local_scope.\n\n"
+    'nearest enclosing scope excluding globals. It\'s <important> & "subtle".\n\n'
+    'Names listed in a "nonlocal" statement must not collide with *pre-existing* bindings in the '
+    'local_scope.\n\n'
     "# Not a heading\n\n| a | b |\n|---|---|\n| 1 | 2 |\n\n"
     "```python\ndef outer():\n    x = 1\n    def inner():\n        nonlocal x\n```",
     "Backticks `code` and <b>bold</b> & entities &amp; in \"double\" and 'single' quotes.\n\n"
@@ -36,7 +37,14 @@ SENTENCES = [
 ANSWER = (f"{SENTENCES[0]} {SENTENCES[1]}\n\n| statement | scope |\n|---|---|\n| nonlocal | enclosing |\n\n"
           f"```python\nnonlocal x\n```\n\n{SENTENCES[2]} {SENTENCES[3]}")
 CITATIONS = [
-    {"text": SENTENCES[0], "claim": True, "memories": [0, 1], "scores": [0.9, 0.7], "certainty": 0.9, "unsure": False},
+    {
+        "text": SENTENCES[0],
+        "claim": True,
+        "memories": [0, 1],
+        "scores": [0.9, 0.7],
+        "certainty": 0.9,
+        "unsure": False,
+    },
     {"text": SENTENCES[1], "claim": True, "memories": [0], "scores": [0.7], "certainty": 0.3, "unsure": True},
     {"text": SENTENCES[2], "claim": True, "memories": [], "scores": [0.0], "certainty": 0.8, "unsure": False},
     {"text": SENTENCES[3], "claim": False, "memories": [], "scores": [], "certainty": 1.0, "unsure": False},
@@ -69,8 +77,9 @@ answer = Message.objects.create(conversation=conversation, role="assistant", con
                                 prompt_tokens=120, completion_tokens=60, finish_reason="stop")
 for memory in case["memories"]:
     MessageMemory.objects.create(message=answer, rank=memory["rank"], memory_id=memory["memory_id"],
-                                 memory_key=memory["key"], corpus_name=memory["corpus"], source=memory["source"],
-                                 score=memory["score"], token_count=memory["token_count"], excerpt=memory["excerpt"])
+                                 memory_key=memory["key"], corpus_name=memory["corpus"],
+                                 source=memory["source"], score=memory["score"],
+                                 token_count=memory["token_count"], excerpt=memory["excerpt"])
 """
 
 READ_MEMORIES = """
@@ -94,7 +103,9 @@ def _tricky_corpus(page, live_portal) -> list[dict]:  # noqa: ANN001 - playwrigh
     wait_until(page, "document.querySelectorAll('#upload-list .upload-item.ok').length === 2")
     page.goto(page.url)
     page.get_by_role("button", name="Build index").click()
-    page.wait_for_selector("#builds tbody tr:first-child .pill:text('active')", timeout=BUSY_MACHINE_SECONDS * 1000)
+    page.wait_for_selector(
+        "#builds tbody tr:first-child .pill:text('active')", timeout=BUSY_MACHINE_SECONDS * 1000
+    )
     memories = json.loads(live_portal.shell(READ_MEMORIES, CORPUS="Markup"))
     by_text = {memory["text"]: memory for memory in memories}
     assert set(by_text) == set(RECORDS), "each file is one memory, its text as uploaded"
@@ -107,14 +118,24 @@ def _check_answer(answer, memories: list[dict]) -> None:  # noqa: ANN001 - playw
     assert read["bare"] == read["alone"]
     assert read["tags"] == 0, "no tag of a memory's text became an element"
     shown = answer.locator(".chat-body").inner_text()
-    for memory_text in ("previously bound variables", "word149", "A third paragraph", "chat-cite", "<a ", "title="):
+    for memory_text in (
+        "previously bound variables",
+        "word149",
+        "A third paragraph",
+        "chat-cite",
+        "<a ",
+        "title=",
+    ):
         assert memory_text not in shown
     assert "nonlocal x" in answer.locator(".chat-body pre code").inner_text()
     assert answer.locator(".chat-body table td").all_inner_texts() == ["nonlocal", "enclosing"]
     # Each marker links to its memory and holds the memory's whole text for the hover.
     cites = [mark for mark in read["marks"] if mark["cls"] == "chat-cite"]
-    assert [(c["text"], c["label"]) for c in cites] == [("[1]", "Supported by memory 1"), ("[2]", "Supported by memory 2"),
-                                                        ("[1]", "Supported by memory 1")]
+    assert [(c["text"], c["label"]) for c in cites] == [
+        ("[1]", "Supported by memory 1"),
+        ("[2]", "Supported by memory 2"),
+        ("[1]", "Supported by memory 1"),
+    ]
     by_rank = {0: memories[0], 1: memories[1]}
     for cite, rank in zip(cites, (0, 1, 0), strict=True):
         assert cite["tag"] == "A" and cite["href"] == f"/memory/{by_rank[rank]['id']}/"
@@ -123,25 +144,55 @@ def _check_answer(answer, memories: list[dict]) -> None:  # noqa: ANN001 - playw
     assert others == [("chat-unsure", "unsure"), ("chat-unsupported", "unsupported")]
     # In reading order: [1][2] after the first sentence, [1] unsure after the second, unsupported
     # after the third, nothing after the fourth (not a claim).
-    assert re.search(r"global one\. \[1\]\[2\]\s*It refers to .* its caller\. \[1\]\s+unsure", shown, re.S), shown
+    assert re.search(r"global one\. \[1\]\[2\]\s*It refers to .* its caller\. \[1\]\s+unsure", shown, re.S), (
+        shown
+    )
     assert re.search(r"Python 2\.0\.\s+unsupported\s*See the table\.$", shown.strip(), re.S), shown
     assert answer.locator(".chat-note-grounding").inner_text() == \
         "Partly grounded: 2 of 3 claims supported by its memories, 1 of them unsure (grounding 40 %)"
 
 
-def test_citations_of_memories_full_of_markup_show_as_marks_live_and_after_a_reload(browser, live_portal, screenshot):
-    live_portal.shell("from django.contrib.auth.models import User; import json, os; "
-                      "User.objects.create_user(json.loads(os.environ['NAME']), password=json.loads(os.environ['PASSWORD']))",
-                      NAME=USER, PASSWORD=PASSWORD)
+def test_citations_of_memories_full_of_markup_show_as_marks_live_and_after_a_reload(
+    browser, live_portal, screenshot
+):
+    live_portal.shell(
+        "from django.contrib.auth.models import User; import json, os; "
+        "User.objects.create_user(json.loads(os.environ['NAME']), "
+        "password=json.loads(os.environ['PASSWORD']))",
+        NAME=USER,
+        PASSWORD=PASSWORD,
+    )
     page = log_in(browser, live_portal, USER)
     rows = _tricky_corpus(page, live_portal)
-    memories = [{"rank": rank, "memory_id": row["id"], "url": f"/memory/{row['id']}/", "key": row["key"],
-                 "corpus": "Markup", "source": f"markup-{rank + 1}.jsonl", "score": 800.0 - rank, "token_count": 40,
-                 "excerpt": row["text"]} for rank, row in enumerate(rows)]
-    message = {"id": 99, "role": "assistant", "content": ANSWER, "status": "complete", "error": "",
-               "created": "2026-11-26T12:00:00+00:00", "prompt_tokens": 120, "completion_tokens": 60,
-               "finish_reason": "stop", "memories": memories, "grounding": GROUNDING, "grounding_word": "partly",
-               "citations": CITATIONS}
+    memories = [
+        {
+            "rank": rank,
+            "memory_id": row["id"],
+            "url": f"/memory/{row['id']}/",
+            "key": row["key"],
+            "corpus": "Markup",
+            "source": f"markup-{rank + 1}.jsonl",
+            "score": 800.0 - rank,
+            "token_count": 40,
+            "excerpt": row["text"],
+        }
+        for rank, row in enumerate(rows)
+    ]
+    message = {
+        "id": 99,
+        "role": "assistant",
+        "content": ANSWER,
+        "status": "complete",
+        "error": "",
+        "created": "2026-11-26T12:00:00+00:00",
+        "prompt_tokens": 120,
+        "completion_tokens": 60,
+        "finish_reason": "stop",
+        "memories": memories,
+        "grounding": GROUNDING,
+        "grounding_word": "partly",
+        "citations": CITATIONS,
+    }
     question = "What does the nonlocal statement do?"
 
     def route(ws) -> None:  # noqa: ANN001 - playwright WebSocketRoute
@@ -154,8 +205,19 @@ def test_citations_of_memories_full_of_markup_show_as_marks_live_and_after_a_rel
             ws.send(json.dumps({"type": "chat.memories", "memories": memories, "retrieval_ms": 1.0}))
             for start in range(0, len(ANSWER), 40):
                 ws.send(json.dumps({"type": "chat.delta", "delta": ANSWER[start:start + 40]}))
-            ws.send(json.dumps({"type": "chat.done", "status": "complete", "message": message, "blend_turns": 1,
-                                "grounding": GROUNDING, "grounding_word": "partly", "citations": CITATIONS}))
+            ws.send(
+                json.dumps(
+                    {
+                        "type": "chat.done",
+                        "status": "complete",
+                        "message": message,
+                        "blend_turns": 1,
+                        "grounding": GROUNDING,
+                        "grounding_word": "partly",
+                        "citations": CITATIONS,
+                    }
+                )
+            )
 
         ws.on_message(from_page)
 
@@ -175,8 +237,17 @@ def test_citations_of_memories_full_of_markup_show_as_marks_live_and_after_a_rel
 
     # The same answer stored for the conversation, as the portal stores one: the reload renders it
     # from the page's own data.
-    live_portal.shell(STORE_ANSWER, CASE={"conversation": conversation, "question": question, "answer": ANSWER,
-                                          "grounding": GROUNDING, "citations": CITATIONS, "memories": memories})
+    live_portal.shell(
+        STORE_ANSWER,
+        CASE={
+            "conversation": conversation,
+            "question": question,
+            "answer": ANSWER,
+            "grounding": GROUNDING,
+            "citations": CITATIONS,
+            "memories": memories,
+        },
+    )
     page = log_in(browser, live_portal, USER)
     page.goto(f"{live_portal.url}/chat/{conversation}/")
     stored = page.locator("#chat-messages li.chat-assistant").last

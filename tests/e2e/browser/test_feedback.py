@@ -23,7 +23,8 @@ Message.objects.create(conversation=conversation, role="user", content=case["que
 answer = Message.objects.create(conversation=conversation, role="assistant", content=case["answer"],
                                 status="complete", grounding=0.0, citations=[], model="qwen")
 MessageMemory.objects.create(message=answer, rank=0, memory_key="k", corpus_name="Python docs",
-                             source="reference/simple_stmts.md", score=0.71, token_count=20, excerpt=case["excerpt"])
+                             source="reference/simple_stmts.md", score=0.71, token_count=20,
+                             excerpt=case["excerpt"])
 print(conversation.pk)
 """
 

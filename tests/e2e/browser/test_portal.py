@@ -24,11 +24,14 @@ GUIDE = ("# Volcanoes\n\nVolcanoes erupt when magma from the mantle rises throug
          "## Lava\n\nBasaltic lava flows far; rhyolitic lava is thick and explosive.\n")
 # A second corpus's files: one about Paris too, but not about the storming of the Bastille (several,
 # so that its words have weights: a word in every memory of a corpus has none).
-TRAVEL = {"paris.txt": "Paris travel notes. The Louvre opens at nine; buy tickets online to skip the queue. "
-                       "Walk along the Seine from the Eiffel Tower to Notre-Dame in about an hour.",
-          "rome.txt": "Rome travel notes. The Colosseum sells timed tickets; the Vatican museums close early.",
-          "lisbon.txt": "Lisbon travel notes. Tram 28 climbs to the castle; pastries in Belem are worth the queue."}
-PAGE = "<html><body><h1>Search</h1><p>A binary search halves the remaining interval at every step.</p></body></html>"
+TRAVEL = {
+    "paris.txt": "Paris travel notes. The Louvre opens at nine; buy tickets online to skip the queue. "
+    "Walk along the Seine from the Eiffel Tower to Notre-Dame in about an hour.",
+    "rome.txt": "Rome travel notes. The Colosseum sells timed tickets; the Vatican museums close early.",
+    "lisbon.txt": "Lisbon travel notes. Tram 28 climbs to the castle; pastries in Belem are worth the queue.",
+}
+PAGE = ("<html><body><h1>Search</h1><p>A binary search halves the remaining interval at every "
+        "step.</p></body></html>")
 
 
 def _zip(members: dict[str, str]) -> bytes:
@@ -72,13 +75,20 @@ def test_team_workflow(browser, live_portal, screenshot):
     files = [[name, base64.b64encode(data).decode()] for name, data in FILES.items()]
     assert page.locator("#datasets-empty").is_visible()
     page.evaluate(DROP, [page.locator("#drop-zone").element_handle(), files])
-    wait_until(page, "document.querySelectorAll('#upload-list .upload-item.ok, #upload-list .upload-item.failed')"
-                     ".length === 9")
-    items = {page.locator(".upload-name").nth(i).inner_text(): page.locator(".upload-state").nth(i).inner_text()
-             for i in range(page.locator(".upload-item").count())}
+    wait_until(
+        page,
+        "document.querySelectorAll('#upload-list .upload-item.ok, #upload-list .upload-item.failed')"
+        ".length === 9",
+    )
+    items = {
+        page.locator(".upload-name").nth(i).inner_text(): page.locator(".upload-state").nth(i).inner_text()
+        for i in range(page.locator(".upload-item").count())
+    }
     assert items["history.pdf"] == "history.pdf: PDF, 2 records"
     assert items["biology.docx"].startswith("biology.docx: Word, 1 record")
-    assert items["notes.zip"] == "2 of 2 files stored" and items["notes/fox.txt"].startswith("fox.txt: text, 1 record")
+    assert items["notes.zip"] == "2 of 2 files stored" and items["notes/fox.txt"].startswith(
+        "fox.txt: text, 1 record"
+    )
     assert "unsupported file type '.exe'" in items["tool.exe"]
     assert items["Apache-2.0"].startswith("Apache-2.0: text, 1 record")
     # Stored files show a full bar; a refused one only its reason; the empty state is gone.
@@ -94,7 +104,10 @@ def test_team_workflow(browser, live_portal, screenshot):
         if page.evaluate("document.activeElement.id") == "id_file":
             break
     assert page.evaluate("document.activeElement.id") == "id_file"
-    assert page.evaluate("getComputedStyle(document.querySelector('label[for=id_file]')).outlineStyle") == "solid"
+    assert (
+        page.evaluate("getComputedStyle(document.querySelector('label[for=id_file]')).outlineStyle")
+        == "solid"
+    )
     page.get_by_role("link", name="Show the new datasets").click()
     assert page.locator("#datasets tbody tr").count() == 7
 
@@ -115,7 +128,9 @@ def test_team_workflow(browser, live_portal, screenshot):
     assert seen, "the page never showed the running build"
     # One bar for the whole build: it never goes back when a phase ends and the next begins.
     assert seen == sorted(seen), seen
-    assert page.locator("#builds tbody tr:first-child td").first.inner_text().startswith("#1")  # the corpus's first
+    assert (
+        page.locator("#builds tbody tr:first-child td").first.inner_text().startswith("#1")
+    )  # the corpus's first
     screenshot(page, "04-corpus-built")
 
     # Search: ranked by score, query words marked; the pipeline one click away; a hit opens in full.
@@ -193,7 +208,9 @@ def test_team_workflow(browser, live_portal, screenshot):
     wait_until(page, "document.querySelectorAll('#upload-list .upload-item.ok').length === 3")
     page.goto(page.url)
     page.get_by_role("button", name="Build index").click()
-    page.wait_for_selector("#builds tbody tr:first-child .pill:text('active')", timeout=BUSY_MACHINE_SECONDS * 1000)
+    page.wait_for_selector(
+        "#builds tbody tr:first-child .pill:text('active')", timeout=BUSY_MACHINE_SECONDS * 1000
+    )
     page.get_by_role("link", name="Search", exact=True).first.click()
     page.get_by_label("Query").fill("storming of the Bastille and the Louvre in Paris")
     page.get_by_role("button", name="Search").click()
@@ -209,8 +226,11 @@ def test_team_workflow(browser, live_portal, screenshot):
 
     # The admin's lists of what was just made fit 1280 px, with human numbers.
     staff = log_in(browser, live_portal, STAFF)
-    for path, name in (("/admin/corpus/indexbuild/", "14-admin-builds"), ("/admin/corpus/dataset/", "15-admin-datasets"),
-                       ("/admin/corpus/corpus/", "16-admin-corpora")):
+    for path, name in (
+        ("/admin/corpus/indexbuild/", "14-admin-builds"),
+        ("/admin/corpus/dataset/", "15-admin-datasets"),
+        ("/admin/corpus/corpus/", "16-admin-corpora"),
+    ):
         staff.goto(f"{live_portal.url}{path}")
         assert staff.evaluate("document.documentElement.scrollWidth") <= 1280, path
         # The list itself fits its box: no column hidden behind a horizontal scroll bar.
@@ -226,11 +246,16 @@ def test_chat_streams_and_stops(browser, live_portal, screenshot):
     page.goto(f"{live_portal.url}/chat/")
     page.get_by_role("button", name="Start a conversation").click()
     page.wait_for_selector("#chat-connection[data-state=open]")
-    page.get_by_label("Message").fill("Write a long story about a lighthouse keeper and the sea, in many paragraphs.")
+    page.get_by_label("Message").fill(
+        "Write a long story about a lighthouse keeper and the sea, in many paragraphs."
+    )
     page.get_by_role("button", name="Send").click()
     answer = page.locator("#chat-messages li.chat-streaming .chat-body")
-    wait_until(page, "(() => { const b = document.querySelector('#chat-messages li.chat-streaming .chat-body');"
-                     " return b && b.textContent.trim().length > 20; })()")
+    wait_until(
+        page,
+        "(() => { const b = document.querySelector('#chat-messages li.chat-streaming .chat-body');"
+        " return b && b.textContent.trim().length > 20; })()",
+    )
     streamed = answer.inner_text()
     page.get_by_role("button", name="Stop generating").click()
     stopped = page.locator("#chat-messages li[data-status=stopped]")
@@ -279,7 +304,10 @@ def test_a_rewind_replaces_the_streamed_echo(browser, live_portal, screenshot):
     page.get_by_label("Message").fill("Say hello to the team in one short sentence.")
     page.get_by_role("button", name="Send").click()
     streaming = "document.querySelector('#chat-messages li.chat-streaming .chat-body')"
-    wait_until(page, f"(() => {{ const b = {streaming}; return b && b.textContent.trim() === {json.dumps(REWOUND)}; }})()")
+    wait_until(
+        page,
+        f"(() => {{ const b = {streaming}; return b && b.textContent.trim() === {json.dumps(REWOUND)}; }})()",
+    )
     screenshot(page, "13-chat-rewound")
     # Wait for the whole answer to be held (the route's callbacks run while the page is waited on),
     # then let it through in two steps: the deltas, which append to the kept text, and chat.done,
@@ -293,7 +321,9 @@ def test_a_rewind_replaces_the_streamed_echo(browser, live_portal, screenshot):
     assert deltas, "the answer ended within two deltas: ask for a longer one"
     for message in deltas:
         state["page_side"].send(message)
-    wait_until(page, f"(() => {{ const b = {streaming}; return b && b.textContent.length > {len(REWOUND)}; }})()")
+    wait_until(
+        page, f"(() => {{ const b = {streaming}; return b && b.textContent.length > {len(REWOUND)}; }})()"
+    )
     assert page.locator("#chat-messages li.chat-streaming .chat-body").inner_text().startswith(REWOUND)
     for message in held:
         if message not in deltas:
@@ -312,8 +342,14 @@ def test_api_docs_render_under_the_content_security_policy(browser, live_portal,
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     page = context.new_page()
     violations: list[str] = []
-    page.on("console", lambda message: violations.append(message.text)
-            if "Content Security Policy" in message.text or "Content-Security-Policy" in message.text else None)
+    page.on(
+        "console",
+        lambda message: (
+            violations.append(message.text)
+            if "Content Security Policy" in message.text or "Content-Security-Policy" in message.text
+            else None
+        ),
+    )
     page.goto(f"{live_portal.url}/api/docs/")
     operation = page.locator(".opblock-summary", has_text="/api/v1/chat/completions").first
     operation.wait_for(timeout=BUSY_MACHINE_SECONDS * 1000)
@@ -340,15 +376,46 @@ def test_citations_link_to_memories_and_unsupported_sentences_say_so(browser, li
     memory = {"rank": 0, "memory_id": 7, "url": "/memory/7/", "key": "k", "corpus": "Guides",
               "source": "volcanoes.md", "score": 812.0, "token_count": 20, "excerpt": CITED}
     grounding = (0.95 + 0.3) / 3
-    message = {"id": 99, "role": "assistant", "content": f"{CITED} {UNSURE} {UNSUPPORTED}", "status": "complete",
-               "error": "", "created": "2026-11-25T12:00:00+00:00", "prompt_tokens": 50, "completion_tokens": 20,
-               "finish_reason": "stop", "memories": [memory], "grounding": grounding, "grounding_word": "partly",
-               "citations": [{"text": CITED, "claim": True, "memories": [0], "scores": [1.0], "certainty": 0.95,
-                              "unsure": False},
-                             {"text": UNSURE, "claim": True, "memories": [0], "scores": [0.6], "certainty": 0.3,
-                              "unsure": True},
-                             {"text": UNSUPPORTED, "claim": True, "memories": [], "scores": [0.0], "certainty": 0.9,
-                              "unsure": False}]}
+    message = {
+        "id": 99,
+        "role": "assistant",
+        "content": f"{CITED} {UNSURE} {UNSUPPORTED}",
+        "status": "complete",
+        "error": "",
+        "created": "2026-11-25T12:00:00+00:00",
+        "prompt_tokens": 50,
+        "completion_tokens": 20,
+        "finish_reason": "stop",
+        "memories": [memory],
+        "grounding": grounding,
+        "grounding_word": "partly",
+        "citations": [
+            {
+                "text": CITED,
+                "claim": True,
+                "memories": [0],
+                "scores": [1.0],
+                "certainty": 0.95,
+                "unsure": False,
+            },
+            {
+                "text": UNSURE,
+                "claim": True,
+                "memories": [0],
+                "scores": [0.6],
+                "certainty": 0.3,
+                "unsure": True,
+            },
+            {
+                "text": UNSUPPORTED,
+                "claim": True,
+                "memories": [],
+                "scores": [0.0],
+                "certainty": 0.9,
+                "unsure": False,
+            },
+        ],
+    }
 
     def route(ws) -> None:  # noqa: ANN001 - playwright WebSocketRoute
         def from_page(text: str) -> None:
@@ -359,9 +426,19 @@ def test_citations_link_to_memories_and_unsupported_sentences_say_so(browser, li
                 "grounding": None, "grounding_word": "", "citations": []}}))
             ws.send(json.dumps({"type": "chat.memories", "memories": [memory], "retrieval_ms": 1.0}))
             ws.send(json.dumps({"type": "chat.delta", "delta": message["content"]}))
-            ws.send(json.dumps({"type": "chat.done", "status": "complete", "message": message, "blend_turns": 1,
-                                "grounding": grounding, "grounding_word": "partly",
-                                "citations": message["citations"]}))
+            ws.send(
+                json.dumps(
+                    {
+                        "type": "chat.done",
+                        "status": "complete",
+                        "message": message,
+                        "blend_turns": 1,
+                        "grounding": grounding,
+                        "grounding_word": "partly",
+                        "citations": message["citations"],
+                    }
+                )
+            )
 
         ws.on_message(from_page)
 

@@ -47,18 +47,45 @@ def sso_portal(oidc_provider: OidcProvider) -> Iterator[LivePortal]:
     log_dir.mkdir(parents=True)
     env = {key: value for key, value in os.environ.items()
            if key not in ("DATABASE_URL", "REDIS_URL", "CHROMA_URL") and not key.startswith("OIDC_")}
-    env.update({"DJANGO_SETTINGS_MODULE": "hdrag_site.settings", "HDRAG_ENV": "development", "DATA_DIR": str(data_dir),
-                "LLM_BASE_URL": "http://127.0.0.1:9", "PYTHONPATH": str(ROOT), "INDEX_ON_UPLOAD": "0",
-                **oidc_provider.portal_env(OIDC_BLOCKED_GROUPS="contractors", OIDC_ADMIN_GROUPS="portal-admins")})
-    subprocess.run([sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"], cwd=ROOT, env=env, check=True,
-                   timeout=300)
+    env.update(
+        {
+            "DJANGO_SETTINGS_MODULE": "hdrag_site.settings",
+            "HDRAG_ENV": "development",
+            "DATA_DIR": str(data_dir),
+            "LLM_BASE_URL": "http://127.0.0.1:9",
+            "PYTHONPATH": str(ROOT),
+            "INDEX_ON_UPLOAD": "0",
+            **oidc_provider.portal_env(OIDC_BLOCKED_GROUPS="contractors", OIDC_ADMIN_GROUPS="portal-admins"),
+        }
+    )
+    subprocess.run(
+        [sys.executable, "manage.py", "migrate", "--noinput", "-v", "0"],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        timeout=300,
+    )
     portal = LivePortal(oidc_provider.portal_url, data_dir, log_dir, env)
     portal.shell(SETUP, PASSWORD=PASSWORD)
     port = oidc_provider.portal_url.rsplit(":", 1)[1]
     with open(log_dir / "web.log", "wb") as log:
-        web = subprocess.Popen([sys.executable, "-m", "uvicorn", "hdrag_site.asgi:application", "--host", "127.0.0.1",
-                                "--port", port], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
-                               start_new_session=True)
+        web = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "uvicorn",
+                "hdrag_site.asgi:application",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                port,
+            ],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         try:
             _wait_for(f"{portal.url}/healthz", BUSY_MACHINE_SECONDS, [web])
@@ -103,7 +130,9 @@ def test_groups_from_the_claim_open_and_close_a_corpus_and_logout_ends_the_provi
     page = context.new_page()
     callbacks: list[str] = []
     authorizations: list[str] = []
-    page.on("request", lambda request: callbacks.append(request.url) if CALLBACK_PATH in request.url else None)
+    page.on(
+        "request", lambda request: callbacks.append(request.url) if CALLBACK_PATH in request.url else None
+    )
     page.on("request", lambda request: authorizations.append(request.url)
             if request.url.startswith(f"{oidc_provider.issuer}/auth?") else None)
     _sign_in(page, sso_portal, oidc_provider, "dana")
@@ -113,16 +142,28 @@ def test_groups_from_the_claim_open_and_close_a_corpus_and_logout_ends_the_provi
     assert page.get_by_text("Owner private notes").count() == 0
     # PKCE (the provider requires it, and would refuse the code without its verifier); groups synced.
     assert "code_challenge_method=S256" in authorizations[0] and "code_challenge=" in authorizations[0]
-    assert _shell_value(sso_portal, "sorted(User.objects.get(username='dana').groups.values_list('name', flat=True))") \
+    assert (
+        _shell_value(
+            sso_portal, "sorted(User.objects.get(username='dana').groups.values_list('name', flat=True))"
+        )
         == "['reading-club', 'research']"
+    )
 
     # The same in the API (the browser's session) and on the build-progress websocket.
     api = page.evaluate("async () => (await (await fetch('/api/v1/corpora/')).json())")
     names = [corpus["name"] for corpus in api["results"]]
     assert "Research notes" in names and "Owner private notes" not in names
-    ids = {name: int(value) for name, value in (line.split("=") for line in _shell_value(
-        sso_portal, "'\\n'.join(f'{c.name}={c.pk}' for c in __import__('corpus.models').models.Corpus.objects.all())"
-    ).splitlines())}
+    ids = {
+        name: int(value)
+        for name, value in (
+            line.split("=")
+            for line in _shell_value(
+                sso_portal,
+                "'\\n'.join(f'{c.name}={c.pk}' for c in "
+                "__import__('corpus.models').models.Corpus.objects.all())",
+            ).splitlines()
+        )
+    }
     socket_codes = page.evaluate("""async (ids) => Promise.all(ids.map((id) => new Promise((resolve) => {
         const socket = new WebSocket(`ws://${location.host}/ws/corpora/${id}/builds/`);
         const timer = setTimeout(() => { socket.close(); resolve("open"); }, 1500);
@@ -154,8 +195,12 @@ def test_groups_from_the_claim_open_and_close_a_corpus_and_logout_ends_the_provi
     _sign_in(page, sso_portal, oidc_provider, "dana")
     page.wait_for_url(f"{sso_portal.url}/")
     assert page.get_by_text("Research notes").count() == 0
-    assert _shell_value(sso_portal, "sorted(User.objects.get(username='dana').groups.values_list('name', flat=True))") \
+    assert (
+        _shell_value(
+            sso_portal, "sorted(User.objects.get(username='dana').groups.values_list('name', flat=True))"
+        )
         == "['reading-club']"
+    )
     context.close()
 
 
@@ -184,7 +229,9 @@ def test_an_unverified_email_does_not_take_over_the_local_account(
 
 def test_a_verified_email_links_the_local_account(
         browser, sso_portal: LivePortal, oidc_provider: OidcProvider) -> None:  # noqa: ANN001
-    oidc_provider.set_user("frank-at-idp", password=IDP_PASSWORD, email="frank@example.com", email_verified=True)
+    oidc_provider.set_user(
+        "frank-at-idp", password=IDP_PASSWORD, email="frank@example.com", email_verified=True
+    )
     context = _context(browser)
     page = context.new_page()
     _sign_in(page, sso_portal, oidc_provider, "frank-at-idp")
@@ -202,9 +249,14 @@ def test_a_blocked_group_is_refused_and_deactivates_tokens(
     _sign_in(page, sso_portal, oidc_provider, "gil")
     page.wait_for_url(f"{sso_portal.url}/")
     assert _shell_value(sso_portal, "User.objects.get(username='gil').is_staff") == "True"
-    token = _shell_value(sso_portal, "__import__('accounts.services.tokens').services.tokens.api_token_create("
-                                     "user=User.objects.get(username='gil'), name='ci')[1]")
-    request = urllib.request.Request(f"{sso_portal.url}/api/v1/corpora/", headers={"Authorization": f"Bearer {token}"})
+    token = _shell_value(
+        sso_portal,
+        "__import__('accounts.services.tokens').services.tokens.api_token_create("
+        "user=User.objects.get(username='gil'), name='ci')[1]",
+    )
+    request = urllib.request.Request(
+        f"{sso_portal.url}/api/v1/corpora/", headers={"Authorization": f"Bearer {token}"}
+    )
     assert urllib.request.urlopen(request, timeout=30).status == 200
 
     oidc_provider.set_user("gil", password=IDP_PASSWORD, email="gil@example.com", email_verified=True,

@@ -163,7 +163,8 @@ def test_cli_migrates_an_embedded_store_and_reports_failures(tmp_path):
             "-c",
             "import numpy as np, sys; from engine.multivector import ChromaClient;"
             "s = ChromaClient(path=sys.argv[1]);"
-            "s.add_visual_embedding('d', 1, np.ones((3, 768), np.float32), {'filename': 'f', 'source_path': '/f'})",
+            "s.add_visual_embedding('d', 1, np.ones((3, 768), np.float32), {'filename': 'f', 'source_path': "
+            "'/f'})",
             str(path),
         ],
         cwd=REPO,
