@@ -49,9 +49,13 @@ def test_a_zip_of_mail_and_code_is_built_and_found_with_places(corpus, owner, me
                                                                 django_capture_on_commit_callbacks):
     archive = zip_bytes({"inbox/plan.eml": plan_eml(),
                          "inbox/archive.mbox": archive_mbox(tmp_path / "a.mbox"),
-                         "src/dataset_chunks.py": CODE.read_bytes()})
+                         "src/dataset_chunks.py": CODE.read_bytes(),
+                         "inbox/draft.eml": (ROOT / "README.md").read_bytes()})  # not a mail: refused alone
     outcomes = datasets_upload(corpus=corpus, user=owner, files=[SimpleUploadedFile("team.zip", archive)])
-    assert {o.name: o.dataset.format for o in outcomes} == {
+    refused = {o.name: o.error for o in outcomes if o.dataset is None}
+    assert list(refused) == ["inbox/draft.eml"]
+    assert "should hold an e-mail message" in refused["inbox/draft.eml"]
+    assert {o.name: o.dataset.format for o in outcomes if o.dataset is not None} == {
         "inbox/plan.eml": "eml", "inbox/archive.mbox": "mbox", "src/dataset_chunks.py": "code"}
     build = build_now(corpus, owner, django_capture_on_commit_callbacks)
     assert build.status == "succeeded"
