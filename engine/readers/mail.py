@@ -114,7 +114,7 @@ def sniff_msg(head: bytes, suffix: str) -> bool:
 def _header(message: EmailMessage, name: str) -> str:
     try:
         return " ".join(str(message.get(name) or "").split())
-    except (ValueError, TypeError, IndexError):  # a header too malformed for its parser
+    except (ValueError, TypeError, IndexError, AttributeError):  # a header its parser trips over
         return ""
 
 

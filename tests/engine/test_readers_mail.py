@@ -214,3 +214,12 @@ def test_a_mailbox_over_its_time_cap_stops_with_the_reason(tmp_path):
     write_mbox(path, ["01", "04"])
     with pytest.raises(DocumentError, match=r"reading stopped at message \d of 2: over the 0 s"):
         list(read_mbox(path, ReadOptions(max_seconds=0)))
+
+
+@pytest.mark.parametrize("sender", [b"<", b"a@["])  # headers the stdlib's parser raises on
+def test_a_header_the_parser_trips_over_is_left_empty_and_the_message_read(tmp_path, sender):
+    path = tmp_path / "mangled.eml"
+    path.write_bytes(real("01").replace(b"From: bbb@ddd.com (John X. Doe)", b"From: " + sender))
+    (part,) = read_eml(path, ReadOptions())
+    assert part.text.strip() == "Hi,\n\nDo you like this message?\n\n-Me" and part.place["mail_from"] == ""
+    assert part.place["subject"] == "This is a test message"
