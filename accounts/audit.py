@@ -45,6 +45,7 @@ ACTIONS = {
     "source_synced": "synced a source",
     "source_deleted": "deleted a source",
     "document_deleted": "deleted a document",
+    "source_readers_changed": "changed who reads a source's documents",
     "conversation_exported": "exported a conversation",
     "admin_change": "changed a user or group in the admin",
 }

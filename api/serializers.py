@@ -8,12 +8,12 @@ from django.contrib.auth.models import Group
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from api.places import ResultPlaceFields, RowPlaceFields
 from chat.models import MAX_TOKEN_BUDGET, Message
 from chat.serializers import CitationSerializer, MessageSerializer
 from chat.services import MAX_MESSAGE_CHARS
 from corpus.corpus_settings import CorpusSetting, settings_declared
 from corpus.models import Corpus
-from corpus.serializers import BuildSerializer
 
 
 class ErrorDetailSerializer(serializers.Serializer):
@@ -118,42 +118,6 @@ class CorpusSerializer(serializers.Serializer):
         return sorted(g.pk for g in corpus.writable_groups.all())
 
 
-class DatasetSerializer(serializers.Serializer):
-    id = serializers.IntegerField()
-    corpus = serializers.IntegerField(source="corpus_id")
-    name = serializers.CharField()
-    size = serializers.IntegerField(help_text="Bytes.")
-    sha256 = serializers.CharField()
-    format = serializers.CharField()
-    record_count = serializers.IntegerField()
-    record_count_exact = serializers.BooleanField()
-    enabled = serializers.BooleanField()
-    uploaded_at = serializers.DateTimeField()
-    memory_count = serializers.IntegerField(required=False, help_text="Memories of the active build from it.")
-
-
-class DatasetUploadSerializer(serializers.Serializer):
-    file = serializers.FileField(help_text="JSON, JSONL, Parquet, text, Markdown, HTML or XML; UTF-8.")
-    replace = serializers.BooleanField(default=False, help_text=(
-        "Replace the corpus's dataset of the same name: the old one serves until the new one is indexed, "
-        "then leaves searches in the same step."))
-
-
-class DatasetUpdateSerializer(serializers.Serializer):
-    enabled = serializers.BooleanField(help_text="Disabled datasets are left out of searches at once.")
-
-
-class DatasetUploadedSerializer(DatasetSerializer):
-    index_job = BuildSerializer(
-        allow_null=True,
-        help_text=(
-            "The job that makes the upload searchable without a click (its first build, or an append): poll "
-            "`GET /api/v1/builds/{id}/` until `searchable`. Null when the corpus does not index uploads at "
-            "once, or when another job of the corpus runs: its end queues the append."
-        ),
-    )
-
-
 def _int_list(value: str, name: str) -> list[int]:
     items = [item.strip() for item in value.split(",") if item.strip()]
     if not all(item.isdigit() and len(item) <= 18 for item in items) or len(items) > 1000:
@@ -194,7 +158,7 @@ class MultiSearchQuerySerializer(SearchQuerySerializer):
         return _int_list(value, "corpora")
 
 
-class CompletionMemorySerializer(serializers.Serializer):
+class CompletionMemorySerializer(ResultPlaceFields):
     """A memory that primed an OpenAI-compatible completion: a search result's where and how much."""
 
     id = serializers.IntegerField(source="memory.memory_id", allow_null=True,
@@ -243,7 +207,7 @@ class SearchResponseSerializer(serializers.Serializer):
     results = MemoryResultSerializer(many=True)
 
 
-class MemorySerializer(serializers.Serializer):
+class MemorySerializer(RowPlaceFields):
     id = serializers.IntegerField()
     key = serializers.CharField(source="content_hash")
     corpus = serializers.IntegerField(source="corpus_id")

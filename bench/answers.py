@@ -4,6 +4,7 @@
                             [--max-tokens 1024] [--budget 512] [--rounds 3] [--out ANSWERS.jsonl]
     python -m bench.answers --set jargon --rescore ANSWERS.jsonl   # the grounding report again, no model
     python -m bench.answers --set jargon --meaning --retrieval-only   # facts primed, meaning on and off
+    python -m bench.answers --chains [--split dev|held-out|all] [--arms whole,lead]   # multi-turn, paired
 
 What runs: a corpus built by the real build service into a temporary SQLite portal, one real
 llama.cpp server on the chat model (default: the packaged instruction-tuned model), and
@@ -54,6 +55,10 @@ both arms in turn, in one run, against one corpus and one server. Beside each ar
 prints, per mode, the discordant answers (grounded in one arm only) and the exact two-sided sign
 test on them: sampling moves one unpaired round's grounded rate by several points, so a change of
 prompt or setting is judged on the questions it turns, not on two rates taken apart.
+
+`--chains` is the multi-turn mode (`bench.answer_chains`): chains of three questions in one
+conversation over the demo corpus, unrelated and follow-ups, each later turn under several history
+policies (`engine.llm.history`), paired against today's whole exchanges in the same run.
 """
 
 from __future__ import annotations
@@ -138,7 +143,17 @@ def _parse() -> argparse.Namespace:
     )
     parser.add_argument("--versus", action="append", default=[], metavar="KEY=VALUE", type=_setting,
                         help="a second arm, paired: these settings over --config's; repeatable")
+    parser.add_argument("--chains", action="store_true",
+                        help="multi-turn: chains of three questions over the demo corpus, each later turn "
+                             "under every --arms history policy, paired against today's "
+                             "(bench.answer_chains)")
+    parser.add_argument("--split", choices=("dev", "held-out", "all"), default="dev",
+                        help="with --chains: which chains")
+    parser.add_argument("--arms", default="whole,lead,questions,last",
+                        help="with --chains: history policies to compare (bench.answer_chains.ARMS)")
     args = parser.parse_args()
+    if args.chains and (args.set != "demo" or args.versus or args.meaning):
+        parser.error("--chains runs on the demo set, without --versus or --meaning")
     if args.rounds < 1:
         parser.error("--rounds must be at least 1")
     if args.meaning and args.set == "demo":
@@ -298,17 +313,24 @@ async def ask(user, corpus_id: int, question: str, *, use_memory: bool, budget: 
     from channels.db import database_sync_to_async
 
     from chat.services import conversation_create
-    from chat.turns import run_turn
 
     options = {"token_budget": budget} if budget else {}
     conversation = await database_sync_to_async(conversation_create)(
         user=user, corpus_ids=[corpus_id], use_memory=use_memory, temperature=temperature, **options)
+    return await answer_in(user, conversation.pk, question, use_memory=use_memory)
+
+
+async def answer_in(user, conversation_id: int, question: str, *,  # noqa: ANN001
+                    use_memory: bool = True) -> dict:
+    """One turn of `question` in the conversation, through `chat.turns.run_turn`, as a row."""
+    from chat.turns import run_turn
+
     events: list[dict] = []
 
     async def emit(event: dict) -> None:
         events.append(event)
 
-    result = await run_turn(conversation_id=conversation.pk, user_id=user.pk, content=question, emit=emit)
+    result = await run_turn(conversation_id=conversation_id, user_id=user.pk, content=question, emit=emit)
     final = events[-1]
     memories = next((e["memories"] for e in events if e["type"] == "chat.memories"), [])
     usage = result.usage
@@ -321,6 +343,9 @@ async def ask(user, corpus_id: int, question: str, *, use_memory: bool, budget: 
         "answer": result.content,
         "status": result.status,
         "grounding": done.get("grounding"),
+        "grounding_word": done.get("grounding_word"),
+        "citations": done.get("citations") or [],
+        "memory_sources": [m.get("source") for m in memories],
         "finish_reason": (final.get("message") or {}).get("finish_reason", ""),
         "error": final.get("error", ""),
         "ttft": first,
@@ -648,6 +673,11 @@ def main() -> int:
         saved = [
             json.loads(line) for line in args.rescore.read_text(encoding="utf-8").splitlines() if line.strip()
         ]
+        if args.chains:
+            from bench.answer_chains import chain_report
+
+            chain_report(saved)
+            return 0
         for arm in dict.fromkeys(row.get("arm", "") for row in saved):
             print(f"\n{args.rescore} ({args.set}){f', arm {arm}' if arm else ''}:")
             grounding_report({mode: [r for r in saved if r.get("arm", "") == arm and r["memory"] == use]
@@ -673,8 +703,21 @@ def main() -> int:
         )
         portal_setup(Path(data_dir), server.base_url, args.max_tokens, args.config)
         user, corpus_id = build_corpus(make_corpus)
-        asyncio.run(run(args, user, corpus_id, questions, Path(data_dir) / "engine.yaml"))
+        if args.chains:
+            asyncio.run(chains(args, user, corpus_id, Path(data_dir) / "engine.yaml"))
+        else:
+            asyncio.run(run(args, user, corpus_id, questions, Path(data_dir) / "engine.yaml"))
     return 0
+
+
+async def chains(args: argparse.Namespace, user, corpus_id: int, config_file: Path) -> None:  # noqa: ANN001
+    """The multi-turn mode (`bench.answer_chains`): run, report, and write the rows to `--out`."""
+    from bench.answer_chains import chain_report, run_chains, show_answers
+
+    await ask(user, corpus_id, "Hello!", use_memory=False, budget=args.budget, temperature=args.temperature)
+    rows = await run_chains(args, user, corpus_id, config_file)  # written to --out chain by chain
+    show_answers(rows, args.show)
+    chain_report(rows)
 
 
 if __name__ == "__main__":

@@ -19,6 +19,12 @@ settings at the full size:
 
     .venv/bin/python -m bench.search --real-text --queries 50 --dir .cache/bench
 
+`--filter-half` also times the search with a dataset filter that leaves about half the rows (the
+rows of the documents a person may read: `corpus.document_access`), paired with no filter, and
+checks that the filtered top 10 are all allowed rows:
+
+    .venv/bin/python -m bench.search --docs 200000 --queries 20 --filter-half
+
 `--segments 10` then searches the same rows cut into 10 segments (`engine.segments`, appends not
 yet merged): equal segments, and a base with nine small appends, against the one index:
 
@@ -160,6 +166,9 @@ def main() -> None:
     parser.add_argument("--real-text", action="store_true", help="real text and real questions (see above)")
     parser.add_argument("--sizes", default="50000,100000,200000",
                         help="--real-text: subset sizes measured besides the full index")
+    parser.add_argument("--filter-half", action="store_true",
+                        help="also search with a dataset filter that leaves about half the rows (a person's "
+                             "readable documents, corpus.document_access), paired with no filter")
     parser.add_argument("--segments", type=int, default=0,
                         help="also search the corpus cut into this many segments (engine.segments), "
                              "against the same corpus in one, the baseline")
@@ -173,6 +182,8 @@ def main() -> None:
         index, qp, qn = real_text(args)
     else:
         index, qp, qn = synthetic(args)
+    if args.filter_half:
+        filter_comparison(index, qp, qn)
     if args.segments > 1:
         segments_comparison(index, qp, qn, args.dir, args.segments)
     print(f"\nload average   : {' '.join(f'{x:.2f}' for x in os.getloadavg())} (end)")
@@ -325,6 +336,46 @@ def real_text(args: argparse.Namespace) -> tuple[BitmapIndex, np.ndarray, np.nda
         )
     sampled_grid(index, qp, qn)
     return index, qp, qn
+
+
+def half_sources(index: BitmapIndex) -> frozenset[int]:
+    """Source ids (datasets) that together hold about half the rows, largest first."""
+    ids, counts = np.unique(index.source_ids, return_counts=True)
+    chosen, rows = set(), 0
+    for source, count in sorted(zip(ids.tolist(), counts.tolist(), strict=True), key=lambda item: -item[1]):
+        if rows + count <= index.count / 2 or not chosen:
+            chosen.add(source)
+            rows += count
+    return frozenset(chosen)
+
+
+def filter_comparison(index: BitmapIndex, qp: np.ndarray, qn: np.ndarray,
+                      k: int = RETRIEVER_CANDIDATES) -> None:
+    """The search (`search_auto`) with a dataset filter leaving about half the rows against none,
+    query by query in alternating order (a loaded machine slows both alike); the filtered top 10
+    must all be allowed rows, and its recall is against the exact filtered scan."""
+    allowed = half_sources(index)
+    kept = np.isin(index.source_ids, np.fromiter(allowed, dtype=np.int64))
+    index.search_auto(qp[0], qn[0], k)
+    index.search_auto(qp[0], qn[0], k, allowed_sources=allowed)
+    plain_ms, filtered_ms, recalls, readable = [], [], {False: [], True: []}, True
+    for q in range(len(qp)):
+        for filtered in ((False, True) if q % 2 == 0 else (True, False)):
+            sources = allowed if filtered else None
+            started = time.perf_counter()
+            rows, _ = index.search_auto(qp[q], qn[q], k, allowed_sources=sources)
+            (filtered_ms if filtered else plain_ms).append((time.perf_counter() - started) * 1e3)
+            readable &= not filtered or (bool(kept[rows[:10]].all()) and len(rows) >= 10)
+            exact, _ = index.search_exact(qp[q], qn[q], 10, allowed_sources=sources)
+            recalls[filtered].append(_recall(rows[:10], exact[:10]))
+    plain, half = np.median(plain_ms), np.median(filtered_ms)
+    print(f"\n== dataset filter leaving {kept.mean():.1%} of {index.count} rows (sources {sorted(allowed)}), "
+          f"k = {k}, {len(qp)} queries, paired ==")
+    print(f"no filter      : p50 {plain:.1f} ms, p95 {np.percentile(plain_ms, 95):.1f} ms")
+    print(f"half the rows  : p50 {half:.1f} ms, p95 {np.percentile(filtered_ms, 95):.1f} ms "
+          f"(p50 ratio {half / plain:.2f})")
+    print(f"top 10         : all allowed rows: {readable}; recall@10 vs the exact scan with the same filter: "
+          f"{np.mean(recalls[True]):.3f} filtered, {np.mean(recalls[False]):.3f} unfiltered")
 
 
 def row_range_index(index: BitmapIndex, directory: Path, start: int, stop: int) -> BitmapIndex:

@@ -9,7 +9,7 @@ import re
 from accounts.audit import audit_record
 from chat.citations import cited_markdown
 from chat.models import Conversation, Message
-from chat.selectors import conversation_messages
+from chat.selectors import conversation_messages, unreadable_memories
 from engine.citations import grounding_word
 
 SHAREGPT_ROLES = {Message.Role.USER: "human", Message.Role.ASSISTANT: "gpt"}
@@ -70,10 +70,13 @@ def _quote(text: str) -> str:
 def conversation_export_markdown(*, conversation: Conversation) -> str:
     """The conversation as Markdown, with each answer's citations (the numbers of the memories
     that support a sentence, "(unsure)" after them where the model was unsure of its words, or
-    "(unsupported)"), its grounding and its priming memories (source, score)."""
+    "(unsupported)"), its grounding and its priming memories (source, score). A memory the owner
+    may no longer read is named (corpus, source) but not quoted."""
     lines = [f"# {conversation.title}", "", f"_Exported conversation {conversation.pk}, "
              f"started {conversation.created:%Y-%m-%d %H:%M} UTC._", ""]
-    for message in conversation_messages(conversation=conversation):
+    messages = list(conversation_messages(conversation=conversation))
+    unreadable = unreadable_memories(conversation=conversation, messages=messages)
+    for message in messages:
         speaker = "You" if message.role == Message.Role.USER else "Assistant"
         status = (
             "" if message.status == Message.Status.COMPLETE else f" ({message.get_status_display().lower()})"
@@ -98,10 +101,15 @@ def conversation_export_markdown(*, conversation: Conversation) -> str:
         if memories:
             lines += ["<details><summary>Memories</summary>", ""]
             for memory in memories:
+                source = ", ".join(part for part in (memory.source, memory.place) if part)
                 where = (
-                    " / ".join(part for part in (memory.corpus_name, memory.source) if part)
+                    " / ".join(part for part in (memory.corpus_name, source) if part)
                     or "unknown source"
                 )
+                if memory.memory_id in unreadable:
+                    lines.append(f"{memory.rank + 1}. **{_plain(where)}** (score {memory.score:g}): "
+                                 "_(no longer readable by you: not quoted)_")
+                    continue
                 excerpt = " ".join(memory.excerpt.split())[:280]
                 lines.append(
                     f"{memory.rank + 1}. **{_plain(where)}** (score {memory.score:g}): {_plain(excerpt)}"

@@ -118,10 +118,11 @@ class MessageMemory(models.Model):
     """A memory that primed an answer, with a snapshot that outlives rebuilds of its corpus.
 
     `memory` points at the memory row while it exists; `memory_key` (the engine's content hash),
-    `corpus_name`, `source`, `excerpt` and `score` keep what the user saw after it is gone.
+    `corpus_name`, `source`, `place`, `excerpt` and `score` keep what the user saw after it is gone.
     """
 
     EXCERPT_CHARS = 2000
+    PLACE_CHARS = 300
 
     message = models.ForeignKey(Message, on_delete=models.CASCADE, related_name="memories")
     rank = models.PositiveIntegerField()
@@ -134,6 +135,9 @@ class MessageMemory(models.Model):
     score = models.FloatField()
     token_count = models.PositiveIntegerField(default=0)
     excerpt = models.TextField(blank=True)
+    place = models.CharField(
+        max_length=PLACE_CHARS, blank=True,
+        help_text='Where in its document it came from, in words ("page 12"; engine.places).')
 
     class Meta:
         ordering = ["message", "rank"]

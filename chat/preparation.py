@@ -24,6 +24,7 @@ from chat.selectors import conversation_history
 from core import runtime
 from core.errors import ApplicationError
 from engine.bits import compress_context
+from engine.llm.history import follow_up_query, history_for_prompt
 from engine.llm.prompt import PromptPlan, Role, assemble_prompt
 from engine.llm.sampling import GenerationSettings
 from engine.query import BlendState
@@ -84,7 +85,8 @@ def turn_memories(*, user: AbstractBaseUser, state: ConversationState, question:
 def turn_prepare(*, user: AbstractBaseUser, state: ConversationState, question: str, waiting: bool = False,
                  model: str = "", affinity: object = None) -> PreparedTurn:
     """Retrieve for `question` as `user` and assemble the prompt: the system prompt, the history
-    that fits, and the new user turn carrying the memories that fit (each compressed with
+    the engine's `history_policy` lets in (`engine.llm.history`) as far as it fits, and the new
+    user turn carrying the memories that fit (each compressed with
     `compress_context`). A turn `waiting` for the LLM gets at most `LLM_BUSY_TOKEN_BUDGET` memory
     tokens (when set, `clients.memory_budget`): a shorter prompt is a shorter prefill for it and for
     every turn behind it. Tokens are counted in `model`'s own (the LLM model that answers, the pool's
@@ -108,12 +110,14 @@ def turn_prepare(*, user: AbstractBaseUser, state: ConversationState, question: 
             requested=clients.memory_budget(state.token_budget, waiting=waiting),
         )
         if search_budget > 0:
-            results = turn_memories(user=user, state=state, question=question, token_budget=search_budget)
+            query = follow_up_query(state.history, question) if config.follow_up_query else question
+            results = turn_memories(user=user, state=state, question=query, token_budget=search_budget)
     retrieval = time.perf_counter() - started
     texts = [r.memory.text for r in results]
     if state.compress_context:
         texts = [compress_context(text) for text in texts]
-    plan = assemble_prompt(system_prompt=system_prompt, history=state.history, user_message=question,
+    history = history_for_prompt(state.history, config.history_policy)
+    plan = assemble_prompt(system_prompt=system_prompt, history=history, user_message=question,
                            memories=texts, tokenizer=tokenizer, budget=budget)
     return PreparedTurn(question=question, plan=plan, memories=results[:plan.memories_used],
                         retrieval_seconds=retrieval, generation=generation, loop_retries=config.loop_retries)

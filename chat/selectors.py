@@ -7,6 +7,9 @@ from django.db.models import QuerySet
 from django.http import Http404
 
 from chat.models import Conversation, Message
+from corpus.document_access import hidden_dataset_ids
+from corpus.models import Memory
+from corpus.selectors import corpora_visible_to
 
 
 def conversations_for_user(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[Conversation]:
@@ -63,3 +66,19 @@ def message_with_memories(*, message_id: int) -> Message:
 
 def conversation_latest(*, user: AbstractBaseUser | AnonymousUser) -> Conversation | None:
     return conversations_for_user(user=user).first()
+
+
+def unreadable_memories(*, conversation: Conversation, messages: list[Message]) -> set[int]:
+    """The memory rows that primed `messages` which the conversation's owner may no longer read:
+    its corpus no longer shared with him, or its document given readers he is not among
+    (`corpus.document_access`). A memory whose row is gone (its build deleted) keeps its snapshot."""
+    ids = {m.memory_id for message in messages for m in message.memories.all() if m.memory_id is not None}
+    if not ids:
+        return set()
+    user = conversation.owner
+    rows = list(Memory.objects.filter(pk__in=ids).order_by().values_list("pk", "corpus_id", "dataset_id"))
+    corpora = {corpus for _, corpus, _ in rows}
+    readable = set(corpora_visible_to(user).filter(pk__in=corpora).values_list("pk", flat=True))
+    hidden = hidden_dataset_ids(user, readable)
+    return {pk for pk, corpus, dataset in rows
+            if corpus not in readable or dataset in hidden.get(corpus, frozenset())}

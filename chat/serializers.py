@@ -11,7 +11,9 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from chat.models import AnswerFeedback, Conversation, Message, MessageMemory
+from chat.selectors import unreadable_memories
 from engine.citations import grounding_word
+from engine.places import place_label
 from memory.services import MemoryResult
 
 EXCERPT_PREVIEW_CHARS = 600
@@ -53,9 +55,16 @@ class MessageMemorySerializer(serializers.Serializer):
     score = serializers.FloatField()
     token_count = serializers.IntegerField()
     excerpt = serializers.CharField(allow_blank=True)
+    place = serializers.CharField(allow_blank=True, help_text=(
+        'Where in its document it came from, in words: "page 12", "slide 4"; empty when none is known.'))
+    document_url = serializers.SerializerMethodField(help_text=(
+        "The document view at its passage (through GET /memory/{id}/document/); empty once its row is gone."))
 
     def get_url(self, memory: MessageMemory) -> str:
         return reverse("memory:detail", args=[memory.memory_id]) if memory.memory_id else ""
+
+    def get_document_url(self, memory: MessageMemory) -> str:
+        return reverse("memory:in_document", args=[memory.memory_id]) if memory.memory_id else ""
 
 
 class CitationSerializer(serializers.Serializer):
@@ -143,7 +152,12 @@ class MessageSerializer(serializers.Serializer):
     def get_memories(self, message: Message) -> list[dict[str, Any]]:
         if message.role != Message.Role.ASSISTANT:
             return []
-        return MessageMemorySerializer(message.memories.all(), many=True).data
+        memories = list(message.memories.all())
+        # A memory its owner may no longer read (`chat.selectors.unreadable_memories`): named, not quoted.
+        hidden = unreadable_memories(conversation=message.conversation, messages=[message])
+        return [item if memory.memory_id not in hidden else {**item, "excerpt": "", "url": ""}
+                for memory, item in zip(memories, MessageMemorySerializer(memories, many=True).data,
+                                        strict=True)]
 
     @extend_schema_field(FeedbackSerializer(allow_null=True))
     def get_feedback(self, message: Message) -> dict[str, Any] | None:
@@ -173,6 +187,7 @@ def memory_result_json(result: MemoryResult, *, rank: int) -> dict[str, Any]:
             score=result.hdc_score,
             token_count=result.memory.token_count,
             excerpt=result.memory.text[: MessageMemory.EXCERPT_CHARS],
+            place=place_label(result.memory.metadata)[: MessageMemory.PLACE_CHARS],
         )
     ).data
 

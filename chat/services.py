@@ -25,6 +25,7 @@ from core.errors import ApplicationError
 from corpus.models import Memory
 from corpus.selectors import corpora_visible_to
 from engine.llm.stream import Usage
+from engine.places import place_label
 from engine.query import BlendState
 from memory.services import MemoryResult
 
@@ -237,6 +238,7 @@ def _memory_rows(results: Sequence[MemoryResult], message: Message) -> list[Mess
                 score=result.hdc_score,
                 token_count=memory.token_count,
                 excerpt=memory.text[: MessageMemory.EXCERPT_CHARS],
+                place=place_label(memory.metadata)[: MessageMemory.PLACE_CHARS],
             )
         )
     return rows

@@ -29,6 +29,7 @@ class CorpusConfig(AppConfig):
         from core import sockets  # noqa: F401 - closes a session's sockets at logout
         from core.metrics import REGISTRY
         from corpus import (
+            document_access,  # noqa: F401 - keeps Dataset.restricted true to its readers
             signals,  # noqa: F401 - connects the receivers
             tasks,  # noqa: F401 - registers the build task in every process (queued by name)
         )

@@ -127,9 +127,10 @@ SETTINGS: tuple[CorpusSetting, ...] = (
         "so searches fuse HDC with late interaction. Costs up to ~0.5 MB per memory in Chroma.",
         rebuild=True),
     CorpusSetting(
-        "meaning_channel", "Meaning channel", bool, False,
-        "Also read each memory with a small sentence encoder (all-MiniLM-L6-v2) at build time, so a "
-        "question worded unlike the text still finds it. Slow to build: tens of memories a second.",
+        "meaning_channel", "Meaning channel", bool, True,
+        "Also read each memory with a small sentence encoder (all-MiniLM-L6-v2), so a question worded "
+        "unlike the text still finds it. In the background after a build: the corpus is searchable by "
+        "HDC and words at once, by meaning as its segments are read (tens of memories a second).",
         rebuild=True),
     CorpusSetting(
         "append_on_upload", "Index uploads at once", bool, True,
@@ -165,6 +166,6 @@ def settings_refusals(values: Mapping[str, Any], *, changed: set[str]) -> dict[s
     if values.get("meaning_channel") and values.get("late_interaction"):
         # Not a setting's own check: which of the two the owner gives up is his choice.
         refusals.setdefault("meaning_channel", []).append(
-            "The meaning channel ranks after the exact-word channel, which a late-interaction corpus "
-            "does not have: choose one of the two.")
+            "The meaning channel (on by default) ranks after the exact-word channel, which a "
+            "late-interaction corpus does not have: choose one of the two.")
     return refusals

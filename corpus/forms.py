@@ -10,20 +10,17 @@ from corpus.templatetags.portal import seconds
 
 
 def meaning_cost(corpus: Corpus | None) -> str:
-    """What turning the meaning channel on costs `corpus` (its active build's memories; per 1,000
-    for a corpus not built yet), in words for the settings form."""
+    """What the meaning channel costs `corpus` (its active build's memories; per 1,000 for a corpus
+    not built yet: the encoder's time after each build, in the background), in words for the form."""
     rate, measured = meaning_rate()
-    how = "as measured by the last build that read one here" if measured else "estimated for two cores"
+    how = "as measured by the last segment read here" if measured else "estimated for two cores"
     memories = corpus.active_build.documents if corpus is not None and corpus.active_build_id else 0
     if memories:
-        return (
-            f"For this corpus's {memories:,} memories: about {seconds(memories / rate)} more per build at "
-            f"{rate:,.0f} memories/s ({how}), and {memories * MEANING_BYTES_PER_MEMORY / 1e6:,.1f} MB more."
-        )
-    return (
-        f"About {seconds(1000 / rate)} more of build per 1,000 memories at {rate:,.0f} memories/s ({how}), "
-        f"and {MEANING_BYTES_PER_MEMORY} bytes a memory."
-    )
+        return (f"For this corpus's {memories:,} memories: about {seconds(memories / rate)} of reading in "
+                f"the background after each build at {rate:,.0f} memories/s ({how}), and "
+                f"{memories * MEANING_BYTES_PER_MEMORY / 1e6:,.1f} MB more.")
+    return (f"About {seconds(1000 / rate)} of reading in the background per 1,000 memories at "
+            f"{rate:,.0f} memories/s ({how}), and {MEANING_BYTES_PER_MEMORY} bytes a memory.")
 
 
 class CorpusForm(forms.ModelForm):

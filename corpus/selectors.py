@@ -112,7 +112,16 @@ def _part_for_user(model: type[Dataset] | type[IndexBuild], user: User, pk: int,
 
 
 def get_dataset_for_user(user: User, pk: int, *, write: bool = False) -> Dataset:
-    return _part_for_user(Dataset, user, pk, write=write, missing="No such dataset.")
+    """The dataset (a document), by its corpus's rule and its own readers (`corpus.document_access`):
+    Http404 for a document `user` may not read, as for a missing one."""
+    from corpus.document_access import hidden_dataset_ids  # it stands on this module
+
+    dataset = _part_for_user(Dataset, user, pk, write=False, missing="No such dataset.")
+    hidden = hidden_dataset_ids(user, [dataset.corpus_id]) if dataset.restricted else {}
+    if dataset.pk in hidden.get(dataset.corpus_id, ()):
+        raise Http404("No such dataset.")
+    _check_write(user, dataset.corpus, write)
+    return dataset
 
 
 def get_build_for_user(user: User, pk: int, *, write: bool = False) -> IndexBuild:
@@ -124,10 +133,15 @@ def corpus_list_for_user(user: User) -> QuerySet[Corpus]:
             .annotate(dataset_count=Count("datasets", distinct=True)).order_by("name", "id"))
 
 
-def corpus_datasets(*, corpus: Corpus) -> list[Dataset]:
+def corpus_datasets(*, corpus: Corpus, user: User | None = None) -> list[Dataset]:
     """Datasets with `memory_count`: memories of the searchable state (the active build and its
-    appends) that came from each."""
-    datasets = list(corpus.datasets.select_related("uploaded_by").order_by("name", "id"))
+    appends) that came from each; given `user`, only the documents he may read."""
+    from corpus.document_access import hidden_dataset_ids  # it stands on this module
+
+    hidden = hidden_dataset_ids(user, [corpus.pk]).get(corpus.pk, ()) if user is not None else ()
+    datasets = list(corpus.datasets.select_related("uploaded_by")
+                    .prefetch_related("reader_users", "reader_groups")
+                    .exclude(pk__in=hidden).order_by("name", "id"))
     counts = memory_counts_by_dataset(build_ids=corpus.serving_build_ids)
     for dataset in datasets:
         dataset.memory_count = counts.get(dataset.pk, 0)

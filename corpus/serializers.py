@@ -34,6 +34,10 @@ class BuildSerializer(serializers.Serializer):
     # are searchable (until a later full build replaces it, holding them too).
     searchable = serializers.SerializerMethodField(
         help_text="Its documents are searchable (it succeeded and serves).")
+    # Read by meaning after it serves (corpus.services.meaning_jobs); searchable by HDC and words before.
+    meaning = serializers.SerializerMethodField(help_text=(
+        "Its memories read by the meaning channel: status ('' none, pending, running, done, failed), "
+        "memories read of all, the encoder's rate (memories/s) and the seconds left at that rate."))
 
     @extend_schema_field(serializers.FloatField())
     def get_rate(self, build: IndexBuild) -> float:
@@ -42,3 +46,9 @@ class BuildSerializer(serializers.Serializer):
     @extend_schema_field(serializers.BooleanField())
     def get_searchable(self, build: IndexBuild) -> bool:
         return build.status == IndexBuild.Status.SUCCEEDED
+
+    @extend_schema_field(serializers.DictField())
+    def get_meaning(self, build: IndexBuild) -> dict:
+        return {"status": build.meaning, "done": build.meaning_done, "total": build.meaning_total,
+                "rate": round(build.meaning_rate, 1) if build.meaning_rate else None,
+                "seconds_left": build.meaning_seconds_left, "error": build.meaning_error}

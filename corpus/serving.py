@@ -178,20 +178,41 @@ def state_word_index(state: LoadedIndex):  # WordIndex | SegmentedWordIndex | No
     return together(state, word_index_for)
 
 
+def _meaning_files(segments: tuple[LoadedIndex, ...]) -> tuple[int, ...]:
+    """Each segment's meaning file as it is now (its mtime in ns; 0: none yet)."""
+    from engine.meaning import MEANING_FILE
+
+    stamps = []
+    for segment in segments:
+        try:
+            stamps.append((Path(segment.build_dir) / MEANING_FILE).stat().st_mtime_ns)
+        except FileNotFoundError:
+            stamps.append(0)
+    return tuple(stamps)
+
+
+_meaning_stamps: dict[tuple[str, ...], tuple[int, ...]] = {}
+
+
 def state_meaning(state: LoadedIndex):  # engine.meaning.MeaningChannel | None
     """The meaning channel of a state (`engine.meaning`): its segments' rows joined in row order and
-    read into memory once (388 bytes a memory); None when a segment wrote none."""
+    read into memory once (388 bytes a memory), a segment not read by meaning yet as rows without
+    a score (`MeaningIndex.partial`), loaded again when a segment's file appears; None when no
+    segment has rows."""
     from engine.meaning import MeaningChannel, MeaningIndex
 
     segments = state.segments or (state,)
+    key, stamps = tuple(str(segment.build_dir) for segment in segments), _meaning_files(segments)
+    if _meaning_stamps.get(key, stamps) != stamps:
+        _meanings.drop(lambda cached: cached != key)
+    _meaning_stamps[key] = stamps
 
     def load() -> MeaningIndex | None:
-        parts = [MeaningIndex.for_build(segment.build_dir) for segment in segments]
-        if any(part is None for part in parts):
-            return None
-        return parts[0] if len(parts) == 1 else MeaningIndex.joined(parts)
+        parts = [MeaningIndex.for_build(segment.build_dir) if stamp else None
+                 for segment, stamp in zip(segments, stamps, strict=True)]
+        return MeaningIndex.partial(parts, [segment.count for segment in segments])
 
-    index = _meanings.get(tuple(str(segment.build_dir) for segment in segments), load)
+    index = _meanings.get(key, load)
     if index is not None and index.count != state.count:
         raise ValueError(f"meaning rows: {index.count} for a state of {state.count} memories")
     return MeaningChannel(index) if index is not None else None
@@ -209,6 +230,8 @@ def forget_build(build_dir: str | Path) -> None:
     _late_interactions.drop(lambda cached: cached[0] != key)
     _word_indexes.drop(lambda cached: cached != key)
     _meanings.drop(lambda cached: key not in cached)
+    for stamped in [stamped for stamped in list(_meaning_stamps) if key in stamped]:
+        _meaning_stamps.pop(stamped, None)
 
 
 def forget_vanished_builds() -> None:

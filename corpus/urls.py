@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from corpus import sharing_views, views
+from corpus import document_views, sharing_views, views
 from corpus.sources import views as source_views
 
 app_name = "corpus"
@@ -21,8 +21,14 @@ urlpatterns = [
     path("<int:pk>/builds/status.json", views.build_status, name="build_status"),
     path("<int:pk>/store/", views.store_document_list, name="store_documents"),
     path("<int:pk>/store/delete/", views.store_document_remove, name="store_document_delete"),
+    path("<int:pk>/documents/<int:document_id>/", document_views.document_view, name="document"),
+    path("<int:pk>/documents/<int:document_id>/pages/<int:page>.png", document_views.document_page,
+         name="document_page"),
+    path("<int:pk>/documents/<int:document_id>/original/", document_views.document_original,
+         name="document_original"),
     path("datasets/<int:pk>/toggle/", views.dataset_toggle, name="dataset_toggle"),
     path("datasets/<int:pk>/delete/", views.dataset_remove, name="dataset_delete"),
+    path("datasets/<int:pk>/readers/", views.dataset_readers, name="dataset_readers"),
     path("builds/<int:pk>/cancel/", views.build_stop, name="build_cancel"),
     path("<int:pk>/sources/", source_views.source_add, name="source_add"),
     path("<int:pk>/sources/status.json", source_views.source_status, name="source_status"),

@@ -14,9 +14,10 @@ from django.views.decorators.http import require_GET, require_POST
 from accounts.services.groups import groups_shareable_by
 from core.errors import ApplicationError
 from core.flash import flash
+from corpus.document_access import dataset_readers_set, readers_named
 from corpus.forms import CorpusForm, DatasetUploadForm
 from corpus.integrity import corpus_files_report
-from corpus.models import Corpus, IndexBuild
+from corpus.models import Corpus, Dataset, IndexBuild
 from corpus.quotas import storage_usage
 from corpus.selectors import (
     build_state,
@@ -41,6 +42,7 @@ from corpus.services.corpora import (
     dataset_discard,
     dataset_set_enabled,
 )
+from corpus.services.meaning_jobs import meaning_state
 from corpus.services.multivector import StoreUnavailable, store_document_delete, store_documents, store_stats
 from corpus.services.sharing import corpus_access_list
 from corpus.sources.selectors import corpus_sources
@@ -125,7 +127,7 @@ def _detail(request: HttpRequest, corpus, upload_form: DatasetUploadForm, status
     segments = state_segments(corpus)
     context = {
         "corpus": corpus,
-        "datasets": corpus_datasets(corpus=corpus),
+        "datasets": corpus_datasets(corpus=corpus, user=request.user),
         "builds": builds,
         "segments": segments,
         "serving": set(corpus.serving_build_ids),
@@ -133,6 +135,7 @@ def _detail(request: HttpRequest, corpus, upload_form: DatasetUploadForm, status
         "merge_due": merge_due(corpus),
         "segment_limit": settings.SEGMENT_LIMIT,
         "merge_percent": settings.SEGMENT_MERGE_PERCENT,
+        "meaning": meaning_state(corpus.pk),
         "can_write": corpus_can_write(user=request.user, corpus=corpus),
         "can_manage": corpus_can_manage(user=request.user, corpus=corpus),
         "upload_form": upload_form,
@@ -234,6 +237,22 @@ def dataset_toggle(request: HttpRequest, pk: int) -> HttpResponse:
     dataset_set_enabled(dataset=dataset, enabled=request.POST.get("enabled") == "1")
     state = "enabled" if dataset.enabled else "disabled"
     messages.success(request, f"{dataset.name} {state} for search.")
+    return redirect("corpus:detail", pk=dataset.corpus_id)
+
+
+def _readers_set(dataset: Dataset, users: str, groups: str) -> Dataset:
+    named_users, named_groups = readers_named(users=users.split(","), groups=groups.split(","))
+    return dataset_readers_set(dataset=dataset, users=named_users, groups=named_groups)
+
+
+@require_POST
+def dataset_readers(request: HttpRequest, pk: int) -> HttpResponse:
+    """The document's own readers, from its row on the corpus page (owner and writers)."""
+    dataset = get_dataset_for_user(request.user, pk, write=True)
+    users, groups = request.POST.get("users", ""), request.POST.get("groups", "")
+    flash(request, lambda: _readers_set(dataset, users, groups),
+          lambda done: f"{done.name}: " + ("read by the readers named." if done.restricted
+                                           else "read by the corpus's readers."))
     return redirect("corpus:detail", pk=dataset.corpus_id)
 
 

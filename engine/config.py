@@ -71,6 +71,8 @@ CONFIG_BOUNDS: dict[str, Bounds] = {
     "chunk_size": Bounds(8),
     "loop_retries": Bounds(0, 3),
 }
+# What of the earlier turns may enter a prompt (engine.llm.history).
+HISTORY_POLICIES = ("whole", "lead", "questions", "last")
 _CONFIG_RANGES: tuple[Range, ...] = tuple((name, bounds.allows, bounds.wording)
                                           for name, bounds in CONFIG_BOUNDS.items())
 
@@ -128,9 +130,19 @@ class Config:
     # words (engine.citations). A server that sends none leaves the support alone to decide.
     answer_logprobs: bool = True
     system_prompt: str = field(default=DEFAULT_SYSTEM_PROMPT)
+    # What of the earlier turns enters the prompt (engine.llm.history): "whole" exchanges, each
+    # answer's "lead" (before its first code block, its first sentences), the "questions" only, or
+    # the "last" exchange; chosen on bench/answers.py --chains (docs/answer-measurements.md).
+    history_policy: str = "lead"
+    # Search for a follow-up with the previous question before it ("and how do I write them back?"
+    # names nothing); off, each turn searches with its own question only.
+    follow_up_query: bool = False
 
     def __post_init__(self) -> None:
         check_ranges(self, _CONFIG_RANGES)
+        if self.history_policy not in HISTORY_POLICIES:
+            raise ValueError(f"history_policy must be one of {', '.join(HISTORY_POLICIES)}, "
+                             f"got {self.history_policy!r}")
 
     def replace(self, **changes: Any) -> Config:
         return dataclasses.replace(self, **changes)

@@ -5,7 +5,8 @@
   hybrid candidates), are re-scored by the channel and fused with their HDC scores under the
   target's rule (`engine.fusion.fuse_scores`); the rest follow in HDC order.
 * `SECOND` (meaning): the order so far, its first `FUSION_DEPTH` and the channel's own best rows,
-  fused by rank with the channel's scores under the target's rule.
+  fused by rank with the channel's scores under the target's rule; a row the channel has no score
+  for (a segment not read by meaning yet) keeps its place in the order so far.
 
 Each stage leaves `fused` = 1 / (60 + rank) on every candidate of a target it reordered. A channel
 that is unavailable (`ChannelUnavailable`) is left out: the order so far stands.
@@ -99,6 +100,18 @@ def first_stage(targets: Sequence[SearchTarget], bound: Sequence[ChannelQuery | 
     return by_target
 
 
+def _unscored_in_place(head: list[Candidate], scores: np.ndarray, fused: np.ndarray) -> list[Candidate]:
+    """`head` in the `fused` order, except that each candidate the channel did not score (nan: a row
+    of a segment not read by meaning yet) keeps its place in the order so far: the channel reorders
+    the rows it has among themselves, and the rest stay where HDC and the words put them."""
+    order = np.argsort(-fused, kind="stable")
+    unscored = np.isnan(scores)
+    if not unscored.any():
+        return [head[i] for i in order]
+    scored = iter(int(i) for i in order if not unscored[i])
+    return [head[i] if unscored[i] else head[next(scored)] for i in range(len(head))]
+
+
 def second_stage(targets: Sequence[SearchTarget], bound: Sequence[ChannelQuery | None],
                  orders: dict[int, list[Candidate]], vectors: Vectors) -> dict[int, list[Candidate]] | None:
     """`orders` (each target's candidates so far, best first; a target HDC found nothing in may have
@@ -121,9 +134,9 @@ def second_stage(targets: Sequence[SearchTarget], bound: Sequence[ChannelQuery |
             continue
         added = {c.row for c in extra}
         for c, score in zip(head, scores.tolist(), strict=True):
-            c.meaning = float(score)
+            c.meaning = None if np.isnan(score) else float(score)  # nan: a row not read by meaning yet
         fused = fuse_scores(-np.arange(len(head), dtype=np.float64), scores, rule=target.rule(channel.name))
-        out[number] = [head[i] for i in np.argsort(-fused, kind="stable")]
+        out[number] = _unscored_in_place(head, np.asarray(scores, dtype=np.float64), fused)
         out[number] += [c for c in tail if c.row not in added]
         _ranked(out[number])
         moved = True

@@ -184,6 +184,10 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_TASK_DEFAULT_QUEUE = envstr("CELERY_QUEUE", "hdrag")
+# The meaning channel's background reading (corpus.services.meaning_jobs): a queue and a worker of
+# its own (Procfile's "meaning"), so its hours of encoding never hold a build's or an append's slot.
+CELERY_MEANING_QUEUE = f"{CELERY_TASK_DEFAULT_QUEUE}-meaning"
+CELERY_TASK_ROUTES = {"corpus.tasks.encode_meaning": {"queue": CELERY_MEANING_QUEUE}}
 CELERY_TASK_ALWAYS_EAGER = envbool("CELERY_TASK_ALWAYS_EAGER", False)
 CELERY_TASK_EAGER_PROPAGATES = True
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -252,6 +256,8 @@ BUILD_STALE_SECONDS = envint("BUILD_STALE_SECONDS", 300, minimum=10)
 # SEGMENT_LIMIT segments, or when its appends hold more than SEGMENT_MERGE_PERCENT % of the
 # documents of its full build (how far frozen statistics may drift; docs/segments.md measures it).
 INDEX_ON_UPLOAD = envbool("INDEX_ON_UPLOAD", True)
+# A new corpus reads by meaning (its setting `meaning_channel`) unless this is 0 or it has late interaction.
+MEANING_CHANNEL_DEFAULT = envbool("MEANING_CHANNEL_DEFAULT", True)
 SEGMENT_LIMIT = envint("SEGMENT_LIMIT", 10, minimum=1)
 SEGMENT_MERGE_PERCENT = envint("SEGMENT_MERGE_PERCENT", 25, minimum=1)
 # Several machines (corpus.object_store): unset, uploads and builds stay under DATA_DIR;

@@ -5,16 +5,19 @@ from __future__ import annotations
 from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.http import Http404
 
+from corpus.document_access import document_readable
 from corpus.models import Memory
 from corpus.selectors import corpora_visible_to
 
 
 def get_memory_for_user(user: AbstractBaseUser | AnonymousUser, pk: int) -> Memory:
-    """A memory of a corpus `user` may read, or Http404 (outsiders cannot tell it from a missing one).
+    """A memory of a corpus and a document `user` may read, or Http404 (outsiders cannot tell it
+    from a missing one).
     Memories of old builds stay readable while their rows exist (a chat may cite them)."""
     memory = (Memory.objects.filter(pk=pk, corpus__in=corpora_visible_to(user))
               .select_related("corpus", "dataset", "build").first())
-    if memory is None:
+    # A document with readers of its own hides its memories from the corpus's other readers.
+    if memory is None or (memory.dataset is not None and not document_readable(user, memory.dataset)):
         raise Http404("No such memory.")
     return memory
 

@@ -1,7 +1,8 @@
 """Memory search: the read side of the memory rows that builds write (`corpus.memory_rows`).
 
 Search applies access control before retrieval: only corpora the user may read, with an active
-build, are loaded and searched, and only their enabled datasets pass the index's source filter.
+build, are loaded and searched, and only their enabled datasets that the user may read
+(`corpus.document_access`) pass the index's source filter, inside the scan.
 Loaded builds, retrievers and late-interaction encoders and scorers are the process's, in `corpus.serving`.
 A result is a `MemoryResult`: the engine's `SearchResult` and where the memory lives in the portal.
 """
@@ -19,6 +20,7 @@ from core.errors import ApplicationError
 from core.metrics import SEARCH_SECONDS
 from corpus import serving
 from corpus.build_parameters import BuildParameters
+from corpus.document_access import hidden_dataset_ids
 from corpus.memory_rows import StateMemoryStore
 from corpus.models import Corpus, Dataset, IndexBuild
 from corpus.segment_cache import segment_path
@@ -134,13 +136,10 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
     appended = [int(i) for c in corpora for i in c.active_appends or []]
     appends = IndexBuild.objects.in_bulk(appended) if appended else {}
     chosen = None if dataset_ids is None else {int(i) for i in dataset_ids}
-    # (corpus, dataset, name, enabled) rows: one plain query (prefetching model instances cost more).
-    datasets = list(Dataset.objects.filter(corpus__in=[c.pk for c in corpora]).order_by()
-                    .values_list("corpus_id", "pk", "name", "enabled"))
+    datasets, searched = _searched_datasets(user, corpora, chosen)
     targets = []
     for corpus in corpora:
-        enabled = frozenset(pk for owner, pk, _, on in datasets
-                            if owner == corpus.pk and on and (chosen is None or pk in chosen))
+        enabled = searched.get(corpus.pk, frozenset())
         targets.append(_search_target(corpus, built=params[corpus.pk], appends=appends, enabled=enabled,
                                       gguf_path=gguf_path))
     with serving.search_slot():
@@ -154,8 +153,25 @@ def memories_search(*, user: AbstractBaseUser | AnonymousUser, corpus_ids: Itera
             )
     late_kinds = {int(target.name): LATE_KINDS[first.name] for target in targets
                   if (first := target.channel(FIRST)) is not None}
-    return _memory_results(results, corpora=corpora, dataset_names={pk: name for _, pk, name, _ in datasets},
+    return _memory_results(results, corpora=corpora, dataset_names={pk: name for _, pk, name, *_ in datasets},
                            late_kinds=late_kinds)
+
+
+def _searched_datasets(user: AbstractBaseUser | AnonymousUser, corpora: list[Corpus], chosen: set[int] | None
+                       ) -> tuple[list[tuple], dict[int, frozenset[int]]]:
+    """The corpora's (corpus, dataset, name, enabled, restricted) rows, in one plain query
+    (prefetching model instances cost more), and per corpus the datasets the scan lets through:
+    enabled, `chosen` (None: all), and readable by `user`. Only corpora holding documents with
+    readers of their own ask who may read them (`corpus.document_access`, this request only)."""
+    datasets = list(Dataset.objects.filter(corpus__in=[c.pk for c in corpora]).order_by()
+                    .values_list("corpus_id", "pk", "name", "enabled", "restricted"))
+    hidden = hidden_dataset_ids(user, {owner for owner, *_, restricted in datasets if restricted}) \
+        if any(row[4] for row in datasets) else {}
+    searched: dict[int, set[int]] = {}
+    for owner, pk, _, on, _ in datasets:
+        if on and pk not in hidden.get(owner, ()) and (chosen is None or pk in chosen):
+            searched.setdefault(owner, set()).add(pk)
+    return datasets, {owner: frozenset(pks) for owner, pks in searched.items()}
 
 
 def _readable_corpora(user: AbstractBaseUser | AnonymousUser, *, corpus_ids: Iterable[int],

@@ -56,6 +56,13 @@ def directory_bytes(path: str) -> int:
     return sum(f.stat().st_size for f in root.rglob("*") if f.is_file()) if root.is_dir() else 0
 
 
+def _dataset_names(corpus: Corpus) -> dict[int, str]:
+    """The corpus's dataset names by id, the same for every reader: a document with readers of its
+    own is not named (`corpus.document_access`)."""
+    return {pk: f"document #{pk} (own readers)" if restricted else name
+            for pk, name, restricted in corpus.datasets.values_list("pk", "name", "restricted")}
+
+
 def corpus_stats(*, corpus: Corpus, sample_rows: int = SAMPLE_ROWS, seed: int = 0) -> dict[str, Any]:
     """Numbers and SVG charts for `corpus.active_build`; {"empty": True} when there is none."""
     build = corpus.active_build
@@ -86,7 +93,7 @@ def corpus_stats(*, corpus: Corpus, sample_rows: int = SAMPLE_ROWS, seed: int = 
     cosine_counts, cosine_labels = _histogram(pairs, 40, (-1.0, 1.0)) if pairs.size else ([], [])
     tokens_counts, tokens_labels = _token_histogram(token_counts)
     by_dataset = memory_counts_by_dataset(build_ids=[build.pk])
-    datasets = {d.pk: d.name for d in corpus.datasets.all()}
+    datasets = _dataset_names(corpus)
     per_dataset = top_and_others({datasets.get(pk, f"dataset #{pk}"): n for pk, n in by_dataset.items()})
     total_seconds = ((build.finished - build.started).total_seconds()
                      if build.finished and build.started else None)

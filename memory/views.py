@@ -6,10 +6,11 @@ from __future__ import annotations
 import time
 
 from django.http import HttpRequest, HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET
 
 from core.errors import ApplicationError
+from corpus.documents import document_url
 from corpus.selectors import corpora_visible_to, get_corpus_for_user
 from corpus.sources.selectors import dataset_source_document
 from memory.forms import SearchForm
@@ -108,6 +109,17 @@ def memory_detail(request: HttpRequest, pk: int) -> HttpResponse:
         "memory": memory, "before": before, "after": after, "query": request.GET.get("q", "")[:2000],
         "serving": memory.build_id in memory.corpus.serving_build_ids,
         "at_source": dataset_source_document(dataset_id=memory.dataset_id)})
+
+
+@require_GET
+def memory_in_document(request: HttpRequest, pk: int) -> HttpResponse:
+    """The document view at a memory's passage (what a chat citation links to: a stored answer keeps
+    only the memory's id); the memory's own page when its document is gone."""
+    memory = get_memory_for_user(request.user, pk)
+    if memory.dataset_id is None:
+        return redirect("memory:detail", pk=memory.pk)
+    return redirect(document_url(corpus_id=memory.corpus_id, document_id=memory.dataset_id,
+                                 memory_id=memory.pk))
 
 
 @require_GET

@@ -53,3 +53,16 @@ def docx_bytes(paragraphs: list[str], table: list[list[str]] | None = None) -> b
     out = io.BytesIO()
     document.save(out)
     return out.getvalue()
+
+
+def written_pdf_bytes(pages: list[list[str]]) -> bytes:
+    """A PDF written by a real PDF writer (fpdf2), one page per entry, each line a paragraph of text."""
+    from fpdf import FPDF
+
+    pdf = FPDF(format="A4")
+    pdf.set_font("Helvetica", size=12)
+    for lines in pages:
+        pdf.add_page()
+        for line in lines:
+            pdf.multi_cell(0, 8, line, new_x="LMARGIN", new_y="NEXT")
+    return bytes(pdf.output())

@@ -10,16 +10,19 @@ from rest_framework.parsers import MultiPartParser
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from api.parsers import PayloadTooLarge
-from api.serializers import (
-    CorpusSerializer,
-    CorpusWriteSerializer,
+from api.dataset_serializers import (
     DatasetSerializer,
     DatasetUpdateSerializer,
     DatasetUploadedSerializer,
     DatasetUploadSerializer,
 )
+from api.parsers import PayloadTooLarge
+from api.serializers import (
+    CorpusSerializer,
+    CorpusWriteSerializer,
+)
 from api.views.base import PAGE_PARAMETERS, ApiView, errors, id_path, page_of
+from corpus.document_access import dataset_readers_on_upload, dataset_readers_set, readers_named
 from corpus.models import Corpus, Dataset
 from corpus.selectors import (
     corpus_can_manage,
@@ -126,7 +129,7 @@ class DatasetList(ApiView):
     )
     def get(self, request: Request, corpus_id: int) -> Response:
         corpus = get_corpus_for_user(request.user, corpus_id)
-        return self.paginated(corpus_datasets(corpus=corpus), DatasetSerializer)
+        return self.paginated(corpus_datasets(corpus=corpus, user=request.user), DatasetSerializer)
 
     @extend_schema(
         operation_id="datasets_upload",
@@ -147,12 +150,13 @@ class DatasetList(ApiView):
             raise PayloadTooLarge(refused)
         serializer = DatasetUploadSerializer(data=data)
         serializer.is_valid(raise_exception=True)
-        dataset = dataset_upload(
-            corpus=corpus,
-            user=request.user,
-            uploaded_file=serializer.validated_data["file"],
-            replace=serializer.validated_data["replace"],
-        )
+        given = serializer.validated_data
+        # Named readers are checked before the file is stored: a wrong name stores nothing.
+        users, groups = readers_named(users=given.get("reader_users", "").split(","),
+                                      groups=given.get("reader_groups", "").split(","))
+        dataset = dataset_upload(corpus=corpus, user=request.user, uploaded_file=given["file"],
+                                 replace=given["replace"])
+        dataset = dataset_readers_on_upload(dataset=dataset, users=users, groups=groups)
         dataset.memory_count = 0
         job = index_after_upload(corpus=corpus, user=request.user)
         if job is not None:
@@ -167,14 +171,20 @@ class DatasetDetail(ApiView):
     def get(self, request: Request, corpus_id: int, dataset_id: int) -> Response:
         return Response(DatasetSerializer(_dataset_of(request, corpus_id, dataset_id)).data)
 
-    @extend_schema(operation_id="datasets_update", summary="Enable or disable a dataset for search (at once, "
-                   "no rebuild)", parameters=[CORPUS, DATASET], request=DatasetUpdateSerializer,
+    @extend_schema(operation_id="datasets_update", summary="Enable or disable a dataset for search, or set "
+                   "its own readers (at once, no rebuild)", parameters=[CORPUS, DATASET],
+                   request=DatasetUpdateSerializer,
                    responses={200: DatasetSerializer, **errors(400, 403)}, tags=["datasets"])
     def patch(self, request: Request, corpus_id: int, dataset_id: int) -> Response:
         dataset = _dataset_of(request, corpus_id, dataset_id, write=True)
         serializer = DatasetUpdateSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        dataset = dataset_set_enabled(dataset=dataset, enabled=serializer.validated_data["enabled"])
+        given = serializer.validated_data
+        if "readers" in given:
+            users, groups = readers_named(users=given["readers"]["users"], groups=given["readers"]["groups"])
+            dataset = dataset_readers_set(dataset=dataset, users=users, groups=groups)
+        if "enabled" in given:
+            dataset = dataset_set_enabled(dataset=dataset, enabled=given["enabled"])
         return Response(DatasetSerializer(dataset).data)
 
     @extend_schema(

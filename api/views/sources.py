@@ -11,6 +11,7 @@ from rest_framework.response import Response
 
 from api.views.base import PAGE_PARAMETERS, ApiView, errors, id_path, page_of
 from corpus.sources.models import Source
+from corpus.sources.readers import source_readers_update
 from corpus.sources.selectors import corpus_sources, get_corpus_sources_for_user, get_source_for_user
 from corpus.sources.serializers import SourceSerializer
 from corpus.sources.services import SOURCE_FIELDS, source_create, source_delete, source_sync_start
@@ -51,6 +52,17 @@ class SourceCreateSerializer(serializers.Serializer):
     )
     interval_minutes = serializers.IntegerField(min_value=0, max_value=527040, required=False,
                                                 help_text="Sync every this many minutes (0: on demand only).")
+    reader_rules = serializers.JSONField(required=False, help_text=(
+        'Ordered rules [{"pattern": "hr/**", "groups": ["hr"]}]: the first whose glob matches a '
+        "document's path "
+        "names the groups that alone read it; none matching: the corpus's readers."))
+    posix_groups = serializers.BooleanField(required=False, help_text=(
+        "folder: a file's POSIX group is the portal group of the same name that reads it (after the rules)."))
+
+
+class SourceReadersSerializer(serializers.Serializer):
+    reader_rules = serializers.JSONField(required=False, help_text="The new rules (replacing the old ones).")
+    posix_groups = serializers.BooleanField(required=False, help_text="folder: read a file's POSIX group.")
 
 
 class SourceSyncSerializer(serializers.Serializer):
@@ -98,6 +110,22 @@ class SourceDetail(ApiView):
     )
     def get(self, request: Request, source_id: int) -> Response:
         return Response(SourceSerializer(get_source_for_user(request.user, source_id)).data)
+
+    @extend_schema(
+        operation_id="sources_readers",
+        summary="Change who reads the source's documents (owner): every document gets its readers again at "
+        "once, no rebuild",
+        parameters=[SOURCE],
+        request=SourceReadersSerializer,
+        responses={200: SourceSerializer, **errors(400, 403)},
+        tags=["sources"],
+    )
+    def patch(self, request: Request, source_id: int) -> Response:
+        source = get_source_for_user(request.user, source_id)
+        serializer = SourceReadersSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        source = source_readers_update(source=source, **serializer.validated_data)
+        return Response(SourceSerializer(source).data)
 
     @extend_schema(
         operation_id="sources_delete",

@@ -123,6 +123,16 @@ class Dataset(models.Model):
     replaces = models.ForeignKey(
         "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="replaced_by"
     )
+    # The document's own readers, narrower than its corpus's (corpus.document_access): none means
+    # the corpus's readers. `restricted` says whether any is set, so that a search of a corpus
+    # without document readers reads nothing more (kept by `corpus.document_access.readers_changed`).
+    reader_users = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, blank=True, related_name="readable_datasets",
+        help_text="People who may read this document (none: the corpus's readers).")
+    reader_groups = models.ManyToManyField(Group, blank=True, related_name="readable_datasets",
+                                           help_text="Groups whose members may read this document.")
+    restricted = models.BooleanField(default=False, editable=False,
+                                     help_text="Whether the document has readers of its own.")
 
     class Meta:
         ordering = ["corpus", "name", "id"]
@@ -141,7 +151,7 @@ class Dataset(models.Model):
 # The phases of a build in the order they run, with their usual share (%) of its time (the worker's
 # own timings of demo and bench.build corpora), so that one progress bar covers the whole build. The
 # late-interaction fill ("text_store") and the exact-word index ("words") are alternatives; the
-# meaning rows ("meaning") follow the words where a corpus has them (`_with_meaning`).
+# meaning rows ("meaning") follow the words in an append that reads them (`_with_meaning`).
 BUILD_PHASE_SHARES = {"starting": 1, "tokenizer": 3, "tokenize": 27, "embeddings": 4, "vocabulary": 6,
                       "encode": 40, "verify": 3, "activate": 3, "text_store": 10, "words": 10,
                       "publish": 2}
@@ -149,8 +159,9 @@ BUILD_PHASE_SHARES = {"starting": 1, "tokenizer": 3, "tokenize": 27, "embeddings
 # vocabulary extension, and the word index written beside the rows.
 APPEND_PHASE_SHARES = {"starting": 2, "tokenizer": 10, "tokenize": 25, "vocabulary": 10, "encode": 35,
                        "words": 5, "verify": 5, "activate": 8, "publish": 4}
-# With the meaning channel (`engine.meaning`), its encoder takes most of the time (tens of memories a
-# second against HDC's ~1,000): the other phases share the rest, in proportion.
+# An append with the meaning channel (`engine.meaning`) reads its own memories before it serves: its
+# encoder takes most of the time (tens of memories a second against HDC's ~1,000); the other phases
+# share the rest, in proportion. A full build serves first and is read by meaning afterwards.
 MEANING_SHARE = 90
 
 
@@ -175,6 +186,13 @@ class IndexBuild(models.Model):
         SUCCEEDED = "succeeded", "Succeeded"
         FAILED = "failed", "Failed"
         CANCELLED = "cancelled", "Cancelled"
+
+    class Meaning(models.TextChoices):
+        NONE = "", "No meaning rows"
+        PENDING = "pending", "Waiting to be read by meaning"
+        RUNNING = "running", "Being read by meaning"
+        DONE = "done", "Read by meaning"
+        FAILED = "failed", "Reading by meaning failed"
 
     ACTIVE_STATUSES = (Status.QUEUED, Status.RUNNING)
 
@@ -212,6 +230,17 @@ class IndexBuild(models.Model):
     created = models.DateTimeField(auto_now_add=True)
     started = models.DateTimeField(null=True, blank=True)
     finished = models.DateTimeField(null=True, blank=True)
+    # The meaning rows of this build's or segment's memories, read after it serves
+    # (corpus.services.meaning_jobs; an append whose state had them reads its own before it serves).
+    meaning = models.CharField(max_length=16, choices=Meaning.choices, blank=True, default=Meaning.NONE)
+    meaning_done = models.BigIntegerField(default=0, help_text="Memories read by meaning so far.")
+    meaning_total = models.BigIntegerField(default=0)
+    meaning_seconds = models.FloatField(default=0.0, help_text="The encoder's time on this build's memories.")
+    meaning_heartbeat = models.DateTimeField(null=True, blank=True,
+                                             help_text="Last sign of life of the task reading it by meaning.")
+    meaning_worker = models.CharField(max_length=300, blank=True,
+                                      help_text="The process reading it by meaning (as `worker`).")
+    meaning_error = models.TextField(blank=True)
 
     class Meta:
         ordering = ["-created", "-id"]
@@ -243,14 +272,29 @@ class IndexBuild(models.Model):
         return self.status in self.ACTIVE_STATUSES
 
     @property
+    def meaning_rate(self) -> float:
+        """Memories a second the meaning channel's encoder read of this build (0: none yet)."""
+        return self.meaning_done / self.meaning_seconds if self.meaning_seconds > 0 else 0.0
+
+    @property
+    def meaning_seconds_left(self) -> int | None:
+        """Seconds until its memories are read by meaning, at the rate so far (None: no rate yet)."""
+        if self.meaning == self.Meaning.DONE:
+            return 0
+        rate = self.meaning_rate
+        if self.meaning != self.Meaning.RUNNING or not rate:
+            return None
+        return round(max(0, self.meaning_total - self.meaning_done) / rate)
+
+    @property
     def percent(self) -> int:
         """The whole build's progress (one bar for every phase): the phases before the current one,
         by their usual share of a build's time, plus the current phase's own done/total."""
         if self.status == self.Status.SUCCEEDED:
             return 100
         shares = APPEND_PHASE_SHARES if self.kind == self.Kind.APPEND else BUILD_PHASE_SHARES
-        if self.params.meaning_channel:
-            shares = _with_meaning(shares)
+        if self.kind == self.Kind.APPEND and self.params.meaning_channel:
+            shares = _with_meaning(shares)  # a full build reads by meaning after it serves
         if self.phase not in shares:
             return 0
         before = 0

@@ -33,12 +33,12 @@ from corpus.services.appends import append_datasets, append_previous_dir, append
 from corpus.services.corpora import datasets_superseded
 from corpus.serving import model_for, model_identity, tokenizer_for
 from engine.build import BuildCancelled, BuildResult, build_index, verify_build
-from engine.channels import LATE_INTERACTION, MEANING, WORDS, SearchTarget
+from engine.channels import LATE_INTERACTION, WORDS, SearchTarget
 from engine.config import Config
 from engine.gate import channel_evidence
 from engine.lexical import WORDS_FILE, WordIndex
 from engine.loaded_build import load_corpus
-from engine.meaning import MeaningChannel, write_meaning
+from engine.meaning import write_meaning
 from engine.retrieval import Retriever
 from engine.segments import append_segment, segment_info
 from engine.text_store import LateInteractionChannel, TextStoreError, text_encoder_for, text_store_fill
@@ -294,35 +294,34 @@ class WordChannel(Phase):
                                                                      channel=WORDS))
 
 
-@dataclass(frozen=True)
 class MeaningRows(Phase):
-    """The meaning rows of the job's memories (`engine.meaning`: each read by the sentence encoder,
-    reported as the "meaning" phase; a segment's numbered from its row offset). With `gate` (a full
-    build), how searches fuse them with the order HDC and the words give, chosen from the build's
-    own self-queries (`channel_evidence`); an append's segment serves under its base build's rule."""
-
-    gate: bool
+    """An append's own meaning rows, read before it serves (`engine.meaning`: each memory read by
+    the sentence encoder, reported as the "meaning" phase, numbered from the segment's row offset)
+    where every segment of its state has them: the state stays whole, and the segment serves under
+    its base build's rule. A full build, or an append onto a state still being read, serves first
+    and is read in the background (`corpus.services.meaning_jobs`)."""
 
     def applies(self, job: BuildJob) -> bool:
-        return job.values.meaning_channel and not job.values.late_interaction
+        if not (job.values.meaning_channel and not job.values.late_interaction):
+            return False
+        state = append_state(job.build)
+        read = IndexBuild.objects.filter(pk__in=state, meaning=IndexBuild.Meaning.DONE).count()
+        return bool(state) and read == len(state)
 
     def run(self, job: BuildJob) -> None:
         build, reporter = job.build, job.reporter
         total = build.memories.count()
         reporter.progress("meaning", 0, total)
+        started = time.monotonic()
         first_row = int(segment_info(job.result.manifest)["row_offset"])
         written = write_meaning(build_memory_texts(build_id=build.pk, first_row=first_row), job.out_dir,
                                 total=total, should_cancel=reporter.should_cancel,
                                 progress=lambda done, total: reporter.progress("meaning", done, total))
         if written is None:
             raise BuildCancelled(f"build {build.pk} cancelled")
-        if self.gate:
-            target = job.target(
-                channels={WORDS: WordIndex.for_build(job.out_dir), MEANING: MeaningChannel(written)},
-                rules={WORDS: job.values.word_fusion},
-            )
-            evidence = channel_evidence(retriever=job.retriever(), target=target, channel=MEANING)
-            job.values = job.values.replace(meaning_fusion=evidence)
+        IndexBuild.objects.filter(pk=build.pk).update(
+            meaning=IndexBuild.Meaning.DONE, meaning_done=total, meaning_total=total,
+            meaning_seconds=round(time.monotonic() - started, 3))
 
 
 class Publish(Phase):

@@ -3,9 +3,11 @@ phases, and activate it, or end it through `build_liveness.build_discard`.
 
 * A job is a list of phases declared as data (`PIPELINES`, the phases: `build_phases`): a full
   build reads the corpus's datasets, loads the model, encodes the index, checks its rows, writes
-  its channels (late interaction, or exact words and meaning) and publishes; an append reads its
-  new datasets, loads the same model by identity, encodes a segment on the state's statistics,
-  checks its rows, writes its meaning rows and publishes. One runner runs either list.
+  its channels (late interaction, or exact words) and publishes; an append reads its new datasets,
+  loads the same model by identity, encodes a segment on the state's statistics, checks its rows,
+  writes its meaning rows where its state has them and publishes. One runner runs either list.
+  After a job serves, its state's segments without meaning rows are read in the background
+  (`corpus.services.meaning_jobs`).
 * A build runs once: the task claims its row with a conditional UPDATE queued -> running, so a
   redelivered or duplicated task message finds nothing to claim and does nothing.
 * A job is visible to searches only after it completed, its memory rows are in and it verified:
@@ -56,6 +58,7 @@ from corpus.services.build_phases import (
 )
 from corpus.services.builds import after_job, corpus_parameters
 from corpus.services.corpora import datasets_retire_replaced
+from corpus.services.meaning_jobs import meaning_queue
 from engine.build import BuildCancelled
 from engine.text_store import text_store_prune
 
@@ -93,6 +96,7 @@ def build_run(*, build_id: int) -> IndexBuild | None:
         heartbeat.join()
     build.refresh_from_db()
     if build.status == Status.SUCCEEDED:
+        meaning_queue(corpus_id=build.corpus_id)  # its segments without meaning rows, in the background
         after_job(corpus_id=build.corpus_id)
     return build
 
@@ -194,10 +198,10 @@ def _activate_build(job: BuildJob, timings: dict[str, float]) -> None:
 PIPELINES = {
     Kind.BUILD: Pipeline(
         phases=(CorpusDatasets(), FetchDatasets(), LoadModel(), EncodeBuild(), CheckRows(),
-                FillLateInteraction(), WordChannel(), MeaningRows(gate=True), Publish()),
+                FillLateInteraction(), WordChannel(), Publish()),
         activate=_activate_build, after=(PruneTextRecords(),)),
     Kind.APPEND: Pipeline(
         phases=(AppendDatasets(), FetchDatasets(), LoadModel(), EncodeSegment(), CheckRows(),
-                MeaningRows(gate=False), Publish()),
+                MeaningRows(), Publish()),
         activate=_activate_append),
 }

@@ -161,22 +161,13 @@ MEANING_RATE_MIN_MEMORIES = 500
 
 
 def meaning_rate() -> tuple[float, bool]:
-    """(memories a second, measured?): the meaning channel's rate in the newest full build of at
-    least `MEANING_RATE_MIN_MEMORIES` that read one (its "meaning" phase: the model's loading, the
-    encoder and the gate), else `MEANING_RATE_ESTIMATE`."""
-    rows = (
-        IndexBuild.objects.filter(
-            status=IndexBuild.Status.SUCCEEDED,
-            kind=IndexBuild.Kind.BUILD,
-            documents__gte=MEANING_RATE_MIN_MEMORIES,
-            timings__has_key="portal_meaning",
-        )
-        .order_by("-finished")
-        .values_list("timings", "documents")[:1]
-    )
-    for timings, documents in rows:
-        seconds = float(timings.get("portal_meaning") or 0)
-        if seconds > 0 and documents:
-            return documents / seconds, True
+    """(memories a second, measured?): the meaning channel's rate on the newest build or segment of
+    at least `MEANING_RATE_MIN_MEMORIES` read by meaning (`IndexBuild.meaning_seconds`: the model's
+    loading and the encoder), else `MEANING_RATE_ESTIMATE`."""
+    rows = (IndexBuild.objects.filter(meaning=IndexBuild.Meaning.DONE, meaning_seconds__gt=0,
+                                      meaning_done__gte=MEANING_RATE_MIN_MEMORIES)
+            .order_by("-finished", "-id")
+            .values_list("meaning_done", "meaning_seconds")[:1])
+    for done, seconds in rows:
+        return done / seconds, True
     return MEANING_RATE_ESTIMATE, False
-

@@ -23,7 +23,7 @@ from core.errors import ApplicationError, ConflictError
 from core.runtime import default_gguf
 from corpus.build_parameters import BuildParameters
 from corpus.chroma import store_for
-from corpus.corpus_settings import settings_declared, settings_refusals
+from corpus.corpus_settings import setting_named, settings_declared, settings_refusals
 from corpus.files import corpus_dir, staging_dir
 from corpus.models import Corpus, Dataset
 from corpus.object_store import delete_corpus_objects, delete_dataset, put_dataset
@@ -77,6 +77,10 @@ def corpus_create(*, owner: AbstractBaseUser, name: str, readable_groups: Iterab
     if not name:
         raise ApplicationError("A corpus needs a name.")
     corpus = Corpus(owner=owner, name=name)
+    if "meaning_channel" not in options:
+        # On by default, but not beside late interaction (the rule between them: `settings_refusals`).
+        late = setting_named("late_interaction").cleaned(options.get("late_interaction", False))
+        options = {**options, "meaning_channel": settings.MEANING_CHANNEL_DEFAULT and not late}
     _options_apply(corpus, options, check_all=True)
     corpus = _checked_save(corpus, readable_groups=readable_groups, writable_groups=writable_groups)
     audit_record(action="corpus_created", target=f"{corpus.name} (#{corpus.pk})", owner=owner.get_username())

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import grp
 import os
 from pathlib import Path
 
@@ -38,9 +39,10 @@ def folder_root_check(location: str) -> Path:
 
 
 class FolderReader(SourceReader):
-    def __init__(self, *, location: str, filters: PathFilter) -> None:
+    def __init__(self, *, location: str, filters: PathFilter, posix_groups: bool = False) -> None:
         self.location = location
         self.filters = filters
+        self.posix_groups = posix_groups  # a file's group is part of its version (a chgrp is a change)
 
     def listing(self, scan: Scan) -> list[Listed]:
         root = folder_root_check(self.location)
@@ -50,7 +52,7 @@ class FolderReader(SourceReader):
         for directory, _, names in os.walk(root, onerror=_raise):  # symlinked folders are not entered
             for name in names:
                 path = Path(directory) / name
-                listed.append(_listed(root, path.relative_to(root).as_posix(), path))
+                listed.append(_listed(root, path.relative_to(root).as_posix(), path, self.posix_groups))
         return sorted(listed, key=lambda item: item.path)
 
     def fetch(self, item: Listed, target: Path) -> tuple[str, dict, str]:
@@ -61,8 +63,16 @@ class FolderReader(SourceReader):
         return sha256, item.version, f"file://{item.locator}"
 
 
-def _listed(root: Path, relative: str, path: Path) -> Listed:
-    """A file by its real path, with its size and mtime as its version."""
+def _group_name(gid: int) -> str:
+    try:
+        return grp.getgrgid(gid).gr_name
+    except KeyError:  # a group this machine does not name: its number
+        return str(gid)
+
+
+def _listed(root: Path, relative: str, path: Path, posix_groups: bool = False) -> Listed:
+    """A file by its real path, with its size and mtime as its version (and its POSIX group's
+    name, where the source reads it: `corpus.sources.readers`)."""
     real = path.resolve()
     if not real.is_relative_to(root):
         return Listed(relative, {}, problem="a symlink that leads outside the source's folder")
@@ -70,7 +80,10 @@ def _listed(root: Path, relative: str, path: Path) -> Listed:
         stat = real.stat()
     except OSError as error:
         return Listed(relative, {}, problem=str(error))
-    return Listed(relative, {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}, locator=real)
+    version = {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
+    if posix_groups:
+        version["group"] = _group_name(stat.st_gid)
+    return Listed(relative, version, locator=real)
 
 
 def _raise(error: OSError) -> None:

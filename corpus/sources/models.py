@@ -58,6 +58,13 @@ class Source(models.Model):
         blank=True, help_text="Glob patterns, one a line, that a path must match (blank: all)."
     )
     exclude = models.TextField(blank=True, help_text="Glob patterns, one a line, of paths to leave out.")
+    # Who may read each document, by its path (corpus.sources.readers): [{"pattern", "groups"}], the
+    # first pattern that matches wins; none matching (or no rules): the corpus's readers.
+    reader_rules = models.JSONField(default=list, blank=True, help_text=(
+        'Ordered rules [{"pattern": "hr/**", "groups": ["hr"]}]: the first whose glob matches a '
+        "document's path gives its readers."))
+    posix_groups = models.BooleanField(default=False, help_text=(
+        "Folder: a file's POSIX group is the portal group of the same name that may read it."))
     interval_minutes = models.PositiveIntegerField(
         default=0,
         validators=[MaxValueValidator(527040)],

@@ -28,6 +28,11 @@ class SourceSerializer(serializers.Serializer):
     interval_minutes = serializers.IntegerField(
         help_text="Synced every this many minutes (0: on demand only)."
     )
+    reader_rules = serializers.JSONField(help_text=(
+        'Who reads each document, by its path: [{"pattern": "hr/**", "groups": ["hr"]}], the first match '
+        "wins; a document no rule names is read by the corpus's readers."))
+    posix_groups = serializers.BooleanField(
+        help_text="Folder: a file's POSIX group is the portal group that reads it.")
     documents = serializers.IntegerField(
         source="documents.count", help_text="Documents of the source the corpus holds."
     )

@@ -26,13 +26,14 @@ from corpus.services.corpora import dataset_delete
 from corpus.sources.folder import folder_root_check
 from corpus.sources.git import git_url_check
 from corpus.sources.models import Source
+from corpus.sources.readers import rules_check
 from corpus.sources.s3 import s3_source_check
 from corpus.sources.selectors import source_state
 from corpus.sources.web import web_url_check
 
 SYNC_TASK = "corpus.sync_source"  # corpus.tasks.sync_source
 SOURCE_FIELDS = ("branch", "token", "endpoint_url", "path_prefix", "sitemap_url", "max_pages", "max_depth",
-                 "include", "exclude", "interval_minutes")
+                 "include", "exclude", "interval_minutes", "reader_rules", "posix_groups")
 # A sync left "running" this long lost its worker: a new one may start.
 STALE_SYNC = timedelta(hours=6)
 
@@ -80,6 +81,11 @@ def source_create(*, corpus: Corpus, user: AbstractBaseUser | None, name: str, k
     name = name.strip()
     if not name or "/" in name:
         raise ApplicationError("A source needs a name without '/'.", {"name": name})
+    if "reader_rules" in options:
+        options["reader_rules"] = rules_check(options["reader_rules"])
+    if options.get("posix_groups") and kind != Source.Kind.FOLDER:
+        raise ApplicationError("Only a folder source can take a file's POSIX group as its readers.",
+                               {"posix_groups": True})
     source = Source(corpus=corpus, created_by=user, name=name, kind=kind,
                     location=_location_check(kind, location, options), **options)
     try:

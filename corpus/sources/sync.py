@@ -40,6 +40,7 @@ from corpus.services.corpora import DatasetRejected, dataset_delete, dataset_upl
 from corpus.sources.folder import FolderReader
 from corpus.sources.git import GitReader
 from corpus.sources.models import Source, SourceDocument
+from corpus.sources.readers import readers_apply
 from corpus.sources.reading import Fetched, Known, PathFilter, Reader, Scan, SourceRefused, SourceUnavailable
 from corpus.sources.s3 import S3Reader
 from corpus.sources.selectors import source_state
@@ -52,7 +53,7 @@ PROGRESS_INTERVAL = 0.5
 def source_reader(source: Source) -> Reader:
     filters = PathFilter.from_text(source.include, source.exclude)
     if source.kind == Source.Kind.FOLDER:
-        return FolderReader(location=source.location, filters=filters)
+        return FolderReader(location=source.location, filters=filters, posix_groups=source.posix_groups)
     if source.kind == Source.Kind.GIT:
         return GitReader(
             url=source.location,
@@ -141,6 +142,9 @@ def _apply(source: Source, scan: Scan, removed: list[str], progress: _Progress) 
         document = documents.get(fetched.path)
         if document is not None and document.sha256 == fetched.sha256 and document.dataset is not None:
             SourceDocument.objects.filter(pk=document.pk).update(version=fetched.version, url=fetched.url)
+            if source.posix_groups:  # the same content, maybe another group
+                document.version = fetched.version
+                readers_apply(source, [document])
             continue
         try:
             _store(source, fetched, document, covered)
@@ -183,8 +187,9 @@ def _store(source: Source, fetched: Fetched, document: SourceDocument | None, co
             Dataset.objects.filter(pk=dataset.pk).update(name=dataset.name)
         if current is not None and current.pk != dataset.pk and current.pk not in covered:
             dataset_delete(dataset=current)
-        SourceDocument.objects.update_or_create(source=source, path=fetched.path, defaults={
+        stored, _ = SourceDocument.objects.update_or_create(source=source, path=fetched.path, defaults={
             "dataset": dataset, "sha256": fetched.sha256, "version": fetched.version, "url": fetched.url})
+        readers_apply(source, [stored])  # in the same transaction: never searchable without its readers
 
 
 def _forget(dataset: Dataset | None) -> None:

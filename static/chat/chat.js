@@ -104,9 +104,14 @@
     if (citation.memories.length) {
       for (const rank of citation.memories) {
         const memory = memories.find((m) => m.rank === rank) || {};
-        const cite = tag(memory.url ? "a" : "span", "chat-cite", `[${rank + 1}]`, memory.excerpt || "");
-        if (memory.url) cite.href = memory.url;
-        cite.setAttribute("aria-label", `Supported by memory ${rank + 1}`);
+        // The label names the place in its document ("[1, page 12]"); a click opens the document
+        // view there (answers stored before places were kept link to the memory's page).
+        const href = memory.document_url || memory.url;
+        const label = memory.place ? `[${rank + 1}, ${memory.place}]` : `[${rank + 1}]`;
+        const cite = tag(href ? "a" : "span", "chat-cite", label, memory.excerpt || "");
+        if (href) cite.href = href;
+        const where = [memory.source, memory.place].filter(Boolean).join(", ");
+        cite.setAttribute("aria-label", `Supported by memory ${rank + 1}${where ? ` (${where})` : ""}`);
         marks.append(cite);
       }
       if (citation.unsure) {
@@ -199,11 +204,17 @@
       const item = document.createElement("li");
       const head = document.createElement("div");
       head.className = "chat-memory-head";
-      const where = [memory.corpus, memory.source].filter(Boolean).join(" / ") || "unknown source";
+      const source = [memory.source, memory.place].filter(Boolean).join(", ");
+      const where = [memory.corpus, source].filter(Boolean).join(" / ") || "unknown source";
       head.textContent = `${where} · score ${formatScore(memory.score)} · ${memory.token_count} tokens`;
       const excerpt = document.createElement("blockquote");
       excerpt.textContent = memory.excerpt;
       item.append(head, excerpt);
+      if (memory.document_url) {
+        const open = tag("a", "chat-memory-open", memory.place ? `Open at ${memory.place}` : "Open in the document");
+        open.href = memory.document_url;
+        item.append(open);
+      }
       items.appendChild(item);
     }
     details.appendChild(items);

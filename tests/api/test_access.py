@@ -224,3 +224,51 @@ def test_inactive_user_token_fails(owner, corpus):
     owner.is_active = False
     owner.save()
     assert client.get("/api/v1/corpora/").status_code == 401
+
+
+# A document with readers of its own (`corpus.document_access`): two more roles, both in the
+# corpus's readable group, one also in the group that reads the document.
+DOCUMENT_ROLES = ("document_reader", "member")
+DOCUMENT_CASES = [
+    ("get", "/api/v1/corpora/{c}/", None, None, (200, 200)),
+    ("get", "/api/v1/corpora/{c}/datasets/", None, None, (200, 200)),
+    ("get", "/api/v1/corpora/{c}/datasets/{d}/", None, None, (200, 404)),
+    ("patch", "/api/v1/corpora/{c}/datasets/{d}/", {"enabled": False}, "json", (403, 404)),
+    ("patch", "/api/v1/corpora/{c}/datasets/{d}/", {"readers": {"users": ["member"]}}, "json", (403, 404)),
+    ("delete", "/api/v1/corpora/{c}/datasets/{d}/", None, None, (403, 404)),
+    ("get", "/api/v1/memories/{m}/", None, None, (200, 404)),
+    ("get", "/api/v1/search/?q=tides&corpora={c}", None, None, (200, 200)),
+    ("get", "/api/v1/conversations/{v}/", None, None, (404, 404)),
+]
+
+
+@pytest.fixture
+def document_reader(readers):  # noqa: ANN001, ANN201 - fixtures
+    from django.contrib.auth.models import Group, User
+
+    user = User.objects.create_user("document_reader")
+    user.groups.add(readers, Group.objects.get_or_create(name="document-group")[0])
+    return user
+
+
+@pytest.fixture
+def document_objects(objects, dataset, document_reader):  # noqa: ANN001, ANN201 - fixtures
+    from django.contrib.auth.models import Group
+
+    from corpus.document_access import dataset_readers_set
+
+    dataset_readers_set(dataset=dataset, groups=[Group.objects.get(name="document-group")])
+    return objects
+
+
+@pytest.mark.parametrize(("method", "template", "body", "fmt", "expected"), DOCUMENT_CASES,
+                         ids=[f"{c[0]} {c[1]} {c[2]}" for c in DOCUMENT_CASES])
+@pytest.mark.parametrize("role", range(2), ids=DOCUMENT_ROLES)
+def test_document_endpoint_per_role(request, document_objects, role, method, template, body, fmt, expected):
+    user = request.getfixturevalue(DOCUMENT_ROLES[role])
+    _call.ids = document_objects
+    response = _call(token_client(user), method, _path(template, document_objects), body, fmt)
+    assert response.status_code == expected[role], (DOCUMENT_ROLES[role], response.content[:300])
+    if method == "get" and template.endswith("/datasets/") and response.status_code == 200:
+        listed = {item["id"] for item in response.json()["results"]}
+        assert (document_objects["d"] in listed) is (DOCUMENT_ROLES[role] == "document_reader")

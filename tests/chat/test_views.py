@@ -187,6 +187,19 @@ def test_markdown_export_keeps_a_memorys_markup_as_text(users, chat):
     assert "<script>" not in markdown
 
 
+def test_an_answers_memory_keeps_its_place_in_the_page_and_the_export(users, chat):
+    """The place of a memory (`engine.places`) is kept with the answer: the chat page's data and the
+    Markdown export name it as the citation does ("page 12")."""
+    owner, _, _ = users
+    paged = dataclasses.replace(MEMORY, memory=dataclasses.replace(MEMORY.memory, metadata={"page": 12}))
+    message_create_assistant(conversation_id=chat.pk, content="Paged.", status="complete", memories=[paged])
+    client = _client(owner)
+    markdown = client.get(reverse("chat:export_markdown", args=[chat.pk])).content.decode()
+    assert "1. **pydoc / pydoc-topics.jsonl, page 12** (score 812)" in markdown
+    stored = Message.objects.get(conversation=chat, content="Paged.").memories.get()
+    assert stored.place == "page 12"
+
+
 def test_outsider_sees_nothing_and_changes_nothing(users, chat):
     _, _, outsider = users
     client = _client(outsider)

@@ -189,6 +189,37 @@ def test_the_second_stage_brings_the_channels_own_rows_and_keeps_the_filter(tmp_
         [r.memory.hdv_idx for r in retriever.search("q", [base])]
 
 
+def test_rows_not_read_yet_are_absent_from_the_channel_and_keep_their_first_stage_places(tmp_path):
+    """A state whose later segment waits for the background task: its rows have no cosine (nan),
+    are never the channel's own best, and keep the places the first stage gave them."""
+    rng = np.random.default_rng(1)
+    vectors, query = unit(rng, 10), unit(rng, 1)[0]
+    read = MeaningIndex.of_vectors(vectors[:6])
+    state = MeaningIndex.partial([read, None], [6, 4])
+    scores = state.scores(query)
+    assert state.count == 10 and np.isnan(scores[6:]).all() and np.allclose(scores[:6], read.scores(query))
+    assert set(best_rows(np.abs(scores), 10).tolist()) == set(range(6))
+    assert MeaningIndex.partial([None, None], [6, 4]) is None
+    assert MeaningIndex.partial([read], [6]).missing is None  # whole: nothing missing
+    with pytest.raises(MeaningError, match="6 for a segment of 5"):
+        MeaningIndex.partial([read], [5])
+    retriever, targets, q, rows, _ = constructed_case(tmp_path, min_context=3)
+    retriever.query_vector = lambda corpus, query, blend=None: q
+    base, half = targets[0], len(rows) // 2
+    plain = retriever.rank_rows("q", base).tolist()
+    cosines = np.full(len(rows), np.nan)
+    cosines[:half] = rng.uniform(0.1, 0.9, half)
+    for rule in ("late", "rrf:1"):
+        target = SearchTarget(base.corpus, base.store, "case", **meaning_channel(FixedMeaning(cosines), rule))
+        found = retriever.search("q", [target])
+        assert found and all((r.meaning_score is None) == (r.memory.hdv_idx >= half) for r in found)
+        ranked = retriever.rank_rows("q", target).tolist()
+        # Each row not read keeps its place in the order HDC and the words gave; the rest are reordered.
+        assert all(ranked.index(row) == plain.index(row) for row in plain if row >= half)
+        if rule == "late":  # the encoder alone orders the rows it has read, by their cosines
+            assert np.all(np.diff(cosines[[row for row in ranked if row < half]]) <= 1e-9)
+
+
 def test_the_gate_keeps_equal_weight_without_evidence_and_moves_for_a_channel_that_finds(tmp_path):
     corpus, retriever, texts = _random_word_corpus(tmp_path)
     words = WordIndex.build(texts)

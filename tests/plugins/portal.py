@@ -40,6 +40,9 @@ def data_dir(settings, tmp_path) -> Path:
     settings.DATA_DIR = tmp_path / "data"
     # Uploads queue no job unless a test asks (tests/corpus/test_appends.py does).
     settings.INDEX_ON_UPLOAD = False
+    # New corpora read nothing by meaning unless a test asks (the encoder is slow on two cores:
+    # tests/corpus/test_meaning_background.py turns the site's default back on).
+    settings.MEANING_CHANNEL_DEFAULT = False
     settings.CHROMA_PATH, settings.CHROMA_URL = (
         settings.DATA_DIR / "chroma",
         "",

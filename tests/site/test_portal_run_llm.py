@@ -27,6 +27,7 @@ def _portal_run(tmp_path: Path, **llm: str) -> str:
               "print('llm at', settings.LLM_BASE_URL, 'servers', settings.LLM_SERVERS)\"")
     procfile.write_text(f"llama: echo llama stand-in started on $GGUF; exec sleep 300\n"
                         f"worker: exec sleep 300\n"
+                        f"meaning: exec sleep 300\n"
                         f"web: sleep 1; {report}\n")
     environment = {key: value for key, value in os.environ.items()
                    if key not in ("DEBUG", "DATABASE_URL", "REDIS_URL", "LLM_BASE_URL", "LLM_SERVERS")}

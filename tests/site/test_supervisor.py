@@ -186,7 +186,7 @@ def test_portal_run_restarts_a_killed_worker_and_runs_with_debug_off(tmp_path):
     report = ("exec \"$PY\" -c \"import django; django.setup(); from django.conf import settings; "
               "print('debug', settings.DEBUG, 'at', settings.LLM_BASE_URL, "
               "'hosts', settings.ALLOWED_HOSTS)\"")
-    procfile = _procfile(tmp_path, worker=_holding_output(tmp_path, "worker"),
+    procfile = _procfile(tmp_path, worker=_holding_output(tmp_path, "worker"), meaning="exec sleep 300",
                          web=f"while [ ! -e {tmp_path}/report ]; do sleep 0.1; done; {report}",
                          llama="echo llama must not start when LLM_BASE_URL is set")
     # SQLite, the filesystem broker and the default DEBUG: what a fresh checkout runs with.

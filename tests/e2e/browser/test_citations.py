@@ -131,14 +131,14 @@ def _check_answer(answer, memories: list[dict]) -> None:  # noqa: ANN001 - playw
     assert answer.locator(".chat-body table td").all_inner_texts() == ["nonlocal", "enclosing"]
     # Each marker links to its memory and holds the memory's whole text for the hover.
     cites = [mark for mark in read["marks"] if mark["cls"] == "chat-cite"]
+    # The label names the memory's document (a JSONL record has no place within it: no ", page …").
     assert [(c["text"], c["label"]) for c in cites] == [
-        ("[1]", "Supported by memory 1"),
-        ("[2]", "Supported by memory 2"),
-        ("[1]", "Supported by memory 1"),
-    ]
+        ("[1]", "Supported by memory 1 (markup-1.jsonl)"), ("[2]", "Supported by memory 2 (markup-2.jsonl)"),
+        ("[1]", "Supported by memory 1 (markup-1.jsonl)")]
     by_rank = {0: memories[0], 1: memories[1]}
     for cite, rank in zip(cites, (0, 1, 0), strict=True):
-        assert cite["tag"] == "A" and cite["href"] == f"/memory/{by_rank[rank]['id']}/"
+        # A click opens the document view at the memory's passage (through the memory's redirect).
+        assert cite["tag"] == "A" and cite["href"] == f"/memory/{by_rank[rank]['id']}/document/"
         assert cite["title"] == by_rank[rank]["text"]
     others = [(mark["cls"], mark["text"]) for mark in read["marks"] if mark["cls"] != "chat-cite"]
     assert others == [("chat-unsure", "unsure"), ("chat-unsupported", "unsupported")]
@@ -169,6 +169,8 @@ def test_citations_of_memories_full_of_markup_show_as_marks_live_and_after_a_rel
             "rank": rank,
             "memory_id": row["id"],
             "url": f"/memory/{row['id']}/",
+            "place": "",
+            "document_url": f"/memory/{row['id']}/document/",
             "key": row["key"],
             "corpus": "Markup",
             "source": f"markup-{rank + 1}.jsonl",
@@ -256,5 +258,6 @@ def test_citations_of_memories_full_of_markup_show_as_marks_live_and_after_a_rel
     stored.locator(".chat-cite").first.hover()
     screenshot(page, "17-chat-citations-markup")  # the README's chat picture (docs/portal-chat.png)
     stored.locator(".chat-cite").first.click()
-    page.wait_for_url(re.compile(rf"/memory/{rows[0]['id']}/$"))
+    page.wait_for_url(re.compile(rf"/corpora/\d+/documents/\d+/\?memory={rows[0]['id']}#passage$"))
+    assert page.locator("mark#passage").text_content() == RECORDS[0]
     page.context.close()
