@@ -47,6 +47,7 @@ from engine.dataset_readers import (
 from engine.dataset_text import content_id, extract_text
 from engine.markup import MarkupError, html_text, xml_text
 from engine.readers import DocumentError, ReadOptions, reader_named
+from engine.text_places import TextPlaces
 from engine.tokenizer import Tokenizer
 
 __all__ = [
@@ -92,11 +93,11 @@ def _records(
                 yield "item", item, record
 
 
-def _markup_text(path: Path, fmt: str, reader: _Reader) -> Iterator[str]:
+def _markup_text(path: Path, fmt: str, reader: _Reader, places: TextPlaces) -> Iterator[str]:
     with open(path, "rb") as handle:
         try:
             if fmt == "html":
-                yield from html_text(reader.blocks(handle))
+                yield from html_text(reader.blocks(handle), places.heading)
             elif fmt == "xml":
                 yield from xml_text(reader.raw_blocks(handle))
             else:
@@ -120,16 +121,16 @@ def _iter(path: Path, tokenizer: Tokenizer | None, chunk_size: int, on_issue: Ca
     if document_reader is not None:
         try:
             yield from document_records(path, document_reader, options or ReadOptions(), reader, tokenizer,
-                                        chunk_size, source)
+                                        chunk_size, source, report)
         except DocumentError as error:
             raise DatasetError(f"{path}: {error}") from None
         return
     if fmt in CHUNKED_FORMATS:
-        for char_start, text, n_tokens, index in _chunk_stream(
-            _markup_text(path, fmt, reader), tokenizer, chunk_size
-        ):
+        places = TextPlaces(fmt)
+        text_pieces = places.watch(_markup_text(path, fmt, reader, places))
+        for char_start, text, n_tokens, index in _chunk_stream(text_pieces, tokenizer, chunk_size):
             metadata = {"source": source, "format": fmt, "record": index,
-                        **window_metadata(char_start, text, n_tokens)}
+                        **window_metadata(char_start, text, n_tokens), **places.place(char_start, text)}
             yield {"id": content_id(text), "text": text, "metadata": metadata}
         return
     for kind, number, record in _records(path, fmt, reader, report):
@@ -180,9 +181,12 @@ def iter_dataset(path: str | Path, tokenizer: Tokenizer | None = None, chunk_siz
     readable text, and ``tokens``: the window length, in whitespace words when no tokenizer is given).
     A structured record longer than one window yields one document per window, with ``part`` and
     the same ``char_start``/``char_end``/``tokens`` in the record's text. `source` defaults to
-    the file name; `format` defaults to `sniff_format(path)`. A document (PDF, XLSX, PPTX, ...) is read
-    by its `engine.readers` reader under `options` (the corpus's caps; defaults without), each part's
-    place merged into its memories' metadata. Skipped records are logged and
+    the file name; `format` defaults to `sniff_format(path)`. A document read by its `engine.readers`
+    reader (PDF, XLSX, PPTX, mail, source code, ...) under `options` (the corpus's caps and OCR;
+    defaults without) gives each part's windows, with the part's place (a mail's header fields too;
+    ``lines`` narrowed to the window's) in their metadata; what the reader skips is an issue of kind
+    "part". Markdown and text windows carry ``lines``, Markdown and HTML ones ``headings``
+    (`engine.text_places`). Skipped records are logged and
     appended to `errors` as DatasetIssue; unreadable files raise DatasetError.
     """
     path = Path(path)

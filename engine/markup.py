@@ -6,7 +6,7 @@ line at every element outside mixed content. Whitespace runs collapse to one spa
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from html.parser import HTMLParser
 from typing import Any
 from xml.parsers import expat
@@ -59,6 +59,9 @@ _HTML_BLOCKS = frozenset(
     }
 )
 _HTML_DROPPED = frozenset({"script", "style", "template", "svg"})
+_HTML_HEADINGS = {"h1": 1, "h2": 2, "h3": 3, "h4": 4, "h5": 5, "h6": 6}
+# Told (offset of the heading's line in the text, level 1-6, the heading's text) as headings end.
+HeadingHandler = Callable[[int, int, str], None]
 
 
 class _TextCollector:
@@ -67,15 +70,20 @@ class _TextCollector:
     def __init__(self) -> None:
         self.pending: list[str] = []
         self.lines: list[str] = []
+        self.offset = 0  # characters of the text in completed lines
 
     def data(self, text: str) -> None:
         self.pending.append(text)
 
-    def boundary(self) -> None:
+    def boundary(self) -> tuple[int, str]:
+        """End the line being collected → (its offset in the text, the line; "" when it is empty)."""
         line = " ".join("".join(self.pending).split())
         self.pending.clear()
+        at = self.offset
         if line:
             self.lines.append(line)
+            self.offset += len(line) + 1
+        return at, line
 
     def take(self) -> str:
         """The completed lines since the last call, each ending in "\\n"."""
@@ -85,10 +93,11 @@ class _TextCollector:
 
 
 class _HTMLText(HTMLParser):
-    def __init__(self, collector: _TextCollector) -> None:
+    def __init__(self, collector: _TextCollector, on_heading: HeadingHandler | None = None) -> None:
         super().__init__(convert_charrefs=True)
         self.collector = collector
         self.dropped_depth = 0
+        self.on_heading = on_heading
 
     def handle_starttag(self, tag: str, attrs: list) -> None:
         if tag in _HTML_DROPPED:
@@ -104,17 +113,20 @@ class _HTMLText(HTMLParser):
         if tag in _HTML_DROPPED:
             self.dropped_depth = max(0, self.dropped_depth - 1)
         elif tag in _HTML_BLOCKS:
-            self.collector.boundary()
+            at, line = self.collector.boundary()
+            if line and tag in _HTML_HEADINGS and self.on_heading is not None:
+                self.on_heading(at, _HTML_HEADINGS[tag], line)
 
     def handle_data(self, data: str) -> None:
         if not self.dropped_depth:
             self.collector.data(data)
 
 
-def html_text(blocks: Iterable[str]) -> Iterator[str]:
-    """Readable text of an HTML document given as text blocks, yielded as lines complete."""
+def html_text(blocks: Iterable[str], on_heading: HeadingHandler | None = None) -> Iterator[str]:
+    """Readable text of an HTML document given as text blocks, yielded as lines complete;
+    `on_heading` is told each h1-h6 heading and where its line starts in that text."""
     collector = _TextCollector()
-    parser = _HTMLText(collector)
+    parser = _HTMLText(collector, on_heading)
     for block in blocks:
         parser.feed(block)
         yield collector.take()

@@ -11,17 +11,22 @@ Contract of a reader (`Reader`):
 - ``sniff(head, suffix)``: True when the file's first bytes are this format (content wins over the
   name; a claimed suffix with other content raises `DocumentError`);
 - ``read(path, options)``: the parts in document order; raises `DocumentError` with a reason a person
-  can act on (encrypted, password-protected, damaged, no text and OCR off, over a limit).
+  can act on (encrypted, password-protected, damaged, no text and OCR off, over a limit); a piece it
+  skips while reading the rest (a mail's attachment of an unknown type, a damaged message of a
+  mailbox) is reported with `skipped(options, place, reason)`, an issue of the upload.
 
 Every reader streams (a sheet of 100,000 rows is never held whole) and honours `ReadOptions`' caps.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+logger = logging.getLogger(__name__)
 
 
 class DocumentError(ValueError):
@@ -41,6 +46,9 @@ class ReadOptions:
     # opened (corpus.services.batch_uploads: ZIP_MAX_MEMBERS; UPLOAD_MAX_EXPANDED_BYTES' default).
     max_members: int = 2_000
     max_expanded_bytes: int = 1024 ** 3
+    # Told (place, reason) of a piece that is skipped while the rest of the document is read (an
+    # attachment of a type no reader knows, a damaged message of a mailbox); None: only logged.
+    on_skip: Callable[[dict[str, Any], str], None] | None = None
 
 
 class Clock:
@@ -82,7 +90,8 @@ class Reader:
 # The formats, as data: each module exposes READERS, a tuple of `Reader`s. Order matters for sniffing
 # (the first reader whose sniff accepts the head wins), so specific containers come before generic ones.
 READER_MODULES: tuple[str, ...] = ("engine.readers.pdf", "engine.readers.docx", "engine.readers.sheets",
-                                    "engine.readers.slides", "engine.readers.books", "engine.readers.images")
+                                    "engine.readers.slides", "engine.readers.books", "engine.readers.images",
+                                    "engine.readers.mail", "engine.readers.code")
 
 
 def readers() -> tuple[Reader, ...]:
@@ -111,3 +120,12 @@ def reader_for(head: bytes, suffix: str) -> Reader | None:
         if reader.sniff(head, suffix):
             return reader
     return None
+
+
+def skipped(options: ReadOptions, place: dict[str, Any], reason: str) -> None:
+    """Report a piece of a document that is skipped while the rest is read: given to
+    `options.on_skip` (the dataset iteration logs it as an issue of the upload), else logged."""
+    if options.on_skip is None:
+        logger.warning("skipped %s: %s", place, reason)
+    else:
+        options.on_skip(place, reason)
