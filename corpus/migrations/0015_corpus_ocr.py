@@ -6,7 +6,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ("corpus", "0012_meaning_channel"),
+        ("corpus", "0014_meaning_in_background"),
     ]
 
     operations = [
