@@ -3,7 +3,6 @@ ebooklib, msoffcrypto-tool), so no binary fixture is checked in and no byte is h
 
 from __future__ import annotations
 
-import io
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -194,13 +193,3 @@ def encrypted(path: Path, target: Path, password: str = "s3cret") -> Path:
     with open(path, "rb") as plain, open(target, "wb") as out:
         OOXMLFile(plain).encrypt(password, out)
     return target
-
-
-def zip_of(files: dict[str, Path]) -> bytes:
-    import zipfile
-
-    out = io.BytesIO()
-    with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as archive:
-        for name, file in files.items():
-            archive.write(file, name)
-    return out.getvalue()

@@ -7,7 +7,8 @@ from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
 from engine.places import place_label
-from tests.office_files import encrypted, pptx_file, xlsx_file, zip_of
+from tests.corpus.test_batch_uploads import zip_bytes
+from tests.office_files import encrypted, pptx_file, xlsx_file
 from tests.plugins.portal import build_now, login
 
 INVENTORY = [["Warehouse", "Part", "Count"], ["Leeds", "flange gaskets", 40],
@@ -22,7 +23,8 @@ def test_zip_of_xlsx_and_pptx_builds_and_search_finds_a_row_and_a_slides_notes(
     workbook = xlsx_file(tmp_path / "stock.xlsx", {"Inventory": INVENTORY})
     deck = pptx_file(tmp_path / "review.pptx", SLIDES)
     locked = encrypted(xlsx_file(tmp_path / "plain.xlsx", {"Secret": INVENTORY}), tmp_path / "locked.xlsx")
-    archive = zip_of({"team/stock.xlsx": workbook, "team/review.pptx": deck, "team/locked.xlsx": locked})
+    members = {"team/stock.xlsx": workbook, "team/review.pptx": deck, "team/locked.xlsx": locked}
+    archive = zip_bytes({name: path.read_bytes() for name, path in members.items()})
     client = login(owner)
     response = client.post(reverse("corpus:dataset_add", args=[corpus.pk]),
                            {"file": SimpleUploadedFile("drive.zip", archive)},
