@@ -22,10 +22,12 @@ from django.contrib.auth.models import AbstractBaseUser, AnonymousUser, Group
 from django.db.models import Q, QuerySet
 from django.db.models.signals import m2m_changed
 from django.dispatch import receiver
+from django.http import Http404
 
 from core.errors import ApplicationError
+from corpus.memory_rows import memory_counts_by_dataset
 from corpus.models import Corpus, Dataset
-from corpus.selectors import corpora_readable_among, corpora_writable_by
+from corpus.selectors import check_write, corpora_readable_among, corpora_writable_by, part_for_user
 
 User = AbstractBaseUser | AnonymousUser
 
@@ -176,3 +178,27 @@ def readers_changed(
         )
     else:
         _restricted_sync(pk_set or getattr(instance, "_document_reader_of", []))
+
+
+def get_dataset_for_user(user: User, pk: int, *, write: bool = False) -> Dataset:
+    """The dataset (a document), by its corpus's rule and its own readers (this module's rule):
+    Http404 for a document `user` may not read, as for a missing one."""
+    dataset = part_for_user(Dataset, user, pk, write=False, missing="No such dataset.")
+    hidden = hidden_dataset_ids(user, [dataset.corpus_id]) if dataset.restricted else {}
+    if dataset.pk in hidden.get(dataset.corpus_id, ()):
+        raise Http404("No such dataset.")
+    check_write(user, dataset.corpus, write)
+    return dataset
+
+
+def corpus_datasets(*, corpus: Corpus, user: User | None = None) -> list[Dataset]:
+    """Datasets with `memory_count`: memories of the searchable state (the active build and its
+    appends) that came from each; given `user`, only the documents he may read."""
+    hidden = hidden_dataset_ids(user, [corpus.pk]).get(corpus.pk, ()) if user is not None else ()
+    datasets = list(corpus.datasets.select_related("uploaded_by")
+                    .prefetch_related("reader_users", "reader_groups")
+                    .exclude(pk__in=hidden).order_by("name", "id"))
+    counts = memory_counts_by_dataset(build_ids=corpus.serving_build_ids)
+    for dataset in datasets:
+        dataset.memory_count = counts.get(dataset.pk, 0)
+    return datasets

@@ -17,7 +17,6 @@ from django.core.exceptions import PermissionDenied
 from django.db.models import Count, Q, QuerySet
 from django.http import Http404
 
-from corpus.memory_rows import memory_counts_by_dataset
 from corpus.models import Corpus, Dataset, IndexBuild
 from corpus.serializers import BuildSerializer
 
@@ -91,61 +90,33 @@ def get_corpus_for_user(user: User, pk: int, *, write: bool = False) -> Corpus:
         corpus = None
     if corpus is None or not corpora_readable_among(user, [corpus]):
         raise Http404("No such corpus.")
-    _check_write(user, corpus, write)
+    check_write(user, corpus, write)
     return corpus
 
 
-def _check_write(user: User, corpus: Corpus, write: bool) -> None:
+def check_write(user: User, corpus: Corpus, write: bool) -> None:
     if write and not corpus_can_write(user=user, corpus=corpus):
         raise PermissionDenied("You may read this corpus but not change it.")
 
 
-def _part_for_user(model: type[Dataset] | type[IndexBuild], user: User, pk: int, *, write: bool,
+def part_for_user(model: type[Dataset] | type[IndexBuild], user: User, pk: int, *, write: bool,
                    missing: str) -> Dataset | IndexBuild:
     """A row of a corpus (a dataset, a build), by the corpus's rule: Http404 when `user` may not
     read the corpus, PermissionDenied when `write` is asked of a reader who may not write."""
     part = model.objects.filter(pk=pk, corpus__in=corpora_visible_to(user)).select_related("corpus").first()
     if part is None:
         raise Http404(missing)
-    _check_write(user, part.corpus, write)
+    check_write(user, part.corpus, write)
     return part
 
 
-def get_dataset_for_user(user: User, pk: int, *, write: bool = False) -> Dataset:
-    """The dataset (a document), by its corpus's rule and its own readers (`corpus.document_access`):
-    Http404 for a document `user` may not read, as for a missing one."""
-    from corpus.document_access import hidden_dataset_ids  # it stands on this module
-
-    dataset = _part_for_user(Dataset, user, pk, write=False, missing="No such dataset.")
-    hidden = hidden_dataset_ids(user, [dataset.corpus_id]) if dataset.restricted else {}
-    if dataset.pk in hidden.get(dataset.corpus_id, ()):
-        raise Http404("No such dataset.")
-    _check_write(user, dataset.corpus, write)
-    return dataset
-
-
 def get_build_for_user(user: User, pk: int, *, write: bool = False) -> IndexBuild:
-    return _part_for_user(IndexBuild, user, pk, write=write, missing="No such build.")
+    return part_for_user(IndexBuild, user, pk, write=write, missing="No such build.")
 
 
 def corpus_list_for_user(user: User) -> QuerySet[Corpus]:
     return (corpora_visible_to(user).select_related("owner", "active_build")
             .annotate(dataset_count=Count("datasets", distinct=True)).order_by("name", "id"))
-
-
-def corpus_datasets(*, corpus: Corpus, user: User | None = None) -> list[Dataset]:
-    """Datasets with `memory_count`: memories of the searchable state (the active build and its
-    appends) that came from each; given `user`, only the documents he may read."""
-    from corpus.document_access import hidden_dataset_ids  # it stands on this module
-
-    hidden = hidden_dataset_ids(user, [corpus.pk]).get(corpus.pk, ()) if user is not None else ()
-    datasets = list(corpus.datasets.select_related("uploaded_by")
-                    .prefetch_related("reader_users", "reader_groups")
-                    .exclude(pk__in=hidden).order_by("name", "id"))
-    counts = memory_counts_by_dataset(build_ids=corpus.serving_build_ids)
-    for dataset in datasets:
-        dataset.memory_count = counts.get(dataset.pk, 0)
-    return datasets
 
 
 def corpus_builds(*, corpus: Corpus, limit: int = 20) -> list[IndexBuild]:

@@ -14,7 +14,7 @@ from django.views.decorators.http import require_GET, require_POST
 from accounts.services.groups import groups_shareable_by
 from core.errors import ApplicationError
 from core.flash import flash
-from corpus.document_access import dataset_readers_set, readers_named
+from corpus.document_access import corpus_datasets, dataset_readers_set, get_dataset_for_user, readers_named
 from corpus.forms import CorpusForm, DatasetUploadForm
 from corpus.integrity import corpus_files_report
 from corpus.models import Corpus, Dataset, IndexBuild
@@ -24,11 +24,9 @@ from corpus.selectors import (
     corpus_builds,
     corpus_can_manage,
     corpus_can_write,
-    corpus_datasets,
     corpus_list_for_user,
     get_build_for_user,
     get_corpus_for_user,
-    get_dataset_for_user,
 )
 from corpus.services.appends import merge_due, state_segments
 from corpus.services.batch_uploads import datasets_upload, upload_summary

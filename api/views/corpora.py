@@ -22,15 +22,19 @@ from api.serializers import (
     CorpusWriteSerializer,
 )
 from api.views.base import PAGE_PARAMETERS, ApiView, errors, id_path, page_of
-from corpus.document_access import dataset_readers_on_upload, dataset_readers_set, readers_named
+from corpus.document_access import (
+    corpus_datasets,
+    dataset_readers_on_upload,
+    dataset_readers_set,
+    get_dataset_for_user,
+    readers_named,
+)
 from corpus.models import Corpus, Dataset
 from corpus.selectors import (
     corpus_can_manage,
-    corpus_datasets,
     corpus_list_for_user,
     get_build_for_user,
     get_corpus_for_user,
-    get_dataset_for_user,
 )
 from corpus.serializers import BuildSerializer
 from corpus.services.build_liveness import builds_sweep_stale
