@@ -235,6 +235,7 @@ def test_every_operation_answers_what_its_schema_documents(
                     json={"name": "Notes", "kind": "folder", "location": str(folder)})
     c.call("GET", f"{scratch_url}/sources/", 200)
     c.call("GET", f"/api/v1/sources/{source['id']}/", 200)
+    c.call("PATCH", f"/api/v1/sources/{source['id']}/", 200, json={"reader_rules": []})
     c.call("DELETE", f"/api/v1/sources/{source['id']}/", 204)
     source = c.call("POST", f"{scratch_url}/sources/", 201,
                     json={"name": "Notes again", "kind": "folder", "location": str(folder)})

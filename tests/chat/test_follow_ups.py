@@ -102,10 +102,6 @@ async def test_three_unrelated_questions_are_each_answered_from_their_own_memori
         answers.append(answer)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "with the demo corpus's default settings (meaning channel off) the search for this question primes "
-    "the csv module's docstring, csv.Sniffer and csv.Dialect, not csv.reader's or csv.DictReader's text; "
-    "turning the meaning channel on by default is meant to bring them (strict: remove this mark then)"))
 async def test_the_demo_corpus_answers_reading_csv_rows_from_csv_readers_own_text(
         qwen_settings, django_capture_on_commit_callbacks):
     corpus = await db(_demo_corpus)(django_capture_on_commit_callbacks)

@@ -197,6 +197,8 @@ def test_settings_message_says_when_changes_apply(corpus, owner):
     data = {"name": corpus.name, "description": "new words", "visibility": corpus.visibility,
             "readable_groups": [], "writable_groups": [], "hdc_dimensions": corpus.hdc_dimensions,
             "hdc_seed": corpus.hdc_seed, "hdc_ngram": corpus.hdc_ngram, "chunk_size": corpus.chunk_size}
+    # The checkboxes as the corpus has them (an unticked box is absent from a form's post).
+    data |= {name: "on" for name in ("meaning_channel", "ocr") if getattr(corpus, name)}
     page = client.post(url, data, follow=True).content.decode()
     assert "Settings saved. They apply at once." in page
     page = client.post(url, {**data, "hdc_ngram": 4}, follow=True).content.decode()
