@@ -41,7 +41,15 @@ class DatasetSerializer(serializers.Serializer):
     memory_count = serializers.IntegerField(required=False, help_text="Memories of the active build from it.")
     readers = serializers.SerializerMethodField(
         help_text=(
-            "The document's own readers, narrower than the corpus's; both lists empty: the corpus's readers."
+            "The document's own readers, narrower than the corpus's; both lists empty: the corpus's readers "
+            "(unless `restricted`)."
+        )
+    )
+    restricted = serializers.BooleanField(
+        help_text=(
+            "Whether the document is closed to the corpus's other readers. True with both reader lists "
+            "empty: its reader groups were deleted and only the corpus's owner, writers and superusers "
+            "read it."
         )
     )
 
@@ -51,7 +59,10 @@ class DatasetSerializer(serializers.Serializer):
 
 
 class DatasetUploadSerializer(serializers.Serializer):
-    file = serializers.FileField(help_text="JSON, JSONL, Parquet, text, Markdown, HTML or XML; UTF-8.")
+    file = serializers.FileField(
+        help_text="A document (PDF, office, OpenDocument, EPUB, CSV/TSV, e-mail, image, code, Markdown, "
+                  "text, HTML, XML) or records (JSON, JSONL, Parquet)."
+    )
     replace = serializers.BooleanField(
         default=False,
         help_text=(

@@ -99,6 +99,9 @@ def dataset_readers_set(
     caller has checked that the person asking may write the corpus."""
     dataset.reader_users.set(list(users))
     dataset.reader_groups.set(list(groups))
+    # Also when nothing changed in the lists (m2m_changed is not sent): a document whose reader groups
+    # were deleted is restricted with none left, and giving it none opens it to the corpus again.
+    _restricted_sync([dataset.pk])
     dataset.refresh_from_db(fields=["restricted"])
     return dataset
 

@@ -87,8 +87,20 @@ class DatasetUploadForm(forms.Form):
     file = MultipleFileField(
         label="Files",
         help_text="PDF, Word (DOCX), Excel (XLSX), PowerPoint (PPTX), OpenDocument (ODT, ODS, ODP), EPUB, "
-                  "CSV/TSV, Markdown, text, HTML, XML, JSON, JSONL or Parquet, or a ZIP of such files. "
+                  "CSV/TSV, e-mail (EML, MBOX, MSG), images and scans (PNG, JPEG, TIFF, WebP: read by OCR), "
+                  "source code, Markdown, text, HTML, XML, JSON, JSONL or Parquet, or a ZIP of such files. "
                   "Several at once; drop a folder to upload all its files.",
+    )
+    # A document's own readers, narrower than the corpus's (corpus.document_access); both blank: the
+    # corpus's readers. Names are checked before any file is stored.
+    reader_groups = forms.CharField(
+        label="Only these groups", required=False, max_length=1000,
+        widget=forms.TextInput(attrs={"placeholder": "hr, sales"}),
+        help_text="Leave both blank for the corpus's readers.",
+    )
+    reader_users = forms.CharField(
+        label="Only these people", required=False, max_length=1000,
+        widget=forms.TextInput(attrs={"placeholder": "usernames"}),
     )
 
     def __init__(self, *args, upload_errors: dict | None = None, **kwargs) -> None:

@@ -14,7 +14,13 @@ from django.views.decorators.http import require_GET, require_POST
 from accounts.services.groups import groups_shareable_by
 from core.errors import ApplicationError
 from core.flash import flash
-from corpus.document_access import corpus_datasets, dataset_readers_set, get_dataset_for_user, readers_named
+from corpus.document_access import (
+    corpus_datasets,
+    dataset_readers_on_upload,
+    dataset_readers_set,
+    get_dataset_for_user,
+    readers_named,
+)
 from corpus.forms import CorpusForm, DatasetUploadForm
 from corpus.integrity import corpus_files_report
 from corpus.models import Corpus, Dataset, IndexBuild
@@ -196,8 +202,12 @@ def dataset_add(request: HttpRequest, pk: int) -> HttpResponse:
     files = request.FILES  # parses the body; the upload handler records refused files on the request
     form = DatasetUploadForm(request.POST, files, upload_errors=getattr(request, "upload_errors", {}))
     outcomes = []
-    if form.is_valid():
+    readers = _upload_readers(form)
+    if readers is not None:
         outcomes = datasets_upload(corpus=corpus, user=request.user, files=form.cleaned_data["file"])
+        for outcome in outcomes:
+            if outcome.dataset is not None:
+                dataset_readers_on_upload(dataset=outcome.dataset, users=readers[0], groups=readers[1])
     refused = [o.error for o in outcomes if o.dataset is None] + form.errors.get("file", []) \
         + form.non_field_errors()
     stored = [o for o in outcomes if o.dataset is not None]
@@ -216,6 +226,19 @@ def dataset_add(request: HttpRequest, pk: int) -> HttpResponse:
         messages.error(request, error)
     messages.info(request, _indexing_note(corpus, job))
     return redirect("corpus:detail", pk=corpus.pk)
+
+
+def _upload_readers(form: DatasetUploadForm) -> tuple[list, list] | None:
+    """The readers the upload form names (people, groups), or None when the form is invalid or
+    names someone who does not exist (the form then says who, and no file is stored)."""
+    if not form.is_valid():
+        return None
+    try:
+        return readers_named(users=form.cleaned_data["reader_users"].split(","),
+                             groups=form.cleaned_data["reader_groups"].split(","))
+    except ApplicationError as error:
+        form.add_error(None, error.message)
+        return None
 
 
 def _indexing_note(corpus: Corpus, job: IndexBuild | None) -> str:

@@ -44,6 +44,11 @@
     return new Promise(function (resolve) {
       var body = new FormData();
       body.append("file", job.file, job.name);
+      // The readers named on the form apply to every file of the batch (checked per request).
+      ["reader_groups", "reader_users"].forEach(function (name) {
+        var field = form.elements.namedItem(name);
+        if (field && field.value.trim()) { body.append(name, field.value); }
+      });
       var request = new XMLHttpRequest();
       request.open("POST", form.action);
       request.setRequestHeader("Accept", "application/json");

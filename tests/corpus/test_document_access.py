@@ -237,3 +237,54 @@ def test_the_corpus_page_sets_a_documents_readers(corpus, people, groups):
     assert "handbook.jsonl" in login(people["alice"]).get(f"/corpora/{corpus.pk}/").content.decode()
     login(people["owner"]).post(path, {"groups": "", "users": ""})
     assert not Dataset.objects.get(pk=dataset.pk).restricted
+
+
+def test_the_corpus_pages_upload_form_gives_the_files_readers(corpus, people, groups):
+    """The page's upload (the script's per-file request and the plain form alike) names readers as the
+    API's does: an unknown name stores nothing, and every file of the request, a ZIP's included, gets them."""
+    from django.core.files.uploadedfile import SimpleUploadedFile
+
+    from tests.plugins.portal import jsonl_bytes
+
+    path = reverse("corpus:dataset_add", args=[corpus.pk])
+    page = login(people["owner"]).get(f"/corpora/{corpus.pk}/").content.decode()
+    assert 'name="reader_groups"' in page and 'name="reader_users"' in page
+    refused = login(people["writer"]).post(
+        path, {"file": SimpleUploadedFile("hr.jsonl", jsonl_bytes(HR)), "reader_groups": "hr, nope"},
+        HTTP_ACCEPT="application/json",
+    )
+    assert refused.status_code == 400 and "nope" in refused.json()["results"][0]["error"]
+    assert not corpus.datasets.exists()  # nothing stored
+    stored = login(people["writer"]).post(
+        path, {"file": [SimpleUploadedFile("hr.jsonl", jsonl_bytes(HR)),
+                        SimpleUploadedFile("pay.jsonl", jsonl_bytes(HR[:1]))],
+               "reader_groups": "hr", "reader_users": "bob"}, follow=True,
+    )
+    assert stored.status_code == 200
+    for name in ("hr.jsonl", "pay.jsonl"):
+        dataset = corpus.datasets.get(name=name)
+        assert dataset.restricted
+        assert {g.name for g in dataset.reader_groups.all()} == {"hr"}
+        assert {u.username for u in dataset.reader_users.all()} == {"bob"}
+        assert document_readable(people["alice"], dataset)
+        assert not document_readable(people["member"], dataset)
+
+
+def test_deleting_a_documents_only_reader_group_keeps_it_closed(corpus, people, groups, documents):
+    """Deleting the HR group does not open the HR document to the whole corpus (fail closed): it stays
+    read by the corpus's managers only, and the page and the API say so."""
+    hr = documents["hr"]
+    groups["hr"].delete()
+    hr.refresh_from_db()
+    assert hr.restricted and not hr.reader_groups.exists() and not hr.reader_users.exists()
+    assert "hr" not in _found(people["member"], corpus.pk, documents)
+    assert "hr" not in _found(people["alice"], corpus.pk, documents)  # no longer in the group
+    assert "hr" in _found(people["owner"], corpus.pk, documents)
+    page = login(people["owner"]).get(f"/corpora/{corpus.pk}/").content.decode()
+    assert "Only the corpus&#x27;s managers" in page or "Only the corpus's managers" in page
+    detail = token_client(people["owner"]).get(f"/api/v1/corpora/{corpus.pk}/datasets/{hr.pk}/").json()
+    assert detail["restricted"] is True and detail["readers"] == {"users": [], "groups": []}
+    # The owner gives it back to the corpus's readers: empty lists clear the flag.
+    dataset_readers_set(dataset=hr)
+    assert not Dataset.objects.get(pk=hr.pk).restricted
+    assert "hr" in _found(people["member"], corpus.pk, documents)
