@@ -308,4 +308,5 @@ def build_status(request: HttpRequest, pk: int) -> JsonResponse:
     """Polling fallback for the live progress bar (and for the embedded mode's separate worker)."""
     corpus = get_corpus_for_user(request.user, pk)
     return JsonResponse({"active_build": corpus.active_build_id,
-                         "builds": [build_state(b) for b in corpus_builds(corpus=corpus, limit=10)]})
+                         "builds": [build_state(b) for b in corpus_builds(corpus=corpus, limit=10)],
+                         "meaning": meaning_state(corpus.pk)})

@@ -44,12 +44,42 @@
     if (wasLive && !live) { reload(600); }
   }
 
-  function anyLive() { return table.querySelector("tr.live") !== null; }
+  // The meaning phase after a build (corpus.services.meaning_jobs.meaning_state), as the page
+  // shows it on load: its bar, memories read, segments, rate and time left; a reload when it ends
+  // or when it starts on a page that had none.
+  var meaningShown = document.getElementById("meaning-progress");
+  function count(n) { return Number(n).toLocaleString("en-US"); }
+  function duration(s) {
+    if (s < 60) { return s.toFixed(1) + " s"; }
+    var m = Math.floor(Math.round(s) / 60);
+    return m < 60 ? m + " min " + (Math.round(s) % 60) + " s" : Math.floor(m / 60) + " h " + (m % 60) + " min";
+  }
+  function renderMeaning(meaning) {
+    var busy = meaning && (meaning.waiting > 0 || meaning.failed > 0);
+    if (!meaningShown) { if (busy && meaning.waiting > 0) { reload(0); } return; }
+    if (!busy) { reload(600); return; }
+    var bar = meaningShown.querySelector("progress");
+    bar.max = meaning.total;
+    bar.value = meaning.done;
+    var text = " " + count(meaning.done) + " of " + count(meaning.total) + " memories, " +
+      meaning.segments_read + " of " + meaning.segments + " segment" + (meaning.segments === 1 ? "" : "s");
+    if (meaning.rate) { text += " · " + (meaning.rate >= 10 ? count(Math.round(meaning.rate)) : meaning.rate.toFixed(1)) + "/s"; }
+    if (meaning.seconds_left) { text += " · about " + duration(meaning.seconds_left) + " left"; }
+    if (meaning.failed) { text += " · " + meaning.failed + " failed: " + (meaning.errors[0] || ""); }
+    while (bar.nextSibling) { bar.parentNode.removeChild(bar.nextSibling); }
+    bar.after(text);
+  }
+
+  function anyLive() {
+    return table.querySelector("tr.live") !== null || (meaningShown !== null && meaningShown.dataset.live === "1");
+  }
 
   function poll() {
     fetch(statusUrl, { headers: { Accept: "application/json" }, credentials: "same-origin" })
       .then(function (response) { return response.ok ? response.json() : null; })
-      .then(function (data) { if (data) { data.builds.forEach(render); } })
+      .then(function (data) {
+        if (data) { data.builds.forEach(render); if (data.meaning) { renderMeaning(data.meaning); } }
+      })
       .finally(function () { pollTimer = anyLive() ? setTimeout(poll, 1500) : null; });
   }
 
@@ -59,6 +89,7 @@
     socket.onmessage = function (message) {
       var event = JSON.parse(message.data);
       if (event.build) { render(event.build); }
+      if (event.op === "meaning" && event.meaning) { renderMeaning(event.meaning); }
       if (event.op === "queued" && !pollTimer) { pollTimer = setTimeout(poll, 500); }
     };
     // 4401 (logged out) and 4404 (not readable) are final: reconnecting would only repeat them.

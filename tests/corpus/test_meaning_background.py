@@ -73,6 +73,9 @@ def test_a_build_serves_before_meaning_and_the_task_reads_segment_by_segment(
     assert (state["segments_read"], state["waiting"], state["done"], state["total"]) == (0, 1, 0, len(TEXTS))
     page = login(owner).get(reverse("corpus:detail", args=[corpus.pk])).content.decode()
     assert "Reading by meaning" in page and f"0 of {len(TEXTS)} memories" in page
+    assert 'id="meaning-progress" data-live="1"' in page  # builds.js follows it live
+    polled = login(member).get(reverse("corpus:build_status", args=[corpus.pk])).json()["meaning"]
+    assert (polled["waiting"], polled["done"], polled["total"]) == (1, 0, len(TEXTS))
     api = token_client(member).get(f"/api/v1/builds/{build.pk}/")
     assert api.status_code == 200 and api.json()["meaning"]["status"] == "pending"
     assert token_client(outsider).get(f"/api/v1/builds/{build.pk}/").status_code == 404
