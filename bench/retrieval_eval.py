@@ -13,7 +13,13 @@ scores). "LI via store" (not run by default: filling Chroma is slow) is that two
 a real embedded store. "RRF(HDC, LI)" fuses the HDC and exact-LI rankings' top 100 by reciprocal
 rank fusion (k = 60), as the retriever does when a corpus has both; a sweep over k and the LI
 weight follows, for information only (choosing its best cell would tune on the test queries).
+"hybrid" is the hybrid a team would switch on in Open WebUI, the anchor the default settings
+("meaning": the default path with the meaning channel, as a new corpus gets it) are held to: BM25
+and all-MiniLM-L6-v2 fused by reciprocal rank, k = 60, equal weights, whatever --rrf-k says.
 Rankers are registered in `RANKERS`.
+
+    .venv/bin/python -m bench.retrieval_eval --set pydocs --docs 2000 --queries 300 \
+        --rankers bm25,minilm,hybrid,default,meaning
 
     .venv/bin/python -m bench.retrieval_eval --docs 5000 --queries 300       # quick, < 2 min
     .venv/bin/python -m bench.retrieval_eval --docs 40000 --queries 2000     # moderate
@@ -394,7 +400,11 @@ FUSED = {
     "default+int8": ("default", "minilm-int8"),
     "default+minilm": ("default", "minilm"),
     "default+static": ("default", "minilm-static"),
+    "hybrid": ("bm25", "minilm"),
 }
+# The hybrid a team would switch on in Open WebUI (BM25 and all-MiniLM-L6-v2 fused by reciprocal
+# rank, k = 60, equal weights): fixed, whatever --rrf-k and --rrf-weights say of the other fusions.
+HYBRID_RRF = (60, [1.0, 1.0])
 FUSED_LABELS = {
     "rrf": "RRF(HDC, LI)",
     "default+bits": "RRF(default path, MiniLM sign bits)",
@@ -402,6 +412,7 @@ FUSED_LABELS = {
     "default+int8": "RRF(default path, MiniLM int8)",
     "default+minilm": "RRF(default path, MiniLM float)",
     "default+static": "RRF(default path, MiniLM distilled static)",
+    "hybrid": "Open WebUI hybrid: RRF(BM25, MiniLM)",
 }
 VARIANTS = ("hdc-cos", "hdc-csls", "hdc-template", "hdc-idfq")
 
@@ -633,8 +644,10 @@ def main(argv: list[str] | None = None) -> int:
             )
         for name in names:
             if name in FUSED:
+                rrf_k, weights = HYBRID_RRF if name == "hybrid" else (
+                    args.rrf_k, [float(w) for w in args.rrf_weights.split(",")])
                 by_name[name] = fuse(FUSED_LABELS[name], [by_name[part] for part in FUSED[name]], relevant,
-                                     args.rrf_k, [float(w) for w in args.rrf_weights.split(",")])
+                                     rrf_k, weights)
         results = [by_name[name] for name in names]
         if "hdc" in rankers:
             report_build(rankers["hdc"], by_name["hdc"], len(data.documents))
