@@ -120,8 +120,8 @@ def _render_image(path: Path, number: int, target: Path) -> None:
     temporary = target.with_name(f".{uuid.uuid4().hex}.png")
     with _open_image(path, number) as image:
         try:
+            image.thumbnail((PAGE_IMAGE_MAX_PIXELS, PAGE_IMAGE_MAX_PIXELS))  # reduced before converted
             frame = image if image.mode in _PNG_MODES else image.convert("RGB")
-            frame.thumbnail((PAGE_IMAGE_MAX_PIXELS, PAGE_IMAGE_MAX_PIXELS))
             frame.save(temporary, format="PNG")
         except (OSError, SyntaxError, ValueError) as error:  # truncated or damaged pixels
             temporary.unlink(missing_ok=True)
