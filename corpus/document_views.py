@@ -1,6 +1,7 @@
 """The document view: a document's text around a passage, the passage marked and its place named;
-for a PDF, the passage's page as an image; and the original file, for the people who may read the
-corpus. Every view finds its document through `corpus.documents.document_for_user` (404 for outsiders)."""
+for a PDF or an image (OCR), the passage's page as an image with its OCR region outlined; and the
+original file, for the people who may read the corpus. Every view finds its document through
+`corpus.documents.document_for_user` (404 for outsiders)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from core.errors import ApplicationError
 from corpus.documents import document_for_user, document_memory, document_window, passage_blocks
 from corpus.models import Dataset, Memory
 from corpus.object_store import fetch_dataset
-from corpus.page_images import PageSize, PageUnavailable, page_image, page_size
+from corpus.page_images import PAGED_FORMATS, PageSize, PageUnavailable, page_image, page_size
 from corpus.sources.selectors import dataset_source_document
 from engine.places import place_label
 
@@ -32,22 +33,24 @@ def _original_path(document: Dataset) -> Path | None:
 
 
 def _page_figure(document: Dataset, passage: Memory | None) -> dict | None:
-    """What the template needs to show the passage's PDF page with its region marked, or None."""
+    """What the template needs to show the passage's page (of a PDF, or an image's frame) with its
+    region marked, or None."""
     page = (passage.metadata or {}).get("page") if passage is not None else None
-    if document.format != "pdf" or not isinstance(page, int):
+    if document.format not in PAGED_FORMATS or not isinstance(page, int):
         return None
     path = _original_path(document)
     if path is None:
         return None
     try:
-        size = page_size(path, page)
+        size = page_size(path, page, document_format=document.format)
     except PageUnavailable as error:
         return {"page": page, "error": error.message}
     return {"page": page, "size": size, "region": _region(passage.metadata.get("region"), size)}
 
 
 def _region(region: object, size: PageSize) -> dict | None:
-    """The OCR region (fractions of the page, `engine.places`) in the page's points, or None."""
+    """The OCR region (fractions of the page, `engine.places`) in the page's points (an image's
+    pixels), or None."""
     if not isinstance(region, list) or len(region) != 4:
         return None
     if not all(isinstance(v, int | float) for v in region):
@@ -76,11 +79,11 @@ def document_view(request: HttpRequest, pk: int, document_id: int) -> HttpRespon
 @require_GET
 def document_page(request: HttpRequest, pk: int, document_id: int, page: int) -> HttpResponse:
     document = document_for_user(request.user, pk, document_id)
-    path = _original_path(document) if document.format == "pdf" else None
+    path = _original_path(document) if document.format in PAGED_FORMATS else None
     if path is None:
         return render(request, "404.html", {"message": "This document has no page images."}, status=404)
     try:
-        image = page_image(path=path, sha256=document.sha256, number=page)
+        image = page_image(path=path, sha256=document.sha256, number=page, document_format=document.format)
     except PageUnavailable as error:
         return render(request, "404.html", {"message": error.message}, status=404)
     response = FileResponse(image.open("rb"), content_type="image/png")
