@@ -9,11 +9,13 @@ before, between and after the tables (their own cells left out), in reading orde
 Finding tables costs a page's full layout parse by pdfminer, several times pypdf's text extraction: only
 a page whose vector paths draw a grid (`PdfTables.ruled`: at least `GRID_EDGES` distinct vertical and
 horizontal rule positions among its path objects, read by PDFium in about a millisecond) is parsed, and a
-page where no table is found keeps pypdf's text. The numbers are in docs/benchmarks.md (bench.ingest).
+page where no table is found keeps pypdf's text (the numbers: docs/benchmarks.md, bench.pdf_tables).
+Tables are extra: a page PDFium or pdfminer cannot parse (pypdf could) keeps pypdf's text, logged.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -28,6 +30,18 @@ GRID_EDGES = 3
 THIN = 2.0
 RULE = 8.0
 
+logger = logging.getLogger(__name__)
+
+
+def _parser_failures() -> tuple[type[Exception], ...]:
+    """What PDFium, pdfminer and pdfplumber raise on a file they cannot parse (beyond their own errors,
+    pdfminer has been seen to raise these builtins on malformed streams)."""
+    from pdfminer.psexceptions import PSException
+    from pdfplumber.utils.exceptions import PdfminerException
+    from pypdfium2 import PdfiumError
+
+    return PdfiumError, PSException, PdfminerException, ValueError, KeyError, TypeError, IndexError
+
 
 class PdfTables:
     """The tables of one PDF's pages, read page by page (see the module); `close` when done."""
@@ -39,6 +53,14 @@ class PdfTables:
 
     def ruled(self, number: int) -> bool:
         """Whether the 1-based page `number` draws a grid of rules (a table may be there)."""
+        try:
+            return self._ruled(number)
+        except _parser_failures() as error:
+            logger.warning("%s: page %d: no table search, PDFium cannot read it (%s)", self.path, number,
+                           error)
+            return False
+
+    def _ruled(self, number: int) -> bool:
         import pypdfium2 as pdfium
         import pypdfium2.raw as pdfium_c
 
@@ -63,7 +85,16 @@ class PdfTables:
         return len(columns) >= GRID_EDGES and len(rows) >= GRID_EDGES
 
     def parts(self, number: int, share: float) -> list[Part]:
-        """The page's parts, text and tables in reading order; [] when no table is found on it."""
+        """The page's parts, text and tables in reading order; [] when no table is found on it (or
+        pdfminer cannot parse the page: logged)."""
+        try:
+            return self._parts(number, share)
+        except _parser_failures() as error:
+            logger.warning("%s: page %d: tables not read, pdfminer cannot parse it (%s)", self.path, number,
+                           error)
+            return []
+
+    def _parts(self, number: int, share: float) -> list[Part]:
         import pdfplumber
 
         if self.plumber is None:
