@@ -10,9 +10,10 @@ Who writes what: a full build's row starts as the corpus's snapshot (`hdc_*`, `c
 `gguf_path`, `late_interaction`, `meaning_channel`), gains `dataset_ids`, the model's identity
 (`model_name`, `model_sha256`), its fusion evidence (`fusion` for late interaction with
 `text_records` and `text_rows_skipped`; else `word_fusion`, and `meaning_fusion` with the meaning
-channel) and `published` when it runs. An append's row copies the state's HDC settings and model,
-and records the state it was queued on (`base_build`, `previous`), whether to write an exact-word
-index (`word_channel`) and meaning rows (`meaning_channel`), then its `segment` and `published`.
+channel), `skipped_documents` (what it skipped, and why) and `published` when it runs. An append's
+row copies the state's HDC settings and model, and records the state it was queued on (`base_build`,
+`previous`), whether to write an exact-word index (`word_channel`) and meaning rows
+(`meaning_channel`), then its `segment`, `skipped_documents` and `published`.
 """
 
 from __future__ import annotations
@@ -58,6 +59,9 @@ class BuildParameters:
     meaning_fusion: FusionChoice | None = None  # the meaning channel's rule (None: no channel)
     segment: dict[str, Any] | None = None  # an append: its manifest's segment (`engine.segments`)
     published: dict[str, dict[str, Any]] | None = None  # {file: {"bytes", "sha256"}} in the object store
+    # Documents the build read and skipped, refused part way through (a late sheet over the row cap, the
+    # time cap, a scan on which OCR found no text): (dataset name, reason); None: none skipped.
+    skipped_documents: tuple[tuple[str, str], ...] | None = None
     extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know, kept
 
     @classmethod
@@ -79,6 +83,8 @@ class BuildParameters:
             value = getattr(self, name)
             if value is None:
                 continue
+            if name == "skipped_documents":
+                value = [{"name": document, "reason": reason} for document, reason in value]
             out[name] = value.to_dict() if name in _FUSIONS else list(value) if name in _ID_LISTS else value
         out["version"] = VERSION
         return out
@@ -109,6 +115,8 @@ def _read(name: str, value: Any) -> Any:
             return FusionChoice.from_dict(value)
         if name in _ID_LISTS:
             return tuple(int(i) for i in value)
+        if name == "skipped_documents":
+            return tuple((str(item["name"]), str(item["reason"])) for item in value)
     except (TypeError, ValueError, KeyError, AttributeError) as error:
         raise ValueError(f"build parameters: {name}={value!r} cannot be read ({error})") from None
     return value

@@ -136,8 +136,8 @@ SETTINGS: tuple[CorpusSetting, ...] = (
         "ocr", "OCR of images and scans", bool, True,
         "Read images (PNG, JPEG, TIFF, WebP) and PDF pages without a text layer with an OCR model "
         "(RapidOCR, on the CPU); off: they are refused with that reason. Slow: about 25 CPU seconds a "
-        "scanned A4 page (over a minute on busy cores), at upload and at build; pages with text cost "
-        "nothing more.",
+        "scanned A4 page (over a minute on busy cores), in the build: an upload only checks that the "
+        "images and pages open. Pages with text cost nothing more.",
         rebuild=True),
     CorpusSetting(
         "append_on_upload", "Index uploads at once", bool, True,

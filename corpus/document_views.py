@@ -49,8 +49,8 @@ def _page_figure(document: Dataset, passage: Memory | None) -> dict | None:
 
 
 def _region(region: object, size: PageSize) -> dict | None:
-    """The OCR region (fractions of the page, `engine.places`) in the page's points (an image's
-    pixels), or None."""
+    """The region (OCR text, a PDF table: fractions of the page, `engine.places`) in the page's points
+    (an image's pixels), or None."""
     if not isinstance(region, list) or len(region) != 4:
         return None
     if not all(isinstance(v, int | float) for v in region):

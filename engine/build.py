@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import shutil
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -35,7 +36,7 @@ import numpy as np
 from engine import gguf
 from engine.batching import batched
 from engine.config import Config
-from engine.datasets import DatasetIssue, iter_dataset
+from engine.datasets import DatasetIssue, DocumentRefused, iter_dataset
 from engine.encoder import HDCEncoder, compute_idf
 from engine.files import atomic_write
 from engine.index import BitmapIndex
@@ -53,6 +54,8 @@ from engine.readers import ReadOptions
 from engine.tokenizer import Tokenizer
 from engine.vocab import FORMAT_VERSION, VocabIndex, open_shared
 from engine.vocab_writer import write_vocab_index
+
+logger = logging.getLogger(__name__)
 
 BATCH_DOCS = 256
 VERIFY_SAMPLE = 64
@@ -133,47 +136,91 @@ def _tokenize_pass(datasets: list[tuple[int, str, Path]], tokenizer: Tokenizer, 
     """Pass 1: read, deduplicate and tokenize every dataset into the spool; count document frequencies.
 
     `known(ids)`, when given, says which of a batch's content ids are held elsewhere already (an
-    append's state): those are duplicates too."""
-    vocab_total = int(tokenizer.vocab_size)
-    document_frequency = np.zeros(vocab_total, dtype=np.int64)
-    seen: set[str] = set()
+    append's state): those are duplicates too. A document its reader refuses part way through (a sheet
+    over the row cap, the time cap, a scan on which OCR finds no text) is taken out of the spool again
+    and skipped with its reason, an issue of kind "document"; the rest of the build goes on."""
+    state = _Pass(tokenizer, spool)
     skipped: list[DatasetIssue] = []
     sources = []
     with (
-        open(spool.tokens_path, "wb") as tokens_out,
-        open(spool.records_path, "w", encoding="utf-8") as records_out,
+        open(spool.tokens_path, "wb") as state.tokens_out,
+        open(spool.records_path, "w", encoding="utf-8") as state.records_out,
     ):
         for source_id, name, path in datasets:
             counts = {"source_id": source_id, "name": name, "path": str(path), "documents": 0,
                       "duplicates": 0}
             items = iter_dataset(path, tokenizer, chunk_size, errors=skipped, source=name, options=options)
-            for batch in batched(items, batch_docs):
-                checkpoint()
-                fresh = []
-                held = known([item["id"] for item in batch]) if known is not None else set()
-                for item in batch:
-                    if item["id"] in seen or item["id"] in held:
-                        counts["duplicates"] += 1
-                    else:
-                        seen.add(item["id"])
-                        fresh.append(item)
-                for item, tokens in zip(
-                    fresh, tokenizer.bulk_tokenize([i["text"] for i in fresh]), strict=True
-                ):
-                    ids = np.asarray(tokens, dtype=np.int64)
-                    if ids.size and (ids.min() < 0 or ids.max() >= vocab_total):
-                        raise BuildError(f"{path}: tokenizer returned ids outside [0, {vocab_total})")
-                    tokens_out.write(ids.astype("<i4").tobytes())
-                    spool.offsets.append(spool.offsets[-1] + ids.size)
-                    document_frequency += np.bincount(np.unique(ids), minlength=vocab_total)
-                    record = {"id": item["id"], "text": item["text"], "source_id": source_id,
-                              "metadata": {**item.get("metadata", {}), "source": name},
-                              "token_count": int(ids.size)}
-                    records_out.write(json.dumps(record, ensure_ascii=False) + "\n")
-                counts["documents"] += len(fresh)
-                report("tokenize", len(spool.offsets) - 1, 0)
+            mark = state.mark()
+            try:
+                for batch in batched(items, batch_docs):
+                    checkpoint()
+                    held = known([item["id"] for item in batch]) if known is not None else set()
+                    state.spool_batch(batch, held, source_id, name, path, counts)
+                    report("tokenize", len(spool.offsets) - 1, 0)
+            except DocumentRefused as refused:
+                state.forget(mark)
+                counts["documents"] = counts["duplicates"] = 0
+                skipped.append(DatasetIssue(str(path), "document", 0, refused.reason))
+                logger.warning("skipped document %s: %s", name, refused.reason)
             sources.append(counts)
-    return _Tokenized(document_frequency, sources, skipped)
+    return _Tokenized(state.document_frequency, sources, skipped)
+
+
+class _Pass:
+    """The tokenize pass's state: the spool files, document frequencies and content ids seen, with a
+    `mark` taken before each document so that a refused one can be taken out again (`forget`)."""
+
+    tokens_out: Any
+    records_out: Any
+
+    def __init__(self, tokenizer: Tokenizer, spool: _Spool) -> None:
+        self.tokenizer, self.spool, self.vocab_total = tokenizer, spool, int(tokenizer.vocab_size)
+        self.document_frequency = np.zeros(self.vocab_total, dtype=np.int64)
+        self.seen: set[str] = set()
+        self.added: list[str] = []
+
+    def mark(self) -> tuple[int, int, int]:
+        self.added = []
+        return self.tokens_out.tell(), self.records_out.tell(), len(self.spool.offsets)
+
+    def spool_batch(self, batch: list[dict], held: set[str], source_id: int, name: str, path: Path,
+                    counts: dict[str, Any]) -> None:
+        fresh = []
+        for item in batch:
+            if item["id"] in self.seen or item["id"] in held:
+                counts["duplicates"] += 1
+            else:
+                self.seen.add(item["id"])
+                self.added.append(item["id"])
+                fresh.append(item)
+        offsets = self.spool.offsets
+        for item, tokens in zip(fresh, self.tokenizer.bulk_tokenize([i["text"] for i in fresh]), strict=True):
+            ids = np.asarray(tokens, dtype=np.int64)
+            if ids.size and (ids.min() < 0 or ids.max() >= self.vocab_total):
+                raise BuildError(f"{path}: tokenizer returned ids outside [0, {self.vocab_total})")
+            self.tokens_out.write(ids.astype("<i4").tobytes())
+            offsets.append(offsets[-1] + ids.size)
+            self.document_frequency += np.bincount(np.unique(ids), minlength=self.vocab_total)
+            record = {"id": item["id"], "text": item["text"], "source_id": source_id,
+                      "metadata": {**item.get("metadata", {}), "source": name},
+                      "token_count": int(ids.size)}
+            self.records_out.write(json.dumps(record, ensure_ascii=False) + "\n")
+        counts["documents"] += len(fresh)
+
+    def forget(self, mark: tuple[int, int, int]) -> None:
+        """Take the documents spooled since `mark` out again: their rows, frequencies and ids."""
+        tokens_at, records_at, rows = mark
+        offsets = self.spool.offsets
+        self.tokens_out.flush()
+        tokens = np.fromfile(self.spool.tokens_path, dtype="<i4", offset=tokens_at)
+        for start, end in zip(offsets[rows - 1:-1], offsets[rows:], strict=True):
+            piece = tokens[start - offsets[rows - 1]:end - offsets[rows - 1]]
+            self.document_frequency -= np.bincount(np.unique(piece), minlength=self.vocab_total)
+        for handle, at in ((self.tokens_out, tokens_at), (self.records_out, records_at)):
+            handle.seek(at)
+            handle.truncate()
+        del offsets[rows:]
+        self.seen.difference_update(self.added)
 
 
 def _corpus_vocabulary(tokenizer: Tokenizer, document_frequency: np.ndarray) -> np.ndarray:

@@ -1,7 +1,8 @@
 """Dataset records of a document read by a format reader (`engine.readers`): each `Part` is chunked
 on its own, and its place (page, slide, sheet and rows, heading path, ...) is copied into the metadata
 of every memory cut from it (a part's ``lines`` narrowed to the window's own), beside ``format`` (the
-reader's name); what the reader skips while reading on becomes an issue of kind "part"."""
+reader's name); what the reader skips while reading on becomes an issue of kind "part". A part left to
+OCR at build time (`Part.ocr_pending`, an upload's validation) makes no record: it is told to `on_pending`."""
 
 from __future__ import annotations
 
@@ -19,7 +20,8 @@ from engine.tokenizer import Tokenizer
 
 def document_records(path: Path, reader: Reader, options: ReadOptions, progress: _Reader,
                      tokenizer: Tokenizer | None, chunk_size: int, source: str,
-                     report: Callable[[str, int, str], None]) -> Iterator[dict]:
+                     report: Callable[[str, int, str], None],
+                     on_pending: Callable[[Part], None] | None = None) -> Iterator[dict]:
     """The records of one document (`engine.datasets.iter_dataset`'s shape), numbered from 0 across its
     parts. `progress.bytes_read` follows each part's `share`, so a partial validation can extrapolate
     a record count; `report(kind, number, message)` hears of each piece the reader skips ("part", the
@@ -31,6 +33,11 @@ def document_records(path: Path, reader: Reader, options: ReadOptions, progress:
 
     for part in reader.read(path, dataclasses.replace(options, on_skip=on_skip)):
         parts += 1
+        if part.ocr_pending:
+            progress.bytes_read = round(size * part.share)
+            if on_pending is not None:
+                on_pending(part)
+            continue
         for char_start, chunk, n_tokens, _ in _chunk_stream([part.text], tokenizer, chunk_size):
             metadata = {"source": source, "format": reader.name, "record": record,
                         **window_metadata(char_start, chunk, n_tokens),

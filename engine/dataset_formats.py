@@ -33,9 +33,20 @@ class DatasetError(ValueError):
     """A dataset file that cannot be read at all; the message names the file and the problem."""
 
 
+class DocumentRefused(DatasetError):
+    """A document its format's reader refuses (`engine.readers.DocumentError`), perhaps part way through
+    (a sheet over the row cap, the time cap, no text found by OCR): `reason` without the path. A build
+    skips that document with the reason and goes on (`engine.build`)."""
+
+    def __init__(self, path: Path | str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.reason = reason
+
+
 @dataclass(frozen=True)
 class DatasetIssue:
-    """One skipped record: `kind` is "line" (JSONL, 1-based), "item" (JSON list) or "row" (parquet)."""
+    """One skipped record: `kind` is "line" (JSONL, 1-based), "item" (JSON list) or "row" (parquet), "part"
+    (a piece a document's reader skipped), or "document" (a whole document a build skipped; number 0)."""
 
     path: str
     kind: str
@@ -43,6 +54,8 @@ class DatasetIssue:
     message: str
 
     def __str__(self) -> str:
+        if self.kind == "document":
+            return f"{self.path}: {self.message}"
         return f"{self.path}: {self.kind} {self.number}: {self.message}"
 
 

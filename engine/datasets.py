@@ -19,6 +19,7 @@ The parts live in `engine.dataset_formats` (format table, errors, sniffing, disc
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,6 +33,7 @@ from engine.dataset_formats import (
     FORMATS,
     DatasetError,
     DatasetIssue,
+    DocumentRefused,
     discover_datasets,
     sniff_format,
 )
@@ -46,7 +48,7 @@ from engine.dataset_readers import (
 )
 from engine.dataset_text import content_id, extract_text
 from engine.markup import MarkupError, html_text, xml_text
-from engine.readers import DocumentError, ReadOptions, reader_named
+from engine.readers import DocumentError, Part, ReadOptions, reader_named
 from engine.text_places import TextPlaces
 from engine.tokenizer import Tokenizer
 
@@ -59,6 +61,7 @@ __all__ = [
     "TEXT_COLUMNS",
     "DatasetError",
     "DatasetIssue",
+    "DocumentRefused",
     "chunk_spans",
     "content_id",
     "discover_datasets",
@@ -108,7 +111,8 @@ def _markup_text(path: Path, fmt: str, reader: _Reader, places: TextPlaces) -> I
 
 def _iter(path: Path, tokenizer: Tokenizer | None, chunk_size: int, on_issue: Callable[[DatasetIssue], None],
           source: str | None, fmt: str | None, reader: _Reader,
-          options: ReadOptions | None = None) -> Iterator[dict]:
+          options: ReadOptions | None = None,
+          on_pending: Callable[[Part], None] | None = None) -> Iterator[dict]:
     fmt = fmt or sniff_format(path)
     source = source or path.name
 
@@ -121,9 +125,9 @@ def _iter(path: Path, tokenizer: Tokenizer | None, chunk_size: int, on_issue: Ca
     if document_reader is not None:
         try:
             yield from document_records(path, document_reader, options or ReadOptions(), reader, tokenizer,
-                                        chunk_size, source, report)
+                                        chunk_size, source, report, on_pending)
         except DocumentError as error:
-            raise DatasetError(f"{path}: {error}") from None
+            raise DocumentRefused(path, str(error)) from None
         return
     if fmt in CHUNKED_FORMATS:
         places = TextPlaces(fmt)
@@ -215,10 +219,14 @@ def validate_dataset(path: str | Path, max_records_to_check: int = 1000, *,
     """Check an uploaded file by reading up to `max_records_to_check` documents.
 
     Returns ``{"path", "format", "size", "records_checked", "records_valid", "record_estimate",
-    "complete" (the whole file was read), "issues": first 20 issue strings, "issue_count"}``.
-    Text formats count chunks of `chunk_size` tokens of `tokenizer` (the build's, for an estimate
-    that matches the build; without one, whitespace words stand in). Raises DatasetError when
-    the file is unreadable or none of the checked records has text.
+    "complete" (the whole file was read), "issues": first 20 issue strings, "issue_count",
+    "ocr_pending", "notes"}``. Text formats count chunks of `chunk_size` tokens of `tokenizer` (the
+    build's, for an estimate that matches the build; without one, whitespace words stand in). Images
+    and PDF pages without a text layer are not read by OCR here (seconds of CPU a page, in an upload's
+    request): they are checked by decode and caps (`ReadOptions.defer_ocr`), counted in
+    ``ocr_pending`` and as one record each in the estimate (then never "complete"), and ``notes``
+    says their text is read at build time. Raises DatasetError when the file is unreadable or none of
+    the checked records has text (nor a page left to OCR).
     """
     path = Path(path)
     fmt = sniff_format(path)
@@ -226,21 +234,31 @@ def validate_dataset(path: str | Path, max_records_to_check: int = 1000, *,
         # A document's record is a page, a slide or 50 rows: fewer of them tell its shape, and an
         # upload's check of a 100,000-row workbook stays seconds (the parts' shares extrapolate).
         max_records_to_check = min(max_records_to_check, DOCUMENT_RECORDS_TO_CHECK)
+    options = dataclasses.replace(options or ReadOptions(), defer_ocr=True)
     errors: list[DatasetIssue] = []
     reader = _Reader(path)
-    valid = 0
+    valid = pending = 0
+
+    def enough() -> bool:
+        return valid + pending + len(errors) >= max_records_to_check
 
     def on_issue(issue: DatasetIssue) -> None:
         errors.append(issue)
-        if valid + len(errors) >= max_records_to_check:
+        if enough():
             raise _EnoughChecked
 
-    records = _iter(path, tokenizer, chunk_size, on_issue, None, fmt, reader, options)
+    def on_pending(part: Part) -> None:
+        nonlocal pending
+        pending += 1
+        if enough():
+            raise _EnoughChecked
+
+    records = _iter(path, tokenizer, chunk_size, on_issue, None, fmt, reader, options, on_pending)
     complete = False
     try:
         for _ in records:
             valid += 1
-            if valid + len(errors) >= max_records_to_check:
+            if enough():
                 break
         else:
             complete = True
@@ -249,18 +267,30 @@ def validate_dataset(path: str | Path, max_records_to_check: int = 1000, *,
     finally:
         records.close()
     checked = valid + len(errors)
-    if valid == 0:
+    if valid + pending == 0:
         first = f": {errors[0]}" if errors else ""
         raise DatasetError(f"{path}: no readable records in the first {checked} checked{first}")
+    return _validation(path, fmt, reader, complete, valid, pending, errors)
+
+
+def _validation(path: Path, fmt: str, reader: _Reader, complete: bool, valid: int, pending: int,
+                errors: list[DatasetIssue]) -> dict:
+    """`validate_dataset`'s answer, the record count estimated from what was read."""
     size = path.stat().st_size
     if complete:
-        estimate = valid
+        estimate = valid + pending
     elif fmt == "parquet":
         import pyarrow.parquet as pq
 
         estimate = pq.ParquetFile(path).metadata.num_rows
     else:
-        estimate = round(valid * size / max(1, reader.bytes_read))
-    return {"path": str(path), "format": fmt, "size": size, "records_checked": checked,
-            "records_valid": valid, "record_estimate": estimate, "complete": complete,
-            "issues": [str(issue) for issue in errors[:20]], "issue_count": len(errors)}
+        estimate = round((valid + pending) * size / max(1, reader.bytes_read))
+    notes = []
+    if pending:
+        noun = "page has" if pending == 1 else "pages have"
+        notes.append(f"{pending:,}{'' if complete else '+'} {noun} no text layer: the text will be read "
+                     "by OCR when the corpus is built (the record count is an estimate until then)")
+    return {"path": str(path), "format": fmt, "size": size, "records_checked": valid + pending + len(errors),
+            "records_valid": valid, "record_estimate": estimate, "complete": complete and not pending,
+            "issues": [str(issue) for issue in errors[:20]], "issue_count": len(errors),
+            "ocr_pending": pending, "notes": notes}

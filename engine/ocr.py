@@ -12,18 +12,20 @@ confidence; `ocr_parts` groups them into blocks (paragraphs), each a `Part` whos
 and the union of its lines' boxes as `region`. The model is loaded once per process (`clear_caches`
 forgets it). Limits: `ReadOptions.max_pixels` is checked from the image's header before its pixels
 are decoded (Pillow reads the size lazily), and Pillow's own decompression-bomb refusal is a
-DocumentError too; `Deadline` is the per-document time cap, checked before each page.
+DocumentError too. The per-document time cap is the reader's `engine.readers.Clock`, checked
+before each page. `PdfPageCheck` and `check_image` are what an upload's validation does instead of
+OCR (`ReadOptions.defer_ocr`): the file opens and decodes within the caps, and a blank page (nothing to
+read) is told from a scan; the OCR itself is left to the build in the worker.
 """
 
 from __future__ import annotations
 
 import functools
-import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine.readers import DocumentError, Part, ReadOptions
+from engine.readers import Clock, DocumentError, Part, ReadOptions
 
 if TYPE_CHECKING:
     from PIL.Image import Image
@@ -34,6 +36,10 @@ PDF_DPI = 200
 # An image larger than this on its long side is reduced before OCR (the detector reduces it anyway;
 # this bounds the memory of the decoded pixels).
 MAX_SIDE = 4000
+# An upload tells a blank PDF page from a scan on a render at this resolution (`PdfPageCheck`), and a
+# page or image whose every band spans at most `BLANK_SPREAD` levels is blank.
+CHECK_DPI = 36
+BLANK_SPREAD = 24
 _MODELS = ("PP-OCRv6_det_small.onnx", "PP-OCRv6_rec_small.onnx")
 
 
@@ -45,19 +51,6 @@ class OcrLine:
     text: str
     box: tuple[float, float, float, float]
     confidence: float
-
-
-class Deadline:
-    """The per-document time cap of OCR: `check` raises DocumentError once `seconds` have passed."""
-
-    def __init__(self, seconds: float) -> None:
-        self.seconds = seconds
-        self.ends = time.monotonic() + seconds
-
-    def check(self) -> None:
-        if time.monotonic() >= self.ends:
-            raise DocumentError(f"OCR of this document took longer than its cap of {self.seconds:g} s; "
-                                "split it into smaller files or turn OCR off for this corpus")
 
 
 @functools.cache
@@ -178,23 +171,82 @@ def ocr_parts(image: Image, page: int, share: float) -> list[Part]:
 
 
 def ocr_pdf_page(path: Path, page_number: int, options: ReadOptions, *, share: float = 1.0,
-                 deadline: Deadline | None = None) -> list[Part]:
+                 clock: Clock | None = None) -> list[Part]:
     """The OCR text of the 1-based page `page_number` of the PDF at `path` (a page without a text
-    layer), rendered by PDFium at `PDF_DPI` (less for a page that would exceed `max_pixels`)."""
+    layer), rendered by PDFium at `PDF_DPI` (less for a page that would exceed `max_pixels`); `clock`,
+    the reader's time cap, is checked before the page is rendered and again before its OCR."""
     import pypdfium2 as pdfium
 
-    if deadline is not None:
-        deadline.check()
-    try:
-        document = pdfium.PdfDocument(path)
-    except pdfium.PdfiumError as error:
-        raise DocumentError(f"damaged PDF: {error}") from None
+    if clock is not None:
+        clock.check()
+    document = _open_pdf(path)
     try:
         page = document[page_number - 1]
         width, height = page.get_size()
         scale = PDF_DPI / 72
         scale = min(scale, (options.max_pixels / max(1.0, width * height)) ** 0.5)
         image = page.render(scale=scale).to_pil()
+    except pdfium.PdfiumError as error:
+        raise DocumentError(f"damaged PDF: page {page_number} cannot be rendered ({error})") from None
     finally:
         document.close()
+    if clock is not None:
+        clock.check()
     return ocr_parts(image, page_number, share)
+
+
+def _open_pdf(path: Path) -> Any:
+    import pypdfium2 as pdfium
+
+    try:
+        return pdfium.PdfDocument(path)
+    except pdfium.PdfiumError as error:
+        raise DocumentError(f"damaged PDF: {error}") from None
+
+
+class PdfPageCheck:
+    """An upload's check of the PDF pages OCR will read at build time, instead of their OCR: PDFium,
+    which renders them then, opens the file and each page, and pages are rendered small (`CHECK_DPI`)
+    to tell a blank page, with nothing to read, from a scan, until the first page with ink is found
+    (then the rest are taken as scans: a few renders a document, never one per page)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path, self.inked, self.document = path, False, None
+
+    def pending(self, number: int) -> bool:
+        """Whether the 1-based page `number` is left to OCR: it opens and is not blank."""
+        import pypdfium2 as pdfium
+
+        if self.document is None:
+            self.document = _open_pdf(self.path)
+        try:
+            page = self.document[number - 1]
+            if not self.inked:
+                self.inked = not blank(page.render(scale=CHECK_DPI / 72).to_pil())
+            page.close()
+        except pdfium.PdfiumError as error:
+            raise DocumentError(f"damaged PDF: page {number} cannot be opened ({error})") from None
+        return self.inked
+
+    def close(self) -> None:
+        if self.document is not None:
+            self.document.close()
+
+
+def blank(image: Image) -> bool:
+    """Whether `image` is one colour, every band within `BLANK_SPREAD` levels: nothing for OCR to read."""
+    extrema = image.getextrema()
+    bands = extrema if isinstance(extrema[0], tuple) else (extrema,)
+    return all(high - low <= BLANK_SPREAD for low, high in bands)
+
+
+def check_image(image: Image) -> bool:
+    """What an upload checks of an image (a frame) OCR will read at build time: its pixels decode (a
+    truncated or damaged file is refused now; a JPEG at a reduced scale, at least `MAX_SIDE` on its long
+    side). Whether it has ink (False: blank, nothing to read)."""
+    try:
+        image.draft("RGB", (MAX_SIDE, MAX_SIDE))
+        image.load()
+        return not blank(image)
+    except (OSError, SyntaxError, ValueError) as error:
+        raise DocumentError(f"damaged image: {error}") from None

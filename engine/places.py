@@ -13,8 +13,8 @@ beyond its document. Keys (JSON values):
 - ``lines``: [first, last] 1-based line numbers (source code, plain text);
 - ``message``: the subject (or, without one, the 1-based number) of a mail message in an EML, MBOX or
   MSG file; ``attachment``: the file name of the attachment the passage was read from;
-- ``region``: [left, top, right, bottom] of OCR text on its page image, as fractions of its width and
-  height (0..1), so the view can mark it at any scale.
+- ``region``: [left, top, right, bottom] of OCR text on its page image, or of a PDF table on its page,
+  as fractions of its width and height (0..1), so the view can mark it at any scale.
 """
 
 from __future__ import annotations

@@ -48,3 +48,26 @@ def written_pdf_bytes(pages: list[list[str]]) -> bytes:
         for line in lines:
             pdf.multi_cell(0, 8, line, new_x="LMARGIN", new_y="NEXT")
     return bytes(pdf.output())
+
+
+def table_pdf_bytes(before: str, rows: list[list[str]], after: str, *, boxed: str = "") -> bytes:
+    """A PDF written by fpdf2: a paragraph, a table with ruled cells (fpdf2's table API; the first row
+    its header), a paragraph, and, when `boxed` is given, that text framed by one rectangle after it."""
+    from fpdf import FPDF
+
+    pdf = FPDF(format="A4")
+    pdf.set_font("Helvetica", size=10)
+    pdf.add_page()
+    pdf.multi_cell(0, 5, text=before, new_x="LMARGIN", new_y="NEXT")
+    pdf.ln(4)
+    with pdf.table() as table:
+        for cells in rows:
+            row = table.row()
+            for cell in cells:
+                row.cell(cell)
+    pdf.ln(4)
+    pdf.multi_cell(0, 5, text=after, new_x="LMARGIN", new_y="NEXT")
+    if boxed:
+        pdf.add_page()
+        pdf.multi_cell(0, 5, text=boxed, border=1, new_x="LMARGIN", new_y="NEXT")
+    return bytes(pdf.output())

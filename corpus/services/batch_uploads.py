@@ -46,7 +46,8 @@ class UploadOutcome:
         report = getattr(self.dataset, "validation", {}) or {}
         return {"name": self.name, "ok": True, "id": self.dataset.pk, "format": self.dataset.format,
                 "records": self.dataset.record_count, "exact": self.dataset.record_count_exact,
-                "skipped": report.get("issue_count", 0), "message": upload_summary(self.dataset)}
+                "skipped": report.get("issue_count", 0), "notes": report.get("notes", []),
+                "message": upload_summary(self.dataset)}
 
 
 def records_phrase(count: int, exact: bool) -> str:
@@ -55,7 +56,8 @@ def records_phrase(count: int, exact: bool) -> str:
 
 
 def upload_summary(dataset: Dataset) -> str:
-    """"notes.pdf: PDF, 12 records" — what a person needs to know about an accepted upload."""
+    """"notes.pdf: PDF, 12 records" — what a person needs to know about an accepted upload (with the
+    validation's notes: pages whose text OCR reads when the corpus is built)."""
     report = getattr(dataset, "validation", {}) or {}
     skipped = report.get("issue_count", 0)
     note = (
@@ -63,8 +65,9 @@ def upload_summary(dataset: Dataset) -> str:
         if skipped
         else ""
     )
+    notes = "".join(f"; {text}" for text in report.get("notes", []))
     return (f"{dataset.name}: {dataset.format_label}, "
-            f"{records_phrase(dataset.record_count, dataset.record_count_exact)}{note}")
+            f"{records_phrase(dataset.record_count, dataset.record_count_exact)}{note}{notes}")
 
 
 def _is_zip(uploaded: UploadedFile) -> bool:

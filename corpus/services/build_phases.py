@@ -212,6 +212,7 @@ class EncodeBuild(Phase):
             datasets=_sources(job.datasets), out_dir=job.out_dir, gguf_path=job.gguf_path,
             tokenizer=job.tokenizer, config=job.config, sink=job.writer.add, progress=reporter.progress,
             should_cancel=reporter.should_cancel, cache_dir=settings.EMBEDDING_CACHE_DIR)
+        job.values = job.values.replace(skipped_documents=skipped_documents(job))
 
 
 class EncodeSegment(Phase):
@@ -230,6 +231,16 @@ class EncodeSegment(Phase):
             should_cancel=reporter.should_cancel, word_index=job.values.word_channel,
             read_options=ReadOptions(ocr=job.values.ocr),
             known=lambda ids: memory_hashes_among(build_ids=state, hashes=ids, retiring=retiring))
+        job.values = job.values.replace(skipped_documents=skipped_documents(job))
+
+
+def skipped_documents(job: BuildJob) -> tuple[tuple[str, str], ...] | None:
+    """The documents the job's read skipped whole (`engine.build`: issues of kind "document"), as
+    (dataset name, reason) for its row; None when none was."""
+    names = {d.file.path: d.name for d in job.datasets}
+    skipped = tuple((names.get(issue.path, issue.path), issue.message) for issue in job.result.skipped
+                    if issue.kind == "document")
+    return skipped or None
 
 
 def _sources(datasets: list[Dataset]) -> list[tuple[int, str, str]]:

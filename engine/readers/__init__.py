@@ -13,7 +13,10 @@ Contract of a reader (`Reader`):
 - ``read(path, options)``: the parts in document order; raises `DocumentError` with a reason a person
   can act on (encrypted, password-protected, damaged, no text and OCR off, over a limit); a piece it
   skips while reading the rest (a mail's attachment of an unknown type, a damaged message of a
-  mailbox) is reported with `skipped(options, place, reason)`, an issue of the upload.
+  mailbox) is reported with `skipped(options, place, reason)`, an issue of the upload;
+- with ``options.defer_ocr`` (an upload's validation), a page or image OCR would read is checked by
+  decode and caps only (it opens, its pixels decode, within the pixel and page caps) and yielded as a
+  `Part` with ``ocr_pending`` and no text: the OCR is left to the build in the worker.
 
 Every reader streams (a sheet of 100,000 rows is never held whole) and honours `ReadOptions`' caps.
 """
@@ -46,6 +49,8 @@ class ReadOptions:
     # opened (corpus.services.batch_uploads: ZIP_MAX_MEMBERS; UPLOAD_MAX_EXPANDED_BYTES' default).
     max_members: int = 2_000
     max_expanded_bytes: int = 1024 ** 3
+    # An upload's validation: pages and images OCR would read are checked, not read (`Part.ocr_pending`).
+    defer_ocr: bool = False
     # Told (place, reason) of a piece that is skipped while the rest of the document is read (an
     # attachment of a type no reader knows, a damaged message of a mailbox); None: only logged.
     on_skip: Callable[[dict[str, Any], str], None] | None = None
@@ -69,11 +74,13 @@ class Clock:
 @dataclass(frozen=True)
 class Part:
     """A run of a document's text with its place (`engine.places` keys) and `share`, the fraction of
-    the document read once this part is done (0..1; progress and partial-read estimates)."""
+    the document read once this part is done (0..1; progress and partial-read estimates).
+    `ocr_pending`: a page or image whose text OCR reads at build time (`ReadOptions.defer_ocr`); no text."""
 
     text: str
     place: dict[str, Any] = field(default_factory=dict)
     share: float = 1.0
+    ocr_pending: bool = False
 
 
 @dataclass(frozen=True)

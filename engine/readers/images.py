@@ -3,7 +3,8 @@
 Each block of text (a paragraph) found on an image is a Part placed at its page (1; the frame of a
 multi-page TIFF) and its `region` on that page. An image has no text layer: with OCR off for the
 corpus it is refused with that reason, as is one over the pixel or page caps, a damaged one, and
-one on which OCR finds no text.
+one on which OCR finds no text. An upload's validation (`ReadOptions.defer_ocr`) checks each frame by
+decode and caps only and yields it as an `ocr_pending` part (a blank one refused): the OCR is the build's.
 """
 
 from __future__ import annotations
@@ -11,8 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from engine.ocr import Deadline, check_pixels, ocr_parts, open_image
-from engine.readers import DocumentError, Part, Reader, ReadOptions
+from engine.ocr import check_image, check_pixels, ocr_parts, open_image
+from engine.readers import Clock, DocumentError, Part, Reader, ReadOptions
 
 OCR_OFF = "an image has no text layer and OCR is off for this corpus"
 
@@ -21,23 +22,29 @@ def read_image(path: Path, options: ReadOptions) -> Iterator[Part]:
     """The OCR text of every frame of the image at `path`, block by block (see the module)."""
     if not options.ocr:
         raise DocumentError(OCR_OFF)
-    deadline = Deadline(options.max_seconds)
+    clock = Clock(options, "image")
     with open_image(path, options) as image:
         frames = getattr(image, "n_frames", 1)
         if frames > options.max_pages:
             raise DocumentError(f"the image has {frames:,} pages, over the cap of {options.max_pages:,}")
         found = False
         for number in range(1, frames + 1):
-            deadline.check()
+            clock.check()
             if frames > 1:
                 image.seek(number - 1)
                 check_pixels(image.width, image.height, options)
+            if options.defer_ocr:
+                inked = check_image(image)
+                found = found or inked
+                yield Part("", {"page": number}, number / frames, ocr_pending=inked)
+                continue
             page = image.copy() if frames > 1 else image
             for part in ocr_parts(page, number, number / frames):
                 found = True
                 yield part
     if not found:
-        raise DocumentError("OCR found no text on the image")
+        raise DocumentError("the image is blank: it has no text to read" if options.defer_ocr
+                            else "OCR found no text on the image")
 
 
 def _sniffer(name: str, suffixes: tuple[str, ...], *magics: bytes,

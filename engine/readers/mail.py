@@ -14,6 +14,7 @@ skipped with a reason (`engine.readers.skipped`) while the rest is read.
 
 from __future__ import annotations
 
+import dataclasses
 import mailbox
 import re
 import tempfile
@@ -275,7 +276,7 @@ def _file_parts(data: bytes, name: str, part: EmailMessage, place: dict[str, Any
         path.write_bytes(data)
         try:
             for inner in read(path, options):
-                yield Part(inner.text, {**inner.place, **place}, inner.share)
+                yield dataclasses.replace(inner, place={**inner.place, **place})  # OCR pending kept
         except ValueError as error:  # engine.readers' DocumentError
             skipped(options, place, str(error))
 
@@ -303,7 +304,7 @@ def read_message(data: bytes, number: int, options: ReadOptions, share: float) -
         message = _parse(data)
         place = message_place(message, number)
         for part in message_parts(message, place, options):
-            yield Part(part.text, part.place, share)
+            yield dataclasses.replace(part, share=share)
     except DocumentError:
         raise
     except _PARSER_FAILURES as error:

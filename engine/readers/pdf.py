@@ -1,10 +1,13 @@
-"""PDF (pypdf): one part per page, place {"page": n}.
+"""PDF (pypdf): one part per page, place {"page": n}; a page's ruled tables as rows with their headers,
+each table a part with its page and region (`engine.readers.pdf_tables`, pdfplumber).
 
 A PDF starts with ``%PDF-``. A page without a text layer (a scan) is read by OCR when the corpus
 allows it (`ReadOptions.ocr`, `engine.ocr.ocr_pdf_page`): each block of its text is a part placed at
 its page and its region on the page image. With OCR off such pages are yielded with "" so the caller
 can count them, and a PDF with no text layer at all is refused with that reason; encrypted and
-damaged files raise DocumentError.
+damaged files raise DocumentError. An upload's validation (`ReadOptions.defer_ocr`) does not OCR: the
+text-less pages are yielded as `ocr_pending` parts once PDFium opens them and they are not blank
+(`engine.ocr.PdfPageCheck`).
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.readers import Clock, DocumentError, Part, Reader, ReadOptions
+from engine.readers.pdf_tables import PdfTables
 
 PDF_MAGIC = b"%PDF-"
 
@@ -45,17 +49,26 @@ def read(path: Path, options: ReadOptions) -> Iterator[Part]:
 
 
 def _pages(path: Path, pages: Sequence[Any], options: ReadOptions) -> Iterator[Part]:
-    from engine.ocr import Deadline, ocr_pdf_page
+    from engine.ocr import PdfPageCheck, ocr_pdf_page
 
-    clock, deadline, text_layer = Clock(options, "PDF"), Deadline(options.max_seconds), False
-    for number, page in enumerate(pages, start=1):
-        clock.check()
-        text, share = (page.extract_text() or "").strip(), number / len(pages)
-        text_layer = text_layer or bool(text)
-        if text or not options.ocr:
-            yield Part(text, {"page": number}, share)
-            continue
-        yield from ocr_pdf_page(path, number, options, share=share, deadline=deadline)
+    clock, text_layer = Clock(options, "PDF"), False
+    check, tables = PdfPageCheck(path), PdfTables(path)
+    try:
+        for number, page in enumerate(pages, start=1):
+            clock.check()
+            text, share = (page.extract_text() or "").strip(), number / len(pages)
+            text_layer = text_layer or bool(text)
+            if text and tables.ruled(number) and (parts := tables.parts(number, share)):
+                yield from parts
+            elif text or not options.ocr:
+                yield Part(text, {"page": number}, share)
+            elif options.defer_ocr:  # an upload: the page opens and is not blank; the build reads it
+                yield Part("", {"page": number}, share, ocr_pending=check.pending(number))
+            else:
+                yield from ocr_pdf_page(path, number, options, share=share, clock=clock)
+    finally:
+        check.close()
+        tables.close()
     if len(pages) and not text_layer and not options.ocr:
         raise DocumentError("the PDF has no text layer (a scan?) and OCR is off for this corpus")
 

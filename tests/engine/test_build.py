@@ -159,3 +159,40 @@ def test_formats_1_and_4_give_identical_bitmaps_and_searches(
         rows2, scores2 = new.index.search(p2[0], n2[0], 7)
         np.testing.assert_array_equal(rows1, rows2)
         np.testing.assert_array_equal(scores1, scores2)
+
+
+def _tokenize(tmp_path, tokenizer, datasets, name):
+    from engine.build import _Spool, _tokenize_pass
+    from engine.readers import ReadOptions
+
+    spool_dir = tmp_path / name
+    spool_dir.mkdir()
+    spool = _Spool(spool_dir / "tokens.i32", spool_dir / "records.jsonl")
+    tokenized = _tokenize_pass(datasets, tokenizer, 64, spool, 2, lambda *a: None, lambda: None,
+                               options=ReadOptions(max_rows=20))
+    return spool, tokenized
+
+
+def test_a_sheet_over_the_row_cap_found_at_build_skips_that_document_only(tmp_path, tokenizer):
+    from tests.office_files import xlsx_file
+
+    # The first sheet is read and spooled (several batches) before the second is found over the cap.
+    first = [["Region", "Units"]] + [[f"Region {i}", i] for i in range(15)]
+    long = [["Id", "Name"]] + [[i, f"row {i}"] for i in range(30)]
+    workbook = xlsx_file(tmp_path / "book.xlsx", {"Short": first, "Long": long})
+    before = write_jsonl(tmp_path / "before.jsonl", PARAGRAPHS[:2])
+    # Its text is one of the refused workbook's: not a duplicate, since that workbook was taken out.
+    after = write_jsonl(tmp_path / "after.jsonl", ["Region: Region 3; Units: 3", PARAGRAPHS[4]])
+    spool, tokenized = _tokenize(tmp_path, tokenizer, [(1, "before", before), (2, "book.xlsx", workbook),
+                                                       (3, "after", after)], "with")
+    [issue] = tokenized.skipped
+    assert issue.kind == "document" and str(issue).startswith(str(workbook))
+    assert "'Long' of the Excel (XLSX) file has more than 20 rows" in issue.message
+    assert [(s["name"], s["documents"], s["duplicates"]) for s in tokenized.sources] == \
+        [("before", 2, 0), ("book.xlsx", 0, 0), ("after", 2, 0)]
+    # The spool is as if the workbook had never been given: same rows, tokens and frequencies.
+    plain, expected = _tokenize(tmp_path, tokenizer, [(1, "before", before), (3, "after", after)], "without")
+    assert spool.offsets == plain.offsets and len(spool.offsets) == 5
+    assert spool.tokens_path.read_bytes() == plain.tokens_path.read_bytes()
+    assert spool.records_path.read_text() == plain.records_path.read_text()
+    assert np.array_equal(tokenized.document_frequency, expected.document_frequency)

@@ -1,11 +1,12 @@
-"""PDF and DOCX datasets: sniffed by content, text extracted, PDF page numbers in the metadata."""
+"""PDF and DOCX datasets: sniffed by content, text extracted, PDF page numbers in the metadata, tables as
+rows with their headers."""
 
 from __future__ import annotations
 
 import pytest
 
 from engine.datasets import DatasetError, iter_dataset, sniff_format, validate_dataset
-from tests.documents import docx_bytes, pdf_bytes
+from tests.documents import docx_bytes, pdf_bytes, table_pdf_bytes
 
 PAGES = [["Photosynthesis converts light into chemical energy.", "Chlorophyll absorbs red and blue light."],
          ["The Krebs cycle runs in the mitochondrial matrix.", "It releases carbon dioxide."],
@@ -35,6 +36,26 @@ def test_long_pdf_page_is_chunked_and_every_chunk_keeps_its_page(tmp_path):
     second = [r for r in records if r["metadata"]["page"] == 2]
     assert len(second) >= 4
     assert "word0" in second[0]["text"] and "word299" in second[-1]["text"]
+
+
+def test_a_pdf_table_is_read_as_rows_with_their_headers_at_its_page_and_region(tmp_path):
+    rows = [["Country", "Capital", "Population (millions)"], ["France", "Paris", "68.4"],
+            ["Germany", "Berlin", "84.5"]]
+    path = tmp_path / "countries.pdf"
+    path.write_bytes(table_pdf_bytes("Two countries of the Union compared.", rows,
+                                     "Figures from the statistics offices.",
+                                     boxed="A framed note: sources and their dates."))
+    before, table, after, note = iter_dataset(path, chunk_size=256)
+    assert table["text"] == ("Country: France; Capital: Paris; Population (millions): 68.4\n"
+                             "Country: Germany; Capital: Berlin; Population (millions): 84.5")
+    left, top, right, bottom = table["metadata"]["region"]
+    assert 0 <= left < right <= 1 and 0 < top < bottom < 0.5  # near the top of the page, below the text
+    # The text around the table, in reading order, without the table's cells.
+    assert before["text"] == "Two countries of the Union compared." and after["text"].startswith("Figures")
+    assert "Berlin" not in before["text"] + after["text"]
+    assert [r["metadata"]["page"] for r in (before, table, after, note)] == [1, 1, 1, 2]
+    # One framed box is no grid: the page is read as any other (pypdf's text, no region).
+    assert note["text"] == "A framed note: sources and their dates." and "region" not in note["metadata"]
 
 
 def test_docx_paragraphs_and_tables_are_read(tmp_path):

@@ -9,7 +9,7 @@ from rapidfuzz.distance import Levenshtein
 
 from bench.data.scans import python_doc_paragraphs, render_page, save_image_pdf
 from engine.datasets import DatasetError, iter_dataset, validate_dataset
-from engine.ocr import Deadline, OcrLine, clear_caches, ocr_image, reading_order
+from engine.ocr import OcrLine, clear_caches, ocr_image, reading_order
 from engine.readers import DocumentError, ReadOptions, reader_for
 from engine.readers.images import OCR_OFF, read_image
 
@@ -120,6 +120,9 @@ def test_a_damaged_image_is_refused_and_the_next_file_is_still_read(tmp_path, pa
     damaged.write_bytes(good.read_bytes()[: good.stat().st_size // 3])
     with pytest.raises(DocumentError, match="damaged image"):
         list(read_image(damaged, ReadOptions()))
+    # An upload's validation decodes without OCR: the damaged file is refused there already.
+    with pytest.raises(DatasetError, match="damaged image"):
+        validate_dataset(damaged)
     assert len(list(read_image(good, ReadOptions()))) == 2
 
 
@@ -128,15 +131,20 @@ def test_an_image_without_text_and_the_time_cap_have_reasons(tmp_path):
     Image.new("L", (400, 300), 255).save(path)
     with pytest.raises(DocumentError, match="OCR found no text on the image"):
         list(read_image(path, ReadOptions()))
-    with pytest.raises(DocumentError, match="longer than its cap of 0 s"):
+    with pytest.raises(DatasetError, match="the image is blank: it has no text to read"):
+        validate_dataset(path)  # an upload tells it without OCR
+    with pytest.raises(DocumentError, match="reading the image file took longer than the limit of 0 seconds"):
         list(read_image(path, ReadOptions(max_seconds=0)))
-    Deadline(60).check()  # within its cap: nothing to say
 
 
 def test_an_image_only_pdf_page_is_read_by_ocr_with_its_page_and_region(tmp_path, paragraphs):
     pages = [render_page(text, 200, size_inches=(6.0, 1.6), columns=60, margin_inches=0.3)[0]
              for text in (paragraphs[0][:60], paragraphs[1][:60])]
     path = save_image_pdf(pages, tmp_path / "scan.pdf", 200)
+    # The upload's validation leaves the OCR to the build: two pages pending, no text read yet.
+    report = validate_dataset(path, chunk_size=256)
+    assert (report["ocr_pending"], report["records_valid"], report["record_estimate"]) == (2, 0, 2)
+    assert report["complete"] is False and "read by OCR when the corpus is built" in report["notes"][0]
     records = list(iter_dataset(path, chunk_size=256))
     assert [r["metadata"]["page"] for r in records] == [1, 2]
     assert paragraphs[1].split()[0] in records[1]["text"]

@@ -103,6 +103,25 @@ def test_a_pdf_attachment_is_read_by_the_pdf_reader_with_its_place(tmp_path):
         assert metadata["mail_date"] == "2026-03-03T09:30:00+01:00"
 
 
+def test_a_scanned_attachment_is_left_to_ocr_at_build_and_the_mail_is_accepted(tmp_path):
+    from bench.data.scans import render_page
+
+    image = render_page("Volcanic ash clouds ground aircraft.", 150, size_inches=(4.0, 0.8), columns=50,
+                        margin_inches=0.2)[0]
+    png = tmp_path / "scan.png"
+    image.save(png)
+    message = EmailMessage()
+    message["From"], message["Subject"] = "Ana <ana@example.org>", "The scan"
+    message.add_attachment(png.read_bytes(), maintype="image", subtype="png", filename="scan.png")
+    path = tmp_path / "scan.eml"
+    path.write_bytes(message.as_bytes())
+    report = validate_dataset(path)  # the upload: the attachment is checked, not read by OCR
+    assert (report["records_valid"], report["ocr_pending"], report["record_estimate"]) == (0, 1, 1)
+    [record] = iter_dataset(path)  # the build: OCR reads it, with the mail's and the page's place
+    assert "aircraft" in record["text"]
+    assert record["metadata"]["attachment"] == "scan.png" and record["metadata"]["page"] == 1
+
+
 def test_forwarded_messages_and_digests_are_read_with_the_forwarding_message_named(tmp_path):
     path = tmp_path / "digest.eml"
     path.write_bytes(real("02"))
