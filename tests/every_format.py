@@ -30,8 +30,10 @@ class Sample:
 
 SAMPLES = (
     Sample("report.pdf", "pdf", "Zorblatt codename KESTREL", "KESTREL-7"),
+    Sample("scanned.pdf", "pdf", "heron pond drained", "heron"),
     Sample("memo.docx", "docx", "Quillfern vault combination", "Quillfern"),
     Sample("stock.xlsx", "xlsx", "Brannigan warehouse gizmotrons", "gizmotrons"),
+    Sample("macros.xlsm", "xlsx", "Quimbleford sluice gate", "Quimbleford"),
     Sample("budget.ods", "ods", "Vexmoor lighthouse paint", "Vexmoor"),
     Sample("visits.csv", "csv", "Plumbottom clinic visitors", "Plumbottom"),
     Sample("routes.tsv", "csv", "Dravencourt ferry route", "Dravencourt"),
@@ -39,7 +41,8 @@ SAMPLES = (
     Sample("talk.odp", "odp", "Grintleby choir rehearsal", "Grintleby"),
     Sample("minutes.odt", "odt", "Hobbleshank bridge toll", "Hobbleshank"),
     Sample("field-notes.epub", "epub", "Wimbleton marsh herons", "Wimbleton"),
-    # OCR: a small drawn line in each image format (plain words, as OCR returns them).
+    # OCR: a small drawn line in each image format and in a PDF without text (plain words, as OCR
+    # returns them).
     Sample("whiteboard.png", "png", "pelican harbour quota", "pelican"),
     Sample("scan.jpg", "jpeg", "walrus ferry leaves", "walrus"),
     Sample("fax.tiff", "tiff", "badger tunnel survey", "badger"),
@@ -78,7 +81,7 @@ def _image(line: str, image_format: str):  # noqa: ANN202 - a writer
         from bench.data.scans import render_page
 
         page = render_page(line, 200, size_inches=(5.0, 0.8), columns=60, margin_inches=0.2)[0]
-        page.convert("RGB").save(path, image_format)
+        page.convert("RGB").save(path, image_format, resolution=200.0)
 
     return write
 
@@ -108,6 +111,8 @@ WRITERS = {
         docx_bytes(["Memo to the night shift.", "The Quillfern vault combination changes every Tuesday."])),
     "stock.xlsx": lambda path: xlsx_file(
         path, {"Stock": [["Warehouse", "Part", "Count"], ["Brannigan", "gizmotrons", 41]]}),
+    "macros.xlsm": lambda path: xlsx_file(
+        path, {"Gates": [["Gate", "Opens"], ["Quimbleford sluice", "6:00"]]}),
     "budget.ods": lambda path: ods_file(
         path, {"Budget": [["Item", "Cost"], ["Vexmoor lighthouse paint", 380]]}),
     "visits.csv": _text("Clinic,Visitors\nPlumbottom clinic,212\n"),
@@ -121,6 +126,7 @@ WRITERS = {
     "field-notes.epub": lambda path: epub_file(
         path, [("Marsh", "<p>The Wimbleton marsh herons nest in April.</p>")]),
     **{name: _image(line, kind) for name, (line, kind) in IMAGES.items()},
+    "scanned.pdf": _image("The heron pond was drained in March.", "PDF"),  # a page without a text layer
     "plan.eml": lambda path: path.write_bytes(
         _message("Cider", "The Fennimore orchard cider is ready in October.\n").as_bytes()),
     "archive.mbox": lambda path: _mbox(
