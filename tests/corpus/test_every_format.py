@@ -1,8 +1,9 @@
-"""Every format the portal reads, on the demo's three paths (issue 58): one corpus per path — files
-posted on the corpus page, a folder source synced, a ZIP posted — holding one real file of each format
-(tests/every_format.py), built by the real build; each file's made-up fact is found by the search API
-(its document in the top 3) and primed into a chat answer from the real llama.cpp server (a few turns,
-each asking for several facts at once, so each format is asserted primed on every path)."""
+"""Every format the portal reads, on the demo's three paths (issue 58): one corpus per path (files
+uploaded through the API, a folder source synced, a ZIP dropped on the corpus page) holding one real
+file of each format (tests/every_format.py), built by the real build. Each file's made-up fact is found
+by the search API (its document in the top 3, its memory carrying its format) and primed into a chat
+answer from the real llama.cpp server: a few turns, each asking for several facts at once, so that each
+format is asserted primed on every path without a turn per format."""
 
 from __future__ import annotations
 
@@ -43,10 +44,10 @@ def short_answers(chat_settings, tmp_path):
     return chat_settings
 
 
-def _posted(corpus: Corpus, owner, files: dict[str, bytes]) -> dict[str, dict]:  # noqa: ANN001
-    """The corpus page's upload form, as a browser posts it (JSON answer): {name: outcome}."""
-    uploads = [SimpleUploadedFile(name, content) for name, content in files.items()]
-    response = login(owner).post(reverse("corpus:dataset_add", args=[corpus.pk]), {"file": uploads},
+def _posted(corpus: Corpus, owner, archive: bytes) -> dict[str, dict]:  # noqa: ANN001
+    """A ZIP dropped on the corpus page, as the page posts it (JSON answer): {member: outcome}."""
+    response = login(owner).post(reverse("corpus:dataset_add", args=[corpus.pk]),
+                                 {"file": SimpleUploadedFile("drive.zip", archive)},
                                  headers={"Accept": "application/json"})
     assert response.status_code == 200, response.content[:500]
     return {result["name"]: result for result in response.json()["results"]}
@@ -58,19 +59,25 @@ def _built(corpus: Corpus, owner, capture) -> None:  # noqa: ANN001
 
 
 def _upload_files(corpus, owner, tmp_path, capture) -> None:  # noqa: ANN001
-    files = every_format(tmp_path / "files")
-    outcomes = _posted(corpus, owner, {name: path.read_bytes() for name, path in files.items()})
-    assert {name: outcome["error"] for name, outcome in outcomes.items() if outcome.get("error")} == {}
-    assert {outcomes[s.name]["format"] for s in SAMPLES} == {s.format for s in SAMPLES}
+    """Each file posted to the API's datasets endpoint, as a script uploads them."""
+    client = token_client(owner)
+    formats = {}
+    for name, path in every_format(tmp_path / "files").items():
+        response = client.post(f"/api/v1/corpora/{corpus.pk}/datasets/",
+                               {"file": SimpleUploadedFile(name, path.read_bytes())}, format="multipart")
+        assert response.status_code == 201, (name, response.content[:300])
+        formats[name] = response.json()["format"]
+    assert formats == {s.name: s.format for s in SAMPLES}
     _built(corpus, owner, capture)
 
 
 def _upload_zip(corpus, owner, tmp_path, capture) -> None:  # noqa: ANN001
     files = every_format(tmp_path / "files")
     archive = zip_bytes({f"drive/{name}": path.read_bytes() for name, path in files.items()})
-    outcomes = _posted(corpus, owner, {"drive.zip": archive})
+    outcomes = _posted(corpus, owner, archive)
     assert {name: outcome["error"] for name, outcome in outcomes.items() if outcome.get("error")} == {}
-    assert {outcomes[f"drive/{s.name}"]["format"] for s in SAMPLES} == {s.format for s in SAMPLES}
+    formats = {s.name: outcomes[f"drive/{s.name}"]["format"] for s in SAMPLES}
+    assert formats == {s.name: s.format for s in SAMPLES}
     _built(corpus, owner, capture)
 
 
@@ -94,7 +101,8 @@ def _assert_each_found(corpus: Corpus, owner) -> None:  # noqa: ANN001
         response = client.get(f"/api/v1/corpora/{corpus.pk}/search/", {"q": sample.words})
         assert response.status_code == 200, response.content[:300]
         top = response.json()["results"][:3]
-        if not any(_is(sample, hit["dataset_name"], hit["text"]) for hit in top):
+        if not any(_is(sample, hit["dataset_name"], hit["text"])
+                   and hit["metadata"]["format"] == sample.format for hit in top):
             missed[sample.name] = [(hit["dataset_name"], hit["text"][:60]) for hit in top]
     assert missed == {}
 
@@ -126,7 +134,7 @@ async def _assert_each_primed(corpus: Corpus, owner) -> None:  # noqa: ANN001
     assert unprimed == {}
 
 
-async def test_files_posted_on_the_corpus_page_are_each_found_and_primed(
+async def test_files_uploaded_through_the_api_are_each_found_and_primed(
         short_answers, corpus, owner, tmp_path, django_capture_on_commit_callbacks):
     await db(_upload_files)(corpus, owner, tmp_path, django_capture_on_commit_callbacks)
     await db(_assert_each_found)(corpus, owner)
