@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.readers import DocumentError, reader_for, reader_suffixes
-from engine.readers.packages import ZIP_MAGIC
+from engine.readers.packages import OLE_MAGIC, ZIP_MAGIC
 
 FORMAT_BY_SUFFIX = {
     ".json": "json", ".jsonl": "jsonl", ".parquet": "parquet", ".txt": "text", ".md": "markdown",
@@ -26,6 +26,11 @@ FORMATS = frozenset(FORMAT_BY_SUFFIX.values())
 CHUNKED_FORMATS = frozenset({"text", "markdown", "html", "xml"})
 
 _SNIFF_BYTES = 64 * 1024
+# The binary Office formats before 2007, which no reader reads: what to save each as instead.
+_OLD_OFFICE = {".doc": "Word document (DOCX)", ".dot": "Word document (DOCX)",
+               ".xls": "Excel workbook (XLSX)", ".xlt": "Excel workbook (XLSX)",
+               ".ppt": "PowerPoint presentation (PPTX)", ".pps": "PowerPoint presentation (PPTX)",
+               ".pot": "PowerPoint presentation (PPTX)"}
 _NUL = b"\x00"
 
 
@@ -193,6 +198,11 @@ def _sniff_binary(sample: _Sample) -> str | None:
         raise DatasetError(f"{label}: {error}") from None
     if document is not None:
         return document.name
+    if head.startswith(OLE_MAGIC) and sample.unknown in _OLD_OFFICE:
+        raise DatasetError(
+            f"{label}: an older binary Office file ({sample.unknown}), which the portal does not read: "
+            f"open it in Office or LibreOffice, save it as a {_OLD_OFFICE[sample.unknown]} and upload that"
+        )
     if head.startswith(ZIP_MAGIC):
         raise DatasetError(
             f"{label}: unsupported file type {sample.unknown or sample.suffix or '(a ZIP archive)'!r}: "

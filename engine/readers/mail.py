@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterator
 from email import policy
 from email.message import EmailMessage
 from email.parser import BytesParser
-from email.utils import parsedate_to_datetime
+from email.utils import format_datetime, parsedate_to_datetime
 from pathlib import Path
 from typing import Any
 
@@ -336,6 +336,35 @@ def read_mbox(path: Path, options: ReadOptions) -> Iterator[Part]:
         box.close()
 
 
+def _outlook_mime(outlook: Any, depth: int = 0) -> EmailMessage:
+    """extract-msg's MIME form of an Outlook message, mended where it loses what the file holds: a
+    message kept without its transport headers gets no Subject, From or Date (taken here from the
+    message's own properties), and an attached Outlook message is put bare among the body's parts
+    (wrapped here as a forwarded message, message/rfc822, under its attachment's name, and mended
+    the same way)."""
+    message = outlook.asEmailMessage()
+    for name, key in (("Subject", "subject"), ("From", "sender"), ("Date", "date")):
+        value = getattr(outlook, key, None)
+        if value and not _header(message, name):
+            del message[name]
+            message[name] = format_datetime(value) if name == "Date" else " ".join(str(value).split())
+    embedded = iter([attachment for attachment in getattr(outlook, "attachments", ())
+                     if attachment.dataType and hasattr(attachment.dataType, "asEmailMessage")])
+    related = next(message.iter_parts())
+    parts = related.get_payload()
+    for index, part in enumerate(parts):
+        # extract-msg's own attachments are leaves; a multipart beside the body is an attached message.
+        attachment = next(embedded, None) if index and part.is_multipart() else None
+        if attachment is None:
+            continue
+        wrapper = EmailMessage()
+        inner = _outlook_mime(attachment.data, depth + 1) if depth < _MAX_DEPTH else part
+        name = attachment.longFilename or attachment.name or "attached message"
+        wrapper.set_content(inner, disposition="attachment", filename=name)
+        parts[index] = wrapper
+    return message
+
+
 def read_msg(path: Path, options: ReadOptions) -> Iterator[Part]:
     """An Outlook message: extract-msg reads the OLE container and gives it as a MIME message."""
     import extract_msg
@@ -350,7 +379,7 @@ def read_msg(path: Path, options: ReadOptions) -> Iterator[Part]:
         if not hasattr(outlook, "asEmailMessage"):
             raise DocumentError(f"an Outlook {type(outlook).__name__} item, not a mail message; not read")
         try:
-            data = outlook.asEmailMessage().as_bytes()
+            data = _outlook_mime(outlook).as_bytes()
         except ExMsgBaseException as error:
             raise DocumentError(f"this Outlook message cannot be converted: {error}") from None
     finally:

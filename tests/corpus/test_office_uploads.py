@@ -3,6 +3,8 @@ found by search, each hit naming its place; a broken office file refused alone, 
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from django.core.files.uploadedfile import SimpleUploadedFile
 from django.urls import reverse
 
@@ -11,6 +13,7 @@ from tests.corpus.test_batch_uploads import zip_bytes
 from tests.office_files import encrypted, pptx_file, xlsx_file
 from tests.plugins.portal import build_now, login
 
+OLE = Path(__file__).resolve().parents[1] / "fixtures" / "mail" / "nested.msg"
 INVENTORY = [["Warehouse", "Part", "Count"], ["Leeds", "flange gaskets", 40],
              ["Bristol", "sprocket chains", 12]]
 SLIDES = [{"title": "Safety review", "body": ["Incidents fell by a third"]},
@@ -24,7 +27,8 @@ def test_zip_of_xlsx_and_pptx_builds_and_search_finds_a_row_and_a_slides_notes(
     deck = pptx_file(tmp_path / "review.pptx", SLIDES)
     locked = encrypted(xlsx_file(tmp_path / "plain.xlsx", {"Secret": INVENTORY}), tmp_path / "locked.xlsx")
     members = {"team/stock.xlsx": workbook, "team/review.pptx": deck, "team/locked.xlsx": locked}
-    archive = zip_bytes({name: path.read_bytes() for name, path in members.items()})
+    archive = zip_bytes({**{name: path.read_bytes() for name, path in members.items()},
+                         "team/old.doc": OLE.read_bytes()})  # an OLE container under an old Word name
     client = login(owner)
     response = client.post(reverse("corpus:dataset_add", args=[corpus.pk]),
                            {"file": SimpleUploadedFile("drive.zip", archive)},
@@ -32,6 +36,7 @@ def test_zip_of_xlsx_and_pptx_builds_and_search_finds_a_row_and_a_slides_notes(
     results = {r["name"]: r for r in response.json()["results"]}
     assert results["team/stock.xlsx"]["format"] == "xlsx" and results["team/review.pptx"]["format"] == "pptx"
     assert "password-protected" in results["team/locked.xlsx"]["error"]  # refused alone, the rest stored
+    assert "save it as a Word document (DOCX)" in results["team/old.doc"]["error"]
     assert "Excel, 1 record" in results["team/stock.xlsx"]["message"]
     build = build_now(corpus, owner, django_capture_on_commit_callbacks)
     assert build.status == "succeeded"

@@ -4,8 +4,10 @@ a reason a person can act on."""
 
 from __future__ import annotations
 
+import re
 import resource
 import zipfile
+from pathlib import Path
 
 import pytest
 
@@ -132,6 +134,20 @@ def test_damaged_office_files_are_refused_with_a_reason(tmp_path):
     with pytest.raises(DatasetError,
                        match=r"not a PowerPoint \(PPTX\) file: the package has no ppt/presentation.xml"):
         validate_dataset(tmp_path / "other.pptx")
+
+
+def test_an_old_binary_office_file_is_refused_with_what_to_save_it_as(tmp_path):
+    # An OLE compound file, the container of DOC, XLS and PPT (here a real Outlook message's bytes,
+    # tests/fixtures/mail/nested.msg: the refusal reads no more than the container's signature).
+    ole = (Path(__file__).resolve().parents[1] / "fixtures" / "mail" / "nested.msg").read_bytes()
+    for name, saved_as in (("minutes.doc", "Word document (DOCX)"), ("budget.xls", "Excel workbook (XLSX)"),
+                           ("review.ppt", "PowerPoint presentation (PPTX)")):
+        path = tmp_path / name
+        path.write_bytes(ole)
+        reason = (rf"an older binary Office file \({Path(name).suffix}\), which the portal does not read: "
+                  rf".* save it as a {re.escape(saved_as)}")
+        with pytest.raises(DatasetError, match=reason):
+            validate_dataset(path)
 
 
 def test_the_archive_caps_apply_before_a_package_is_opened(tmp_path):

@@ -242,3 +242,40 @@ def test_a_header_the_parser_trips_over_is_left_empty_and_the_message_read(tmp_p
     (part,) = read_eml(path, ReadOptions())
     assert part.text.strip() == "Hi,\n\nDo you like this message?\n\n-Me" and part.place["mail_from"] == ""
     assert part.place["subject"] == "This is a test message"
+
+
+def test_a_real_outlook_message_gives_its_header_body_forwarded_message_and_attachment():
+    """failure_notice.msg: a real Outlook MSG from msg-parser's test files (BSD 2-clause; see
+    tests/fixtures/mail/README.md): a bounce whose attachment is the bounced Outlook message, which
+    carries a PDF of four pages."""
+    path = MAIL / "failure_notice.msg"
+    assert sniff_format(path) == "msg"
+    parts, skips = read(path)
+    assert skips == []
+    body, forwarded, *pdf = parts
+    header = {"message": "投递状态通知 (Failure Notice)", "subject": "投递状态通知 (Failure Notice)",
+              "mail_from": "Mail Delivery Subsystem <mailer-daemon@tjdpf.org.cn>",
+              "mail_to": "yosipnps@model.com", "mail_date": "2017-11-27T17:44:30+08:00"}
+    assert body.place == header
+    assert body.text.startswith("Hi. This is an automatically generated Delivery Status Notification")
+    assert "recipient: \nhp_lsz@tjdpf.org.cn" in body.text
+    # The bounced message, an Outlook message attached to this one, is read with its own text.
+    assert forwarded.place == {**header, "attachment": "default_attachment.eml"}
+    assert forwarded.text.startswith("Meredith\n\nFYI...")
+    attachment = "北京 2017年12月02-03日 销售主管 确认n.pdf"
+    assert [(part.place["attachment"], part.place["page"]) for part in pdf] == [(attachment, n) for n in
+                                                                               range(1, 5)]
+    assert "销售主管" in pdf[0].text
+    report = validate_dataset(path)
+    assert report["format"] == "msg" and report["records_valid"] == len(parts)
+
+
+def test_an_outlook_message_kept_without_transport_headers_keeps_its_subject_and_attached_message():
+    """nested.msg (msg-parser's outer.msg, BSD 2-clause): an Outlook message with no transport
+    headers, carrying another Outlook message as an attachment (test.msg)."""
+    parts, skips = read(MAIL / "nested.msg")
+    assert skips == []
+    assert [(part.text, part.place.get("attachment")) for part in parts] == [("Outer body\n", None),
+                                                                             ("body\n", "test.msg")]
+    assert {part.place["subject"] for part in parts} == {"outer subject"}
+    assert parts[0].place["mail_to"] == "outer@foo.bar"
