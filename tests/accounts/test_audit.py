@@ -81,6 +81,7 @@ def test_corpora_created_shared_unshared_and_deleted(owner, member, readers):
     assert _last("corpus_deleted").target == f"Ledger (#{corpus_id})" and not Corpus.objects.exists()
 
 
+@pytest.mark.slow
 def test_documents_deleted_sources_created_synced_deleted_and_exports(owner, corpus, settings, tmp_path,
                                                                      django_capture_on_commit_callbacks):
     api = token_client(owner)

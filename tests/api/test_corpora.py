@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from django.core.files.uploadedfile import SimpleUploadedFile
 
 from corpus.models import Corpus, Dataset, IndexBuild, Memory
@@ -68,6 +69,7 @@ def test_corpus_input_is_validated(owner, outsider, writers):
     error_of(not_json)
 
 
+@pytest.mark.slow
 def test_an_embedding_model_the_engine_cannot_tokenize_is_refused_like_the_form(staff, gemma_gguf):
     from engine.model_files import default_chat_gguf_path
 

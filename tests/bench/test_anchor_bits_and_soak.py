@@ -55,6 +55,7 @@ def test_turns_per_conversation_range():
             _turn_range(bad)
 
 
+@pytest.mark.slow
 def test_static_vectors_distilled_from_the_encoder_rank_paraphrases(tmp_path):
     """model2vec distils the real encoder once into a table the next index reads back."""
     args = argparse.Namespace(encoder_cache=tmp_path, threads=1)

@@ -3,6 +3,7 @@ demo corpus, as the bench checks before it asks)."""
 
 from __future__ import annotations
 
+import pytest
 from bench.answer_chains import load_chains, repeats
 
 CSV_ANSWER = """You can use `csv.reader` to read the rows of a CSV file one by one, as lists of strings.
@@ -47,6 +48,7 @@ Here is an example:"""
     assert not repeats(later, [CSV_ANSWER, "Here is an example: import csv"])
 
 
+@pytest.mark.slow
 def test_the_chains_facts_are_in_the_demo_corpus_and_both_kinds_have_a_held_out_part():
     chains = load_chains("all")  # SystemExit naming the missing facts otherwise
     assert all(len(chain["turns"]) == 3 for chain in chains)

@@ -200,6 +200,7 @@ def test_a_backup_lacking_or_changing_a_file_it_lists_is_refused_before_anything
     assert _written(restored, prefix, server) == []
 
 
+@pytest.mark.slow
 def test_a_restore_refuses_a_database_that_is_not_empty(backed_up):
     source, backup = backed_up
     result = source.manage("restore", str(backup), check=False)
@@ -212,6 +213,7 @@ def test_a_backup_goes_into_an_empty_directory(backed_up):
     assert result.returncode != 0 and "is not empty" in result.stderr
 
 
+@pytest.mark.slow
 def test_rows_restored_without_their_files_are_named_at_start(backed_up, tmp_path):
     """The database restored, the segment files not (an admin who restored only the database)."""
     _, backup = backed_up

@@ -251,6 +251,7 @@ def test_nul_characters_survive_the_memory_insert(corpus, owner, django_capture_
     assert stored.text == texts[0].replace("\x00", "\ufffd")
 
 
+@pytest.mark.slow
 def test_an_embedding_model_the_engine_cannot_tokenize_is_refused_by_the_settings_page(staff, gemma_gguf):
     """The chat model (byte-level BPE) is a fine LLM but cannot build an index: the settings page
     says so at once (the service's check, which the API shares) instead of a build failing later."""

@@ -32,6 +32,7 @@ def _streamed(response) -> bytes:  # noqa: ANN001 - django FileResponse
     return b"".join(response.streaming_content)
 
 
+@pytest.mark.slow
 def test_an_image_passage_is_outlined_on_the_image(corpus, owner, member, outsider,
                                                     django_capture_on_commit_callbacks):
     scan = render_page(SENTENCE, 150, size_inches=(6.0, 1.2), columns=60, margin_inches=0.3)[0]

@@ -120,6 +120,7 @@ def test_sqlite_store_holds_every_row(tmp_path, gemma_gguf, tokenizer, embedding
     assert rows == [(0, 4), (1, 4), (2, 4), (3, 4), (4, 4), (5, 9)]
 
 
+@pytest.mark.slow
 def test_formats_1_and_4_give_identical_bitmaps_and_searches(
     tmp_path, gemma_gguf, tokenizer, embedding_cache
 ):

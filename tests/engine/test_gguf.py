@@ -143,6 +143,7 @@ def test_metadata_matches_gguf_reader(tmp_path, embeddings, qtype):
         assert info.n_bytes == tensor.n_bytes
 
 
+@pytest.mark.slow
 def test_real_model_metadata_matches_gguf_reader(gemma_gguf):
     metadata = read_metadata(gemma_gguf)
     reader = gguf.GGUFReader(str(gemma_gguf))  # the slow reference: ~10 s on this vocabulary

@@ -80,6 +80,7 @@ def test_a_missing_part_names_the_package_to_install(tmp_path):
         packaged_model_path(model, tmp_path)
 
 
+@pytest.mark.slow
 def test_the_packaged_chat_model_is_the_pinned_instruct_model_with_its_own_template():
     packaged = default_chat_gguf_path(packaged=True)
     assert packaged.stat().st_size == CHAT_MODEL.size

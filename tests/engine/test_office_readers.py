@@ -189,6 +189,7 @@ def test_a_100000_row_csv_streams(tmp_path):
     assert abs(report["record_estimate"] - (len(rest) + 2)) < 0.05 * (len(rest) + 2)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("rows", [100_000])
 def test_heavy_a_100000_row_xlsx_streams_in_bounded_memory(tmp_path, rows):
     """Heavy (about a minute on a loaded 2-core machine): openpyxl writes and reads 100,000 rows."""

@@ -121,6 +121,7 @@ def demo(tmp_path_factory, gemma_gguf, tokenizer, embedding_cache):  # noqa: ANN
     return retriever, SearchTarget(corpus, corpus.store, "demo", channels={WORDS: words}, rules={WORDS: rule})
 
 
+@pytest.mark.slow  # the demo corpus's build
 @pytest.mark.parametrize(("question", "head"), [
     ("What does the zip() function return?", "builtins.zip"),
     ("What does sorted() return?", "builtins.sorted"),
@@ -135,6 +136,7 @@ def test_the_demo_corpus_answers_a_called_name_from_its_own_docstring(demo, ques
     assert target.store.get_memories([int(ranked[0])])[int(ranked[0])].text.startswith(head)
 
 
+@pytest.mark.slow  # the demo corpus's build
 def test_a_question_without_a_called_name_ranks_as_before(demo):
     retriever, target = demo
     question = "What does the zip function return?"

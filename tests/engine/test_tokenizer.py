@@ -241,6 +241,7 @@ def test_tiny_vocab_space_prefix():
     assert tokenizer.tokenize("ab") == [ids["▁ab"]]
 
 
+@pytest.mark.slow
 def test_in_process_tokenizer_only_for_vocabularies_the_engine_runs(gemma_gguf):
     from engine.model_files import default_chat_gguf_path
     from engine.tokenizer import in_process_tokenizer

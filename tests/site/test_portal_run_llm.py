@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+# Tens of seconds of CPU each, no service: out of the quick tier (`./portal test --quick`).
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[2]
 PORTAL = REPO / "portal"
 VENV = Path(sys.executable).parent.parent

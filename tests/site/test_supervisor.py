@@ -178,6 +178,7 @@ def _venv_installed(tmp_path: Path) -> Path:
     return venv
 
 
+@pytest.mark.slow
 def test_portal_run_restarts_a_killed_worker_and_runs_with_debug_off(tmp_path):
     """The real `./portal run` path (migrate, collectstatic, bootstrap, supervise) with stand-ins for
     the worker and the web server: the worker stand-in killed with SIGKILL is restarted (the policy
