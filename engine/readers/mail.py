@@ -350,7 +350,9 @@ def _outlook_mime(outlook: Any, depth: int = 0) -> EmailMessage:
             message[name] = format_datetime(value) if name == "Date" else " ".join(str(value).split())
     embedded = iter([attachment for attachment in getattr(outlook, "attachments", ())
                      if attachment.dataType and hasattr(attachment.dataType, "asEmailMessage")])
-    related = next(message.iter_parts())
+    related = next(message.iter_parts(), None)
+    if related is None or not related.is_multipart():  # a message of one part has nothing attached
+        return message
     parts = related.get_payload()
     for index, part in enumerate(parts):
         # extract-msg's own attachments are leaves; a multipart beside the body is an attached message.
