@@ -4,6 +4,7 @@ demo corpus, as the bench checks before it asks)."""
 from __future__ import annotations
 
 import pytest
+
 from bench.answer_chains import load_chains, repeats
 
 CSV_ANSWER = """You can use `csv.reader` to read the rows of a CSV file one by one, as lists of strings.
