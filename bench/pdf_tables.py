@@ -15,13 +15,13 @@ import argparse
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 if __package__ in (None, ""):
     sys.path[0] = str(Path(__file__).resolve().parent.parent)
 
 from bench._hw import print_hardware  # noqa: E402
+from bench.encode import best_of  # noqa: E402
 from bench.ingest import PUBLIC_PDFS  # noqa: E402
 
 COUNTRIES = [["Country", "Capital", "Population (millions)", "Area (km2)"],
@@ -52,15 +52,6 @@ def table_report(path: Path, pages: int = 10) -> Path:
     return path
 
 
-def _best(run: Callable[[], object], repeat: int) -> tuple[float, object]:
-    best, result = float("inf"), None
-    for _ in range(repeat):
-        started = time.process_time()
-        result = run()
-        best = min(best, time.process_time() - started)
-    return best, result
-
-
 def measure(path: Path, repeat: int) -> dict:
     from pypdf import PdfReader
 
@@ -77,9 +68,10 @@ def measure(path: Path, repeat: int) -> dict:
         finally:
             tables.close()
 
-    baseline, _ = _best(lambda: [page.extract_text() for page in PdfReader(path).pages], repeat)
-    check, ruled = _best(grid_check, repeat)
-    full, parts = _best(lambda: list(read(path, ReadOptions())), repeat)
+    baseline, _ = best_of(repeat, lambda: [page.extract_text() for page in PdfReader(path).pages],
+                          time.process_time)
+    check, ruled = best_of(repeat, grid_check, time.process_time)
+    full, parts = best_of(repeat, lambda: list(read(path, ReadOptions())), time.process_time)
     found = sum(1 for part in parts if "region" in part.place)
     return {"file": path.name, "pages": pages, "ruled": ruled, "tables": found,
             "baseline": pages / baseline, "check": pages / check, "now": pages / full,
