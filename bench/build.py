@@ -221,20 +221,27 @@ def steady_search(owner, corpus, disks: dict[str, Path | str], *, rounds: int = 
               f"({p50 / base:.2f}x the first)")
 
 
-def meaning_off_baseline(args: argparse.Namespace, owner: Any, files: list[tuple[str, Path]]) -> float:
-    """The same text built into a corpus with the meaning channel off: seconds from the build's start
-    to searchable (its activation), the baseline of the meaning corpus's time to searchable."""
+def corpus_uploaded(owner: Any, files: list[tuple[str, Path]], *, name: str, dims: int, meaning: bool) -> Any:
+    """A new corpus of `owner` with `files` uploaded to it, not built."""
     from django.core.files import File
-    from django.utils import timezone
 
-    from corpus.services.builds import build_start
     from corpus.services.corpora import corpus_create, dataset_upload
 
-    corpus = corpus_create(owner=owner, name="bench-no-meaning", hdc_dimensions=args.dims,
-                           meaning_channel=False)
+    corpus = corpus_create(owner=owner, name=name, hdc_dimensions=dims, meaning_channel=meaning)
     for _, path in files:
         with open(path, "rb") as handle:
             dataset_upload(corpus=corpus, user=owner, uploaded_file=File(handle, name=path.name))
+    return corpus
+
+
+def meaning_off_baseline(args: argparse.Namespace, owner: Any, files: list[tuple[str, Path]]) -> float:
+    """The same text built into a corpus with the meaning channel off: seconds from the build's start
+    to searchable (its activation), the baseline of the meaning corpus's time to searchable."""
+    from django.utils import timezone
+
+    from corpus.services.builds import build_start
+
+    corpus = corpus_uploaded(owner, files, name="bench-no-meaning", dims=args.dims, meaning=False)
     since = timezone.now()
     build = build_start(corpus=corpus, user=owner)
     build.refresh_from_db()
@@ -277,12 +284,10 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
     django.setup()
     from django.conf import settings
     from django.contrib.auth.models import User
-    from django.core.files import File
     from django.core.management import call_command
     from django.utils import timezone
 
     from corpus.services.builds import build_start
-    from corpus.services.corpora import corpus_create, dataset_upload
 
     call_command("migrate", verbosity=0)
     print_hardware()
@@ -307,10 +312,7 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
         files = [("bench", path)]
     owner = User.objects.create_user("bench")
     searchable_off = meaning_off_baseline(args, owner, files) if args.meaning else None
-    corpus = corpus_create(owner=owner, name="bench", hdc_dimensions=args.dims, meaning_channel=args.meaning)
-    for _, path in files:
-        with open(path, "rb") as handle:
-            dataset_upload(corpus=corpus, user=owner, uploaded_file=File(handle, name=path.name))
+    corpus = corpus_uploaded(owner, files, name="bench", dims=args.dims, meaning=args.meaning)
 
     started, since = time.perf_counter(), timezone.now()
     build = build_start(corpus=corpus, user=owner)  # autocommit: on_commit runs the (eager) task now
