@@ -19,6 +19,11 @@
     setTimeout(function () { location.reload(); }, delay);
   }
 
+  // A rate as the pages write it (corpus/templatetags/portal.py `rate`): "1,168/s", "3.4/s".
+  function rate(value) {
+    return (value >= 10 ? Math.round(value).toLocaleString("en-US") : value.toFixed(1)) + "/s";
+  }
+
   function render(build) {
     var row = table.querySelector('tr[data-build="' + build.id + '"]');
     if (!row) { if (build.status === "queued" || build.status === "running") { reload(0); } return; }
@@ -32,7 +37,7 @@
     if (live) {
       detail = " · " + (PHASE_NAMES[build.phase] || (build.phase || "").replace(/_/g, " "));
       if (build.total) { detail += " " + build.done.toLocaleString("en-US") + " of " + build.total.toLocaleString("en-US"); }
-      if (build.rate) { detail += " · " + (build.rate >= 10 ? Math.round(build.rate).toLocaleString("en-US") : build.rate.toFixed(1)) + "/s"; }
+      if (build.rate) { detail += " · " + rate(build.rate); }
     }
     var phase = row.querySelector('[data-field="phase"]');
     phase.textContent = detail;
@@ -63,7 +68,7 @@
     bar.value = meaning.done;
     var text = " " + count(meaning.done) + " of " + count(meaning.total) + " memories, " +
       meaning.segments_read + " of " + meaning.segments + " segment" + (meaning.segments === 1 ? "" : "s");
-    if (meaning.rate) { text += " · " + (meaning.rate >= 10 ? count(Math.round(meaning.rate)) : meaning.rate.toFixed(1)) + "/s"; }
+    if (meaning.rate) { text += " · " + rate(meaning.rate); }
     if (meaning.seconds_left) { text += " · about " + duration(meaning.seconds_left) + " left"; }
     if (meaning.failed) { text += " · " + meaning.failed + " failed: " + (meaning.errors[0] || ""); }
     while (bar.nextSibling) { bar.parentNode.removeChild(bar.nextSibling); }
