@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,21 @@ import pytest
 pytest_plugins = ["tests.plugins.llama", "tests.plugins.s3", "tests.plugins.oidc", "tests.plugins.gateway",
                   "tests.plugins.chroma", "tests.plugins.portal", "tests.plugins.chat", "tests.plugins.api",
                   "tests.plugins.services", "tests.plugins.outbound", "tests.plugins.tiers"]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def fast_password_hashing() -> Iterator[None]:
+    """Passwords made and checked in the test process are hashed with MD5 first (Django's advice
+    for tests: PBKDF2's million rounds cost about 0.4 s a user and a login, most of the quick tier's
+    time). The production hashers stay listed after it, so a hash made by a portal the test started
+    in another process (its own settings) still checks here; a password made here for another
+    process to check would not, and such a test fails at its login rather than passing wrongly."""
+    from django.conf import settings
+    from django.test import override_settings
+
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher",
+                                             *settings.PASSWORD_HASHERS]):
+        yield
 
 
 @pytest.fixture(scope="session")
