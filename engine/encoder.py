@@ -43,13 +43,16 @@ import itertools
 import math
 import warnings
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from engine.bits import quantize_ternary
 from engine.ngram import ngram_agreement
 from engine.vocab import VocabIndex
+
+if TYPE_CHECKING:  # torch is imported when an encoder is made: a process that never encodes starts without it
+    import torch
 
 
 def compute_idf(document_frequency: np.ndarray, n_documents: int) -> np.ndarray:
@@ -84,6 +87,8 @@ class HDCEncoder:
         self.tau = float(header["tau"])
         self.m_cap = int(header["m_cap"])
         self.c_min = int(header["c_min"])
+        import torch
+
         self._token_ids = np.asarray(vocab.token_ids)
         self._idf = torch.from_numpy(np.asarray(vocab.idf).astype(np.float16))
         # Full tables when the index has them (format 1, or a build's scratch tables): no copying.
@@ -134,6 +139,8 @@ class HDCEncoder:
             return np.zeros((n_docs, self.dims), dtype=np.float32)
         if table is None:
             rows, table, _ = self._tables(local)
+        import torch
+
         bags = torch.nn.functional.embedding_bag(
             torch.from_numpy(rows),
             table,
@@ -181,6 +188,8 @@ class HDCEncoder:
 
 
 def _tensor(array: np.ndarray) -> torch.Tensor:
+    import torch
+
     with warnings.catch_warnings():
         # A read-only memmap; torch only reads it, so its "non-writable" warning is moot.
         warnings.simplefilter("ignore", UserWarning)

@@ -26,11 +26,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import chromadb
 import httpx
 import numpy as np
-from chromadb.config import Settings
-from chromadb.errors import ChromaError
 
 from engine.multivector.compression import check_version, decode_metadata
 from engine.multivector.errors import (
@@ -66,9 +63,10 @@ _INDEX_FIELD = {"visual": "page", "text": "chunk_id"}
 logger = logging.getLogger(__name__)
 
 
-def _settings() -> Settings:
-    # A fresh object per client: chromadb.HttpClient writes its host and API class into
-    # the Settings it is given, so a shared one would turn later embedded clients remote.
+def _settings() -> Any:
+    """A fresh chromadb Settings per client: chromadb.HttpClient writes its host and API class into
+    the Settings it is given, so a shared one would turn later embedded clients remote."""
+    from chromadb.config import Settings
     return Settings(anonymized_telemetry=False)
 
 
@@ -101,6 +99,7 @@ def connect_chroma(*, url: str | None = None, path: str | Path | None = None, ho
     at `url` or `host`/`port`. `timeout` bounds each HTTP request (chromadb's own client waits
     forever, so a server that drops packets would stall its caller). Raises
     ChromaDBConnectionError naming the location when the heartbeat fails."""
+    import chromadb  # here, not at the top: a process that never opens a store starts without it
     if path is not None:
         location = f"embedded store {Path(path)}"
 
@@ -140,6 +139,7 @@ def connect_chroma(*, url: str | None = None, path: str | Path | None = None, ho
 def guarded(action: str, location: str) -> Iterator[None]:
     """Context for calls on a chromadb client: transport failures (the server down or killed mid-request;
     the client's next request connects again) → ChromaDBConnectionError, Chroma's errors → ChromaDBError."""
+    from chromadb.errors import ChromaError
     try:
         yield
     except StorageError:
