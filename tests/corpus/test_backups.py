@@ -207,6 +207,7 @@ def test_a_restore_refuses_a_database_that_is_not_empty(backed_up):
     assert result.returncode != 0 and "The database is not empty" in result.stderr
 
 
+@pytest.mark.slow
 def test_a_backup_goes_into_an_empty_directory(backed_up):
     source, backup = backed_up
     result = source.manage("backup", str(backup), check=False)
