@@ -3,6 +3,7 @@
     python -m bench.load [--set demo|manpages] [--users 1,2,4,8,16] [--turns 2] [--think 1-4]
                          [--policies fcfs,parallel] [--mode ws|openai] [--max-tokens 128]
                          [--floor together|separate|both|none] [--web-processes 2 [--shared-queue]]
+                         [--meaning on|off]
     python -m bench.load --servers 2 --users 8 [--threads 2] [--parallel 8]   (bench.load_servers)
 
 What runs: one real llama.cpp server (the packaged chat model, `--parallel` slots sharing one
@@ -28,6 +29,10 @@ prints both; the targets are judged against the first.
 `--web-processes N` serves the portal from N web processes, each on its own port, user i on
 process i mod N (a load balancer's round robin): each keeps its own queue of turns, or with
 `--shared-queue` they share one in Redis (`LLM_QUEUE_REDIS_URL`, `chat.llm.queue_redis`).
+
+`--meaning off` builds the corpus without the meaning channel (a new corpus has it on): two runs,
+one each way, show what the channel costs a turn (issue 62: at most 10 % of TTFT at 4 users); each
+run prints the corpus's meaning phase as built and the web process's peak RSS.
 
 Printed per policy and user count: TTFT p50/p95 (at the client: sending the turn to its first
 streamed text), the ratio to the floor's, time per output token, answers per minute, errors and
@@ -108,6 +113,13 @@ def _parse() -> argparse.Namespace:
         help="the web processes share one queue of turns in Redis (LLM_QUEUE_REDIS_URL=REDIS_URL, "
         "else the local Redis)",
     )
+    parser.add_argument(
+        "--meaning",
+        choices=("on", "off"),
+        default="on",
+        help="build the corpus with the meaning channel (a new corpus's default) or without it; "
+        "pair two runs to see what it costs a turn",
+    )
     parser.add_argument("--verbose", action="store_true", help="print every turn beside its floor")
     parser.add_argument(
         "--servers",
@@ -166,6 +178,28 @@ def plan_turns(users: int, turns: int, questions: list[str], think: tuple[float,
 
 
 # ---------------------------------------------------------------- the portal
+
+
+def print_meaning(corpus_id: int, asked: str) -> None:
+    """The corpus's meaning phase as built (inline: eager Celery); a run that asked for the channel
+    and did not get it stops here rather than measure the wrong thing."""
+    from corpus.services.meaning_jobs import meaning_state
+
+    state = meaning_state(corpus_id)
+    print(f"meaning channel {asked}: {state['done']} of {state['total']} memories read by meaning")
+    if (asked == "on") != bool(state["total"] and state["done"] == state["total"]):
+        raise SystemExit(f"the corpus's meaning phase does not match --meaning {asked}: {state}")
+
+
+def peak_rss_mib(pid: int) -> str:
+    """A live process's peak resident memory (Linux /proc VmHWM) in MiB, or "?" elsewhere."""
+    try:
+        for row in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if row.startswith("VmHWM:"):
+                return f"{int(row.split()[1]) / 1024:.0f}"
+    except OSError:
+        pass
+    return "?"
 
 
 def start_web(data_dir: Path, llm_url: str, policy: str, streams: int, nice: int = 0, queue_redis: str = "",
@@ -550,11 +584,12 @@ def print_breakdown(phase: Phase) -> None:
     transport = _median(
         [t.ttft - (t.timings.get("first_token") or 0) / 1000 for t in phase.answered() if t.timings]
     )
+    prompts = [t.prompt_tokens for t in phase.answered() if t.prompt_tokens]
     print(
         f"            where the time went (median s): prepare {_s(parts['prepare'])} (retrieval "
         f"{_s(parts['retrieval'], 3)}), queue {_s(parts['queue'])}, prefill {_s(parts['prefill'])}, "
         f"generation {_s(parts['generation'])}; client-side beyond the server's first token "
-        f"{_s(transport, 3)}"
+        f"{_s(transport, 3)}; prompt tokens median {_median(prompts) if prompts else '-'}"
     )
 
 
@@ -623,8 +658,11 @@ def main() -> int:
             f"{args.web_processes} web process{'es' if args.web_processes > 1 else ''}"
             + (f", one queue in Redis {queue_redis}" if queue_redis else ", a queue in each")
         )
+        os.environ["MEANING_CHANNEL_DEFAULT"] = "1" if args.meaning == "on" else "0"
+        os.environ["BENCH_MEANING"] = os.environ["MEANING_CHANNEL_DEFAULT"]
         portal_setup(Path(data_dir), llm_url, args.max_tokens)
         _, corpus_id = build_corpus(make_corpus)
+        print_meaning(corpus_id, args.meaning)
         results: list[dict] = []
         for policy in policies:
             webs = [
@@ -680,6 +718,8 @@ def main() -> int:
                             )
             finally:
                 for web, _ in webs:
+                    rss = peak_rss_mib(web.pid)
+                    print(f"web process {web.pid}: peak RSS {rss} MiB (meaning {args.meaning})")
                     web.terminate()
                 for web, _ in webs:
                     web.wait(timeout=30)
