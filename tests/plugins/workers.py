@@ -1,6 +1,7 @@
 """The suite in several processes (pytest-xdist, `./portal test` runs `-n auto` unless told `-n`):
 each worker gets its own Redis database and scratch DATA_DIR, so that one worker's cache clear,
-Celery queue or channel groups never reach another's. pytest-django gives each worker its own
+Celery queue or channel groups never reach another's, and its share of the cores for its libraries'
+thread pools. pytest-django gives each worker its own
 test database (`test_<name>_gw0`, ...); the fixtures that make more PostgreSQL databases name
 them uniquely.
 
@@ -11,7 +12,10 @@ the settings: the environment must be set before `hdrag_site.settings` reads it.
 from __future__ import annotations
 
 import os
+from collections import Counter
 from urllib.parse import urlsplit, urlunsplit
+
+import pytest
 
 REDIS_DATABASES = 16  # Redis's default `databases`
 
@@ -42,5 +46,32 @@ def _isolate(number: int) -> None:
         os.environ["DATA_DIR"] = f"{os.environ['DATA_DIR'].rstrip('/')}-gw{number}"
 
 
+# The thread pools of torch (OpenMP), BLAS and numba, which size themselves to every core when first
+# used: N workers on N cores would each run N threads, and OpenMP's waiting threads spin on the cores
+# the other workers need. Each worker gets its share; a variable already set is left as it is.
+THREAD_POOLS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS", "NUMBA_NUM_THREADS")
+
+
+def _share_cores() -> None:
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT") or 1)
+    share = max(1, len(os.sched_getaffinity(0)) // workers)
+    for name in THREAD_POOLS:
+        os.environ.setdefault(name, str(share))
+
+
 if (_number := worker_number()) is not None:
     _isolate(_number)
+    _share_cores()
+
+
+# Last, after tests/plugins/tiers.py has marked the service tests.
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The files that hold service or slow tests (tens of seconds each: a real model's turns, a portal
+    in processes, a build) go to the workers first, those with the most of them first, the many short
+    files after: `--dist loadfile` hands out files in this order as workers come free, so the last
+    minutes are short files on both workers rather than one long file on one while the other waits.
+    A file stays whole and in its order."""
+    heavy = Counter(item.nodeid.split("::")[0] for item in items
+                    if item.get_closest_marker("service") or item.get_closest_marker("slow"))
+    items.sort(key=lambda item: -heavy[item.nodeid.split("::")[0]])
