@@ -1,9 +1,8 @@
 """The suite in several processes (pytest-xdist, `./portal test` runs `-n auto` unless told `-n`):
 each worker gets its own Redis database and scratch DATA_DIR, so that one worker's cache clear,
 Celery queue or channel groups never reach another's, and its share of the cores for its libraries'
-thread pools. pytest-django gives each worker its own
-test database (`test_<name>_gw0`, ...); the fixtures that make more PostgreSQL databases name
-them uniquely.
+thread pools. pytest-django gives each worker its own test database (`test_<name>_gw0`, ...); the
+fixtures that make more PostgreSQL databases name them uniquely.
 
 Loaded with `-p tests.plugins.workers` (pyproject's addopts), before pytest-django configures
 the settings: the environment must be set before `hdrag_site.settings` reads it.
