@@ -13,6 +13,14 @@ from importlib import metadata
 from pathlib import Path
 
 
+def proc_status_kib(field: str, pid: int | str = "self") -> int:
+    """One kB field of a process's /proc status (`VmRSS`, `VmHWM`, `RssAnon`, ...), in KiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1])
+    raise RuntimeError(f"/proc/{pid}/status has no {field}")
+
+
 def _cpu_model() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():

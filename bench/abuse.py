@@ -37,7 +37,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench._hw import print_hardware  # noqa: E402
+from bench._hw import print_hardware, proc_status_kib  # noqa: E402
 
 MIB = 1024 * 1024
 UPLOAD_LIMIT = 64 * MIB
@@ -53,13 +53,6 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
-
-
-def _proc_kib(pid: int, field: str) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise KeyError(field)
 
 
 def _tree_bytes(directory: Path) -> int:
@@ -130,10 +123,10 @@ class Portal:
         raise SystemExit(f"{self.server} did not come up; see {self.workdir / (self.server + '.log')}")
 
     def rss_kib(self) -> int:
-        return _proc_kib(self.process.pid, "VmRSS")
+        return proc_status_kib("VmRSS", self.process.pid)
 
     def peak_kib(self) -> int:
-        return _proc_kib(self.process.pid, "VmHWM")
+        return proc_status_kib("VmHWM", self.process.pid)
 
     def temp_bytes(self) -> int:
         """Files in the temporary directories, plus files the server holds open there after

@@ -63,7 +63,7 @@ from typing import TYPE_CHECKING
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from bench._hw import print_hardware  # noqa: E402
+from bench._hw import print_hardware, proc_status_kib  # noqa: E402
 from bench.answers import DATA, SETS, build_corpus, percentile, portal_setup  # noqa: E402
 from engine.llama_server import DEFAULT_CTX_SIZE, DEFAULT_PARALLEL  # noqa: E402
 
@@ -194,12 +194,9 @@ def print_meaning(corpus_id: int, asked: str) -> None:
 def peak_rss_mib(pid: int) -> str:
     """A live process's peak resident memory (Linux /proc VmHWM) in MiB, or "?" elsewhere."""
     try:
-        for row in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if row.startswith("VmHWM:"):
-                return f"{int(row.split()[1]) / 1024:.0f}"
-    except OSError:
-        pass
-    return "?"
+        return f"{proc_status_kib('VmHWM', pid) / 1024:.0f}"
+    except (OSError, RuntimeError):
+        return "?"
 
 
 def start_web(data_dir: Path, llm_url: str, policy: str, streams: int, nice: int = 0, queue_redis: str = "",

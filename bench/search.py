@@ -46,7 +46,7 @@ from numba import njit, prange
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from bench._hw import print_hardware  # noqa: E402
+from bench._hw import print_hardware, proc_status_kib  # noqa: E402
 from engine import bits  # noqa: E402
 from engine.index import BitmapIndex, IndexFileError  # noqa: E402
 from engine.index_search import SAMPLED_SEARCH_MIN_ROWS  # noqa: E402
@@ -135,13 +135,6 @@ def numpy_scan(index: BitmapIndex, qp: np.ndarray, qn: np.ndarray) -> np.ndarray
         scores += np.bitwise_count((pos & a) | (neg & b)).sum(axis=1, dtype=np.int32)
         scores -= np.bitwise_count((pos & b) | (neg & a)).sum(axis=1, dtype=np.int32)
     return scores
-
-
-def proc_status_kib(field: str) -> int:
-    for line in Path("/proc/self/status").read_text().splitlines():
-        if line.startswith(field + ":"):
-            return int(line.split()[1])
-    raise RuntimeError(f"/proc/self/status has no {field}")
 
 
 def reset_peak_rss() -> bool:
