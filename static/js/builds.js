@@ -19,9 +19,11 @@
     setTimeout(function () { location.reload(); }, delay);
   }
 
+  function count(n) { return Number(n).toLocaleString("en-US"); }
+
   // A rate as the pages write it (corpus/templatetags/portal.py `rate`): "1,168/s", "3.4/s".
   function rate(value) {
-    return (value >= 10 ? Math.round(value).toLocaleString("en-US") : value.toFixed(1)) + "/s";
+    return (value >= 10 ? count(Math.round(value)) : value.toFixed(1)) + "/s";
   }
 
   function render(build) {
@@ -36,7 +38,7 @@
     var detail = "";
     if (live) {
       detail = " · " + (PHASE_NAMES[build.phase] || (build.phase || "").replace(/_/g, " "));
-      if (build.total) { detail += " " + build.done.toLocaleString("en-US") + " of " + build.total.toLocaleString("en-US"); }
+      if (build.total) { detail += " " + count(build.done) + " of " + count(build.total); }
       if (build.rate) { detail += " · " + rate(build.rate); }
     }
     var phase = row.querySelector('[data-field="phase"]');
@@ -53,7 +55,6 @@
   // shows it on load: its bar, memories read, segments, rate and time left; a reload when it ends
   // or when it starts on a page that had none.
   var meaningShown = document.getElementById("meaning-progress");
-  function count(n) { return Number(n).toLocaleString("en-US"); }
   function duration(s) {
     if (s < 60) { return s.toFixed(1) + " s"; }
     var m = Math.floor(Math.round(s) / 60);
