@@ -22,8 +22,10 @@ class Portal:
         self.data_dir, self.database_url = data_dir, database_url
         self.env = {**os.environ, "DJANGO_SETTINGS_MODULE": "hdrag_site.settings", "DATA_DIR": str(data_dir),
                     "DATABASE_URL": database_url, "INDEX_ON_UPLOAD": "0", "SEGMENT_MERGE_PERCENT": "1000",
-                    "BUILD_STORAGE_URL": "", **(store or {})}
+                    "BUILD_STORAGE_URL": "", "MEANING_CHANNEL_DEFAULT": "0", **(store or {})}
         self.env.pop("REDIS_URL", None)  # jobs run in the command's own process (Celery eager)
+        # A corpus gets the meaning channel where a scenario asks for it (`make --meaning`), as in the
+        # in-process tests (tests/plugins/portal.py): without it a process loads no encoder.
 
     def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess:
         result = subprocess.run(
