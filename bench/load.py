@@ -3,7 +3,7 @@
     python -m bench.load [--set demo|manpages] [--users 1,2,4,8,16] [--turns 2] [--think 1-4]
                          [--policies fcfs,parallel] [--mode ws|openai] [--max-tokens 128]
                          [--floor together|separate|both|none] [--web-processes 2 [--shared-queue]]
-                         [--meaning on|off]
+                         [--meaning on|off] [--fixed-length]
     python -m bench.load --servers 2 --users 8 [--threads 2] [--parallel 8]   (bench.load_servers)
 
 What runs: one real llama.cpp server (the packaged chat model, `--parallel` slots sharing one
@@ -32,7 +32,10 @@ process i mod N (a load balancer's round robin): each keeps its own queue of tur
 
 `--meaning off` builds the corpus without the meaning channel (a new corpus has it on): two runs,
 one each way, show what the channel costs a turn (issue 62: at most 10 % of TTFT at 4 users); each
-run prints the corpus's meaning phase as built and the web process's peak RSS.
+run prints the corpus's meaning phase as built and the web process's peak RSS. `--fixed-length` runs
+every answer to `--max-tokens` (llama.cpp's `--ignore-eos`): an answer's length then does not depend on
+what it says, so the queue a turn meets is the same in both runs of a pair, and what is left of the
+difference in time to first token is the channel's own (its retrieval and its prompt's size).
 
 Printed per policy and user count: TTFT p50/p95 (at the client: sending the turn to its first
 streamed text), the ratio to the floor's, time per output token, answers per minute, errors and
@@ -119,6 +122,11 @@ def _parse() -> argparse.Namespace:
         default="on",
         help="build the corpus with the meaning channel (a new corpus's default) or without it; "
         "pair two runs to see what it costs a turn",
+    )
+    parser.add_argument(
+        "--fixed-length",
+        action="store_true",
+        help="every answer runs to --max-tokens (llama.cpp's --ignore-eos): paired runs meet the same queue",
     )
     parser.add_argument("--verbose", action="store_true", help="print every turn beside its floor")
     parser.add_argument(
@@ -642,6 +650,7 @@ def main() -> int:
             ctx_size=args.ctx_size,
             parallel=args.parallel,
             batch=args.batch,
+            ignore_eos=args.fixed_length,
         )
 
     llm_url = f"http://127.0.0.1:{port}"
@@ -651,7 +660,8 @@ def main() -> int:
             f"set {args.set}; chat model {gguf.name} on llama.cpp ({args.parallel} slots, {args.threads} "
             f"threads, batch {args.batch}, KV cache {args.ctx_size}, "
             f"a fresh server per phase); mode {args.mode}; {args.turns} turns per user, think {args.think} "
-            f"s; answers up to {args.max_tokens} tokens; policies {', '.join(policies)}; users {args.users}; "
+            f"s; answers {'of exactly' if args.fixed_length else 'up to'} {args.max_tokens} tokens; "
+            f"policies {', '.join(policies)}; users {args.users}; "
             f"{args.web_processes} web process{'es' if args.web_processes > 1 else ''}"
             + (f", one queue in Redis {queue_redis}" if queue_redis else ", a queue in each")
         )

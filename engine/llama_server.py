@@ -91,6 +91,9 @@ class ServerOptions:
     chat_template: str | None = DEFAULT_CHAT_TEMPLATE
     batch: int = DEFAULT_BATCH
     cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB  # 0: no prompt cache
+    # Every answer runs to its max_tokens (llama-server's --ignore-eos): a load benchmark's answers
+    # then take the same time whatever they say, so two runs meet the same queue. Never for chat.
+    ignore_eos: bool = False
 
     def __post_init__(self) -> None:
         if not Path(self.gguf_path).is_file():
@@ -147,6 +150,7 @@ def start_in_process(options: ServerOptions):  # xllamacpp.Server has no stubs
     params.cpuparams.n_threads = options.threads
     params.cpuparams_batch.n_threads = options.threads
     params.n_gpu_layers = 0
+    params.sampling.ignore_eos = options.ignore_eos
     # Its API key, from the environment (llama-server's own variable), never on a command line
     # where any local user could read it.
     if os.environ.get(API_KEY_VARIABLE):
@@ -202,6 +206,7 @@ class LlamaServer:
         batch: int = DEFAULT_BATCH,
         cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB,
         api_key: str = "",
+        ignore_eos: bool = False,
     ) -> None:
         self.api_key = api_key  # required of every client when set (`API_KEY_VARIABLE`)
         self.options = ServerOptions(
@@ -214,6 +219,7 @@ class LlamaServer:
             chat_template=chat_template,
             batch=batch,
             cache_ram_mib=cache_ram_mib,
+            ignore_eos=ignore_eos,
         )
         self.startup_timeout = startup_timeout
         self.port: int | None = None
@@ -249,6 +255,8 @@ class LlamaServer:
             "--cache-ram", str(options.cache_ram_mib),
         ]
         command += ["--chat-template", options.chat_template or "", "--exit-with-parent"]
+        if options.ignore_eos:
+            command.append("--ignore-eos")
         return command
 
     def start(self) -> LlamaServer:
@@ -329,6 +337,8 @@ def _parse_args(argv: list[str] | None) -> tuple[ServerOptions, bool]:
     parser.add_argument("--chat-template", default=DEFAULT_CHAT_TEMPLATE,
                         help="llama.cpp built-in template name; '' keeps the GGUF's own template; "
                              "auto (default): the GGUF's own, else the architecture's built-in one")
+    parser.add_argument("--ignore-eos", action="store_true",
+                        help="every answer runs to its max_tokens (load benchmarks: answers of one length)")
     parser.add_argument("--exit-with-parent", action="store_true",
                         help="shut down when the process that started this one ends (LlamaServer's children)")
     args = parser.parse_args(argv)
@@ -336,7 +346,7 @@ def _parse_args(argv: list[str] | None) -> tuple[ServerOptions, bool]:
         return ServerOptions(
             gguf_path=args.gguf, host=args.host, port=args.port, ctx_size=args.ctx_size,
             threads=args.threads, parallel=args.parallel, chat_template=args.chat_template or None,
-            batch=args.batch_size, cache_ram_mib=args.cache_ram,
+            batch=args.batch_size, cache_ram_mib=args.cache_ram, ignore_eos=args.ignore_eos,
         ), args.exit_with_parent
     except LlamaServerError as exc:
         parser.error(str(exc))

@@ -254,3 +254,27 @@ def test_the_chat_model_is_served_with_its_own_template():
         assert reply["prompt"].startswith(
             "<|im_start|>system\nBe brief.<|im_end|>\n<|im_start|>user\nHi<|im_end|>"
         )
+
+
+@pytest.mark.service
+def test_ignore_eos_runs_every_answer_to_its_max_tokens(chat_llama_server):
+    """`bench.load --fixed-length`: with llama-server's --ignore-eos every answer is exactly its
+    max_tokens long, even one the model would end at once; the session's server of the same model
+    without it ends the same request early."""
+    from engine.model_files import default_chat_gguf_path
+
+    command = LlamaServer(default_chat_gguf_path(), ignore_eos=True).command()
+    arguments = command[command.index("engine.llama_server") + 1:]
+    arguments[arguments.index("--port") + 1] = "0"
+    assert _parse_args(arguments)[0].ignore_eos and not _parse_args(arguments[:-1])[0].ignore_eos
+    request = {"messages": [{"role": "user", "content": "Reply with the single word: yes"}],
+               "max_tokens": 24, "temperature": 0}
+
+    def length(server: LlamaServer) -> tuple[int, str]:
+        reply = requests.post(f"{server.base_url}/v1/chat/completions", json=request, timeout=120).json()
+        return reply["usage"]["completion_tokens"], reply["choices"][0]["finish_reason"]
+
+    with LlamaServer(default_chat_gguf_path(), ctx_size=1024, parallel=1, ignore_eos=True) as server:
+        assert length(server) == (24, "length")
+    tokens, finish = length(chat_llama_server)
+    assert tokens < 24 and finish == "stop"
