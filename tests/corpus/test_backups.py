@@ -246,8 +246,6 @@ def test_a_backup_taken_while_an_append_runs_restores_the_index_it_served(tmp_pa
     SIGSTOP, as a slow worker would be, so that the order is certain): the restore serves the index
     of before the append and marks the append as interrupted; the source's append then succeeds."""
     source, restored = _machines("postgresql", tmp_path, request)
-    # The notes corpus encodes meaning, so the append of 1,000 notes runs long enough to be seen running.
-    source.env["MEANING_CHANNEL_DEFAULT"] = restored.env["MEANING_CHANNEL_DEFAULT"] = "1"
     source.manage("migrate", "-v0")
     source.scenario("make", "--small")
     before = source.scenario("state")
