@@ -26,6 +26,12 @@ class ErrorSerializer(serializers.Serializer):
     error = ErrorDetailSerializer()
 
 
+# The largest id a row can have: auth.Group's AutoField (32 bits) and the portal's BigAutoFields. A
+# larger one is refused as a bad value; the database would fail on it (SQLite: OverflowError, a 500).
+GROUP_ID_MAX = 2**31 - 1
+ROW_ID_MAX = 2**63 - 1
+
+
 def _group_ids(value: list[int], user: Any, field: str) -> list[Group]:
     groups = Group.objects.all() if user.is_superuser else user.groups.all()
     found = list(groups.filter(pk__in=value))
@@ -73,10 +79,10 @@ class CorpusWriteSerializer(serializers.Serializer):
     description = serializers.CharField(required=False, allow_blank=True, max_length=10000)
     visibility = serializers.ChoiceField(choices=Corpus.Visibility.values, required=False)
     readable_groups = serializers.ListField(
-        child=serializers.IntegerField(min_value=1), required=False, max_length=1000,
+        child=serializers.IntegerField(min_value=1, max_value=GROUP_ID_MAX), required=False, max_length=1000,
         help_text="Ids of your groups that may read.")
     writable_groups = serializers.ListField(
-        child=serializers.IntegerField(min_value=1), required=False, max_length=1000,
+        child=serializers.IntegerField(min_value=1, max_value=GROUP_ID_MAX), required=False, max_length=1000,
         help_text="Ids of your groups that may also write.")
 
     def get_fields(self) -> dict[str, serializers.Field]:
@@ -230,7 +236,7 @@ class MemorySerializer(RowPlaceFields):
 class ConversationWriteSerializer(serializers.Serializer):
     title = serializers.CharField(required=False, allow_blank=True, max_length=200)
     corpora = serializers.ListField(
-        child=serializers.IntegerField(min_value=1), required=False, max_length=100
+        child=serializers.IntegerField(min_value=1, max_value=ROW_ID_MAX), required=False, max_length=100
     )
     use_memory = serializers.BooleanField(required=False)
     top_document = serializers.BooleanField(required=False)
