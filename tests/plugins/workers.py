@@ -10,8 +10,10 @@ the settings: the environment must be set before `hdrag_site.settings` reads it.
 
 from __future__ import annotations
 
+import json
 import os
-from collections import Counter
+from collections import Counter, defaultdict
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
 import pytest
@@ -63,14 +65,52 @@ if (_number := worker_number()) is not None:
     _share_cores()
 
 
+# Seconds each test file took (setup, call and teardown of its tests) on a 2-core machine with two
+# workers: only the order files are handed out in depends on it. `--store-durations` writes it anew.
+DURATIONS = Path(__file__).with_name("file_durations.json")
+UNKNOWN_HEAVY_SECONDS = 10.0  # a file not in DURATIONS: this much per service or slow test it holds
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--store-durations", action="store_true",
+                     help=f"write each test file's seconds of this run to {DURATIONS.name} (their order)")
+
+
+def _file(nodeid: str) -> str:
+    return nodeid.split("::")[0]
+
+
 # Last, after tests/plugins/tiers.py has marked the service tests.
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The files that hold service or slow tests (tens of seconds each: a real model's turns, a portal
-    in processes, a build) go to the workers first, those with the most of them first, the many short
-    files after: `--dist loadfile` hands out files in this order as workers come free, so the last
-    minutes are short files on both workers rather than one long file on one while the other waits.
-    A file stays whole and in its order."""
-    heavy = Counter(item.nodeid.split("::")[0] for item in items
+    """The longest files first (their seconds in DURATIONS; a file not there counts its service and
+    slow tests at UNKNOWN_HEAVY_SECONDS each), whole: `--dist loadfile` hands out files in this order
+    as workers come free (`./portal test` keeps it with --no-loadscope-reorder, which xdist would
+    otherwise replace by the number of tests a file holds). The longest first is the classic rule
+    for the shortest end: the last minutes are short files on both workers rather than one model's
+    chain of turns on one while the other waits."""
+    recorded = json.loads(DURATIONS.read_text(encoding="utf-8")) if DURATIONS.is_file() else {}
+    heavy = Counter(_file(item.nodeid) for item in items
                     if item.get_closest_marker("service") or item.get_closest_marker("slow"))
-    items.sort(key=lambda item: -heavy[item.nodeid.split("::")[0]])
+
+    def seconds(item: pytest.Item) -> float:
+        name = _file(item.nodeid)
+        return recorded.get(name, heavy[name] * UNKNOWN_HEAVY_SECONDS)
+
+    items.sort(key=lambda item: -seconds(item))
+
+
+_seconds: defaultdict[str, float] = defaultdict(float)
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    _seconds[_file(report.nodeid)] += report.duration  # the controller sees every worker's reports
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if session.config.getoption("store_durations") and not hasattr(session.config, "workerinput"):
+        recorded = json.loads(DURATIONS.read_text(encoding="utf-8")) if DURATIONS.is_file() else {}
+        # A run of some files replaces their entries only.
+        recorded.update((name, round(seconds, 1)) for name, seconds in _seconds.items())
+        ordered = dict(sorted(recorded.items(), key=lambda pair: -pair[1]))
+        DURATIONS.write_text(json.dumps(ordered, indent=0) + "\n", encoding="utf-8")
