@@ -65,6 +65,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import gzip
 import json
 import math
@@ -208,9 +209,14 @@ def portal_setup(data_dir: Path, base_url: str, max_tokens: int, settings: list[
 
 
 def demo_texts() -> list[str]:
+    return list(_demo_texts())
+
+
+@functools.cache  # 4 s a read (it imports the standard library's modules); the same all run long
+def _demo_texts() -> tuple[str, ...]:
     from corpus.demo import pydoc_topics, stdlib_docstrings
 
-    return [record["text"] for record in (*pydoc_topics(), *stdlib_docstrings())]
+    return tuple(record["text"] for record in (*pydoc_topics(), *stdlib_docstrings()))
 
 
 def jargon_texts() -> list[str]:
