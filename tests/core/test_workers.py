@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 from django.conf import settings
 
-from tests.plugins.workers import STARTED_WITH, redis_url_for_worker, worker_number
+from tests.plugins.workers import DURATIONS, STARTED_WITH, redis_url_for_worker, worker_number
 
 
 def test_a_worker_moves_the_redis_database_up_by_its_number_and_keeps_the_rest():
@@ -27,17 +31,10 @@ def test_this_process_uses_its_own_share():
     assert os.environ["DATA_DIR"] == f"{STARTED_WITH['DATA_DIR'].rstrip('/')}-gw{number}"
 
 
-def test_the_recorded_durations_name_test_files_that_exist_and_order_the_collection(tmp_path):
+def test_the_recorded_durations_name_test_files_that_exist_and_order_the_collection():
     """The longest files first: the suite's collection (this one's, in the order the plugin left it)
     holds the files of file_durations.json in descending seconds, and that file names no file that is
     gone (a renamed file would fall back to its estimate unnoticed)."""
-    import json
-    import subprocess
-    import sys
-    from pathlib import Path
-
-    from tests.plugins.workers import DURATIONS
-
     recorded = json.loads(DURATIONS.read_text(encoding="utf-8"))
     repo = Path(__file__).resolve().parents[2]
     assert [name for name in recorded if not (repo / name).is_file()] == []

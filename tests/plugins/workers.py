@@ -80,6 +80,10 @@ def _file(nodeid: str) -> str:
     return nodeid.split("::")[0]
 
 
+def _recorded() -> dict[str, float]:
+    return json.loads(DURATIONS.read_text(encoding="utf-8")) if DURATIONS.is_file() else {}
+
+
 # Last, after tests/plugins/tiers.py has marked the service tests.
 @pytest.hookimpl(trylast=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -89,7 +93,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     otherwise replace by the number of tests a file holds). The longest first is the classic rule
     for the shortest end: the last minutes are short files on both workers rather than one model's
     chain of turns on one while the other waits."""
-    recorded = json.loads(DURATIONS.read_text(encoding="utf-8")) if DURATIONS.is_file() else {}
+    recorded = _recorded()
     heavy = Counter(_file(item.nodeid) for item in items
                     if item.get_closest_marker("service") or item.get_closest_marker("slow"))
 
@@ -109,7 +113,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
     if session.config.getoption("store_durations") and not hasattr(session.config, "workerinput"):
-        recorded = json.loads(DURATIONS.read_text(encoding="utf-8")) if DURATIONS.is_file() else {}
+        recorded = _recorded()
         # A run of some files replaces their entries only.
         recorded.update((name, round(seconds, 1)) for name, seconds in _seconds.items())
         ordered = dict(sorted(recorded.items(), key=lambda pair: -pair[1]))
