@@ -628,7 +628,7 @@ def main(argv: list[str] | None = None) -> int:
 
     with tempfile.TemporaryDirectory(prefix="hdrag-eval-") as scratch, ExitStack() as servers:
         args.work_dir = args.work_dir or Path(scratch)
-        if {"hdc", "li", "li-store", "default"} & set(names):
+        if {"hdc", "li", "li-store", "default", "meaning"} & set(names):
             args.embedding_model = open_embedding_model(args.gguf, servers, threads=args.threads)
             print(args.embedding_model.describe())
             print(measure_tokenization(args.embedding_model, data.documents))
