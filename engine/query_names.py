@@ -19,6 +19,12 @@ contents or an index (the term alone, the next line another short entry) does no
 one, that list holds every term, matches every such question, and defines none (the Jargon File's
 "BWQ", "mouso" and "IYFEG" questions were primed with their index page, not their entry). A
 question with neither is ranked as before (`definer`).
+
+A question that is a passage of a memory, word for word (a sentence pasted from a document to find
+it), asks for THAT memory (`quoted`): the retriever moves the memories holding it ahead of the rest,
+and of the definers. The channels rank by rank, and a memory that holds the sentence among text on
+other things can rank low by meaning: fused by rank, HDC's and the words' clear first then fell to
+14th. A short question quotes nothing (`QUOTE_WORDS`): a few words are found in many texts.
 """
 
 from __future__ import annotations
@@ -132,3 +138,19 @@ def definer(query: str) -> Callable[[str], bool] | None:
     if term is not None:
         return lambda text: heads(text, term)
     return None
+
+
+# A question of this many words or more that a memory holds word for word quotes that memory.
+QUOTE_WORDS = 8
+_QUOTES = "\"'\u201c\u201d\u2018\u2019"
+
+
+def quoted(query: str) -> Callable[[str], bool] | None:
+    """text -> whether it holds `query` word for word (case, spacing and the quotes around it aside);
+    None for a query of fewer than `QUOTE_WORDS` words. One pattern, searched in each text as it is:
+    no normalized copy of every candidate's text."""
+    words = query.strip().strip(_QUOTES).split()
+    if len(words) < QUOTE_WORDS:
+        return None
+    passage = re.compile(r"\s+".join(map(re.escape, words)), re.IGNORECASE)
+    return lambda text: passage.search(text) is not None

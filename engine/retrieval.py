@@ -59,7 +59,7 @@ from engine.fusion import DEFAULT_K
 from engine.lexical import words
 from engine.loaded_build import LoadedIndex, MemoryRecord
 from engine.query import BlendState, blend_vectors, query_terms
-from engine.query_names import definer
+from engine.query_names import definer, quoted
 from engine.ranking import (
     Candidate,
     dedup,
@@ -77,7 +77,8 @@ CONTEXT_DELIMITER = "\n\n---\n\n"
 # Several targets: how many of each one's first candidates its word coverage is taken over
 # (`word_coverage`; 10 and 50 measured the same, bench/cross_corpus_eval.py).
 COVERAGE_DEPTH = 10
-DEFINER_DEPTH = 50  # first candidates a definer checks (texts fetched); 200 ranked the same everywhere
+# First candidates a definer or a quotation checks (texts fetched); 200 ranked the same everywhere.
+DEFINER_DEPTH = 50
 _WORDS = re.compile(r"\w+")
 
 
@@ -254,36 +255,39 @@ class Retriever:
     def _order(self, targets: Sequence[SearchTarget], candidates: list[Candidate], query: str,
                vectors: Vectors) -> dict[int, list[Candidate]] | None:
         """Each target's candidates in the order the search ranks them (its channels' two stages,
-        `engine.stages`; then the memories that define what the query asks about first,
-        `_definers_first`), with `fused` = 1 / (60 + rank) in it; None when none changed HDC's order
-        (the first stage's own candidates then dropped: they are candidates of the fusion only)."""
+        `engine.stages`; then the memories that define what the query asks about first, and the
+        memories it quotes ahead of those, `_chosen_first`), with `fused` = 1 / (60 + rank) in it;
+        None when none changed HDC's order (the first stage's own candidates then dropped: they are
+        candidates of the fusion only)."""
         orders = first_stage(targets, bind(targets, query, FIRST), candidates, vectors)
         second = bind(targets, query, SECOND)
         if vectors and any(query is not None for query in second):
             own_orders = orders if orders is not None else group_by_target(candidates)
             by_meaning = second_stage(targets, second, own_orders, vectors)
             orders = by_meaning if by_meaning is not None else orders
-        defined = definer(query)
-        if defined is not None and candidates:
-            own_orders = orders if orders is not None else group_by_target(candidates)
-            promoted = self._definers_first(targets, own_orders, defined)
-            orders = promoted if promoted is not None else orders
+        # A quotation's memories are moved last, so that they end up ahead of the definers.
+        for chosen in (definer(query), quoted(query)):
+            if chosen is not None and candidates:
+                own_orders = orders if orders is not None else group_by_target(candidates)
+                promoted = self._chosen_first(targets, own_orders, chosen)
+                orders = promoted if promoted is not None else orders
         return orders
 
-    def _definers_first(self, targets: Sequence[SearchTarget], orders: dict[int, list[Candidate]],
-                        defined: Callable[[str], bool]) -> dict[int, list[Candidate]] | None:
-        """`orders` with the memories among each target's first `DEFINER_DEPTH` whose text is `defined`
-        (`engine.query_names.definer`) moved ahead of the rest, each group in its order; None: none is."""
+    def _chosen_first(self, targets: Sequence[SearchTarget], orders: dict[int, list[Candidate]],
+                      chosen: Callable[[str], bool]) -> dict[int, list[Candidate]] | None:
+        """`orders` with the memories among each target's first `DEFINER_DEPTH` whose text is `chosen`
+        (`engine.query_names.definer`, `quoted`) moved ahead of the rest, each group in its order;
+        None: none is."""
         moved = False
         out = {}
         for number, own in orders.items():
             head, tail = own[:DEFINER_DEPTH], own[DEFINER_DEPTH:]
             present = {id(c) for c in self._with_memories(targets, head)}
-            first = [c for c in head if id(c) in present and defined(c.memory.text)]
+            first = [c for c in head if id(c) in present and chosen(c.memory.text)]
             if first:
                 moved = True
-                chosen = {id(c) for c in first}
-                head = first + [c for c in head if id(c) not in chosen]
+                picked = {id(c) for c in first}
+                head = first + [c for c in head if id(c) not in picked]
             out[number] = head + tail
             for rank, c in enumerate(out[number], start=1):
                 c.fused = 1.0 / (DEFAULT_K + rank)

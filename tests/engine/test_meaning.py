@@ -28,7 +28,7 @@ from engine.meaning import (
     sentence_encoder,
     write_meaning,
 )
-from engine.retrieval import SearchTarget
+from engine.retrieval import DEFINER_DEPTH, SearchTarget
 from tests.engine.test_retrieval import DictStore, _random_word_corpus, constructed_case, make_corpus
 
 
@@ -259,3 +259,26 @@ def test_the_search_path_does_not_import_the_builder():
     loaded = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True,
                             cwd=Path(__file__).resolve().parents[2]).stdout.strip()
     assert loaded == "[]"
+
+
+def test_a_question_quoting_a_memory_finds_it_first_where_the_channel_ranks_it_last(tmp_path):
+    """A sentence pasted from a document: the memory holding it word for word, among text on other
+    things, is ranked last by meaning and so falls below the first place HDC gives it in the fused
+    order; it comes first. A question of a few words that the memory also holds is ranked as the
+    channels rank it (`engine.query_names.quoted`)."""
+    retriever, targets, q, rows, _ = constructed_case(tmp_path, min_context=3)
+    retriever.query_vector = lambda corpus, query, blend=None: q
+    sentence = "The narwhal census on Baffin counted 1074 cartographers trading walrus ivory."
+    base = targets[0]
+    texts = list(base.store.texts)
+    texts[3] = "Of other things first.\nthe narwhal census on Baffin  counted 1074\ncartographers trading " \
+               "walrus ivory. And more of other things."
+    cosines = np.linspace(0.9, 0.1, len(rows))
+    cosines[3] = -0.5  # the channel's last
+    target = SearchTarget(base.corpus, DictStore(texts), "case", **meaning_channel(FixedMeaning(cosines)))
+    unquoted = retriever.rank_rows("census on Baffin", target).tolist()
+    assert unquoted[0] != 3 and 3 in unquoted[:DEFINER_DEPTH]
+    assert retriever.rank_rows(sentence, target).tolist()[0] == 3
+    assert retriever.rank_rows(f"\u201c{sentence}\u201d", target).tolist()[0] == 3
+    # One word changed: no memory holds it, the channels' order stands.
+    assert retriever.rank_rows(sentence.replace("1074", "1075"), target).tolist() == unquoted

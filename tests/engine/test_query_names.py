@@ -17,7 +17,7 @@ from engine.config import Config
 from engine.gate import channel_evidence
 from engine.lexical import WordIndex
 from engine.loaded_build import load_corpus
-from engine.query_names import asked_term, called_names, definer, defines, heads
+from engine.query_names import asked_term, called_names, definer, defines, heads, quoted
 from engine.retrieval import Retriever
 from engine.stages import bind, first_stage
 
@@ -256,3 +256,13 @@ def test_a_term_question_is_answered_from_its_entry_not_the_index_that_lists_it(
     assert any(texts[row].startswith("Glossary index") for row in ranked)  # the index was a candidate
     results = retriever.search(question, [target])
     assert results and entry in results[0].memory.text
+
+
+def test_a_question_of_eight_words_or_more_quotes_the_texts_holding_it_word_for_word():
+    holds = quoted("  \u201cThe narwhal census on Baffin counted 1074 cartographers.\u201d ")
+    assert holds is not None
+    assert holds("Before.\nthe NARWHAL census on Baffin\n counted 1074  cartographers. After.")
+    assert not holds("The narwhal census on Baffin counted 1075 cartographers.")
+    assert not holds("The narwhal census on Baffin counted 1074")
+    assert quoted("What does the zip() function return?") is None  # six words: many texts hold them
+    assert quoted("one two three four five six seven eight") is not None
