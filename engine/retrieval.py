@@ -277,14 +277,14 @@ class Retriever:
                       chosen: Callable[[str], bool]) -> dict[int, list[Candidate]] | None:
         """`orders` with the memories among each target's first `DEFINER_DEPTH` whose text is `chosen`
         (`engine.query_names.definer`, `quoted`) moved ahead of the rest, each group in its order;
-        None: none is."""
+        None: none moved (none is, or they lead already)."""
         moved = False
         out = {}
         for number, own in orders.items():
             head, tail = own[:DEFINER_DEPTH], own[DEFINER_DEPTH:]
             present = {id(c) for c in self._with_memories(targets, head)}
             first = [c for c in head if id(c) in present and chosen(c.memory.text)]
-            if first:
+            if any(a is not b for a, b in zip(first, head[:len(first)], strict=True)):  # not leading already
                 moved = True
                 picked = {id(c) for c in first}
                 head = first + [c for c in head if id(c) not in picked]

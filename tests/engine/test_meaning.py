@@ -263,9 +263,9 @@ def test_the_search_path_does_not_import_the_builder():
 
 def test_a_question_quoting_a_memory_finds_it_first_where_the_channel_ranks_it_last(tmp_path):
     """A sentence pasted from a document: the memory holding it word for word, among text on other
-    things, is ranked last by meaning and so falls below the first place HDC gives it in the fused
-    order; it comes first. A question of a few words that the memory also holds is ranked as the
-    channels rank it (`engine.query_names.quoted`)."""
+    things, is ranked last by meaning, so the fused order puts it below rows HDC ranks under it; it
+    comes first. A question of a few words that the memory also holds is ranked as the channels rank
+    it (`engine.query_names.quoted`)."""
     retriever, targets, q, rows, _ = constructed_case(tmp_path, min_context=3)
     retriever.query_vector = lambda corpus, query, blend=None: q
     sentence = "The narwhal census on Baffin counted 1074 cartographers trading walrus ivory."

@@ -173,7 +173,8 @@ def test_team_workflow(browser, live_portal, screenshot):
     page.goto(corpus_url + "#sharing")
     page.get_by_label("Share with a person").fill("bob")
     page.locator("#share-user").get_by_role("button", name="Share").click()
-    assert page.get_by_text("Shared: bob may now read this corpus.").is_visible()
+    # The form's answer is a new page: wait for it (the click returns once the navigation starts).
+    page.get_by_text("Shared: bob may now read this corpus.").wait_for(timeout=BUSY_MACHINE_SECONDS * 1000)
     assert page.locator("#access-list").get_by_text("bob").is_visible()
     assert_labelled(page)
     screenshot(page, "09-sharing")
