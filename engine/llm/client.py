@@ -21,7 +21,7 @@ import httpx
 
 from engine.llm.errors import LLMConnectionError, LLMHTTPError, LLMTimeoutError, LLMUnauthorizedError
 from engine.llm.sampling import GenerationSettings
-from engine.llm.stream import ChatChunk, CompletionStream, error_text
+from engine.llm.stream import ChatChunk, CompletionStream, error_text, sse_lines
 from engine.llm.tokens import token_count, tokenize_body
 from engine.llm.transport import KEEPALIVE_SECONDS, RetryClosedConnection
 from engine.llm_access import Offered, auth_headers, redacted, refused, scrub
@@ -160,7 +160,7 @@ class LLMClient:
             async with self._http().stream("POST", self.url, json=payload) as response:
                 if response.status_code != 200:
                     raise await self._status_error(response)
-                async for line in response.aiter_lines():
+                async for line in sse_lines(response.aiter_text()):
                     for chunk in stream.read(line):
                         yield chunk
                     if stream.cut:

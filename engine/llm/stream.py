@@ -5,12 +5,30 @@ the usage. An answer that starts reciting its memories is ended there (`Recitati
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+import re
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from engine.llm.errors import LLMHTTPError, LLMProtocolError
 from engine.llm.prompt import MEMORY_TAGS
+
+# An event stream's lines end at CRLF, LF or CR, and only there: a JSON string may hold U+2028, U+2029
+# or NEL (U+0085) raw, where str.splitlines (and httpx's aiter_lines) would cut the line in two.
+_SSE_LINE_END = re.compile(r"\r\n|\r|\n")
+
+
+async def sse_lines(texts: AsyncIterator[str]) -> AsyncIterator[str]:
+    """The lines of an event stream read as text in pieces (`httpx.Response.aiter_text`), split where
+    the SSE format ends a line only. A CRLF split between two pieces ends its line at the CR and
+    makes an empty line of the LF, which an SSE reader skips."""
+    pending = ""
+    async for text in texts:
+        *lines, pending = _SSE_LINE_END.split(pending + text)
+        for line in lines:
+            yield line
+    if pending:
+        yield pending
 
 
 @dataclass(frozen=True)

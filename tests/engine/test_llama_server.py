@@ -75,7 +75,10 @@ def test_streamed_chat_arrives_as_several_sse_chunks(llama_server):
     with requests.post(url, json=_chat_payload(stream=True), stream=True, timeout=120) as response:
         assert response.status_code == 200
         assert response.headers["Content-Type"].startswith("text/event-stream")
-        for line in response.iter_lines(decode_unicode=True):
+        # Lines of bytes, decoded after: decode_unicode splits with str.splitlines, which cuts a
+        # JSON string holding U+2028 or NEL (the model may write either) in two.
+        for raw in response.iter_lines():
+            line = raw.decode("utf-8")
             if not line:
                 continue
             assert line.startswith("data: ")

@@ -40,7 +40,7 @@ from engine.llm.sampling import (
     GenerationSettings,
     loop_retry_settings,
 )
-from engine.llm.stream import ChatChunk, RecitationCut, TokenLogprob
+from engine.llm.stream import ChatChunk, CompletionStream, RecitationCut, TokenLogprob, sse_lines
 from engine.llm.tokens import ServerTokenCounter
 from tests.plugins.waiting import wait_until_async
 
@@ -724,3 +724,22 @@ async def test_estimate_bounds_the_servers_prompt_tokens(llama_server, tokenizer
 def test_sampling_defaults_are_declared_once():
     # The generation settings' defaults are the engine config's, never a second copy of them.
     assert GenerationSettings() == GenerationSettings.from_config(Config())
+
+
+async def test_a_stream_line_ends_only_where_the_event_format_ends_lines():
+    """A token with a line separator or NEL inside arrives raw in its JSON string (JSON escapes only
+    what is under U+0020); httpx's aiter_lines, like str.splitlines, cut such a line in two, and the
+    turn failed with "invalid JSON in the stream". Pieces as a response gives them, CRLF split across two."""
+    delta = "one\u2028two\u2029three\x85four"
+    event = json.dumps({"choices": [{"index": 0, "delta": {"content": delta}}]}, ensure_ascii=False)
+
+    async def pieces():  # noqa: ANN202 - an async iterator of str
+        for piece in (f"data: {event[:20]}", f"{event[20:]}\r", "\n\r\ndata: [DONE]\n\n"):
+            yield piece
+
+    lines = [line async for line in sse_lines(pieces())]
+    assert lines == [f"data: {event}", "", "", "data: [DONE]", ""]
+    stream = CompletionStream(shown_url="http://llm", logprobs=False, scrub=lambda text: text)
+    read = [chunk.delta for line in lines for chunk in stream.read(line)]
+    assert "".join(read) + "".join(c.delta for c in stream.end()) == delta
+    assert len(delta.splitlines()) == 4  # what the old reader would have cut it into
