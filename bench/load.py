@@ -433,6 +433,8 @@ async def burst_together(
     same fields, `max_tokens` as `n_predict`)."""
     import httpx
 
+    from engine.llm.stream import sse_lines
+
     llm_url = client.base_url
     async with httpx.AsyncClient(timeout=STUCK_SECONDS) as http:
         prompts = []
@@ -452,7 +454,7 @@ async def burst_together(
         try:
             async with http.stream("POST", f"{llm_url}/completion", json=body) as response:
                 response.raise_for_status()
-                async for line in response.aiter_lines():
+                async for line in sse_lines(response.aiter_text()):
                     data = line.removeprefix("data: ").strip()
                     if not line.startswith("data: ") or not data.startswith("{"):
                         continue

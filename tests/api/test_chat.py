@@ -37,7 +37,7 @@ def _sse(text: str) -> list[tuple[str | None, str]]:
     frames = []
     for block in text.strip().split("\n\n"):
         event, data = None, []
-        for line in block.splitlines():
+        for line in block.split("\n"):  # the portal ends lines with LF; splitlines would cut at U+2028
             if line.startswith("event: "):
                 event = line[7:]
             elif line.startswith("data: "):
