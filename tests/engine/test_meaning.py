@@ -21,9 +21,14 @@ from engine.meaning import (
     MEANING_CANDIDATES,
     MEANING_FALLBACK,
     MEANING_FILE,
+    PRECISION_TOLERANCE,
+    PRECISION_VARIABLE,
+    PROBE_TEXTS,
     MeaningChannel,
     MeaningError,
     MeaningIndex,
+    SentenceEncoder,
+    cpu_has_bfloat16,
     quantize,
     sentence_encoder,
     write_meaning,
@@ -35,6 +40,17 @@ from tests.engine.test_retrieval import DictStore, _random_word_corpus, construc
 def unit(rng: np.random.Generator, n: int) -> np.ndarray:
     vectors = rng.standard_normal((n, DIMENSIONS)).astype(np.float32)
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
+
+
+def test_a_process_that_loads_the_encoder_first_reads_in_bfloat16_where_the_cpu_has_it(tmp_path):
+    """As the meaning worker does (its first task encodes before its gate searches): torch runs on its
+    own OpenMP runtime, where bfloat16 is the faster (1.6-2.1x on AVX512-BF16), and "auto" takes it."""
+    probe = ("from engine.meaning import SentenceEncoder; encoder = SentenceEncoder(); "
+             "encoder.encode(['a first text']); print(encoder.chosen)")
+    result = subprocess.run([sys.executable, "-c", probe], cwd=Path(__file__).resolve().parents[2],
+                            capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-1] == ("bfloat16" if cpu_has_bfloat16() else "float32")
 
 
 def test_int8_rows_score_as_their_floats_do_and_round_trip(tmp_path):
@@ -92,7 +108,9 @@ def test_the_real_encoder_finds_a_text_by_what_it_means(tmp_path, monkeypatch):
         bound = channel.query(query)
         text = bound.text_scores([TEXTS[row]])  # first: the query encoded with the text, in one call
         every = bound.scores(np.arange(len(TEXTS)))
-        assert np.allclose(every, scores, atol=1e-5) and text[0] == pytest.approx(scores[row], abs=0.02)
+        # The query encoded beside a text (another batch) or alone: the same within the precision's tolerance.
+        assert np.allclose(every, scores, atol=PRECISION_TOLERANCE)
+        assert text[0] == pytest.approx(scores[row], abs=0.02)
     # Cancelled: nothing written; more or fewer texts than rows: an error, nothing written.
     assert write_meaning(TEXTS, tmp_path / "x", should_cancel=lambda: True) is None
     for total, error in ((3, "more than the 3 texts"), (5, "4 texts for the 5 expected")):
@@ -102,12 +120,42 @@ def test_the_real_encoder_finds_a_text_by_what_it_means(tmp_path, monkeypatch):
     seen = []
     alone = sentence_encoder().encode(TEXTS * 20, progress=lambda done, total: seen.append((done, total)))
     assert seen[-1] == (80, 80) and len(seen) == 3  # a batch of 32 at a time
-    # Batched longest first, returned in the texts' order: each row is its own text's vector.
-    assert np.allclose(alone[:4], np.stack([sentence_encoder().encode([t])[0] for t in TEXTS]), atol=1e-5)
+    # Batched longest first, returned in the texts' order: each row is its own text's vector (a
+    # batch pads to its longest text; under bfloat16 that moves a vector within the tolerance).
+    one_by_one = np.stack([sentence_encoder().encode([t])[0] for t in TEXTS])
+    assert np.min(np.sum(alone[:4] * one_by_one, axis=1)) >= 1 - PRECISION_TOLERANCE
     # Several users at once (a build's batches and searches' queries): the same vectors as alone.
     with ThreadPoolExecutor(max_workers=4) as pool:
         together = list(pool.map(lambda n: sentence_encoder().encode(TEXTS * 20), range(4)))
     assert all(np.allclose(vectors, alone, atol=1e-5) for vectors in together)
+
+
+def test_bfloat16_gives_float32s_vectors_within_the_tolerance_and_auto_checks_it(monkeypatch):
+    questions = ["Which animal meows and catches rodents?", "What do you call an automobile?"]
+    texts = [*TEXTS, *PROBE_TEXTS, *questions]
+    exact = SentenceEncoder("float32").encode(texts)
+    faster = SentenceEncoder("bfloat16").encode(texts)
+    cosines = np.sum(exact * faster, axis=1)
+    assert np.all(cosines >= 1 - PRECISION_TOLERANCE) and np.all(cosines < 1 + 1e-5), cosines
+    assert np.allclose(np.linalg.norm(faster, axis=1), 1, atol=1e-5)
+    # The two questions find their texts under either precision.
+    for vectors in (exact, faster):
+        assert list(np.argmax(vectors[-2:] @ vectors[:4].T, axis=1)) == [0, 1]
+    # "auto" measures which is faster here: in this process numba's kernels may have run first (see
+    # SentenceEncoder._choose), so either; float32 wherever the CPU lacks bfloat16.
+    auto = SentenceEncoder()
+    auto.encode(TEXTS[:1])
+    assert auto.chosen in (("float32", "bfloat16") if cpu_has_bfloat16() else ("float32",))
+    # A probe that disagrees by more than the tolerance keeps float32 (none can agree within 0).
+    monkeypatch.setattr(meaning, "PRECISION_TOLERANCE", 0.0)
+    strict = SentenceEncoder()
+    assert np.allclose(strict.encode(TEXTS), exact[:4], atol=1e-5) and strict.chosen == "float32"
+    with pytest.raises(MeaningError, match="precision 'half' is not one of auto, float32, bfloat16"):
+        SentenceEncoder("half")
+    # The process's encoder takes the deployment's setting.
+    monkeypatch.setattr(meaning, "_shared", None)
+    monkeypatch.setenv(PRECISION_VARIABLE, "float32")
+    assert sentence_encoder().precision == "float32"
 
 
 class FixedMeaning:
