@@ -36,6 +36,13 @@ background phase done, `corpus.services.meaning_jobs`; the eager task runs right
 here) beside the sentence encoder alone on the same memories' texts (`engine.meaning`):
 
     .venv/bin/python bench/build.py --docs 20000 --meaning --no-baseline
+
+`--searches N` then times N questions through the portal's search (`memories_search`, as the web
+process answers one), 1 user and `--users` at once, beside the floor (the question's vector alone);
+with `--meaning` on both corpora, taking turns. At the real-text corpus's size (the issue's 568,000
+memories with meaning; on 2 cores the meaning phase is most of the run's two hours or so):
+
+    .venv/bin/python bench/build.py --real-text .cache/bench --meaning --append 5 --searches 200 --no-baseline
 """
 
 from __future__ import annotations
@@ -49,6 +56,7 @@ if __package__ in (None, ""):
 import argparse  # noqa: E402
 import json  # noqa: E402
 import os  # noqa: E402
+import random  # noqa: E402
 import re  # noqa: E402
 import tempfile  # noqa: E402
 import time  # noqa: E402
@@ -61,6 +69,7 @@ import psycopg  # noqa: E402
 from bench._hw import print_hardware  # noqa: E402
 
 TARGET_ROWS_PER_SECOND = 20_000
+ENCODER_ALONE_SAMPLE = 50_000  # memories the encoder alone is timed on at most (`meaning_figures`)
 
 
 def synthetic_docs(count: int, seed: int = 0) -> list[str]:
@@ -100,6 +109,12 @@ def main() -> None:
         help="turn the corpus's meaning channel on (engine.meaning): the build's rate without it "
         "(the default path) against the sentence encoder's, on the same text",
     )
+    parser.add_argument(
+        "--searches", type=int, default=0,
+        help="then time this many questions through the portal's search (memories_search), 1 user and "
+        "--users at once; with --meaning, on the corpus with the channel and the one without, alternated",
+    )
+    parser.add_argument("--users", type=int, default=4, help="--searches: users at once besides 1")
     args = parser.parse_args()
 
     server, _, _ = args.database_url.rpartition("/")
@@ -234,9 +249,10 @@ def corpus_uploaded(owner: Any, files: list[tuple[str, Path]], *, name: str, dim
     return corpus
 
 
-def meaning_off_baseline(args: argparse.Namespace, owner: Any, files: list[tuple[str, Path]]) -> float:
-    """The same text built into a corpus with the meaning channel off: seconds from the build's start
-    to searchable (its activation), the baseline of the meaning corpus's time to searchable."""
+def meaning_off_baseline(args: argparse.Namespace, owner: Any,
+                         files: list[tuple[str, Path]]) -> tuple[float, Any]:
+    """The same text built into a corpus with the meaning channel off: (seconds from the build's start
+    to searchable (its activation), the baseline of the meaning corpus's time to searchable; the corpus)."""
     from django.utils import timezone
 
     from corpus.services.builds import build_start
@@ -247,7 +263,7 @@ def meaning_off_baseline(args: argparse.Namespace, owner: Any, files: list[tuple
     build.refresh_from_db()
     if build.status != "succeeded":
         raise SystemExit(f"baseline build {build.status}: {build.error}")
-    return (build.finished - since).total_seconds()
+    return (build.finished - since).total_seconds(), corpus
 
 
 def meaning_figures(corpus: Any, build: Any, searchable: float, wall: float, searchable_off: float) -> None:
@@ -264,16 +280,22 @@ def meaning_figures(corpus: Any, build: Any, searchable: float, wall: float, sea
     texts = list(Memory.objects.filter(build=build).order_by("hdv_idx").values_list("text", flat=True))
     encoder = sentence_encoder()
     encoder.encode(texts[:8])  # the model loaded, as the worker's is after its first segment
+    # At the real-text corpus's size the encoder alone would take as long again as the phase: its
+    # rate on a seeded sample of the same texts, the whole's seconds at that rate.
+    sample = texts
+    if len(texts) > ENCODER_ALONE_SAMPLE:
+        sample = random.Random(0).sample(texts, ENCODER_ALONE_SAMPLE)
     started = time.perf_counter()
-    encoder.encode(texts)
-    alone = time.perf_counter() - started
+    encoder.encode(sample)
+    alone = (time.perf_counter() - started) * len(texts) / len(sample)
     print(f"\ntime to searchable (build start to activation, HDC and words): {searchable:.1f} s with the "
           f"meaning channel on, {searchable_off:.1f} s with it off: {searchable / searchable_off:.2f}x "
           f"(goal <= 1.10x)")
     print(f"time to meaning (the background phase done): {wall:.1f} s after the build's start; the phase "
           f"{wall - searchable:.1f} s, the encoder's share {build.meaning_seconds:.1f} s on "
           f"{len(texts):,} memories ({len(texts) / max(build.meaning_seconds, 1e-9):,.1f} memories/s)")
-    print(f"the encoder alone (all-MiniLM-L6-v2, loaded, the same {len(texts):,} texts): {alone:.1f} s, "
+    print(f"the encoder alone (all-MiniLM-L6-v2 in {encoder.chosen}, loaded, the same {len(texts):,} texts"
+          f"{f'; timed on {len(sample):,} of them' if len(sample) < len(texts) else ''}): {alone:.1f} s, "
           f"{len(texts) / alone:,.1f} memories/s; the phase / the encoder alone: "
           f"{(wall - searchable) / alone:.2f}x")
 
@@ -304,7 +326,9 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
         from bench.data.real_corpus import write_real_corpus
         from bench.data.real_index import MANUAL_CHARS
 
-        files = write_real_corpus(args.real_text / "real-text", manual_chars=MANUAL_CHARS, queries=0).datasets
+        real = write_real_corpus(args.real_text / "real-text", manual_chars=MANUAL_CHARS,
+                                 queries=args.searches)
+        files, questions = real.datasets, real.questions
         print(
             f"PostgreSQL: {django.db.connection.cursor().connection.info.server_version}; the real-text "
             f"corpus ({len(files)} dataset files, bench/data/real_corpus.py); dims {args.dims}"
@@ -319,10 +343,14 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
             "".join(json.dumps({"text": d}) + "\n" for d in synthetic_docs(args.docs)), encoding="utf-8"
         )
         files = [("bench", path)]
+        questions = synthetic_questions(args.searches)
     owner = User.objects.create_user("bench")
-    searchable_off = meaning_off_baseline(args, owner, files) if args.meaning else None
-    corpus = corpus_uploaded(owner, files, name="bench", dims=args.dims, meaning=args.meaning)
+    # Before any build: a worker has imported torch after its first build, and the meaning worker
+    # imports it (its encoder) before a numba kernel runs, which keeps torch on its own OpenMP runtime
+    # (`engine.meaning.SentenceEncoder`: bfloat16 is slow on the one numba started).
     torch_seconds = _torch_imported()
+    searchable_off, corpus_off = meaning_off_baseline(args, owner, files) if args.meaning else (None, None)
+    corpus = corpus_uploaded(owner, files, name="bench", dims=args.dims, meaning=args.meaning)
 
     started, since = time.perf_counter(), timezone.now()
     build = build_start(corpus=corpus, user=owner)  # autocommit: on_commit runs the (eager) task now
@@ -370,6 +398,74 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
         store_figures(corpus, owner, build, scratch)
     if args.append:
         appends(args, scratch, corpus, owner, wall)
+    if args.searches:
+        search_figures(args, owner, {"on": corpus, "off": corpus_off} if args.meaning else {"": corpus},
+                       questions)
+
+
+def synthetic_questions(count: int, seed: int = 1) -> list[str]:
+    """`count` sentences of the synthetic documents, each a question about its document."""
+    docs = synthetic_docs(max(count, 1) * 4, seed=seed)
+    return [re.split(r"(?<=[.!?])\s+", doc.split("] ", 1)[1])[0] for doc in docs[:count]]
+
+
+def search_figures(args: argparse.Namespace, owner: Any, corpora: dict[str, Any],
+                   questions: list[str]) -> None:
+    """Seconds of the portal's search (`memories_search`: the web process's whole search of a
+    question) on each corpus (the meaning channel on and off), the corpora taking turns question by
+    question; 1 user, then `args.users` threads at once, each its share of the questions; beside the
+    floor (the question's vector alone) and this process's RSS (it served the builds as well)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from django.db import connection
+
+    from bench._hw import proc_status_kib
+    from corpus.build_parameters import BuildParameters
+    from engine.meaning import sentence_encoder
+    from memory.services import memories_search
+
+    def one(corpus: Any, question: str) -> float:
+        started = time.perf_counter()
+        memories_search(user=owner, corpus_ids=[corpus.pk], query=question)
+        return time.perf_counter() - started
+
+    def share(part: list[str]) -> dict[str, list[float]]:
+        seconds: dict[str, list[float]] = {label: [] for label in corpora}
+        try:
+            for question in part:
+                for label, corpus in corpora.items():
+                    seconds[label].append(one(corpus, question))
+        finally:
+            connection.close()  # a thread's own connection
+        return seconds
+
+    for question in questions[:3]:  # warm: each corpus's index opened, the encoder loaded
+        for corpus in corpora.values():
+            one(corpus, question)
+    def rule(corpus: Any) -> str | None:
+        fusion = BuildParameters.from_json(type(corpus).objects.get(pk=corpus.pk).active_build.parameters)
+        return fusion.meaning_fusion.rule if fusion.meaning_fusion is not None else None
+
+    rules = {label: rule(corpus) for label, corpus in corpora.items()}
+    print(f"\nsearch (memories_search, {len(questions)} questions; ms p50 / p95; the meaning rule each "
+          f"build measured, \"hdc\" keeping the first stage's order without asking the encoder: {rules}):")
+    for users in (1, args.users):
+        parts = [questions[i::users] for i in range(users)]
+        with ThreadPoolExecutor(max_workers=users) as pool:
+            results = list(pool.map(share, parts))
+        for label in corpora:
+            ms = np.array([s for result in results for s in result[label]]) * 1000
+            name = f"meaning {label}" if label else "the corpus"
+            print(f"  {users} user(s), {name:<11}: {np.median(ms):7.1f} / {np.percentile(ms, 95):7.1f}")
+    encoder = sentence_encoder()
+    floor = []
+    for question in questions[:50]:
+        started = time.perf_counter()
+        encoder.encode([question])
+        floor.append(time.perf_counter() - started)
+    print(f"  floor, the question's vector alone ({encoder.chosen}): {np.median(floor) * 1000:.1f} ms p50")
+    print(f"  this process (builds, meaning phase and searches): RSS "
+          f"{proc_status_kib('VmRSS') / 1024:,.0f} MiB, peak {proc_status_kib('VmHWM') / 1024:,.0f} MiB")
 
 
 PAGE_WORDS = 450  # a page of prose
