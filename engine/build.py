@@ -37,7 +37,7 @@ from engine import gguf
 from engine.batching import batched
 from engine.config import Config
 from engine.datasets import DatasetIssue, DocumentRefused, iter_dataset
-from engine.encoder import HDCEncoder, compute_idf
+from engine.encoder import HDCEncoder, compute_idf, load_torch
 from engine.files import atomic_write
 from engine.index import BitmapIndex
 from engine.loaded_build import (
@@ -372,6 +372,7 @@ def build_index(*, datasets: Iterable[tuple[int, str, str | Path]], out_dir: str
     writes the format that stores the derived tables, 2 the previous derived one (for comparisons;
     see `engine.vocab`).
     """
+    load_torch()  # before the first numba kernel: see its docstring
     out_dir = Path(out_dir)
     datasets = [(int(source_id), str(name), Path(path)) for source_id, name, path in datasets]
     if not datasets:

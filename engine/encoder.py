@@ -55,6 +55,14 @@ if TYPE_CHECKING:  # torch is imported when an encoder is made: a process that n
     import torch
 
 
+def load_torch() -> None:
+    """Import torch now, where a process will encode anyway (a build, an append), so that it comes
+    before any numba kernel's first parallel loop here. Imported after one, torch shares the OpenMP
+    runtime numba started instead of loading its own, and its bfloat16 matrix products (the meaning
+    encoder's, `engine.meaning.SentenceEncoder`) ran 2.5-4x slower (docs/retrieval-measurements.md)."""
+    import torch  # noqa: F401 - imported for where its OpenMP runtime comes from
+
+
 def compute_idf(document_frequency: np.ndarray, n_documents: int) -> np.ndarray:
     """BM25-style non-negative IDF. Shapes: document_frequency (v,) int -> (v,) float32."""
     df = np.asarray(document_frequency, dtype=np.float64)

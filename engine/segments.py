@@ -52,7 +52,7 @@ from engine.build import (
     _Tokenized,
     _write_verify_sample,
 )
-from engine.encoder import HDCEncoder, compute_idf
+from engine.encoder import HDCEncoder, compute_idf, load_torch
 from engine.index import BitmapIndex
 from engine.index_search import (
     DEFAULT_SAMPLE_CHUNKS,
@@ -380,6 +380,7 @@ def append_segment(*, previous_dir: str | Path, datasets: Iterable[tuple[int, st
     dropped within the append, and, with `known(ids)` (which of a batch's content ids the state
     holds), a document the state already holds, as a full build of the same documents would.
     """
+    load_torch()  # before the first numba kernel: see its docstring
     previous_dir, out_dir = Path(previous_dir), Path(out_dir)
     previous = read_manifest(previous_dir)
     datasets = [(int(source_id), str(name), Path(path)) for source_id, name, path in datasets]

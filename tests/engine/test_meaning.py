@@ -42,13 +42,37 @@ def unit(rng: np.random.Generator, n: int) -> np.ndarray:
     return vectors / np.linalg.norm(vectors, axis=1, keepdims=True)
 
 
-def test_a_process_that_loads_the_encoder_first_reads_in_bfloat16_where_the_cpu_has_it(tmp_path):
-    """As the meaning worker does (its first task encodes before its gate searches): torch runs on its
-    own OpenMP runtime, where bfloat16 is the faster (1.6-2.1x on AVX512-BF16), and "auto" takes it."""
-    probe = ("from engine.meaning import SentenceEncoder; encoder = SentenceEncoder(); "
-             "encoder.encode(['a first text']); print(encoder.chosen)")
-    result = subprocess.run([sys.executable, "-c", probe], cwd=Path(__file__).resolve().parents[2],
-                            capture_output=True, text=True, timeout=300)
+ENCODER_LAST = """
+import json, sys
+from pathlib import Path
+if sys.argv[1] == "after a build":
+    from engine.build import build_index
+    from engine.config import Config
+    from engine.model_files import default_gguf_path
+    from engine.tokenizer import GGUFTokenizer
+    data = Path(sys.argv[2]) / "notes.jsonl"
+    data.write_text("".join(json.dumps({"text": f"Note {n}: the kettle boils at noon."}) + "\\n"
+                            for n in range(40)))
+    gguf = default_gguf_path()
+    build_index(datasets=[(1, "notes", data)], out_dir=Path(sys.argv[2]) / "build", gguf_path=gguf,
+                tokenizer=GGUFTokenizer.from_gguf(gguf), config=Config(),
+                cache_dir=Path(sys.argv[2]) / "cache")
+from engine.meaning import SentenceEncoder
+encoder = SentenceEncoder()
+encoder.encode(["a first text"])
+print(encoder.chosen)
+"""
+
+
+@pytest.mark.parametrize("order", ["first", "after a build"])
+def test_the_encoder_reads_in_bfloat16_where_the_cpu_has_it_first_or_after_a_build(tmp_path, order):
+    """As the meaning worker (its first task encodes before its gate searches) and a build worker
+    reading an append's memories do: torch runs on its own OpenMP runtime (a build imports it before
+    its numba kernels, `engine.encoder.load_torch`), where bfloat16 is the faster (1.6-2.1x on
+    AVX512-BF16), and "auto" takes it."""
+    result = subprocess.run([sys.executable, "-c", ENCODER_LAST, order, str(tmp_path)],
+                            cwd=Path(__file__).resolve().parents[2], capture_output=True, text=True,
+                            timeout=300)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split()[-1] == ("bfloat16" if cpu_has_bfloat16() else "float32")
 
