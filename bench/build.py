@@ -345,9 +345,8 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
         files = [("bench", path)]
         questions = synthetic_questions(args.searches)
     owner = User.objects.create_user("bench")
-    # Before any build: a worker has imported torch after its first build, and the meaning worker
-    # imports it (its encoder) before a numba kernel runs, which keeps torch on its own OpenMP runtime
-    # (`engine.meaning.SentenceEncoder`: bfloat16 is slow on the one numba started).
+    # Before any build and outside the clock: a worker has had torch since its first build (a build
+    # imports it before its first numba kernel, `engine.encoder.load_torch`).
     torch_seconds = _torch_imported()
     searchable_off, corpus_off = meaning_off_baseline(args, owner, files) if args.meaning else (None, None)
     corpus = corpus_uploaded(owner, files, name="bench", dims=args.dims, meaning=args.meaning)
@@ -404,7 +403,8 @@ def run(args: argparse.Namespace, scratch: Path) -> None:
 
 
 def synthetic_questions(count: int, seed: int = 1) -> list[str]:
-    """`count` sentences of the synthetic documents, each a question about its document."""
+    """`count` sentences of the pool the synthetic documents are drawn from (another seed), asked as
+    questions: most of them stand in some of the corpus's documents."""
     docs = synthetic_docs(max(count, 1) * 4, seed=seed)
     return [re.split(r"(?<=[.!?])\s+", doc.split("] ", 1)[1])[0] for doc in docs[:count]]
 
