@@ -159,6 +159,7 @@ def test_bfloat16_gives_float32s_vectors_within_the_tolerance_and_auto_checks_it
     texts = [*TEXTS, *PROBE_TEXTS, *questions]
     exact = SentenceEncoder("float32").encode(texts)
     faster = SentenceEncoder("bfloat16").encode(texts)
+    assert not np.array_equal(exact, faster)  # computed otherwise, not float32 again
     cosines = np.sum(exact * faster, axis=1)
     assert np.all(cosines >= 1 - PRECISION_TOLERANCE) and np.all(cosines < 1 + 1e-5), cosines
     assert np.allclose(np.linalg.norm(faster, axis=1), 1, atol=1e-5)
