@@ -158,9 +158,9 @@ class SentenceEncoder:
         import torch
 
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bfloat16"):
-            vectors = model.encode(list(texts), batch_size=ENCODE_BATCH, normalize_embeddings=True,
-                                   convert_to_numpy=True, show_progress_bar=False)
-        vectors = np.asarray(vectors, dtype=np.float32)
+            vectors = model.encode(list(texts), batch_size=ENCODE_BATCH, convert_to_numpy=True,
+                                   show_progress_bar=False)
+        vectors = np.asarray(vectors, dtype=np.float32)  # unit length here, in float32 whatever the precision
         return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
 
     def encode(self, texts: Sequence[str], *, progress: Callable[[int, int], None] | None = None,
@@ -191,7 +191,7 @@ def cpu_has_bfloat16() -> bool:
         flags = Path("/proc/cpuinfo").read_text(encoding="ascii", errors="replace")
     except OSError:
         return False
-    return any(flag in flags.split() for flag in ("avx512_bf16", "amx_bf16"))
+    return not {"avx512_bf16", "amx_bf16"}.isdisjoint(flags.split())
 
 
 _shared: SentenceEncoder | None = None
