@@ -53,7 +53,11 @@ class Gate:
     first stage's order); `candidates`: how many of its own best rows join the pool (0: it only
     re-scores); `fallback`: the rule kept where no rule wins significantly; `rules`: those the
     gate chooses among; `kinds`: the self-queries it asks (`engine.fusion.SELF_QUERY_KINDS`);
-    `samples`: how many memories they are made from."""
+    `samples`: how many memories they are made from; `ranks`: how deep its own ranking of every
+    row is read for RRF, a candidate ranked as it ranks among all rows (none past that depth), as
+    reciprocal rank fusion ranks (0: ranked among the pool's candidates only); `stays`: the
+    fallback stands unless another rule beats it significantly (else: unless the order before
+    the channel beats it), `engine.fusion.choose_fusion`."""
 
     stage: int
     candidates: int
@@ -61,6 +65,8 @@ class Gate:
     rules: tuple[str, ...] = CHOSEN_RULES
     kinds: tuple[str, ...] = SELF_QUERY_KINDS
     samples: int = 64
+    ranks: int = 0
+    stays: bool = False
 
 
 class ChannelQuery(Protocol):
@@ -116,6 +122,13 @@ def best_rows(scores: np.ndarray | None, k: int, keep: RowFilter | None = None) 
         kept = first[keep(first)]
         hits = kept if kept.size >= k or first.size == hits.size else hits[keep(hits)]
     return _best(hits, scores, k)
+
+
+def ranks_in(rows: np.ndarray, ranking: np.ndarray) -> np.ndarray:
+    """Each of `rows` (m,) at its 1-based rank in `ranking` (a channel's best rows, best first):
+    (m,) float64, inf for a row past it."""
+    at = {int(row): rank for rank, row in enumerate(ranking.tolist(), start=1)}
+    return np.array([at.get(int(row), np.inf) for row in rows], dtype=np.float64)
 
 
 def _best(rows: np.ndarray, scores: np.ndarray, k: int) -> np.ndarray:

@@ -120,12 +120,18 @@ def _zscores(scores: np.ndarray, valid: np.ndarray) -> np.ndarray:
     return np.where(valid, z, np.where(np.isfinite(lowest), lowest, 0.0))
 
 
-def fuse_scores(hdc: np.ndarray, late: np.ndarray, *, rule: str, k: float = DEFAULT_K) -> np.ndarray:
+def fuse_scores(hdc: np.ndarray, late: np.ndarray, *, rule: str, k: float = DEFAULT_K,
+                late_ranks: np.ndarray | None = None) -> np.ndarray:
     """Fused scores of one candidate pool under `rule`, higher is better.
 
     Shapes: hdc, late (..., m) float: the HDC and late scores of the same m candidates, -inf (or
     nan) in `hdc` where a slot is not a candidate, in `late` where the late ranker did not score
     it (no content token): such a candidate ranks below every scored one on the late side.
+    `late_ranks` (..., m), when given: each candidate's 1-based rank in the late ranker's own
+    ranking of every row, inf past the depth it was read to; RRF then takes these (a candidate past
+    that depth gets nothing from the late side) instead of the ranks among the pool, as reciprocal
+    rank fusion of two whole rankings does. The pool ranks flatter a candidate the late ranker puts
+    far down: only the pool's few can be ahead of it.
     Returns (..., m) float64, -inf exactly where `hdc` is not a candidate.
     """
     kind, weight = _rule(rule)
@@ -145,7 +151,14 @@ def fuse_scores(hdc: np.ndarray, late: np.ndarray, *, rule: str, k: float = DEFA
         )
     elif kind == "rrf":
         rank_hdc = _ranks(np.where(pool, hdc, -np.inf))
-        rank_late = _ranks(np.where(scored, late, -np.inf))
+        if late_ranks is None:
+            rank_late = _ranks(np.where(scored, late, -np.inf))
+        else:
+            rank_late = np.asarray(late_ranks, dtype=np.float64)
+            if rank_late.shape != hdc.shape:
+                raise ValueError(f"late_ranks must have the scores' shape {hdc.shape}, got {rank_late.shape}")
+            scored = scored & np.isfinite(rank_late)
+            rank_late = np.where(scored, rank_late, 1.0)
         fused = 1.0 / (k + rank_hdc) + np.where(scored, weight / (k + rank_late), 0.0)
     else:
         fused = _zscores(hdc, pool) + weight * _zscores(late, scored)
@@ -208,7 +221,8 @@ def _paired_z(gain: np.ndarray) -> float:
 def choose_fusion(hdc: np.ndarray, late: np.ndarray, targets: np.ndarray, *,
                   kinds: Sequence[str] | None = None, rules: Sequence[str] = CHOSEN_RULES,
                   k: float = DEFAULT_K, depth: int = 10, z: float = SIGNIFICANCE_Z,
-                  fallback: str = "hdc") -> FusionChoice:
+                  fallback: str = "hdc", stays: bool = False,
+                  late_ranks: np.ndarray | None = None) -> FusionChoice:
     """The fusion rule the self-queries' evidence supports; `fallback` where it supports none.
 
     Every rule's fused ranking is scored by reciprocal rank (MRR@depth) on every self-query. A
@@ -219,6 +233,12 @@ def choose_fusion(hdc: np.ndarray, late: np.ndarray, targets: np.ndarray, *,
     (one of `rules`; "hdc" by default) is kept unless HDC alone beats it by `z` standard errors on
     all queries together. "late" alone (HDC dropped) wins only when it beats that choice
     significantly on every kind: strong AND robust evidence.
+
+    `stays`: the fallback is the rule to beat, not HDC alone. Unless HDC alone beats it by `z`
+    standard errors, it is kept, and another rule is eligible only with a significant gain over
+    it: the highest of several noisy MRRs is the one most likely overestimated, and a prior the
+    known-item sets measured (equal-weight RRF for meaning) is not left on the self-queries' word
+    for a gain they do not show beyond their noise. `late_ranks`: as `fuse_scores`.
 
     Shapes: hdc, late (q, m) candidate scores as `fuse_scores`; targets (q,) positions (-1: the
     target is not among the candidates); kinds (q,) labels, default one group.
@@ -235,18 +255,22 @@ def choose_fusion(hdc: np.ndarray, late: np.ndarray, targets: np.ndarray, *,
     if labels.shape != targets.shape:
         raise ValueError(f"one kind per query expected, got {labels.shape} for {targets.shape}")
     groups = [labels == kind for kind in dict.fromkeys(labels.tolist())]
-    ranks = {rule: reciprocal_ranks(fuse_scores(hdc, late, rule=rule, k=k), targets, depth) for rule in rules}
+    ranks = {rule: reciprocal_ranks(fuse_scores(hdc, late, rule=rule, k=k, late_ranks=late_ranks), targets,
+                                    depth) for rule in rules}
     base = reciprocal_ranks(hdc, targets, depth)
     table = {rule: round(float(r.mean()), 4) if r.size else 0.0 for rule, r in ranks.items()}
     if fallback not in ranks:
         raise ValueError(f"the fallback {fallback!r} must be one of the rules {list(rules)}")
-    chosen, chosen_z = "hdc", 0.0
+    chosen, chosen_z, standing = "hdc", 0.0, base
+    if stays and _paired_z(base - ranks[fallback]) <= z:
+        chosen, chosen_z, standing = fallback, _paired_z(ranks[fallback] - base), ranks[fallback]
     for rule, rank in ranks.items():
-        gain = rank - base
-        if rule in ("hdc", "late") or _paired_z(gain) <= z or any(_paired_z(gain[g]) < -z for g in groups):
+        gain = rank - standing
+        if (rule in ("hdc", "late", chosen) or _paired_z(gain) <= z
+                or any(_paired_z(gain[g]) < -z for g in groups)):
             continue
         if rank.mean() > ranks.get(chosen, base).mean() + 1e-12:
-            chosen, chosen_z = rule, _paired_z(gain)
+            chosen, chosen_z = rule, _paired_z(rank - base)
     if chosen == "hdc" and _paired_z(base - ranks[fallback]) <= z:
         chosen, chosen_z = fallback, _paired_z(ranks[fallback] - base)
     if "late" in ranks:

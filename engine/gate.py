@@ -7,8 +7,9 @@ in the order the first stage gives), and lets `fusion.choose_fusion` pick, among
 `Gate.rules`, the rule that beats the order before the channel significantly. Where none does,
 the channel's `Gate.fallback` is kept unless the order before it is significantly better: late
 interaction is then left out ("hdc"), the exact-word channel fused at equal weight ("z:1"), the
-meaning channel by equal-weight RRF ("rrf:1"), each for the reasons its module gives. Builds run it
-once per channel and record the rule (`BuildParameters`).
+meaning channel by equal-weight RRF ("rrf:1"), each for the reasons its module gives. A channel
+whose fallback stays (`Gate.stays`: meaning's) keeps it unless a rule beats the fallback itself
+significantly. Builds run it once per channel and record the rule (`BuildParameters`).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from engine import bits
-from engine.channels import FIRST, Channel, ChannelUnavailable, SearchTarget, best_rows, rows_of
+from engine.channels import FIRST, Channel, ChannelUnavailable, SearchTarget, best_rows, ranks_in, rows_of
 from engine.fusion import FusionChoice, SelfQuery, choose_fusion, fuse_scores, self_queries
 from engine.retrieval import Retriever
 from engine.stages import FUSION_DEPTH
@@ -63,7 +64,7 @@ def _first_stage_evidence(retriever: Retriever, target: SearchTarget, channel: C
         hits = np.flatnonzero(found == own)
         targets[number] = int(hits[0]) if hits.size else -1
     return choose_fusion(hdc, late, targets, kinds=[made.kind for made in queries], rules=channel.gate.rules,
-                         fallback=channel.gate.fallback)
+                         fallback=channel.gate.fallback, stays=channel.gate.stays)
 
 
 def _self_queries(target: SearchTarget, samples: int, seed: int, kinds: tuple[str, ...]
@@ -88,9 +89,11 @@ def _second_stage_evidence(retriever: Retriever, target: SearchTarget, channel: 
         raise ValueError(f"evidence for the {channel.name} channel needs a first-stage channel "
                          "(words or late interaction) in the target")
     rows, queries = _self_queries(target, samples, seed, channel.gate.kinds)
-    width = depth + first.gate.candidates + channel.gate.candidates
+    gate = channel.gate
+    width = depth + first.gate.candidates + gate.candidates
     ranked = np.full((len(queries), width), -np.inf)
     second = np.full_like(ranked, np.nan)
+    own_ranks = np.full_like(ranked, np.inf)  # each candidate's rank in the channel's own ranking
     targets = np.full(len(queries), -1, dtype=np.int64)
     for number, made in enumerate(queries):
         own = rows[made.index]
@@ -108,13 +111,16 @@ def _second_stage_evidence(retriever: Retriever, target: SearchTarget, channel: 
         scored = bound.scores(np.arange(target.corpus.count))
         if rest is not None:
             scored[own] = rest[0]
-        extra = best_rows(scored, channel.gate.candidates)
+        ranking = best_rows(scored, max(gate.candidates, gate.ranks))
+        extra = ranking[:gate.candidates]
         pool = np.concatenate([found, extra[~np.isin(extra, found)]])
         ranked[number, :pool.size], second[number, :pool.size] = -np.arange(pool.size), scored[pool]
+        own_ranks[number, :pool.size] = ranks_in(pool, ranking)
         hits = np.flatnonzero(pool == own)
         targets[number] = int(hits[0]) if hits.size else -1
-    return choose_fusion(ranked, second, targets, kinds=[made.kind for made in queries],
-                         rules=channel.gate.rules, fallback=channel.gate.fallback)
+    return choose_fusion(ranked, second, targets, kinds=[made.kind for made in queries], rules=gate.rules,
+                         fallback=gate.fallback, stays=gate.stays,
+                         late_ranks=own_ranks if gate.ranks else None)
 
 
 def _evidence_pool(retriever: Retriever, target: SearchTarget, channel: Channel, made: SelfQuery, own: int,

@@ -183,14 +183,16 @@ class Retriever:
         `candidates`, fused with the target's channels where it has them), before the threshold,
         dedup and MMR choose how many to keep: what a known-item benchmark scores."""
         q_pos, q_neg = self.query_vector(target.corpus, query)
-        if target.corpus.count == 0 or not (q_pos.any() or q_neg.any()):
+        if target.corpus.count == 0:
             return np.zeros(0, dtype=np.int64)
-        rows, scores = target.corpus.index.search_auto(
-            q_pos, q_neg, min(self.candidates, target.corpus.count), allowed_sources=target.enabled_sources)
-        candidates = [Candidate(0, int(r), int(s)) for r, s in zip(rows, scores, strict=True)]
+        candidates: list[Candidate] = []
+        if q_pos.any() or q_neg.any():  # else HDC finds nothing, yet the meaning channel may, as in a search
+            depth, sources = min(self.candidates, target.corpus.count), target.enabled_sources
+            rows, scores = target.corpus.index.search_auto(q_pos, q_neg, depth, allowed_sources=sources)
+            candidates = [Candidate(0, int(r), int(s)) for r, s in zip(rows, scores, strict=True)]
         candidates.sort(key=lambda c: (-c.score, c.row))
         orders = self._order([target], candidates, query, [(q_pos, q_neg)])
-        ranked = orders[0] if orders is not None else candidates
+        ranked = orders.get(0, candidates) if orders is not None else candidates
         return np.array([c.row for c in ranked], dtype=np.int64)
 
     def search_vectors(self, vectors: Sequence[tuple[np.ndarray, np.ndarray]],
@@ -260,36 +262,42 @@ class Retriever:
         None when none changed HDC's order (the first stage's own candidates then dropped: they are
         candidates of the fusion only)."""
         orders = first_stage(targets, bind(targets, query, FIRST), candidates, vectors)
+        before = orders if orders is not None else group_by_target(candidates)  # the first stage's order
         second = bind(targets, query, SECOND)
         if vectors and any(query is not None for query in second):
-            own_orders = orders if orders is not None else group_by_target(candidates)
-            by_meaning = second_stage(targets, second, own_orders, vectors)
+            by_meaning = second_stage(targets, second, before, vectors)
             orders = by_meaning if by_meaning is not None else orders
         # A quotation's memories are moved last, so that they end up ahead of the definers.
         for chosen in (definer(query), quoted(query)):
             if chosen is not None and candidates:
                 own_orders = orders if orders is not None else group_by_target(candidates)
-                promoted = self._chosen_first(targets, own_orders, chosen)
+                promoted = self._chosen_first(targets, own_orders, chosen, before)
                 orders = promoted if promoted is not None else orders
         return orders
 
     def _chosen_first(self, targets: Sequence[SearchTarget], orders: dict[int, list[Candidate]],
-                      chosen: Callable[[str], bool]) -> dict[int, list[Candidate]] | None:
-        """`orders` with the memories among each target's first `DEFINER_DEPTH` whose text is `chosen`
-        (`engine.query_names.definer`, `quoted`) moved ahead of the rest, each group in its order;
-        None: none moved (none is, or they lead already)."""
+                      chosen: Callable[[str], bool], before: dict[int, list[Candidate]]
+                      ) -> dict[int, list[Candidate]] | None:
+        """`orders` with the memories whose text is `chosen` (`engine.query_names.definer`, `quoted`)
+        among each target's first `DEFINER_DEPTH`, there or in the first stage's order `before`,
+        moved ahead of the rest, each group in its order; None: none moved (none is, or they lead
+        already). The first stage's are looked at too because the meaning stage ranks by what a
+        memory says as a whole: a memory that holds a quoted sentence among text on other things can
+        be its last, and fall from the first rows of the fused order that HDC and the words led."""
         moved = False
         out = {}
         for number, own in orders.items():
-            head, tail = own[:DEFINER_DEPTH], own[DEFINER_DEPTH:]
-            present = {id(c) for c in self._with_memories(targets, head)}
-            first = [c for c in head if id(c) in present and chosen(c.memory.text)]
-            if any(a is not b for a, b in zip(first, head[:len(first)], strict=True)):  # not leading already
+            head = own[:DEFINER_DEPTH]
+            looked = {id(c) for c in head}
+            looked.update(id(c) for c in before.get(number, [])[:DEFINER_DEPTH])
+            present = {id(c) for c in self._with_memories(targets, [c for c in own if id(c) in looked])}
+            first = [c for c in own if id(c) in present and chosen(c.memory.text)]
+            if any(a is not b for a, b in zip(first, own[:len(first)], strict=True)):  # not leading already
                 moved = True
                 picked = {id(c) for c in first}
-                head = first + [c for c in head if id(c) not in picked]
-            out[number] = head + tail
-            for rank, c in enumerate(out[number], start=1):
+                own = first + [c for c in own if id(c) not in picked]
+            out[number] = own
+            for rank, c in enumerate(own, start=1):
                 c.fused = 1.0 / (DEFAULT_K + rank)
         return out if moved else None
 

@@ -5,8 +5,10 @@
   hybrid candidates), are re-scored by the channel and fused with their HDC scores under the
   target's rule (`engine.fusion.fuse_scores`); the rest follow in HDC order.
 * `SECOND` (meaning): the order so far, its first `FUSION_DEPTH` and the channel's own best rows,
-  fused by rank with the channel's scores under the target's rule; a row the channel has no score
-  for (a segment not read by meaning yet) keeps its place in the order so far.
+  fused by rank with the channel's ranking under the target's rule (each row at its rank among all
+  rows, to the channel's `Gate.ranks`); a row the channel has no score for (a segment not read by
+  meaning yet) keeps its place in the order so far. A query HDC finds nothing for gets the
+  channel's own best rows.
 
 Each stage leaves `fused` = 1 / (60 + rank) on every candidate of a target it reordered. A channel
 that is unavailable (`ChannelUnavailable`) is left out: the order so far stands.
@@ -19,7 +21,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from engine.channels import FIRST, SECOND, ChannelQuery, ChannelUnavailable, SearchTarget
+from engine.channels import FIRST, SECOND, ChannelQuery, ChannelUnavailable, SearchTarget, ranks_in
 from engine.fusion import DEFAULT_K, fuse_scores
 from engine.ranking import Candidate, group_by_target
 
@@ -42,13 +44,15 @@ def bind(targets: Sequence[SearchTarget], query: str, stage: int) -> list[Channe
     return bound
 
 
-def _own_rows(target: SearchTarget, number: int, query: ChannelQuery, k: int, head: list[Candidate],
+def _ranking(target: SearchTarget, query: ChannelQuery, k: int) -> np.ndarray:
+    """The channel's own best `k` rows within the dataset filter, best first."""
+    return query.best(k, target.source_filter()) if k > 0 else np.zeros(0, dtype=np.int64)
+
+
+def _own_rows(target: SearchTarget, number: int, rows: np.ndarray, head: list[Candidate],
               vector: tuple[np.ndarray, np.ndarray]) -> list[Candidate]:
-    """The channel's own best `k` rows within the dataset filter, less those in `head`, as candidates
-    of target `number` with their exact HDC scores."""
-    if k <= 0:
-        return []
-    rows = query.best(k, target.source_filter())
+    """The channel's own best `rows`, less those in `head`, as candidates of target `number` with
+    their exact HDC scores."""
     rows = rows[~np.isin(rows, [c.row for c in head])]
     if not rows.size:
         return []
@@ -73,8 +77,8 @@ def first_stage(targets: Sequence[SearchTarget], bound: Sequence[ChannelQuery | 
         if query is None:
             continue
         try:
-            extra = _own_rows(target, number, query, target.channel(FIRST).gate.candidates, heads[number],
-                              vectors[number])
+            own_best = _ranking(target, query, target.channel(FIRST).gate.candidates)
+            extra = _own_rows(target, number, own_best, heads[number], vectors[number])
             scores = query.scores(np.array([c.row for c in heads[number] + extra], dtype=np.int64))
         except ChannelUnavailable as error:
             logger.warning("%s: first-stage channel unavailable, HDC order kept: %s", target.name, error)
@@ -123,11 +127,14 @@ def second_stage(targets: Sequence[SearchTarget], bound: Sequence[ChannelQuery |
             continue
         own = orders.get(number, [])  # none: HDC found nothing (no word of the query in its vocabulary)
         channel = target.channel(SECOND)
+        gate = channel.gate
         head, tail = own[:FUSION_DEPTH], own[FUSION_DEPTH:]
         try:
-            extra = _own_rows(target, number, query, channel.gate.candidates, head, vectors[number])
+            ranking = _ranking(target, query, max(gate.candidates, gate.ranks))
+            extra = _own_rows(target, number, ranking[:gate.candidates], head, vectors[number])
             head = head + extra
-            scores = query.scores(np.array([c.row for c in head], dtype=np.int64))
+            rows = np.array([c.row for c in head], dtype=np.int64)
+            scores = query.scores(rows)
         except ChannelUnavailable as error:
             logger.warning("%s: %s channel unavailable, the order so far kept: %s", target.name, channel.name,
                            error)
@@ -135,7 +142,8 @@ def second_stage(targets: Sequence[SearchTarget], bound: Sequence[ChannelQuery |
         added = {c.row for c in extra}
         for c, score in zip(head, scores.tolist(), strict=True):
             c.meaning = None if np.isnan(score) else float(score)  # nan: a row not read by meaning yet
-        fused = fuse_scores(-np.arange(len(head), dtype=np.float64), scores, rule=target.rule(channel.name))
+        fused = fuse_scores(-np.arange(len(head), dtype=np.float64), scores, rule=target.rule(channel.name),
+                            late_ranks=ranks_in(rows, ranking) if gate.ranks else None)
         out[number] = _unscored_in_place(head, np.asarray(scores, dtype=np.float64), fused)
         out[number] += [c for c in tail if c.row not in added]
         _ranked(out[number])

@@ -239,3 +239,65 @@ def test_self_queries_of_each_kind():
     assert self_queries(texts, seed=3) == queries  # every kind by default
     with pytest.raises(ValueError, match="unknown self-query kinds"):
         self_queries(texts, kinds=("title",))
+
+
+def _weighted_evidence(lifted_by_two: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Self-query evidence over pools of 22 in a first stage's order, where RRF at weight 1 and 2
+    both beat the order (20 queries whose target it ranks 11th and the late ranker 1st), 100 queries
+    every rule but "late" ranks right, and `lifted_by_two` queries that weight 2 ranks first and
+    weight 1 second (the target second in the order, first by the late ranker)."""
+    rows = []
+    for kind, count in (("both", 20), ("order", 100), ("two", lifted_by_two)):
+        for _ in range(count):
+            late = np.linspace(0.09, 0.0, 22)  # below every row named next
+            if kind == "both":
+                target = 10
+                late[10], late[11:] = 1.0, np.linspace(0.9, 0.5, 11)
+            elif kind == "order":
+                target = 0
+                late[21], late[0] = 1.0, 0.95  # the late ranker's first is the order's last
+            else:
+                target = 1
+                late[1], late[0] = 1.0, 0.95
+            rows.append((late, target))
+    late = np.array([late for late, _ in rows])
+    order = np.tile(-np.arange(22, dtype=np.float64), (len(rows), 1))
+    return order, late, np.array([target for _, target in rows])
+
+
+def test_a_fallback_that_stays_is_left_only_for_a_rule_significantly_better_than_it():
+    rules = ("hdc", "rrf:1", "rrf:2", "late")
+    order, late, targets = _weighted_evidence(lifted_by_two=2)
+    mrr = {rule: reciprocal_ranks(fuse_scores(order, late, rule=rule), targets) for rule in rules}
+    # The premises: weight 2 scores highest, both weights beat the order significantly, and weight 2's
+    # gain over weight 1 (two queries of 122) is within the noise.
+    assert mrr["rrf:2"].mean() > mrr["rrf:1"].mean() > mrr["hdc"].mean() > mrr["late"].mean()
+    assert 0 < (mrr["rrf:2"] - mrr["rrf:1"]).sum() == 1.0
+    picked = choose_fusion(order, late, targets, rules=rules, fallback="rrf:1")
+    assert picked.rule == "rrf:2"  # the highest of the significant ones
+    stays = choose_fusion(order, late, targets, rules=rules, fallback="rrf:1", stays=True)
+    assert stays.rule == "rrf:1" and stays.evidence["z"] > SIGNIFICANCE_Z
+    # Ten such queries: significantly better than the fallback, so it is left.
+    order, late, targets = _weighted_evidence(lifted_by_two=10)
+    assert choose_fusion(order, late, targets, rules=rules, fallback="rrf:1", stays=True).rule == "rrf:2"
+    # A fallback the order beats significantly does not stay: the order is then the rule to beat.
+    assert choose_fusion(order, -late, targets, rules=rules, fallback="rrf:1", stays=True).rule == "hdc"
+
+
+def test_rrf_with_the_late_rankers_own_ranks_gives_nothing_past_its_depth():
+    order = -np.arange(4, dtype=np.float64)
+    late = np.array([0.1, 0.2, 0.3, 0.4])
+    # Among the pool, the late ranker's ranks are 4, 3, 2, 1; among every row it ranks, the order's
+    # first is past the depth it was read to and its second is 40th.
+    ranks = np.array([np.inf, 40.0, 2.0, 1.0])
+    pooled = fuse_scores(order, late, rule="rrf:1")
+    whole = fuse_scores(order, late, rule="rrf:1", late_ranks=ranks)
+    assert pooled == pytest.approx([1 / 61 + 1 / 64, 1 / 62 + 1 / 63, 1 / 63 + 1 / 62, 1 / 64 + 1 / 61])
+    assert whole == pytest.approx([1 / 61, 1 / 62 + 1 / 100, 1 / 63 + 1 / 62, 1 / 64 + 1 / 61])
+    assert fuse_scores(order, late, rule="rrf:2", late_ranks=ranks)[1] == pytest.approx(1 / 62 + 2 / 100)
+    # The other rules read scores, not ranks.
+    for rule in ("hdc", "late", "z:1"):
+        assert np.array_equal(fuse_scores(order, late, rule=rule, late_ranks=ranks),
+                              fuse_scores(order, late, rule=rule))
+    with pytest.raises(ValueError, match="late_ranks must have the scores' shape"):
+        fuse_scores(order, late, rule="rrf:1", late_ranks=ranks[:3])

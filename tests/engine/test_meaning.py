@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from engine.meaning import (
     MEANING_CANDIDATES,
     MEANING_FALLBACK,
     MEANING_FILE,
+    MEANING_GATE,
     PRECISION_TOLERANCE,
     PRECISION_VARIABLE,
     PROBE_TEXTS,
@@ -262,6 +264,46 @@ def test_the_second_stage_brings_the_channels_own_rows_and_keeps_the_filter(tmp_
         [r.memory.hdv_idx for r in retriever.search("q", [base])]
 
 
+def test_the_second_stage_fuses_the_channels_whole_ranking_to_its_depth(tmp_path):
+    """RRF at weight 1 of the first stage's order and the channel's ranking of every row: a candidate
+    counts at its rank among all rows, and for nothing past `Gate.ranks`, not at its rank among the
+    pool's few (which would lift a row the channel puts far down)."""
+    retriever, targets, q, rows, _ = constructed_case(tmp_path, min_context=3)
+    retriever.query_vector = lambda corpus, query, blend=None: q
+    base = targets[0]
+    cosines = np.random.default_rng(5).uniform(0.1, 0.9, len(rows))
+    plain = retriever.rank_rows("q", base)
+    depth = 120
+    channel = FixedMeaning(cosines)
+    channel.gate = replace(MEANING_GATE, ranks=depth)
+    target = SearchTarget(base.corpus, base.store, "case", **meaning_channel(channel))
+    ranked = retriever.rank_rows("q", target)
+    whole = best_rows(cosines, depth).tolist()
+    pool = [*plain.tolist(), *(row for row in whole[:MEANING_CANDIDATES] if row not in plain)]
+    at = {row: rank for rank, row in enumerate(whole, start=1)}
+    fused = [1 / (61 + i) + (1 / (60 + at[row]) if row in at else 0.0) for i, row in enumerate(pool)]
+    assert ranked.tolist() == [pool[i] for i in np.argsort(-np.array(fused), kind="stable")]
+    pooled = FixedMeaning(cosines)
+    pooled.gate = replace(MEANING_GATE, ranks=0)  # ranks among the pool: another order
+    assert retriever.rank_rows("q", SearchTarget(base.corpus, base.store, "case",
+                                                 **meaning_channel(pooled))).tolist() != ranked.tolist()
+
+
+def test_a_question_hdc_finds_nothing_for_is_ranked_by_the_channel(tmp_path):
+    """No word of the question in the corpus's vocabulary: HDC has no candidate, and the channel's
+    own best rows are the answer, in the search and in what a known-item benchmark scores."""
+    retriever, targets, q, rows, _ = constructed_case(tmp_path, min_context=3)
+    retriever.query_vector = lambda corpus, query, blend=None: (np.zeros_like(q[0]), np.zeros_like(q[1]))
+    base = targets[0]
+    cosines = np.random.default_rng(6).uniform(0.1, 0.9, len(rows))
+    assert retriever.rank_rows("q", base).size == 0 and retriever.search("q", [base]) == []
+    target = SearchTarget(base.corpus, base.store, "case", **meaning_channel(FixedMeaning(cosines)))
+    ranked = retriever.rank_rows("q", target)
+    assert ranked.tolist() == best_rows(cosines, MEANING_CANDIDATES).tolist()
+    found = [r.memory.hdv_idx for r in retriever.search("q", [target])]
+    assert found and found[0] == ranked[0] and set(found) <= set(ranked.tolist())
+
+
 def test_rows_not_read_yet_are_absent_from_the_channel_and_keep_their_first_stage_places(tmp_path):
     """A state whose later segment waits for the background task: its rows have no cosine (nan),
     are never the channel's own best, and keep the places the first stage gave them."""
@@ -336,9 +378,10 @@ def test_the_search_path_does_not_import_the_builder():
 
 def test_a_question_quoting_a_memory_finds_it_first_where_the_channel_ranks_it_last(tmp_path):
     """A sentence pasted from a document: the memory holding it word for word, among text on other
-    things, is ranked last by meaning, so the fused order puts it below rows HDC ranks under it; it
-    comes first. A question of a few words that the memory also holds is ranked as the channels rank
-    it (`engine.query_names.quoted`)."""
+    things, is ranked last by meaning, so the fused order puts it below rows HDC ranks under it, past
+    the first rows the rule reads of that order; it comes first, found in the first stage's order.
+    A question of a few words that the memory also holds is ranked as the channels rank it
+    (`engine.query_names.quoted`)."""
     retriever, targets, q, rows, _ = constructed_case(tmp_path, min_context=3)
     retriever.query_vector = lambda corpus, query, blend=None: q
     sentence = "The narwhal census on Baffin counted 1074 cartographers trading walrus ivory."
@@ -350,7 +393,7 @@ def test_a_question_quoting_a_memory_finds_it_first_where_the_channel_ranks_it_l
     cosines[3] = -0.5  # the channel's last
     target = SearchTarget(base.corpus, DictStore(texts), "case", **meaning_channel(FixedMeaning(cosines)))
     unquoted = retriever.rank_rows("census on Baffin", target).tolist()
-    assert unquoted[0] != 3 and 3 in unquoted[:DEFINER_DEPTH]
+    assert unquoted.index(3) >= DEFINER_DEPTH  # RRF of whole rankings: the channel ranks it past its depth
     assert retriever.rank_rows(sentence, target).tolist()[0] == 3
     assert retriever.rank_rows(f"\u201c{sentence}\u201d", target).tolist()[0] == 3
     # One word changed: no memory holds it, the channels' order stands.
