@@ -261,22 +261,8 @@ def choose_fusion(hdc: np.ndarray, late: np.ndarray, targets: np.ndarray, *,
     table = {rule: round(float(r.mean()), 4) if r.size else 0.0 for rule, r in ranks.items()}
     if fallback not in ranks:
         raise ValueError(f"the fallback {fallback!r} must be one of the rules {list(rules)}")
-    chosen, chosen_z, standing = "hdc", 0.0, base
-    if stays and _paired_z(base - ranks[fallback]) <= z:
-        chosen, chosen_z, standing = fallback, _paired_z(ranks[fallback] - base), ranks[fallback]
-    for rule, rank in ranks.items():
-        gain = rank - standing
-        if (rule in ("hdc", "late", chosen) or _paired_z(gain) <= z
-                or any(_paired_z(gain[g]) < -z for g in groups)):
-            continue
-        if rank.mean() > ranks.get(chosen, base).mean() + 1e-12:
-            chosen, chosen_z = rule, _paired_z(rank - base)
-    if chosen == "hdc" and _paired_z(base - ranks[fallback]) <= z:
-        chosen, chosen_z = fallback, _paired_z(ranks[fallback] - base)
-    if "late" in ranks:
-        over = ranks["late"] - ranks.get(chosen, base)
-        if all(_paired_z(over[g]) > z for g in groups):
-            chosen, chosen_z = "late", _paired_z(ranks["late"] - base)
+    chosen = _chosen_rule(ranks, base, groups, fallback=fallback, stays=stays, z=z)
+    chosen_z = _paired_z(ranks[chosen] - base) if chosen in ranks else 0.0
     gain = float((ranks.get(chosen, base) - base).mean()) if targets.size else 0.0
     by_kind = {
         str(kind): {rule: round(float(r[g].mean()), 4) for rule, r in ranks.items()}
@@ -286,6 +272,28 @@ def choose_fusion(hdc: np.ndarray, late: np.ndarray, targets: np.ndarray, *,
     if by_kind:
         evidence["mrr_by_kind"] = by_kind
     return FusionChoice(rule=chosen, evidence=evidence)
+
+
+def _chosen_rule(ranks: dict[str, np.ndarray], base: np.ndarray, groups: list[np.ndarray], *, fallback: str,
+                 stays: bool, z: float) -> str:
+    """`choose_fusion`'s rule from each rule's reciprocal ranks `ranks` and HDC's alone, `base`."""
+    chosen, standing = "hdc", base
+    if stays and _paired_z(base - ranks[fallback]) <= z:
+        chosen, standing = fallback, ranks[fallback]
+    for rule, rank in ranks.items():
+        gain = rank - standing
+        if (rule in ("hdc", "late", chosen) or _paired_z(gain) <= z
+                or any(_paired_z(gain[g]) < -z for g in groups)):
+            continue
+        if rank.mean() > ranks.get(chosen, base).mean() + 1e-12:
+            chosen = rule
+    if chosen == "hdc" and _paired_z(base - ranks[fallback]) <= z:
+        chosen = fallback
+    if "late" in ranks:
+        over = ranks["late"] - ranks.get(chosen, base)
+        if all(_paired_z(over[g]) > z for g in groups):
+            chosen = "late"
+    return chosen
 
 
 _WORD = re.compile(r"\S+")
