@@ -270,8 +270,8 @@ class Retriever:
         # A quotation's memories are moved last, so that they end up ahead of the definers.
         for chosen in (definer(query), quoted(query)):
             if chosen is not None and candidates:
-                own_orders = orders if orders is not None else group_by_target(candidates)
-                promoted = self._chosen_first(targets, own_orders, chosen, before)
+                current = orders if orders is not None else before  # None: neither stage moved any
+                promoted = self._chosen_first(targets, current, chosen, before)
                 orders = promoted if promoted is not None else orders
         return orders
 
